@@ -1,0 +1,97 @@
+//! The command line: one module per subcommand. `anyhow` lives here only.
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub mod cache;
+pub mod pull;
+pub mod run;
+pub mod start;
+
+/// A rootless OCI container function runner for Crossplane Composition Functions.
+#[derive(Debug, Parser)]
+#[command(name = "xfn", version, about)]
+pub struct Cli {
+    /// Registry for image references that name none.
+    #[arg(
+        short = 'r',
+        long,
+        env = "REGISTRY",
+        default_value = "index.docker.io",
+        global = true
+    )]
+    pub registry: String,
+    /// Log at debug level.
+    #[arg(short = 'd', long, global = true)]
+    pub debug: bool,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", global = true)]
+    pub log_format: LogFormat,
+    /// The subcommand; `start` when none is given, as Crossplane's runner.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human readable.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the runner API for Crossplane (the default).
+    Start(start::StartArgs),
+    /// Run one function once.
+    Run(run::RunArgs),
+    /// Pull an image into the cache.
+    Pull(pull::PullArgs),
+    /// Inspect the image cache.
+    #[command(subcommand)]
+    Cache(cache::CacheCommand),
+}
+
+/// Flags every command that touches the image store shares.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// Directory of the image cache (and per-run state).
+    #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = default_cache_dir())]
+    pub cache_dir: PathBuf,
+    /// Registries reached over plain HTTP (loopback registries always are).
+    #[arg(long = "insecure-registry")]
+    pub insecure_registries: Vec<String>,
+    /// A PEM bundle of CAs trusted besides the system roots.
+    #[arg(long, env = "CA_BUNDLE_PATH")]
+    pub ca_bundle_path: Option<PathBuf>,
+}
+
+/// `/xfn` where it exists (Crossplane's sidecar mounts its cache there), else
+/// the user's cache dir, so `xfn run` works on a laptop without set-up.
+pub fn default_cache_dir() -> PathBuf {
+    let sidecar = PathBuf::from("/xfn");
+    if sidecar.is_dir() {
+        return sidecar;
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(xdg).join("xfn");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache").join("xfn");
+    }
+    std::env::temp_dir().join("xfn")
+}
+
+/// Flags of the user namespace xfn enters before anything else.
+#[derive(Debug, Clone, Args)]
+pub struct UsernsArgs {
+    /// Host uid that container uid 0 maps to, when xfn may map a range (CAP_SETUID or root).
+    #[arg(long, default_value_t = 100_000)]
+    pub map_root_uid: u32,
+    /// Host gid that container gid 0 maps to, when xfn may map a range (CAP_SETGID or root).
+    #[arg(long, default_value_t = 100_000)]
+    pub map_root_gid: u32,
+}

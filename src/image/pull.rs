@@ -1,0 +1,1 @@
+//! Pulling manifests and blobs from a registry with oci-client (owned by the image work).

@@ -1,0 +1,20 @@
+//! xfn: a rootless OCI container function runner for Crossplane Composition
+//! Functions.
+//!
+//! The engine, as data flows through it:
+//!
+//! ```text
+//! request ─► image (reference, auth, pull, content-addressed store, layer extraction)
+//!         ─► rootfs (overlay of cached layer dirs, or a per-run copy)
+//!         ─► sandbox (user namespace, OCI spec, crun)
+//!         ─► output or a typed error
+//! ```
+//!
+//! [`runner::Runner`] is the one entry point every front end (`xfn run`,
+//! `xfn start`, `xfn render`, `xfn adapt`) calls.
+pub mod image;
+pub mod proto;
+pub mod rootfs;
+pub mod runner;
+pub mod sandbox;
+pub mod server;

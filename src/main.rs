@@ -2,11 +2,55 @@
 //! single-threaded, then start the async runtime and dispatch.
 mod cli;
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
-fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    let _ = cli;
-    eprintln!("xfn: not built yet");
-    std::process::ExitCode::FAILURE
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli
+        .command
+        .unwrap_or_else(|| Command::Start(Default::default()));
+    let global = cli::Global {
+        registry: cli.registry,
+        debug: cli.debug,
+        log_format: cli.log_format,
+    };
+    cli::init_logging(&global);
+
+    // Namespaces must be entered before the tokio runtime starts threads:
+    // unshare(CLONE_NEWUSER) fails in a multi-threaded process.
+    if let Err(err) = cli::prepare_process(&command) {
+        eprintln!("xfn: {err:#}");
+        return ExitCode::FAILURE;
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("xfn: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match command {
+            Command::Start(args) => cli::start::execute(args, &global).await,
+            Command::Run(args) => cli::run::execute(args, &global).await,
+            Command::Pull(args) => cli::pull::execute(args, &global).await,
+            Command::Cache(command) => cli::cache::execute(command, &global).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            // One line a user can act on; the chain of causes joined by ": ".
+            eprintln!("xfn: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -7,3 +7,12 @@ pub enum CacheCommand {
     /// List cached images with digest and size.
     Ls,
 }
+
+/// Runs `xfn cache`.
+pub async fn execute(
+    command: CacheCommand,
+    global: &super::Global,
+) -> anyhow::Result<std::process::ExitCode> {
+    let _ = (command, global);
+    anyhow::bail!("xfn cache is not built yet")
+}

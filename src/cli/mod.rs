@@ -95,3 +95,38 @@ pub struct UsernsArgs {
     #[arg(long, default_value_t = 100_000)]
     pub map_root_gid: u32,
 }
+
+/// Flags that hold for every subcommand, after parsing.
+#[derive(Debug, Clone)]
+#[allow(dead_code)] // `registry` is read by the image commands as they land.
+pub struct Global {
+    /// Registry for references that name none.
+    pub registry: String,
+    /// Debug logging.
+    pub debug: bool,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// Sets up tracing to stderr: `info` by default, `debug` with `-d`, or
+/// whatever `RUST_LOG` says.
+pub fn init_logging(global: &Global) {
+    use tracing_subscriber::EnvFilter;
+    let default = if global.debug { "debug" } else { "info" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match global.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Whatever must happen while the process is still single-threaded: entering
+/// the user and mount namespace for the commands that run or unpack images.
+/// (Owned by the sandbox work.)
+pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
+    let _ = command;
+    Ok(())
+}

@@ -7,3 +7,12 @@ pub struct PullArgs {
     /// The image to pull.
     pub image: String,
 }
+
+/// Runs `xfn pull`.
+pub async fn execute(
+    args: PullArgs,
+    global: &super::Global,
+) -> anyhow::Result<std::process::ExitCode> {
+    let _ = (args, global);
+    anyhow::bail!("xfn pull is not built yet")
+}

@@ -9,3 +9,12 @@ pub struct RunArgs {
     /// The input document (a FunctionIO, or a RunFunctionRequest as JSON); `-` for stdin.
     pub input: String,
 }
+
+/// Runs `xfn run`.
+pub async fn execute(
+    args: RunArgs,
+    global: &super::Global,
+) -> anyhow::Result<std::process::ExitCode> {
+    let _ = (args, global);
+    anyhow::bail!("xfn run is not built yet")
+}

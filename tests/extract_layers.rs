@@ -57,12 +57,17 @@ fn files_dirs_links_fifos_modes_and_times() {
         .raw(tar::EntryType::Char, "dev-null", "", 0o666, b"")
         .mtime(1_400_000_000)
         .file("bin/later", 0o600, b"x")
+        // Bits the usual umask (022) takes away must come back.
+        .file("bin/shared", 0o666, b"w")
+        .file("bin/all", 0o777, b"w")
         .build();
     let dest = tmp.path().join("root");
     std::fs::create_dir(&dest).unwrap();
     let stats = extract_layer(layer.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
     assert_eq!(stats.skipped, 1, "the char device is skipped");
-    assert_eq!(stats.bytes, 10 + 9 + 1);
+    assert_eq!(stats.bytes, 10 + 9 + 1 + 2);
+    assert_eq!(snapshot(&dest)["bin/shared"].mode, 0o666);
+    assert_eq!(snapshot(&dest)["bin/all"].mode, 0o777);
     let t = snapshot(&dest);
     assert!(!t.contains_key("dev-null"));
     assert_eq!(t["bin/tool"].mode, 0o4755);
@@ -86,8 +91,12 @@ fn files_dirs_links_fifos_modes_and_times() {
 
 #[test]
 fn ownership_is_kept_as_root() {
-    // This test process runs as root here; the unprivileged variant below
-    // checks that unmapped owners are tolerated.
+    // The unprivileged variant below checks that unmapped owners are
+    // tolerated.
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test checks ownership as root: run the tests as root"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let layer = Layer::new()
         .owner(1234, 5678)
@@ -97,13 +106,26 @@ fn ownership_is_kept_as_root() {
         .build();
     apply(&layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
     let t = snapshot(tmp.path());
-    if rustix::process::geteuid().is_root() {
-        for p in ["home", "home/f", "home/l"] {
-            assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
-        }
+    for p in ["home", "home/f", "home/l"] {
+        assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
     }
     // chown before chmod: the setgid bit survives.
     assert_eq!(t["home/f"].mode, 0o2755);
+
+    // A file owned by us, in a setgid directory of a lower layer, still
+    // gets the group its entry says (not the directory's).
+    let tmp = tempfile::tempdir().unwrap();
+    let lower = Layer::new().owner(0, 5678).dir("shared/", 0o2775).build();
+    let upper = Layer::new()
+        .owner(0, 0)
+        .file("shared/f", 0o644, b"x")
+        .build();
+    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    let t = snapshot(tmp.path());
+    assert_eq!(t["shared"].gid, 5678);
+    assert_eq!(t["shared/f"].gid, 0);
+    assert_eq!(t["shared"].mode, 0o2775);
 }
 
 #[test]

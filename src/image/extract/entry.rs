@@ -25,6 +25,10 @@ pub(super) struct Extraction {
     dirs: HashMap<Vec<u8>, Meta>,
     /// Owner pairs whose chown the namespace refused: not tried again.
     unmapped: HashSet<(u32, u32)>,
+    euid: u32,
+    egid: u32,
+    /// Whether a file created with its mode was seen to get exactly it.
+    umask_checked: bool,
     buf: Vec<u8>,
 }
 
@@ -43,6 +47,9 @@ impl Extraction {
             stats: ExtractStats::default(),
             dirs: HashMap::new(),
             unmapped: HashSet::new(),
+            euid: rustix::process::geteuid().as_raw(),
+            egid: rustix::process::getegid().as_raw(),
+            umask_checked: false,
             buf: vec![0; COPY_BUF],
         }
     }
@@ -84,11 +91,12 @@ impl Extraction {
             .tree
             .dir_for_entry(parent)
             .map_err(|e| resolve_err(name, e))?;
-        let dir = parent_fd.as_fd();
+        let dir = parent_fd.fd.as_fd();
+        let parent_setgid = parent_fd.setgid;
         if kind.is_dir() {
             self.directory(dir, &rel, base, meta, item, name)?;
         } else if kind.is_file() || kind.is_contiguous() || kind.is_gnu_sparse() {
-            self.regular(dir, &rel, base, &meta, item, name)?;
+            self.regular(dir, parent_setgid, &rel, base, &meta, item, name)?;
         } else if kind.is_symlink() {
             let target = item
                 .link_name_bytes()
@@ -163,9 +171,11 @@ impl Extraction {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn regular<R: Read>(
         &mut self,
         dir: BorrowedFd<'_>,
+        parent_setgid: bool,
         rel: &[u8],
         base: &[u8],
         meta: &Meta,
@@ -178,7 +188,9 @@ impl Extraction {
                 d,
                 base,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                // The final permission bits right away: with the usual
+                // umask nothing more is needed (the fd stays writable).
+                Mode::from_raw_mode(meta.mode & 0o777),
             )
         })?;
         let mut file = File::from(fd);
@@ -194,10 +206,26 @@ impl Extraction {
             self.stats.bytes += n as u64;
         }
         let fd: OwnedFd = file.into();
-        // Owner before mode: chown clears setuid/setgid.
-        self.chown_fd(fd.as_fd(), meta);
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
-            .map_err(|e| io_err(name, e.into()))?;
+        // A new file is already ours, with our group unless its directory
+        // is setgid: chown only when that is not what the entry wants.
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if !owned_right {
+            self.chown_fd(fd.as_fd(), meta);
+        }
+        // Owner before mode: chown clears setuid/setgid. Skipped when the
+        // create mode already gave exactly these bits.
+        let mut mode_right = meta.mode & 0o7000 == 0 && meta.mode & process_umask() == 0;
+        if owned_right && mode_right && !self.umask_checked {
+            // Once per layer, check the create mode really came out as
+            // expected (the umask could have changed since it was read).
+            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(name, e.into()))?;
+            mode_right = st.st_mode & 0o7777 == meta.mode;
+            self.umask_checked = mode_right;
+        }
+        if !(owned_right && mode_right) {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
+                .map_err(|e| io_err(name, e.into()))?;
+        }
         set_xattrs(fd.as_fd(), &xattrs, name);
         rustix::fs::futimens(&fd, &timestamps(meta.mtime)).map_err(|e| io_err(name, e.into()))?;
         Ok(())
@@ -309,7 +337,7 @@ impl Extraction {
         if base == OPAQUE_MARKER {
             return self
                 .tree
-                .make_opaque(parent_fd.as_fd(), parent)
+                .make_opaque(parent_fd.fd.as_fd(), parent)
                 .map_err(|e| io_err(name, e));
         }
         if base.starts_with(b".wh..wh.") {
@@ -324,7 +352,7 @@ impl Extraction {
             return Err(unsafe_entry(name, "whiteout of an invalid name"));
         }
         let rel = join(parent, hidden);
-        let dir = parent_fd.as_fd();
+        let dir = parent_fd.fd.as_fd();
         match self.tree.seen.get(&rel).copied() {
             // This layer has its own `hidden`: the whiteout hides only what
             // lower layers had there (the spec: whiteouts apply to lower
@@ -409,6 +437,23 @@ impl Extraction {
             self.unmapped.insert((meta.uid, meta.gid));
         }
     }
+}
+
+/// The process umask, read once from /proc/self/status (calling umask(2)
+/// to read it would change it under other threads). Unknown: all bits, so
+/// modes are always set explicitly.
+fn process_umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Umask:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            })
+            .unwrap_or(0o777)
+    })
 }
 
 fn uid(raw: u32) -> Uid {

@@ -549,3 +549,41 @@ fn overlay_equals_flatten_unprivileged() {
     }
     extract_support::run_unprivileged("overlay_equals_flatten_unprivileged");
 }
+
+#[test]
+fn long_names_and_link_targets() {
+    // The tar crate's builder writes GNU long-name / long-link records.
+    let long_dir = "d".repeat(80);
+    let long_file = format!("{long_dir}/{}", "f".repeat(120));
+    let long_target = format!("/{}", "t".repeat(200));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_mtime(1_600_000_000);
+    h.set_size(4);
+    b.append_data(&mut h, &long_file, &b"long"[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_mode(0o777);
+    h.set_size(0);
+    b.append_link(&mut h, format!("{long_dir}/link"), &long_target)
+        .unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_mode(0o644);
+    h.set_size(0);
+    b.append_link(&mut h, "hard", &long_file).unwrap();
+    let layer = b.into_inner().unwrap();
+    for mode in [WhiteoutMode::Overlay, WhiteoutMode::Flatten] {
+        let tmp = tempfile::tempdir().unwrap();
+        apply(&layer, tmp.path(), mode).unwrap();
+        let t = snapshot(tmp.path());
+        assert_eq!(t[&long_file].kind, Kind::File(b"long".to_vec()));
+        assert_eq!(
+            t[&format!("{long_dir}/link")].kind,
+            Kind::Symlink(long_target.clone())
+        );
+        assert_eq!(t["hard"].ino, t[&long_file].ino);
+    }
+}

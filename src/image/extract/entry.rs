@@ -105,7 +105,7 @@ impl Extraction {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::symlinkat(target.as_ref(), d, base)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
@@ -115,7 +115,7 @@ impl Extraction {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::mknodat(d, base, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             rustix::fs::chmodat(dir, base, Mode::from_raw_mode(meta.mode), AtFlags::empty())
                 .map_err(|e| io_err(name, e.into()))?;
             let times = timestamps(meta.mtime);
@@ -414,8 +414,11 @@ impl Extraction {
         self.note_chown(res, meta);
     }
 
-    fn chown_at(&mut self, dir: BorrowedFd<'_>, base: &[u8], meta: &Meta) {
-        if self.unmapped.contains(&(meta.uid, meta.gid)) {
+    /// Sets the owner of the new non-directory `base` in `dir` unless it is
+    /// already right (ours, in a directory that is not setgid).
+    fn chown_at(&mut self, dir: BorrowedFd<'_>, parent_setgid: bool, base: &[u8], meta: &Meta) {
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if owned_right || self.unmapped.contains(&(meta.uid, meta.gid)) {
             return;
         }
         let res = rustix::fs::chownat(
@@ -429,12 +432,18 @@ impl Extraction {
     }
 
     fn note_chown(&mut self, res: Result<(), Errno>, meta: &Meta) {
-        if let Err(e) = res {
+        match res {
+            Ok(()) => {}
             // EINVAL: the id is not mapped in this user namespace; EPERM: no
             // CAP_CHOWN. Either way the file stays ours, which is what a
             // rootless run without a full id map can do.
-            tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
-            self.unmapped.insert((meta.uid, meta.gid));
+            Err(e @ (Errno::INVAL | Errno::PERM)) => {
+                tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+                self.unmapped.insert((meta.uid, meta.gid));
+            }
+            Err(e) => {
+                tracing::warn!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+            }
         }
     }
 }

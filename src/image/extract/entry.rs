@@ -78,6 +78,31 @@ impl Extraction {
         if base.starts_with(WHITEOUT_PREFIX) {
             return self.whiteout(parent, base, name);
         }
+        let creatable = kind.is_dir()
+            || kind.is_file()
+            || kind.is_contiguous()
+            || kind.is_gnu_sparse()
+            || kind.is_symlink()
+            || kind.is_hard_link()
+            || kind.is_fifo();
+        if !creatable {
+            // Device nodes cannot be made in a user namespace and have no
+            // place in a function's rootfs; other types are unknown.
+            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let parent_fd = self
+            .tree
+            .dir_for_entry(parent)
+            .map_err(|e| resolve_err(name, e))?;
+        let dir = parent_fd.fd.as_fd();
+        let parent_setgid = parent_fd.setgid;
+        self.stats.entries += 1;
+        if kind.is_hard_link() {
+            // A hardlink has the target's metadata: its header's is unused.
+            return self.hardlink(dir, &rel, base, item, name);
+        }
         let header = item.header();
         let meta = Meta {
             mode: header.mode().map_err(|e| io_err(name, e))? & 0o7777,
@@ -87,12 +112,6 @@ impl Extraction {
             gid: header.gid().unwrap_or(0) as u32,
             mtime: header.mtime().unwrap_or(0) as i64,
         };
-        let parent_fd = self
-            .tree
-            .dir_for_entry(parent)
-            .map_err(|e| resolve_err(name, e))?;
-        let dir = parent_fd.fd.as_fd();
-        let parent_setgid = parent_fd.setgid;
         if kind.is_dir() {
             self.directory(dir, &rel, base, meta, item, name)?;
         } else if kind.is_file() || kind.is_contiguous() || kind.is_gnu_sparse() {
@@ -109,9 +128,7 @@ impl Extraction {
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else if kind.is_hard_link() {
-            self.hardlink(dir, &rel, base, item, name)?;
-        } else if kind.is_fifo() {
+        } else {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::mknodat(d, base, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
             })?;
@@ -121,14 +138,7 @@ impl Extraction {
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else {
-            // Device nodes cannot be made in a user namespace and have no
-            // place in a function's rootfs; other types are unknown.
-            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
-            self.stats.skipped += 1;
-            return Ok(());
         }
-        self.stats.entries += 1;
         Ok(())
     }
 

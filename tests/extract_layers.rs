@@ -509,9 +509,16 @@ fn overlay_equals_flatten() {
                 .dir("b/", 0o755)
                 .file("b/f", 0o644, b"f")
                 .build(),
+            // The directories' own entries come after the files that go
+            // through them (so those meet the lower non-directories first),
+            // and give them definite mtimes.
             Layer::new()
                 .file("a/etc/x", 0o644, b"x")
                 .raw(tar::EntryType::Regular, "b/f/g", "", 0o644, b"g")
+                .dir("a/", 0o755)
+                .dir("a/etc/", 0o755)
+                .dir("b/", 0o755)
+                .dir("b/f/", 0o755)
                 .build(),
         ],
         vec![],

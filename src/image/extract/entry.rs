@@ -25,6 +25,10 @@ pub(super) struct Extraction {
     dirs: HashMap<Vec<u8>, Meta>,
     /// Owner pairs whose chown the namespace refused: not tried again.
     unmapped: HashSet<(u32, u32)>,
+    euid: u32,
+    egid: u32,
+    /// Whether a file created with its mode was seen to get exactly it.
+    umask_checked: bool,
     buf: Vec<u8>,
 }
 
@@ -43,6 +47,9 @@ impl Extraction {
             stats: ExtractStats::default(),
             dirs: HashMap::new(),
             unmapped: HashSet::new(),
+            euid: rustix::process::geteuid().as_raw(),
+            egid: rustix::process::getegid().as_raw(),
+            umask_checked: false,
             buf: vec![0; COPY_BUF],
         }
     }
@@ -71,6 +78,31 @@ impl Extraction {
         if base.starts_with(WHITEOUT_PREFIX) {
             return self.whiteout(parent, base, name);
         }
+        let creatable = kind.is_dir()
+            || kind.is_file()
+            || kind.is_contiguous()
+            || kind.is_gnu_sparse()
+            || kind.is_symlink()
+            || kind.is_hard_link()
+            || kind.is_fifo();
+        if !creatable {
+            // Device nodes cannot be made in a user namespace and have no
+            // place in a function's rootfs; other types are unknown.
+            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let parent_fd = self
+            .tree
+            .dir_for_entry(parent)
+            .map_err(|e| resolve_err(name, e))?;
+        let dir = parent_fd.fd.as_fd();
+        let parent_setgid = parent_fd.setgid;
+        self.stats.entries += 1;
+        if kind.is_hard_link() {
+            // A hardlink has the target's metadata: its header's is unused.
+            return self.hardlink(dir, &rel, base, item, name);
+        }
         let header = item.header();
         let meta = Meta {
             mode: header.mode().map_err(|e| io_err(name, e))? & 0o7777,
@@ -80,15 +112,10 @@ impl Extraction {
             gid: header.gid().unwrap_or(0) as u32,
             mtime: header.mtime().unwrap_or(0) as i64,
         };
-        let parent_fd = self
-            .tree
-            .dir_for_entry(parent)
-            .map_err(|e| resolve_err(name, e))?;
-        let dir = parent_fd.as_fd();
         if kind.is_dir() {
             self.directory(dir, &rel, base, meta, item, name)?;
         } else if kind.is_file() || kind.is_contiguous() || kind.is_gnu_sparse() {
-            self.regular(dir, &rel, base, &meta, item, name)?;
+            self.regular(dir, parent_setgid, &rel, base, &meta, item, name)?;
         } else if kind.is_symlink() {
             let target = item
                 .link_name_bytes()
@@ -97,30 +124,21 @@ impl Extraction {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::symlinkat(target.as_ref(), d, base)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else if kind.is_hard_link() {
-            self.hardlink(dir, &rel, base, item, name)?;
-        } else if kind.is_fifo() {
+        } else {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::mknodat(d, base, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             rustix::fs::chmodat(dir, base, Mode::from_raw_mode(meta.mode), AtFlags::empty())
                 .map_err(|e| io_err(name, e.into()))?;
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else {
-            // Device nodes cannot be made in a user namespace and have no
-            // place in a function's rootfs; other types are unknown.
-            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
-            self.stats.skipped += 1;
-            return Ok(());
         }
-        self.stats.entries += 1;
         Ok(())
     }
 
@@ -163,9 +181,11 @@ impl Extraction {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn regular<R: Read>(
         &mut self,
         dir: BorrowedFd<'_>,
+        parent_setgid: bool,
         rel: &[u8],
         base: &[u8],
         meta: &Meta,
@@ -178,7 +198,9 @@ impl Extraction {
                 d,
                 base,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                // The final permission bits right away: with the usual
+                // umask nothing more is needed (the fd stays writable).
+                Mode::from_raw_mode(meta.mode & 0o777),
             )
         })?;
         let mut file = File::from(fd);
@@ -194,10 +216,26 @@ impl Extraction {
             self.stats.bytes += n as u64;
         }
         let fd: OwnedFd = file.into();
-        // Owner before mode: chown clears setuid/setgid.
-        self.chown_fd(fd.as_fd(), meta);
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
-            .map_err(|e| io_err(name, e.into()))?;
+        // A new file is already ours, with our group unless its directory
+        // is setgid: chown only when that is not what the entry wants.
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if !owned_right {
+            self.chown_fd(fd.as_fd(), meta);
+        }
+        // Owner before mode: chown clears setuid/setgid. Skipped when the
+        // create mode already gave exactly these bits.
+        let mut mode_right = meta.mode & 0o7000 == 0 && meta.mode & process_umask() == 0;
+        if owned_right && mode_right && !self.umask_checked {
+            // Once per layer, check the create mode really came out as
+            // expected (the umask could have changed since it was read).
+            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(name, e.into()))?;
+            mode_right = st.st_mode & 0o7777 == meta.mode;
+            self.umask_checked = mode_right;
+        }
+        if !(owned_right && mode_right) {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
+                .map_err(|e| io_err(name, e.into()))?;
+        }
         set_xattrs(fd.as_fd(), &xattrs, name);
         rustix::fs::futimens(&fd, &timestamps(meta.mtime)).map_err(|e| io_err(name, e.into()))?;
         Ok(())
@@ -309,7 +347,7 @@ impl Extraction {
         if base == OPAQUE_MARKER {
             return self
                 .tree
-                .make_opaque(parent_fd.as_fd(), parent)
+                .make_opaque(parent_fd.fd.as_fd(), parent)
                 .map_err(|e| io_err(name, e));
         }
         if base.starts_with(b".wh..wh.") {
@@ -324,7 +362,7 @@ impl Extraction {
             return Err(unsafe_entry(name, "whiteout of an invalid name"));
         }
         let rel = join(parent, hidden);
-        let dir = parent_fd.as_fd();
+        let dir = parent_fd.fd.as_fd();
         match self.tree.seen.get(&rel).copied() {
             // This layer has its own `hidden`: the whiteout hides only what
             // lower layers had there (the spec: whiteouts apply to lower
@@ -386,8 +424,11 @@ impl Extraction {
         self.note_chown(res, meta);
     }
 
-    fn chown_at(&mut self, dir: BorrowedFd<'_>, base: &[u8], meta: &Meta) {
-        if self.unmapped.contains(&(meta.uid, meta.gid)) {
+    /// Sets the owner of the new non-directory `base` in `dir` unless it is
+    /// already right (ours, in a directory that is not setgid).
+    fn chown_at(&mut self, dir: BorrowedFd<'_>, parent_setgid: bool, base: &[u8], meta: &Meta) {
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if owned_right || self.unmapped.contains(&(meta.uid, meta.gid)) {
             return;
         }
         let res = rustix::fs::chownat(
@@ -401,14 +442,37 @@ impl Extraction {
     }
 
     fn note_chown(&mut self, res: Result<(), Errno>, meta: &Meta) {
-        if let Err(e) = res {
+        match res {
+            Ok(()) => {}
             // EINVAL: the id is not mapped in this user namespace; EPERM: no
             // CAP_CHOWN. Either way the file stays ours, which is what a
             // rootless run without a full id map can do.
-            tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
-            self.unmapped.insert((meta.uid, meta.gid));
+            Err(e @ (Errno::INVAL | Errno::PERM)) => {
+                tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+                self.unmapped.insert((meta.uid, meta.gid));
+            }
+            Err(e) => {
+                tracing::warn!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+            }
         }
     }
+}
+
+/// The process umask, read once from /proc/self/status (calling umask(2)
+/// to read it would change it under other threads). Unknown: all bits, so
+/// modes are always set explicitly.
+fn process_umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Umask:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            })
+            .unwrap_or(0o777)
+    })
 }
 
 fn uid(raw: u32) -> Uid {

@@ -69,6 +69,14 @@ impl From<Errno> for ResolveError {
     }
 }
 
+/// An open parent directory of entries.
+pub(crate) struct ParentDir {
+    /// Its fd.
+    pub(crate) fd: OwnedFd,
+    /// Whether it is setgid (new files then take its group, not ours).
+    pub(crate) setgid: bool,
+}
+
 /// The tree being extracted into.
 pub(crate) struct Tree {
     root: OwnedFd,
@@ -78,7 +86,7 @@ pub(crate) struct Tree {
     pub(crate) seen: HashMap<Vec<u8>, Origin>,
     /// The last parent directory resolved: entries come grouped by directory,
     /// so this saves the walk for most of them.
-    cache: Option<(Vec<u8>, Rc<OwnedFd>)>,
+    cache: Option<(Vec<u8>, Rc<ParentDir>)>,
     /// Cleared when openat2 is not usable here.
     openat2: bool,
 }
@@ -151,15 +159,20 @@ impl Tree {
     /// Opens directory `rel` for an entry to be written in, creating missing
     /// directories (mode 0755) and replacing lower layers' non-directories on
     /// the way, and records every directory on the way as this layer's.
-    pub(crate) fn dir_for_entry(&mut self, rel: &[u8]) -> Result<Rc<OwnedFd>, ResolveError> {
-        if let Some((path, fd)) = &self.cache {
+    pub(crate) fn dir_for_entry(&mut self, rel: &[u8]) -> Result<Rc<ParentDir>, ResolveError> {
+        if let Some((path, dir)) = &self.cache {
             if path.as_slice() == rel {
-                return Ok(Rc::clone(fd));
+                return Ok(Rc::clone(dir));
             }
         }
-        let fd = Rc::new(self.resolve_creating(rel)?);
-        self.cache = Some((rel.to_vec(), Rc::clone(&fd)));
-        Ok(fd)
+        let fd = self.resolve_creating(rel)?;
+        let st = rustix::fs::fstat(&fd)?;
+        let dir = Rc::new(ParentDir {
+            fd,
+            setgid: st.st_mode & libc::S_ISGID != 0,
+        });
+        self.cache = Some((rel.to_vec(), Rc::clone(&dir)));
+        Ok(dir)
     }
 
     fn resolve_creating(&mut self, rel: &[u8]) -> Result<OwnedFd, ResolveError> {

@@ -1,2 +1,7 @@
-//! The sandbox: user namespace entry, cgroups, OCI spec building and crun
-//! invocation (owned by the sandbox work).
+//! The sandbox: user namespace entry, cgroup detection, OCI spec building and
+//! crun invocation.
+pub mod cgroup;
+pub mod quantity;
+pub mod spec;
+pub mod user;
+pub mod userns;

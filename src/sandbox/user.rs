@@ -85,7 +85,7 @@ pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
     let mut additional_gids = Vec::new();
     if let (Some(name), None) = (name, group) {
         for g in &group_entries {
-            if g.gid != gid && g.members.iter().any(|m| *m == name) {
+            if g.gid != gid && g.members.contains(&name) {
                 additional_gids.push(g.gid);
             }
         }

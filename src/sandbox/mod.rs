@@ -5,3 +5,5 @@ pub mod quantity;
 pub mod spec;
 pub mod user;
 pub mod userns;
+pub mod crun;
+pub mod bundle;

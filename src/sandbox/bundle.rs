@@ -77,7 +77,11 @@ impl RunDir {
     /// A fresh bundle directory with `spec` saved as its config.json; removed
     /// when the returned [`Bundle`] is dropped.
     pub fn bundle(&self) -> Result<Bundle, BundleError> {
-        let id = format!("{}{}", own_prefix(), self.next.fetch_add(1, Ordering::Relaxed));
+        let id = format!(
+            "{}{}",
+            own_prefix(),
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
         let dir = self.root.join("bundles").join(&id);
         std::fs::create_dir(&dir).map_err(|source| BundleError::Io {
             path: dir.clone(),

@@ -323,16 +323,31 @@ mod tests {
     async fn capped_reader_refuses_one_byte_more() {
         let exact = read_capped(Some(&b"12345"[..]), 5, "stdout").await.unwrap();
         assert_eq!(exact, b"12345");
-        let err = read_capped(Some(&b"123456"[..]), 5, "stdout").await.unwrap_err();
-        assert!(matches!(err, CrunError::OutputTooLarge { limit: 5, .. }), "{err}");
+        let err = read_capped(Some(&b"123456"[..]), 5, "stdout")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CrunError::OutputTooLarge { limit: 5, .. }),
+            "{err}"
+        );
     }
 
     #[tokio::test]
     async fn tail_keeps_the_last_bytes() {
-        let data: Vec<u8> = (0..10 * STDERR_TAIL_BYTES).map(|i| (i % 251) as u8).collect();
-        let tail = read_tail(Some(&data[..]), usize::MAX, "stderr").await.unwrap();
+        let data: Vec<u8> = (0..10 * STDERR_TAIL_BYTES)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let tail = read_tail(Some(&data[..]), usize::MAX, "stderr")
+            .await
+            .unwrap();
         assert_eq!(tail, &data[data.len() - STDERR_TAIL_BYTES..]);
         let err = read_tail(Some(&data[..]), 100, "stderr").await.unwrap_err();
-        assert!(matches!(err, CrunError::OutputTooLarge { stream: "stderr", .. }));
+        assert!(matches!(
+            err,
+            CrunError::OutputTooLarge {
+                stream: "stderr",
+                ..
+            }
+        ));
     }
 }

@@ -118,9 +118,7 @@ impl Sandbox {
     /// Builds the spec, writes the bundle and runs the container; the bundle
     /// and crun's state are gone when this returns or is dropped.
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
-        if let (true, Some(why)) = (self.options.require_limits, &self.limits_unavailable) {
-            return Err(SandboxError::LimitsUnavailable(why.clone()));
-        }
+        self.check_limits()?;
         let bundle = self.run_dir.bundle()?;
         let spec = spec::build(&spec::SpecInput {
             rootfs: request.rootfs,
@@ -145,4 +143,13 @@ impl Sandbox {
         drop(bundle);
         Ok(output)
     }
+
+    /// Fails when limits are required but not enforced.
+    pub fn check_limits(&self) -> Result<(), SandboxError> {
+        match (self.options.require_limits, &self.limits_unavailable) {
+            (true, Some(why)) => Err(SandboxError::LimitsUnavailable(why.clone())),
+            _ => Ok(()),
+        }
+    }
 }
+pub mod interim_rootfs;

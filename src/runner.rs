@@ -195,6 +195,12 @@ impl Runner {
         })
     }
 
+    /// Why cpu/memory/pids limits are not enforced, when they are not (log it
+    /// at start and export it in metrics).
+    pub fn limits_unavailable(&self) -> Option<&str> {
+        self.sandbox.limits_unavailable()
+    }
+
     /// The image store.
     pub fn store(&self) -> &ImageStore {
         &self.store

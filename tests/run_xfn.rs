@@ -217,7 +217,10 @@ fn user_by_name_and_by_number() {
     assert_eq!(stdout(&run(&fx, &name_group, b"", &[])), "65532\n65534\n");
     let unknown = with_user("unknown:v1", "nosuchuser");
     let err = failure(&run(&fx, &unknown, b"", &[]));
-    assert!(err.contains("\"nosuchuser\" is not in the image's /etc/passwd"), "{err}");
+    assert!(
+        err.contains("\"nosuchuser\" is not in the image's /etc/passwd"),
+        "{err}"
+    );
 }
 
 /// A TCP server on 127.0.0.1 answering every connection with "pong".
@@ -271,7 +274,10 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
     );
     let err = failure(&run(&fx, &image, b"", &[]));
     assert!(err.contains("exit code 7"), "{err}");
-    assert!(err.contains("first line | cannot compose: bad input"), "{err}");
+    assert!(
+        err.contains("first line | cannot compose: bad input"),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert_no_leftovers(&fx.cache, "/fn.sh");
 }
@@ -301,7 +307,11 @@ fn files_written_to_the_rootfs_do_not_outlive_the_run() {
             .args(["-name", "left-behind", "-o", "-name", "busybox-was-here"])
             .output()
             .unwrap();
-        assert!(found.stdout.is_empty(), "{mode}: {}", String::from_utf8_lossy(&found.stdout));
+        assert!(
+            found.stdout.is_empty(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&found.stdout)
+        );
         assert_no_leftovers(&fx.cache, "/fn.sh");
     }
 }
@@ -311,13 +321,16 @@ fn as_root_a_range_is_mapped_and_owners_are_right() {
     let fx = Fixture::new();
     let image = ImageBuilder::new()
         .layer(Layer::busybox())
-        .layer(
-            Layer::new()
-                .owner(65532, 65532)
-                .dir("/home", 0o755)
-                .file("/home/owned", 0o644, "mine\n"),
-        )
-        .entrypoint(["/bin/sh", "-c", "id -u; stat -c '%u:%g' /home/owned /bin/busybox; cat /proc/self/uid_map"])
+        .layer(Layer::new().owner(65532, 65532).dir("/home", 0o755).file(
+            "/home/owned",
+            0o644,
+            "mine\n",
+        ))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "id -u; stat -c '%u:%g' /home/owned /bin/busybox; cat /proc/self/uid_map",
+        ])
         .push(&fx.registry, "owners:v1")
         .reference;
     let out = stdout(&run(&fx, &image, b"", &[]));
@@ -332,9 +345,16 @@ fn as_root_a_range_is_mapped_and_owners_are_right() {
 fn unprivileged_without_capabilities_maps_its_own_id() {
     let fx = Fixture::new();
     dir_owned_by(&fx.cache, NONROOT);
-    let image = fx.script_image("unpriv:v1", "id -u; stat -c '%u' /bin/busybox; cat /proc/self/uid_map; cat");
+    let image = fx.script_image(
+        "unpriv:v1",
+        "id -u; stat -c '%u' /bin/busybox; cat /proc/self/uid_map; cat",
+    );
     let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
-    cmd.arg("run").arg("--cache-dir").arg(&fx.cache).arg(&image).arg("-");
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .arg(&image)
+        .arg("-");
     let out = stdout(&run_with_input(cmd, b"input\n"));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["0", "0"], "{out}");
@@ -381,11 +401,19 @@ fn limits_flags_are_validated_and_required_limits_refused() {
     let fx = Fixture::new();
     let image = fx.script_image("limits:v1", "echo ran");
     assert_eq!(
-        stdout(&run(&fx, &image, b"", &["--cpu", "500m", "--memory", "128Mi"])),
+        stdout(&run(
+            &fx,
+            &image,
+            b"",
+            &["--cpu", "500m", "--memory", "128Mi"]
+        )),
         "ran\n"
     );
     let err = failure(&run(&fx, &image, b"", &["--cpu", "1x"]));
     assert!(err.contains("\"1x\" is not a Kubernetes quantity"), "{err}");
     let err = failure(&run(&fx, &image, b"", &["--require-limits"]));
-    assert!(err.contains("limits are required but not enforced"), "{err}");
+    assert!(
+        err.contains("limits are required but not enforced"),
+        "{err}"
+    );
 }

@@ -7,6 +7,7 @@
 pub mod bundle;
 pub mod cgroup;
 pub mod crun;
+pub mod interim_rootfs;
 pub mod quantity;
 pub mod spec;
 pub mod user;
@@ -90,7 +91,7 @@ static LIMITS_WARNING: Once = Once::new();
 
 impl Sandbox {
     /// A sandbox in the namespace xfn entered. Sweeps what a dead xfn left in
-    /// the run dir and says, once per process, when limits are not enforced.
+    /// the run dir.
     pub fn new(options: SandboxOptions) -> Result<Self, SandboxError> {
         let namespace = userns::current().ok_or(SandboxError::NotInNamespace)?;
         let run_dir = RunDir::open(&options.run_dir)?;
@@ -102,11 +103,6 @@ impl Sandbox {
         // Limits go through cgroups, which crun is not given yet (its cgroup
         // manager is disabled), so they are not enforced on any host today.
         let limits_unavailable = Some(namespace.cgroups.why_no_limits());
-        if let Some(why) = &limits_unavailable {
-            LIMITS_WARNING.call_once(|| {
-                tracing::warn!("cpu, memory and pids limits are NOT enforced: {why}");
-            });
-        }
         Ok(Self {
             crun,
             run_dir,
@@ -119,6 +115,15 @@ impl Sandbox {
     /// and crun's state are gone when this returns or is dropped.
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
         self.check_limits()?;
+        if let (Some(why), true) = (
+            &self.limits_unavailable,
+            request.limits != Limits::default(),
+        ) {
+            // Once per process, not per run: a daemon must not flood its log.
+            LIMITS_WARNING.call_once(|| {
+                tracing::warn!("cpu and memory limits are NOT enforced: {why}");
+            });
+        }
         let bundle = self.run_dir.bundle()?;
         let spec = spec::build(&spec::SpecInput {
             rootfs: request.rootfs,
@@ -151,5 +156,10 @@ impl Sandbox {
             _ => Ok(()),
         }
     }
+
+    /// Why cpu/memory/pids limits are not enforced, when they are not: for a
+    /// daemon to report at start and in its metrics.
+    pub fn limits_unavailable(&self) -> Option<&str> {
+        self.limits_unavailable.as_deref()
+    }
 }
-pub mod interim_rootfs;

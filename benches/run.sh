@@ -67,14 +67,16 @@ cmp "$WORK/input.yaml" "$WORK/out.yaml"
 
 # The bare bundle: the same rootfs, the spec xfn writes (captured from a run
 # through a crun wrapper), as the namespace's root.
-mkdir -p "$WORK/bare"
+mkdir -p "$WORK/bare" "$WORK/capture"
+chmod 1777 "$WORK/capture" # written by xfn's mapped root
 cat > "$WORK/crun-capture" <<SH
 #!/bin/sh
-for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/bare/config.json";; esac; prev=\$a; done
+for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/capture/config.json";; esac; prev=\$a; done
 exec crun "\$@"
 SH
 chmod +x "$WORK/crun-capture"
 "$XFN" run --cache-dir "$CACHE" --runtime "$WORK/crun-capture" "$IMAGE" "$WORK/input.yaml" >/dev/null
+cp "$WORK/capture/config.json" "$WORK/bare/config.json"
 cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
 python3 - "$WORK/bare/config.json" <<'PY'
 import json, sys

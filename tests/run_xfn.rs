@@ -417,3 +417,37 @@ fn limits_flags_are_validated_and_required_limits_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn functions_run_hardened() {
+    let fx = Fixture::new();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().symlink("/bin/unshare", "busybox"))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "grep -E '^(Seccomp|NoNewPrivs|CapBnd|CapEff):' /proc/self/status | sort; \
+             hostname; \
+             unshare -U true 2>/dev/null && echo unshare-allowed || echo unshare-denied; \
+             mount -t tmpfs tmpfs /mnt 2>/dev/null && echo mount-allowed || echo mount-denied; \
+             echo 1 > /proc/sys/kernel/pid_max 2>/dev/null && echo procsys-writable || echo procsys-readonly; \
+             stat -c '%F %t:%T' /proc/keys /proc/interrupts; \
+             touch /sys/x 2>/dev/null && echo sys-writable || echo sys-readonly; \
+             touch /tmp/x && echo tmp-writable",
+        ])
+        .push(&fx.registry, "hardened:v1")
+        .reference;
+    let out = stdout(&run(&fx, &image, b"", &[]));
+    // CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) FSETID(4) KILL(5) SETGID(6) SETUID(7);
+    // masked /proc files are bound to /dev/null (1:3).
+    let caps = "00000000000000fb";
+    assert_eq!(
+        out,
+        format!(
+            "CapBnd:\t{caps}\nCapEff:\t{caps}\nNoNewPrivs:\t1\nSeccomp:\t2\n\
+             function\nunshare-denied\nmount-denied\nprocsys-readonly\n\
+             character special file 1:3\ncharacter special file 1:3\nsys-readonly\ntmp-writable\n"
+        )
+    );
+}

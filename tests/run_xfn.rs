@@ -30,12 +30,15 @@ impl Fixture {
         }
     }
 
-    /// An image of busybox plus `/fn.sh` (the script) as entrypoint.
+    /// An image of busybox plus the script as entrypoint, at
+    /// `/fn-<repo>.sh`: a name unique per test, so a leftover-process check
+    /// cannot mistake another test's function for its own.
     fn script_image(&self, name: &str, script: &str) -> String {
+        let path = script_path(name);
         ImageBuilder::new()
             .layer(Layer::busybox())
-            .layer(Layer::new().file("/fn.sh", 0o755, format!("#!/bin/sh\n{script}\n")))
-            .entrypoint(["/fn.sh"])
+            .layer(Layer::new().file(&path, 0o755, format!("#!/bin/sh\n{script}\n")))
+            .entrypoint([path.as_str()])
             .push(&self.registry, name)
             .reference
     }
@@ -45,6 +48,11 @@ impl Fixture {
         cmd.arg("run").arg("--cache-dir").arg(&self.cache);
         cmd
     }
+}
+
+/// Where [`Fixture::script_image`] puts the script of image `name`.
+fn script_path(name: &str) -> String {
+    format!("/fn-{}.sh", name.split(':').next().unwrap())
 }
 
 /// Runs `cmd` with `input` on stdin.
@@ -125,7 +133,7 @@ printf 'desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersio
     let expected = FUNCTION_IO.replace("desired: {}\n", "")
         + "desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n";
     assert_eq!(stdout(&out), expected);
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("add-resource"));
 }
 
 #[test]
@@ -279,7 +287,7 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
         "{err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("fail"));
 }
 
 #[test]
@@ -312,7 +320,7 @@ fn files_written_to_the_rootfs_do_not_outlive_the_run() {
             "{mode}: {}",
             String::from_utf8_lossy(&found.stdout)
         );
-        assert_no_leftovers(&fx.cache, "/fn.sh");
+        assert_no_leftovers(&fx.cache, &script_path("writer"));
     }
 }
 
@@ -361,7 +369,7 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "65532", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 
 #[test]
@@ -393,7 +401,7 @@ fn twenty_concurrent_runs_of_one_image_succeed() {
         let out = child.wait_with_output().unwrap();
         assert_eq!(stdout(&out), format!("run {i} done\n"));
     }
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("concurrent"));
 }
 
 #[test]

@@ -1,0 +1,361 @@
+//! Deterministic layer tarballs built in Rust: files, dirs, symlinks,
+//! hardlinks, FIFOs, whiteouts and opaque markers, compressed with gzip,
+//! zstd or not at all. Every header has mtime 0 and the owner you set, so the
+//! same builder calls always give the same digest.
+use std::io::Write;
+
+use sha2::{Digest, Sha256};
+
+/// How a layer blob is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// A plain tar.
+    None,
+    /// gzip (the common case).
+    Gzip,
+    /// zstd.
+    Zstd,
+}
+
+/// Commands busybox provides that [`Layer::busybox`] links into `/bin`.
+pub const BUSYBOX_APPLETS: &[&str] = &[
+    "sh",
+    "ash",
+    "cat",
+    "echo",
+    "sed",
+    "sleep",
+    "ls",
+    "env",
+    "true",
+    "false",
+    "printf",
+    "head",
+    "tail",
+    "wc",
+    "grep",
+    "id",
+    "mkdir",
+    "rm",
+    "touch",
+    "tr",
+    "cut",
+    "yes",
+    "dd",
+    "sort",
+    "uname",
+    "pwd",
+    "test",
+    "[",
+    "stat",
+    "readlink",
+    "kill",
+    "date",
+    "expr",
+    "awk",
+    "tee",
+    "seq",
+    "hostname",
+    "whoami",
+    "cp",
+    "mv",
+    "ln",
+    "chmod",
+    "find",
+    "xargs",
+    "base64",
+    "sha256sum",
+    "nproc",
+    "ps",
+    "mount",
+    "dirname",
+    "basename",
+    "wget",
+    "nc",
+    "ip",
+    "timeout",
+    "od",
+    "hexdump",
+];
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Dir,
+    File(Vec<u8>),
+    Symlink(String),
+    Hardlink(String),
+    Fifo,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    path: String,
+    mode: u32,
+    uid: u64,
+    gid: u64,
+    kind: Kind,
+}
+
+/// One image layer under construction. Entries are written in the order
+/// they are added (a tar's order matters: parents first, link targets before
+/// hardlinks, whiteouts before the files they precede).
+#[derive(Debug, Clone)]
+pub struct Layer {
+    entries: Vec<Entry>,
+    uid: u64,
+    gid: u64,
+    compression: Compression,
+    media_type: Option<String>,
+}
+
+impl Default for Layer {
+    fn default() -> Self {
+        Layer::new()
+    }
+}
+
+/// Strips the leading `/`: tar paths are relative to the rootfs.
+fn rel(path: &str) -> String {
+    path.trim_start_matches('/').to_string()
+}
+
+impl Layer {
+    /// An empty gzip layer; entries added next are owned by 0:0.
+    pub fn new() -> Layer {
+        Layer {
+            entries: Vec::new(),
+            uid: 0,
+            gid: 0,
+            compression: Compression::Gzip,
+            media_type: None,
+        }
+    }
+
+    /// A base layer from the host's `/bin/busybox` (Debian `busybox-static`)
+    /// with `/bin/<applet>` symlinks for [`BUSYBOX_APPLETS`], `/etc/passwd`
+    /// and `/etc/group` (root, nobody, and uid 65532 `nonroot`), and empty
+    /// `/tmp` (1777), `/proc`, `/sys`, `/dev`, `/root`, `/work`.
+    pub fn busybox() -> Layer {
+        let busybox = std::fs::read("/bin/busybox")
+            .expect("/bin/busybox is missing: install the Debian package `busybox-static`");
+        let mut layer = Layer::new()
+            .dir("/bin", 0o755)
+            .file("/bin/busybox", 0o755, busybox);
+        for applet in BUSYBOX_APPLETS {
+            layer = layer.symlink(&format!("/bin/{applet}"), "busybox");
+        }
+        layer
+            .dir("/etc", 0o755)
+            .file(
+                "/etc/passwd",
+                0o644,
+                "root:x:0:0:root:/root:/bin/sh\n\
+                 nonroot:x:65532:65532:nonroot:/home/nonroot:/bin/sh\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+            )
+            .file(
+                "/etc/group",
+                0o644,
+                "root:x:0:\nnonroot:x:65532:\nnogroup:x:65534:\n",
+            )
+            .dir("/tmp", 0o1777)
+            .dir("/proc", 0o555)
+            .dir("/sys", 0o555)
+            .dir("/dev", 0o755)
+            .dir("/root", 0o700)
+            .dir("/work", 0o755)
+    }
+
+    /// Entries added after this are owned by `uid:gid`.
+    pub fn owner(mut self, uid: u64, gid: u64) -> Layer {
+        self.uid = uid;
+        self.gid = gid;
+        self
+    }
+
+    /// The blob's compression (gzip by default).
+    pub fn compression(mut self, compression: Compression) -> Layer {
+        self.compression = compression;
+        self
+    }
+
+    /// Overrides the descriptor's media type (e.g. a plain-tar media type on
+    /// a gzip blob, to test sniffing by magic bytes).
+    pub fn media_type(mut self, media_type: &str) -> Layer {
+        self.media_type = Some(media_type.to_string());
+        self
+    }
+
+    fn push(mut self, path: &str, mode: u32, kind: Kind) -> Layer {
+        self.entries.push(Entry {
+            path: rel(path),
+            mode,
+            uid: self.uid,
+            gid: self.gid,
+            kind,
+        });
+        self
+    }
+
+    /// A directory.
+    pub fn dir(self, path: &str, mode: u32) -> Layer {
+        self.push(path, mode, Kind::Dir)
+    }
+
+    /// A regular file.
+    pub fn file(self, path: &str, mode: u32, content: impl AsRef<[u8]>) -> Layer {
+        let data = content.as_ref().to_vec();
+        self.push(path, mode, Kind::File(data))
+    }
+
+    /// A symlink `path -> target` (target stored as given).
+    pub fn symlink(self, path: &str, target: &str) -> Layer {
+        self.push(path, 0o777, Kind::Symlink(target.to_string()))
+    }
+
+    /// A hardlink `path` to the earlier entry `target` (absolute or relative
+    /// to the root; stored relative, as tar does).
+    pub fn hardlink(self, path: &str, target: &str) -> Layer {
+        self.push(path, 0o644, Kind::Hardlink(rel(target)))
+    }
+
+    /// A named pipe.
+    pub fn fifo(self, path: &str, mode: u32) -> Layer {
+        self.push(path, mode, Kind::Fifo)
+    }
+
+    /// A whiteout deleting `path` from the layers below (`.wh.NAME`).
+    pub fn whiteout(self, path: &str) -> Layer {
+        let path = rel(path);
+        let (parent, name) = match path.rsplit_once('/') {
+            Some((parent, name)) => (format!("{parent}/"), name.to_string()),
+            None => (String::new(), path.clone()),
+        };
+        self.push(
+            &format!("{parent}.wh.{name}"),
+            0o644,
+            Kind::File(Vec::new()),
+        )
+    }
+
+    /// An opaque marker: `dir` hides everything below it in lower layers
+    /// (`DIR/.wh..wh..opq`).
+    pub fn opaque(self, dir: &str) -> Layer {
+        let dir = rel(dir);
+        self.push(
+            &format!("{dir}/.wh..wh..opq"),
+            0o644,
+            Kind::File(Vec::new()),
+        )
+    }
+
+    /// The uncompressed tar (its sha256 is the layer's diff id).
+    pub fn tar(&self) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.mode(tar::HeaderMode::Deterministic);
+        for entry in &self.entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_mode(entry.mode);
+            header.set_uid(entry.uid);
+            header.set_gid(entry.gid);
+            header.set_mtime(0);
+            header.set_size(0);
+            let result = match &entry.kind {
+                Kind::Dir => {
+                    header.set_entry_type(tar::EntryType::Directory);
+                    builder.append_data(&mut header, &entry.path, std::io::empty())
+                }
+                Kind::File(data) => {
+                    header.set_entry_type(tar::EntryType::Regular);
+                    header.set_size(data.len() as u64);
+                    builder.append_data(&mut header, &entry.path, data.as_slice())
+                }
+                Kind::Symlink(target) => {
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    builder.append_link(&mut header, &entry.path, target)
+                }
+                Kind::Hardlink(target) => {
+                    header.set_entry_type(tar::EntryType::Link);
+                    builder.append_link(&mut header, &entry.path, target)
+                }
+                Kind::Fifo => {
+                    header.set_entry_type(tar::EntryType::Fifo);
+                    builder.append_data(&mut header, &entry.path, std::io::empty())
+                }
+            };
+            result.expect("append tar entry");
+        }
+        builder.into_inner().expect("finish tar")
+    }
+
+    /// The compressed blob, its media type for `format`, and the diff id.
+    pub fn blob(&self, format: super::image::Format) -> LayerBlob {
+        let tar = self.tar();
+        let diff_id = sha256_digest(&tar);
+        let data = match self.compression {
+            Compression::None => tar,
+            Compression::Gzip => {
+                let mut enc =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                enc.write_all(&tar).expect("gzip");
+                enc.finish().expect("gzip")
+            }
+            Compression::Zstd => zstd::encode_all(tar.as_slice(), 1).expect("zstd"),
+        };
+        let media_type = self
+            .media_type
+            .clone()
+            .unwrap_or_else(|| default_media_type(format, self.compression).to_string());
+        LayerBlob {
+            digest: sha256_digest(&data),
+            data,
+            media_type,
+            diff_id,
+        }
+    }
+}
+
+/// A layer as it goes into a registry.
+#[derive(Debug, Clone)]
+pub struct LayerBlob {
+    /// The compressed bytes.
+    pub data: Vec<u8>,
+    /// `sha256:<hex>` of `data`.
+    pub digest: String,
+    /// The descriptor media type.
+    pub media_type: String,
+    /// `sha256:<hex>` of the uncompressed tar.
+    pub diff_id: String,
+}
+
+fn default_media_type(format: super::image::Format, compression: Compression) -> &'static str {
+    use super::image::Format;
+    match (format, compression) {
+        (Format::Oci, Compression::None) => "application/vnd.oci.image.layer.v1.tar",
+        (Format::Oci, Compression::Gzip) => "application/vnd.oci.image.layer.v1.tar+gzip",
+        // Docker schema 2 has no zstd type; everyone uses the OCI one.
+        (_, Compression::Zstd) => "application/vnd.oci.image.layer.v1.tar+zstd",
+        (Format::Docker, Compression::None) => "application/vnd.docker.image.rootfs.diff.tar",
+        (Format::Docker, Compression::Gzip) => "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    }
+}
+
+/// `sha256:<hex>` of `data`.
+pub fn sha256_digest(data: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(data)))
+}
+
+/// `len` deterministic pseudo-random (incompressible) bytes from `seed`
+/// (xorshift64*), for benchmark-sized layers.
+pub fn pseudo_random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        out.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

@@ -1,0 +1,84 @@
+//! Shared test harness for xfn's integration tests. Use it from a test
+//! crate with `mod support;` (and `use support::*;`).
+//!
+//! - [`registry::Registry`]: a real `docker-registry` (Debian package
+//!   `docker-registry`) on 127.0.0.1 with a random port and its own storage;
+//!   [`registry::Registry::start_with_auth`] adds htpasswd basic auth.
+//! - [`layer::Layer`]: deterministic layer tarballs (files, dirs, symlinks,
+//!   hardlinks, FIFOs, whiteouts, opaque dirs; gzip/zstd/plain);
+//!   [`layer::Layer::busybox`] is a ready base layer from `/bin/busybox`
+//!   (Debian package `busybox-static`).
+//! - [`image::ImageBuilder`] / [`image::IndexBuilder`]: config + manifest
+//!   (OCI or Docker schema 2) and multi-platform indexes, pushed over plain
+//!   HTTP by a tiny client ([`http`]).
+//! - [`xfn_command`] / [`unprivileged`]: run the built `xfn` binary, also as
+//!   an unprivileged user without capabilities via `setpriv`.
+//!
+//! A function image in three lines:
+//!
+//! ```ignore
+//! let registry = Registry::start();
+//! let image = ImageBuilder::new()
+//!     .layer(Layer::busybox())
+//!     .layer(Layer::new().file("/fn.sh", 0o755, "#!/bin/sh\ncat\n"))
+//!     .entrypoint(["/fn.sh"])
+//!     .push(&registry, "fn:v1");
+//! ```
+// Each test crate uses a different part of the harness.
+#![allow(dead_code, unused_imports)]
+
+pub mod http;
+pub mod image;
+pub mod layer;
+pub mod registry;
+
+use std::path::Path;
+use std::process::Command;
+
+pub use image::{foreign_arch, host_arch, Format, ImageBuilder, IndexBuilder, PushedImage};
+pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
+pub use registry::Registry;
+
+/// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
+pub const NONROOT: u32 = 65532;
+
+/// A `Command` for the `xfn` binary cargo built for this test run.
+pub fn xfn_command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_xfn"))
+}
+
+/// Wraps `program` so it runs as `uid:gid` with no capabilities at all and
+/// no supplementary groups (`setpriv`, Debian package `util-linux`): the
+/// realistic rootless sidecar. `HOME` is cleared so nothing of root's leaks.
+pub fn unprivileged(uid: u32, program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg("--inh-caps=-all")
+        .arg("--bounding-set=-all")
+        .arg("--")
+        .arg(program)
+        .env_remove("HOME");
+    cmd
+}
+
+/// Creates `path` (and parents) owned by `uid:gid`, for an unprivileged
+/// user's cache dir. Panics unless run as root, which it needs.
+pub fn dir_owned_by(path: &Path, uid: u32) {
+    std::fs::create_dir_all(path).expect("create dir");
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).expect("chown (tests run as root)");
+}
+
+/// A fresh temp dir whose parents are traversable by any user (mode 0755),
+/// so an unprivileged process can use a subdirectory of it.
+pub fn world_traversable_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("xfn-test-")
+        .tempdir()
+        .expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod temp dir");
+    dir
+}

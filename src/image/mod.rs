@@ -3,7 +3,8 @@
 //!
 //! The one entry point the engine uses is [`store::ImageStore::ensure`]: it
 //! resolves a reference under a pull policy and returns a [`store::PulledImage`]
-//! whose layers are extracted, verified directories on disk.
+//! whose layers are extracted, verified directories on disk. The store's
+//! layout and invariants are documented in [`store`].
 pub mod auth;
 pub mod extract;
 pub mod pull;
@@ -12,4 +13,7 @@ pub mod store;
 
 pub use auth::RegistryAuth;
 pub use reference::ImageReference;
-pub use store::{ImageStore, PullPolicy, PulledImage, StoreOptions};
+pub use store::{
+    CachedImage, ImageError, ImageErrorKind, ImageStore, PullPolicy, PullProgress, PullReport,
+    PulledImage, StoreOptions,
+};

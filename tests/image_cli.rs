@@ -1,0 +1,167 @@
+//! `xfn pull` and `xfn cache ls`, the real binary end to end, as root and as
+//! an unprivileged user without capabilities.
+mod support;
+
+use std::process::Output;
+
+use support::*;
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn function_image() -> ImageBuilder {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/fn.sh", 0o755, "#!/bin/sh\ncat\n"))
+        .entrypoint(["/fn.sh"])
+}
+
+#[test]
+fn pull_then_cache_ls() {
+    let registry = Registry::start();
+    let pushed = function_image().push(&registry, "fn:v1");
+    let cache = tempfile::tempdir().unwrap();
+
+    // Short name + -r: the registry flag completes it.
+    let out = xfn_command()
+        .args(["-r", &registry.host(), "pull", "--cache-dir"])
+        .arg(cache.path())
+        .arg("fn:v1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line = stdout(&out);
+    assert!(line.starts_with("pulled fn:v1 "), "{line}");
+    assert!(line.contains(&pushed.digest), "{line}");
+    assert!(line.contains("2 layers"), "{line}");
+
+    // Again: served from the cache.
+    let out = xfn_command()
+        .args(["pull", "--image-pull-policy", "Never", "--cache-dir"])
+        .arg(cache.path())
+        .arg(&pushed.reference)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("cached "), "{}", stdout(&out));
+
+    let out = xfn_command()
+        .args(["cache", "ls", "--cache-dir"])
+        .arg(cache.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listing = stdout(&out);
+    let row = listing
+        .lines()
+        .find(|l| l.starts_with(&pushed.reference))
+        .unwrap_or_else(|| panic!("no row for {} in:\n{listing}", pushed.reference));
+    assert!(row.contains(&pushed.digest), "{row}");
+    assert!(row.contains("MB"), "{row}");
+}
+
+#[test]
+fn never_with_an_absent_image_fails_naming_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = xfn_command()
+        .args(["pull", "--image-pull-policy", "Never", "--cache-dir"])
+        .arg(cache.path())
+        .arg("127.0.0.1:9/absent:v9")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("127.0.0.1:9/absent:v9"), "{err}");
+    assert!(err.contains("Never"), "{err}");
+}
+
+#[test]
+fn an_invalid_reference_is_a_clear_error() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = xfn_command()
+        .args(["pull", "--cache-dir"])
+        .arg(cache.path())
+        .arg("Bad/UPPER:x")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("invalid image reference"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn docker_config_credentials_are_used() {
+    let registry = Registry::start_with_auth("bob", "pw");
+    let pushed = function_image().push(&registry, "private/fn:v1");
+    let cache = tempfile::tempdir().unwrap();
+    let docker = tempfile::tempdir().unwrap();
+    let run = || {
+        xfn_command()
+            .env("DOCKER_CONFIG", docker.path())
+            .args(["pull", "--cache-dir"])
+            .arg(cache.path())
+            .arg(&pushed.reference)
+            .output()
+            .unwrap()
+    };
+    // No config: an auth error.
+    let out = run();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("credentials"), "{}", stderr(&out));
+    std::fs::write(
+        docker.path().join("config.json"),
+        format!(
+            r#"{{"auths":{{"{}":{{"auth":"{}"}}}}}}"#,
+            registry.host(),
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "bob:pw")
+        ),
+    )
+    .unwrap();
+    let out = run();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&pushed.digest));
+}
+
+#[test]
+fn pull_works_as_an_unprivileged_user() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test sets up a cache dir owned by uid {NONROOT} and needs root to do so"
+    );
+    let registry = Registry::start();
+    let pushed = function_image().push(&registry, "fn:v1");
+    let base = world_traversable_tempdir();
+    let cache = base.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    let out = unprivileged(NONROOT, std::path::Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .args(["pull", "--cache-dir"])
+        .arg(&cache)
+        .arg(&pushed.reference)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&pushed.digest), "{}", stdout(&out));
+    let out = unprivileged(NONROOT, std::path::Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .args(["cache", "ls", "--cache-dir"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&pushed.digest));
+    // Everything the store wrote belongs to the unprivileged user.
+    use std::os::unix::fs::MetadataExt;
+    for sub in ["refs", "manifests", "layers", "blobs/sha256"] {
+        for entry in std::fs::read_dir(cache.join(sub)).unwrap() {
+            let meta = entry.unwrap().metadata().unwrap();
+            assert_eq!(meta.uid(), NONROOT, "{sub}");
+        }
+    }
+}

@@ -130,8 +130,8 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
-        // `start` and `pull` enter it too once their args carry StoreArgs and
-        // UsernsArgs: `Command::Start(args) => enter_namespace(&args.store, &args.userns)`.
+        Command::Start(args) => enter_namespace(&args.store, &args.userns),
+        // `pull` enters it too once its args carry StoreArgs and UsernsArgs.
         _ => Ok(()),
     }
 }

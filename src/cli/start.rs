@@ -2,6 +2,7 @@
 //! (`ContainerizedFunctionRunnerService`) from one long-lived process that
 //! already sits in its user namespace, so a call costs no re-exec of xfn.
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,13 +12,15 @@ use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
 use xfn::image::{ImageStore, StoreOptions};
-use xfn::runner::Runner;
+use xfn::runner::{Runner, RunnerOptions};
+use xfn::sandbox::interim_rootfs::RootfsMode;
 use xfn::server::listen::{self, ListenAddress, Network};
 use xfn::server::metrics::{self, Metrics};
 use xfn::server::peer::CallerPolicy;
 use xfn::server::serve::{serve, Drain};
 use xfn::server::{RunnerService, ServiceOptions};
 
+use super::run::{parse_duration, RootfsArg};
 use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn start` (Crossplane's runner flags, plus xfn's own).
@@ -61,6 +64,20 @@ pub struct StartArgs {
     /// before they are cancelled.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub grace_period: Duration,
+    /// How per-run root filesystems are made.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rootfs: RootfsArg,
+    /// The OCI runtime binary.
+    #[arg(long, default_value = "crun")]
+    pub runtime: PathBuf,
+    /// Refuse calls (FailedPrecondition) instead of running them without
+    /// enforced cpu/memory/pids limits.
+    #[arg(long)]
+    pub require_limits: bool,
+    /// Kill a function that writes more than this to stdout or stderr
+    /// (ResourceExhausted).
+    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    pub max_output_bytes: usize,
 }
 
 /// Parses `StartArgs` alone, for `xfn` with no subcommand.
@@ -81,30 +98,6 @@ impl Default for StartArgs {
     }
 }
 
-/// Parses `25s`, `500ms`, `2m`, `1h`, or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 25s, 500ms or 2m"))?;
-    let seconds = match unit {
-        "" | "s" => number,
-        "ms" => number / 1000.0,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
 /// Runs `xfn start`.
 pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -112,8 +105,6 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     let max_queued_runs = args
         .max_queued_runs
         .unwrap_or(max_concurrent_runs.saturating_mul(4));
-
-    clean_stale_run_state(&args.store.cache_dir);
 
     let store = ImageStore::open(
         &args.store.cache_dir,
@@ -129,7 +120,33 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
             args.store.cache_dir.display()
         )
     })?;
-    let runner = Arc::new(Runner::new(store));
+    // Runner::new sweeps what killed xfn processes left under <cache>/run
+    // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
+    // their mount namespace), so a restarted daemon starts clean.
+    let runner = Runner::new(
+        store,
+        RunnerOptions {
+            runtime: args.runtime.clone(),
+            max_output_bytes: args.max_output_bytes,
+            require_limits: args.require_limits,
+            rootfs: match args.rootfs {
+                RootfsArg::Auto => RootfsMode::Auto,
+                RootfsArg::Overlay => RootfsMode::Overlay,
+                RootfsArg::Copy => RootfsMode::Copy,
+            },
+        },
+    )
+    .context("cannot set up the runner")?;
+    match runner.limits_unavailable() {
+        None => tracing::info!("cpu/memory/pids limits are enforced"),
+        Some(why) if args.require_limits => {
+            tracing::warn!(%why, "limits are not enforced: calls will be refused (--require-limits)")
+        }
+        Some(why) => {
+            tracing::warn!(%why, "limits are not enforced: functions run without cpu/memory/pids limits")
+        }
+    }
+    let runner = Arc::new(runner);
 
     let address = ListenAddress::parse(args.network, &args.address)?;
     let listener = listen::bind(&address)?;
@@ -207,50 +224,9 @@ async fn shutdown_signal() {
     }
 }
 
-/// Removes what a killed daemon left of its runs (bundles, overlay dirs):
-/// nothing else runs from this cache while `xfn start` owns it, and mounts
-/// died with the killed daemon's mount namespace.
-fn clean_stale_run_state(cache_dir: &std::path::Path) {
-    let run_dir = cache_dir.join("run");
-    let Ok(entries) = std::fs::read_dir(&run_dir) else {
-        return;
-    };
-    let mut removed = 0usize;
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let result = if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            std::fs::remove_dir_all(&path)
-        } else {
-            std::fs::remove_file(&path)
-        };
-        match result {
-            Ok(()) => removed += 1,
-            Err(err) => {
-                tracing::warn!(path = %path.display(), error = %err, "cannot remove stale run state")
-            }
-        }
-    }
-    if removed > 0 {
-        tracing::info!(removed, dir = %run_dir.display(), "removed state a previous daemon left");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_durations() {
-        assert_eq!(parse_duration("25s"), Ok(Duration::from_secs(25)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("5d").is_err());
-        assert!(parse_duration("-5s").is_err());
-    }
 
     #[test]
     fn defaults_match_crossplane() {

@@ -31,4 +31,8 @@ impl FunctionRunner for Runner {
     ) -> Result<RunOutput, RunError> {
         Runner::run(self, image, input, config).await
     }
+
+    fn limits_enforced(&self) -> bool {
+        self.limits_unavailable().is_none()
+    }
 }

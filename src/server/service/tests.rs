@@ -39,7 +39,7 @@ impl FunctionRunner for FakeRunner {
         tokio::time::sleep(self.delay).await;
         flag.1 = true;
         if image == "fail" {
-            return Err(RunError::NotBuilt);
+            return Err(RunError::Timeout(Duration::from_secs(1)));
         }
         Ok(RunOutput {
             stdout: input.to_vec(),
@@ -116,7 +116,7 @@ async fn invalid_requests_never_reach_the_runner() {
 async fn run_errors_go_through_status_of() {
     let (svc, _, _) = service(FakeRunner::default(), ServiceOptions::default());
     let status = svc.run_function(request("fail", IO)).await.unwrap_err();
-    assert_eq!(status.code(), status_of(&RunError::NotBuilt).code());
+    assert_eq!(status.code(), Code::DeadlineExceeded);
 }
 
 #[tokio::test]

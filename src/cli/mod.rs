@@ -143,8 +143,7 @@ pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)
         Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
-        // `start` enters it too once its args carry StoreArgs and UsernsArgs:
-        // `Command::Start(args) => enter_namespace(&args.store, &args.userns)`.
+        Command::Start(args) => enter_namespace(&args.store, &args.userns),
         _ => Ok(()),
     }
 }

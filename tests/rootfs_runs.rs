@@ -206,47 +206,53 @@ in_both_namespaces!(
 fn overlay_probe_fails_without_a_mount_namespace_privilege() {
     // Outside any namespace, unprivileged: no mount is possible, Auto falls
     // back to copy and Overlay is refused.
-    if extract_support::in_unprivileged_child() {
-        return;
-    }
-    if std::env::var_os("XFN_TEST_NOPRIV_CHILD").is_some() {
-        let tmp = tempfile::tempdir().unwrap();
-        assert!(!overlay_supported(tmp.path()));
-        assert!(!mounted_under(tmp.path()));
-        assert_eq!(
-            std::fs::read_dir(tmp.path()).unwrap().count(),
-            0,
-            "the probe left files"
-        );
-        assert_eq!(RootfsMode::Auto.resolve(false).unwrap(), ResolvedMode::Copy);
-        assert!(RootfsMode::Overlay.resolve(false).is_err());
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65532",
-            "--regid=65532",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(exe)
-        .args([
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege(
             "overlay_probe_fails_without_a_mount_namespace_privilege",
-            "--exact",
-            "--nocapture",
-        ])
-        .env("XFN_TEST_NOPRIV_CHILD", "1")
-        .env("TMPDIR", "/tmp")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(!overlay_supported(tmp.path()));
+    assert!(!mounted_under(tmp.path()));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the probe left files"
     );
+    assert_eq!(RootfsMode::Auto.resolve(false).unwrap(), ResolvedMode::Copy);
+    assert!(RootfsMode::Overlay.resolve(false).is_err());
+}
+
+#[test]
+fn copy_mode_without_any_privilege() {
+    // Copy mode needs no mount at all: it works (and cleans up read-only
+    // directories) as a plain unprivileged user.
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege("copy_mode_without_any_privilege");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let flat = tmp.path().join("flat");
+    std::fs::create_dir(&flat).unwrap();
+    let layer = Layer::new()
+        .dir("ro/", 0o555)
+        .file("ro/f", 0o444, b"f")
+        .build();
+    extract_layer(layer.as_slice(), &flat, WhiteoutMode::Flatten).unwrap();
+    let run = tmp.path().join("run");
+    let mut r = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run).unwrap();
+    assert_eq!(
+        comparable(&snapshot(r.path())),
+        comparable(&snapshot(&flat))
+    );
+    let path = r.path().to_path_buf();
+    r.cleanup().unwrap();
+    assert_gone(&path, &run);
+    // Leave the temp dir removable.
+    std::fs::set_permissions(
+        flat.join("ro"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
 }
 
 /// `n` layers in dirs with long names (so their paths alone overflow the

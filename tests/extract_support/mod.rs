@@ -295,6 +295,39 @@ pub fn in_mount_namespace_child() -> bool {
     std::env::var_os("XFN_TEST_MOUNTNS_CHILD").is_some()
 }
 
+/// Re-runs the test `name` as uid/gid 65532 with no capabilities and no
+/// namespace of its own (`setpriv` only), and panics unless it passes. The
+/// child sees `XFN_TEST_NOPRIV_CHILD`.
+pub fn run_without_privilege(name: &str) {
+    let exe = std::env::current_exe().expect("current exe");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65532",
+            "--regid=65532",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("XFN_TEST_NOPRIV_CHILD", "1")
+        .env("TMPDIR", "/tmp")
+        .output()
+        .expect("setpriv (util-linux) must be installed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "unprivileged run of {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+}
+
+/// Whether this process is the copy re-executed by [`run_without_privilege`].
+pub fn in_no_privilege_child() -> bool {
+    std::env::var_os("XFN_TEST_NOPRIV_CHILD").is_some()
+}
+
 /// Whether anything is mounted at or under `path` (per /proc/self/mountinfo).
 pub fn mounted_under(path: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -27,6 +27,8 @@ pub(super) struct Extraction {
     unmapped: HashSet<(u32, u32)>,
     euid: u32,
     egid: u32,
+    /// Lower directories made writable for a moment, with their modes.
+    relock: HashMap<Vec<u8>, u32>,
     /// Whether a file created with its mode was seen to get exactly it.
     umask_checked: bool,
     buf: Vec<u8>,
@@ -50,6 +52,7 @@ impl Extraction {
             euid: rustix::process::geteuid().as_raw(),
             egid: rustix::process::getegid().as_raw(),
             umask_checked: false,
+            relock: HashMap::new(),
             buf: vec![0; COPY_BUF],
         }
     }
@@ -152,7 +155,11 @@ impl Extraction {
         name: &str,
     ) -> Result<(), ExtractError> {
         let before = self.tree.seen.get(rel).copied();
-        match rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700)) {
+        let mut made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        if made == Err(Errno::ACCESS) && self.unlock(dir, split_last(rel).0, name)? {
+            made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        }
+        match made {
             Ok(()) => {}
             Err(Errno::EXIST) => {
                 let st = rustix::fs::statat(dir, base, AtFlags::SYMLINK_NOFOLLOW)
@@ -322,18 +329,57 @@ impl Extraction {
         name: &str,
         mut create: impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
     ) -> Result<T, ExtractError> {
-        let out = match create(dir) {
-            Ok(v) => v,
-            Err(Errno::EXIST) => {
-                if fsops::remove_any_at(dir, base).map_err(|e| io_err(name, e))? {
-                    self.tree.invalidate();
-                }
-                create(dir).map_err(|e| io_err(name, e.into()))?
+        let out = match self.create_or_replace(dir, base, &mut create) {
+            Err(Errno::ACCESS) if self.unlock(dir, split_last(rel).0, name)? => {
+                self.create_or_replace(dir, base, &mut create)
             }
-            Err(e) => return Err(io_err(name, e.into())),
-        };
+            other => other,
+        }
+        .map_err(|e| io_err(name, e.into()))?;
         self.tree.seen.insert(rel.to_vec(), Origin::NonDir);
         Ok(out)
+    }
+
+    fn create_or_replace<T>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        base: &[u8],
+        create: &mut impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        match create(dir) {
+            Err(Errno::EXIST) => {
+                if fsops::remove_any_at(dir, base)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?
+                {
+                    self.tree.invalidate();
+                }
+                create(dir)
+            }
+            other => other,
+        }
+    }
+
+    /// Makes the directory `dir` (at `rel`) writable by its owner when it is
+    /// not (a read-only directory of a lower layer, met without the
+    /// privilege to ignore modes); its mode is put back by [`Self::finish`].
+    /// Returns whether anything changed (worth a retry).
+    fn unlock(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        name: &str,
+    ) -> Result<bool, ExtractError> {
+        let mode = rustix::fs::fstat(dir)
+            .map_err(|e| io_err(name, e.into()))?
+            .st_mode
+            & 0o7777;
+        if mode & 0o700 == 0o700 {
+            return Ok(false);
+        }
+        rustix::fs::fchmod(dir, Mode::from_raw_mode(mode | 0o700))
+            .map_err(|e| io_err(name, e.into()))?;
+        self.relock.entry(rel.to_vec()).or_insert(mode);
+        Ok(true)
     }
 
     /// A `.wh.` entry: `.wh..wh..opq` makes its directory opaque, `.wh.X`
@@ -397,6 +443,10 @@ impl Extraction {
     /// Sets directories' modes, owners and mtimes (deepest first, so a
     /// read-only parent does not stop its children) and returns the stats.
     pub(super) fn finish(mut self) -> Result<ExtractStats, ExtractError> {
+        let relock: Vec<(Vec<u8>, u32)> = std::mem::take(&mut self.relock)
+            .into_iter()
+            .filter(|(rel, _)| !self.dirs.contains_key(rel))
+            .collect();
         let mut dirs: Vec<(Vec<u8>, Meta)> = std::mem::take(&mut self.dirs).into_iter().collect();
         dirs.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count()));
         self.tree.invalidate();
@@ -412,6 +462,12 @@ impl Extraction {
                 .map_err(|e| io_err(&name, e.into()))?;
             rustix::fs::futimens(&fd, &timestamps(meta.mtime))
                 .map_err(|e| io_err(&name, e.into()))?;
+        }
+        for (rel, mode) in relock {
+            if let Ok(fd) = self.tree.open_existing(&rel) {
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| io_err(&String::from_utf8_lossy(&rel), e.into()))?;
+            }
         }
         Ok(self.stats)
     }

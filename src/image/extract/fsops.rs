@@ -36,9 +36,8 @@ pub(crate) fn remove_any_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<bool
         }
         Err(rustix::io::Errno::ACCESS) => {
             // The parent is not writable (a read-only dir of an image, when
-            // not privileged): make it so, as its owner may, and retry once.
-            rustix::fs::fchmod(dir, Mode::from_raw_mode(0o700))?;
-            remove_any_at(dir, name)
+            // not privileged): make it so for a moment, as its owner may.
+            with_writable(dir, || remove_any_at(dir, name))
         }
         Err(e) => Err(e.into()),
     }
@@ -50,12 +49,25 @@ pub(crate) fn remove_dir_tree_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result
     empty_dir(child.as_fd())?;
     match rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
-        Err(rustix::io::Errno::ACCESS) => {
-            rustix::fs::fchmod(dir, Mode::from_raw_mode(0o700))?;
+        Err(rustix::io::Errno::ACCESS) => with_writable(dir, || {
             Ok(rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)?)
-        }
+        }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Runs `op` with `dir` made writable and searchable by its owner, then
+/// puts its mode back.
+fn with_writable<T>(dir: BorrowedFd<'_>, op: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let mode = rustix::fs::fstat(dir)?.st_mode & 0o7777;
+    if mode & 0o700 == 0o700 {
+        // Already writable by its owner: the refusal is about something else.
+        return Err(rustix::io::Errno::ACCESS.into());
+    }
+    rustix::fs::fchmod(dir, Mode::from_raw_mode(mode | 0o700))?;
+    let out = op();
+    rustix::fs::fchmod(dir, Mode::from_raw_mode(mode))?;
+    out
 }
 
 /// Lists the names in `dir` (without `.` and `..`) with their types as

@@ -13,7 +13,13 @@
 //! [`Rootfs::cleanup`] (also run on drop) unmounts (detaching a busy mount)
 //! and removes `run_dir`, on every path, including a `prepare` that failed
 //! halfway. These mounts need a user + mount namespace where the caller is
-//! uid 0 (as xfn is after entering its namespace) or real root.
+//! uid 0 (as xfn is after entering its namespace) or real root. Everything
+//! here blocks (mounts, copies): call it from `spawn_blocking` in async code.
+//!
+//! Typical use: `let mode = RootfsMode::Auto.resolve(overlay_supported(cache_dir))?`
+//! once at start; per run `Rootfs::prepare(mode, &image.layers,
+//! flattened.as_deref(), &run_dir)?`, give `rootfs.path()` to the runtime as
+//! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
 

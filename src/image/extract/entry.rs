@@ -389,8 +389,8 @@ impl Extraction {
             .tree
             .dir_for_entry(parent)
             .map_err(|e| resolve_err(name, e))?;
-        self.stats.whiteouts += 1;
         if base == OPAQUE_MARKER {
+            self.stats.whiteouts += 1;
             return self
                 .tree
                 .make_opaque(parent_fd.fd.as_fd(), parent)
@@ -399,10 +399,10 @@ impl Extraction {
         if base.starts_with(b".wh..wh.") {
             // Other AUFS metadata (`.wh..wh.plnk`, …): not part of the tree.
             tracing::debug!(entry = name, "skipping AUFS metadata entry");
-            self.stats.whiteouts -= 1;
             self.stats.skipped += 1;
             return Ok(());
         }
+        self.stats.whiteouts += 1;
         let hidden = &base[WHITEOUT_PREFIX.len()..];
         if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
             return Err(unsafe_entry(name, "whiteout of an invalid name"));

@@ -357,3 +357,43 @@ in_both_namespaces!(
     busy_mount_is_detached_unprivileged,
     busy_mount_is_detached
 );
+
+/// Layer dirs whose paths hold the characters mount(2)'s option parser
+/// splits on (`:` and `,`) still mount, with either mount API.
+fn odd_layer_paths() {
+    for legacy in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dirs = Vec::new();
+        for (i, name) in ["low:er,0", "up,per:1"].iter().enumerate() {
+            let d = tmp.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            let layer = Layer::new()
+                .file(&format!("f{i}"), 0o644, b"x")
+                .file("top", 0o644, name.as_bytes())
+                .build();
+            extract_layer(layer.as_slice(), &d, WhiteoutMode::Overlay).unwrap();
+            dirs.push(d);
+        }
+        let run = tmp.path().join("run");
+        let options = RootfsOptions {
+            legacy_mount: legacy,
+            ..RootfsOptions::default()
+        };
+        let r = Rootfs::prepare_with(ResolvedMode::Overlay, &dirs, None, &run, &options).unwrap();
+        let t = snapshot(r.path());
+        assert_eq!(
+            t["top"].kind,
+            Kind::File(b"up,per:1".to_vec()),
+            "legacy: {legacy}"
+        );
+        assert!(t.contains_key("f0") && t.contains_key("f1"));
+        drop(r);
+        assert!(!mounted_under(&run));
+    }
+}
+
+in_both_namespaces!(
+    odd_layer_paths_mount_as_root,
+    odd_layer_paths_mount_unprivileged,
+    odd_layer_paths
+);

@@ -192,7 +192,7 @@ impl Rootfs {
             upper: &upper,
             work: &work,
             target: &self.path,
-            scratch: &run_dir.join("l"),
+            run_dir: &run_dir,
             legacy: options.legacy_mount,
         })
         .map_err(io_err("mounting the overlay on", &self.path))?;

@@ -36,8 +36,9 @@ pub(crate) struct OverlaySpec<'a> {
     pub(crate) work: &'a Path,
     /// Where to mount it.
     pub(crate) target: &'a Path,
-    /// A dir on the run's tmpfs for the short-name symlinks, when needed.
-    pub(crate) scratch: &'a Path,
+    /// The run's tmpfs, holding `upper` and `work` (and, when needed, the
+    /// short-name symlinks `l/<n>`).
+    pub(crate) run_dir: &'a Path,
     /// Skip the new mount API (old kernels' path; tests).
     pub(crate) legacy: bool,
 }
@@ -121,52 +122,45 @@ fn fs_messages(fs: &std::os::fd::OwnedFd) -> String {
 }
 
 fn mount_legacy(spec: &OverlaySpec<'_>) -> io::Result<()> {
-    let tail = format!(
-        ",upperdir={},workdir={},userxattr",
-        spec.upper.display(),
-        spec.work.display()
-    );
-    let absolute: Vec<&[u8]> = spec
-        .layers
-        .iter()
-        .rev()
-        .map(|p| p.as_os_str().as_bytes())
-        .collect();
-    let data = overlay_data(&absolute, tail.as_bytes());
-    if data.len() <= MOUNT_DATA_MAX {
+    let bytes = |p: &'_ Path| p.as_os_str().as_bytes().to_vec();
+    let absolute: Vec<Vec<u8>> = spec.layers.iter().rev().map(|p| bytes(p)).collect();
+    let (upper, work) = (bytes(spec.upper), bytes(spec.work));
+    let data = overlay_data(&absolute, &upper, &work);
+    let plain = absolute.iter().chain([&upper, &work]).all(|p| is_plain(p));
+    if data.len() <= MOUNT_DATA_MAX && plain {
         return mount_data(spec.target, data);
     }
-    // Too long: short relative names resolved from the scratch dir.
-    std::fs::create_dir_all(spec.scratch)?;
+    // Too long, or with characters the option parser splits on: short
+    // relative names (symlinks `l/<n>` to the layers, and the upper and
+    // work dirs' own names), resolved from the run dir as working dir.
+    let relative = |p: &Path| -> io::Result<Vec<u8>> {
+        p.strip_prefix(spec.run_dir)
+            .map(bytes)
+            .ok()
+            .filter(|r| is_plain(r))
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "{} is not a plain name in the run dir",
+                    p.display()
+                ))
+            })
+    };
+    let (upper, work) = (relative(spec.upper)?, relative(spec.work)?);
+    let links = spec.run_dir.join("l");
+    std::fs::create_dir(&links)?;
     let mut names = Vec::with_capacity(spec.layers.len());
     for (i, layer) in spec.layers.iter().rev().enumerate() {
-        let name = format!("{i:x}");
-        std::os::unix::fs::symlink(layer, spec.scratch.join(&name))?;
-        names.push(name);
+        std::os::unix::fs::symlink(layer, links.join(format!("{i:x}")))?;
+        names.push(format!("l/{i:x}").into_bytes());
     }
-    let dir = spec
-        .scratch
-        .file_name()
-        .ok_or_else(|| io::Error::other("scratch dir has no name"))?
-        .as_bytes()
-        .to_vec();
-    let rel: Vec<Vec<u8>> = names
-        .iter()
-        .map(|n| [dir.as_slice(), b"/", n.as_bytes()].concat())
-        .collect();
-    let rel_refs: Vec<&[u8]> = rel.iter().map(|v| v.as_slice()).collect();
-    let data = overlay_data(&rel_refs, tail.as_bytes());
+    let data = overlay_data(&names, &upper, &work);
     if data.len() > MOUNT_DATA_MAX {
         return Err(io::Error::other(format!(
             "overlay options of {} layers exceed one page even with short names",
             spec.layers.len()
         )));
     }
-    let base = spec
-        .scratch
-        .parent()
-        .ok_or_else(|| io::Error::other("scratch dir has no parent"))?
-        .to_path_buf();
+    let base = spec.run_dir.to_path_buf();
     let target = spec.target.to_path_buf();
     // The chdir happens in a thread with its own fs context.
     std::thread::scope(|s| {
@@ -180,10 +174,20 @@ fn mount_legacy(spec: &OverlaySpec<'_>) -> io::Result<()> {
     })
 }
 
-fn overlay_data(lowers: &[&[u8]], tail: &[u8]) -> Vec<u8> {
+/// Whether a path can stand in mount(2)'s overlay options as it is (the
+/// parser splits on `,` and `:` and treats `\` as an escape).
+fn is_plain(path: &[u8]) -> bool {
+    !path.iter().any(|b| matches!(b, b',' | b':' | b'\\'))
+}
+
+fn overlay_data(lowers: &[Vec<u8>], upper: &[u8], work: &[u8]) -> Vec<u8> {
     let mut data = b"lowerdir=".to_vec();
     data.extend_from_slice(&lowers.join(&b':'));
-    data.extend_from_slice(tail);
+    for (key, value) in [(&b",upperdir="[..], upper), (b",workdir=", work)] {
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+    }
+    data.extend_from_slice(b",userxattr");
     data
 }
 
@@ -267,7 +271,15 @@ mod tests {
 
     #[test]
     fn options_list_top_layer_first() {
-        let d = overlay_data(&[b"/top", b"/bottom"], b",userxattr");
-        assert_eq!(d, b"lowerdir=/top:/bottom,userxattr");
+        let d = overlay_data(&[b"/top".to_vec(), b"/bottom".to_vec()], b"u", b"w");
+        assert_eq!(d, b"lowerdir=/top:/bottom,upperdir=u,workdir=w,userxattr");
+    }
+
+    #[test]
+    fn separators_are_not_plain() {
+        assert!(is_plain(b"/cache/layers/sha256/abc"));
+        assert!(!is_plain(b"/a:b"));
+        assert!(!is_plain(b"/a,b"));
+        assert!(!is_plain(b"/a\\b"));
     }
 }

@@ -67,8 +67,9 @@ pub(crate) fn mount_overlay(spec: &OverlaySpec<'_>) -> io::Result<()> {
     if !spec.legacy {
         match mount_with_fsconfig(spec) {
             Ok(()) => return Ok(()),
+            Err(NewApi::Failed(e)) => return Err(e),
             // No new mount API, or no `lowerdir+` (Linux < 6.8).
-            Err(Unsupported) => {
+            Err(NewApi::Unsupported) => {
                 tracing::debug!("new mount API without lowerdir+: using mount(2)");
             }
         }
@@ -76,27 +77,36 @@ pub(crate) fn mount_overlay(spec: &OverlaySpec<'_>) -> io::Result<()> {
     mount_legacy(spec)
 }
 
-/// Marker: the new mount API cannot do it here; try mount(2).
-struct Unsupported;
+/// Why the new mount API did not mount.
+enum NewApi {
+    /// It cannot do it on this kernel: mount(2) may.
+    Unsupported,
+    /// It can, and the mount itself failed (with the kernel's words).
+    Failed(io::Error),
+}
 
-fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), Unsupported> {
-    // Failures before any layer was accepted mean an old kernel; failures
-    // after are real errors, reported through the legacy path's own attempt
-    // (which fails the same way with the kernel's message).
-    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|_| Unsupported)?;
-    for layer in spec.layers.iter().rev() {
-        fsconfig_set_string(&fs, "lowerdir+", layer.as_path()).map_err(|_| Unsupported)?;
+fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), NewApi> {
+    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|_| NewApi::Unsupported)?;
+    let mut layers = spec.layers.iter().rev();
+    if let Some(top) = layers.next() {
+        // `lowerdir+` unknown: a kernel before 6.8.
+        fsconfig_set_string(&fs, "lowerdir+", top.as_path()).map_err(|e| match e {
+            Errno::INVAL => NewApi::Unsupported,
+            e => failed(&fs, "lowerdir+", top, e),
+        })?;
     }
-    let configured = fsconfig_set_string(&fs, "upperdir", spec.upper)
-        .and_then(|()| fsconfig_set_string(&fs, "workdir", spec.work))
-        .and_then(|()| fsconfig_set_flag(&fs, "userxattr"))
-        .and_then(|()| fsconfig_create(&fs));
-    if let Err(e) = configured {
-        tracing::debug!(error = %e, detail = %fs_messages(&fs), "fsconfig of the overlay failed");
-        return Err(Unsupported);
+    for layer in layers {
+        fsconfig_set_string(&fs, "lowerdir+", layer.as_path())
+            .map_err(|e| failed(&fs, "lowerdir+", layer, e))?;
     }
+    fsconfig_set_string(&fs, "upperdir", spec.upper)
+        .map_err(|e| failed(&fs, "upperdir", spec.upper, e))?;
+    fsconfig_set_string(&fs, "workdir", spec.work)
+        .map_err(|e| failed(&fs, "workdir", spec.work, e))?;
+    fsconfig_set_flag(&fs, "userxattr").map_err(|e| failed(&fs, "userxattr", Path::new(""), e))?;
+    fsconfig_create(&fs).map_err(|e| failed(&fs, "create", Path::new(""), e))?;
     let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
-        .map_err(|_| Unsupported)?;
+        .map_err(|e| failed(&fs, "fsmount", Path::new(""), e))?;
     move_mount(
         &mnt,
         "",
@@ -104,7 +114,17 @@ fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), Unsupported> {
         spec.target,
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
     )
-    .map_err(|_| Unsupported)
+    .map_err(|e| failed(&fs, "move_mount to", spec.target, e))
+}
+
+fn failed(fs: &std::os::fd::OwnedFd, step: &str, path: &Path, e: Errno) -> NewApi {
+    let detail = fs_messages(fs);
+    NewApi::Failed(io::Error::new(
+        io::Error::from(e).kind(),
+        format!("overlay {step} {}: {e} {detail}", path.display())
+            .trim_end()
+            .to_string(),
+    ))
 }
 
 /// The kernel's messages queued on an fs context fd (`e overlay: …`).

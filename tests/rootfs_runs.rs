@@ -398,3 +398,27 @@ in_both_namespaces!(
     odd_layer_paths_mount_unprivileged,
     odd_layer_paths
 );
+
+fn existing_run_dir_is_refused() {
+    // prepare never adopts (and so never removes) a directory it did not make.
+    let tmp = tempfile::tempdir().unwrap();
+    let (layers, flat) = cache(tmp.path(), &image_layers());
+    let run = tmp.path().join("taken");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(run.join("keep"), b"k").unwrap();
+    for mode in [ResolvedMode::Overlay, ResolvedMode::Copy] {
+        assert!(Rootfs::prepare(mode, &layers, Some(&flat), &run).is_err());
+        assert_eq!(std::fs::read(run.join("keep")).unwrap(), b"k");
+        assert!(!mounted_under(&run));
+    }
+    // Missing parents are made.
+    let nested = tmp.path().join("runs/a/b");
+    let r = Rootfs::prepare(ResolvedMode::Overlay, &layers, None, &nested).unwrap();
+    assert!(r.path().join("bin/app").exists());
+}
+
+in_both_namespaces!(
+    existing_run_dir_is_refused_as_root,
+    existing_run_dir_is_refused_unprivileged,
+    existing_run_dir_is_refused
+);

@@ -127,8 +127,8 @@ pub struct Rootfs {
 }
 
 impl Rootfs {
-    /// Prepares a rootfs in `run_dir` (created here; must not exist yet) with
-    /// default options. `layers` are the extracted layer dirs, bottom first
+    /// Prepares a rootfs in `run_dir` (created here with its parents; must
+    /// not exist yet) with default options. `layers` are the extracted layer dirs, bottom first
     /// (overlay mode); `flattened` is the flattened rootfs (copy mode).
     pub fn prepare(
         mode: ResolvedMode,
@@ -155,7 +155,11 @@ impl Rootfs {
             created: false,
             cleaned: false,
         };
-        // On any error below, dropping `rootfs` undoes what was done.
+        if let Some(parent) = run_dir.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+        }
+        // On any error below, dropping `rootfs` undoes what was done. An
+        // existing run_dir is refused: it is not ours to remove.
         std::fs::create_dir(run_dir).map_err(io_err("creating", run_dir))?;
         rootfs.created = true;
         match mode {

@@ -422,3 +422,38 @@ in_both_namespaces!(
     existing_run_dir_is_refused_unprivileged,
     existing_run_dir_is_refused
 );
+
+/// A function may leave a tree deeper than any stack or fd limit in its
+/// copy-mode rootfs: cleanup removes it all the same.
+fn deep_tree_written_by_a_run_is_removed() {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, flat) = cache(tmp.path(), &image_layers());
+    let run = tmp.path().join("run");
+    let mut r = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(r.path(), flags, Mode::empty()).unwrap();
+    for i in 0..3000 {
+        mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
+        if i % 100 == 0 {
+            std::fs::write(
+                format!("/proc/self/fd/{}/f", std::os::fd::AsRawFd::as_raw_fd(&dir)),
+                b"x",
+            )
+            .unwrap();
+        }
+        dir = openat(&dir, "d", flags, Mode::empty()).unwrap();
+    }
+    // A read-only level on the way, too.
+    rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o555)).unwrap();
+    drop(dir);
+    let path = r.path().to_path_buf();
+    r.cleanup().unwrap();
+    assert_gone(&path, &run);
+}
+
+in_both_namespaces!(
+    deep_tree_written_by_a_run_is_removed_as_root,
+    deep_tree_written_by_a_run_is_removed_unprivileged,
+    deep_tree_written_by_a_run_is_removed
+);

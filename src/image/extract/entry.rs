@@ -9,10 +9,17 @@ use rustix::io::Errno;
 
 use super::fsops;
 use super::paths::{join, normalize, split_last};
-use super::tree::{set_opaque, Origin, ResolveError, Tree};
+use super::seen::Origin;
+use super::tree::{set_opaque, ResolveError, Tree};
 use super::{ExtractError, ExtractStats};
 
 const WHITEOUT_PREFIX: &[u8] = b".wh.";
+/// Longest path a process can name (with its NUL).
+const PATH_MAX: usize = 4096;
+/// Deepest path accepted: far beyond real images (whose paths rarely pass
+/// 30 levels), low enough that walking a tree of such paths recursively is
+/// safe for stacks and fd limits.
+pub(crate) const MAX_DEPTH: usize = 256;
 const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 /// Files are copied through a buffer of this size, reused for every entry.
 const COPY_BUF: usize = 256 * 1024;
@@ -72,6 +79,18 @@ impl Extraction {
             return Ok(());
         }
         let rel = normalize(&item.path_bytes()).map_err(|reason| unsafe_entry(name, reason))?;
+        if rel.len() >= PATH_MAX {
+            // No process in the container could use it.
+            return Err(unsafe_entry(name, "its path is longer than PATH_MAX"));
+        }
+        if rel.iter().filter(|&&b| b == b'/').count() >= MAX_DEPTH {
+            // Bounds the recursion (and fds held) of opaque-directory
+            // handling and of copying the flattened tree.
+            return Err(unsafe_entry(
+                name,
+                &format!("its path is deeper than {MAX_DEPTH} levels"),
+            ));
+        }
         if rel.is_empty() {
             // The layer root itself ("./"): its metadata is the layer dir's
             // own business (the store makes it), so it is not applied.
@@ -154,7 +173,8 @@ impl Extraction {
         item: &mut tar::Entry<'_, R>,
         name: &str,
     ) -> Result<(), ExtractError> {
-        let before = self.tree.seen.get(rel).copied();
+        let key = self.tree.seen.key(rel);
+        let before = self.tree.seen.get(key);
         let mut made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
         if made == Err(Errno::ACCESS) && self.unlock(dir, split_last(rel).0, name)? {
             made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
@@ -181,7 +201,7 @@ impl Extraction {
             }
             set_xattrs(fd.as_fd(), &xattrs, name);
         }
-        self.tree.seen.insert(rel.to_vec(), Origin::Dir);
+        self.tree.seen.insert(key, Origin::Dir);
         // Mode, owner and times last: contents are written first (a 0555
         // directory stays writable meanwhile) and would bump the mtime.
         self.dirs.insert(rel.to_vec(), meta);
@@ -336,7 +356,8 @@ impl Extraction {
             other => other,
         }
         .map_err(|e| io_err(name, e.into()))?;
-        self.tree.seen.insert(rel.to_vec(), Origin::NonDir);
+        let key = self.tree.seen.key(rel);
+        self.tree.seen.insert(key, Origin::NonDir);
         Ok(out)
     }
 
@@ -393,7 +414,7 @@ impl Extraction {
             self.stats.whiteouts += 1;
             return self
                 .tree
-                .make_opaque(parent_fd.fd.as_fd(), parent)
+                .make_opaque(parent_fd.fd.as_fd(), self.tree.seen.key(parent))
                 .map_err(|e| io_err(name, e));
         }
         if base.starts_with(b".wh..wh.") {
@@ -409,14 +430,15 @@ impl Extraction {
         }
         let rel = join(parent, hidden);
         let dir = parent_fd.fd.as_fd();
-        match self.tree.seen.get(&rel).copied() {
+        let key = self.tree.seen.key(&rel);
+        match self.tree.seen.get(key) {
             // This layer has its own `hidden`: the whiteout hides only what
             // lower layers had there (the spec: whiteouts apply to lower
             // layers only, in whatever order the two entries come).
             Some(Origin::Dir) => {
                 let fd = fsops::open_dir_at(dir, hidden).map_err(|e| io_err(name, e))?;
                 self.tree
-                    .make_opaque(fd.as_fd(), &rel)
+                    .make_opaque(fd.as_fd(), key)
                     .map_err(|e| io_err(name, e))?;
             }
             Some(Origin::NonDir) | Some(Origin::Whiteout) => {}
@@ -434,7 +456,7 @@ impl Extraction {
                 } else if fsops::remove_any_at(dir, hidden).map_err(|e| io_err(name, e))? {
                     self.tree.invalidate();
                 }
-                self.tree.seen.insert(rel, Origin::Whiteout);
+                self.tree.seen.insert(key, Origin::Whiteout);
             }
         }
         Ok(())

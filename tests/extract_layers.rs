@@ -594,3 +594,30 @@ fn long_names_and_link_targets() {
         assert_eq!(t["hard"].ino, t[&long_file].ino);
     }
 }
+
+#[test]
+fn read_only_lower_dirs_without_privilege() {
+    // No user namespace, no capabilities: deleting from a lower 0555 dir
+    // needs it writable for a moment; its mode must come back.
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege("read_only_lower_dirs_without_privilege");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let lower = Layer::new()
+        .owner(65532, 65532)
+        .dir("ro/", 0o555)
+        .file("ro/f", 0o444, b"f")
+        .file("ro/g", 0o444, b"g")
+        .build();
+    let upper = Layer::new()
+        .whiteout("ro/f")
+        .file("ro/g", 0o644, b"new")
+        .build();
+    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    let t = snapshot(tmp.path());
+    assert!(!t.contains_key("ro/f"));
+    assert_eq!(t["ro/g"].kind, Kind::File(b"new".to_vec()));
+    assert_eq!(t["ro"].mode, 0o555, "the lower dir's mode is kept");
+    std::fs::set_permissions(tmp.path().join("ro"), PermissionsExt::from_mode(0o755)).unwrap();
+}

@@ -15,7 +15,9 @@
 //! `O_NOFOLLOW` walk) and `extract/paths.rs` for how `..` is refused.
 mod entry;
 pub(crate) mod fsops;
+mod meta;
 mod paths;
+mod seen;
 mod tree;
 
 use std::io::Read;

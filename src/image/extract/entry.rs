@@ -4,15 +4,23 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid, XattrFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::fsops;
+use super::meta::{gid, pax_xattrs, process_umask, set_xattrs, timestamps, uid};
 use super::paths::{join, normalize, split_last};
-use super::tree::{set_opaque, Origin, ResolveError, Tree};
+use super::seen::Origin;
+use super::tree::{set_opaque, ResolveError, Tree};
 use super::{ExtractError, ExtractStats};
 
 const WHITEOUT_PREFIX: &[u8] = b".wh.";
+/// Longest path a process can name (with its NUL).
+const PATH_MAX: usize = 4096;
+/// Deepest path accepted: far beyond real images (whose paths rarely pass
+/// 30 levels), low enough that walking a tree of such paths recursively is
+/// safe for stacks and fd limits.
+pub(crate) const MAX_DEPTH: usize = 256;
 const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 /// Files are copied through a buffer of this size, reused for every entry.
 const COPY_BUF: usize = 256 * 1024;
@@ -27,6 +35,8 @@ pub(super) struct Extraction {
     unmapped: HashSet<(u32, u32)>,
     euid: u32,
     egid: u32,
+    /// Lower directories made writable for a moment, with their modes.
+    relock: HashMap<Vec<u8>, u32>,
     /// Whether a file created with its mode was seen to get exactly it.
     umask_checked: bool,
     buf: Vec<u8>,
@@ -50,6 +60,7 @@ impl Extraction {
             euid: rustix::process::geteuid().as_raw(),
             egid: rustix::process::getegid().as_raw(),
             umask_checked: false,
+            relock: HashMap::new(),
             buf: vec![0; COPY_BUF],
         }
     }
@@ -69,6 +80,18 @@ impl Extraction {
             return Ok(());
         }
         let rel = normalize(&item.path_bytes()).map_err(|reason| unsafe_entry(name, reason))?;
+        if rel.len() >= PATH_MAX {
+            // No process in the container could use it.
+            return Err(unsafe_entry(name, "its path is longer than PATH_MAX"));
+        }
+        if rel.iter().filter(|&&b| b == b'/').count() >= MAX_DEPTH {
+            // Bounds the recursion (and fds held) of opaque-directory
+            // handling and of copying the flattened tree.
+            return Err(unsafe_entry(
+                name,
+                &format!("its path is deeper than {MAX_DEPTH} levels"),
+            ));
+        }
         if rel.is_empty() {
             // The layer root itself ("./"): its metadata is the layer dir's
             // own business (the store makes it), so it is not applied.
@@ -151,8 +174,13 @@ impl Extraction {
         item: &mut tar::Entry<'_, R>,
         name: &str,
     ) -> Result<(), ExtractError> {
-        let before = self.tree.seen.get(rel).copied();
-        match rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700)) {
+        let key = self.tree.seen.key(rel);
+        let before = self.tree.seen.get(key);
+        let mut made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        if made == Err(Errno::ACCESS) && self.unlock(dir, split_last(rel).0, name)? {
+            made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        }
+        match made {
             Ok(()) => {}
             Err(Errno::EXIST) => {
                 let st = rustix::fs::statat(dir, base, AtFlags::SYMLINK_NOFOLLOW)
@@ -174,7 +202,7 @@ impl Extraction {
             }
             set_xattrs(fd.as_fd(), &xattrs, name);
         }
-        self.tree.seen.insert(rel.to_vec(), Origin::Dir);
+        self.tree.seen.insert(key, Origin::Dir);
         // Mode, owner and times last: contents are written first (a 0555
         // directory stays writable meanwhile) and would bump the mtime.
         self.dirs.insert(rel.to_vec(), meta);
@@ -322,18 +350,58 @@ impl Extraction {
         name: &str,
         mut create: impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
     ) -> Result<T, ExtractError> {
-        let out = match create(dir) {
-            Ok(v) => v,
+        let out = match self.create_or_replace(dir, base, &mut create) {
+            Err(Errno::ACCESS) if self.unlock(dir, split_last(rel).0, name)? => {
+                self.create_or_replace(dir, base, &mut create)
+            }
+            other => other,
+        }
+        .map_err(|e| io_err(name, e.into()))?;
+        let key = self.tree.seen.key(rel);
+        self.tree.seen.insert(key, Origin::NonDir);
+        Ok(out)
+    }
+
+    fn create_or_replace<T>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        base: &[u8],
+        create: &mut impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        match create(dir) {
             Err(Errno::EXIST) => {
-                if fsops::remove_any_at(dir, base).map_err(|e| io_err(name, e))? {
+                if fsops::remove_any_at(dir, base)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?
+                {
                     self.tree.invalidate();
                 }
-                create(dir).map_err(|e| io_err(name, e.into()))?
+                create(dir)
             }
-            Err(e) => return Err(io_err(name, e.into())),
-        };
-        self.tree.seen.insert(rel.to_vec(), Origin::NonDir);
-        Ok(out)
+            other => other,
+        }
+    }
+
+    /// Makes the directory `dir` (at `rel`) writable by its owner when it is
+    /// not (a read-only directory of a lower layer, met without the
+    /// privilege to ignore modes); its mode is put back by [`Self::finish`].
+    /// Returns whether anything changed (worth a retry).
+    fn unlock(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        name: &str,
+    ) -> Result<bool, ExtractError> {
+        let mode = rustix::fs::fstat(dir)
+            .map_err(|e| io_err(name, e.into()))?
+            .st_mode
+            & 0o7777;
+        if mode & 0o700 == 0o700 {
+            return Ok(false);
+        }
+        rustix::fs::fchmod(dir, Mode::from_raw_mode(mode | 0o700))
+            .map_err(|e| io_err(name, e.into()))?;
+        self.relock.entry(rel.to_vec()).or_insert(mode);
+        Ok(true)
     }
 
     /// A `.wh.` entry: `.wh..wh..opq` makes its directory opaque, `.wh.X`
@@ -343,34 +411,35 @@ impl Extraction {
             .tree
             .dir_for_entry(parent)
             .map_err(|e| resolve_err(name, e))?;
-        self.stats.whiteouts += 1;
         if base == OPAQUE_MARKER {
+            self.stats.whiteouts += 1;
             return self
                 .tree
-                .make_opaque(parent_fd.fd.as_fd(), parent)
+                .make_opaque(parent_fd.fd.as_fd(), self.tree.seen.key(parent))
                 .map_err(|e| io_err(name, e));
         }
         if base.starts_with(b".wh..wh.") {
             // Other AUFS metadata (`.wh..wh.plnk`, …): not part of the tree.
             tracing::debug!(entry = name, "skipping AUFS metadata entry");
-            self.stats.whiteouts -= 1;
             self.stats.skipped += 1;
             return Ok(());
         }
+        self.stats.whiteouts += 1;
         let hidden = &base[WHITEOUT_PREFIX.len()..];
         if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
             return Err(unsafe_entry(name, "whiteout of an invalid name"));
         }
         let rel = join(parent, hidden);
         let dir = parent_fd.fd.as_fd();
-        match self.tree.seen.get(&rel).copied() {
+        let key = self.tree.seen.key(&rel);
+        match self.tree.seen.get(key) {
             // This layer has its own `hidden`: the whiteout hides only what
             // lower layers had there (the spec: whiteouts apply to lower
             // layers only, in whatever order the two entries come).
             Some(Origin::Dir) => {
                 let fd = fsops::open_dir_at(dir, hidden).map_err(|e| io_err(name, e))?;
                 self.tree
-                    .make_opaque(fd.as_fd(), &rel)
+                    .make_opaque(fd.as_fd(), key)
                     .map_err(|e| io_err(name, e))?;
             }
             Some(Origin::NonDir) | Some(Origin::Whiteout) => {}
@@ -388,7 +457,7 @@ impl Extraction {
                 } else if fsops::remove_any_at(dir, hidden).map_err(|e| io_err(name, e))? {
                     self.tree.invalidate();
                 }
-                self.tree.seen.insert(rel, Origin::Whiteout);
+                self.tree.seen.insert(key, Origin::Whiteout);
             }
         }
         Ok(())
@@ -397,6 +466,10 @@ impl Extraction {
     /// Sets directories' modes, owners and mtimes (deepest first, so a
     /// read-only parent does not stop its children) and returns the stats.
     pub(super) fn finish(mut self) -> Result<ExtractStats, ExtractError> {
+        let relock: Vec<(Vec<u8>, u32)> = std::mem::take(&mut self.relock)
+            .into_iter()
+            .filter(|(rel, _)| !self.dirs.contains_key(rel))
+            .collect();
         let mut dirs: Vec<(Vec<u8>, Meta)> = std::mem::take(&mut self.dirs).into_iter().collect();
         dirs.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count()));
         self.tree.invalidate();
@@ -412,6 +485,12 @@ impl Extraction {
                 .map_err(|e| io_err(&name, e.into()))?;
             rustix::fs::futimens(&fd, &timestamps(meta.mtime))
                 .map_err(|e| io_err(&name, e.into()))?;
+        }
+        for (rel, mode) in relock {
+            if let Ok(fd) = self.tree.open_existing(&rel) {
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| io_err(&String::from_utf8_lossy(&rel), e.into()))?;
+            }
         }
         Ok(self.stats)
     }
@@ -458,80 +537,7 @@ impl Extraction {
     }
 }
 
-/// The process umask, read once from /proc/self/status (calling umask(2)
-/// to read it would change it under other threads). Unknown: all bits, so
-/// modes are always set explicitly.
-fn process_umask() -> u32 {
-    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *UMASK.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("Umask:"))
-                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-            })
-            .unwrap_or(0o777)
-    })
-}
-
-fn uid(raw: u32) -> Uid {
-    Uid::from_raw(raw)
-}
-
-fn gid(raw: u32) -> Gid {
-    Gid::from_raw(raw)
-}
-
-fn timestamps(mtime: i64) -> Timestamps {
-    let t = Timespec {
-        tv_sec: mtime,
-        tv_nsec: 0,
-    };
-    Timestamps {
-        last_access: t,
-        last_modification: t,
-    }
-}
-
-/// An xattr name and value.
-type Xattr = (Vec<u8>, Vec<u8>);
-
-/// The `SCHILY.xattr.*` PAX records of an entry that are safe to apply:
-/// `user.*` except the overlay's own (`user.overlay.*` would let a layer
-/// forge opaque dirs or redirects in Overlay mode).
-fn pax_xattrs<R: Read>(
-    item: &mut tar::Entry<'_, R>,
-    name: &str,
-) -> Result<Vec<Xattr>, ExtractError> {
-    let mut out = Vec::new();
-    let Some(exts) = item.pax_extensions().map_err(|e| io_err(name, e))? else {
-        return Ok(out);
-    };
-    for ext in exts {
-        let ext = ext.map_err(|e| io_err(name, e))?;
-        let Some(key) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") else {
-            continue;
-        };
-        if key.starts_with(b"user.") && !key.starts_with(b"user.overlay.") {
-            out.push((key.to_vec(), ext.value_bytes().to_vec()));
-        } else {
-            tracing::debug!(entry = name, xattr = %String::from_utf8_lossy(key), "xattr not applied");
-        }
-    }
-    Ok(out)
-}
-
-fn set_xattrs(fd: BorrowedFd<'_>, xattrs: &[Xattr], name: &str) {
-    for (key, value) in xattrs {
-        if let Err(e) = rustix::fs::fsetxattr(fd, key.as_slice(), value, XattrFlags::empty()) {
-            // Optional: a filesystem without user xattrs loses them.
-            tracing::debug!(entry = name, error = %e, "xattr not applied");
-        }
-    }
-}
-
-fn io_err(entry: &str, source: io::Error) -> ExtractError {
+pub(super) fn io_err(entry: &str, source: io::Error) -> ExtractError {
     ExtractError::Io {
         entry: entry.to_owned(),
         source,

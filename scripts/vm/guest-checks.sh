@@ -1,0 +1,237 @@
+#!/bin/sh
+# The checks, run inside the VM as the unprivileged user that owns the
+# delegated cgroup subtree $CGROUP_BASE. Each check runs a container with
+# rootless crun (its own user namespace mapping only this user's id, the
+# cgroupfs manager, limits from linux.resources), reads what the kernel
+# measured in the container's cgroup, and prints one line:
+#   CHECK <name> PASS|FAIL <measured value>
+# The host side parses these lines; anything else is commentary.
+set -u
+
+CG_ROOT=/sys/fs/cgroup
+ROOTFS=/opt/rootfs
+BUNDLES=$HOME/bundles
+STATE=$HOME/crun-state
+CRUN="crun --root=$STATE --cgroup-manager=cgroupfs"
+MY_UID=$(id -u)
+MY_GID=$(id -g)
+: "${CGROUP_BASE:?}" "${XFN_BIN:=}"
+
+mkdir -p "$BUNDLES" "$STATE"
+echo "checks: uid=$MY_UID gid=$MY_GID cgroup=$(cat /proc/self/cgroup)"
+
+check() { # NAME PASS|FAIL VALUE
+	echo "CHECK $1 $2 $3"
+}
+
+# bundle NAME ARGS_JSON RESOURCES_JSON [MOUNT_JSON]: writes
+# $BUNDLES/NAME/config.json.
+bundle() {
+	mkdir -p "$BUNDLES/$1"
+	cat >"$BUNDLES/$1/config.json" <<EOF
+{
+  "ociVersion": "1.0.2",
+  "process": {
+    "terminal": false,
+    "user": {"uid": 0, "gid": 0},
+    "args": $2,
+    "env": ["PATH=/bin:/sbin:/usr/bin", "HOME=/"],
+    "cwd": "/",
+    "noNewPrivileges": true
+  },
+  "root": {"path": "$ROOTFS", "readonly": true},
+  "hostname": "check",
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc"},
+    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+     "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+     "options": ["nosuid", "nodev", "mode=1777"]}${4:+,
+    $4}
+  ],
+  "linux": {
+    "uidMappings": [{"containerID": 0, "hostID": $MY_UID, "size": 1}],
+    "gidMappings": [{"containerID": 0, "hostID": $MY_GID, "size": 1}],
+    "namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"},
+                   {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
+    "cgroupsPath": "$CGROUP_BASE/$1",
+    "resources": $3
+  }
+}
+EOF
+}
+
+# start NAME: creates and starts the container in the background (stdout and
+# stderr to files in its bundle). The cgroup outlives the container's
+# processes until `crun delete`, so its counters can be read after they end.
+start() {
+	b=$BUNDLES/$1
+	$CRUN create --bundle "$b" "$1" >"$b/out" 2>"$b/err" || {
+		echo "$1: crun create failed: $(cat "$b/err")"
+		return 1
+	}
+	$CRUN start "$1" 2>>"$b/err" || {
+		echo "$1: crun start failed: $(cat "$b/err")"
+		return 1
+	}
+}
+
+# wait_stopped NAME SECONDS: polls crun state until the container stopped.
+wait_stopped() {
+	deadline=$(($(date +%s) + $2))
+	while [ "$(date +%s)" -le "$deadline" ]; do
+		$CRUN state "$1" 2>/dev/null | grep -q '"status": *"stopped"' && return 0
+		sleep 0.2
+	done
+	echo "$1: container still running after $2 s"
+	return 1
+}
+
+# field FILE KEY: the value of "KEY value" in a flat-keyed cgroup file.
+field() {
+	awk -v k="$2" '$1 == k { print $2 }' "$1" 2>/dev/null
+}
+
+finish() { # NAME: deletes the container; its cgroup must be gone after.
+	$CRUN delete -f "$1" >/dev/null 2>&1
+	if [ -d "$CG_ROOT$CGROUP_BASE/$1" ]; then
+		echo "$1: cgroup $CGROUP_BASE/$1 left behind after crun delete"
+		return 1
+	fi
+}
+
+# 1. memory: 32 MiB limit, a process that holds 64 MiB is OOM-killed.
+check_memory() {
+	# busybox tail keeps the last lines in memory; input without a newline is
+	# one 64 MiB line, all of it held at once.
+	bundle memory '["sh", "-c", "head -c 64m /dev/zero | tail -n 1 | wc -c; echo tail-status=$?"]' \
+		'{"memory": {"limit": 33554432}}'
+	start memory || { check memory FAIL "container-did-not-start"; return; }
+	wait_stopped memory 60
+	cg=$CG_ROOT$CGROUP_BASE/memory
+	max=$(cat "$cg/memory.max")
+	oom_kill=$(field "$cg/memory.events" oom_kill)
+	peak=$(cat "$cg/memory.peak" 2>/dev/null || echo n/a)
+	echo "memory: out=[$(tr '\n' ' ' <"$BUNDLES/memory/out")] err=[$(tr '\n' ' ' <"$BUNDLES/memory/err")]"
+	echo "memory: memory.max=$max memory.events: $(tr '\n' ' ' <"$cg/memory.events")"
+	finish memory || oom_kill=left-behind
+	if [ "$max" = 33554432 ] && [ "${oom_kill:-0}" -ge 1 ] 2>/dev/null; then
+		check memory PASS "oom_kill=$oom_kill memory.max=$max"
+	else
+		check memory FAIL "oom_kill=${oom_kill:-missing} memory.max=$max"
+	fi
+}
+
+# 2. cpu: cpu.max 10000/100000 (100m), a busy loop for 2 s of wall time must
+# get about 10% of it. The cgroup's total usage also holds crun's setup and
+# every exec (slow under TCG), so the loop measures itself, from inside and
+# without forking: the container sees its cgroup through a read-only bind of
+# the delegated subtree at /cg, and the loop script through /check.
+check_cpu() {
+	mkdir -p "$BUNDLES/cpu"
+	cat >"$BUNDLES/cpu/busy.sh" <<'EOF'
+read_usage() {
+	while read -r key value; do
+		if [ "$key" = usage_usec ]; then usage=$value; return; fi
+	done </cg/cpu/cpu.stat
+}
+read_now() { # centiseconds of uptime
+	read -r up _ </proc/uptime
+	now=$((${up%.*} * 100 + 1${up#*.} - 100))
+}
+read_now; t0=$now; read_usage; u0=$usage
+while [ "$now" -lt $((t0 + 200)) ]; do read_now; done
+read_usage
+echo "wall_usec=$(((now - t0) * 10000)) loop_usec=$((usage - u0))"
+EOF
+	bundle cpu '["sh", "/check/busy.sh"]' \
+		'{"cpu": {"quota": 10000, "period": 100000}}' \
+		"{\"destination\": \"/cg\", \"type\": \"bind\", \"source\": \"$CG_ROOT$CGROUP_BASE\", \"options\": [\"rbind\", \"ro\"]},
+    {\"destination\": \"/check\", \"type\": \"bind\", \"source\": \"$BUNDLES/cpu\", \"options\": [\"rbind\", \"ro\"]}"
+	start cpu || { check cpu FAIL "container-did-not-start"; return; }
+	wait_stopped cpu 60
+	cg=$CG_ROOT$CGROUP_BASE/cpu
+	cpumax=$(cat "$cg/cpu.max")
+	total=$(field "$cg/cpu.stat" usage_usec)
+	throttled=$(field "$cg/cpu.stat" nr_throttled)
+	wall=$(sed -n 's/^wall_usec=\([0-9]*\) .*/\1/p' "$BUNDLES/cpu/out")
+	loop=$(sed -n 's/.* loop_usec=\([0-9]*\)$/\1/p' "$BUNDLES/cpu/out")
+	echo "cpu: cpu.max=[$cpumax] out=[$(tr '\n' ' ' <"$BUNDLES/cpu/out")] err=[$(tr '\n' ' ' <"$BUNDLES/cpu/err")] cpu.stat: $(tr '\n' ' ' <"$cg/cpu.stat")"
+	finish cpu || loop=left-behind
+	# 10% of the wall time the loop ran (2 s: 200000 us), within +-50%.
+	expected=$((${wall:-0} / 10))
+	value="loop_usec=${loop:-missing} wall_usec=${wall:-missing} expected=$expected nr_throttled=$throttled cgroup_usage_usec=$total"
+	if [ "$cpumax" = "10000 100000" ] && [ "$expected" -gt 0 ] &&
+		[ "$loop" -ge $((expected / 2)) ] 2>/dev/null && [ "$loop" -le $((expected * 3 / 2)) ]; then
+		check cpu PASS "$value"
+	else
+		check cpu FAIL "$value cpu.max=$cpumax"
+	fi
+}
+
+# 3. pids: pids.max 16, a loop that spawns 40 sleepers cannot pass it, and
+# nothing is left in the cgroup once the container's init has gone.
+check_pids() {
+	bundle pids '["sh", "-c", "i=0; while [ $i -lt 40 ]; do sleep 60 & echo spawned; i=$((i+1)); done"]' \
+		'{"pids": {"limit": 16}}'
+	start pids || { check pids FAIL "container-did-not-start"; return; }
+	wait_stopped pids 60
+	cg=$CG_ROOT$CGROUP_BASE/pids
+	pmax=$(cat "$cg/pids.max")
+	events_max=$(field "$cg/pids.events" max)
+	peak=$(cat "$cg/pids.peak" 2>/dev/null || echo n/a)
+	spawned=$(grep -c spawned "$BUNDLES/pids/out")
+	# The kernel kills the rest of the PID namespace when its init exits;
+	# give it a moment to finish.
+	i=0
+	while [ -n "$(cat "$cg/cgroup.procs")" ] && [ "$i" -lt 50 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	left=$(wc -l <"$cg/cgroup.procs")
+	echo "pids: pids.max=$pmax pids.events: $(tr '\n' ' ' <"$cg/pids.events") pids.peak=$peak spawned=$spawned err=[$(tr '\n' ' ' <"$BUNDLES/pids/err")]"
+	finish pids || left=left-behind
+	value="pids.events.max=${events_max:-missing} pids.peak=$peak spawned=$spawned left=$left"
+	if [ "$pmax" = 16 ] && [ "${events_max:-0}" -ge 1 ] 2>/dev/null && [ "$spawned" -le 15 ] &&
+		[ "$left" = 0 ] && { [ "$peak" = n/a ] || [ "$peak" -le 16 ]; }; then
+		check pids PASS "$value"
+	else
+		check pids FAIL "$value"
+	fi
+}
+
+# 4. within limits: a container under all three limits runs normally.
+check_within_limits() {
+	bundle hello '["echo", "hello"]' \
+		'{"memory": {"limit": 33554432}, "cpu": {"quota": 10000, "period": 100000}, "pids": {"limit": 16}}'
+	out=$($CRUN run --bundle "$BUNDLES/hello" hello 2>"$BUNDLES/hello/err")
+	rc=$?
+	[ -s "$BUNDLES/hello/err" ] && echo "hello: err=[$(tr '\n' ' ' <"$BUNDLES/hello/err")]"
+	if [ "$rc" = 0 ] && [ "$out" = hello ] && [ ! -d "$CG_ROOT$CGROUP_BASE/hello" ]; then
+		check within-limits PASS "stdout=$out exit=$rc"
+	else
+		check within-limits FAIL "stdout=$out exit=$rc"
+	fi
+}
+
+# 5. the xfn binary, when one was given, starts in the VM as this user (all
+# its shared libraries made it into the initramfs).
+check_xfn() {
+	if [ -z "$XFN_BIN" ] || [ ! -x "$XFN_BIN" ]; then
+		echo "xfn: no binary given, xfn checks not run"
+		return
+	fi
+	version=$("$XFN_BIN" --version 2>&1)
+	rc=$?
+	if [ "$rc" = 0 ]; then
+		check xfn-starts PASS "$(echo "$version" | head -n 1 | tr ' ' '_')"
+	else
+		check xfn-starts FAIL "exit=$rc $(echo "$version" | head -n 1 | tr ' ' '_')"
+	fi
+}
+
+check_within_limits
+check_memory
+check_cpu
+check_pids
+check_xfn

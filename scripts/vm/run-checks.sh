@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Proves cgroup v2 limits on a real, pure-v2 kernel: boots a small qemu VM
+# (Debian's kernel, an initramfs built here), runs the checks in
+# guest-checks.sh as an unprivileged user with a delegated cgroup subtree,
+# and reports.
+#
+# Usage: scripts/vm/run-checks.sh [XFN_BINARY]
+#   XFN_BINARY  optional; copied into the VM (with its shared libraries) and
+#               checked there. Without it only the crun-level checks run.
+# Environment:
+#   XFN_VM_WORKDIR  cache for the kernel and build outputs (default target/vm)
+#   XFN_VM_ACCEL    qemu accelerator (default tcg; kvm where /dev/kvm works)
+#   XFN_VM_TIMEOUT  seconds before the VM is given up on (default 300)
+#
+# Prints one "CHECK <name> PASS|FAIL <value>" line per check, then
+# "vm-checks: N passed, M failed". Exits non-zero if any check failed, none
+# ran, or the VM did not finish.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+xfn_bin=${1:-}
+work=${XFN_VM_WORKDIR:-$repo/target/vm}
+accel=${XFN_VM_ACCEL:-tcg}
+vm_timeout=${XFN_VM_TIMEOUT:-300}
+
+if [ -n "$xfn_bin" ]; then
+	[ -x "$xfn_bin" ] || { echo "vm-checks: $xfn_bin is not an executable file" >&2; exit 2; }
+	xfn_bin=$(readlink -f "$xfn_bin")
+fi
+mkdir -p "$work"
+
+# 1. Host packages (checked, installed only when missing).
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+packages=(qemu-system-x86 busybox-static crun cpio util-linux binutils)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "vm-checks: installing ${missing[*]}" >&2
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. The guest kernel: Debian's, unpacked into the work dir, never installed
+# as the host's. linux-image-amd64 is a metapackage; its one dependency is
+# the versioned image package that holds vmlinuz, config and modules.
+kernel_dir=$work/kernel
+if ! compgen -G "$kernel_dir/boot/vmlinuz-*" >/dev/null; then
+	rm -rf "$work/debs" "$kernel_dir"
+	mkdir -p "$work/debs"
+	(
+		cd "$work/debs"
+		apt-get download linux-image-amd64 2>/dev/null || {
+			$sudo apt-get update -qq
+			apt-get download linux-image-amd64
+		}
+		image_pkg=$(dpkg-deb -f linux-image-amd64_*.deb Depends | grep -o 'linux-image-[0-9][^ ,(]*-amd64' | head -n 1)
+		[ -n "$image_pkg" ] || { echo "vm-checks: no linux-image dependency in linux-image-amd64" >&2; exit 1; }
+		apt-get download "$image_pkg"
+	) 2> >(grep -v "unsandboxed" >&2)
+	dpkg-deb -x "$(ls "$work"/debs/linux-image-[0-9]*.deb | head -n 1)" "$kernel_dir"
+	rm -rf "$work/debs"
+fi
+vmlinuz=$(ls "$kernel_dir"/boot/vmlinuz-* | head -n 1)
+
+# 3. The initramfs, rebuilt every run (cheap; the xfn binary changes).
+initramfs=$work/initramfs.gz
+"$here/build-initramfs.sh" "$kernel_dir" "$initramfs" "$xfn_bin"
+
+# 4. Boot. Serial console to a log; init powers off when the checks are done.
+log=$work/console.log
+cmdline="console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
+echo "vm-checks: booting $(basename "$vmlinuz") (accel=$accel, timeout ${vm_timeout}s)" >&2
+start=$(date +%s.%N)
+set +e
+timeout "$vm_timeout" qemu-system-x86_64 -accel "$accel" -m 1024 -smp 2 -nographic -no-reboot \
+	-kernel "$vmlinuz" -initrd "$initramfs" -append "$cmdline" </dev/null >"$log" 2>&1
+qemu_rc=$?
+set -e
+elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')
+
+# 5. Results.
+tr -d '\r' <"$log" >"$log.clean"
+grep -E '^(vm-init|checks|memory|cpu|pids|hello|xfn):' "$log.clean" >&2 || true
+checks=$(grep -E '^CHECK [^ ]+ (PASS|FAIL)( |$)' "$log.clean" || true)
+[ -n "$checks" ] && echo "$checks"
+passed=$(grep -c ' PASS' <<<"$checks" || true)
+failed=$(grep -c ' FAIL' <<<"$checks" || true)
+done_line=$(grep -o 'VM-CHECKS-DONE uptime=[0-9.]*' "$log.clean" || true)
+echo "vm-checks: qemu exited $qemu_rc after ${elapsed}s wall; guest ${done_line:-did not finish}" >&2
+
+status=0
+if [ -z "$done_line" ]; then
+	echo "vm-checks: the VM did not finish; console log ($log):" >&2
+	tail -n 60 "$log.clean" >&2
+	status=1
+elif [ -z "$checks" ]; then
+	echo "vm-checks: no check ran; console log: $log" >&2
+	status=1
+elif [ "$failed" -gt 0 ]; then
+	status=1
+fi
+echo "vm-checks: $passed passed, $failed failed"
+exit "$status"

@@ -84,11 +84,20 @@ elapsed=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b 
 
 # 5. Results.
 tr -d '\r' <"$log" >"$log.clean"
-grep -E '^(vm-init|checks|memory|cpu|pids|hello|xfn):' "$log.clean" >&2 || true
+grep -E '^(vm-init|checks|timing|memory|cpu|pids|hello|xfn):' "$log.clean" >&2 || true
 checks=$(grep -E '^CHECK [^ ]+ (PASS|FAIL)( |$)' "$log.clean" || true)
 [ -n "$checks" ] && echo "$checks"
 passed=$(grep -c ' PASS' <<<"$checks" || true)
 failed=$(grep -c ' FAIL' <<<"$checks" || true)
+# A check that printed nothing (the guest script died half-way) is a failure.
+expected=(within-limits memory cpu pids)
+[ -z "$xfn_bin" ] || expected+=(xfn-starts)
+for name in "${expected[@]}"; do
+	if ! grep -q "^CHECK $name " <<<"$checks"; then
+		echo "CHECK $name FAIL did-not-report"
+		failed=$((failed + 1))
+	fi
+done
 done_line=$(grep -o 'VM-CHECKS-DONE uptime=[0-9.]*' "$log.clean" || true)
 echo "vm-checks: qemu exited $qemu_rc after ${elapsed}s wall; guest ${done_line:-did not finish}" >&2
 

@@ -4,6 +4,14 @@
 #   KERNEL_DIR  an unpacked Debian linux-image package (boot/, lib/modules/)
 #   OUTPUT      the initramfs to write
 #   XFN_BINARY  optional; copied in (debug info stripped) with its libraries
+# Environment (both optional, space-separated):
+#   XFN_VM_EXTRA_CHECKS  guest check scripts, to /opt/checks/extra/
+#   XFN_VM_INCLUDE       HOST_PATH:GUEST_PATH pairs copied in as they are
+#                        (e.g. an image store made on the host); executables
+#                        among them need their libraries: list them in
+#                        XFN_VM_BINARIES instead
+#   XFN_VM_BINARIES      HOST_PATH:GUEST_PATH pairs of programs, copied in
+#                        with every shared library ldd lists
 # Every dynamically linked host binary goes in with the shared libraries ldd
 # names and the dynamic loader, at the paths ldd gives, so it runs unchanged.
 set -euo pipefail
@@ -109,6 +117,17 @@ if [ -n "$xfn_bin" ]; then
 		objcopy --strip-debug "$root/opt/xfn/bin/xfn"
 	fi
 fi
+
+for script in ${XFN_VM_EXTRA_CHECKS:-}; do
+	install -D -m 0644 "$script" "$root/opt/checks/extra/$(basename "$script")"
+done
+for pair in ${XFN_VM_INCLUDE:-}; do
+	mkdir -p "$root$(dirname "${pair#*:}")"
+	cp -a "${pair%%:*}" "$root${pair#*:}"
+done
+for pair in ${XFN_VM_BINARIES:-}; do
+	copy_with_libs "${pair%%:*}" "${pair#*:}"
+done
 
 (cd "$root" && find . -print0 | cpio --null -o -H newc --owner=0:0 --quiet) | gzip -1 >"$output"
 echo "build-initramfs: $output ($(du -h "$output" | cut -f1))" >&2

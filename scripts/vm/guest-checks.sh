@@ -217,11 +217,7 @@ check_within_limits() {
 
 # 5. the xfn binary, when one was given, starts in the VM as this user (all
 # its shared libraries made it into the initramfs).
-check_xfn() {
-	if [ -z "$XFN_BIN" ] || [ ! -x "$XFN_BIN" ]; then
-		echo "xfn: no binary given, xfn checks not run"
-		return
-	fi
+check_xfn_starts() {
 	version=$("$XFN_BIN" --version 2>&1)
 	rc=$?
 	if [ "$rc" = 0 ]; then
@@ -231,16 +227,32 @@ check_xfn() {
 	fi
 }
 
-# timed NAME: runs check_NAME and says how long it took (guest uptime).
-timed() {
+# run_check NAME: announces the check (the host fails an announced check
+# that never reports), runs check_NAME (dashes as underscores) and says how
+# long it took in guest time.
+run_check() {
+	echo "EXPECT $1"
 	read -r t0 _ </proc/uptime
-	"check_$1"
+	"check_$(echo "$1" | tr - _)"
 	read -r t1 _ </proc/uptime
 	echo "timing: $1 took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')s"
 }
 
-timed within_limits
-timed memory
-timed cpu
-timed pids
-timed xfn
+run_check within-limits
+run_check memory
+run_check cpu
+run_check pids
+if [ -n "$XFN_BIN" ]; then
+	run_check xfn-starts
+else
+	echo "xfn: no binary given, xfn checks not run"
+fi
+
+# Extra checks (XFN_VM_EXTRA_CHECKS on the host): each file defines
+# check_NAME functions and calls run_check NAME, with everything above
+# (bundle, start, wait_stopped, field, finish, check) at hand.
+for extra in /opt/checks/extra/*.sh; do
+	[ -e "$extra" ] || continue
+	echo "checks: sourcing $(basename "$extra")"
+	. "$extra"
+done

@@ -81,13 +81,16 @@ say "unprivileged_userns_clone=$(cat /proc/sys/kernel/unprivileged_userns_clone 
 mkdir -p /home/check
 chown "$CHECK_UID:$CHECK_GID" /home/check
 
+xfn_bin=""
+[ -x /opt/xfn/bin/xfn ] && xfn_bin=/opt/xfn/bin/xfn
+
 say "starting checks at uptime $(cut -d' ' -f1 /proc/uptime)s"
 # Move the shell that becomes the user's into the session leaf first: moving a
 # process needs write access to cgroup.procs of the common ancestor of source
 # and destination, which the user only has inside its delegated subtree.
 sh -c "echo \$\$ > $cg/user.slice/xfn/session/cgroup.procs && exec /usr/bin/setpriv \
 	--reuid=$CHECK_UID --regid=$CHECK_GID --clear-groups --inh-caps=-all --bounding-set=-all \
-	env -i HOME=/home/check PATH=$PATH XFN_BIN=/opt/xfn/bin/xfn CGROUP_BASE=/user.slice/xfn \
+	env -i HOME=/home/check PATH=$PATH XFN_BIN=$xfn_bin CGROUP_BASE=/user.slice/xfn \
 	sh /opt/checks/guest-checks.sh"
 say "checks exited with $?"
 echo "VM-CHECKS-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"

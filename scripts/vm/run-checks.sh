@@ -11,6 +11,9 @@
 #   XFN_VM_WORKDIR  cache for the kernel and build outputs (default target/vm)
 #   XFN_VM_ACCEL    qemu accelerator (default tcg; kvm where /dev/kvm works)
 #   XFN_VM_TIMEOUT  seconds before the VM is given up on (default 300)
+#   XFN_VM_EXTRA_CHECKS, XFN_VM_INCLUDE, XFN_VM_BINARIES
+#                   more guest checks and what they need: see
+#                   build-initramfs.sh
 #
 # Prints one "CHECK <name> PASS|FAIL <value>" line per check, then
 # "vm-checks: N passed, M failed". Exits non-zero if any check failed, none
@@ -89,10 +92,12 @@ checks=$(grep -E '^CHECK [^ ]+ (PASS|FAIL)( |$)' "$log.clean" || true)
 [ -n "$checks" ] && echo "$checks"
 passed=$(grep -c ' PASS' <<<"$checks" || true)
 failed=$(grep -c ' FAIL' <<<"$checks" || true)
-# A check that printed nothing (the guest script died half-way) is a failure.
+# A check that printed nothing (the guest script died half-way) is a failure:
+# the built-in ones, and every other one the guest announced.
 expected=(within-limits memory cpu pids)
 [ -z "$xfn_bin" ] || expected+=(xfn-starts)
-for name in "${expected[@]}"; do
+expected+=($(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean"))
+for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	if ! grep -q "^CHECK $name " <<<"$checks"; then
 		echo "CHECK $name FAIL did-not-report"
 		failed=$((failed + 1))

@@ -12,7 +12,8 @@ CG_ROOT=/sys/fs/cgroup
 ROOTFS=/opt/rootfs
 BUNDLES=$HOME/bundles
 STATE=$HOME/crun-state
-CRUN="crun --root=$STATE --cgroup-manager=cgroupfs"
+# Rootless crun: its state under the user's home, cgroups by plain cgroupfs.
+crun_() { crun --root="$STATE" --cgroup-manager=cgroupfs "$@"; }
 MY_UID=$(id -u)
 MY_GID=$(id -g)
 : "${CGROUP_BASE:?}" "${XFN_BIN:=}"
@@ -66,11 +67,11 @@ EOF
 # processes until `crun delete`, so its counters can be read after they end.
 start() {
 	b=$BUNDLES/$1
-	$CRUN create --bundle "$b" "$1" >"$b/out" 2>"$b/err" || {
+	crun_ create --bundle "$b" "$1" >"$b/out" 2>"$b/err" || {
 		echo "$1: crun create failed: $(cat "$b/err")"
 		return 1
 	}
-	$CRUN start "$1" 2>>"$b/err" || {
+	crun_ start "$1" 2>>"$b/err" || {
 		echo "$1: crun start failed: $(cat "$b/err")"
 		return 1
 	}
@@ -80,7 +81,7 @@ start() {
 wait_stopped() {
 	deadline=$(($(date +%s) + $2))
 	while [ "$(date +%s)" -le "$deadline" ]; do
-		$CRUN state "$1" 2>/dev/null | grep -q '"status": *"stopped"' && return 0
+		crun_ state "$1" 2>/dev/null | grep -q '"status": *"stopped"' && return 0
 		sleep 0.2
 	done
 	echo "$1: container still running after $2 s"
@@ -93,7 +94,7 @@ field() {
 }
 
 finish() { # NAME: deletes the container; its cgroup must be gone after.
-	$CRUN delete -f "$1" >/dev/null 2>&1
+	crun_ delete -f "$1" >/dev/null 2>&1
 	if [ -d "$CG_ROOT$CGROUP_BASE/$1" ]; then
 		echo "$1: cgroup $CGROUP_BASE/$1 left behind after crun delete"
 		return 1
@@ -115,7 +116,7 @@ check_memory() {
 	status=$(sed -n 's/^dd-status=//p' "$BUNDLES/memory/out")
 	echo "memory: out=[$(tr '\n' ' ' <"$BUNDLES/memory/out")] err=[$(tr '\n' ' ' <"$BUNDLES/memory/err")]"
 	echo "memory: memory.max=$max memory.events: $(tr '\n' ' ' <"$cg/memory.events")"
-	finish memory || oom_kill=left-behind
+	finish memory || oom_kill="left-behind"
 	if [ "$max" = 33554432 ] && [ "${oom_kill:-0}" -ge 1 ] 2>/dev/null; then
 		check memory PASS "oom_kill=$oom_kill memory.max=$max dd-status=$status"
 	else
@@ -158,7 +159,7 @@ EOF
 	wall=$(sed -n 's/^wall_usec=\([0-9]*\) .*/\1/p' "$BUNDLES/cpu/out")
 	loop=$(sed -n 's/.* loop_usec=\([0-9]*\)$/\1/p' "$BUNDLES/cpu/out")
 	echo "cpu: cpu.max=[$cpumax] out=[$(tr '\n' ' ' <"$BUNDLES/cpu/out")] err=[$(tr '\n' ' ' <"$BUNDLES/cpu/err")] cpu.stat: $(tr '\n' ' ' <"$cg/cpu.stat")"
-	finish cpu || loop=left-behind
+	finish cpu || loop="left-behind"
 	# 10% of the wall time the loop ran (2 s: 200000 us), within +-50%.
 	expected=$((${wall:-0} / 10))
 	value="loop_usec=${loop:-missing} wall_usec=${wall:-missing} expected=$expected nr_throttled=$throttled cgroup_usage_usec=$total"
@@ -173,6 +174,7 @@ EOF
 # 3. pids: pids.max 16, a loop that spawns 40 sleepers cannot pass it, and
 # nothing is left in the cgroup once the container's init has gone.
 check_pids() {
+	# shellcheck disable=SC2016 # expanded by the container's shell
 	bundle pids '["sh", "-c", "i=0; while [ $i -lt 40 ]; do sleep 60 & echo spawned; i=$((i+1)); done"]' \
 		'{"pids": {"limit": 16}}'
 	start pids || { check pids FAIL "container-did-not-start"; return; }
@@ -191,7 +193,7 @@ check_pids() {
 	done
 	left=$(wc -l <"$cg/cgroup.procs")
 	echo "pids: pids.max=$pmax pids.events: $(tr '\n' ' ' <"$cg/pids.events") pids.peak=$peak spawned=$spawned err=[$(tr '\n' ' ' <"$BUNDLES/pids/err")]"
-	finish pids || left=left-behind
+	finish pids || left="left-behind"
 	value="pids.events.max=${events_max:-missing} pids.peak=$peak spawned=$spawned left=$left"
 	if [ "$pmax" = 16 ] && [ "${events_max:-0}" -ge 1 ] 2>/dev/null && [ "$spawned" -le 15 ] &&
 		[ "$left" = 0 ] && { [ "$peak" = n/a ] || [ "$peak" -le 16 ]; }; then
@@ -205,7 +207,7 @@ check_pids() {
 check_within_limits() {
 	bundle hello '["echo", "hello"]' \
 		'{"memory": {"limit": 33554432}, "cpu": {"quota": 10000, "period": 100000}, "pids": {"limit": 16}}'
-	out=$(timeout 60 $CRUN run --bundle "$BUNDLES/hello" hello 2>"$BUNDLES/hello/err")
+	out=$(timeout 60 crun --root="$STATE" --cgroup-manager=cgroupfs run --bundle "$BUNDLES/hello" hello 2>"$BUNDLES/hello/err")
 	rc=$?
 	[ -s "$BUNDLES/hello/err" ] && echo "hello: err=[$(tr '\n' ' ' <"$BUNDLES/hello/err")]"
 	if [ "$rc" = 0 ] && [ "$out" = hello ] && [ ! -d "$CG_ROOT$CGROUP_BASE/hello" ]; then
@@ -254,5 +256,6 @@ fi
 for extra in /opt/checks/extra/*.sh; do
 	[ -e "$extra" ] || continue
 	echo "checks: sourcing $(basename "$extra")"
+	# shellcheck source=/dev/null
 	. "$extra"
 done

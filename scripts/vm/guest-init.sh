@@ -33,6 +33,7 @@ if [ "$1" != "--stage2" ]; then
 	done
 	mkdir -p /newroot/proc /newroot/sys /newroot/dev
 	umount /proc
+	# shellcheck disable=SC2093 # reached only when switch_root fails
 	exec switch_root /newroot /init --stage2
 	die "switch_root failed"
 fi
@@ -49,9 +50,9 @@ hostname xfn-vm
 say "kernel $(uname -r), $(nproc) cpus, uptime $(cut -d' ' -f1 /proc/uptime)s"
 
 # Modules the Debian kernel builds as modules (listed by the builder).
-for m in $(cat /etc/vm-modules 2>/dev/null); do
+while read -r m; do
 	insmod "$m" || die "insmod $m"
-done
+done </etc/vm-modules
 
 # Pure cgroup v2: the cmdline (cgroup_no_v1=all) keeps v1 from claiming
 # controllers, so all of them show up in the v2 root.

@@ -16,7 +16,7 @@
 #                   build-initramfs.sh
 #
 # Prints one "CHECK <name> PASS|FAIL <value>" line per check, then
-# "vm-checks: N passed, M failed". Exits non-zero if any check failed, none
+# "vmchecks: N passed, M failed". Exits non-zero if any check failed, none
 # ran, or the VM did not finish.
 set -euo pipefail
 
@@ -28,10 +28,13 @@ accel=${XFN_VM_ACCEL:-tcg}
 vm_timeout=${XFN_VM_TIMEOUT:-300}
 
 if [ -n "$xfn_bin" ]; then
-	[ -x "$xfn_bin" ] || { echo "vm-checks: $xfn_bin is not an executable file" >&2; exit 2; }
+	[ -x "$xfn_bin" ] || { echo "vmchecks: $xfn_bin is not an executable file" >&2; exit 2; }
 	xfn_bin=$(readlink -f "$xfn_bin")
 fi
 mkdir -p "$work"
+# One run at a time per work dir: the kernel, initramfs and log live there.
+exec 9>"$work/lock"
+flock 9
 
 # 1. Host packages (checked, installed only when missing).
 sudo=""
@@ -42,7 +45,7 @@ for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-	echo "vm-checks: installing ${missing[*]}" >&2
+	echo "vmchecks: installing ${missing[*]}" >&2
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -61,13 +64,15 @@ if ! compgen -G "$kernel_dir/boot/vmlinuz-*" >/dev/null; then
 			apt-get download linux-image-amd64
 		}
 		image_pkg=$(dpkg-deb -f linux-image-amd64_*.deb Depends | grep -o 'linux-image-[0-9][^ ,(]*-amd64' | head -n 1)
-		[ -n "$image_pkg" ] || { echo "vm-checks: no linux-image dependency in linux-image-amd64" >&2; exit 1; }
+		[ -n "$image_pkg" ] || { echo "vmchecks: no linux-image dependency in linux-image-amd64" >&2; exit 1; }
 		apt-get download "$image_pkg"
 	) 2> >(grep -v "unsandboxed" >&2)
-	dpkg-deb -x "$(ls "$work"/debs/linux-image-[0-9]*.deb | head -n 1)" "$kernel_dir"
+	image_debs=("$work"/debs/linux-image-[0-9]*.deb)
+	dpkg-deb -x "${image_debs[0]}" "$kernel_dir"
 	rm -rf "$work/debs"
 fi
-vmlinuz=$(ls "$kernel_dir"/boot/vmlinuz-* | head -n 1)
+vmlinuzes=("$kernel_dir"/boot/vmlinuz-*)
+vmlinuz=${vmlinuzes[0]}
 
 # 3. The initramfs, rebuilt every run (cheap; the xfn binary changes).
 initramfs=$work/initramfs.gz
@@ -76,7 +81,7 @@ initramfs=$work/initramfs.gz
 # 4. Boot. Serial console to a log; init powers off when the checks are done.
 log=$work/console.log
 cmdline="console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
-echo "vm-checks: booting $(basename "$vmlinuz") (accel=$accel, timeout ${vm_timeout}s)" >&2
+echo "vmchecks: booting $(basename "$vmlinuz") (accel=$accel, timeout ${vm_timeout}s)" >&2
 start=$(date +%s.%N)
 set +e
 timeout "$vm_timeout" qemu-system-x86_64 -accel "$accel" -m 1024 -smp 2 -nographic -no-reboot \
@@ -96,7 +101,7 @@ failed=$(grep -c ' FAIL' <<<"$checks" || true)
 # the built-in ones, and every other one the guest announced.
 expected=(within-limits memory cpu pids)
 [ -z "$xfn_bin" ] || expected+=(xfn-starts)
-expected+=($(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean"))
+mapfile -t -O "${#expected[@]}" expected < <(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean")
 for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	if ! grep -q "^CHECK $name " <<<"$checks"; then
 		echo "CHECK $name FAIL did-not-report"
@@ -104,18 +109,18 @@ for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	fi
 done
 done_line=$(grep -o 'VM-CHECKS-DONE uptime=[0-9.]*' "$log.clean" || true)
-echo "vm-checks: qemu exited $qemu_rc after ${elapsed}s wall; guest ${done_line:-did not finish}" >&2
+echo "vmchecks: qemu exited $qemu_rc after ${elapsed}s wall; guest ${done_line:-did not finish}" >&2
 
 status=0
 if [ -z "$done_line" ]; then
-	echo "vm-checks: the VM did not finish; console log ($log):" >&2
+	echo "vmchecks: the VM did not finish; console log ($log):" >&2
 	tail -n 60 "$log.clean" >&2
 	status=1
 elif [ -z "$checks" ]; then
-	echo "vm-checks: no check ran; console log: $log" >&2
+	echo "vmchecks: no check ran; console log: $log" >&2
 	status=1
 elif [ "$failed" -gt 0 ]; then
 	status=1
 fi
-echo "vm-checks: $passed passed, $failed failed"
+echo "vmchecks: $passed passed, $failed failed"
 exit "$status"

@@ -19,7 +19,18 @@ MY_GID=$(id -g)
 : "${CGROUP_BASE:?}" "${XFN_BIN:=}"
 
 mkdir -p "$BUNDLES" "$STATE"
-echo "checks: uid=$MY_UID gid=$MY_GID cgroup=$(cat /proc/self/cgroup)"
+echo "checks: uid=$MY_UID gid=$MY_GID started in cgroup $(cat /proc/self/cgroup)"
+
+# As any Delegate=yes service must: leave the delegated cgroup for a leaf
+# (no internal processes once controllers are enabled), then enable the
+# controllers for the children crun creates. Moving needs write access to
+# cgroup.procs of the common ancestor: the delegated cgroup, ours.
+delegated=$CG_ROOT$CGROUP_BASE
+mkdir "$delegated/checks" && echo $$ >"$delegated/checks/cgroup.procs" ||
+	echo "checks: could not move into $CGROUP_BASE/checks"
+echo "+cpu +memory +pids" >"$delegated/cgroup.subtree_control" ||
+	echo "checks: could not enable controllers in $CGROUP_BASE"
+echo "checks: now in $(cat /proc/self/cgroup), $CGROUP_BASE enables [$(cat "$delegated/cgroup.subtree_control")]"
 
 check() { # NAME PASS|FAIL VALUE
 	echo "CHECK $1 $2 $3"

@@ -67,13 +67,14 @@ mkdir -p "$cg/init.scope"
 echo $$ >"$cg/init.scope/cgroup.procs" || die "move init into init.scope"
 
 # The delegated subtree: user.slice/xfn owned by the user, with the files
-# systemd chowns on Delegate=yes. The user's own processes start in a leaf
-# (session) so that the subtree root stays free for subtree_control.
-mkdir -p "$cg/user.slice/xfn/session"
+# systemd chowns on Delegate=yes. As under systemd, the user's first process
+# starts in the delegated cgroup itself; moving into leaves below it before
+# enabling controllers there is the delegatee's job (guest-checks.sh does it,
+# and so must xfn).
+mkdir -p "$cg/user.slice/xfn"
 echo "+cpu +memory +pids" >"$cg/user.slice/cgroup.subtree_control" || die "enable controllers in user.slice"
 chown "$CHECK_UID:$CHECK_GID" "$cg/user.slice/xfn" "$cg/user.slice/xfn/cgroup.procs" \
 	"$cg/user.slice/xfn/cgroup.subtree_control" "$cg/user.slice/xfn/cgroup.threads" || die "chown delegated subtree"
-chown -R "$CHECK_UID:$CHECK_GID" "$cg/user.slice/xfn/session" || die "chown session cgroup"
 say "delegated $cg/user.slice/xfn to uid $CHECK_UID"
 
 # Debian's knob for unprivileged user namespaces (on by default; say so).
@@ -86,10 +87,8 @@ xfn_bin=""
 [ -x /opt/xfn/bin/xfn ] && xfn_bin=/opt/xfn/bin/xfn
 
 say "starting checks at uptime $(cut -d' ' -f1 /proc/uptime)s"
-# Move the shell that becomes the user's into the session leaf first: moving a
-# process needs write access to cgroup.procs of the common ancestor of source
-# and destination, which the user only has inside its delegated subtree.
-sh -c "echo \$\$ > $cg/user.slice/xfn/session/cgroup.procs && exec /usr/bin/setpriv \
+# The shell that becomes the user's enters the delegated cgroup first.
+sh -c "echo \$\$ > $cg/user.slice/xfn/cgroup.procs && exec /usr/bin/setpriv \
 	--reuid=$CHECK_UID --regid=$CHECK_GID --clear-groups --inh-caps=-all --bounding-set=-all \
 	env -i HOME=/home/check PATH=$PATH XFN_BIN=$xfn_bin CGROUP_BASE=/user.slice/xfn \
 	sh /opt/checks/guest-checks.sh"

@@ -67,6 +67,11 @@ mkdir -p "$root"/{proc,sys,dev,tmp,run,etc,home,opt,lib/modules}
 copy_with_libs "$(command -v crun)" /usr/bin/crun
 rm -f "$root/bin/setpriv" "$root/usr/bin/setpriv"
 copy_with_libs "$(command -v setpriv)" /usr/bin/setpriv
+# The system CA bundle, as on any host: TLS clients (xfn's registry client)
+# may refuse to start without one, even for a plain-HTTP loopback registry.
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+	install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+fi
 cat >"$root/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/sh
 check:x:1000:1000:check:/home/check:/bin/sh

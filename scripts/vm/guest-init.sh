@@ -46,6 +46,7 @@ mount -t devpts devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
 hostname xfn-vm
+ip link set lo up # a registry on 127.0.0.1 serves the xfn checks' image
 
 say "kernel $(uname -r), $(nproc) cpus, uptime $(cut -d' ' -f1 /proc/uptime)s"
 

@@ -39,7 +39,9 @@ flock 9
 # 1. Host packages (checked, installed only when missing).
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
-packages=(qemu-system-x86 busybox-static crun cpio util-linux binutils)
+packages=(qemu-system-x86 busybox-static crun cpio util-linux binutils ca-certificates)
+# The xfn-level checks' image is built and served with these.
+[ -z "$xfn_bin" ] || packages+=(umoci skopeo docker-registry curl python3)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -74,7 +76,17 @@ fi
 vmlinuzes=("$kernel_dir"/boot/vmlinuz-*)
 vmlinuz=${vmlinuzes[0]}
 
-# 3. The initramfs, rebuilt every run (cheap; the xfn binary changes).
+# 3. With an xfn binary: the example function's image in registry storage
+# the VM serves itself, the input, and the xfn-level checks.
+if [ -n "$xfn_bin" ]; then
+	"$here/xfn-image.sh" "$work/xfn-image"
+	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml"
+	XFN_VM_BINARIES="${XFN_VM_BINARIES:-} /usr/bin/docker-registry:/usr/bin/docker-registry"
+	export XFN_VM_BINARIES
+	export XFN_VM_EXTRA_CHECKS="$here/guest-xfn-checks.sh ${XFN_VM_EXTRA_CHECKS:-}"
+fi
+
+# The initramfs, rebuilt every run (cheap; the xfn binary changes).
 initramfs=$work/initramfs.gz
 "$here/build-initramfs.sh" "$kernel_dir" "$initramfs" "$xfn_bin"
 
@@ -100,7 +112,7 @@ failed=$(grep -c ' FAIL' <<<"$checks" || true)
 # A check that printed nothing (the guest script died half-way) is a failure:
 # the built-in ones, and every other one the guest announced.
 expected=(within-limits memory cpu pids)
-[ -z "$xfn_bin" ] || expected+=(xfn-starts)
+[ -z "$xfn_bin" ] || expected+=(xfn-starts xfn-run)
 mapfile -t -O "${#expected[@]}" expected < <(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean")
 for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	if ! grep -q "^CHECK $name " <<<"$checks"; then

@@ -10,7 +10,8 @@
 # Environment:
 #   XFN_VM_WORKDIR  cache for the kernel and build outputs (default target/vm)
 #   XFN_VM_ACCEL    qemu accelerator (default tcg; kvm where /dev/kvm works)
-#   XFN_VM_TIMEOUT  seconds before the VM is given up on (default 300)
+#   XFN_VM_TIMEOUT  seconds before the VM is given up on (default 300, 600
+#                   with an xfn binary)
 #   XFN_VM_EXTRA_CHECKS, XFN_VM_INCLUDE, XFN_VM_BINARIES
 #                   more guest checks and what they need: see
 #                   build-initramfs.sh
@@ -25,7 +26,9 @@ repo=$(cd "$here/../.." && pwd)
 xfn_bin=${1:-}
 work=${XFN_VM_WORKDIR:-$repo/target/vm}
 accel=${XFN_VM_ACCEL:-tcg}
-vm_timeout=${XFN_VM_TIMEOUT:-300}
+# xfn run under TCG (pull, unpack, crun) takes a minute or more with a debug
+# build on a busy machine: more room when an xfn binary is given.
+vm_timeout=${XFN_VM_TIMEOUT:-$([ -n "$xfn_bin" ] && echo 600 || echo 300)}
 
 if [ -n "$xfn_bin" ]; then
 	[ -x "$xfn_bin" ] || { echo "vmchecks: $xfn_bin is not an executable file" >&2; exit 2; }

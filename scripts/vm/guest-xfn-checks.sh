@@ -55,8 +55,21 @@ check_xfn_run() {
 	fi
 }
 
+# Not a check yet (issue 5 makes it one): what xfn says today when asked to
+# enforce limits on a host that has a delegated cgroup v2 subtree.
+probe_xfn_limits() {
+	if ! "$XFN_BIN" run --help 2>/dev/null | grep -q -- '--require-limits'; then
+		echo "xfn: limits probe: this xfn has no --require-limits"
+		return
+	fi
+	XFN_CACHE_DIR=$HOME/xfn-cache xfn_in_leaf run --require-limits --memory 32Mi --cpu 100m \
+		"$XFN_IMAGE" /opt/xfn/functionio.yaml >/dev/null 2>"$HOME/xfn-limits.err"
+	echo "xfn: limits probe (--require-limits --memory 32Mi --cpu 100m): exit=$? stderr=[$(tail -n 3 "$HOME/xfn-limits.err" | tr '\n' ' ')]"
+}
+
 if start_registry; then
 	run_check xfn-run
+	probe_xfn_limits
 	kill "$registry_pid" 2>/dev/null
 else
 	echo "EXPECT xfn-run"

@@ -96,7 +96,7 @@ initramfs=$work/initramfs.gz
 # 4. Boot. Serial console to a log; init powers off when the checks are done.
 log=$work/console.log
 cmdline="console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
-echo "vmchecks: booting $(basename "$vmlinuz") (accel=$accel, timeout ${vm_timeout}s)" >&2
+echo "vmchecks: booting $(basename "$vmlinuz") (accel=$accel, timeout ${vm_timeout}s, host load $(cut -d" " -f1-3 /proc/loadavg))" >&2
 start=$(date +%s.%N)
 set +e
 timeout "$vm_timeout" qemu-system-x86_64 -accel "$accel" -m 1024 -smp 2 -nographic -no-reboot \

@@ -4,7 +4,7 @@
 # bucket named after the composite resource.
 set -eu
 input=$(cat)
-name=$(printf '%s\n' "$input" | sed -n 's/^      name: //p' | head -n 1)
+name=$(printf '%s\n' "$input" | sed -n 's/^        name: //p' | head -n 1)
 printf '%s\n' "$input"
 cat <<YAML
 desired:

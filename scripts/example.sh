@@ -10,6 +10,9 @@ cargo build --release --quiet
 xfn="$PWD/target/release/xfn"
 
 work=$(mktemp -d)
+# As root, xfn maps container root to host uid 100000, which must be able to
+# reach the cache dir.
+chmod 755 "$work"
 trap 'kill "$registry_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$work/registry.yml" <<YAML

@@ -43,6 +43,7 @@ pub enum LogFormat {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
     /// Serve the runner API for Crossplane (the default).
     Start(start::StartArgs),
@@ -127,6 +128,23 @@ pub fn init_logging(global: &Global) {
 /// the user and mount namespace for the commands that run or unpack images.
 /// (Owned by the sandbox work.)
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
-    let _ = command;
+    match command {
+        Command::Run(args) => enter_namespace(&args.store, &args.userns),
+        // `start` and `pull` enter it too once their args carry StoreArgs and
+        // UsernsArgs: `Command::Start(args) => enter_namespace(&args.store, &args.userns)`.
+        _ => Ok(()),
+    }
+}
+
+/// Enters xfn's user and mount namespace (see `xfn::sandbox::userns` for
+/// why in-process and how ids are mapped). Once per process, single-threaded.
+pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    xfn::sandbox::userns::enter(&xfn::sandbox::userns::UsernsOptions {
+        map_root_uid: userns.map_root_uid,
+        map_root_gid: userns.map_root_gid,
+        cache_dir: store.cache_dir.clone(),
+    })
+    .context("cannot enter xfn's user namespace")?;
     Ok(())
 }

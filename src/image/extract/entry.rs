@@ -1,0 +1,495 @@
+//! Applying tar entries one by one to the tree.
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid, XattrFlags};
+use rustix::io::Errno;
+
+use super::fsops;
+use super::paths::{join, normalize, split_last};
+use super::tree::{set_opaque, Origin, ResolveError, Tree};
+use super::{ExtractError, ExtractStats};
+
+const WHITEOUT_PREFIX: &[u8] = b".wh.";
+const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
+/// Files are copied through a buffer of this size, reused for every entry.
+const COPY_BUF: usize = 256 * 1024;
+
+/// One layer being applied.
+pub(super) struct Extraction {
+    tree: Tree,
+    stats: ExtractStats,
+    /// Directories' metadata, applied once the whole layer is in.
+    dirs: HashMap<Vec<u8>, Meta>,
+    /// Owner pairs whose chown the namespace refused: not tried again.
+    unmapped: HashSet<(u32, u32)>,
+    buf: Vec<u8>,
+}
+
+/// The metadata of an entry's header.
+struct Meta {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: i64,
+}
+
+impl Extraction {
+    pub(super) fn new(tree: Tree) -> Self {
+        Self {
+            tree,
+            stats: ExtractStats::default(),
+            dirs: HashMap::new(),
+            unmapped: HashSet::new(),
+            buf: vec![0; COPY_BUF],
+        }
+    }
+
+    /// Applies one entry; `name` is its raw path, for errors.
+    pub(super) fn apply<R: Read>(
+        &mut self,
+        item: &mut tar::Entry<'_, R>,
+        name: &str,
+    ) -> Result<(), ExtractError> {
+        let kind = item.header().entry_type();
+        if kind.is_pax_global_extensions()
+            || kind.is_pax_local_extensions()
+            || kind.is_gnu_longname()
+            || kind.is_gnu_longlink()
+        {
+            return Ok(());
+        }
+        let rel = normalize(&item.path_bytes()).map_err(|reason| unsafe_entry(name, reason))?;
+        if rel.is_empty() {
+            // The layer root itself ("./"): its metadata is the layer dir's
+            // own business (the store makes it), so it is not applied.
+            return Ok(());
+        }
+        let (parent, base) = split_last(&rel);
+        if base.starts_with(WHITEOUT_PREFIX) {
+            return self.whiteout(parent, base, name);
+        }
+        let header = item.header();
+        let meta = Meta {
+            mode: header.mode().map_err(|e| io_err(name, e))? & 0o7777,
+            // Blank owner or time fields (some writers leave them empty)
+            // read as 0 rather than failing the whole layer.
+            uid: header.uid().unwrap_or(0) as u32,
+            gid: header.gid().unwrap_or(0) as u32,
+            mtime: header.mtime().unwrap_or(0) as i64,
+        };
+        let parent_fd = self
+            .tree
+            .dir_for_entry(parent)
+            .map_err(|e| resolve_err(name, e))?;
+        let dir = parent_fd.as_fd();
+        if kind.is_dir() {
+            self.directory(dir, &rel, base, meta, item, name)?;
+        } else if kind.is_file() || kind.is_contiguous() || kind.is_gnu_sparse() {
+            self.regular(dir, &rel, base, &meta, item, name)?;
+        } else if kind.is_symlink() {
+            let target = item
+                .link_name_bytes()
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| unsafe_entry(name, "symlink without a target"))?;
+            self.replacing(dir, &rel, base, name, |d| {
+                rustix::fs::symlinkat(target.as_ref(), d, base)
+            })?;
+            self.chown_at(dir, base, &meta);
+            let times = timestamps(meta.mtime);
+            rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| io_err(name, e.into()))?;
+        } else if kind.is_hard_link() {
+            self.hardlink(dir, &rel, base, item, name)?;
+        } else if kind.is_fifo() {
+            self.replacing(dir, &rel, base, name, |d| {
+                rustix::fs::mknodat(d, base, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
+            })?;
+            self.chown_at(dir, base, &meta);
+            rustix::fs::chmodat(dir, base, Mode::from_raw_mode(meta.mode), AtFlags::empty())
+                .map_err(|e| io_err(name, e.into()))?;
+            let times = timestamps(meta.mtime);
+            rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| io_err(name, e.into()))?;
+        } else {
+            // Device nodes cannot be made in a user namespace and have no
+            // place in a function's rootfs; other types are unknown.
+            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        self.stats.entries += 1;
+        Ok(())
+    }
+
+    fn directory<R: Read>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        base: &[u8],
+        meta: Meta,
+        item: &mut tar::Entry<'_, R>,
+        name: &str,
+    ) -> Result<(), ExtractError> {
+        let before = self.tree.seen.get(rel).copied();
+        match rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => {
+                let st = rustix::fs::statat(dir, base, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| io_err(name, e.into()))?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                    fsops::remove_any_at(dir, base).map_err(|e| io_err(name, e))?;
+                    rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700))
+                        .map_err(|e| io_err(name, e.into()))?;
+                }
+            }
+            Err(e) => return Err(io_err(name, e.into())),
+        }
+        let xattrs = pax_xattrs(item, name)?;
+        if !xattrs.is_empty() || (self.tree.overlay && before == Some(Origin::Whiteout)) {
+            let fd = fsops::open_dir_at(dir, base).map_err(|e| io_err(name, e))?;
+            if self.tree.overlay && before == Some(Origin::Whiteout) {
+                // A whiteout of this layer hid the lower directory.
+                set_opaque(fd.as_fd()).map_err(|e| io_err(name, e))?;
+            }
+            set_xattrs(fd.as_fd(), &xattrs, name);
+        }
+        self.tree.seen.insert(rel.to_vec(), Origin::Dir);
+        // Mode, owner and times last: contents are written first (a 0555
+        // directory stays writable meanwhile) and would bump the mtime.
+        self.dirs.insert(rel.to_vec(), meta);
+        Ok(())
+    }
+
+    fn regular<R: Read>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        base: &[u8],
+        meta: &Meta,
+        item: &mut tar::Entry<'_, R>,
+        name: &str,
+    ) -> Result<(), ExtractError> {
+        let xattrs = pax_xattrs(item, name)?;
+        let fd = self.replacing(dir, rel, base, name, |d| {
+            rustix::fs::openat(
+                d,
+                base,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+        })?;
+        let mut file = File::from(fd);
+        loop {
+            let n = match item.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err(name, e)),
+            };
+            file.write_all(&self.buf[..n])
+                .map_err(|e| io_err(name, e))?;
+            self.stats.bytes += n as u64;
+        }
+        let fd: OwnedFd = file.into();
+        // Owner before mode: chown clears setuid/setgid.
+        self.chown_fd(fd.as_fd(), meta);
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
+            .map_err(|e| io_err(name, e.into()))?;
+        set_xattrs(fd.as_fd(), &xattrs, name);
+        rustix::fs::futimens(&fd, &timestamps(meta.mtime)).map_err(|e| io_err(name, e.into()))?;
+        Ok(())
+    }
+
+    fn hardlink<R: Read>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        base: &[u8],
+        item: &mut tar::Entry<'_, R>,
+        name: &str,
+    ) -> Result<(), ExtractError> {
+        let raw = item
+            .link_name_bytes()
+            .ok_or_else(|| unsafe_entry(name, "hardlink without a target"))?;
+        let target = normalize(&raw).map_err(|_| {
+            unsafe_entry(
+                name,
+                &format!(
+                    "hardlink target {:?} climbs above the layer root",
+                    String::from_utf8_lossy(&raw)
+                ),
+            )
+        })?;
+        if target.is_empty() {
+            return Err(unsafe_entry(name, "hardlink to the layer root"));
+        }
+        if target == rel {
+            return Ok(());
+        }
+        let (tparent, tbase) = split_last(&target);
+        let tdir = self
+            .tree
+            .open_existing(tparent)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::EXDEV) => unsafe_entry(
+                    name,
+                    &format!(
+                        "hardlink target {:?} lies behind a symlink or non-directory",
+                        String::from_utf8_lossy(&target)
+                    ),
+                ),
+                _ => io_err(
+                    name,
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "hardlink target {:?}: {e}",
+                            String::from_utf8_lossy(&target)
+                        ),
+                    ),
+                ),
+            })?;
+        // linkat without AT_SYMLINK_FOLLOW links a symlink itself, never
+        // what it points to: a hardlink cannot reach outside either.
+        self.replacing(dir, rel, base, name, |d| {
+            rustix::fs::linkat(&tdir, tbase, d, base, AtFlags::empty())
+        })
+        .map_err(|e| match e {
+            ExtractError::Io { entry, source } => ExtractError::Io {
+                entry,
+                source: io::Error::new(
+                    source.kind(),
+                    format!(
+                        "hardlink to {:?}: {source}",
+                        String::from_utf8_lossy(&target)
+                    ),
+                ),
+            },
+            other => other,
+        })?;
+        Ok(())
+    }
+
+    /// Runs `create` (a syscall making `base` in `dir`); when something is
+    /// already there it is removed (recursively for a directory) and `create`
+    /// retried: a later entry replaces an earlier or lower one of any type.
+    fn replacing<T>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        base: &[u8],
+        name: &str,
+        mut create: impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, ExtractError> {
+        let out = match create(dir) {
+            Ok(v) => v,
+            Err(Errno::EXIST) => {
+                if fsops::remove_any_at(dir, base).map_err(|e| io_err(name, e))? {
+                    self.tree.invalidate();
+                }
+                create(dir).map_err(|e| io_err(name, e.into()))?
+            }
+            Err(e) => return Err(io_err(name, e.into())),
+        };
+        self.tree.seen.insert(rel.to_vec(), Origin::NonDir);
+        Ok(out)
+    }
+
+    /// A `.wh.` entry: `.wh..wh..opq` makes its directory opaque, `.wh.X`
+    /// hides the lower layers' X.
+    fn whiteout(&mut self, parent: &[u8], base: &[u8], name: &str) -> Result<(), ExtractError> {
+        let parent_fd = self
+            .tree
+            .dir_for_entry(parent)
+            .map_err(|e| resolve_err(name, e))?;
+        self.stats.whiteouts += 1;
+        if base == OPAQUE_MARKER {
+            return self
+                .tree
+                .make_opaque(parent_fd.as_fd(), parent)
+                .map_err(|e| io_err(name, e));
+        }
+        if base.starts_with(b".wh..wh.") {
+            // Other AUFS metadata (`.wh..wh.plnk`, …): not part of the tree.
+            tracing::debug!(entry = name, "skipping AUFS metadata entry");
+            self.stats.whiteouts -= 1;
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let hidden = &base[WHITEOUT_PREFIX.len()..];
+        if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
+            return Err(unsafe_entry(name, "whiteout of an invalid name"));
+        }
+        let rel = join(parent, hidden);
+        let dir = parent_fd.as_fd();
+        match self.tree.seen.get(&rel).copied() {
+            // This layer has its own `hidden`: the whiteout hides only what
+            // lower layers had there (the spec: whiteouts apply to lower
+            // layers only, in whatever order the two entries come).
+            Some(Origin::Dir) => {
+                let fd = fsops::open_dir_at(dir, hidden).map_err(|e| io_err(name, e))?;
+                self.tree
+                    .make_opaque(fd.as_fd(), &rel)
+                    .map_err(|e| io_err(name, e))?;
+            }
+            Some(Origin::NonDir) | Some(Origin::Whiteout) => {}
+            None => {
+                if self.tree.overlay {
+                    self.replacing(dir, &rel, hidden, name, |d| {
+                        rustix::fs::mknodat(
+                            d,
+                            hidden,
+                            FileType::CharacterDevice,
+                            Mode::empty(),
+                            rustix::fs::makedev(0, 0),
+                        )
+                    })?;
+                } else if fsops::remove_any_at(dir, hidden).map_err(|e| io_err(name, e))? {
+                    self.tree.invalidate();
+                }
+                self.tree.seen.insert(rel, Origin::Whiteout);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets directories' modes, owners and mtimes (deepest first, so a
+    /// read-only parent does not stop its children) and returns the stats.
+    pub(super) fn finish(mut self) -> Result<ExtractStats, ExtractError> {
+        let mut dirs: Vec<(Vec<u8>, Meta)> = std::mem::take(&mut self.dirs).into_iter().collect();
+        dirs.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count()));
+        self.tree.invalidate();
+        for (rel, meta) in dirs {
+            let name = String::from_utf8_lossy(&rel).into_owned();
+            let fd = match self.tree.open_existing(&rel) {
+                Ok(fd) => fd,
+                // Replaced or removed by a later entry of this layer.
+                Err(_) => continue,
+            };
+            self.chown_fd(fd.as_fd(), &meta);
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
+                .map_err(|e| io_err(&name, e.into()))?;
+            rustix::fs::futimens(&fd, &timestamps(meta.mtime))
+                .map_err(|e| io_err(&name, e.into()))?;
+        }
+        Ok(self.stats)
+    }
+
+    fn chown_fd(&mut self, fd: BorrowedFd<'_>, meta: &Meta) {
+        if self.unmapped.contains(&(meta.uid, meta.gid)) {
+            return;
+        }
+        let res = rustix::fs::fchown(fd, Some(uid(meta.uid)), Some(gid(meta.gid)));
+        self.note_chown(res, meta);
+    }
+
+    fn chown_at(&mut self, dir: BorrowedFd<'_>, base: &[u8], meta: &Meta) {
+        if self.unmapped.contains(&(meta.uid, meta.gid)) {
+            return;
+        }
+        let res = rustix::fs::chownat(
+            dir,
+            base,
+            Some(uid(meta.uid)),
+            Some(gid(meta.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        self.note_chown(res, meta);
+    }
+
+    fn note_chown(&mut self, res: Result<(), Errno>, meta: &Meta) {
+        if let Err(e) = res {
+            // EINVAL: the id is not mapped in this user namespace; EPERM: no
+            // CAP_CHOWN. Either way the file stays ours, which is what a
+            // rootless run without a full id map can do.
+            tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+            self.unmapped.insert((meta.uid, meta.gid));
+        }
+    }
+}
+
+fn uid(raw: u32) -> Uid {
+    Uid::from_raw(raw)
+}
+
+fn gid(raw: u32) -> Gid {
+    Gid::from_raw(raw)
+}
+
+fn timestamps(mtime: i64) -> Timestamps {
+    let t = Timespec {
+        tv_sec: mtime,
+        tv_nsec: 0,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+/// An xattr name and value.
+type Xattr = (Vec<u8>, Vec<u8>);
+
+/// The `SCHILY.xattr.*` PAX records of an entry that are safe to apply:
+/// `user.*` except the overlay's own (`user.overlay.*` would let a layer
+/// forge opaque dirs or redirects in Overlay mode).
+fn pax_xattrs<R: Read>(
+    item: &mut tar::Entry<'_, R>,
+    name: &str,
+) -> Result<Vec<Xattr>, ExtractError> {
+    let mut out = Vec::new();
+    let Some(exts) = item.pax_extensions().map_err(|e| io_err(name, e))? else {
+        return Ok(out);
+    };
+    for ext in exts {
+        let ext = ext.map_err(|e| io_err(name, e))?;
+        let Some(key) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") else {
+            continue;
+        };
+        if key.starts_with(b"user.") && !key.starts_with(b"user.overlay.") {
+            out.push((key.to_vec(), ext.value_bytes().to_vec()));
+        } else {
+            tracing::debug!(entry = name, xattr = %String::from_utf8_lossy(key), "xattr not applied");
+        }
+    }
+    Ok(out)
+}
+
+fn set_xattrs(fd: BorrowedFd<'_>, xattrs: &[Xattr], name: &str) {
+    for (key, value) in xattrs {
+        if let Err(e) = rustix::fs::fsetxattr(fd, key.as_slice(), value, XattrFlags::empty()) {
+            // Optional: a filesystem without user xattrs loses them.
+            tracing::debug!(entry = name, error = %e, "xattr not applied");
+        }
+    }
+}
+
+fn io_err(entry: &str, source: io::Error) -> ExtractError {
+    ExtractError::Io {
+        entry: entry.to_owned(),
+        source,
+    }
+}
+
+fn unsafe_entry(entry: &str, reason: &str) -> ExtractError {
+    ExtractError::Unsafe {
+        entry: entry.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn resolve_err(entry: &str, e: ResolveError) -> ExtractError {
+    match e {
+        ResolveError::ThroughNonDir(p) => unsafe_entry(
+            entry,
+            &format!(
+                "its parent {:?} is a symlink or non-directory of this same layer",
+                String::from_utf8_lossy(&p)
+            ),
+        ),
+        ResolveError::Io(source) => io_err(entry, source),
+    }
+}

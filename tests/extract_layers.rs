@@ -1,0 +1,516 @@
+//! Layer extraction per the OCI layer spec, in both whiteout modes, and the
+//! overlay of Overlay-mode layer dirs compared with the Flatten result.
+mod extract_support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use extract_support::{comparable, snapshot, Kind, Layer};
+use xfn::image::extract::{extract_layer, ExtractError, WhiteoutMode};
+
+fn apply(layer: &[u8], dest: &Path, mode: WhiteoutMode) -> Result<(), ExtractError> {
+    extract_layer(layer, dest, mode).map(|_| ())
+}
+
+/// Flattens `layers` (bottom first) into `dest`.
+fn flatten(layers: &[Vec<u8>], dest: &Path) {
+    std::fs::create_dir_all(dest).unwrap();
+    for l in layers {
+        apply(l, dest, WhiteoutMode::Flatten).unwrap();
+    }
+}
+
+/// Extracts each layer into its own dir under `base`, returns them bottom first.
+fn overlay_dirs(layers: &[Vec<u8>], base: &Path) -> Vec<PathBuf> {
+    layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let d = base.join(format!("layer{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            apply(l, &d, WhiteoutMode::Overlay).unwrap();
+            d
+        })
+        .collect()
+}
+
+fn content(root: &Path, rel: &str) -> Vec<u8> {
+    std::fs::read(root.join(rel)).unwrap()
+}
+
+#[test]
+fn files_dirs_links_fifos_modes_and_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layer = Layer::new()
+        .mtime(1_500_000_000)
+        .dir("bin/", 0o755)
+        .file("bin/tool", 0o4755, b"#!/bin/sh\n")
+        .dir("tmp/", 0o1777)
+        .dir("ro/", 0o555)
+        .file("ro/file", 0o444, b"read only")
+        .symlink("bin/sh", "/bin/busybox")
+        .symlink("rel", "bin/tool")
+        .hardlink("bin/tool2", "bin/tool")
+        .fifo("run.fifo", 0o620)
+        .raw(tar::EntryType::Char, "dev-null", "", 0o666, b"")
+        .mtime(1_400_000_000)
+        .file("bin/later", 0o600, b"x")
+        .build();
+    let dest = tmp.path().join("root");
+    std::fs::create_dir(&dest).unwrap();
+    let stats = extract_layer(layer.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
+    assert_eq!(stats.skipped, 1, "the char device is skipped");
+    assert_eq!(stats.bytes, 10 + 9 + 1);
+    let t = snapshot(&dest);
+    assert!(!t.contains_key("dev-null"));
+    assert_eq!(t["bin/tool"].mode, 0o4755);
+    assert_eq!(t["bin/tool"].mtime, 1_500_000_000);
+    assert_eq!(t["bin/later"].mtime, 1_400_000_000);
+    assert_eq!(t["tmp"].mode, 0o1777);
+    assert_eq!(t["ro"].mode, 0o555);
+    assert_eq!(t["ro/file"].mode, 0o444);
+    // Directory mtimes are set after their contents were written.
+    assert_eq!(t["bin"].mtime, 1_500_000_000);
+    assert_eq!(t["ro"].mtime, 1_500_000_000);
+    assert_eq!(t["bin/sh"].kind, Kind::Symlink("/bin/busybox".into()));
+    assert_eq!(t["rel"].kind, Kind::Symlink("bin/tool".into()));
+    assert_eq!(
+        t["bin/tool2"].ino, t["bin/tool"].ino,
+        "a hardlink shares the inode"
+    );
+    assert_eq!(t["run.fifo"].kind, Kind::Fifo);
+    assert_eq!(t["run.fifo"].mode, 0o620);
+}
+
+#[test]
+fn ownership_is_kept_as_root() {
+    // This test process runs as root here; the unprivileged variant below
+    // checks that unmapped owners are tolerated.
+    let tmp = tempfile::tempdir().unwrap();
+    let layer = Layer::new()
+        .owner(1234, 5678)
+        .dir("home/", 0o755)
+        .file("home/f", 0o2755, b"setgid")
+        .symlink("home/l", "f")
+        .build();
+    apply(&layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    let t = snapshot(tmp.path());
+    if rustix::process::geteuid().is_root() {
+        for p in ["home", "home/f", "home/l"] {
+            assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
+        }
+    }
+    // chown before chmod: the setgid bit survives.
+    assert_eq!(t["home/f"].mode, 0o2755);
+}
+
+#[test]
+fn unmapped_owners_are_tolerated_unprivileged() {
+    if !extract_support::in_unprivileged_child() {
+        extract_support::run_unprivileged("unmapped_owners_are_tolerated_unprivileged");
+        return;
+    }
+    // In a user namespace mapping only our own id to 0: owner 1234 cannot
+    // be set, extraction goes on and the file is ours.
+    let tmp = tempfile::tempdir().unwrap();
+    let layer = Layer::new()
+        .owner(1234, 5678)
+        .dir("d/", 0o755)
+        .file("d/f", 0o640, b"x")
+        .owner(0, 0)
+        .file("d/g", 0o600, b"y")
+        .build();
+    apply(&layer, tmp.path(), WhiteoutMode::Overlay).unwrap();
+    let md = std::fs::metadata(tmp.path().join("d/f")).unwrap();
+    assert_eq!(md.uid(), 0);
+    assert_eq!(md.permissions().mode() & 0o7777, 0o640);
+    assert_eq!(content(tmp.path(), "d/g"), b"y");
+}
+
+/// Whiteout cases; each as (lower layers, top layer, expected files).
+/// A named case: layers bottom first, and paths with their expected content
+/// (None: must not exist).
+type Case = (
+    &'static str,
+    Vec<Vec<u8>>,
+    Vec<(&'static str, Option<&'static [u8]>)>,
+);
+
+fn whiteout_cases() -> Vec<Case> {
+    let base = Layer::new()
+        .dir("a/", 0o755)
+        .file("a/x", 0o644, b"old")
+        .file("a/y", 0o644, b"keep")
+        .dir("d/", 0o755)
+        .file("d/old1", 0o644, b"1")
+        .dir("d/sub/", 0o755)
+        .file("d/sub/old2", 0o644, b"2")
+        .dir("gone/", 0o755)
+        .file("gone/f", 0o644, b"f")
+        .build();
+    vec![
+        (
+            "whiteout deletes a lower file",
+            vec![
+                base.clone(),
+                Layer::new().dir("a/", 0o755).whiteout("a/x").build(),
+            ],
+            vec![("a/x", None), ("a/y", Some(b"keep"))],
+        ),
+        (
+            "whiteout before the file it hides in the same layer",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("a/", 0o755)
+                    .whiteout("a/x")
+                    .file("a/x", 0o644, b"new")
+                    .build(),
+            ],
+            vec![("a/x", Some(b"new")), ("a/y", Some(b"keep"))],
+        ),
+        (
+            "whiteout after the file it hides in the same layer",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("a/", 0o755)
+                    .file("a/x", 0o644, b"new")
+                    .whiteout("a/x")
+                    .build(),
+            ],
+            vec![("a/x", Some(b"new")), ("a/y", Some(b"keep"))],
+        ),
+        (
+            "whiteout of a lower directory",
+            vec![base.clone(), Layer::new().whiteout("gone").build()],
+            vec![("gone", None), ("gone/f", None)],
+        ),
+        (
+            "whiteout of a directory re-created after it in the same layer",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .whiteout("gone")
+                    .dir("gone/", 0o755)
+                    .file("gone/g", 0o644, b"g")
+                    .build(),
+            ],
+            vec![("gone/f", None), ("gone/g", Some(b"g"))],
+        ),
+        (
+            "whiteout of a directory re-created before it in the same layer",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("gone/", 0o755)
+                    .file("gone/g", 0o644, b"g")
+                    .whiteout("gone")
+                    .build(),
+            ],
+            vec![("gone/f", None), ("gone/g", Some(b"g"))],
+        ),
+        (
+            "opaque marker before the new content",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("d/", 0o755)
+                    .opaque("d")
+                    .file("d/new", 0o644, b"n")
+                    .dir("d/sub/", 0o755)
+                    .file("d/sub/new2", 0o644, b"n2")
+                    .build(),
+            ],
+            vec![
+                ("d/old1", None),
+                ("d/sub/old2", None),
+                ("d/new", Some(b"n")),
+                ("d/sub/new2", Some(b"n2")),
+            ],
+        ),
+        (
+            "opaque marker after the new content",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("d/", 0o755)
+                    .file("d/new", 0o644, b"n")
+                    .dir("d/sub/", 0o755)
+                    .file("d/sub/new2", 0o644, b"n2")
+                    .opaque("d")
+                    .build(),
+            ],
+            vec![
+                ("d/old1", None),
+                ("d/sub/old2", None),
+                ("d/new", Some(b"n")),
+                ("d/sub/new2", Some(b"n2")),
+            ],
+        ),
+        (
+            "directory replaced by a file",
+            vec![
+                base.clone(),
+                Layer::new().file("d", 0o600, b"now a file").build(),
+            ],
+            vec![("d", Some(b"now a file")), ("d/old1", None)],
+        ),
+        (
+            "file replaced by a directory",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("a/", 0o755)
+                    .dir("a/x/", 0o700)
+                    .file("a/x/inner", 0o644, b"i")
+                    .build(),
+            ],
+            vec![("a/x/inner", Some(b"i")), ("a/y", Some(b"keep"))],
+        ),
+        (
+            "file replaced by a symlink",
+            vec![
+                base.clone(),
+                Layer::new().dir("a/", 0o755).symlink("a/x", "y").build(),
+            ],
+            // Read through the link: a/x now shows a/y's content.
+            vec![("a/x", Some(b"keep"))],
+        ),
+        (
+            "three layers stacked",
+            vec![
+                base.clone(),
+                Layer::new()
+                    .dir("a/", 0o755)
+                    .file("a/x", 0o644, b"v2")
+                    .build(),
+                Layer::new()
+                    .dir("a/", 0o755)
+                    .file("a/x", 0o644, b"v3")
+                    .whiteout("a/y")
+                    .build(),
+            ],
+            vec![("a/x", Some(b"v3")), ("a/y", None)],
+        ),
+    ]
+}
+
+#[test]
+fn whiteout_cases_flatten() {
+    for (name, layers, expect) in whiteout_cases() {
+        let tmp = tempfile::tempdir().unwrap();
+        flatten(&layers, tmp.path());
+        for (path, want) in expect {
+            let p = tmp.path().join(path);
+            match want {
+                Some(data) => assert_eq!(
+                    std::fs::read(&p).unwrap_or_else(|e| panic!("{name}: {path}: {e}")),
+                    data,
+                    "{name}: {path}"
+                ),
+                None => assert!(
+                    std::fs::symlink_metadata(&p).is_err(),
+                    "{name}: {path} must be gone"
+                ),
+            }
+        }
+        // No whiteout marker survives flattening.
+        for k in snapshot(tmp.path()).keys() {
+            assert!(!k.contains(".wh."), "{name}: {k}");
+        }
+    }
+}
+
+#[test]
+fn overlay_mode_makes_overlay_whiteouts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let layer = Layer::new()
+        .dir("a/", 0o755)
+        .whiteout("a/x")
+        .dir("d/", 0o755)
+        .opaque("d")
+        .file("d/new", 0o644, b"n")
+        .build();
+    apply(&layer, tmp.path(), WhiteoutMode::Overlay).unwrap();
+    let t = snapshot(tmp.path());
+    assert_eq!(
+        t["a/x"].kind,
+        Kind::CharDev(0),
+        "whiteout is a 0:0 char device"
+    );
+    let opaque = xattr_of(&tmp.path().join("d"), "user.overlay.opaque");
+    assert_eq!(opaque.as_deref(), Some(&b"y"[..]));
+    assert_eq!(xattr_of(&tmp.path().join("a"), "user.overlay.opaque"), None);
+}
+
+fn xattr_of(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 64];
+    match rustix::fs::lgetxattr(path, name, &mut buf) {
+        Ok(n) => Some(buf[..n].to_vec()),
+        Err(_) => None,
+    }
+}
+
+#[test]
+fn overlay_xattrs_from_the_layer_are_not_applied() {
+    // A layer must not forge overlay metadata through PAX xattrs.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(tar::EntryType::Directory);
+    h.set_mode(0o755);
+    h.set_size(0);
+    b.append_pax_extensions([
+        ("SCHILY.xattr.user.overlay.opaque", &b"y"[..]),
+        ("SCHILY.xattr.user.note", &b"hello"[..]),
+    ])
+    .unwrap();
+    b.append_data(&mut h, "d/", &b""[..]).unwrap();
+    let layer = b.into_inner().unwrap();
+    apply(&layer, tmp.path(), WhiteoutMode::Overlay).unwrap();
+    assert_eq!(xattr_of(&tmp.path().join("d"), "user.overlay.opaque"), None);
+    assert_eq!(
+        xattr_of(&tmp.path().join("d"), "user.note").as_deref(),
+        Some(&b"hello"[..])
+    );
+}
+
+#[test]
+fn flatten_of_n_layers_equals_expected_tree() {
+    let layers = vec![
+        Layer::new()
+            .dir("etc/", 0o755)
+            .file("etc/os", 0o644, b"base")
+            .dir("usr/", 0o755)
+            .dir("usr/lib/", 0o755)
+            .file("usr/lib/a.so", 0o755, b"a")
+            .symlink("lib", "usr/lib")
+            .build(),
+        Layer::new()
+            .dir("etc/", 0o755)
+            .file("etc/app.conf", 0o600, b"conf")
+            .dir("usr/", 0o755)
+            .dir("usr/lib/", 0o755)
+            .whiteout("usr/lib/a.so")
+            .file("usr/lib/b.so", 0o755, b"b")
+            .build(),
+        Layer::new()
+            .mtime(1_700_000_000)
+            .dir("etc/", 0o750)
+            .whiteout("etc/os")
+            .dir("app/", 0o755)
+            .file("app/run", 0o755, b"run")
+            .hardlink("app/run2", "app/run")
+            .build(),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    flatten(&layers, tmp.path());
+    let t = snapshot(tmp.path());
+    let got: Vec<(&str, Kind, u32)> = t
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.kind.clone(), v.mode))
+        .collect();
+    let want: Vec<(&str, Kind, u32)> = vec![
+        ("app", Kind::Dir, 0o755),
+        ("app/run", Kind::File(b"run".to_vec()), 0o755),
+        ("app/run2", Kind::File(b"run".to_vec()), 0o755),
+        ("etc", Kind::Dir, 0o750),
+        ("etc/app.conf", Kind::File(b"conf".to_vec()), 0o600),
+        ("lib", Kind::Symlink("usr/lib".into()), 0),
+        ("usr", Kind::Dir, 0o755),
+        ("usr/lib", Kind::Dir, 0o755),
+        ("usr/lib/b.so", Kind::File(b"b".to_vec()), 0o755),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(t["etc"].mtime, 1_700_000_000);
+}
+
+/// Mounts an overlay of `lowers` (bottom first) at `target` with upper and
+/// work dirs on a tmpfs at `scratch`, as the rootfs does.
+fn mount_overlay(lowers: &[PathBuf], scratch: &Path, target: &Path) {
+    use rustix::mount::{mount, MountFlags};
+    std::fs::create_dir_all(scratch).unwrap();
+    std::fs::create_dir_all(target).unwrap();
+    mount("tmpfs", scratch, "tmpfs", MountFlags::empty(), None).unwrap();
+    std::fs::create_dir(scratch.join("u")).unwrap();
+    std::fs::create_dir(scratch.join("w")).unwrap();
+    let lower: Vec<String> = lowers
+        .iter()
+        .rev()
+        .map(|p| p.display().to_string())
+        .collect();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.join(":"),
+        scratch.join("u").display(),
+        scratch.join("w").display()
+    );
+    let opts = std::ffi::CString::new(opts).unwrap();
+    mount(
+        "overlay",
+        target,
+        "overlay",
+        MountFlags::empty(),
+        Some(opts.as_c_str()),
+    )
+    .unwrap();
+}
+
+fn unmount(path: &Path) {
+    rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).unwrap();
+}
+
+/// Every whiteout case and a mixed stack: the overlay of the Overlay-mode
+/// layer dirs shows exactly the Flatten tree (types, contents, modes,
+/// owners, mtimes).
+fn overlay_equals_flatten() {
+    let mut cases = whiteout_cases();
+    cases.push((
+        "lower symlink replaced by a directory on the way",
+        vec![
+            Layer::new()
+                .symlink("a", "/")
+                .dir("b/", 0o755)
+                .file("b/f", 0o644, b"f")
+                .build(),
+            Layer::new()
+                .file("a/etc/x", 0o644, b"x")
+                .raw(tar::EntryType::Regular, "b/f/g", "", 0o644, b"g")
+                .build(),
+        ],
+        vec![],
+    ));
+    for (name, layers, _) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let flat = tmp.path().join("flat");
+        flatten(&layers, &flat);
+        let dirs = overlay_dirs(&layers, &tmp.path().join("layers"));
+        let merged = tmp.path().join("merged");
+        mount_overlay(&dirs, &tmp.path().join("scratch"), &merged);
+        let seen = comparable(&snapshot(&merged));
+        unmount(&merged);
+        unmount(&tmp.path().join("scratch"));
+        assert_eq!(seen, comparable(&snapshot(&flat)), "{name}");
+    }
+}
+
+#[test]
+fn overlay_equals_flatten_as_root() {
+    if extract_support::in_mount_namespace_child() {
+        return overlay_equals_flatten();
+    }
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test mounts overlays as real root: run the tests as root"
+    );
+    extract_support::run_in_mount_namespace("overlay_equals_flatten_as_root");
+}
+
+#[test]
+fn overlay_equals_flatten_unprivileged() {
+    if extract_support::in_unprivileged_child() {
+        return overlay_equals_flatten();
+    }
+    extract_support::run_unprivileged("overlay_equals_flatten_unprivileged");
+}

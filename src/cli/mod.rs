@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub mod cache;
 pub mod pull;
+pub mod render;
 pub mod run;
 pub mod start;
 
@@ -54,6 +55,8 @@ pub enum Command {
     /// Inspect the image cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
+    /// Render a Composition's pipeline locally, like `crossplane render`.
+    Render(render::RenderArgs),
 }
 
 /// Flags every command that touches the image store shares.
@@ -130,6 +133,7 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
+        Command::Render(args) => enter_namespace(&args.store_args(), &args.userns),
         // `start` and `pull` enter it too once their args carry StoreArgs and
         // UsernsArgs: `Command::Start(args) => enter_namespace(&args.store, &args.userns)`.
         _ => Ok(()),

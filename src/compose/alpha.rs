@@ -17,6 +17,16 @@ pub const FUNCTION_IO_API_VERSION: &str = "fn.apiextensions.crossplane.io/v1alph
 /// The runner endpoint alpha functions use unless they name another.
 pub const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";
 
+/// `key:` with nothing after it is YAML null; treat it as absent, since
+/// functions written in shell print exactly that for an empty list.
+fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// The FunctionIO document.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct FunctionIo {
@@ -34,13 +44,17 @@ pub struct FunctionIo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Value>,
     /// The observed state.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub observed: ObservedState,
     /// The desired state so far.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub desired: DesiredState,
     /// The results so far.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub results: Vec<AlphaResult>,
 }
 
@@ -51,7 +65,11 @@ pub struct ObservedState {
     #[serde(default)]
     pub composite: ObservedComposite,
     /// Composed resources.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub resources: Vec<ObservedResource>,
 }
 
@@ -63,7 +81,11 @@ pub struct ObservedComposite {
     #[serde(default)]
     pub resource: Value,
     /// Its connection details.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub connection_details: Vec<Value>,
 }
 
@@ -77,7 +99,11 @@ pub struct ObservedResource {
     #[serde(default)]
     pub resource: Value,
     /// Its connection details.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub connection_details: Vec<Value>,
 }
 
@@ -88,7 +114,11 @@ pub struct DesiredState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub composite: Option<ObservedComposite>,
     /// Desired composed resources.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub resources: Vec<DesiredResource>,
 }
 
@@ -102,10 +132,18 @@ pub struct DesiredResource {
     #[serde(default)]
     pub resource: Value,
     /// Connection details to publish.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub connection_details: Vec<Value>,
     /// How to tell it is ready.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub readiness_checks: Vec<ReadinessCheck>,
 }
 

@@ -1,0 +1,557 @@
+//! `xfn render` end to end: the real binary, real crun, a real registry on
+//! 127.0.0.1 with function images built here (busybox shell scripts), and a
+//! real gRPC function server written with Crossplane's published Python SDK.
+//!
+//! Output is compared with golden files in tests/golden/; run with
+//! `XFN_UPDATE_GOLDEN=1` to rewrite them (then review the diff).
+//!
+//! Needs: crun, docker-registry, busybox-static; python3 with
+//! `pip install crossplane-function-sdk-python` (or XFN_TEST_PYTHON naming
+//! a python that has it); root, or unprivileged user namespaces.
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const EXEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/exec");
+const ALPHA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/alpha");
+const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+const XR: &str = "apiVersion: example.org/v1
+kind: XBucket
+metadata:
+  name: demo
+  uid: 0b7d5c1e-0000-4000-8000-000000000001
+spec:
+  count: 2
+";
+
+struct Fixture {
+    registry: Registry,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            registry: Registry::start(),
+            dir: world_traversable_tempdir(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// busybox + a helper on PATH + `/fn.sh` from `dir/script` as entrypoint.
+    fn script_image(&self, dir: &str, helper: &str, script: &str) -> String {
+        let read = |name: &str| std::fs::read(Path::new(dir).join(name)).unwrap();
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(
+                Layer::new()
+                    .file(&format!("/bin/{helper}"), 0o755, read(helper))
+                    .file("/fn.sh", 0o755, read(script)),
+            )
+            .entrypoint(["/bin/sh", "/fn.sh"])
+            .push(
+                &self.registry,
+                &format!("{}:v1", script.trim_end_matches(".sh")),
+            )
+            .reference
+    }
+
+    fn exec_image(&self, script: &str) -> String {
+        self.script_image(EXEC_DIR, "jget", script)
+    }
+
+    fn alpha_image(&self, script: &str) -> String {
+        // Alpha images live in another repository namespace than the v1 ones.
+        let read = |name: &str| std::fs::read(Path::new(ALPHA_DIR).join(name)).unwrap();
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(
+                Layer::new()
+                    .file("/bin/yamlsec", 0o755, read("yamlsec"))
+                    .file("/fn.sh", 0o755, read(script)),
+            )
+            .entrypoint(["/bin/sh", "/fn.sh"])
+            .push(
+                &self.registry,
+                &format!("alpha-{}:v1", script.trim_end_matches(".sh")),
+            )
+            .reference
+    }
+
+    fn render(&self, args: &[&str]) -> Output {
+        xfn_command()
+            .arg("render")
+            .arg("--cache-dir")
+            .arg(self.path("cache"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn xfn")
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "xfn render failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn failure(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "xfn render should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Compares `actual` with tests/golden/`name` (or rewrites it).
+fn assert_golden(name: &str, actual: &str) {
+    let path = Path::new(GOLDEN_DIR).join(name);
+    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(GOLDEN_DIR).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with XFN_UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(actual, expected, "output differs from {}", path.display());
+}
+
+fn exec_function(name: &str, image: &str) -> String {
+    format!(
+        "---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: {name}
+  annotations:
+    render.crossplane.io/runtime: Exec
+spec:
+  package: {image}
+"
+    )
+}
+
+fn pipeline_composition(steps: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  mode: Pipeline
+  pipeline:
+{steps}"
+    )
+}
+
+#[test]
+fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
+    let fx = Fixture::new();
+    let mut functions = String::new();
+    for name in ["create", "label", "ready", "results"] {
+        functions += &exec_function(name, &fx.exec_image(&format!("{name}.sh")));
+    }
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: label-buckets
+    functionRef: {name: label}
+  - step: mark-ready
+    functionRef: {name: ready}
+  - step: report
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input}
+",
+        ),
+    );
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "-r",
+        "-c",
+        "--context-values",
+        "start={\"from\":\"cli\"}",
+    ]);
+    assert_golden("v1-exec.yaml", &stdout(&out));
+}
+
+#[test]
+fn a_fatal_result_of_an_exec_function_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    let functions = exec_function("create", &fx.exec_image("create.sh"))
+        + &exec_function("results", &fx.exec_image("results.sh"));
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: stop-here
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, fatal: quota exceeded}
+",
+        ),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"stop-here\" returned a fatal result: quota exceeded"),
+        "{err}"
+    );
+}
+
+fn alpha_composition(fx: &Fixture, steps: &[(&str, &str, &str)]) -> String {
+    let mut text = String::from(
+        "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets-alpha
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  functions:
+",
+    );
+    for (name, script, config) in steps {
+        let image = fx.alpha_image(script);
+        text += &format!(
+            "  - name: {name}
+    type: Container
+    config: {config}
+    container:
+      image: {image}
+      timeout: 30s
+"
+        );
+    }
+    text
+}
+
+#[test]
+fn alpha_pipeline_renders_the_golden_output() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    let composition = alpha_composition(
+        &fx,
+        &[
+            ("create-buckets", "create.sh", "{}"),
+            ("label-buckets", "label.sh", "{}"),
+            (
+                "report",
+                "results.sh",
+                "{apiVersion: test.xfn.dev/v1, kind: Config}",
+            ),
+        ],
+    );
+    fx.write("composition.yaml", &composition);
+    // bucket-0 exists and is Ready; bucket-1 does not exist yet.
+    fx.write(
+        "observed.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: demo-observed0
+  annotations:
+    crossplane.io/composition-resource-name: bucket-0
+status:
+  conditions:
+  - type: Ready
+    status: \"True\"
+",
+    );
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "-o",
+        "observed.yaml",
+        "-r",
+        "-x",
+    ]);
+    assert_golden("alpha.yaml", &stdout(&out));
+}
+
+#[test]
+fn a_fatal_alpha_result_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    let composition = alpha_composition(
+        &fx,
+        &[
+            ("create-buckets", "create.sh", "{}"),
+            ("stop-here", "results.sh", "{fatal: no more buckets}"),
+        ],
+    );
+    fx.write("composition.yaml", &composition);
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml"]));
+    assert!(
+        err.contains("pipeline step \"stop-here\" returned a fatal result: no more buckets"),
+        "{err}"
+    );
+}
+
+/// The Python function server from tests/render/function.py, killed on drop.
+struct PythonFunction {
+    child: Child,
+    address: String,
+}
+
+impl PythonFunction {
+    fn start() -> PythonFunction {
+        let python = std::env::var("XFN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let check = Command::new(&python)
+            .args(["-c", "import crossplane.function.runtime"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        assert!(
+            check.status.success(),
+            "{python} lacks Crossplane's Python function SDK: \
+             `pip install crossplane-function-sdk-python` (or set XFN_TEST_PYTHON): {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let child = Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/render/function.py"
+            ))
+            .args(["--insecure", "--address", &address])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the Python function");
+        let mut function = PythonFunction { child, address };
+        // Wait until it listens (or died).
+        let started = Instant::now();
+        while TcpStream::connect(&function.address).is_err() {
+            if let Some(status) = function.child.try_wait().unwrap() {
+                panic!("the Python function exited: {status}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the Python function never listened on {}",
+                function.address
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        function
+    }
+}
+
+impl Drop for PythonFunction {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn development_function(name: &str, target: &str) -> String {
+    format!(
+        "---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: {name}
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: {target}
+spec:
+  package: xpkg.example.org/function-python:v0.1.0
+"
+    )
+}
+
+#[test]
+fn development_runtime_drives_a_python_sdk_function_over_grpc() {
+    let function = PythonFunction::start();
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "functions.yaml",
+        &development_function("python", &function.address),
+    );
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: require-settings
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: require, name: settings}
+  - step: label
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: label, labels: {team: platform}}
+  - step: write-context
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, write: {greeting: hello}}
+  - step: read-context
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, read: greeting}
+  - step: ready
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: ready, names: [bucket-0, from-settings]}
+  - step: warn
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, warning: almost out of buckets}
+",
+        ),
+    );
+    fx.write(
+        "required.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  region: eu-west-1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+data:
+  region: us-east-1
+",
+    );
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "-e",
+        "required.yaml",
+        "-r",
+        "-c",
+    ]);
+    assert_golden("v1-development.yaml", &stdout(&out));
+
+    // A fatal result from the SDK's response.fatal stops the render.
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: give-up
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, fatal: cannot continue}
+",
+        ),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"give-up\" returned a fatal result: cannot continue"),
+        "{err}"
+    );
+}
+
+#[test]
+fn input_errors_name_the_file_or_the_step() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "functions.yaml",
+        &development_function("python", "127.0.0.1:1"),
+    );
+    let composition = pipeline_composition(
+        "  - step: create
+    functionRef: {name: python}
+",
+    );
+    fx.write("composition.yaml", &composition);
+
+    fx.write("bad.yaml", "apiVersion: [unclosed\n");
+    let err = failure(&fx.render(&["bad.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("bad.yaml") && err.contains("invalid YAML"),
+        "{err}"
+    );
+
+    let err = failure(&fx.render(&["xr.yaml", "xr.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("xr.yaml: expected a apiextensions.crossplane.io Composition"),
+        "{err}"
+    );
+
+    fx.write(
+        "other.yaml",
+        &composition.replace("kind: XBucket", "kind: XDatabase"),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "other.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is a example.org/v1 XBucket"),
+        "{err}"
+    );
+
+    fx.write(
+        "unknown.yaml",
+        &composition.replace("{name: python}", "{name: nope}"),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "unknown.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"create\" references unknown Function \"nope\""),
+        "{err}"
+    );
+
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "composition.yaml"]));
+    assert!(
+        err.contains("expected a pkg.crossplane.io Function"),
+        "{err}"
+    );
+
+    // Nothing listens on port 1: the step fails and is named.
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"create\" failed") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
+
+    // Docker (the default runtime) is refused, not faked.
+    fx.write(
+        "docker.yaml",
+        "apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: python
+spec:
+  package: xpkg.example.org/function-python:v0.1.0
+",
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "docker.yaml"]));
+    assert!(err.contains("runtime Docker not supported yet"), "{err}");
+}

@@ -449,3 +449,7 @@ pub fn condition_is(object: &Value, kind: &str, status: &str) -> bool {
             })
         })
 }
+
+#[cfg(test)]
+#[path = "alpha_tests.rs"]
+mod tests;

@@ -375,3 +375,7 @@ async fn run_on_daemon(
         .map_err(|s| grpc_error(&config.endpoint, &s))?;
     Ok(response.into_inner().output)
 }
+
+#[cfg(test)]
+#[path = "runtimes_tests.rs"]
+mod tests;

@@ -334,3 +334,7 @@ fn xr_condition(c: &pb::Condition) -> XrCondition {
         message: c.message.clone(),
     }
 }
+
+#[cfg(test)]
+#[path = "v1_tests.rs"]
+mod tests;

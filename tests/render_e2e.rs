@@ -555,3 +555,73 @@ spec:
     let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "docker.yaml"]));
     assert!(err.contains("runtime Docker not supported yet"), "{err}");
 }
+
+/// Measures (prints, asserts nothing about time): the wall time of a warm
+/// `xfn render` of a 3-step pipeline of container functions against three
+/// warm `xfn run`s of the same images. Run with
+/// `cargo test --test render_e2e -- --ignored --nocapture measure`.
+#[test]
+#[ignore = "a measurement, run on demand"]
+fn measure_render_of_three_container_steps_against_three_warm_runs() {
+    let fx = Fixture::new();
+    let mut functions = String::new();
+    let mut images = Vec::new();
+    for name in ["create", "label", "results"] {
+        let image = fx.exec_image(&format!("{name}.sh"));
+        functions += &exec_function(name, &image);
+        images.push(image);
+    }
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: label-buckets
+    functionRef: {name: label}
+  - step: report
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input}
+",
+        ),
+    );
+    let request = r#"{"observed":{"composite":{"resource":{"spec":{"count":2}}}},"desired":{},"input":{}}"#;
+    fx.write("request.json", request);
+    let render = || {
+        let started = Instant::now();
+        stdout(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+        started.elapsed()
+    };
+    let run = |image: &str| {
+        let started = Instant::now();
+        let out = xfn_command()
+            .arg("run")
+            .arg("--cache-dir")
+            .arg(fx.path("cache"))
+            .arg(image)
+            .arg(fx.path("request.json"))
+            .output()
+            .unwrap();
+        stdout(&out);
+        started.elapsed()
+    };
+    render(); // pulls every image: what follows is warm
+    const ROUNDS: u32 = 10;
+    let mut renders = Duration::ZERO;
+    let mut runs = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        renders += render();
+        for image in &images {
+            runs += run(image);
+        }
+    }
+    let (render_ms, runs_ms) = (
+        renders.as_secs_f64() * 1000.0 / f64::from(ROUNDS),
+        runs.as_secs_f64() * 1000.0 / f64::from(ROUNDS),
+    );
+    println!(
+        "warm render of 3 steps: {render_ms:.1} ms; 3 warm `xfn run`s: {runs_ms:.1} ms; ratio {:.2}",
+        render_ms / runs_ms
+    );
+}

@@ -625,3 +625,29 @@ fn measure_render_of_three_container_steps_against_three_warm_runs() {
         render_ms / runs_ms
     );
 }
+
+/// example/render/ (the README's worked example) renders as
+/// example/render/expected.yaml shows; only the server's port differs.
+#[test]
+fn the_worked_example_renders_as_shown() {
+    let function = PythonFunction::start();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
+    let fx = Fixture::new();
+    let functions = std::fs::read_to_string(example.join("functions.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9443", &function.address);
+    fx.write("functions.yaml", &functions);
+    let out = fx.render(&[
+        example.join("xr.yaml").to_str().unwrap(),
+        example.join("composition.yaml").to_str().unwrap(),
+        "functions.yaml",
+        "-r",
+    ]);
+    let actual = stdout(&out);
+    let expected_path = example.join("expected.yaml");
+    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&expected_path, &actual).unwrap();
+        return;
+    }
+    assert_eq!(actual, std::fs::read_to_string(&expected_path).unwrap());
+}

@@ -586,7 +586,8 @@ fn measure_render_of_three_container_steps_against_three_warm_runs() {
 ",
         ),
     );
-    let request = r#"{"observed":{"composite":{"resource":{"spec":{"count":2}}}},"desired":{},"input":{}}"#;
+    let request =
+        r#"{"observed":{"composite":{"resource":{"spec":{"count":2}}}},"desired":{},"input":{}}"#;
     fx.write("request.json", request);
     let render = || {
         let started = Instant::now();

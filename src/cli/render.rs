@@ -21,10 +21,10 @@ use xfn::compose::output::{objects, to_yaml_stream, OutputOptions};
 use xfn::compose::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
 use xfn::compose::v1::{FunctionCaller, V1Pipeline};
 use xfn::compose::Observed;
-use xfn::image::{ImageStore, StoreOptions};
+use xfn::image::{ImageStore, PullPolicy, StoreOptions};
 use xfn::runner::{Runner, RunnerOptions};
 
-use super::run::parse_duration;
+use super::run::{parse_duration, PullPolicyArg};
 use super::UsernsArgs;
 
 /// Flags of `xfn render`, as `crossplane render`'s.
@@ -79,6 +79,10 @@ pub struct RenderArgs {
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
+    /// When to pull the images of Exec Functions that set no pull policy
+    /// (alpha steps use their own `imagePullPolicy`).
+    #[arg(long, value_enum, default_value = "IfNotPresent")]
+    pub image_pull_policy: PullPolicyArg,
 }
 
 impl RenderArgs {
@@ -138,6 +142,11 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
     let defaults = ContainerDefaults {
         default_registry: global.registry.clone(),
         timeout: args.timeout,
+        pull_policy: match args.image_pull_policy {
+            PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
+            PullPolicyArg::Always => PullPolicy::Always,
+            PullPolicyArg::Never => PullPolicy::Never,
+        },
     };
     let outcome = match &composition.pipeline {
         Pipeline::V1(steps) => {

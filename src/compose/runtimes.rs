@@ -31,6 +31,8 @@ pub struct ContainerDefaults {
     pub default_registry: String,
     /// Kill a run after this long.
     pub timeout: Duration,
+    /// Pull policy of Exec Functions that set none.
+    pub pull_policy: PullPolicy,
 }
 
 /// The caller for `function` by its runtime annotation.
@@ -52,12 +54,15 @@ pub fn caller_for(
                     message: "Function has no spec.package".into(),
                 });
             }
-            let pull_policy = parse_pull_policy(function.pull_policy.as_deref()).map_err(|m| {
-                ComposeError::StepFailed {
-                    step: function.name.clone(),
-                    message: m,
+            let pull_policy = match function.pull_policy.as_deref() {
+                Some(policy) => {
+                    parse_pull_policy(Some(policy)).map_err(|m| ComposeError::StepFailed {
+                        step: function.name.clone(),
+                        message: m,
+                    })?
                 }
-            })?;
+                None => defaults.pull_policy,
+            };
             Ok(Arc::new(Exec {
                 runner: Arc::clone(runner),
                 image: function.package.clone(),

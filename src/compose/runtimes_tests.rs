@@ -122,6 +122,7 @@ async fn alpha_steps_go_to_the_daemon_on_an_abstract_socket_when_it_answers() {
         defaults: ContainerDefaults {
             default_registry: "index.docker.io".into(),
             timeout: Duration::from_secs(60),
+            pull_policy: PullPolicy::IfNotPresent,
         },
     };
     let output = steps
@@ -160,6 +161,7 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
         defaults: ContainerDefaults {
             default_registry: "index.docker.io".into(),
             timeout: Duration::from_secs(60),
+            pull_policy: PullPolicy::IfNotPresent,
         },
     };
     let name = format!("xfn-test/nobody-{}.sock", std::process::id());

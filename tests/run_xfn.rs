@@ -15,7 +15,7 @@ use support::*;
 
 struct Fixture {
     registry: Registry,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     cache: PathBuf,
 }
 
@@ -25,7 +25,7 @@ impl Fixture {
         let cache = dir.path().join("cache");
         Fixture {
             registry: Registry::start(),
-            _dir: dir,
+            dir: dir,
             cache,
         }
     }
@@ -457,5 +457,49 @@ fn functions_run_hardened() {
              function\nunshare-denied\nmount-denied\nprocsys-readonly\n\
              character special file 1:3\ncharacter special file 1:3\nsys-readonly\ntmp-writable\n"
         )
+    );
+}
+
+/// A static Rust binary (glibc, `crt-static`) that spawns threads: its libc
+/// tries clone3, which the seccomp profile answers with ENOSYS, and must
+/// fall back to clone. Built here with the rustc that builds the tests.
+#[test]
+fn a_static_binary_with_threads_runs_under_the_seccomp_profile() {
+    let fx = Fixture::new();
+    let src = fx.dir.path().join("static_fn.rs");
+    std::fs::write(
+        &src,
+        r#"use std::io::Read;
+fn main() {
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).unwrap();
+    let handles: Vec<_> = (0..4).map(|i| std::thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    println!("static: {} bytes in, threads sum {}", input.len(), sum);
+}
+"#,
+    )
+    .unwrap();
+    let binary = fx.dir.path().join("static_fn");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let built = Command::new(rustc)
+        .args(["-C", "target-feature=+crt-static", "-O", "-o"])
+        .arg(&binary)
+        .arg(&src)
+        .output()
+        .expect("rustc (static glibc needs libc6-dev)");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let image = ImageBuilder::new()
+        .layer(Layer::new().file("/static_fn", 0o755, std::fs::read(&binary).unwrap()))
+        .entrypoint(["/static_fn"])
+        .push(&fx.registry, "static:v1")
+        .reference;
+    assert_eq!(
+        stdout(&run(&fx, &image, b"hello", &[])),
+        "static: 5 bytes in, threads sum 12\n"
     );
 }

@@ -25,7 +25,7 @@ impl Fixture {
         let cache = dir.path().join("cache");
         Fixture {
             registry: Registry::start(),
-            dir: dir,
+            dir,
             cache,
         }
     }

@@ -177,7 +177,10 @@ impl Runner {
     /// A runner over `store`. Must be created after xfn entered its user
     /// namespace (`cli::prepare_process`); runs go under `<store root>/run`.
     pub fn new(store: ImageStore, options: RunnerOptions) -> Result<Self, RunError> {
-        let run_dir = store.root().join("run");
+        // Absolute: the rootfs path goes into the spec, which crun reads
+        // relative to the bundle dir, not to xfn's working dir.
+        let run_dir = std::path::absolute(store.root().join("run"))
+            .map_err(|e| RunError::Internal(format!("{}: {e}", store.root().display())))?;
         let sandbox = Sandbox::new(SandboxOptions {
             runtime: options.runtime.clone(),
             run_dir: run_dir.clone(),

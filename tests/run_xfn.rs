@@ -503,3 +503,15 @@ fn main() {
         "static: 5 bytes in, threads sum 12\n"
     );
 }
+
+#[test]
+fn a_relative_cache_dir_works() {
+    let fx = Fixture::new();
+    let image = fx.script_image("relative:v1", "cat");
+    let mut cmd = xfn_command();
+    cmd.current_dir(fx.dir.path())
+        .args(["run", "--cache-dir", "cache"])
+        .arg(&image)
+        .arg("-");
+    assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
+}

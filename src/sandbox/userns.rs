@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, getegid, geteuid, getpid, pipe, ForkResult, Gid, Uid};
+use nix::unistd::{
+    access, fork, getegid, geteuid, getpid, pipe, AccessFlags, ForkResult, Gid, Uid,
+};
 
 use super::cgroup::CgroupSupport;
 
@@ -56,6 +58,14 @@ pub enum UsernsError {
         path: PathBuf,
         /// The error.
         source: std::io::Error,
+    },
+    /// With a range mapped, the cache dir must be reachable by the mapped root.
+    #[error("the cache dir {path} is not reachable by xfn's mapped root (host uid {uid}): every parent directory must be searchable by that uid; choose another --cache-dir (e.g. /var/cache/xfn) or make the parents world-searchable")]
+    CacheUnreachable {
+        /// The dir.
+        path: PathBuf,
+        /// The host uid of the namespace's root.
+        uid: u32,
     },
     /// Entered twice.
     #[error("the user namespace was already entered")]
@@ -158,6 +168,15 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
             nix::unistd::setgroups(&[]).map_err(sys("drop supplementary groups"))?;
             nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
                 .map_err(sys("setresuid(0) in the new namespace"))?;
+        }
+    }
+    if let IdMapping::Range { uid, .. } = mapping {
+        let all = AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK;
+        if access(&options.cache_dir, all).is_err() {
+            return Err(UsernsError::CacheUnreachable {
+                path: options.cache_dir.clone(),
+                uid,
+            });
         }
     }
     // Mounts made for runs (overlays, bundles) must never reach the host.

@@ -169,9 +169,8 @@ spec:
     )
 }
 
-#[test]
-fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
-    let fx = Fixture::new();
+/// The 4-step Exec pipeline: create, label, ready (+context), results.
+fn v1_exec_pipeline(fx: &Fixture) {
     let mut functions = String::new();
     for name in ["create", "label", "ready", "results"] {
         functions += &exec_function(name, &fx.exec_image(&format!("{name}.sh")));
@@ -193,16 +192,44 @@ fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
 ",
         ),
     );
-    let out = fx.render(&[
-        "xr.yaml",
-        "composition.yaml",
-        "functions.yaml",
-        "-r",
-        "-c",
-        "--context-values",
-        "start={\"from\":\"cli\"}",
-    ]);
+}
+
+const V1_EXEC_ARGS: &[&str] = &[
+    "xr.yaml",
+    "composition.yaml",
+    "functions.yaml",
+    "-r",
+    "-c",
+    "--context-values",
+    "start={\"from\":\"cli\"}",
+];
+
+#[test]
+fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
+    let fx = Fixture::new();
+    v1_exec_pipeline(&fx);
+    let out = fx.render(V1_EXEC_ARGS);
     assert_golden("v1-exec.yaml", &stdout(&out));
+}
+
+#[test]
+fn an_unprivileged_user_without_capabilities_renders_the_same() {
+    let fx = Fixture::new();
+    v1_exec_pipeline(&fx);
+    let cache = fx.path("cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(NONROOT), Some(NONROOT)).unwrap();
+    let out = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(V1_EXEC_ARGS)
+        .current_dir(fx.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn");
+    let expected = std::fs::read_to_string(Path::new(GOLDEN_DIR).join("v1-exec.yaml")).unwrap();
+    assert_eq!(stdout(&out), expected);
 }
 
 #[test]

@@ -447,3 +447,112 @@ pub fn observed_by_name(
     }
     Ok(named)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const XR: &str = "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: demo}\n";
+
+    #[test]
+    fn functions_come_from_a_directory_with_their_runtimes() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a.yaml",
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata: {name: a}\nspec: {package: x/a:v1}\n---\n",
+        );
+        write(
+            dir.path(),
+            "b.yml",
+            "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: b\n  annotations:\n    render.crossplane.io/runtime: Development\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: c\n  annotations:\n    render.crossplane.io/runtime: Exec\n    render.crossplane.io/runtime-docker-pull-policy: Never\nspec: {package: x/c:v1}\n",
+        );
+        write(dir.path(), "notes.txt", "not yaml: [");
+        let functions = read_functions(dir.path()).unwrap();
+        let runtimes: Vec<_> = functions
+            .iter()
+            .map(|f| (f.name.as_str(), f.runtime.clone()))
+            .collect();
+        assert_eq!(
+            runtimes,
+            [
+                ("a", RuntimeKind::Docker),
+                (
+                    "b",
+                    RuntimeKind::Development {
+                        target: "localhost:9443".into()
+                    }
+                ),
+                ("c", RuntimeKind::Exec),
+            ]
+        );
+        assert_eq!(functions[2].pull_policy.as_deref(), Some("Never"));
+
+        let bad = write(
+            dir.path(),
+            "bad.yaml",
+            "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: d\n  annotations: {render.crossplane.io/runtime: Podman}\n",
+        );
+        let err = read_functions(&bad).unwrap_err().to_string();
+        assert!(err.contains("bad.yaml") && err.contains("Podman"), "{err}");
+    }
+
+    #[test]
+    fn compositions_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let xr = Composite::read(&write(dir.path(), "xr.yaml", XR)).unwrap();
+        let head = "apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec:\n  compositeTypeRef: {apiVersion: example.org/v1, kind: XBucket}\n";
+        let alpha = write(
+            dir.path(),
+            "alpha.yaml",
+            &format!("{head}  functions:\n  - name: f\n    type: Container\n    container: {{image: x/f:v1}}\n"),
+        );
+        assert!(matches!(
+            Composition::read(&alpha, &xr).unwrap().pipeline,
+            Pipeline::Alpha(f) if f.len() == 1
+        ));
+        let not_container = write(
+            dir.path(),
+            "other.yaml",
+            &format!("{head}  functions:\n  - name: f\n    type: Wasm\n"),
+        );
+        let err = Composition::read(&not_container, &xr)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only Container"), "{err}");
+        let resources = write(dir.path(), "res.yaml", &format!("{head}  resources: []\n"));
+        let err = Composition::read(&resources, &xr).unwrap_err().to_string();
+        assert!(err.contains("mode: Pipeline"), "{err}");
+        let no_steps = write(
+            dir.path(),
+            "empty.yaml",
+            &format!("{head}  mode: Pipeline\n  pipeline: []\n"),
+        );
+        let err = Composition::read(&no_steps, &xr).unwrap_err().to_string();
+        assert!(err.contains("spec.pipeline is empty"), "{err}");
+    }
+
+    #[test]
+    fn streams_skip_empty_documents_and_refuse_non_objects() {
+        let path = Path::new("s.yaml");
+        assert_eq!(
+            parse_stream(path, "---\n---\na: 1\n---\n").unwrap().len(),
+            1
+        );
+        let err = parse_stream(path, "- 1\n").unwrap_err().to_string();
+        assert!(
+            err.starts_with("s.yaml: expected a Kubernetes object"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let unnamed = write(dir.path(), "xr.yaml", "apiVersion: v1\nkind: X\n");
+        let err = Composite::read(&unnamed).unwrap_err().to_string();
+        assert!(err.contains("no metadata.name"), "{err}");
+    }
+}

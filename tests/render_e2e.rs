@@ -672,6 +672,28 @@ fn the_worked_example_renders_as_shown() {
         "-r",
     ]);
     let actual = stdout(&out);
+
+    // Development Functions run no container: no user namespace is entered,
+    // so a cache dir the namespace could not reach is no obstacle.
+    let private = fx.path("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let out = xfn_command()
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(private.join("cache"))
+        .arg(example.join("xr.yaml"))
+        .arg(example.join("composition.yaml"))
+        .arg(fx.path("functions.yaml"))
+        .arg("-r")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), actual);
+
     let expected_path = example.join("expected.yaml");
     if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
         std::fs::write(&expected_path, &actual).unwrap();

@@ -142,7 +142,9 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
-        Command::Render(args) => enter_namespace(&args.store_args(), &args.userns),
+        Command::Render(args) if args.needs_containers() => {
+            enter_namespace(&args.store_args(), &args.userns)
+        }
         Command::Start(args) => enter_namespace(&args.store, &args.userns),
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.

@@ -96,6 +96,33 @@ impl RenderArgs {
     }
 }
 
+impl RenderArgs {
+    /// Whether this render runs containers (alpha steps, or Functions with
+    /// the Exec runtime), and so needs xfn's user namespace. A
+    /// render of Development Functions only does not: it works wherever a
+    /// namespace cannot be entered. Unreadable inputs answer false; the
+    /// render itself then reports them, naming the file.
+    pub fn needs_containers(&self) -> bool {
+        let Ok(xr) = Composite::read(&self.composite_resource) else {
+            return false;
+        };
+        let Ok(composition) = Composition::read(&self.composition, &xr) else {
+            return false;
+        };
+        let steps = match composition.pipeline {
+            Pipeline::Alpha(_) => return true,
+            Pipeline::V1(steps) => steps,
+        };
+        let Some(Ok(functions)) = self.functions.as_deref().map(read_functions) else {
+            return false;
+        };
+        // Docker is refused before anything runs, so only Exec counts.
+        functions.iter().any(|f| {
+            f.runtime == RuntimeKind::Exec && steps.iter().any(|s| s.function_ref.name == f.name)
+        })
+    }
+}
+
 /// `-r` means `--include-function-results` after `render`, as in
 /// `crossplane render`, but it is xfn's global `--registry` everywhere else;
 /// clap cannot have both, so it is rewritten before parsing.

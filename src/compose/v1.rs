@@ -290,10 +290,78 @@ fn observed_state(observed: &Observed) -> pb::State {
 }
 
 /// A hash of the request (without its meta), so a function can cache by it.
+/// Protobuf encodes maps in iteration order, which is random for the
+/// generated `HashMap`s, so the hash walks every map in key order instead:
+/// the same request always gets the same tag.
 fn tag(request: &pb::RunFunctionRequest) -> String {
-    let mut without_meta = request.clone();
-    without_meta.meta = None;
-    hex::encode(Sha256::digest(without_meta.encode_to_vec()))
+    let mut h = Sha256::new();
+    for state in [&request.observed, &request.desired] {
+        match state {
+            Some(state) => {
+                h.update([1]);
+                hash_resource(&mut h, state.composite.as_ref());
+                hash_map(&mut h, &state.resources, |h, r| hash_resource(h, Some(r)));
+            }
+            None => h.update([0]),
+        }
+    }
+    for s in [&request.input, &request.context] {
+        hash_bytes(
+            &mut h,
+            &s.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+        );
+    }
+    for resources in [&request.extra_resources, &request.required_resources] {
+        hash_map(&mut h, resources, |h, r| {
+            h.update((r.items.len() as u64).to_le_bytes());
+            for item in &r.items {
+                hash_resource(h, Some(item));
+            }
+        });
+    }
+    hash_map(&mut h, &request.credentials, |h, c| match &c.source {
+        Some(pb::credentials::Source::CredentialData(d)) => {
+            hash_map(h, &d.data, |h, v| hash_bytes(h, v));
+        }
+        None => h.update([0]),
+    });
+    hash_map(&mut h, &request.required_schemas, |h, s| {
+        hash_bytes(h, &s.encode_to_vec());
+    });
+    hex::encode(h.finalize())
+}
+
+fn hash_bytes(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+fn hash_map<V>(h: &mut Sha256, map: &HashMap<String, V>, mut value: impl FnMut(&mut Sha256, &V)) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    h.update((keys.len() as u64).to_le_bytes());
+    for key in keys {
+        hash_bytes(h, key.as_bytes());
+        value(h, &map[key]);
+    }
+}
+
+/// `Struct` fields are a `BTreeMap`, so encoding them is deterministic.
+fn hash_resource(h: &mut Sha256, resource: Option<&pb::Resource>) {
+    let Some(r) = resource else {
+        h.update([0]);
+        return;
+    };
+    h.update([1]);
+    hash_bytes(
+        h,
+        &r.resource
+            .as_ref()
+            .map(Message::encode_to_vec)
+            .unwrap_or_default(),
+    );
+    hash_map(h, &r.connection_details, |h, v| hash_bytes(h, v));
+    h.update(r.ready.to_le_bytes());
 }
 
 /// Whether `object` is what `selector` asks for.

@@ -169,10 +169,11 @@ spec:
     )
 }
 
-/// The 4-step Exec pipeline: create, label, ready (+context), results.
+/// The 5-step Exec pipeline: create, require (settings), label, ready
+/// (+context), results.
 fn v1_exec_pipeline(fx: &Fixture) {
     let mut functions = String::new();
-    for name in ["create", "label", "ready", "results"] {
+    for name in ["create", "require", "label", "ready", "results"] {
         functions += &exec_function(name, &fx.exec_image(&format!("{name}.sh")));
     }
     fx.write("functions.yaml", &functions);
@@ -182,6 +183,8 @@ fn v1_exec_pipeline(fx: &Fixture) {
         &pipeline_composition(
             "  - step: create-buckets
     functionRef: {name: create}
+  - step: read-settings
+    functionRef: {name: require}
   - step: label-buckets
     functionRef: {name: label}
   - step: mark-ready
@@ -192,12 +195,31 @@ fn v1_exec_pipeline(fx: &Fixture) {
 ",
         ),
     );
+    fx.write(
+        "required.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  region: eu-west-1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unrelated
+data:
+  region: us-east-1
+",
+    );
 }
 
 const V1_EXEC_ARGS: &[&str] = &[
     "xr.yaml",
     "composition.yaml",
     "functions.yaml",
+    "-e",
+    "required.yaml",
     "-r",
     "-c",
     "--context-values",

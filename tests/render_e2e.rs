@@ -723,3 +723,40 @@ fn the_worked_example_renders_as_shown() {
     }
     assert_eq!(actual, std::fs::read_to_string(&expected_path).unwrap());
 }
+
+#[test]
+fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    let crash = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "echo 'cannot reach the cloud' >&2; exit 3"])
+        .push(&fx.registry, "crash:v1")
+        .reference;
+    let garbage = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "cat >/dev/null; echo not-json"])
+        .push(&fx.registry, "garbage:v1")
+        .reference;
+    fx.write(
+        "functions.yaml",
+        &(exec_function("crash", &crash) + &exec_function("garbage", &garbage)),
+    );
+    fx.write("xr.yaml", XR);
+    for (function, expected) in [
+        ("crash", "exit code 3: cannot reach the cloud"),
+        ("garbage", "the output is not a RunFunctionResponse"),
+    ] {
+        fx.write(
+            "composition.yaml",
+            &pipeline_composition(&format!(
+                "  - step: call-{function}\n    functionRef: {{name: {function}}}\n"
+            )),
+        );
+        let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+        assert!(
+            err.contains(&format!("pipeline step \"call-{function}\" failed:"))
+                && err.contains(expected),
+            "{err}"
+        );
+    }
+}

@@ -90,6 +90,10 @@ pub enum ComposeError {
         /// The result's message.
         message: String,
     },
+    /// Calling a function failed: unreachable, a gRPC error, or its
+    /// container run failed (with the tail of its stderr).
+    #[error("{0}")]
+    Call(String),
     /// Converting a message failed.
     #[error("protocol conversion: {0}")]
     Protocol(String),

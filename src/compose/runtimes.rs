@@ -120,7 +120,7 @@ impl Development {
 
     async fn channel(&self) -> Result<Channel, ComposeError> {
         let unreachable = |e: String| {
-            ComposeError::Protocol(format!(
+            ComposeError::Call(format!(
                 "cannot reach the function server at {}: {e}",
                 self.target
             ))
@@ -179,7 +179,7 @@ impl FunctionCaller for Development {
 }
 
 fn grpc_error(target: &str, status: &tonic::Status) -> ComposeError {
-    ComposeError::Protocol(format!(
+    ComposeError::Call(format!(
         "{target}: {:?}: {}",
         status.code(),
         status.message()
@@ -217,9 +217,9 @@ impl FunctionCaller for Exec {
             .runner
             .run(&self.image, &input, &self.config)
             .await
-            .map_err(|e| ComposeError::Protocol(format!("{}: {}", self.image, one_line(&e))))?;
+            .map_err(|e| ComposeError::Call(format!("{}: {}", self.image, one_line(&e))))?;
         response_from_json(&output.stdout)
-            .map_err(|e| ComposeError::Protocol(format!("{}: {e}", self.image)))
+            .map_err(|e| ComposeError::Call(format!("{}: {e}", self.image)))
     }
 }
 
@@ -241,12 +241,12 @@ pub struct ContainerSteps {
 impl AlphaStep for ContainerSteps {
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
         let pull_policy =
-            parse_pull_policy(Some(&config.pull_policy)).map_err(ComposeError::Protocol)?;
+            parse_pull_policy(Some(&config.pull_policy)).map_err(ComposeError::Call)?;
         let network = match config.network.as_str() {
             "Isolated" => NetworkPolicy::Isolated,
             "Runner" => NetworkPolicy::Runner,
             other => {
-                return Err(ComposeError::Protocol(format!(
+                return Err(ComposeError::Call(format!(
                     "unknown network policy {other:?} (Isolated or Runner)"
                 )))
             }
@@ -261,7 +261,7 @@ impl AlphaStep for ContainerSteps {
             }
         }
         let runner = self.runner.as_ref().ok_or_else(|| {
-            ComposeError::Protocol(format!(
+            ComposeError::Call(format!(
                 "no runner daemon answers at {} and there is no in-process runner",
                 config.endpoint
             ))
@@ -277,7 +277,7 @@ impl AlphaStep for ContainerSteps {
         let output = runner
             .run(&config.image, input, &run_config)
             .await
-            .map_err(|e| ComposeError::Protocol(format!("{}: {}", config.image, one_line(&e))))?;
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
         Ok(output.stdout)
     }
 }

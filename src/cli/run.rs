@@ -120,6 +120,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Runs `xfn run`.
 pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
     let store = ImageStore::open(
         &args.store.cache_dir,
@@ -139,6 +140,7 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
             rootfs: args.rootfs,
         },
     )?;
+    tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: match args.image_pull_policy {
             PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,

@@ -369,6 +369,16 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "65532", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
+    // The runner's network (sysfs bound, not mounted) works unprivileged too.
+    let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .args(["--network-policy", "Runner"])
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b"runner\n"));
+    assert!(out.ends_with("runner\n"), "{out}");
     assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 

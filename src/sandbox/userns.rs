@@ -188,7 +188,7 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
         None::<&str>,
     )
     .map_err(sys("make / rprivate"))?;
-    if cgroups.needs_cover() {
+    if cgroups.needs_cover() && Path::new("/sys/fs/cgroup").is_dir() {
         // crun 1.8.1 refuses hybrid cgroups; with its cgroup manager disabled
         // it only needs /sys/fs/cgroup not to look hybrid.
         mount(

@@ -130,7 +130,12 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
-        Command::Start(args) => enter_namespace(&args.store, &args.userns),
+        Command::Start(args) => {
+            // Bind and fork the caller-checking gatekeeper first: it must
+            // stay outside the namespace.
+            start::prepare(args)?;
+            enter_namespace(&args.store, &args.userns)
+        }
         // `pull` enters it too once its args carry StoreArgs and UsernsArgs.
         _ => Ok(()),
     }

@@ -24,7 +24,7 @@ REG_PID=
 
 cleanup() {
     [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
-    rm -rf "$WORK"
+    if [ -n "${KEEP:-}" ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT INT TERM
 
@@ -67,14 +67,16 @@ cmp "$WORK/input.yaml" "$WORK/out.yaml"
 
 # The bare bundle: the same rootfs, the spec xfn writes (captured from a run
 # through a crun wrapper), as the namespace's root.
-mkdir -p "$WORK/bare"
+mkdir -p "$WORK/bare" "$WORK/capture"
+chmod 1777 "$WORK/capture" # written by xfn's mapped root
 cat > "$WORK/crun-capture" <<SH
 #!/bin/sh
-for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/bare/config.json";; esac; prev=\$a; done
+for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/capture/config.json";; esac; prev=\$a; done
 exec crun "\$@"
 SH
 chmod +x "$WORK/crun-capture"
 "$XFN" run --cache-dir "$CACHE" --runtime "$WORK/crun-capture" "$IMAGE" "$WORK/input.yaml" >/dev/null
+cp "$WORK/capture/config.json" "$WORK/bare/config.json"
 cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
 python3 - "$WORK/bare/config.json" <<'PY'
 import json, sys
@@ -100,7 +102,9 @@ python3 - "$WORK/result.json" <<'PY'
 import json, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 bare, xfn = r["bare crun run"], r["xfn run (warm)"]
-print(f"bare crun run : {bare['mean']*1000:.2f} ms ± {bare['stddev']*1000:.2f}")
-print(f"xfn run (warm): {xfn['mean']*1000:.2f} ms ± {xfn['stddev']*1000:.2f}")
-print(f"ratio xfn/bare: {xfn['mean']/bare['mean']:.2f}")
+for name, r_ in (("bare crun run ", bare), ("xfn run (warm)", xfn)):
+    print(f"{name}: mean {r_['mean']*1000:.2f} ms ± {r_['stddev']*1000:.2f}, "
+          f"median {r_['median']*1000:.2f} ms, min {r_['min']*1000:.2f} ms")
+print(f"ratio xfn/bare: mean {xfn['mean']/bare['mean']:.2f}, "
+      f"median {xfn['median']/bare['median']:.2f}, min {xfn['min']/bare['min']:.2f}")
 PY

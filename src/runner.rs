@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::image::{ImageStore, PullPolicy, PulledImage, RegistryAuth};
+use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs};
 use crate::sandbox::quantity::{Quantity, QuantityError};
 use crate::sandbox::{
     CrunError, Limits, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
@@ -149,7 +150,7 @@ pub struct RunnerOptions {
     /// Refuse runs when cpu/memory/pids limits are not enforced.
     pub require_limits: bool,
     /// How per-run root filesystems are made.
-    pub rootfs: crate::sandbox::interim_rootfs::RootfsMode,
+    pub rootfs: crate::rootfs::RootfsMode,
 }
 
 impl Default for RunnerOptions {
@@ -158,7 +159,7 @@ impl Default for RunnerOptions {
             runtime: PathBuf::from("crun"),
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             require_limits: false,
-            rootfs: crate::sandbox::interim_rootfs::RootfsMode::default(),
+            rootfs: crate::rootfs::RootfsMode::default(),
         }
     }
 }
@@ -168,7 +169,7 @@ impl Default for RunnerOptions {
 pub struct Runner {
     store: ImageStore,
     sandbox: Sandbox,
-    options: RunnerOptions,
+    rootfs_mode: ResolvedMode,
     rootfs_dir: PathBuf,
 }
 
@@ -176,7 +177,10 @@ impl Runner {
     /// A runner over `store`. Must be created after xfn entered its user
     /// namespace (`cli::prepare_process`); runs go under `<store root>/run`.
     pub fn new(store: ImageStore, options: RunnerOptions) -> Result<Self, RunError> {
-        let run_dir = store.root().join("run");
+        // Absolute: the rootfs path goes into the spec, which crun reads
+        // relative to the bundle dir, not to xfn's working dir.
+        let run_dir = std::path::absolute(store.root().join("run"))
+            .map_err(|e| RunError::Internal(format!("{}: {e}", store.root().display())))?;
         let sandbox = Sandbox::new(SandboxOptions {
             runtime: options.runtime.clone(),
             run_dir: run_dir.clone(),
@@ -187,10 +191,20 @@ impl Runner {
         std::fs::create_dir_all(&rootfs_dir)
             .map_err(|e| RunError::Internal(format!("{}: {e}", rootfs_dir.display())))?;
         sweep_stale_rootfs(&rootfs_dir);
+        // Probed once, inside the namespace runs use, next to the layer cache.
+        let overlay_ok = match options.rootfs {
+            crate::rootfs::RootfsMode::Copy => false,
+            _ => overlay_supported_cached(&run_dir, &rootfs_dir),
+        };
+        let rootfs_mode = options
+            .rootfs
+            .resolve(overlay_ok)
+            .map_err(|e| RunError::InvalidConfig(e.to_string()))?;
+        tracing::debug!(?rootfs_mode, "per-run rootfs mode");
         Ok(Self {
             store,
             sandbox,
-            options,
+            rootfs_mode,
             rootfs_dir,
         })
     }
@@ -226,11 +240,14 @@ impl Runner {
                 .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
                 .transpose()?,
         };
+        let started = std::time::Instant::now();
         let pulled = self
             .store
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
+        let pulled_at = started.elapsed();
         let rootfs = self.prepare_rootfs(&pulled).await?;
+        let rootfs_at = started.elapsed();
         let output = self
             .sandbox
             .run(&RunRequest {
@@ -242,43 +259,46 @@ impl Runner {
                 limits,
             })
             .await?;
+        let ran_at = started.elapsed();
         drop(rootfs);
+        tracing::debug!(
+            image,
+            ?pulled_at,
+            ?rootfs_at,
+            ?ran_at,
+            done_at = ?started.elapsed(),
+            "run phases (cumulative)"
+        );
         Ok(RunOutput {
             stdout: output.stdout,
             stderr_tail: output.stderr_tail,
         })
     }
 
-    /// This run's root filesystem under `<cache>/run/rootfs/<n>`.
-    async fn prepare_rootfs(
-        &self,
-        image: &PulledImage,
-    ) -> Result<crate::sandbox::interim_rootfs::RunRootfs, RunError> {
-        use crate::sandbox::interim_rootfs::{self as interim, RootfsMode};
+    /// This run's root filesystem under `<cache>/run/rootfs/<pid>-<n>`;
+    /// unmounted and removed when dropped.
+    async fn prepare_rootfs(&self, image: &PulledImage) -> Result<Rootfs, RunError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let base = self.rootfs_dir.join(format!(
+        let dir = self.rootfs_dir.join(format!(
             "{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let internal = |e: interim::RootfsError| RunError::Internal(e.to_string());
-        match self.options.rootfs {
-            RootfsMode::Overlay => interim::overlay(&base, &image.layers).map_err(internal),
-            RootfsMode::Copy => {
-                let flat = self.store.flattened_rootfs(image).await?;
-                interim::copy(&base, &flat).map_err(internal)
-            }
-            RootfsMode::Auto => match interim::overlay(&base, &image.layers) {
-                Ok(rootfs) => Ok(rootfs),
-                Err(err) => {
-                    tracing::debug!(%err, "overlay refused; copying the rootfs");
-                    let _ = std::fs::remove_dir_all(&base);
-                    let flat = self.store.flattened_rootfs(image).await?;
-                    interim::copy(&base, &flat).map_err(internal)
-                }
-            },
-        }
+        let mode = self.rootfs_mode;
+        let flattened = match mode {
+            ResolvedMode::Copy => Some(self.store.flattened_rootfs(image).await?),
+            ResolvedMode::Overlay => None,
+        };
+        let layers = image.layers.clone();
+        // A copy can take a while: off the async threads. Should this future
+        // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
+        tokio::task::spawn_blocking(move || {
+            Rootfs::prepare(mode, &layers, flattened.as_deref(), &dir)
+        })
+        .await
+        .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
+        .map_err(|e| RunError::Internal(e.to_string()))
     }
 }
 
@@ -291,7 +311,34 @@ fn sweep_stale_rootfs(dir: &std::path::Path) {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if crate::sandbox::bundle::is_stale(&format!("xfn-{name}")) {
-            let _ = std::fs::remove_dir_all(entry.path());
+            if let Err(err) = Rootfs::cleanup_stale(&entry.path()) {
+                tracing::warn!(%err, "cannot remove a rootfs left by an earlier xfn");
+            }
         }
     }
+}
+
+/// [`overlay_supported`], remembered in `<run_dir>/overlay-probe` for this
+/// boot and id mapping: the probe writes, mounts and removes files, which
+/// costs tens of milliseconds, more than the rest of a warm `xfn run`.
+fn overlay_supported_cached(run_dir: &std::path::Path, scratch: &std::path::Path) -> bool {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mapping = crate::sandbox::userns::current().map(|ns| ns.mapping);
+    let key = format!("{} {:?}", boot_id.trim(), mapping);
+    let file = run_dir.join("overlay-probe");
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        match text.strip_prefix(&key).map(str::trim) {
+            Some("true") => return true,
+            Some("false") => return false,
+            _ => {}
+        }
+    }
+    let ok = overlay_supported(scratch);
+    // Written to a temp name and renamed: concurrent xfn processes never
+    // read half a file. Failing to remember only costs the next probe.
+    let temp = run_dir.join(format!(".overlay-probe-{}", std::process::id()));
+    if std::fs::write(&temp, format!("{key} {ok}\n")).is_ok() {
+        let _ = std::fs::rename(&temp, &file);
+    }
+    ok
 }

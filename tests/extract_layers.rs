@@ -6,7 +6,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use extract_support::{comparable, snapshot, Kind, Layer};
-use xfn::image::extract::{extract_layer, ExtractError, WhiteoutMode};
+use xfn::image::extract::{
+    extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
+};
 
 fn apply(layer: &[u8], dest: &Path, mode: WhiteoutMode) -> Result<(), ExtractError> {
     extract_layer(layer, dest, mode).map(|_| ())
@@ -298,9 +300,20 @@ fn whiteout_cases() -> Vec<Case> {
 
 #[test]
 fn whiteout_cases_flatten() {
-    for (name, layers, expect) in whiteout_cases() {
+    for ((name, layers, expect), use_openat2) in whiteout_cases()
+        .into_iter()
+        .flat_map(|c| [(c.clone(), true), (c, false)])
+    {
         let tmp = tempfile::tempdir().unwrap();
-        flatten(&layers, tmp.path());
+        for l in &layers {
+            extract_layer_with(
+                l.as_slice(),
+                tmp.path(),
+                WhiteoutMode::Flatten,
+                ExtractOptions { use_openat2 },
+            )
+            .unwrap();
+        }
         for (path, want) in expect {
             let p = tmp.path().join(path);
             match want {

@@ -15,7 +15,7 @@ use support::*;
 
 struct Fixture {
     registry: Registry,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     cache: PathBuf,
 }
 
@@ -25,17 +25,20 @@ impl Fixture {
         let cache = dir.path().join("cache");
         Fixture {
             registry: Registry::start(),
-            _dir: dir,
+            dir,
             cache,
         }
     }
 
-    /// An image of busybox plus `/fn.sh` (the script) as entrypoint.
+    /// An image of busybox plus the script as entrypoint, at
+    /// `/fn-<repo>.sh`: a name unique per test, so a leftover-process check
+    /// cannot mistake another test's function for its own.
     fn script_image(&self, name: &str, script: &str) -> String {
+        let path = script_path(name);
         ImageBuilder::new()
             .layer(Layer::busybox())
-            .layer(Layer::new().file("/fn.sh", 0o755, format!("#!/bin/sh\n{script}\n")))
-            .entrypoint(["/fn.sh"])
+            .layer(Layer::new().file(&path, 0o755, format!("#!/bin/sh\n{script}\n")))
+            .entrypoint([path.as_str()])
             .push(&self.registry, name)
             .reference
     }
@@ -45,6 +48,11 @@ impl Fixture {
         cmd.arg("run").arg("--cache-dir").arg(&self.cache);
         cmd
     }
+}
+
+/// Where [`Fixture::script_image`] puts the script of image `name`.
+fn script_path(name: &str) -> String {
+    format!("/fn-{}.sh", name.split(':').next().unwrap())
 }
 
 /// Runs `cmd` with `input` on stdin.
@@ -125,7 +133,7 @@ printf 'desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersio
     let expected = FUNCTION_IO.replace("desired: {}\n", "")
         + "desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n";
     assert_eq!(stdout(&out), expected);
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("add-resource"));
 }
 
 #[test]
@@ -279,7 +287,7 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
         "{err}"
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("fail"));
 }
 
 #[test]
@@ -312,7 +320,7 @@ fn files_written_to_the_rootfs_do_not_outlive_the_run() {
             "{mode}: {}",
             String::from_utf8_lossy(&found.stdout)
         );
-        assert_no_leftovers(&fx.cache, "/fn.sh");
+        assert_no_leftovers(&fx.cache, &script_path("writer"));
     }
 }
 
@@ -361,7 +369,17 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "65532", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    // The runner's network (sysfs bound, not mounted) works unprivileged too.
+    let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .args(["--network-policy", "Runner"])
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b"runner\n"));
+    assert!(out.ends_with("runner\n"), "{out}");
+    assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 
 #[test]
@@ -393,7 +411,7 @@ fn twenty_concurrent_runs_of_one_image_succeed() {
         let out = child.wait_with_output().unwrap();
         assert_eq!(stdout(&out), format!("run {i} done\n"));
     }
-    assert_no_leftovers(&fx.cache, "/fn.sh");
+    assert_no_leftovers(&fx.cache, &script_path("concurrent"));
 }
 
 #[test]
@@ -416,4 +434,94 @@ fn limits_flags_are_validated_and_required_limits_refused() {
         err.contains("limits are required but not enforced"),
         "{err}"
     );
+}
+
+#[test]
+fn functions_run_hardened() {
+    let fx = Fixture::new();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().symlink("/bin/unshare", "busybox"))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "grep -E '^(Seccomp|NoNewPrivs|CapBnd|CapEff):' /proc/self/status | sort; \
+             hostname; \
+             unshare -U true 2>/dev/null && echo unshare-allowed || echo unshare-denied; \
+             mount -t tmpfs tmpfs /mnt 2>/dev/null && echo mount-allowed || echo mount-denied; \
+             echo 1 > /proc/sys/kernel/pid_max 2>/dev/null && echo procsys-writable || echo procsys-readonly; \
+             stat -c '%F %t:%T' /proc/keys /proc/interrupts; \
+             touch /sys/x 2>/dev/null && echo sys-writable || echo sys-readonly; \
+             touch /tmp/x && echo tmp-writable",
+        ])
+        .push(&fx.registry, "hardened:v1")
+        .reference;
+    let out = stdout(&run(&fx, &image, b"", &[]));
+    // CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) FSETID(4) KILL(5) SETGID(6) SETUID(7);
+    // masked /proc files are bound to /dev/null (1:3).
+    let caps = "00000000000000fb";
+    assert_eq!(
+        out,
+        format!(
+            "CapBnd:\t{caps}\nCapEff:\t{caps}\nNoNewPrivs:\t1\nSeccomp:\t2\n\
+             function\nunshare-denied\nmount-denied\nprocsys-readonly\n\
+             character special file 1:3\ncharacter special file 1:3\nsys-readonly\ntmp-writable\n"
+        )
+    );
+}
+
+/// A static Rust binary (glibc, `crt-static`) that spawns threads: its libc
+/// tries clone3, which the seccomp profile answers with ENOSYS, and must
+/// fall back to clone. Built here with the rustc that builds the tests.
+#[test]
+fn a_static_binary_with_threads_runs_under_the_seccomp_profile() {
+    let fx = Fixture::new();
+    let src = fx.dir.path().join("static_fn.rs");
+    std::fs::write(
+        &src,
+        r#"use std::io::Read;
+fn main() {
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).unwrap();
+    let handles: Vec<_> = (0..4).map(|i| std::thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    println!("static: {} bytes in, threads sum {}", input.len(), sum);
+}
+"#,
+    )
+    .unwrap();
+    let binary = fx.dir.path().join("static_fn");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let built = Command::new(rustc)
+        .args(["-C", "target-feature=+crt-static", "-O", "-o"])
+        .arg(&binary)
+        .arg(&src)
+        .output()
+        .expect("rustc (static glibc needs libc6-dev)");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let image = ImageBuilder::new()
+        .layer(Layer::new().file("/static_fn", 0o755, std::fs::read(&binary).unwrap()))
+        .entrypoint(["/static_fn"])
+        .push(&fx.registry, "static:v1")
+        .reference;
+    assert_eq!(
+        stdout(&run(&fx, &image, b"hello", &[])),
+        "static: 5 bytes in, threads sum 12\n"
+    );
+}
+
+#[test]
+fn a_relative_cache_dir_works() {
+    let fx = Fixture::new();
+    let image = fx.script_image("relative:v1", "cat");
+    let mut cmd = xfn_command();
+    cmd.current_dir(fx.dir.path())
+        .args(["run", "--cache-dir", "cache"])
+        .arg(&image)
+        .arg("-");
+    assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
 }

@@ -97,6 +97,15 @@ pub struct UsernsArgs {
     pub map_root_gid: u32,
 }
 
+impl Default for UsernsArgs {
+    fn default() -> Self {
+        Self {
+            map_root_uid: 100_000,
+            map_root_gid: 100_000,
+        }
+    }
+}
+
 /// Flags that hold for every subcommand, after parsing.
 #[derive(Debug, Clone)]
 #[allow(dead_code)] // `registry` is read by the image commands as they land.
@@ -136,7 +145,10 @@ pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
             start::prepare(args)?;
             enter_namespace(&args.store, &args.userns)
         }
-        // `pull` enters it too once its args carry StoreArgs and UsernsArgs.
+        // Layers must be extracted inside the same mapping runs use, or the
+        // cache would hold files owned by ids unmapped in the namespace.
+        // (`pull` has no --map-root-* flags yet: the defaults apply.)
+        Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
         _ => Ok(()),
     }
 }

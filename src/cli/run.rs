@@ -8,10 +8,13 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::rootfs::RootfsMode;
 use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
-use xfn::sandbox::interim_rootfs::RootfsMode;
 
 use super::{StoreArgs, UsernsArgs};
+
+/// `--rootfs` of `xfn run` and `xfn start`.
+pub use xfn::rootfs::RootfsMode as RootfsArg;
 
 /// Flags of `xfn run`.
 #[derive(Debug, Args)]
@@ -43,7 +46,7 @@ pub struct RunArgs {
     pub memory: Option<String>,
     /// How the per-run root filesystem is made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsArg,
+    pub rootfs: RootfsMode,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
@@ -78,17 +81,6 @@ pub enum NetworkPolicyArg {
     /// The runner's network.
     #[value(name = "Runner")]
     Runner,
-}
-
-/// `--rootfs`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum RootfsArg {
-    /// Overlay when possible, else copy.
-    Auto,
-    /// Overlay of the cached layers.
-    Overlay,
-    /// A copy of the flattened image.
-    Copy,
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
@@ -128,6 +120,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Runs `xfn run`.
 pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
     let store = ImageStore::open(
         &args.store.cache_dir,
@@ -144,13 +137,10 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
             runtime: args.runtime.clone(),
             max_output_bytes: args.max_output_bytes,
             require_limits: args.require_limits,
-            rootfs: match args.rootfs {
-                RootfsArg::Auto => RootfsMode::Auto,
-                RootfsArg::Overlay => RootfsMode::Overlay,
-                RootfsArg::Copy => RootfsMode::Copy,
-            },
+            rootfs: args.rootfs,
         },
     )?;
+    tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: match args.image_pull_policy {
             PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,

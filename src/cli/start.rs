@@ -12,8 +12,8 @@ use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
 use xfn::image::{ImageStore, StoreOptions};
+use xfn::rootfs::RootfsMode;
 use xfn::runner::{Runner, RunnerOptions};
-use xfn::sandbox::interim_rootfs::RootfsMode;
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{self, Metrics};
 use xfn::server::peer::CallerPolicy;

@@ -7,7 +7,6 @@
 pub mod bundle;
 pub mod cgroup;
 pub mod crun;
-pub mod interim_rootfs;
 pub mod quantity;
 pub mod spec;
 pub mod user;

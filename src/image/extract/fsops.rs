@@ -100,7 +100,6 @@ pub(crate) fn empty_dir(dir: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Removes `path` (a file, symlink or whole directory tree) without following
 /// symlinks inside it. A missing path is not an error.
-#[allow(dead_code)] // used by the rootfs cleanup
 pub(crate) fn remove_path(path: &Path) -> io::Result<()> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(io::Error::new(

@@ -90,14 +90,14 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 
 impl Tree {
     /// Opens `dest` (which must be a directory).
-    pub(crate) fn open(dest: &Path, overlay: bool) -> io::Result<Self> {
+    pub(crate) fn open(dest: &Path, overlay: bool, use_openat2: bool) -> io::Result<Self> {
         let root = rustix::fs::open(dest, DIR_FLAGS, Mode::empty())?;
         Ok(Self {
             root,
             overlay,
             seen: HashMap::new(),
             cache: None,
-            openat2: true,
+            openat2: use_openat2,
         })
     }
 

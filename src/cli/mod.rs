@@ -139,7 +139,12 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
-        Command::Start(args) => enter_namespace(&args.store, &args.userns),
+        Command::Start(args) => {
+            // Bind and fork the caller-checking gatekeeper first: it must
+            // stay outside the namespace.
+            start::prepare(args)?;
+            enter_namespace(&args.store, &args.userns)
+        }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)

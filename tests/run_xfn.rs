@@ -546,3 +546,39 @@ fn root_of_a_single_id_namespace_falls_back_to_its_own_id() {
     let map: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(map, ["0", "0", "1"], "{out}");
 }
+
+#[test]
+fn sigterm_stops_the_run_and_leaves_nothing() {
+    let fx = Fixture::new();
+    let image = fx.script_image("sigterm:v1", "sleep 4713");
+    let mut cmd = fx.command();
+    cmd.arg(&image).arg("-");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the function to be running.
+    let marker = "sleep 4713";
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+    };
+    while !running() {
+        assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let err = failure(&child.wait_with_output().unwrap());
+    assert!(err.contains("terminated; the run was stopped"), "{err}");
+    assert_no_leftovers(&fx.cache, marker);
+}

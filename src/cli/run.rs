@@ -156,7 +156,16 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
         cpu: args.cpu.clone(),
         memory: args.memory.clone(),
     };
-    match runner.run(&args.image, &input, &config).await {
+    // Ctrl-C or SIGTERM stop the run: dropping its future kills the
+    // container and removes its bundle, state and rootfs before xfn exits.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let result = tokio::select! {
+        result = runner.run(&args.image, &input, &config) => result,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run was stopped"),
+        _ = terminate.recv() => anyhow::bail!("terminated; the run was stopped"),
+    };
+    match result {
         Ok(output) => {
             let mut stdout = std::io::stdout().lock();
             stdout.write_all(&output.stdout)?;

@@ -90,9 +90,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if rest.is_empty() {
         return Err(bad());
     }
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
     let mut total = 0f64;
     while !rest.is_empty() {
         let number_end = rest
@@ -115,7 +112,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         total += number * seconds;
         rest = &rest[unit_end..];
     }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    match Duration::try_from_secs_f64(total) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{text:?}: a timeout must be longer than zero")),
+        Err(_) => Err(bad()),
+    }
 }
 
 /// Runs `xfn run`.
@@ -204,8 +205,7 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        for bad in ["", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
+        for bad in ["", "0", "0s", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub userns: UsernsArgs,
     /// Kill the function after this long (`30s`, `1m`, `1m30s`, `500ms`).
-    #[arg(short = 't', long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(short = 't', long, default_value = "30s", value_parser = parse_timeout)]
     pub timeout: Duration,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
@@ -90,6 +90,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if rest.is_empty() {
         return Err(bad());
     }
+    if rest == "0" {
+        return Ok(Duration::ZERO); // as Go's time.ParseDuration
+    }
     let mut total = 0f64;
     while !rest.is_empty() {
         let number_end = rest
@@ -112,10 +115,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         total += number * seconds;
         rest = &rest[unit_end..];
     }
-    match Duration::try_from_secs_f64(total) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(format!("{text:?}: a timeout must be longer than zero")),
-        Err(_) => Err(bad()),
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}
+
+/// [`parse_duration`] for timeouts: zero would kill every run at once.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err(format!("{text:?}: a timeout must be longer than zero")),
+        d => Ok(d),
     }
 }
 
@@ -205,8 +212,12 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        for bad in ["", "0", "0s", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        assert!(parse_timeout("0s").is_err());
+        assert_eq!(parse_timeout("2s"), Ok(Duration::from_secs(2)));
     }
 }

@@ -531,3 +531,45 @@ async fn the_default_registry_completes_short_names() {
     assert_eq!(image.digest, pushed.digest);
     assert_eq!(store.list().unwrap()[0].reference, pushed.reference);
 }
+
+/// Records what a pull reports, as a progress bar would see it.
+#[derive(Default)]
+struct Recorder {
+    started: std::sync::Mutex<Vec<(usize, u64)>>,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl xfn::image::PullProgress for Recorder {
+    fn started(&self, layers: usize, total_bytes: u64) {
+        self.started.lock().unwrap().push((layers, total_bytes));
+    }
+    fn advanced(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+#[tokio::test]
+async fn progress_covers_every_layer_byte_pulled_or_cached() {
+    let registry = Registry::start();
+    let pushed = small_image("one").push(&registry, "fn:v1");
+    let total = pushed.image.layers_size();
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    for policy in [
+        PullPolicy::IfNotPresent,
+        PullPolicy::IfNotPresent,
+        PullPolicy::Always,
+    ] {
+        let recorder = Recorder::default();
+        store
+            .ensure_with(&pushed.reference, policy, &anonymous(), Some(&recorder))
+            .await
+            .unwrap();
+        assert_eq!(
+            *recorder.started.lock().unwrap(),
+            vec![(2, total)],
+            "{policy:?}"
+        );
+        assert_eq!(recorder.bytes.load(Ordering::Relaxed), total, "{policy:?}");
+    }
+}

@@ -369,6 +369,16 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "65532", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
+    // The runner's network (sysfs bound, not mounted) works unprivileged too.
+    let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .args(["--network-policy", "Runner"])
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b"runner\n"));
+    assert!(out.ends_with("runner\n"), "{out}");
     assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 
@@ -514,4 +524,61 @@ fn a_relative_cache_dir_works() {
         .arg(&image)
         .arg("-");
     assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
+}
+
+/// "root" whose own namespace maps a single id (as in a rootless
+/// container) cannot map a 65536-id range: xfn maps its own id instead.
+#[test]
+fn root_of_a_single_id_namespace_falls_back_to_its_own_id() {
+    let fx = Fixture::new();
+    let image = fx.script_image("nested:v1", "id -u; cat /proc/self/uid_map");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--"])
+        .arg(env!("CARGO_BIN_EXE_xfn"))
+        .arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b""));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "0", "{out}");
+    let map: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(map, ["0", "0", "1"], "{out}");
+}
+
+#[test]
+fn sigterm_stops_the_run_and_leaves_nothing() {
+    let fx = Fixture::new();
+    let image = fx.script_image("sigterm:v1", "sleep 4713");
+    let mut cmd = fx.command();
+    cmd.arg(&image).arg("-");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the function to be running.
+    let marker = "sleep 4713";
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+    };
+    while !running() {
+        assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let err = failure(&child.wait_with_output().unwrap());
+    assert!(err.contains("terminated; the run was stopped"), "{err}");
+    assert_no_leftovers(&fx.cache, marker);
 }

@@ -145,7 +145,12 @@ pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
         Command::Render(args) if args.needs_containers() => {
             enter_namespace(&args.store_args(), &args.userns)
         }
-        Command::Start(args) => enter_namespace(&args.store, &args.userns),
+        Command::Start(args) => {
+            // Bind and fork the caller-checking gatekeeper first: it must
+            // stay outside the namespace.
+            start::prepare(args)?;
+            enter_namespace(&args.store, &args.userns)
+        }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)

@@ -31,13 +31,14 @@ pub mod http;
 pub mod image;
 pub mod layer;
 pub mod registry;
+pub mod tls;
 
 use std::path::Path;
 use std::process::Command;
 
 pub use image::{foreign_arch, host_arch, Format, ImageBuilder, IndexBuilder, PushedImage};
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
-pub use registry::Registry;
+pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 
 /// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
 pub const NONROOT: u32 = 65532;

@@ -280,6 +280,15 @@ fn a_fatal_result_of_an_exec_function_fails_the_render_naming_the_step() {
 }
 
 fn alpha_composition(fx: &Fixture, steps: &[(&str, &str, &str)]) -> String {
+    alpha_composition_at(fx, steps, None)
+}
+
+/// An alpha Composition whose steps name `endpoint` as their runner.
+fn alpha_composition_at(
+    fx: &Fixture,
+    steps: &[(&str, &str, &str)],
+    endpoint: Option<&str>,
+) -> String {
     let mut text = String::from(
         "apiVersion: apiextensions.crossplane.io/v1
 kind: Composition
@@ -303,31 +312,25 @@ spec:
       timeout: 30s
 "
         );
+        if let Some(endpoint) = endpoint {
+            text += &format!("      runner: {{endpoint: \"{endpoint}\"}}\n");
+        }
     }
     text
 }
 
-#[test]
-fn alpha_pipeline_renders_the_golden_output() {
-    let fx = Fixture::new();
-    fx.write("xr.yaml", XR);
-    let composition = alpha_composition(
-        &fx,
-        &[
-            ("create-buckets", "create.sh", "{}"),
-            ("label-buckets", "label.sh", "{}"),
-            (
-                "report",
-                "results.sh",
-                "{apiVersion: test.xfn.dev/v1, kind: Config}",
-            ),
-        ],
-    );
-    fx.write("composition.yaml", &composition);
-    // bucket-0 exists and is Ready; bucket-1 does not exist yet.
-    fx.write(
-        "observed.yaml",
-        "apiVersion: v1
+const ALPHA_STEPS: &[(&str, &str, &str)] = &[
+    ("create-buckets", "create.sh", "{}"),
+    ("label-buckets", "label.sh", "{}"),
+    (
+        "report",
+        "results.sh",
+        "{apiVersion: test.xfn.dev/v1, kind: Config}",
+    ),
+];
+
+/// bucket-0 exists and is Ready; bucket-1 does not exist yet.
+const ALPHA_OBSERVED: &str = "apiVersion: v1
 kind: ConfigMap
 metadata:
   name: demo-observed0
@@ -337,8 +340,94 @@ status:
   conditions:
   - type: Ready
     status: \"True\"
-",
+";
+
+/// `xfn start` on an abstract socket, killed on drop.
+struct RunnerDaemon {
+    child: Child,
+    socket: String,
+}
+
+impl RunnerDaemon {
+    /// Starts it with its cache in `dir`, logging to `dir`/daemon.log.
+    fn start(dir: &Path) -> RunnerDaemon {
+        use std::os::linux::net::SocketAddrExt;
+        let socket = format!("xfn-test/render-{}.sock", std::process::id());
+        let child = xfn_command()
+            .args(["start", "--network", "unix", "--address"])
+            .arg(format!("@{socket}"))
+            .arg("--cache-dir")
+            .arg(dir.join("daemon-cache"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+            .spawn()
+            .expect("start xfn start");
+        let mut daemon = RunnerDaemon { child, socket };
+        let address =
+            std::os::unix::net::SocketAddr::from_abstract_name(daemon.socket.as_bytes()).unwrap();
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect_addr(&address).is_err() {
+            if let Some(status) = daemon.child.try_wait().unwrap() {
+                panic!("xfn start exited: {status}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "xfn start never listened on @{}",
+                daemon.socket
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+}
+
+impl Drop for RunnerDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn alpha_steps_run_on_the_runner_daemon_when_one_answers() {
+    let fx = Fixture::new();
+    let daemon = RunnerDaemon::start(fx.dir.path());
+    fx.write("xr.yaml", XR);
+    let endpoint = format!("unix-abstract:{}", daemon.socket);
+    fx.write(
+        "composition.yaml",
+        &alpha_composition_at(&fx, ALPHA_STEPS, Some(&endpoint)),
     );
+    fx.write("observed.yaml", ALPHA_OBSERVED);
+    // An OCI runtime that always fails: only the daemon can run the steps.
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "-o",
+        "observed.yaml",
+        "-r",
+        "-x",
+        "--runtime",
+        "/bin/false",
+    ]);
+    assert_golden("alpha.yaml", &stdout(&out));
+    let log = std::fs::read_to_string(fx.path("daemon.log")).unwrap();
+    assert_eq!(log.matches("function ran").count(), 3, "{log}");
+    drop(daemon);
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "--runtime", "/bin/false"]));
+    assert!(
+        err.contains("pipeline step \"create-buckets\" failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn alpha_pipeline_renders_the_golden_output() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    let composition = alpha_composition(&fx, ALPHA_STEPS);
+    fx.write("composition.yaml", &composition);
+    fx.write("observed.yaml", ALPHA_OBSERVED);
     let out = fx.render(&[
         "xr.yaml",
         "composition.yaml",

@@ -14,11 +14,12 @@ use clap::Args;
 use serde_json::Value;
 
 use xfn::compose::alpha::run_alpha;
+use xfn::compose::alpha::ContainerConfig;
 use xfn::compose::inputs::{
     observed_by_name, read_functions, read_objects, Composite, Composition, Pipeline, RuntimeKind,
 };
 use xfn::compose::output::{objects, to_yaml_stream, OutputOptions};
-use xfn::compose::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
+use xfn::compose::runtimes::{caller_for, daemon_answers, ContainerDefaults, ContainerSteps};
 use xfn::compose::v1::{FunctionCaller, V1Pipeline};
 use xfn::compose::Observed;
 use xfn::image::{ImageStore, PullPolicy, StoreOptions};
@@ -79,6 +80,9 @@ pub struct RenderArgs {
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
+    /// [`RenderArgs::needs_containers`], decided once.
+    #[arg(skip)]
+    pub containers: std::sync::OnceLock<bool>,
     /// When to pull the images of Exec Functions that set no pull policy
     /// (alpha steps use their own `imagePullPolicy`).
     #[arg(long, value_enum, default_value = "IfNotPresent")]
@@ -97,12 +101,19 @@ impl RenderArgs {
 }
 
 impl RenderArgs {
-    /// Whether this render runs containers (alpha steps, or Functions with
-    /// the Exec runtime), and so needs xfn's user namespace. A
-    /// render of Development Functions only does not: it works wherever a
-    /// namespace cannot be entered. Unreadable inputs answer false; the
-    /// render itself then reports them, naming the file.
+    /// Whether this render runs containers in-process (Functions with the
+    /// Exec runtime, or alpha steps whose runner daemon does not answer), and
+    /// so needs xfn's user namespace. A render of Development Functions only
+    /// does not: it works wherever a namespace cannot be entered. Nor does
+    /// one whose alpha steps all go to a daemon, which must then see xfn's
+    /// own uid, not the one a namespace would map it to. Unreadable inputs
+    /// answer false; the render itself then reports them, naming the file.
+    /// Decided once, before the async runtime starts.
     pub fn needs_containers(&self) -> bool {
+        *self.containers.get_or_init(|| self.decide_containers())
+    }
+
+    fn decide_containers(&self) -> bool {
         let Ok(xr) = Composite::read(&self.composite_resource) else {
             return false;
         };
@@ -110,7 +121,12 @@ impl RenderArgs {
             return false;
         };
         let steps = match composition.pipeline {
-            Pipeline::Alpha(_) => return true,
+            Pipeline::Alpha(functions) => {
+                return functions.iter().any(|f| {
+                    let spec = f.container.clone().unwrap_or_default();
+                    ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
+                })
+            }
             Pipeline::V1(steps) => steps,
         };
         let Some(Ok(functions)) = self.functions.as_deref().map(read_functions) else {
@@ -222,10 +238,12 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
             .await?
         }
         Pipeline::Alpha(functions) => {
-            let steps = ContainerSteps {
-                runner: Some(make_runner(args, global)?),
-                defaults,
+            let runner = if args.needs_containers() {
+                Some(make_runner(args, global)?)
+            } else {
+                None
             };
+            let steps = ContainerSteps { runner, defaults };
             run_alpha(functions, &steps, &observed).await?
         }
     };

@@ -328,6 +328,27 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
         .map_err(|e| error_chain(&e))
 }
 
+/// Whether something accepts connections at `endpoint` (blocking; for use
+/// before the async runtime starts, to decide whether the in-process runner
+/// and its user namespace are needed at all).
+pub fn daemon_answers(endpoint: &str) -> bool {
+    if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
+        use std::os::linux::net::SocketAddrExt;
+        let name = name.trim_start_matches('@');
+        return std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+            .is_ok();
+    }
+    if let Some(path) = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+    {
+        return std::os::unix::net::UnixStream::connect(path).is_ok();
+    }
+    let address = endpoint.split_once("://").map_or(endpoint, |(_, a)| a);
+    std::net::TcpStream::connect(address).is_ok()
+}
+
 /// Connects to the abstract Unix socket `@name`.
 fn dial_abstract(name: &str) -> std::io::Result<tokio::net::UnixStream> {
     use std::os::linux::net::SocketAddrExt;

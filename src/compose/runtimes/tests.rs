@@ -6,6 +6,8 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
 use super::*;
+use crate::compose::alpha::{AlphaStep, ContainerConfig};
+use crate::proto::{v1, v1alpha1, v1beta1};
 
 /// Serves only the v1beta1 function service; echoes the request's tag.
 struct BetaOnly;

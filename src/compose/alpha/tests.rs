@@ -1,5 +1,6 @@
 //! Alpha pipeline semantics with a fake step executor.
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::json;
 

@@ -24,7 +24,7 @@ REG_PID=
 
 cleanup() {
     [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
-    rm -rf "$WORK"
+    if [ -n "${KEEP:-}" ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT INT TERM
 
@@ -102,7 +102,12 @@ python3 - "$WORK/result.json" <<'PY'
 import json, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 bare, xfn = r["bare crun run"], r["xfn run (warm)"]
-print(f"bare crun run : {bare['mean']*1000:.2f} ms ± {bare['stddev']*1000:.2f}")
-print(f"xfn run (warm): {xfn['mean']*1000:.2f} ms ± {xfn['stddev']*1000:.2f}")
-print(f"ratio xfn/bare: {xfn['mean']/bare['mean']:.2f}")
+for name, r_ in (("bare crun run ", bare), ("xfn run (warm)", xfn)):
+    print(f"{name}: mean {r_['mean']*1000:.2f} ms ± {r_['stddev']*1000:.2f}, "
+          f"median {r_['median']*1000:.2f} ms, min {r_['min']*1000:.2f} ms")
+cpu = lambda r_: (r_["user"] + r_["system"]) * 1000
+print(f"cpu (user+sys): bare {cpu(bare):.2f} ms, xfn {cpu(xfn):.2f} ms, "
+      f"ratio {cpu(xfn)/cpu(bare):.2f} (less sensitive to a loaded machine)")
+print(f"ratio xfn/bare: mean {xfn['mean']/bare['mean']:.2f}, "
+      f"median {xfn['median']/bare['median']:.2f}, min {xfn['min']/bare['min']:.2f}")
 PY

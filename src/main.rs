@@ -9,7 +9,7 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cli::render::rewrite_short_flags(std::env::args_os()));
     let command = cli
         .command
         .unwrap_or_else(|| Command::Start(Default::default()));
@@ -43,6 +43,7 @@ fn main() -> ExitCode {
             Command::Run(args) => cli::run::execute(args, &global).await,
             Command::Pull(args) => cli::pull::execute(args, &global).await,
             Command::Cache(command) => cli::cache::execute(command, &global).await,
+            Command::Render(args) => cli::render::execute(args, &global).await,
         }
     });
     match result {

@@ -177,7 +177,10 @@ impl Runner {
     /// A runner over `store`. Must be created after xfn entered its user
     /// namespace (`cli::prepare_process`); runs go under `<store root>/run`.
     pub fn new(store: ImageStore, options: RunnerOptions) -> Result<Self, RunError> {
-        let run_dir = store.root().join("run");
+        // Absolute: the rootfs path goes into the spec, which crun reads
+        // relative to the bundle dir, not to xfn's working dir.
+        let run_dir = std::path::absolute(store.root().join("run"))
+            .map_err(|e| RunError::Internal(format!("{}: {e}", store.root().display())))?;
         let sandbox = Sandbox::new(SandboxOptions {
             runtime: options.runtime.clone(),
             run_dir: run_dir.clone(),
@@ -191,7 +194,7 @@ impl Runner {
         // Probed once, inside the namespace runs use, next to the layer cache.
         let overlay_ok = match options.rootfs {
             crate::rootfs::RootfsMode::Copy => false,
-            _ => overlay_supported(&rootfs_dir),
+            _ => overlay_supported_cached(&run_dir, &rootfs_dir),
         };
         let rootfs_mode = options
             .rootfs
@@ -237,12 +240,15 @@ impl Runner {
                 .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
                 .transpose()?,
         };
+        let started = std::time::Instant::now();
         let pulled = self
             .store
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
+        let pulled_at = started.elapsed();
         let rootfs = self.prepare_rootfs(&pulled).await?;
-        let output = self
+        let rootfs_at = started.elapsed();
+        let result = self
             .sandbox
             .run(&RunRequest {
                 rootfs: rootfs.path(),
@@ -252,8 +258,21 @@ impl Runner {
                 host_network: config.network == NetworkPolicy::Runner,
                 limits,
             })
-            .await?;
-        drop(rootfs);
+            .await;
+        let ran_at = started.elapsed();
+        // Unmounting takes milliseconds: off the async threads, but awaited,
+        // so the rootfs is gone when this call returns. (Dropped mid-run, the
+        // rootfs is cleaned by its own Drop instead.)
+        let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+        let output = result?;
+        tracing::debug!(
+            image,
+            ?pulled_at,
+            ?rootfs_at,
+            ?ran_at,
+            done_at = ?started.elapsed(),
+            "run phases (cumulative)"
+        );
         Ok(RunOutput {
             stdout: output.stdout,
             stderr_tail: output.stderr_tail,
@@ -301,4 +320,29 @@ fn sweep_stale_rootfs(dir: &std::path::Path) {
             }
         }
     }
+}
+
+/// [`overlay_supported`], remembered in `<run_dir>/overlay-probe` for this
+/// boot and id mapping: the probe writes, mounts and removes files, which
+/// costs tens of milliseconds, more than the rest of a warm `xfn run`.
+fn overlay_supported_cached(run_dir: &std::path::Path, scratch: &std::path::Path) -> bool {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let mapping = crate::sandbox::userns::current().map(|ns| ns.mapping);
+    let key = format!("{} {:?}", boot_id.trim(), mapping);
+    let file = run_dir.join("overlay-probe");
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        match text.strip_prefix(&key).map(str::trim) {
+            Some("true") => return true,
+            Some("false") => return false,
+            _ => {}
+        }
+    }
+    let ok = overlay_supported(scratch);
+    // Written to a temp name and renamed: concurrent xfn processes never
+    // read half a file. Failing to remember only costs the next probe.
+    let temp = run_dir.join(format!(".overlay-probe-{}", std::process::id()));
+    if std::fs::write(&temp, format!("{key} {ok}\n")).is_ok() {
+        let _ = std::fs::rename(&temp, &file);
+    }
+    ok
 }

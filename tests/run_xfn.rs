@@ -15,7 +15,7 @@ use support::*;
 
 struct Fixture {
     registry: Registry,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     cache: PathBuf,
 }
 
@@ -25,7 +25,7 @@ impl Fixture {
         let cache = dir.path().join("cache");
         Fixture {
             registry: Registry::start(),
-            _dir: dir,
+            dir,
             cache,
         }
     }
@@ -369,6 +369,16 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "65532", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
+    // The runner's network (sysfs bound, not mounted) works unprivileged too.
+    let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .args(["--network-policy", "Runner"])
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b"runner\n"));
+    assert!(out.ends_with("runner\n"), "{out}");
     assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 
@@ -458,4 +468,117 @@ fn functions_run_hardened() {
              character special file 1:3\ncharacter special file 1:3\nsys-readonly\ntmp-writable\n"
         )
     );
+}
+
+/// A static Rust binary (glibc, `crt-static`) that spawns threads: its libc
+/// tries clone3, which the seccomp profile answers with ENOSYS, and must
+/// fall back to clone. Built here with the rustc that builds the tests.
+#[test]
+fn a_static_binary_with_threads_runs_under_the_seccomp_profile() {
+    let fx = Fixture::new();
+    let src = fx.dir.path().join("static_fn.rs");
+    std::fs::write(
+        &src,
+        r#"use std::io::Read;
+fn main() {
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).unwrap();
+    let handles: Vec<_> = (0..4).map(|i| std::thread::spawn(move || i * 2)).collect();
+    let sum: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    println!("static: {} bytes in, threads sum {}", input.len(), sum);
+}
+"#,
+    )
+    .unwrap();
+    let binary = fx.dir.path().join("static_fn");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let built = Command::new(rustc)
+        .args(["-C", "target-feature=+crt-static", "-O", "-o"])
+        .arg(&binary)
+        .arg(&src)
+        .output()
+        .expect("rustc (static glibc needs libc6-dev)");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let image = ImageBuilder::new()
+        .layer(Layer::new().file("/static_fn", 0o755, std::fs::read(&binary).unwrap()))
+        .entrypoint(["/static_fn"])
+        .push(&fx.registry, "static:v1")
+        .reference;
+    assert_eq!(
+        stdout(&run(&fx, &image, b"hello", &[])),
+        "static: 5 bytes in, threads sum 12\n"
+    );
+}
+
+#[test]
+fn a_relative_cache_dir_works() {
+    let fx = Fixture::new();
+    let image = fx.script_image("relative:v1", "cat");
+    let mut cmd = xfn_command();
+    cmd.current_dir(fx.dir.path())
+        .args(["run", "--cache-dir", "cache"])
+        .arg(&image)
+        .arg("-");
+    assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
+}
+
+/// "root" whose own namespace maps a single id (as in a rootless
+/// container) cannot map a 65536-id range: xfn maps its own id instead.
+#[test]
+fn root_of_a_single_id_namespace_falls_back_to_its_own_id() {
+    let fx = Fixture::new();
+    let image = fx.script_image("nested:v1", "id -u; cat /proc/self/uid_map");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--"])
+        .arg(env!("CARGO_BIN_EXE_xfn"))
+        .arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b""));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "0", "{out}");
+    let map: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(map, ["0", "0", "1"], "{out}");
+}
+
+#[test]
+fn sigterm_stops_the_run_and_leaves_nothing() {
+    let fx = Fixture::new();
+    let image = fx.script_image("sigterm:v1", "sleep 4713");
+    let mut cmd = fx.command();
+    cmd.arg(&image).arg("-");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the function to be running.
+    let marker = "sleep 4713";
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+    };
+    while !running() {
+        assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let err = failure(&child.wait_with_output().unwrap());
+    assert!(err.contains("terminated; the run was stopped"), "{err}");
+    assert_no_leftovers(&fx.cache, marker);
 }

@@ -329,3 +329,35 @@ async fn metrics_count_runs_by_outcome() {
     assert!(text.contains("xfn_runs_in_flight 0"), "{text}");
     assert!(text.contains("xfn_limits_enforced "), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_over_the_cap_is_resource_exhausted() {
+    let registry = Registry::start();
+    let image = script_image(&registry, "flood:v1", "cat >/dev/null; yes xfn-flood");
+    let daemon = Daemon::start(&["--max-output-bytes", "65536"]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("65536"), "{status:?}");
+    wait_until_gone("yes xfn-flood").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn required_limits_that_cannot_be_enforced_are_a_failed_precondition() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--require-limits"]).await;
+    let mut client = daemon.client().await;
+    let result = client.run_function(request(&image, FUNCTION_IO)).await;
+    // The daemon says whether this host (its cgroups) enforces limits.
+    if daemon.metric("xfn_limits_enforced").await == 0.0 {
+        let status = result.unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        assert!(status.message().contains("not enforced"), "{status:?}");
+    } else {
+        result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    }
+}

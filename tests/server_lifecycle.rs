@@ -69,19 +69,33 @@ async fn callers_with_another_uid_are_refused_at_accept() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn unmapped_callers_cannot_be_identified_and_are_refused() {
+async fn root_and_allowed_uids_are_served_although_xfn_sits_in_its_namespace() {
     let daemon = Daemon::start(&["--allow-uid", "65533"]).await;
-    // Rootless, xfn maps only its own uid into its namespace ...
+    // Rootless, xfn maps only its own uid into its namespace, where root and
+    // 65533 would read as the overflow uid; its gatekeeper, outside, sees
+    // them as they are.
     assert!(in_user_namespace(daemon.pid()));
-    // ... so uid 65533 and host root read as the overflow uid: they cannot
-    // be told apart from any other unmapped user and stay refused, whatever
-    // --allow-uid says (documented on the flag).
-    for uid in [Some(65533), None] {
-        let status = call_as(&daemon, uid).await.unwrap_err();
-        assert_refused(&status);
-    }
-    assert!(daemon.log().contains("overflow uid"), "{}", daemon.log());
+    call_as(&daemon, None).await.unwrap();
+    call_as(&daemon, Some(65533)).await.unwrap();
     call_as(&daemon, Some(NONROOT)).await.unwrap();
+    assert_refused(&call_as(&daemon, Some(65531)).await.unwrap_err());
+    assert!(daemon.log().contains("caller refused"), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_root_daemon_with_a_mapped_range_serves_root_and_refuses_others() {
+    // As root xfn maps a 65536-id range (host 100000+) and becomes its
+    // namespace's root: host root and 65532 are both unmapped inside.
+    let daemon = Daemon::start_as_root(&[]).await;
+    assert!(in_user_namespace(daemon.pid()));
+    call_as(&daemon, None).await.unwrap();
+    assert_refused(&call_as(&daemon, Some(NONROOT)).await.unwrap_err());
+    // Its gatekeeper (host root, outside) dies with it even after a crash.
+    let mut daemon = daemon;
+    let marker = daemon.cmdline_marker();
+    assert_eq!(processes_with(&marker).len(), 2, "daemon and gatekeeper");
+    daemon.kill();
+    wait_until_gone(&marker).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,6 +165,8 @@ async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
         "{}",
         daemon.log()
     );
+    // The gatekeeper left with it.
+    wait_until_gone(&daemon.cmdline_marker()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

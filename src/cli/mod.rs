@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub mod cache;
 pub mod pull;
+pub mod render;
 pub mod run;
 pub mod start;
 
@@ -54,6 +55,8 @@ pub enum Command {
     /// Inspect the image cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
+    /// Render a Composition's pipeline locally, like `crossplane render`.
+    Render(render::RenderArgs),
 }
 
 /// Flags every command that touches the image store shares.
@@ -139,11 +142,19 @@ pub fn init_logging(global: &Global) {
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
+        Command::Render(args) if args.needs_containers() => {
+            enter_namespace(&args.store_args(), &args.userns)
+        }
+        Command::Start(args) => {
+            // Bind and fork the caller-checking gatekeeper first: it must
+            // stay outside the namespace.
+            start::prepare(args)?;
+            enter_namespace(&args.store, &args.userns)
+        }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)
         Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
-        Command::Start(args) => enter_namespace(&args.store, &args.userns),
         _ => Ok(()),
     }
 }

@@ -13,6 +13,9 @@ use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
 
 use super::{StoreArgs, UsernsArgs};
 
+/// `--rootfs` of `xfn run` and `xfn start`.
+pub use xfn::rootfs::RootfsMode as RootfsArg;
+
 /// Flags of `xfn run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -27,7 +30,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub userns: UsernsArgs,
     /// Kill the function after this long (`30s`, `1m`, `1m30s`, `500ms`).
-    #[arg(short = 't', long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(short = 't', long, default_value = "30s", value_parser = parse_timeout)]
     pub timeout: Duration,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
@@ -88,7 +91,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(bad());
     }
     if rest == "0" {
-        return Ok(Duration::ZERO);
+        return Ok(Duration::ZERO); // as Go's time.ParseDuration
     }
     let mut total = 0f64;
     while !rest.is_empty() {
@@ -115,8 +118,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
+/// [`parse_duration`] for timeouts: zero would kill every run at once.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err(format!("{text:?}: a timeout must be longer than zero")),
+        d => Ok(d),
+    }
+}
+
 /// Runs `xfn run`.
 pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
     let store = ImageStore::open(
         &args.store.cache_dir,
@@ -136,6 +148,7 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
             rootfs: args.rootfs,
         },
     )?;
+    tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: match args.image_pull_policy {
             PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
@@ -151,7 +164,16 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
         cpu: args.cpu.clone(),
         memory: args.memory.clone(),
     };
-    match runner.run(&args.image, &input, &config).await {
+    // Ctrl-C or SIGTERM stop the run: dropping its future kills the
+    // container and removes its bundle, state and rootfs before xfn exits.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let result = tokio::select! {
+        result = runner.run(&args.image, &input, &config) => result,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run was stopped"),
+        _ = terminate.recv() => anyhow::bail!("terminated; the run was stopped"),
+    };
+    match result {
         Ok(output) => {
             let mut stdout = std::io::stdout().lock();
             stdout.write_all(&output.stdout)?;
@@ -190,9 +212,12 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         for bad in ["", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+        assert!(parse_timeout("0s").is_err());
+        assert_eq!(parse_timeout("2s"), Ok(Duration::from_secs(2)));
     }
 }

@@ -12,15 +12,15 @@ use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
 use xfn::image::{ImageStore, StoreOptions};
-use xfn::runner::{Runner, RunnerOptions};
 use xfn::rootfs::RootfsMode;
-use xfn::server::listen::{self, ListenAddress, Network};
+use xfn::runner::{Runner, RunnerOptions};
+use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{self, Metrics};
 use xfn::server::peer::CallerPolicy;
-use xfn::server::serve::{serve, Drain};
+use xfn::server::serve::{serve, Drain, Incoming};
 use xfn::server::{RunnerService, ServiceOptions};
 
-use super::run::parse_duration;
+use super::run::{parse_duration, RootfsArg};
 use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn start` (Crossplane's runner flags, plus xfn's own).
@@ -54,10 +54,9 @@ pub struct StartArgs {
     /// Largest accepted FunctionIO input, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_input_bytes: usize,
-    /// Also accept callers with this host uid (repeatable). The daemon's own
-    /// uid and root are always accepted — when the kernel lets xfn see them:
-    /// a uid not mapped into xfn's user namespace cannot be identified and
-    /// is refused.
+    /// Also accept Unix callers with this uid (repeatable); the daemon's own
+    /// uid and root always are. Others are logged and their connection is
+    /// closed at accept (they see a transport error, not a gRPC status).
     #[arg(long = "allow-uid")]
     pub allow_uids: Vec<u32>,
     /// After SIGTERM/SIGINT, how long runs in flight may take to finish
@@ -66,7 +65,7 @@ pub struct StartArgs {
     pub grace_period: Duration,
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsMode,
+    pub rootfs: RootfsArg,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
@@ -96,6 +95,30 @@ impl Default for StartArgs {
             Err(err) => err.exit(),
         }
     }
+}
+
+/// Where `prepare` leaves the bound listener for `execute`.
+static PREPARED: std::sync::Mutex<Option<Incoming>> = std::sync::Mutex::new(None);
+
+/// Binds the listen address and, for Unix sockets, forks the gatekeeper
+/// that checks callers' uids. Runs while xfn is still single-threaded and
+/// outside its user namespace: inside it, callers' uids are unreadable (see
+/// `xfn::server::gate`).
+pub fn prepare(args: &StartArgs) -> anyhow::Result<()> {
+    let address = ListenAddress::parse(args.network, &args.address)?;
+    let incoming = match listen::bind(&address)? {
+        Listener::Unix(listener) => {
+            let policy = CallerPolicy::for_self(&args.allow_uids);
+            tracing::info!(%address, allowed_uids = ?policy.allowed(), "listening");
+            Incoming::Gate(xfn::server::gate::spawn(listener, policy)?)
+        }
+        Listener::Tcp(listener) => {
+            tracing::warn!(%address, "listening on TCP: callers cannot be checked (no peer credentials)");
+            Incoming::Tcp(listener)
+        }
+    };
+    *PREPARED.lock().unwrap_or_else(|e| e.into_inner()) = Some(incoming);
+    Ok(())
 }
 
 /// Runs `xfn start`.
@@ -129,7 +152,11 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
             runtime: args.runtime.clone(),
             max_output_bytes: args.max_output_bytes,
             require_limits: args.require_limits,
-            rootfs: args.rootfs,
+            rootfs: match args.rootfs {
+                RootfsArg::Auto => RootfsMode::Auto,
+                RootfsArg::Overlay => RootfsMode::Overlay,
+                RootfsArg::Copy => RootfsMode::Copy,
+            },
         },
     )
     .context("cannot set up the runner")?;
@@ -144,12 +171,11 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     }
     let runner = Arc::new(runner);
 
-    let address = ListenAddress::parse(args.network, &args.address)?;
-    let listener = listen::bind(&address)?;
-    let policy = Arc::new(CallerPolicy::for_self(&args.allow_uids)?);
-    if args.network == Network::Tcp {
-        tracing::warn!("listening on TCP: callers cannot be checked (no peer credentials)");
-    }
+    let incoming = PREPARED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .context("the listener was not bound before start (cli::prepare_process)")?;
 
     let metrics = Arc::new(Metrics::new());
     let abort = CancellationToken::new();
@@ -183,10 +209,9 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     };
 
     tracing::info!(
-        %address,
+        address = %args.address,
         max_concurrent_runs,
         max_queued_runs,
-        allowed_uids = ?policy.allowed(),
         cache_dir = %args.store.cache_dir.display(),
         "serving the function runner API"
     );
@@ -194,7 +219,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         grace_period: args.grace_period,
         abort,
     };
-    serve(listener, policy, service, drain, shutdown_signal()).await?;
+    serve(incoming, service, drain, shutdown_signal()).await?;
 
     stop_metrics.cancel();
     if let Some(server) = metrics_server {

@@ -136,7 +136,17 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
         return Err(UsernsError::AlreadyEntered);
     }
     let cgroups = CgroupSupport::detect();
-    let mapping = if can_map_range() {
+    let range_available = range_is_mapped("/proc/self/uid_map", options.map_root_uid)
+        && range_is_mapped("/proc/self/gid_map", options.map_root_gid);
+    if can_map_range() && !range_available {
+        // E.g. "root" inside a container whose own namespace maps fewer ids.
+        tracing::warn!(
+            uid = options.map_root_uid,
+            gid = options.map_root_gid,
+            "the id range to map is not mapped here; mapping only xfn's own ids"
+        );
+    }
+    let mapping = if can_map_range() && range_available {
         IdMapping::Range {
             uid: options.map_root_uid,
             gid: options.map_root_gid,
@@ -188,7 +198,7 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
         None::<&str>,
     )
     .map_err(sys("make / rprivate"))?;
-    if cgroups.needs_cover() {
+    if cgroups.needs_cover() && Path::new("/sys/fs/cgroup").is_dir() {
         // crun 1.8.1 refuses hybrid cgroups; with its cgroup manager disabled
         // it only needs /sys/fs/cgroup not to look hybrid.
         mount(
@@ -291,9 +301,47 @@ fn map_helper(go: OwnedFd, target: i32, uid: u32, gid: u32) -> i32 {
     0
 }
 
+/// Whether `[start, start + RANGE_SIZE)` is wholly covered by one line of an
+/// id map (`/proc/self/uid_map`): only ids mapped here can be mapped below.
+fn range_is_mapped(map_file: &str, start: u32) -> bool {
+    std::fs::read_to_string(map_file)
+        .map(|text| map_covers(&text, start, RANGE_SIZE))
+        .unwrap_or(false)
+}
+
+fn map_covers(map: &str, start: u32, count: u32) -> bool {
+    let (start, count) = (u64::from(start), u64::from(count));
+    map.lines().any(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // inside-id outside-id count: the ids usable here are the inside ones.
+        matches!(fields[..], [inside, _, len] if inside <= start && start + count <= inside + len)
+    })
+}
+
 fn write_file(path: &str, text: &str) -> Result<(), UsernsError> {
     std::fs::write(path, text).map_err(|source| UsernsError::Write {
         path: path.to_string(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_coverage() {
+        let init = "         0          0 4294967295\n";
+        assert!(map_covers(init, 100_000, RANGE_SIZE));
+        let container = "0 1000 65536\n";
+        assert!(!map_covers(container, 100_000, RANGE_SIZE));
+        assert!(map_covers(container, 0, RANGE_SIZE));
+        assert!(!map_covers(container, 1, RANGE_SIZE));
+        let split = "0 1000 1\n1 200000 200000\n";
+        assert!(map_covers(split, 100_000, RANGE_SIZE));
+        assert!(!map_covers("", 0, 1));
+    }
 }

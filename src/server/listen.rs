@@ -1,15 +1,14 @@
 //! Where the service listens: a Linux abstract Unix socket (`@name`, what
-//! Crossplane dials), a Unix socket path, or TCP; and the accept loop that
-//! checks each Unix caller's credentials before gRPC sees the connection.
+//! Crossplane dials), a Unix socket path, or TCP. Binding happens before xfn
+//! enters its user namespace; Unix connections are then accepted by the
+//! gatekeeper ([`super::gate`]), TCP ones by [`tcp_incoming`].
 use std::net::SocketAddr;
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-
-use super::peer::CallerPolicy;
+use tokio::net::{TcpListener, TcpStream};
 
 /// Errors of binding the listen address.
 #[derive(Debug, thiserror::Error)]
@@ -78,13 +77,13 @@ impl ListenAddress {
     }
 }
 
-/// A bound listener.
+/// A bound listener (std types: bound before the async runtime starts).
 #[derive(Debug)]
 pub enum Listener {
-    /// Unix (abstract or path).
+    /// Unix (abstract or path), blocking: the gatekeeper accepts on it.
     Unix(UnixListener),
-    /// TCP.
-    Tcp(TcpListener),
+    /// TCP, non-blocking, for [`tcp_incoming`].
+    Tcp(std::net::TcpListener),
 }
 
 /// Binds `address`. A stale socket file at a path address (left by a killed
@@ -99,9 +98,7 @@ pub fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
             use std::os::linux::net::SocketAddrExt;
             let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
                 .map_err(fail)?;
-            let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(fail)?;
-            std_listener.set_nonblocking(true).map_err(fail)?;
-            UnixListener::from_std(std_listener)
+            UnixListener::bind_addr(&addr)
                 .map(Listener::Unix)
                 .map_err(fail)
         }
@@ -115,54 +112,15 @@ pub fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
             UnixListener::bind(path).map(Listener::Unix).map_err(fail)
         }
         ListenAddress::Tcp(addr) => {
-            let std_listener = std::net::TcpListener::bind(addr).map_err(fail)?;
-            std_listener.set_nonblocking(true).map_err(fail)?;
-            TcpListener::from_std(std_listener)
-                .map(Listener::Tcp)
-                .map_err(fail)
+            let listener = std::net::TcpListener::bind(addr).map_err(fail)?;
+            listener.set_nonblocking(true).map_err(fail)?;
+            Ok(Listener::Tcp(listener))
         }
     }
 }
 
 /// Accept errors like EMFILE are transient: wait a little rather than spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// The Unix connections of allowed callers. Refused callers are logged and
-/// their connection dropped before any gRPC byte is exchanged, so they see a
-/// transport error (Unavailable), not a gRPC status.
-pub fn unix_incoming(
-    listener: UnixListener,
-    policy: Arc<CallerPolicy>,
-) -> impl Stream<Item = std::io::Result<UnixStream>> {
-    futures::stream::unfold((listener, policy), |(listener, policy)| async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    tracing::warn!(error = %err, "accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            };
-            let cred = match stream.peer_cred() {
-                Ok(cred) => cred,
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot read the caller's credentials; refusing");
-                    continue;
-                }
-            };
-            match policy.check(cred.uid()) {
-                Ok(host_uid) => {
-                    tracing::debug!(uid = cred.uid(), host_uid, pid = ?cred.pid(), "caller accepted");
-                    return Some((Ok(stream), (listener, policy)));
-                }
-                Err(refused) => {
-                    tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), reason = %refused, "caller refused");
-                }
-            }
-        }
-    })
-}
 
 /// The TCP connections (no caller check: TCP carries no credentials).
 pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
@@ -206,27 +164,20 @@ mod tests {
         assert!(ListenAddress::parse(Network::Tcp, "nonsense").is_err());
     }
 
-    #[tokio::test]
-    async fn abstract_socket_accepts_this_process() {
-        use futures::StreamExt;
+    #[test]
+    fn abstract_socket_accepts_connections() {
         let name = format!("xfn-test/listen-{}", std::process::id());
         let Listener::Unix(listener) = bind(&ListenAddress::Abstract(name.clone())).unwrap() else {
             panic!("not unix");
         };
-        let policy = Arc::new(CallerPolicy::for_self(&[]).unwrap());
-        let mut incoming = Box::pin(unix_incoming(listener, policy));
-        let client = tokio::spawn(async move {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
-            std::os::unix::net::UnixStream::connect_addr(&addr).unwrap()
-        });
-        let accepted = incoming.next().await.unwrap().unwrap();
-        let _client = client.await.unwrap();
-        assert!(accepted.peer_cred().is_ok());
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let _client = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+        listener.accept().unwrap();
     }
 
-    #[tokio::test]
-    async fn path_socket_replaces_a_stale_socket() {
+    #[test]
+    fn path_socket_replaces_a_stale_socket() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xfn.sock");
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());

@@ -5,12 +5,14 @@
 //! The pieces, in the order a call meets them:
 //!
 //! ```text
-//! listen (unix abstract/path or tcp) ─► peer (SO_PEERCRED uid policy, at accept)
+//! listen (unix abstract/path or tcp, bound before the user namespace)
+//!   ─► gate (a process outside the namespace: accept, SO_PEERCRED uid policy, hand over)
 //!   ─► service (validate ─► admission queue ─► FunctionRunner ─► status_of)
 //! ```
 pub mod admission;
 pub mod deadline;
 pub mod function_runner;
+pub mod gate;
 pub mod listen;
 pub mod metrics;
 pub mod peer;

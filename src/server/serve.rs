@@ -1,7 +1,6 @@
 //! Assembling and running the gRPC server: the runner service, health and
 //! reflection, on the bound listener, with a graceful drain on shutdown.
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -10,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::{Connected, Router};
 use tonic::transport::Server;
 
-use super::listen::{tcp_incoming, unix_incoming, Listener};
-use super::peer::CallerPolicy;
+use super::gate::{GateError, GateReceiver};
+use super::listen::tcp_incoming;
 use super::{FunctionRunner, RunnerService};
 use crate::proto::v1alpha1::containerized_function_runner_service_server::ContainerizedFunctionRunnerServiceServer;
 
@@ -24,6 +23,21 @@ pub enum ServeError {
     /// The transport failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The gatekeeper channel could not be used.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// The TCP listener could not be registered.
+    #[error("cannot listen: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where connections come from.
+#[derive(Debug)]
+pub enum Incoming {
+    /// Unix connections, accepted and checked by the gatekeeper.
+    Gate(GateReceiver),
+    /// TCP connections (unchecked: TCP carries no credentials).
+    Tcp(std::net::TcpListener),
 }
 
 /// Room for the protobuf framing around an input at the size limit, so an
@@ -43,12 +57,11 @@ pub struct Drain {
     pub abort: CancellationToken,
 }
 
-/// Serves `service` (plus health and reflection) on `listener` until
+/// Serves `service` (plus health and reflection) on `incoming` until
 /// `shutdown` resolves, then stops accepting, lets runs in flight finish
 /// within the grace period, cancels the rest, and returns.
 pub async fn serve<R: FunctionRunner>(
-    listener: Listener,
-    policy: Arc<CallerPolicy>,
+    incoming: Incoming,
     service: RunnerService<R>,
     drain: Drain,
     shutdown: impl Future<Output = ()> + Send,
@@ -84,11 +97,12 @@ pub async fn serve<R: FunctionRunner>(
             .set_not_serving::<ContainerizedFunctionRunnerServiceServer<RunnerService<R>>>()
             .await;
     };
-    match listener {
-        Listener::Unix(listener) => {
-            drain_on(router, unix_incoming(listener, policy), drain, stopping).await
+    match incoming {
+        Incoming::Gate(gate) => drain_on(router, gate.incoming()?, drain, stopping).await,
+        Incoming::Tcp(listener) => {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            drain_on(router, tcp_incoming(listener), drain, stopping).await
         }
-        Listener::Tcp(listener) => drain_on(router, tcp_incoming(listener), drain, stopping).await,
     }
 }
 

@@ -35,6 +35,8 @@ pub struct Daemon {
     /// The cache dir (owned by the daemon's uid).
     pub cache_dir: PathBuf,
     log: PathBuf,
+    /// The uid clients dial as by default: the daemon's own.
+    caller: Option<u32>,
     _dir: tempfile::TempDir,
 }
 
@@ -52,6 +54,17 @@ impl Daemon {
 
     /// [`Daemon::start`] on the cache dir `cache` (owned by 65532) when given.
     pub async fn start_with_cache(cache: Option<&Path>, extra: &[&str]) -> Daemon {
+        Self::launch(cache, Some(NONROOT), extra).await
+    }
+
+    /// `xfn start` as root (it then maps a whole id range); the client
+    /// helpers still dial as 65532 unless told otherwise, so readiness is
+    /// probed as root.
+    pub async fn start_as_root(extra: &[&str]) -> Daemon {
+        Self::launch(None, None, extra).await
+    }
+
+    async fn launch(cache: Option<&Path>, user: Option<u32>, extra: &[&str]) -> Daemon {
         let dir = world_traversable_tempdir();
         let cache_dir = match cache {
             Some(cache) => cache.to_path_buf(),
@@ -69,7 +82,12 @@ impl Daemon {
         let metrics = free_port();
         let log = dir.path().join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create the daemon log");
-        let child = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        let xfn = Path::new(env!("CARGO_BIN_EXE_xfn"));
+        let mut command = match user {
+            Some(uid) => unprivileged(uid, xfn),
+            None => std::process::Command::new(xfn),
+        };
+        let child = command
             .arg("start")
             .arg("--debug")
             .arg("--cache-dir")
@@ -90,6 +108,7 @@ impl Daemon {
             metrics,
             cache_dir,
             log,
+            caller: user,
             _dir: dir,
         };
         daemon.wait_until_serving().await;
@@ -101,7 +120,7 @@ impl Daemon {
             if let Some(status) = self.try_wait() {
                 panic!("xfn start exited with {status}:\n{}", self.log());
             }
-            if let Ok(channel) = self.channel_as(Some(NONROOT)).await {
+            if let Ok(channel) = self.channel_as(self.caller).await {
                 let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
                 let req = tonic_health::pb::HealthCheckRequest {
                     service: String::new(),
@@ -130,6 +149,19 @@ impl Daemon {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().expect("try_wait"))
+    }
+
+    /// Kills the daemon with SIGKILL (as a crash would) and reaps it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+    }
+
+    /// A command-line fragment only this daemon's processes (the daemon and
+    /// its gatekeeper) carry.
+    pub fn cmdline_marker(&self) -> String {
+        format!("@{} ", self.socket)
     }
 
     /// Sends SIGTERM.
@@ -165,7 +197,7 @@ impl Daemon {
     /// A runner client dialled as the daemon's own uid.
     pub async fn client(&self) -> Client {
         let channel = self
-            .channel_as(Some(NONROOT))
+            .channel_as(self.caller)
             .await
             .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log()));
         // Let big outputs through.

@@ -1,0 +1,165 @@
+#!/bin/sh
+# The sidecar against its floor and against podman, on one image in one run:
+#
+#   bare crun run      `crun run` of a prepared bundle (the same rootfs, the
+#                      spec xfn writes) in a fresh user+mount namespace: the
+#                      floor any runner pays per call.
+#   RunFunction (warm) one call to a running `xfn start` over its abstract
+#                      socket, image cached: p50 and p99.
+#   podman run         `podman run --rm -i` of the same image (pulled from
+#                      the same registry), as root.
+#   throughput         RunFunction calls/s with 1, 4 and 16 concurrent callers.
+#
+# The function is busybox `cat` of a small FunctionIO. The daemon and the load
+# generator run as uid 65532 with no capabilities (the realistic sidecar).
+#
+# Needs: hyperfine, crun, podman, docker-registry, umoci, skopeo,
+# busybox-static, python3 (all apt-get packages). Run as root from the
+# repository root:
+#   benches/server.sh                  (debug build)
+#   PROFILE=release benches/server.sh  (release build)
+#
+# podman on this host: cgroups are hybrid, so podman runs in a private mount
+# namespace with /sys/fs/cgroup covered by a tmpfs and --cgroups=disabled
+# (crun 1.8.1 refuses hybrid cgroups otherwise), and with explicit
+# --ulimit values (its defaults exceed the hard limits here).
+set -eu
+
+PROFILE=${PROFILE:-dev}
+RUNS=${RUNS:-200}
+LATENCY_CALLS=${LATENCY_CALLS:-500}
+CALLS_PER_LEVEL=${CALLS_PER_LEVEL:-400}
+WORK=$(mktemp -d /tmp/xfn-server-bench-XXXXXX)
+chmod 755 "$WORK"
+PORT=$(( 20000 + $$ % 20000 ))
+REG_PID=
+XFN_PID=
+NONROOT=65532
+AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
+
+cleanup() {
+    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null || true
+    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
+    podman rmi -f "127.0.0.1:$PORT/fn:v1" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+# Build xfn and the load generator; find their paths.
+cargo build --quiet --profile "$PROFILE" --bin xfn
+LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
+        print(m["executable"])')
+case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
+XFN=$(realpath "$XFN")
+cp "$XFN" "$LOAD" "$WORK/" # world-readable copies for uid 65532
+chmod 755 "$WORK/xfn" "$WORK/$(basename "$LOAD")"
+LOAD="$WORK/$(basename "$LOAD")"
+XFN="$WORK/xfn"
+
+# A registry on loopback.
+mkdir -p "$WORK/registry"
+cat > "$WORK/registry/config.yml" <<YAML
+version: 0.1
+log:
+  level: error
+storage:
+  filesystem:
+    rootdirectory: $WORK/registry/storage
+http:
+  addr: 127.0.0.1:$PORT
+YAML
+docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
+REG_PID=$!
+for _ in $(seq 50); do
+    wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null && break || sleep 0.1
+done
+
+# The function image: busybox, entrypoint `cat`, built with umoci, pushed with skopeo.
+umoci init --layout "$WORK/oci" >/dev/null
+umoci new --image "$WORK/oci:fn" >/dev/null
+umoci unpack --rootless --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
+mkdir -p "$WORK/unpacked/rootfs/bin"
+cp /bin/busybox "$WORK/unpacked/rootfs/bin/busybox"
+for applet in sh cat; do ln -s busybox "$WORK/unpacked/rootfs/bin/$applet"; done
+umoci repack --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
+umoci config --image "$WORK/oci:fn" --config.entrypoint /bin/cat --config.env PATH=/bin >/dev/null
+skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://127.0.0.1:$PORT/fn:v1"
+IMAGE="127.0.0.1:$PORT/fn:v1"
+printf 'apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved: {}\ndesired: {}\n' >"$WORK/input.yaml"
+chmod 644 "$WORK/input.yaml"
+
+# The bare bundle: the same rootfs and the spec xfn writes (captured from a
+# run through a crun wrapper), run as the namespace's root.
+mkdir -p "$WORK/bare" "$WORK/cache-run"
+# xfn as root maps a range: it writes the capture as the mapped root.
+chmod 777 "$WORK/bare"
+cat > "$WORK/crun-capture" <<SH
+#!/bin/sh
+for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/bare/config.json";; esac; prev=\$a; done
+exec crun "\$@"
+SH
+chmod +x "$WORK/crun-capture"
+"$XFN" run --cache-dir "$WORK/cache-run" --runtime "$WORK/crun-capture" "$IMAGE" "$WORK/input.yaml" >/dev/null
+cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
+python3 - "$WORK/bare/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+spec["root"]["path"] = "rootfs"
+json.dump(spec, open(path, "w"))
+PY
+cat > "$WORK/bare-run" <<SH
+#!/bin/sh
+mount -t tmpfs tmpfs /sys/fs/cgroup
+exec crun --root "$WORK/bare-state" --cgroup-manager=disabled run --no-new-keyring --bundle "$WORK/bare" "bare-\$\$" <"$WORK/input.yaml"
+SH
+chmod +x "$WORK/bare-run"
+unshare --user --map-root-user --mount --propagation private "$WORK/bare-run" >"$WORK/bare-out.yaml"
+cmp "$WORK/input.yaml" "$WORK/bare-out.yaml"
+
+# podman, as root, on the same image from the same registry.
+podman pull --quiet --tls-verify=false "$IMAGE" >/dev/null
+cat > "$WORK/podman-run" <<SH
+#!/bin/sh
+mount -t tmpfs tmpfs /sys/fs/cgroup
+exec podman run --rm -i --network none --cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$IMAGE" <"$WORK/input.yaml"
+SH
+chmod +x "$WORK/podman-run"
+unshare --mount --propagation private "$WORK/podman-run" >"$WORK/podman-out.yaml"
+cmp "$WORK/input.yaml" "$WORK/podman-out.yaml"
+
+hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
+    --command-name "bare crun run" "unshare --user --map-root-user --mount --propagation private $WORK/bare-run" \
+    --command-name "podman run" "unshare --mount --propagation private $WORK/podman-run" >"$WORK/hyperfine.log"
+
+# The sidecar, as uid 65532 without capabilities, on an abstract socket.
+SOCKET="xfn-bench/$$"
+mkdir -p "$WORK/cache"
+chown "$NONROOT:$NONROOT" "$WORK/cache"
+$AS_NONROOT "$XFN" start --cache-dir "$WORK/cache" --address "@$SOCKET" \
+    --max-queued-runs 64 2>"$WORK/xfn.log" &
+XFN_PID=$!
+sleep 1
+$AS_NONROOT "$LOAD" "$SOCKET" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16 >"$WORK/load.txt"
+
+python3 - "$WORK/fork.json" "$WORK/load.txt" "$(nproc)" "$PROFILE" <<'PY'
+import json, sys
+r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
+load = dict(line.strip().split("=", 1) for line in open(sys.argv[2]) if "=" in line)
+bare = r["bare crun run"]["median"] * 1000
+podman = r["podman run"]["median"] * 1000
+p50, p99 = float(load["warm_p50_ms"]), float(load["warm_p99_ms"])
+print(f"xfn build profile: {sys.argv[4]}; CPUs: {sys.argv[3]}; max-concurrent-runs: default (CPUs)")
+print(f"bare crun run (median)      : {bare:8.2f} ms")
+print(f"RunFunction warm p50        : {p50:8.2f} ms   ({p50 / bare:.2f}x bare crun)")
+print(f"RunFunction warm p99        : {p99:8.2f} ms   ({p99 / bare:.2f}x bare crun)")
+print(f"podman run --rm -i (median) : {podman:8.2f} ms   ({podman / p50:.1f}x RunFunction p50)")
+for key, value in load.items():
+    if key.startswith("throughput_"):
+        callers = key.split("_")[1]
+        print(f"throughput, {callers:>2} callers        : {float(value):8.1f} calls/s")
+PY

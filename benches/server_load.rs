@@ -1,0 +1,125 @@
+//! Load generator for `benches/server.sh`: calls a running `xfn start` over
+//! its abstract socket, measures warm RunFunction latency (p50/p99) and
+//! throughput at several caller counts, and prints one `key=value` a line.
+//!
+//! Usage: server_load SOCKET_NAME IMAGE INPUT_FILE [LATENCY_CALLS] [CALLS_PER_LEVEL] [LEVELS]
+//! (`cargo bench` adds a `--bench` argument, which is ignored.)
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Endpoint, Uri};
+use xfn::proto::v1alpha1 as pb;
+use xfn::proto::v1alpha1::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient as Client;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn connect(name: String) -> Result<Client<tonic::transport::Channel>, AnyError> {
+    let channel = Endpoint::try_from("http://xfn.invalid")?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let name = name.clone();
+            async move {
+                use std::os::linux::net::SocketAddrExt;
+                let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+                let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+                stream.set_nonblocking(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::from_std(stream)?))
+            }
+        }))
+        .await?;
+    Ok(Client::new(channel))
+}
+
+async fn call(
+    client: &mut Client<tonic::transport::Channel>,
+    image: &str,
+    input: &[u8],
+) -> Result<Duration, AnyError> {
+    let started = Instant::now();
+    let out = client
+        .run_function(pb::RunFunctionRequest {
+            image: image.to_string(),
+            input: input.to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let elapsed = started.elapsed();
+    if out.output != input {
+        return Err("the function's output is not its input".into());
+    }
+    Ok(elapsed)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> Result<(), AnyError> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let [socket, image, input_file, rest @ ..] = args.as_slice() else {
+        return Err(
+            "usage: server_load SOCKET IMAGE INPUT [LATENCY_CALLS] [CALLS_PER_LEVEL] [LEVELS]"
+                .into(),
+        );
+    };
+    let latency_calls: usize = rest.first().map_or(Ok(300), |s| s.parse())?;
+    let calls_per_level: usize = rest.get(1).map_or(Ok(200), |s| s.parse())?;
+    let levels: Vec<usize> = rest
+        .get(2)
+        .map_or("1,4,16", String::as_str)
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let input = std::fs::read(input_file)?;
+    let mut client = connect(socket.clone()).await?;
+
+    for _ in 0..10 {
+        call(&mut client, image, &input).await?;
+    }
+    let mut latencies = Vec::with_capacity(latency_calls);
+    for _ in 0..latency_calls {
+        latencies.push(call(&mut client, image, &input).await?);
+    }
+    latencies.sort();
+    let mean = latencies.iter().sum::<Duration>() / latencies.len() as u32;
+    println!("warm_calls={latency_calls}");
+    println!("warm_p50_ms={:.3}", ms(percentile(&latencies, 0.50)));
+    println!("warm_p99_ms={:.3}", ms(percentile(&latencies, 0.99)));
+    println!("warm_mean_ms={:.3}", ms(mean));
+
+    for callers in levels {
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|i| {
+                let mut client = client.clone();
+                let image = image.clone();
+                let input = input.clone();
+                let share = calls_per_level / callers + usize::from(i < calls_per_level % callers);
+                tokio::spawn(async move {
+                    for _ in 0..share {
+                        call(&mut client, &image, &input).await?;
+                    }
+                    Ok::<_, AnyError>(())
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await??;
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "throughput_{callers}_callers_per_s={:.1}",
+            calls_per_level as f64 / elapsed.as_secs_f64()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! How an alpha step's container runs, from its `container` spec.
+use std::time::Duration;
+
+use crate::compose::inputs::ContainerSpec;
+
+/// The runner endpoint alpha functions use unless they name another.
+pub const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";
+
+/// How to run one alpha step's container, from its `container` spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerConfig {
+    /// OCI reference.
+    pub image: String,
+    /// IfNotPresent, Always or Never.
+    pub pull_policy: String,
+    /// Kill it after this long.
+    pub timeout: Duration,
+    /// Isolated or Runner.
+    pub network: String,
+    /// CPU limit quantity.
+    pub cpu: String,
+    /// Memory limit quantity.
+    pub memory: String,
+    /// The runner daemon's endpoint.
+    pub endpoint: String,
+}
+
+impl ContainerConfig {
+    /// The config of `spec`, with Crossplane's defaults (20s, 100m, 128Mi).
+    pub fn from_spec(spec: &ContainerSpec) -> Result<Self, String> {
+        let timeout = match &spec.timeout {
+            Some(t) => parse_go_duration(t)?,
+            None => Duration::from_secs(20),
+        };
+        let limits = spec.resources.as_ref().and_then(|r| r.limits.clone());
+        Ok(Self {
+            image: spec.image.clone(),
+            pull_policy: spec
+                .image_pull_policy
+                .clone()
+                .unwrap_or_else(|| "IfNotPresent".into()),
+            timeout,
+            network: spec
+                .network
+                .as_ref()
+                .and_then(|n| n.policy.clone())
+                .unwrap_or_else(|| "Isolated".into()),
+            cpu: limits
+                .as_ref()
+                .and_then(|l| l.cpu.clone())
+                .unwrap_or_else(|| "100m".into()),
+            memory: limits
+                .as_ref()
+                .and_then(|l| l.memory.clone())
+                .unwrap_or_else(|| "128Mi".into()),
+            endpoint: spec
+                .runner
+                .as_ref()
+                .and_then(|r| r.endpoint.clone())
+                .unwrap_or_else(|| DEFAULT_RUNNER_ENDPOINT.into()),
+        })
+    }
+}
+
+/// Parses a Go duration (`20s`, `1m30s`, `500ms`).
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration (e.g. 20s, 1m30s, 500ms)");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..end].parse().map_err(|_| bad())?;
+        rest = &rest[end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += number * unit;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
+}

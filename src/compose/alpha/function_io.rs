@@ -1,0 +1,177 @@
+//! The FunctionIO document (PROTOCOLS.md §2), as xfn writes and reads it.
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `apiVersion` of FunctionIO documents xfn writes.
+pub const FUNCTION_IO_API_VERSION: &str = "fn.apiextensions.crossplane.io/v1alpha1";
+
+/// `key:` with nothing after it is YAML null; treat it as absent, since
+/// functions written in shell print exactly that for an empty list.
+fn nullable<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The FunctionIO document.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FunctionIo {
+    /// Written as [`FUNCTION_IO_API_VERSION`]; accepted absent.
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub api_version: String,
+    /// `FunctionIO`; accepted absent.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The step's config object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Value>,
+    /// The observed state.
+    #[serde(default, deserialize_with = "nullable")]
+    pub observed: ObservedState,
+    /// The desired state so far.
+    #[serde(default, deserialize_with = "nullable")]
+    pub desired: DesiredState,
+    /// The results so far.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub results: Vec<AlphaResult>,
+}
+
+/// `observed`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ObservedState {
+    /// The XR.
+    #[serde(default)]
+    pub composite: ObservedComposite,
+    /// Composed resources.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resources: Vec<ObservedResource>,
+}
+
+/// `observed.composite`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedComposite {
+    /// The object.
+    #[serde(default)]
+    pub resource: Value,
+    /// Its connection details.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub connection_details: Vec<Value>,
+}
+
+/// `observed.resources[]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedResource {
+    /// Composition resource name.
+    pub name: String,
+    /// The object.
+    #[serde(default)]
+    pub resource: Value,
+    /// Its connection details.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub connection_details: Vec<Value>,
+}
+
+/// `desired`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DesiredState {
+    /// The desired XR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composite: Option<ObservedComposite>,
+    /// Desired composed resources.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resources: Vec<DesiredResource>,
+}
+
+/// `desired.resources[]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DesiredResource {
+    /// Composition resource name.
+    pub name: String,
+    /// The object; `null` means delete.
+    #[serde(default)]
+    pub resource: Value,
+    /// Connection details to publish.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub connection_details: Vec<Value>,
+    /// How to tell it is ready.
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub readiness_checks: Vec<ReadinessCheck>,
+}
+
+/// `readinessChecks[]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessCheck {
+    /// MatchString, MatchInteger, NonEmpty, None or MatchCondition.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Dotted path into the observed resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field_path: Option<String>,
+    /// For MatchString.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_string: Option<String>,
+    /// For MatchInteger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_integer: Option<i64>,
+    /// For MatchCondition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_condition: Option<MatchCondition>,
+}
+
+/// `matchCondition`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct MatchCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Wanted status.
+    pub status: String,
+}
+
+/// `results[]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AlphaResult {
+    /// Fatal, Warning or Normal.
+    pub severity: String,
+    /// The message.
+    #[serde(default)]
+    pub message: String,
+}

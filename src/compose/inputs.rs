@@ -1,0 +1,558 @@
+//! Reading the render inputs: the XR, the Composition, Functions, observed
+//! and required resources, credentials. Every error names the file.
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::value::{get, get_str};
+use super::ComposeError;
+
+/// Annotation naming a composed resource within its Composition.
+pub const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";
+
+/// Reads every object of a YAML stream in `path` (a file, or a directory of
+/// `.yaml`/`.yml`/`.json` files read in name order).
+pub fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|source| ComposeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let p = entry.path();
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if p.is_file() && matches!(ext, "yaml" | "yml" | "json") {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut objects = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|source| ComposeError::Read {
+            path: file.clone(),
+            source,
+        })?;
+        objects.extend(parse_stream(&file, &text)?);
+    }
+    Ok(objects)
+}
+
+/// Parses a YAML stream; empty documents are skipped, anything but an
+/// object is an error.
+pub fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = Value::deserialize(document).map_err(|e| ComposeError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("invalid YAML: {e}"),
+        })?;
+        match value {
+            Value::Null => continue,
+            Value::Object(_) => objects.push(value),
+            other => {
+                return Err(ComposeError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!("expected a Kubernetes object, found {other}"),
+                })
+            }
+        }
+    }
+    Ok(objects)
+}
+
+/// Reads a file holding exactly one object.
+pub fn read_one(path: &Path) -> Result<Value, ComposeError> {
+    let mut objects = read_objects(path)?;
+    match objects.len() {
+        1 => Ok(objects.remove(0)),
+        n => Err(ComposeError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("expected one object, found {n}"),
+        }),
+    }
+}
+
+/// `apiVersion` without the version: `example.org/v1` → `example.org`.
+fn group(api_version: &str) -> &str {
+    api_version
+        .rsplit_once('/')
+        .map_or("", |(group, _version)| group)
+}
+
+/// A composite resource (XR) read from a file.
+#[derive(Debug, Clone)]
+pub struct Composite {
+    /// The object.
+    pub object: Value,
+}
+
+impl Composite {
+    /// Reads and checks the XR at `path`.
+    pub fn read(path: &Path) -> Result<Self, ComposeError> {
+        let object = read_one(path)?;
+        for field in ["apiVersion", "kind"] {
+            if get_str(&object, &[field]).is_none_or(str::is_empty) {
+                return Err(ComposeError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!("the composite resource has no {field}"),
+                });
+            }
+        }
+        if get_str(&object, &["metadata", "name"]).is_none_or(str::is_empty) {
+            return Err(ComposeError::Invalid {
+                path: path.to_path_buf(),
+                message: "the composite resource has no metadata.name".into(),
+            });
+        }
+        Ok(Self { object })
+    }
+
+    /// `apiVersion`.
+    pub fn api_version(&self) -> &str {
+        get_str(&self.object, &["apiVersion"]).unwrap_or_default()
+    }
+    /// `kind`.
+    pub fn kind(&self) -> &str {
+        get_str(&self.object, &["kind"]).unwrap_or_default()
+    }
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        get_str(&self.object, &["metadata", "name"]).unwrap_or_default()
+    }
+}
+
+/// One step of a v1 (`mode: Pipeline`) Composition.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PipelineStep {
+    /// The step's name.
+    pub step: String,
+    /// Which Function runs it.
+    #[serde(rename = "functionRef")]
+    pub function_ref: FunctionRef,
+    /// The step's input object.
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Credentials the step is given.
+    #[serde(default)]
+    pub credentials: Vec<StepCredentials>,
+}
+
+/// `functionRef`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionRef {
+    /// The Function's `metadata.name`.
+    pub name: String,
+}
+
+/// One `credentials[]` entry of a step.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StepCredentials {
+    /// The name the function sees them under.
+    pub name: String,
+    /// Only `Secret` exists.
+    #[serde(default)]
+    pub source: String,
+    /// The Secret.
+    #[serde(rename = "secretRef", default)]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A reference to a Secret.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SecretRef {
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// One step of an alpha Composition (`spec.functions[]`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct AlphaFunction {
+    /// The step's name.
+    pub name: String,
+    /// Only `Container` exists.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The config object given to the function.
+    #[serde(default)]
+    pub config: Option<Value>,
+    /// How to run the container.
+    #[serde(default)]
+    pub container: Option<ContainerSpec>,
+}
+
+/// `container` of an alpha function.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerSpec {
+    /// OCI reference.
+    pub image: String,
+    /// IfNotPresent (default), Always or Never.
+    #[serde(default)]
+    pub image_pull_policy: Option<String>,
+    /// Go duration; 20s when unset.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// `network.policy`.
+    #[serde(default)]
+    pub network: Option<NetworkSpec>,
+    /// `resources.limits`.
+    #[serde(default)]
+    pub resources: Option<ResourcesSpec>,
+    /// `runner.endpoint`.
+    #[serde(default)]
+    pub runner: Option<RunnerSpec>,
+}
+
+/// `container.network`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NetworkSpec {
+    /// Isolated or Runner.
+    #[serde(default)]
+    pub policy: Option<String>,
+}
+
+/// `container.resources`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResourcesSpec {
+    /// `limits`.
+    #[serde(default)]
+    pub limits: Option<LimitsSpec>,
+}
+
+/// `container.resources.limits`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LimitsSpec {
+    /// CPU quantity.
+    #[serde(default)]
+    pub cpu: Option<String>,
+    /// Memory quantity.
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+/// `container.runner`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RunnerSpec {
+    /// gRPC endpoint of the runner daemon.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+/// What a Composition asks for.
+#[derive(Debug, Clone)]
+pub enum Pipeline {
+    /// `mode: Pipeline`.
+    V1(Vec<PipelineStep>),
+    /// `spec.functions[]` (Crossplane v1.11–v1.13).
+    Alpha(Vec<AlphaFunction>),
+}
+
+/// A Composition read from a file.
+#[derive(Debug, Clone)]
+pub struct Composition {
+    /// Where it came from (for errors).
+    pub path: PathBuf,
+    /// `metadata.name`.
+    pub name: String,
+    /// The steps.
+    pub pipeline: Pipeline,
+}
+
+impl Composition {
+    /// Reads the Composition at `path` and checks it composes `xr`.
+    pub fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
+        let object = read_one(path)?;
+        let invalid = |message: String| ComposeError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
+        let kind = get_str(&object, &["kind"]).unwrap_or_default();
+        if group(api_version) != "apiextensions.crossplane.io" || kind != "Composition" {
+            return Err(ComposeError::WrongKind {
+                path: path.to_path_buf(),
+                expected: "apiextensions.crossplane.io Composition".into(),
+                found: format!("{api_version} {kind}"),
+            });
+        }
+        let type_ref = get(&object, &["spec", "compositeTypeRef"])
+            .ok_or_else(|| invalid("the Composition has no spec.compositeTypeRef".into()))?;
+        let want_api = get_str(type_ref, &["apiVersion"]).unwrap_or_default();
+        let want_kind = get_str(type_ref, &["kind"]).unwrap_or_default();
+        if want_api != xr.api_version() || want_kind != xr.kind() {
+            return Err(ComposeError::TypeMismatch {
+                path: path.to_path_buf(),
+                composes: format!("{want_api} {want_kind}"),
+                xr: format!("{} {}", xr.api_version(), xr.kind()),
+            });
+        }
+        let name = get_str(&object, &["metadata", "name"])
+            .unwrap_or_default()
+            .to_string();
+        let mode = get_str(&object, &["spec", "mode"]).unwrap_or("Resources");
+        let pipeline = if mode == "Pipeline" {
+            let steps = get(&object, &["spec", "pipeline"])
+                .cloned()
+                .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
+            let steps: Vec<PipelineStep> = serde_json::from_value(steps)
+                .map_err(|e| invalid(format!("spec.pipeline: {e}")))?;
+            if steps.is_empty() {
+                return Err(invalid("spec.pipeline is empty".into()));
+            }
+            Pipeline::V1(steps)
+        } else if let Some(functions) = get(&object, &["spec", "functions"]) {
+            let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
+                .map_err(|e| invalid(format!("spec.functions: {e}")))?;
+            for f in &functions {
+                if f.kind != "Container" {
+                    return Err(invalid(format!(
+                        "function {:?} has type {:?}; only Container is supported",
+                        f.name, f.kind
+                    )));
+                }
+                if f.container.as_ref().is_none_or(|c| c.image.is_empty()) {
+                    return Err(invalid(format!(
+                        "function {:?} has no container.image",
+                        f.name
+                    )));
+                }
+            }
+            Pipeline::Alpha(functions)
+        } else {
+            return Err(invalid(format!(
+                "mode {mode} has no functions to run; use mode: Pipeline (or spec.functions)"
+            )));
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            name,
+            pipeline,
+        })
+    }
+}
+
+/// How a v1 Function is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeKind {
+    /// Run the image as a long-lived gRPC server.
+    Docker,
+    /// One run of the image per call, JSON on stdin and stdout.
+    Exec,
+    /// Call a server that is already running at this address.
+    Development {
+        /// `host:port`.
+        target: String,
+    },
+}
+
+/// A `pkg.crossplane.io` Function.
+#[derive(Debug, Clone)]
+pub struct Function {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.package`.
+    pub package: String,
+    /// From `render.crossplane.io/runtime`.
+    pub runtime: RuntimeKind,
+    /// `render.crossplane.io/runtime-docker-pull-policy` (or
+    /// `spec.packagePullPolicy`), if any.
+    pub pull_policy: Option<String>,
+}
+
+/// Annotation choosing the runtime.
+pub const RUNTIME_ANNOTATION: &str = "render.crossplane.io/runtime";
+/// Annotation giving the Development target.
+pub const TARGET_ANNOTATION: &str = "render.crossplane.io/runtime-development-target";
+/// Annotation giving the pull policy.
+pub const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pull-policy";
+
+/// Reads the Functions in `path` (a file or a directory).
+pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
+    let mut functions = Vec::new();
+    for object in read_objects(path)? {
+        let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
+        let kind = get_str(&object, &["kind"]).unwrap_or_default();
+        if group(api_version) != "pkg.crossplane.io" || kind != "Function" {
+            return Err(ComposeError::WrongKind {
+                path: path.to_path_buf(),
+                expected: "pkg.crossplane.io Function".into(),
+                found: format!("{api_version} {kind}"),
+            });
+        }
+        let name = get_str(&object, &["metadata", "name"])
+            .unwrap_or_default()
+            .to_string();
+        let annotation = |key: &str| get_str(&object, &["metadata", "annotations", key]);
+        let runtime = match annotation(RUNTIME_ANNOTATION).unwrap_or("Docker") {
+            "Docker" => RuntimeKind::Docker,
+            "Exec" => RuntimeKind::Exec,
+            "Development" => RuntimeKind::Development {
+                target: annotation(TARGET_ANNOTATION)
+                    .unwrap_or("localhost:9443")
+                    .to_string(),
+            },
+            other => {
+                return Err(ComposeError::Invalid {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "Function {name:?}: unknown runtime {other:?} (use Docker, Exec or Development)"
+                    ),
+                })
+            }
+        };
+        let package = get_str(&object, &["spec", "package"])
+            .unwrap_or_default()
+            .to_string();
+        let pull_policy = annotation(PULL_POLICY_ANNOTATION)
+            .or_else(|| get_str(&object, &["spec", "packagePullPolicy"]))
+            .map(str::to_string);
+        functions.push(Function {
+            name,
+            package,
+            runtime,
+            pull_policy,
+        });
+    }
+    Ok(functions)
+}
+
+/// Composed resources as observed, keyed by their composition resource name.
+pub fn observed_by_name(
+    path: &Path,
+    objects: Vec<Value>,
+) -> Result<Vec<(String, Value)>, ComposeError> {
+    let mut named = Vec::new();
+    for object in objects {
+        let Some(name) = get_str(
+            &object,
+            &["metadata", "annotations", RESOURCE_NAME_ANNOTATION],
+        ) else {
+            return Err(ComposeError::Invalid {
+                path: path.to_path_buf(),
+                message: format!(
+                    "observed resource {} has no {RESOURCE_NAME_ANNOTATION} annotation",
+                    get_str(&object, &["metadata", "name"]).unwrap_or("(unnamed)")
+                ),
+            });
+        };
+        named.push((name.to_string(), object));
+    }
+    Ok(named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const XR: &str = "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: demo}\n";
+
+    #[test]
+    fn functions_come_from_a_directory_with_their_runtimes() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "a.yaml",
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata: {name: a}\nspec: {package: x/a:v1}\n---\n",
+        );
+        write(
+            dir.path(),
+            "b.yml",
+            "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: b\n  annotations:\n    render.crossplane.io/runtime: Development\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: c\n  annotations:\n    render.crossplane.io/runtime: Exec\n    render.crossplane.io/runtime-docker-pull-policy: Never\nspec: {package: x/c:v1}\n",
+        );
+        write(dir.path(), "notes.txt", "not yaml: [");
+        let functions = read_functions(dir.path()).unwrap();
+        let runtimes: Vec<_> = functions
+            .iter()
+            .map(|f| (f.name.as_str(), f.runtime.clone()))
+            .collect();
+        assert_eq!(
+            runtimes,
+            [
+                ("a", RuntimeKind::Docker),
+                (
+                    "b",
+                    RuntimeKind::Development {
+                        target: "localhost:9443".into()
+                    }
+                ),
+                ("c", RuntimeKind::Exec),
+            ]
+        );
+        assert_eq!(functions[2].pull_policy.as_deref(), Some("Never"));
+
+        let bad = write(
+            dir.path(),
+            "bad.yaml",
+            "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: d\n  annotations: {render.crossplane.io/runtime: Podman}\n",
+        );
+        let err = read_functions(&bad).unwrap_err().to_string();
+        assert!(err.contains("bad.yaml") && err.contains("Podman"), "{err}");
+    }
+
+    #[test]
+    fn compositions_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let xr = Composite::read(&write(dir.path(), "xr.yaml", XR)).unwrap();
+        let head = "apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec:\n  compositeTypeRef: {apiVersion: example.org/v1, kind: XBucket}\n";
+        let alpha = write(
+            dir.path(),
+            "alpha.yaml",
+            &format!("{head}  functions:\n  - name: f\n    type: Container\n    container: {{image: x/f:v1}}\n"),
+        );
+        assert!(matches!(
+            Composition::read(&alpha, &xr).unwrap().pipeline,
+            Pipeline::Alpha(f) if f.len() == 1
+        ));
+        let not_container = write(
+            dir.path(),
+            "other.yaml",
+            &format!("{head}  functions:\n  - name: f\n    type: Wasm\n"),
+        );
+        let err = Composition::read(&not_container, &xr)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("only Container"), "{err}");
+        let resources = write(dir.path(), "res.yaml", &format!("{head}  resources: []\n"));
+        let err = Composition::read(&resources, &xr).unwrap_err().to_string();
+        assert!(err.contains("mode: Pipeline"), "{err}");
+        let no_steps = write(
+            dir.path(),
+            "empty.yaml",
+            &format!("{head}  mode: Pipeline\n  pipeline: []\n"),
+        );
+        let err = Composition::read(&no_steps, &xr).unwrap_err().to_string();
+        assert!(err.contains("spec.pipeline is empty"), "{err}");
+    }
+
+    #[test]
+    fn streams_skip_empty_documents_and_refuse_non_objects() {
+        let path = Path::new("s.yaml");
+        assert_eq!(
+            parse_stream(path, "---\n---\na: 1\n---\n").unwrap().len(),
+            1
+        );
+        let err = parse_stream(path, "- 1\n").unwrap_err().to_string();
+        assert!(
+            err.starts_with("s.yaml: expected a Kubernetes object"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let unnamed = write(dir.path(), "xr.yaml", "apiVersion: v1\nkind: X\n");
+        let err = Composite::read(&unnamed).unwrap_err().to_string();
+        assert!(err.contains("no metadata.name"), "{err}");
+    }
+}

@@ -1,0 +1,192 @@
+//! The composition core: runs a Composition's function pipeline locally and
+//! produces what Crossplane would compose, for `xfn render`.
+//!
+//! - [`inputs`]: the XR, Composition, Functions and resources read from files.
+//! - [`v1`]: `mode: Pipeline` Compositions, one `RunFunctionRequest` per step,
+//!   through a [`v1::FunctionCaller`] per Function.
+//! - [`alpha`]: `spec.functions[]` Compositions, one FunctionIO per step,
+//!   through an [`alpha::AlphaStep`].
+//! - [`runtimes`]: the callers and steps over the real runner, a running
+//!   function server or the runner daemon.
+//! - [`output`]: the YAML stream `crossplane render` prints.
+//!
+//! No CLI lives here; `src/cli/render.rs` wires flags to this module.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+pub mod alpha;
+pub mod inputs;
+pub mod json;
+pub mod output;
+pub mod runtimes;
+pub mod v1;
+pub mod value;
+
+/// Errors of the composition core. File errors name the file, step errors
+/// the step.
+#[derive(Debug, thiserror::Error)]
+pub enum ComposeError {
+    /// A file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file's content is invalid.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file holds the wrong kind of object.
+    #[error("{path}: expected a {expected}, found {found:?}")]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// What was expected.
+        expected: String,
+        /// What was found (`apiVersion kind`).
+        found: String,
+    },
+    /// The Composition composes another type than the XR's.
+    #[error("{path}: the Composition composes {composes}, but the XR is a {xr}")]
+    TypeMismatch {
+        /// The Composition file.
+        path: PathBuf,
+        /// Its `compositeTypeRef`.
+        composes: String,
+        /// The XR's type.
+        xr: String,
+    },
+    /// A pipeline step names a Function not given.
+    #[error("pipeline step {step:?} references unknown Function {function:?} (known: {known})")]
+    UnknownFunction {
+        /// The step.
+        step: String,
+        /// The Function it names.
+        function: String,
+        /// The Functions given.
+        known: String,
+    },
+    /// A step failed to run.
+    #[error("pipeline step {step:?} failed: {message}")]
+    StepFailed {
+        /// The step.
+        step: String,
+        /// Why.
+        message: String,
+    },
+    /// A step returned a Fatal result.
+    #[error("pipeline step {step:?} returned a fatal result: {message}")]
+    Fatal {
+        /// The step.
+        step: String,
+        /// The result's message.
+        message: String,
+    },
+    /// Calling a function failed: unreachable, a gRPC error, or its
+    /// container run failed (with the tail of its stderr).
+    #[error("{0}")]
+    Call(String),
+    /// Converting a message failed.
+    #[error("protocol conversion: {0}")]
+    Protocol(String),
+    /// The Docker runtime cannot be used.
+    #[error(
+        "Function {function:?}: runtime Docker not supported yet; use Exec or Development \
+         (annotation render.crossplane.io/runtime)"
+    )]
+    DockerUnsupported {
+        /// The Function.
+        function: String,
+    },
+    /// Output cannot be written.
+    #[error("cannot write the output: {0}")]
+    Output(String),
+}
+
+/// What was observed: the XR and its composed resources by name.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The XR as given.
+    pub composite: Value,
+    /// Observed composed resources: (composition resource name, object).
+    pub resources: Vec<(String, Value)>,
+}
+
+impl Observed {
+    /// The observed composed resource called `name`.
+    pub fn resource(&self, name: &str) -> Option<&Value> {
+        self.resources
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, object)| object)
+    }
+}
+
+/// Readiness of a desired composed resource, as the function said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Ready.
+    True,
+    /// Not ready.
+    False,
+    /// The function did not say: ready when its observed `Ready` condition is True.
+    Unspecified,
+}
+
+/// One desired composed resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComposedResource {
+    /// The object as the pipeline desires it.
+    pub object: Value,
+    /// Its readiness.
+    pub ready: Readiness,
+}
+
+/// A result a step returned, attributed to the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// The step that returned it.
+    pub step: String,
+    /// `SEVERITY_FATAL`, `SEVERITY_WARNING` or `SEVERITY_NORMAL` (protobuf enum names).
+    pub severity: String,
+    /// Its message.
+    pub message: String,
+    /// Its reason, if any.
+    pub reason: Option<String>,
+}
+
+/// A condition a step set on the XR.
+#[derive(Debug, Clone, PartialEq)]
+pub struct XrCondition {
+    /// `type`.
+    pub kind: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// `reason`.
+    pub reason: String,
+    /// `message`.
+    pub message: Option<String>,
+}
+
+/// What a pipeline produced.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The desired XR (typically only its status), if a step set one.
+    pub desired_composite: Option<Value>,
+    /// Desired composed resources by name (sorted).
+    pub resources: BTreeMap<String, ComposedResource>,
+    /// Every non-fatal result, in order.
+    pub results: Vec<StepResult>,
+    /// Conditions steps set on the XR.
+    pub conditions: Vec<XrCondition>,
+    /// The context after the last step.
+    pub context: Option<Value>,
+}

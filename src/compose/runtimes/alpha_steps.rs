@@ -1,0 +1,188 @@
+//! Alpha steps: through the runner daemon (`xfn start`, or Crossplane's own
+//! runner) at the step's endpoint when one answers, else in-process.
+use std::sync::Arc;
+
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::{docker_auth, error_chain, grpc_error, one_line, parse_pull_policy};
+use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
+use crate::compose::alpha::{AlphaStep, ContainerConfig};
+use crate::compose::ComposeError;
+use crate::image::PullPolicy;
+use crate::proto::v1alpha1;
+use crate::runner::{NetworkPolicy, RunConfig, Runner};
+
+/// Runs alpha steps' containers: through the runner daemon at the step's
+/// endpoint when it answers, else in-process with `runner`.
+#[derive(Debug)]
+pub struct ContainerSteps {
+    /// The in-process runner, if xfn could make one.
+    pub runner: Option<Arc<Runner>>,
+    /// Registry and defaults.
+    pub defaults: ContainerDefaults,
+}
+
+#[async_trait::async_trait(?Send)]
+impl AlphaStep for ContainerSteps {
+    async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
+        let pull_policy =
+            parse_pull_policy(Some(&config.pull_policy)).map_err(ComposeError::Call)?;
+        let network = match config.network.as_str() {
+            "Isolated" => NetworkPolicy::Isolated,
+            "Runner" => NetworkPolicy::Runner,
+            other => {
+                return Err(ComposeError::Call(format!(
+                    "unknown network policy {other:?} (Isolated or Runner)"
+                )))
+            }
+        };
+        match connect_daemon(&config.endpoint).await {
+            Ok(channel) => {
+                tracing::debug!(endpoint = %config.endpoint, "running through the runner daemon");
+                return run_on_daemon(channel, input, config, pull_policy, network).await;
+            }
+            Err(why) => {
+                tracing::debug!(endpoint = %config.endpoint, %why, "no runner daemon; running in-process");
+            }
+        }
+        let runner = self.runner.as_ref().ok_or_else(|| {
+            ComposeError::Call(format!(
+                "no runner daemon answers at {} and there is no in-process runner",
+                config.endpoint
+            ))
+        })?;
+        let run_config = RunConfig {
+            pull_policy,
+            auth: docker_auth(&config.image, &self.defaults.default_registry),
+            timeout: config.timeout,
+            network,
+            cpu: Some(config.cpu.clone()),
+            memory: Some(config.memory.clone()),
+        };
+        let output = runner
+            .run(&config.image, input, &run_config)
+            .await
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
+        Ok(output.stdout)
+    }
+}
+
+/// Dials the daemon at `endpoint` (`unix-abstract:NAME`, `unix:PATH`, or
+/// `host:port`); an error means nothing answers there.
+async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
+    // The URI is a placeholder for unix sockets: the connector dials.
+    let placeholder = Endpoint::from_static("http://xfn.runner");
+    if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
+        let name = name.trim_start_matches('@').to_string();
+        return placeholder
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let name = name.clone();
+                async move {
+                    let stream = dial_abstract(&name)?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(|e| error_chain(&e));
+    }
+    if let Some(path) = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+    {
+        let path = path.to_string();
+        return placeholder
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(|e| error_chain(&e));
+    }
+    let uri = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Endpoint::from_shared(uri)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// Whether something accepts connections at `endpoint` (blocking; for use
+/// before the async runtime starts, to decide whether the in-process runner
+/// and its user namespace are needed at all).
+pub fn daemon_answers(endpoint: &str) -> bool {
+    if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
+        use std::os::linux::net::SocketAddrExt;
+        let name = name.trim_start_matches('@');
+        return std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+            .is_ok();
+    }
+    if let Some(path) = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+    {
+        return std::os::unix::net::UnixStream::connect(path).is_ok();
+    }
+    let address = endpoint.split_once("://").map_or(endpoint, |(_, a)| a);
+    std::net::TcpStream::connect(address).is_ok()
+}
+
+/// Connects to the abstract Unix socket `@name`.
+fn dial_abstract(name: &str) -> std::io::Result<tokio::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = std::os::unix::net::UnixStream::connect_addr(&address)?;
+    stream.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(stream)
+}
+
+async fn run_on_daemon(
+    channel: Channel,
+    input: &[u8],
+    config: &ContainerConfig,
+    pull_policy: PullPolicy,
+    network: NetworkPolicy,
+) -> Result<Vec<u8>, ComposeError> {
+    let request = v1alpha1::RunFunctionRequest {
+        image: config.image.clone(),
+        input: input.to_vec(),
+        image_pull_config: Some(v1alpha1::ImagePullConfig {
+            pull_policy: match pull_policy {
+                PullPolicy::IfNotPresent => v1alpha1::ImagePullPolicy::IfNotPresent,
+                PullPolicy::Always => v1alpha1::ImagePullPolicy::Always,
+                PullPolicy::Never => v1alpha1::ImagePullPolicy::Never,
+            } as i32,
+            auth: None,
+        }),
+        run_function_config: Some(v1alpha1::RunFunctionConfig {
+            resources: Some(v1alpha1::ResourceConfig {
+                limits: Some(v1alpha1::ResourceLimits {
+                    memory: config.memory.clone(),
+                    cpu: config.cpu.clone(),
+                }),
+            }),
+            network: Some(v1alpha1::NetworkConfig {
+                policy: match network {
+                    NetworkPolicy::Isolated => v1alpha1::NetworkPolicy::Isolated,
+                    NetworkPolicy::Runner => v1alpha1::NetworkPolicy::Runner,
+                } as i32,
+            }),
+            timeout: prost_types::Duration::try_from(config.timeout).ok(),
+        }),
+    };
+    let mut client =
+        v1alpha1::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let response = client
+        .run_function(request)
+        .await
+        .map_err(|s| grpc_error(&config.endpoint, &s))?;
+    Ok(response.into_inner().output)
+}

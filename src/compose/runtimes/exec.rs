@@ -1,0 +1,38 @@
+//! The `Exec` runtime: one container run per call, the adaptor convention.
+use std::sync::Arc;
+
+use super::one_line;
+use crate::compose::json::{request_to_json, response_from_json};
+use crate::compose::v1::FunctionCaller;
+use crate::compose::ComposeError;
+use crate::proto::v1;
+use crate::runner::{RunConfig, Runner};
+
+/// One container run per call (`Exec` runtime): the JSON RunFunctionRequest
+/// on stdin, the JSON RunFunctionResponse on stdout.
+#[derive(Debug)]
+pub struct Exec {
+    /// The in-process runner.
+    pub(super) runner: Arc<Runner>,
+    /// The Function's image.
+    pub(super) image: String,
+    /// How to run it.
+    pub(super) config: RunConfig,
+}
+
+#[async_trait::async_trait(?Send)]
+impl FunctionCaller for Exec {
+    async fn run_function(
+        &self,
+        request: v1::RunFunctionRequest,
+    ) -> Result<v1::RunFunctionResponse, ComposeError> {
+        let input = request_to_json(&request)?;
+        let output = self
+            .runner
+            .run(&self.image, &input, &self.config)
+            .await
+            .map_err(|e| ComposeError::Call(format!("{}: {}", self.image, one_line(&e))))?;
+        response_from_json(&output.stdout)
+            .map_err(|e| ComposeError::Call(format!("{}: {e}", self.image)))
+    }
+}

@@ -1,0 +1,132 @@
+//! The real executors of pipeline steps:
+//! - v1 Functions: [`Development`] (a running gRPC server), [`Exec`] (one
+//!   container run per call, protobuf JSON on stdin/stdout). The `Docker`
+//!   runtime needs a long-running container, which the runner cannot start
+//!   yet, and is refused with a clear error rather than faked.
+//! - alpha steps: [`ContainerSteps`], through the runner daemon at the step's
+//!   `runner.endpoint` when one answers there, else in-process.
+//!
+//! Files: [`development`], [`exec`], [`alpha_steps`].
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::inputs::{Function, RuntimeKind};
+use super::v1::FunctionCaller;
+use super::ComposeError;
+use crate::image::{ImageReference, PullPolicy, RegistryAuth};
+use crate::runner::{NetworkPolicy, RunConfig, Runner};
+
+mod alpha_steps;
+mod development;
+mod exec;
+
+pub use alpha_steps::{daemon_answers, ContainerSteps};
+pub use development::Development;
+pub use exec::Exec;
+
+/// Largest gRPC message accepted from a function (Crossplane's functions
+/// default to 4 MiB; render is generous).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Settings shared by every container xfn runs for a render.
+#[derive(Debug, Clone)]
+pub struct ContainerDefaults {
+    /// Registry for references that name none (for credential lookup).
+    pub default_registry: String,
+    /// Kill a run after this long.
+    pub timeout: Duration,
+    /// Pull policy of Exec Functions that set none.
+    pub pull_policy: PullPolicy,
+}
+
+/// The caller for `function` by its runtime annotation.
+pub fn caller_for(
+    function: &Function,
+    runner: Option<&Arc<Runner>>,
+    defaults: &ContainerDefaults,
+) -> Result<Arc<dyn FunctionCaller>, ComposeError> {
+    match &function.runtime {
+        RuntimeKind::Development { target } => Ok(Arc::new(Development::new(target))),
+        RuntimeKind::Exec => {
+            let runner = runner.ok_or_else(|| ComposeError::StepFailed {
+                step: function.name.clone(),
+                message: "the Exec runtime needs the in-process runner".into(),
+            })?;
+            if function.package.is_empty() {
+                return Err(ComposeError::StepFailed {
+                    step: function.name.clone(),
+                    message: "Function has no spec.package".into(),
+                });
+            }
+            let pull_policy = match function.pull_policy.as_deref() {
+                Some(policy) => {
+                    parse_pull_policy(Some(policy)).map_err(|m| ComposeError::StepFailed {
+                        step: function.name.clone(),
+                        message: m,
+                    })?
+                }
+                None => defaults.pull_policy,
+            };
+            Ok(Arc::new(Exec {
+                runner: Arc::clone(runner),
+                image: function.package.clone(),
+                config: RunConfig {
+                    pull_policy,
+                    auth: docker_auth(&function.package, &defaults.default_registry),
+                    timeout: defaults.timeout,
+                    network: NetworkPolicy::Isolated,
+                    cpu: None,
+                    memory: None,
+                },
+            }))
+        }
+        RuntimeKind::Docker => Err(ComposeError::DockerUnsupported {
+            function: function.name.clone(),
+        }),
+    }
+}
+
+fn parse_pull_policy(policy: Option<&str>) -> Result<PullPolicy, String> {
+    match policy.unwrap_or("IfNotPresent") {
+        "IfNotPresent" => Ok(PullPolicy::IfNotPresent),
+        "Always" => Ok(PullPolicy::Always),
+        "Never" => Ok(PullPolicy::Never),
+        other => Err(format!(
+            "unknown pull policy {other:?} (IfNotPresent, Always or Never)"
+        )),
+    }
+}
+
+/// Credentials for `image` from the docker config; anonymous when there are
+/// none or the config cannot be read (the pull then says what is wrong).
+fn docker_auth(image: &str, default_registry: &str) -> RegistryAuth {
+    ImageReference::parse(image, default_registry)
+        .ok()
+        .and_then(|r| RegistryAuth::from_docker_config(&r.registry).ok())
+        .unwrap_or_default()
+}
+
+fn grpc_error(target: &str, status: &tonic::Status) -> ComposeError {
+    ComposeError::Call(format!(
+        "{target}: {:?}: {}",
+        status.code(),
+        status.message()
+    ))
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+fn one_line(err: &dyn std::error::Error) -> String {
+    error_chain(err).trim().replace('\n', " | ")
+}
+
+#[cfg(test)]
+mod tests;

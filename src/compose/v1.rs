@@ -1,0 +1,408 @@
+//! The v1 pipeline (`mode: Pipeline`): one `RunFunctionRequest` per step,
+//! the desired state and context flowing from step to step, requirements
+//! answered from the given resources, as Crossplane's function composer does.
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use prost::Message;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::inputs::{PipelineStep, StepCredentials};
+use super::value::{from_struct, get, get_str, to_struct};
+use super::{
+    ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult, XrCondition,
+};
+use crate::proto::v1 as pb;
+
+/// How many times a step is re-run to satisfy its requirements, as Crossplane.
+pub const MAX_REQUIREMENT_ROUNDS: usize = 5;
+
+/// Calls one Function. Implementations: a running server (Development), one
+/// container run per call (Exec), fakes in tests.
+// `?Send`: the runner's future is not provably `Send` (a higher-ranked
+// lifetime limit of rustc inside the image store); render runs the pipeline
+// on one task, so it need not be.
+#[async_trait::async_trait(?Send)]
+pub trait FunctionCaller: Send + Sync {
+    /// Runs the function once.
+    async fn run_function(
+        &self,
+        request: pb::RunFunctionRequest,
+    ) -> Result<pb::RunFunctionResponse, ComposeError>;
+}
+
+/// Everything a v1 pipeline run needs.
+pub struct V1Pipeline<'a> {
+    /// The Composition's steps.
+    pub steps: &'a [PipelineStep],
+    /// A caller per Function name.
+    pub callers: &'a HashMap<String, Arc<dyn FunctionCaller>>,
+    /// The XR and observed composed resources.
+    pub observed: &'a Observed,
+    /// Resources a step may require (`-e`).
+    pub required: &'a [Value],
+    /// Secrets steps may take credentials from.
+    pub credentials: &'a [Value],
+    /// The context the first step sees.
+    pub context: Option<Value>,
+}
+
+impl V1Pipeline<'_> {
+    /// Runs every step in order.
+    pub async fn run(&self) -> Result<Outcome, ComposeError> {
+        // Fail on a wrong functionRef before running anything.
+        for step in self.steps {
+            if !self.callers.contains_key(&step.function_ref.name) {
+                let mut known: Vec<_> = self.callers.keys().cloned().collect();
+                known.sort();
+                return Err(ComposeError::UnknownFunction {
+                    step: step.step.clone(),
+                    function: step.function_ref.name.clone(),
+                    known: known.join(", "),
+                });
+            }
+        }
+        let observed = observed_state(self.observed);
+        let mut desired = pb::State::default();
+        let mut context = self.context.as_ref().and_then(to_struct);
+        let mut outcome = Outcome::default();
+        for step in self.steps {
+            let caller = &self.callers[&step.function_ref.name];
+            let request = pb::RunFunctionRequest {
+                meta: None,
+                observed: Some(observed.clone()),
+                desired: Some(desired.clone()),
+                input: step.input.as_ref().and_then(to_struct),
+                context: context.clone(),
+                credentials: self.step_credentials(step)?,
+                ..Default::default()
+            };
+            let response = self.call_with_requirements(step, caller, request).await?;
+            for result in &response.results {
+                let severity =
+                    pb::Severity::try_from(result.severity).unwrap_or(pb::Severity::Unspecified);
+                if severity == pb::Severity::Fatal {
+                    return Err(ComposeError::Fatal {
+                        step: step.step.clone(),
+                        message: result.message.clone(),
+                    });
+                }
+                outcome.results.push(StepResult {
+                    step: step.step.clone(),
+                    severity: severity.as_str_name().to_string(),
+                    message: result.message.clone(),
+                    reason: result.reason.clone(),
+                });
+            }
+            outcome
+                .conditions
+                .extend(response.conditions.iter().map(xr_condition));
+            // A step returns the whole desired state: what it drops is gone.
+            desired = response.desired.unwrap_or_default();
+            context = response.context;
+        }
+        outcome.desired_composite = desired
+            .composite
+            .as_ref()
+            .and_then(|c| c.resource.as_ref())
+            .map(from_struct);
+        outcome.resources = desired
+            .resources
+            .iter()
+            .map(|(name, r)| {
+                let object = r.resource.as_ref().map(from_struct).unwrap_or_default();
+                let ready = match pb::Ready::try_from(r.ready) {
+                    Ok(pb::Ready::True) => Readiness::True,
+                    Ok(pb::Ready::False) => Readiness::False,
+                    _ => Readiness::Unspecified,
+                };
+                (name.clone(), ComposedResource { object, ready })
+            })
+            .collect::<BTreeMap<_, _>>();
+        outcome.context = context.as_ref().map(from_struct);
+        Ok(outcome)
+    }
+
+    /// Calls the step, then re-calls it with what its requirements select
+    /// until they stop changing (at most [`MAX_REQUIREMENT_ROUNDS`] re-runs).
+    async fn call_with_requirements(
+        &self,
+        step: &PipelineStep,
+        caller: &Arc<dyn FunctionCaller>,
+        mut request: pb::RunFunctionRequest,
+    ) -> Result<pb::RunFunctionResponse, ComposeError> {
+        let mut previous = pb::Requirements::default();
+        for round in 0..=MAX_REQUIREMENT_ROUNDS {
+            request.meta = Some(pb::RequestMeta {
+                tag: tag(&request),
+                capabilities: vec![
+                    pb::Capability::Capabilities as i32,
+                    pb::Capability::RequiredResources as i32,
+                    pb::Capability::Credentials as i32,
+                    pb::Capability::Conditions as i32,
+                ],
+            });
+            let response = caller.run_function(request.clone()).await.map_err(|e| {
+                ComposeError::StepFailed {
+                    step: step.step.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            let requirements = response.requirements.clone().unwrap_or_default();
+            if requirements == previous {
+                return Ok(response);
+            }
+            if round == MAX_REQUIREMENT_ROUNDS {
+                break;
+            }
+            request.extra_resources = self.select_all(&requirements.extra_resources);
+            request.required_resources = self.select_all(&requirements.resources);
+            previous = requirements;
+        }
+        Err(ComposeError::StepFailed {
+            step: step.step.clone(),
+            message: format!(
+                "its requirements did not stabilize after {MAX_REQUIREMENT_ROUNDS} re-runs"
+            ),
+        })
+    }
+
+    fn select_all(
+        &self,
+        selectors: &HashMap<String, pb::ResourceSelector>,
+    ) -> HashMap<String, pb::Resources> {
+        selectors
+            .iter()
+            .map(|(key, selector)| {
+                let items = self
+                    .required
+                    .iter()
+                    .filter(|object| matches_selector(object, selector))
+                    .map(|object| pb::Resource {
+                        resource: to_struct(object),
+                        ..Default::default()
+                    })
+                    .collect();
+                (key.clone(), pb::Resources { items })
+            })
+            .collect()
+    }
+
+    fn step_credentials(
+        &self,
+        step: &PipelineStep,
+    ) -> Result<HashMap<String, pb::Credentials>, ComposeError> {
+        step.credentials
+            .iter()
+            .map(|c| Ok((c.name.clone(), self.secret_credentials(step, c)?)))
+            .collect()
+    }
+
+    fn secret_credentials(
+        &self,
+        step: &PipelineStep,
+        credentials: &StepCredentials,
+    ) -> Result<pb::Credentials, ComposeError> {
+        use base64::Engine;
+        let failed = |message: String| ComposeError::StepFailed {
+            step: step.step.clone(),
+            message,
+        };
+        if credentials.source != "Secret" {
+            return Err(failed(format!(
+                "credentials {:?} have source {:?}; only Secret is supported",
+                credentials.name, credentials.source
+            )));
+        }
+        let Some(secret_ref) = &credentials.secret_ref else {
+            return Err(failed(format!(
+                "credentials {:?} have no secretRef",
+                credentials.name
+            )));
+        };
+        let secret = self
+            .credentials
+            .iter()
+            .find(|s| {
+                get_str(s, &["kind"]) == Some("Secret")
+                    && get_str(s, &["metadata", "name"]) == Some(secret_ref.name.as_str())
+                    && get_str(s, &["metadata", "namespace"]).unwrap_or_default()
+                        == secret_ref.namespace
+            })
+            .ok_or_else(|| {
+                failed(format!(
+                    "credentials {:?}: Secret {}/{} not found in --function-credentials",
+                    credentials.name, secret_ref.namespace, secret_ref.name
+                ))
+            })?;
+        let mut data = HashMap::new();
+        if let Some(Value::Object(map)) = get(secret, &["data"]) {
+            for (k, v) in map {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(v.as_str().unwrap_or_default())
+                    .map_err(|e| {
+                        failed(format!(
+                            "Secret {}: data.{k} is not base64: {e}",
+                            secret_ref.name
+                        ))
+                    })?;
+                data.insert(k.clone(), decoded);
+            }
+        }
+        if let Some(Value::Object(map)) = get(secret, &["stringData"]) {
+            for (k, v) in map {
+                data.insert(
+                    k.clone(),
+                    v.as_str().unwrap_or_default().as_bytes().to_vec(),
+                );
+            }
+        }
+        Ok(pb::Credentials {
+            source: Some(pb::credentials::Source::CredentialData(
+                pb::CredentialData { data },
+            )),
+        })
+    }
+}
+
+/// The observed state every step sees.
+fn observed_state(observed: &Observed) -> pb::State {
+    pb::State {
+        composite: Some(pb::Resource {
+            resource: to_struct(&observed.composite),
+            ..Default::default()
+        }),
+        resources: observed
+            .resources
+            .iter()
+            .map(|(name, object)| {
+                (
+                    name.clone(),
+                    pb::Resource {
+                        resource: to_struct(object),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A hash of the request (without its meta), so a function can cache by it.
+/// Protobuf encodes maps in iteration order, which is random for the
+/// generated `HashMap`s, so the hash walks every map in key order instead:
+/// the same request always gets the same tag.
+fn tag(request: &pb::RunFunctionRequest) -> String {
+    let mut h = Sha256::new();
+    for state in [&request.observed, &request.desired] {
+        match state {
+            Some(state) => {
+                h.update([1]);
+                hash_resource(&mut h, state.composite.as_ref());
+                hash_map(&mut h, &state.resources, |h, r| hash_resource(h, Some(r)));
+            }
+            None => h.update([0]),
+        }
+    }
+    for s in [&request.input, &request.context] {
+        hash_bytes(
+            &mut h,
+            &s.as_ref().map(Message::encode_to_vec).unwrap_or_default(),
+        );
+    }
+    for resources in [&request.extra_resources, &request.required_resources] {
+        hash_map(&mut h, resources, |h, r| {
+            h.update((r.items.len() as u64).to_le_bytes());
+            for item in &r.items {
+                hash_resource(h, Some(item));
+            }
+        });
+    }
+    hash_map(&mut h, &request.credentials, |h, c| match &c.source {
+        Some(pb::credentials::Source::CredentialData(d)) => {
+            hash_map(h, &d.data, |h, v| hash_bytes(h, v));
+        }
+        None => h.update([0]),
+    });
+    hash_map(&mut h, &request.required_schemas, |h, s| {
+        hash_bytes(h, &s.encode_to_vec());
+    });
+    hex::encode(h.finalize())
+}
+
+fn hash_bytes(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+fn hash_map<V>(h: &mut Sha256, map: &HashMap<String, V>, mut value: impl FnMut(&mut Sha256, &V)) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    h.update((keys.len() as u64).to_le_bytes());
+    for key in keys {
+        hash_bytes(h, key.as_bytes());
+        value(h, &map[key]);
+    }
+}
+
+/// `Struct` fields are a `BTreeMap`, so encoding them is deterministic.
+fn hash_resource(h: &mut Sha256, resource: Option<&pb::Resource>) {
+    let Some(r) = resource else {
+        h.update([0]);
+        return;
+    };
+    h.update([1]);
+    hash_bytes(
+        h,
+        &r.resource
+            .as_ref()
+            .map(Message::encode_to_vec)
+            .unwrap_or_default(),
+    );
+    hash_map(h, &r.connection_details, |h, v| hash_bytes(h, v));
+    h.update(r.ready.to_le_bytes());
+}
+
+/// Whether `object` is what `selector` asks for.
+pub fn matches_selector(object: &Value, selector: &pb::ResourceSelector) -> bool {
+    if get_str(object, &["apiVersion"]) != Some(selector.api_version.as_str())
+        || get_str(object, &["kind"]) != Some(selector.kind.as_str())
+    {
+        return false;
+    }
+    if let Some(namespace) = &selector.namespace {
+        if get_str(object, &["metadata", "namespace"]).unwrap_or_default() != namespace {
+            return false;
+        }
+    }
+    match &selector.r#match {
+        Some(pb::resource_selector::Match::MatchName(name)) => {
+            get_str(object, &["metadata", "name"]) == Some(name.as_str())
+        }
+        Some(pb::resource_selector::Match::MatchLabels(labels)) => labels
+            .labels
+            .iter()
+            .all(|(k, v)| get_str(object, &["metadata", "labels", k.as_str()]) == Some(v.as_str())),
+        // No name and no labels: every resource of the kind, as Crossplane.
+        None => true,
+    }
+}
+
+fn xr_condition(c: &pb::Condition) -> XrCondition {
+    let status = match pb::Status::try_from(c.status) {
+        Ok(pb::Status::ConditionTrue) => "True",
+        Ok(pb::Status::ConditionFalse) => "False",
+        _ => "Unknown",
+    };
+    XrCondition {
+        kind: c.r#type.clone(),
+        status: status.to_string(),
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    }
+}
+
+#[cfg(test)]
+#[path = "v1_tests.rs"]
+mod tests;

@@ -1,0 +1,394 @@
+//! Pipeline semantics with fake callers.
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::*;
+use crate::compose::inputs::{FunctionRef, SecretRef};
+
+type Handler = dyn Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync;
+
+/// A caller that answers with `handler` and records every request.
+struct Fake {
+    handler: Box<Handler>,
+    calls: Mutex<Vec<pb::RunFunctionRequest>>,
+}
+
+impl Fake {
+    fn new(
+        handler: impl Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync + 'static,
+    ) -> Arc<Fake> {
+        Arc::new(Fake {
+            handler: Box::new(handler),
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+    fn calls(&self) -> Vec<pb::RunFunctionRequest> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl FunctionCaller for Fake {
+    async fn run_function(
+        &self,
+        request: pb::RunFunctionRequest,
+    ) -> Result<pb::RunFunctionResponse, ComposeError> {
+        self.calls.lock().unwrap().push(request.clone());
+        Ok((self.handler)(&request))
+    }
+}
+
+fn step(name: &str, function: &str) -> PipelineStep {
+    PipelineStep {
+        step: name.into(),
+        function_ref: FunctionRef {
+            name: function.into(),
+        },
+        input: None,
+        credentials: Vec::new(),
+    }
+}
+
+fn observed() -> Observed {
+    Observed {
+        composite: json!({"apiVersion": "example.org/v1", "kind": "XBucket", "metadata": {"name": "xr"}}),
+        resources: vec![(
+            "old".into(),
+            json!({"kind": "ConfigMap", "metadata": {"name": "xr-old"}}),
+        )],
+    }
+}
+
+fn resource(value: Value) -> pb::Resource {
+    pb::Resource {
+        resource: to_struct(&value),
+        ..Default::default()
+    }
+}
+
+fn callers(list: &[(&str, Arc<Fake>)]) -> HashMap<String, Arc<dyn FunctionCaller>> {
+    list.iter()
+        .map(|(name, fake)| {
+            (
+                name.to_string(),
+                Arc::clone(fake) as Arc<dyn FunctionCaller>,
+            )
+        })
+        .collect()
+}
+
+async fn run(
+    steps: &[PipelineStep],
+    callers: &HashMap<String, Arc<dyn FunctionCaller>>,
+    required: &[Value],
+    credentials: &[Value],
+    context: Option<Value>,
+) -> Result<Outcome, ComposeError> {
+    V1Pipeline {
+        steps,
+        callers,
+        observed: &observed(),
+        required,
+        credentials,
+        context,
+    }
+    .run()
+    .await
+}
+
+#[tokio::test]
+async fn desired_state_and_context_flow_and_a_dropped_resource_is_gone() {
+    let first = Fake::new(|req| {
+        let mut desired = req.desired.clone().unwrap_or_default();
+        desired
+            .resources
+            .insert("a".into(), resource(json!({"kind": "A"})));
+        desired
+            .resources
+            .insert("b".into(), resource(json!({"kind": "B"})));
+        let mut context = from_struct(req.context.as_ref().unwrap());
+        context["first"] = json!(true);
+        pb::RunFunctionResponse {
+            desired: Some(desired),
+            context: to_struct(&context),
+            ..Default::default()
+        }
+    });
+    let second = Fake::new(|req| {
+        let mut desired = req.desired.clone().unwrap_or_default();
+        desired.resources.remove("b");
+        desired.composite = Some(resource(json!({"status": {"ok": true}})));
+        pb::RunFunctionResponse {
+            desired: Some(desired),
+            context: req.context.clone(),
+            results: vec![pb::Result {
+                severity: pb::Severity::Warning as i32,
+                message: "careful".into(),
+                ..Default::default()
+            }],
+            conditions: vec![pb::Condition {
+                r#type: "DatabaseReady".into(),
+                status: pb::Status::ConditionFalse as i32,
+                reason: "Waiting".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    });
+    let callers = callers(&[("f1", first.clone()), ("f2", second.clone())]);
+    let outcome = run(
+        &[step("one", "f1"), step("two", "f2")],
+        &callers,
+        &[],
+        &[],
+        Some(json!({"cli": 1})),
+    )
+    .await
+    .unwrap();
+
+    let seen = &second.calls()[0];
+    assert_eq!(
+        seen.desired.as_ref().unwrap().resources.len(),
+        2,
+        "step two sees step one's desired state"
+    );
+    assert_eq!(
+        from_struct(seen.context.as_ref().unwrap()),
+        json!({"cli": 1, "first": true})
+    );
+    // Every step sees the same observed state.
+    assert_eq!(first.calls()[0].observed, seen.observed);
+    assert!(seen
+        .observed
+        .as_ref()
+        .unwrap()
+        .resources
+        .contains_key("old"));
+    assert_eq!(outcome.resources.keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(
+        outcome.desired_composite,
+        Some(json!({"status": {"ok": true}}))
+    );
+    assert_eq!(outcome.context, Some(json!({"cli": 1, "first": true})));
+    assert_eq!(outcome.results[0].step, "two");
+    assert_eq!(outcome.results[0].severity, "SEVERITY_WARNING");
+    assert_eq!(outcome.conditions[0].status, "False");
+    // meta: a tag that is a hash of the request, and capabilities.
+    let meta = seen.meta.as_ref().unwrap();
+    assert_eq!(meta.tag.len(), 64);
+    assert!(meta
+        .capabilities
+        .contains(&(pb::Capability::RequiredResources as i32)));
+}
+
+#[tokio::test]
+async fn requirements_rerun_the_step_with_the_selected_resources() {
+    let fake = Fake::new(|req| {
+        let mut requirements = pb::Requirements::default();
+        requirements.resources.insert(
+            "by-name".into(),
+            pb::ResourceSelector {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                r#match: Some(pb::resource_selector::Match::MatchName("settings".into())),
+                namespace: Some("prod".into()),
+            },
+        );
+        requirements.resources.insert(
+            "by-label".into(),
+            pb::ResourceSelector {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                r#match: Some(pb::resource_selector::Match::MatchLabels(pb::MatchLabels {
+                    labels: [("team".to_string(), "a".to_string())].into(),
+                })),
+                namespace: None,
+            },
+        );
+        let mut desired = pb::State::default();
+        for (key, found) in &req.required_resources {
+            desired.resources.insert(
+                key.clone(),
+                resource(json!({"kind": "Found", "count": found.items.len()})),
+            );
+        }
+        pb::RunFunctionResponse {
+            desired: Some(desired),
+            requirements: Some(requirements),
+            ..Default::default()
+        }
+    });
+    let required = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "prod"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "dev"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"team": "a"}}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y", "labels": {"team": "a"}}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "z", "labels": {"team": "a"}}}),
+    ];
+    let outcome = run(
+        &[step("s", "f")],
+        &callers(&[("f", fake.clone())]),
+        &required,
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake.calls().len(), 2, "one call, one re-run once stable");
+    assert_eq!(outcome.resources["by-name"].object["count"], json!(1));
+    assert_eq!(outcome.resources["by-label"].object["count"], json!(2));
+}
+
+#[tokio::test]
+async fn requirements_that_never_settle_fail_after_five_reruns() {
+    let counter = Mutex::new(0);
+    let fake = Fake::new(move |_| {
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        let mut requirements = pb::Requirements::default();
+        requirements.resources.insert(
+            format!("r{n}"),
+            pb::ResourceSelector {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                ..Default::default()
+            },
+        );
+        pb::RunFunctionResponse {
+            requirements: Some(requirements),
+            ..Default::default()
+        }
+    });
+    let err = run(
+        &[step("s", "f")],
+        &callers(&[("f", fake.clone())]),
+        &[],
+        &[],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(fake.calls().len(), 1 + MAX_REQUIREMENT_ROUNDS);
+    assert!(err.to_string().contains("pipeline step \"s\""), "{err}");
+    assert!(err.to_string().contains("did not stabilize"), "{err}");
+}
+
+#[tokio::test]
+async fn a_fatal_result_stops_the_pipeline_naming_the_step() {
+    let fatal = Fake::new(|_| pb::RunFunctionResponse {
+        results: vec![pb::Result {
+            severity: pb::Severity::Fatal as i32,
+            message: "no quota".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let after = Fake::new(|_| pb::RunFunctionResponse::default());
+    let err = run(
+        &[step("check", "fatal"), step("later", "after")],
+        &callers(&[("fatal", fatal), ("after", after.clone())]),
+        &[],
+        &[],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pipeline step \"check\" returned a fatal result: no quota"
+    );
+    assert!(
+        after.calls().is_empty(),
+        "no step runs after a fatal result"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_function_fails_before_anything_runs() {
+    let known = Fake::new(|_| pb::RunFunctionResponse::default());
+    let err = run(
+        &[step("one", "known"), step("two", "missing")],
+        &callers(&[("known", known.clone())]),
+        &[],
+        &[],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("pipeline step \"two\" references unknown Function \"missing\""),
+        "{err}"
+    );
+    assert!(known.calls().is_empty());
+}
+
+#[tokio::test]
+async fn credentials_come_from_the_named_secret() {
+    let fake = Fake::new(|_| pb::RunFunctionResponse::default());
+    let mut with_credentials = step("s", "f");
+    with_credentials.credentials = vec![StepCredentials {
+        name: "db".into(),
+        source: "Secret".into(),
+        secret_ref: Some(SecretRef {
+            namespace: "crossplane-system".into(),
+            name: "db-creds".into(),
+        }),
+    }];
+    let secrets = [json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db-creds", "namespace": "crossplane-system"},
+        "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}})];
+    let callers = callers(&[("f", fake.clone())]);
+    run(&[with_credentials.clone()], &callers, &[], &secrets, None)
+        .await
+        .unwrap();
+    let Some(pb::credentials::Source::CredentialData(data)) =
+        &fake.calls()[0].credentials["db"].source
+    else {
+        panic!("no credential data");
+    };
+    assert_eq!(data.data["password"], b"hunter2");
+    assert_eq!(data.data["user"], b"admin");
+
+    let err = run(&[with_credentials], &callers, &[], &[], None)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Secret crossplane-system/db-creds not found"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_tag_does_not_depend_on_map_order() {
+    let build = |reverse: bool| {
+        let mut names: Vec<String> = (0..32).map(|i| format!("r{i}")).collect();
+        if reverse {
+            names.reverse();
+        }
+        let mut state = pb::State::default();
+        for name in &names {
+            let mut r = resource(json!({"kind": name}));
+            for key in &names {
+                r.connection_details
+                    .insert(key.clone(), key.as_bytes().to_vec());
+            }
+            state.resources.insert(name.clone(), r);
+        }
+        pb::RunFunctionRequest {
+            desired: Some(state),
+            ..Default::default()
+        }
+    };
+    let (a, b) = (build(false), build(true));
+    assert_eq!(a, b);
+    // Why the tag cannot just hash the encoding: maps encode in iteration
+    // order (32! orders; equal by chance with negligible probability).
+    assert_ne!(a.encode_to_vec(), b.encode_to_vec());
+    assert_eq!(tag(&a), tag(&b));
+    let mut c = build(false);
+    c.desired.as_mut().unwrap().resources.remove("r3");
+    assert_ne!(tag(&a), tag(&c));
+}

@@ -1,0 +1,851 @@
+//! `xfn render` end to end: the real binary, real crun, a real registry on
+//! 127.0.0.1 with function images built here (busybox shell scripts), and a
+//! real gRPC function server written with Crossplane's published Python SDK.
+//!
+//! Output is compared with golden files in tests/golden/; run with
+//! `XFN_UPDATE_GOLDEN=1` to rewrite them (then review the diff).
+//!
+//! Needs: crun, docker-registry, busybox-static; python3 with
+//! `pip install crossplane-function-sdk-python` (or XFN_TEST_PYTHON naming
+//! a python that has it); root, or unprivileged user namespaces.
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const EXEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/exec");
+const ALPHA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/alpha");
+const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+const XR: &str = "apiVersion: example.org/v1
+kind: XBucket
+metadata:
+  name: demo
+  uid: 0b7d5c1e-0000-4000-8000-000000000001
+spec:
+  count: 2
+";
+
+struct Fixture {
+    registry: Registry,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            registry: Registry::start(),
+            dir: world_traversable_tempdir(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// busybox + a helper on PATH + `/fn.sh` from `dir/script` as entrypoint.
+    fn script_image(&self, dir: &str, helper: &str, script: &str) -> String {
+        let read = |name: &str| std::fs::read(Path::new(dir).join(name)).unwrap();
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(
+                Layer::new()
+                    .file(&format!("/bin/{helper}"), 0o755, read(helper))
+                    .file("/fn.sh", 0o755, read(script)),
+            )
+            .entrypoint(["/bin/sh", "/fn.sh"])
+            .push(
+                &self.registry,
+                &format!("{}:v1", script.trim_end_matches(".sh")),
+            )
+            .reference
+    }
+
+    fn exec_image(&self, script: &str) -> String {
+        self.script_image(EXEC_DIR, "jget", script)
+    }
+
+    fn alpha_image(&self, script: &str) -> String {
+        // Alpha images live in another repository namespace than the v1 ones.
+        let read = |name: &str| std::fs::read(Path::new(ALPHA_DIR).join(name)).unwrap();
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(
+                Layer::new()
+                    .file("/bin/yamlsec", 0o755, read("yamlsec"))
+                    .file("/fn.sh", 0o755, read(script)),
+            )
+            .entrypoint(["/bin/sh", "/fn.sh"])
+            .push(
+                &self.registry,
+                &format!("alpha-{}:v1", script.trim_end_matches(".sh")),
+            )
+            .reference
+    }
+
+    fn render(&self, args: &[&str]) -> Output {
+        xfn_command()
+            .arg("render")
+            .arg("--cache-dir")
+            .arg(self.path("cache"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn xfn")
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "xfn render failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn failure(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "xfn render should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Compares `actual` with tests/golden/`name` (or rewrites it).
+fn assert_golden(name: &str, actual: &str) {
+    let path = Path::new(GOLDEN_DIR).join(name);
+    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(GOLDEN_DIR).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with XFN_UPDATE_GOLDEN=1)", path.display()));
+    assert_eq!(actual, expected, "output differs from {}", path.display());
+}
+
+fn exec_function(name: &str, image: &str) -> String {
+    format!(
+        "---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: {name}
+  annotations:
+    render.crossplane.io/runtime: Exec
+spec:
+  package: {image}
+"
+    )
+}
+
+fn pipeline_composition(steps: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  mode: Pipeline
+  pipeline:
+{steps}"
+    )
+}
+
+/// The 5-step Exec pipeline: create, require (settings), label, ready
+/// (+context), results.
+fn v1_exec_pipeline(fx: &Fixture) {
+    let mut functions = String::new();
+    for name in ["create", "require", "label", "ready", "results"] {
+        functions += &exec_function(name, &fx.exec_image(&format!("{name}.sh")));
+    }
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: read-settings
+    functionRef: {name: require}
+  - step: label-buckets
+    functionRef: {name: label}
+  - step: mark-ready
+    functionRef: {name: ready}
+  - step: report
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input}
+",
+        ),
+    );
+    fx.write(
+        "required.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  region: eu-west-1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: unrelated
+data:
+  region: us-east-1
+",
+    );
+}
+
+const V1_EXEC_ARGS: &[&str] = &[
+    "xr.yaml",
+    "composition.yaml",
+    "functions.yaml",
+    "-e",
+    "required.yaml",
+    "-r",
+    "-c",
+    "--context-values",
+    "start={\"from\":\"cli\"}",
+];
+
+#[test]
+fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
+    let fx = Fixture::new();
+    v1_exec_pipeline(&fx);
+    let out = fx.render(V1_EXEC_ARGS);
+    assert_golden("v1-exec.yaml", &stdout(&out));
+}
+
+#[test]
+fn an_unprivileged_user_without_capabilities_renders_the_same() {
+    let fx = Fixture::new();
+    v1_exec_pipeline(&fx);
+    let cache = fx.path("cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(NONROOT), Some(NONROOT)).unwrap();
+    let out = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(V1_EXEC_ARGS)
+        .current_dir(fx.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn");
+    let expected = std::fs::read_to_string(Path::new(GOLDEN_DIR).join("v1-exec.yaml")).unwrap();
+    assert_eq!(stdout(&out), expected);
+}
+
+#[test]
+fn a_fatal_result_of_an_exec_function_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    let functions = exec_function("create", &fx.exec_image("create.sh"))
+        + &exec_function("results", &fx.exec_image("results.sh"));
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: stop-here
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, fatal: quota exceeded}
+",
+        ),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"stop-here\" returned a fatal result: quota exceeded"),
+        "{err}"
+    );
+}
+
+fn alpha_composition(fx: &Fixture, steps: &[(&str, &str, &str)]) -> String {
+    alpha_composition_at(fx, steps, None)
+}
+
+/// An alpha Composition whose steps name `endpoint` as their runner.
+fn alpha_composition_at(
+    fx: &Fixture,
+    steps: &[(&str, &str, &str)],
+    endpoint: Option<&str>,
+) -> String {
+    let mut text = String::from(
+        "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets-alpha
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  functions:
+",
+    );
+    for (name, script, config) in steps {
+        let image = fx.alpha_image(script);
+        text += &format!(
+            "  - name: {name}
+    type: Container
+    config: {config}
+    container:
+      image: {image}
+      timeout: 30s
+"
+        );
+        if let Some(endpoint) = endpoint {
+            text += &format!("      runner: {{endpoint: \"{endpoint}\"}}\n");
+        }
+    }
+    text
+}
+
+const ALPHA_STEPS: &[(&str, &str, &str)] = &[
+    ("create-buckets", "create.sh", "{}"),
+    ("label-buckets", "label.sh", "{}"),
+    (
+        "report",
+        "results.sh",
+        "{apiVersion: test.xfn.dev/v1, kind: Config}",
+    ),
+];
+
+/// bucket-0 exists and is Ready; bucket-1 does not exist yet.
+const ALPHA_OBSERVED: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: demo-observed0
+  annotations:
+    crossplane.io/composition-resource-name: bucket-0
+status:
+  conditions:
+  - type: Ready
+    status: \"True\"
+";
+
+/// `xfn start` on an abstract socket, killed on drop.
+struct RunnerDaemon {
+    child: Child,
+    socket: String,
+}
+
+impl RunnerDaemon {
+    /// Starts it with its cache in `dir`, logging to `dir`/daemon.log.
+    fn start(dir: &Path) -> RunnerDaemon {
+        use std::os::linux::net::SocketAddrExt;
+        let socket = format!("xfn-test/render-{}.sock", std::process::id());
+        let child = xfn_command()
+            .args(["start", "--network", "unix", "--address"])
+            .arg(format!("@{socket}"))
+            .arg("--cache-dir")
+            .arg(dir.join("daemon-cache"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("daemon.log")).unwrap())
+            .spawn()
+            .expect("start xfn start");
+        let mut daemon = RunnerDaemon { child, socket };
+        let address =
+            std::os::unix::net::SocketAddr::from_abstract_name(daemon.socket.as_bytes()).unwrap();
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect_addr(&address).is_err() {
+            if let Some(status) = daemon.child.try_wait().unwrap() {
+                panic!("xfn start exited: {status}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "xfn start never listened on @{}",
+                daemon.socket
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+}
+
+impl Drop for RunnerDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn alpha_steps_run_on_the_runner_daemon_when_one_answers() {
+    let fx = Fixture::new();
+    let daemon = RunnerDaemon::start(fx.dir.path());
+    fx.write("xr.yaml", XR);
+    let endpoint = format!("unix-abstract:{}", daemon.socket);
+    fx.write(
+        "composition.yaml",
+        &alpha_composition_at(&fx, ALPHA_STEPS, Some(&endpoint)),
+    );
+    fx.write("observed.yaml", ALPHA_OBSERVED);
+    // An OCI runtime that always fails: only the daemon can run the steps.
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "-o",
+        "observed.yaml",
+        "-r",
+        "-x",
+        "--runtime",
+        "/bin/false",
+    ]);
+    assert_golden("alpha.yaml", &stdout(&out));
+    let log = std::fs::read_to_string(fx.path("daemon.log")).unwrap();
+    assert_eq!(log.matches("function ran").count(), 3, "{log}");
+    drop(daemon);
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "--runtime", "/bin/false"]));
+    assert!(
+        err.contains("pipeline step \"create-buckets\" failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn alpha_pipeline_renders_the_golden_output() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    let composition = alpha_composition(&fx, ALPHA_STEPS);
+    fx.write("composition.yaml", &composition);
+    fx.write("observed.yaml", ALPHA_OBSERVED);
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "-o",
+        "observed.yaml",
+        "-r",
+        "-x",
+    ]);
+    assert_golden("alpha.yaml", &stdout(&out));
+}
+
+#[test]
+fn a_fatal_alpha_result_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    let composition = alpha_composition(
+        &fx,
+        &[
+            ("create-buckets", "create.sh", "{}"),
+            ("stop-here", "results.sh", "{fatal: no more buckets}"),
+        ],
+    );
+    fx.write("composition.yaml", &composition);
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml"]));
+    assert!(
+        err.contains("pipeline step \"stop-here\" returned a fatal result: no more buckets"),
+        "{err}"
+    );
+}
+
+/// The Python function server from tests/render/function.py, killed on drop.
+struct PythonFunction {
+    child: Child,
+    address: String,
+}
+
+impl PythonFunction {
+    fn start() -> PythonFunction {
+        let python = std::env::var("XFN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let check = Command::new(&python)
+            .args(["-c", "import crossplane.function.runtime"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        assert!(
+            check.status.success(),
+            "{python} lacks Crossplane's Python function SDK: \
+             `pip install crossplane-function-sdk-python` (or set XFN_TEST_PYTHON): {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let child = Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/render/function.py"
+            ))
+            .args(["--insecure", "--address", &address])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the Python function");
+        let mut function = PythonFunction { child, address };
+        // Wait until it listens (or died).
+        let started = Instant::now();
+        while TcpStream::connect(&function.address).is_err() {
+            if let Some(status) = function.child.try_wait().unwrap() {
+                panic!("the Python function exited: {status}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the Python function never listened on {}",
+                function.address
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        function
+    }
+}
+
+impl Drop for PythonFunction {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn development_function(name: &str, target: &str) -> String {
+    format!(
+        "---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: {name}
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: {target}
+spec:
+  package: xpkg.example.org/function-python:v0.1.0
+"
+    )
+}
+
+#[test]
+fn development_runtime_drives_a_python_sdk_function_over_grpc() {
+    let function = PythonFunction::start();
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "functions.yaml",
+        &development_function("python", &function.address),
+    );
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: require-settings
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: require, name: settings}
+  - step: label
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: label, labels: {team: platform}}
+  - step: write-context
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, write: {greeting: hello}}
+  - step: read-context
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, read: greeting}
+  - step: ready
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: ready, names: [bucket-0, from-settings]}
+  - step: warn
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, warning: almost out of buckets}
+",
+        ),
+    );
+    fx.write(
+        "required.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  region: eu-west-1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+data:
+  region: us-east-1
+",
+    );
+    let out = fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "-e",
+        "required.yaml",
+        "-r",
+        "-c",
+    ]);
+    assert_golden("v1-development.yaml", &stdout(&out));
+
+    // A fatal result from the SDK's response.fatal stops the render.
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: give-up
+    functionRef: {name: python}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, fatal: cannot continue}
+",
+        ),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"give-up\" returned a fatal result: cannot continue"),
+        "{err}"
+    );
+}
+
+#[test]
+fn input_errors_name_the_file_or_the_step() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "functions.yaml",
+        &development_function("python", "127.0.0.1:1"),
+    );
+    let composition = pipeline_composition(
+        "  - step: create
+    functionRef: {name: python}
+",
+    );
+    fx.write("composition.yaml", &composition);
+
+    fx.write("bad.yaml", "apiVersion: [unclosed\n");
+    let err = failure(&fx.render(&["bad.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("bad.yaml") && err.contains("invalid YAML"),
+        "{err}"
+    );
+
+    let err = failure(&fx.render(&["xr.yaml", "xr.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("xr.yaml: expected a apiextensions.crossplane.io Composition"),
+        "{err}"
+    );
+
+    fx.write(
+        "other.yaml",
+        &composition.replace("kind: XBucket", "kind: XDatabase"),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "other.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is a example.org/v1 XBucket"),
+        "{err}"
+    );
+
+    fx.write(
+        "unknown.yaml",
+        &composition.replace("{name: python}", "{name: nope}"),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "unknown.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"create\" references unknown Function \"nope\""),
+        "{err}"
+    );
+
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "composition.yaml"]));
+    assert!(
+        err.contains("expected a pkg.crossplane.io Function"),
+        "{err}"
+    );
+
+    // Nothing listens on port 1: the step fails and is named.
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("pipeline step \"create\" failed") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
+
+    // Docker (the default runtime) is refused, not faked.
+    fx.write(
+        "docker.yaml",
+        "apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: python
+spec:
+  package: xpkg.example.org/function-python:v0.1.0
+",
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "docker.yaml"]));
+    assert!(err.contains("runtime Docker not supported yet"), "{err}");
+}
+
+/// Measures (prints, asserts nothing about time): the wall time of a warm
+/// `xfn render` of a 3-step pipeline of container functions against three
+/// warm `xfn run`s of the same images. Run with
+/// `cargo test --test render_e2e -- --ignored --nocapture measure`.
+#[test]
+#[ignore = "a measurement, run on demand"]
+fn measure_render_of_three_container_steps_against_three_warm_runs() {
+    let fx = Fixture::new();
+    let mut functions = String::new();
+    let mut images = Vec::new();
+    for name in ["create", "label", "results"] {
+        let image = fx.exec_image(&format!("{name}.sh"));
+        functions += &exec_function(name, &image);
+        images.push(image);
+    }
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create-buckets
+    functionRef: {name: create}
+  - step: label-buckets
+    functionRef: {name: label}
+  - step: report
+    functionRef: {name: results}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input}
+",
+        ),
+    );
+    let request =
+        r#"{"observed":{"composite":{"resource":{"spec":{"count":2}}}},"desired":{},"input":{}}"#;
+    fx.write("request.json", request);
+    let render = || {
+        let started = Instant::now();
+        stdout(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+        started.elapsed()
+    };
+    let run = |image: &str| {
+        let started = Instant::now();
+        let out = xfn_command()
+            .arg("run")
+            .arg("--cache-dir")
+            .arg(fx.path("cache"))
+            .arg(image)
+            .arg(fx.path("request.json"))
+            .output()
+            .unwrap();
+        stdout(&out);
+        started.elapsed()
+    };
+    render(); // pulls every image: what follows is warm
+    const ROUNDS: u32 = 10;
+    let mut renders = Duration::ZERO;
+    let mut runs = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        renders += render();
+        for image in &images {
+            runs += run(image);
+        }
+    }
+    let (render_ms, runs_ms) = (
+        renders.as_secs_f64() * 1000.0 / f64::from(ROUNDS),
+        runs.as_secs_f64() * 1000.0 / f64::from(ROUNDS),
+    );
+    println!(
+        "warm render of 3 steps: {render_ms:.1} ms; 3 warm `xfn run`s: {runs_ms:.1} ms; ratio {:.2}",
+        render_ms / runs_ms
+    );
+}
+
+/// example/render/ (the README's worked example) renders as
+/// example/render/expected.yaml shows; only the server's port differs.
+#[test]
+fn the_worked_example_renders_as_shown() {
+    let function = PythonFunction::start();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
+    let fx = Fixture::new();
+    let functions = std::fs::read_to_string(example.join("functions.yaml"))
+        .unwrap()
+        .replace("127.0.0.1:9443", &function.address);
+    fx.write("functions.yaml", &functions);
+    let out = fx.render(&[
+        example.join("xr.yaml").to_str().unwrap(),
+        example.join("composition.yaml").to_str().unwrap(),
+        "functions.yaml",
+        "-r",
+    ]);
+    let actual = stdout(&out);
+
+    // Development Functions run no container: no user namespace is entered,
+    // so a cache dir the namespace could not reach is no obstacle.
+    let private = fx.path("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let out = xfn_command()
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(private.join("cache"))
+        .arg(example.join("xr.yaml"))
+        .arg(example.join("composition.yaml"))
+        .arg(fx.path("functions.yaml"))
+        .arg("-r")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), actual);
+
+    let expected_path = example.join("expected.yaml");
+    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&expected_path, &actual).unwrap();
+        return;
+    }
+    assert_eq!(actual, std::fs::read_to_string(&expected_path).unwrap());
+}
+
+#[test]
+fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
+    let fx = Fixture::new();
+    let crash = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "echo 'cannot reach the cloud' >&2; exit 3"])
+        .push(&fx.registry, "crash:v1")
+        .reference;
+    let garbage = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "cat >/dev/null; echo not-json"])
+        .push(&fx.registry, "garbage:v1")
+        .reference;
+    fx.write(
+        "functions.yaml",
+        &(exec_function("crash", &crash) + &exec_function("garbage", &garbage)),
+    );
+    fx.write("xr.yaml", XR);
+    for (function, expected) in [
+        ("crash", "exit code 3: cannot reach the cloud"),
+        ("garbage", "the output is not a RunFunctionResponse"),
+    ] {
+        fx.write(
+            "composition.yaml",
+            &pipeline_composition(&format!(
+                "  - step: call-{function}\n    functionRef: {{name: {function}}}\n"
+            )),
+        );
+        let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+        assert!(
+            err.contains(&format!("pipeline step \"call-{function}\" failed:"))
+                && err.contains(expected),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! `Runner::run` in-process, inside a namespace this test binary enters in
+//! `main` (`harness = false`: still single-threaded then). What only an
+//! in-process test sees: the per-run rootfs mounts (overlay and copy) live in
+//! this process's mount namespace, so after a timeout or a dropped (cancelled)
+//! call, /proc/self/mountinfo must show none of them, and no container
+//! process, bundle or rootfs dir may be left.
+//!
+//! Needs: crun, docker-registry, busybox-static; run as root (maps a range)
+//! or any user with a cache dir it owns.
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::*;
+use xfn::image::{ImageStore, StoreOptions};
+use xfn::rootfs::RootfsMode;
+use xfn::runner::{RunConfig, RunError, Runner, RunnerOptions};
+use xfn::sandbox::userns;
+
+fn runner(cache: &Path, rootfs: RootfsMode) -> Runner {
+    let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
+    Runner::new(
+        store,
+        RunnerOptions {
+            rootfs,
+            ..RunnerOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+fn container_processes(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
+fn assert_clean(cache: &Path, marker: &str) {
+    let run = cache.join("run");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let run_str = run.to_string_lossy();
+    let left: Vec<&str> = mounts.lines().filter(|l| l.contains(&*run_str)).collect();
+    assert!(left.is_empty(), "mounts left: {left:#?}");
+    for sub in ["bundles", "crun", "rootfs"] {
+        let entries: Vec<PathBuf> = std::fs::read_dir(run.join(sub))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(entries.is_empty(), "{sub} left: {entries:?}");
+    }
+    let processes = container_processes(marker);
+    assert!(processes.is_empty(), "processes left: {processes:?}");
+}
+
+async fn cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
+    let tag = format!("{mode:?}").to_lowercase();
+    let marker = format!("sleep 48{}", tag.len());
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "cat; touch /written"])
+        .push(registry, &format!("echo-{tag}:v1"))
+        .reference;
+    let hang = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", &format!("{marker} & {marker}")])
+        .push(registry, &format!("hang-{tag}:v1"))
+        .reference;
+    let runner = runner(cache, mode);
+
+    let out = runner
+        .run(&echo, b"input", &RunConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"input");
+    assert_clean(cache, &marker);
+    println!("ok ({tag}): a run leaves nothing");
+
+    let config = RunConfig {
+        timeout: Duration::from_secs(1),
+        ..RunConfig::default()
+    };
+    let err = runner.run(&hang, b"", &config).await.unwrap_err();
+    assert!(matches!(err, RunError::Timeout(_)), "{err}");
+    assert_clean(cache, &marker);
+    println!("ok ({tag}): a timed-out run leaves nothing");
+
+    // Cancel: drop the call once the function is running.
+    let config = RunConfig {
+        timeout: Duration::from_secs(60),
+        ..RunConfig::default()
+    };
+    let running = async {
+        while container_processes(&marker).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        result = runner.run(&hang, b"", &config) => panic!("the run ended: {result:?}"),
+        () = running => {}
+    }
+    assert_clean(cache, &marker);
+    println!("ok ({tag}): a dropped call leaves nothing");
+}
+
+fn main() {
+    let base = world_traversable_tempdir();
+    let cache = base.path().join("cache");
+    let ns = userns::enter(&userns::UsernsOptions {
+        map_root_uid: 100_000,
+        map_root_gid: 100_000,
+        cache_dir: cache.clone(),
+    })
+    .expect("enter the user namespace");
+    println!("entered: {:?}", ns.mapping);
+    let registry = Registry::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for mode in [RootfsMode::Overlay, RootfsMode::Copy] {
+        runtime.block_on(cases(&cache, &registry, mode));
+    }
+    println!("all runner cases passed");
+}

@@ -214,3 +214,28 @@ async fn a_restarted_daemon_cleans_stale_run_state() {
     assert!(!bundle.exists(), "{}", daemon.log());
     assert!(!rootfs.exists(), "{}", daemon.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_on_a_socket_path_with_the_same_caller_checks() {
+    let dir = world_traversable_tempdir();
+    let sockets = dir.path().join("sockets");
+    dir_owned_by(&sockets, NONROOT);
+    let path = sockets.join("xfn.sock");
+    let daemon =
+        Daemon::start_listening(Listen::Path(path.clone()), &["--allow-uid", "65533"]).await;
+    assert!(path.exists());
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+    // Root may connect to any socket file; the gatekeeper accepts it.
+    call_as(&daemon, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_on_tcp() {
+    let daemon = Daemon::start_listening(Listen::Tcp, &[]).await;
+    call_as(&daemon, None).await.unwrap();
+    assert!(
+        daemon.log().contains("callers cannot be checked"),
+        "{}",
+        daemon.log()
+    );
+}

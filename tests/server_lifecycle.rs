@@ -239,3 +239,37 @@ async fn serves_on_tcp() {
         daemon.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_draining_daemon_refuses_new_connections() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 3622"])
+        .push(&registry, "hang:v1")
+        .reference;
+    let mut daemon = Daemon::start(&["--grace-period", "1h"]).await;
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    daemon.sigterm();
+    // The run hangs and the grace period is long: the daemon is draining
+    // for as long as this test wants. New connections are refused (the
+    // gatekeeper left with the accept loop).
+    let mut refused = false;
+    for _ in 0..200 {
+        if daemon.channel_as(Some(NONROOT)).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(refused, "still accepting while draining:\n{}", daemon.log());
+    assert_eq!(daemon.metric("xfn_runs_in_flight").await, 1.0);
+    assert!(daemon.try_wait().is_none());
+    // The caller gives up: its run is killed, the drain completes, exit 0.
+    call.abort();
+    let exit = daemon.wait().await;
+    assert!(exit.success(), "{exit}\n{}", daemon.log());
+    wait_until_gone("sleep 3622").await;
+}

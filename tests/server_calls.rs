@@ -361,3 +361,31 @@ async fn required_limits_that_cannot_be_enforced_are_a_failed_precondition() {
         result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_policy_never_without_a_cached_image_is_a_failed_precondition() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let never = |image: &str| {
+        let mut req = request(image, FUNCTION_IO);
+        req.image_pull_config = Some(pb::ImagePullConfig {
+            pull_policy: pb::ImagePullPolicy::Never as i32,
+            auth: None,
+        });
+        req
+    };
+    let status = client.run_function(never(&image)).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    // Once cached (a default call pulls it), Never runs it.
+    client
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap();
+    let out = client
+        .run_function(never(&image))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+}

@@ -20,6 +20,8 @@
 //!
 //! # Invariants
 //!
+//! - A layer is extracted while it downloads: the blob is written to a temp
+//!   file and, chunk by chunk, fed to the extractor writing a temp dir.
 //! - Every entry is written under `tmp/` and renamed into place only when
 //!   whole and verified (blob digests while downloading, each layer's
 //!   uncompressed diff id while extracting): a crash leaves at most garbage

@@ -371,14 +371,19 @@ impl Puller {
     }
 
     /// Streams a blob into `file` (created, truncated), hashing as it
-    /// writes; `on_bytes` is told of every chunk. Errors on a digest
-    /// mismatch: the caller then discards the file.
+    /// writes; `on_bytes` is told of every chunk, and `tee` (when given)
+    /// gets a copy of every chunk, e.g. for an extractor working while the
+    /// download goes on. A tee whose receiver is gone is dropped and the
+    /// download continues, so a digest mismatch is still found and reported
+    /// as such. Errors on a digest mismatch: the caller then discards the
+    /// file and anything made from the tee.
     pub async fn fetch_blob_to_file(
         &self,
         reference: &ImageReference,
         blob: &BlobRef,
         file: &Path,
         on_bytes: &(dyn Fn(u64) + Send + Sync),
+        mut tee: Option<tokio::sync::mpsc::Sender<bytes::Bytes>>,
     ) -> Result<u64, PullError> {
         let io_err = |source| PullError::Io {
             digest: blob.digest.clone(),
@@ -401,7 +406,13 @@ impl Puller {
             out.write_all(&chunk).await.map_err(io_err)?;
             written += chunk.len() as u64;
             on_bytes(chunk.len() as u64);
+            if let Some(sender) = &tee {
+                if sender.send(chunk).await.is_err() {
+                    tee = None;
+                }
+            }
         }
+        drop(tee);
         out.flush().await.map_err(io_err)?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         check_digest("layer", &blob.digest, &actual)?;

@@ -20,6 +20,8 @@
 //!
 //! # Invariants
 //!
+//! - A layer is extracted while it downloads: the blob is written to a temp
+//!   file and, chunk by chunk, fed to the extractor writing a temp dir.
 //! - Every entry is written under `tmp/` and renamed into place only when
 //!   whole and verified (blob digests while downloading, each layer's
 //!   uncompressed diff id while extracting): a crash leaves at most garbage
@@ -576,18 +578,45 @@ impl ImageStore {
             return Ok(dest);
         }
         let blob_path = self.blob_path("blobs/sha256", &blob.digest)?;
+        let work = self.tmp_dir("layer")?;
+        let work_path = work.path().to_path_buf();
+        let (digest, media_type, diff_id) = (
+            blob.digest.clone(),
+            blob.media_type.clone(),
+            diff_id.to_string(),
+        );
         if blob_path.is_file() {
             report_cached();
+            let blob_path = blob_path.clone();
+            tokio::task::spawn_blocking(move || {
+                let file = File::open(&blob_path).map_err(io_err(&blob_path))?;
+                let reader = BufReader::with_capacity(1 << 20, file);
+                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+            })
+            .await
+            .map_err(join_err)??;
         } else {
+            // Extract while downloading: the extractor reads a copy of the
+            // chunks as they arrive, into a temp dir that is only renamed
+            // into place once the blob's digest and the diff id both match.
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let extractor = tokio::task::spawn_blocking(move || {
+                let reader = BufReader::with_capacity(1 << 20, ChannelReader::new(rx));
+                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+            });
             let tmp = self.tmp_file("blob")?;
             let on_bytes = |n: u64| {
                 if let Some(p) = progress {
                     p.advanced(n);
                 }
             };
-            let n = puller
-                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes)
-                .await?;
+            let fetched = puller
+                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes, Some(tx))
+                .await;
+            // The sender is gone now: the extractor sees the end of the stream.
+            let extracted = extractor.await.map_err(join_err)?;
+            let n = fetched?;
+            extracted?;
             tmp.persist(&blob_path).map_err(|e| ImageError::Io {
                 path: blob_path.clone(),
                 source: e.error,
@@ -599,21 +628,7 @@ impl ImageStore {
                 .blobs_downloaded
                 .fetch_add(1, Ordering::Relaxed);
         }
-
-        let work = self.tmp_dir("layer")?;
-        let store = self.clone();
-        let (digest, media_type, diff_id) = (
-            blob.digest.clone(),
-            blob.media_type.clone(),
-            diff_id.to_string(),
-        );
-        let dest2 = dest.clone();
-        tokio::task::spawn_blocking(move || {
-            extract_verified(&blob_path, &media_type, &digest, &diff_id, work.path())?;
-            store.commit_dir(work, &dest2)
-        })
-        .await
-        .map_err(join_err)??;
+        self.commit_dir(work, &dest)?;
         self.inner
             .stats
             .layers_extracted
@@ -937,18 +952,50 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
-/// Extracts a verified blob into `dest` (overlay whiteouts) and checks the
-/// uncompressed stream against the config's diff id.
-fn extract_verified(
-    blob: &Path,
+/// Reads the chunks an async task sends, blocking: the extractor's side of
+/// a download that is extracted as it arrives. The end of the stream is
+/// when the sender is dropped.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    current: bytes::Bytes,
+}
+
+impl ChannelReader {
+    fn new(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Self {
+        ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
+/// Extracts a layer blob's bytes into `dest` (overlay whiteouts) and checks
+/// the uncompressed stream against the config's diff id.
+fn extract_verified<R: BufRead + Send + 'static>(
+    blob: R,
     media_type: &str,
     digest: &str,
     diff_id: &str,
     dest: &Path,
 ) -> Result<(), ImageError> {
-    let file = File::open(blob).map_err(io_err(blob))?;
-    let reader =
-        decompressor(BufReader::with_capacity(1 << 20, file), media_type).map_err(io_err(blob))?;
+    let reader = decompressor(blob, media_type).map_err(|e| ImageError::Corrupt {
+        image: digest.to_string(),
+        reason: format!("layer does not decompress: {e}"),
+    })?;
     let mut hashing = HashingReader {
         inner: reader,
         hasher: Sha256::new(),

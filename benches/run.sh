@@ -105,6 +105,9 @@ bare, xfn = r["bare crun run"], r["xfn run (warm)"]
 for name, r_ in (("bare crun run ", bare), ("xfn run (warm)", xfn)):
     print(f"{name}: mean {r_['mean']*1000:.2f} ms ± {r_['stddev']*1000:.2f}, "
           f"median {r_['median']*1000:.2f} ms, min {r_['min']*1000:.2f} ms")
+cpu = lambda r_: (r_["user"] + r_["system"]) * 1000
+print(f"cpu (user+sys): bare {cpu(bare):.2f} ms, xfn {cpu(xfn):.2f} ms, "
+      f"ratio {cpu(xfn)/cpu(bare):.2f} (less sensitive to a loaded machine)")
 print(f"ratio xfn/bare: mean {xfn['mean']/bare['mean']:.2f}, "
       f"median {xfn['median']/bare['median']:.2f}, min {xfn['min']/bare['min']:.2f}")
 PY

@@ -248,7 +248,7 @@ impl Runner {
         let pulled_at = started.elapsed();
         let rootfs = self.prepare_rootfs(&pulled).await?;
         let rootfs_at = started.elapsed();
-        let output = self
+        let result = self
             .sandbox
             .run(&RunRequest {
                 rootfs: rootfs.path(),
@@ -258,9 +258,13 @@ impl Runner {
                 host_network: config.network == NetworkPolicy::Runner,
                 limits,
             })
-            .await?;
+            .await;
         let ran_at = started.elapsed();
-        drop(rootfs);
+        // Unmounting takes milliseconds: off the async threads, but awaited,
+        // so the rootfs is gone when this call returns. (Dropped mid-run, the
+        // rootfs is cleaned by its own Drop instead.)
+        let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+        let output = result?;
         tracing::debug!(
             image,
             ?pulled_at,

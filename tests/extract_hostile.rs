@@ -404,3 +404,40 @@ fn malformed_tar_is_an_error_not_a_panic() {
     let res = extract_layer(garbage.as_slice(), &sb.dest(), WhiteoutMode::Flatten);
     assert!(matches!(res, Err(ExtractError::Read { .. })), "{res:?}");
 }
+
+fn long_path_layer(path: &str) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_mtime(1_600_000_000);
+    h.set_size(1);
+    b.append_data(&mut h, path, &b"x"[..]).unwrap();
+    b.into_inner().unwrap()
+}
+
+#[test]
+fn deep_and_long_paths_have_limits() {
+    for mode in MODES {
+        let sb = Sandbox::new();
+        // 255 levels: far deeper than any image, still accepted.
+        let deep = format!("{}f", "a/".repeat(255));
+        extract_layer(long_path_layer(&deep).as_slice(), &sb.dest(), mode).unwrap();
+        assert_eq!(snapshot(&sb.dest()).len(), 256, "{mode:?}");
+        let too_deep = format!("{}f", "b/".repeat(256));
+        assert_unsafe(
+            extract_layer(long_path_layer(&too_deep).as_slice(), &sb.dest(), mode),
+            &too_deep,
+            "path deeper than the limit",
+        );
+        let too_long = format!("{}/f", "c".repeat(4100));
+        assert_unsafe(
+            extract_layer(long_path_layer(&too_long).as_slice(), &sb.dest(), mode),
+            &too_long,
+            "path over PATH_MAX",
+        );
+        // Whiteouts of deep trees (Flatten) remove them without recursing.
+        let wh = Layer::new().whiteout("a").build();
+        extract_layer(wh.as_slice(), &sb.dest(), mode).unwrap();
+    }
+}

@@ -206,47 +206,53 @@ in_both_namespaces!(
 fn overlay_probe_fails_without_a_mount_namespace_privilege() {
     // Outside any namespace, unprivileged: no mount is possible, Auto falls
     // back to copy and Overlay is refused.
-    if extract_support::in_unprivileged_child() {
-        return;
-    }
-    if std::env::var_os("XFN_TEST_NOPRIV_CHILD").is_some() {
-        let tmp = tempfile::tempdir().unwrap();
-        assert!(!overlay_supported(tmp.path()));
-        assert!(!mounted_under(tmp.path()));
-        assert_eq!(
-            std::fs::read_dir(tmp.path()).unwrap().count(),
-            0,
-            "the probe left files"
-        );
-        assert_eq!(RootfsMode::Auto.resolve(false).unwrap(), ResolvedMode::Copy);
-        assert!(RootfsMode::Overlay.resolve(false).is_err());
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=65532",
-            "--regid=65532",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(exe)
-        .args([
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege(
             "overlay_probe_fails_without_a_mount_namespace_privilege",
-            "--exact",
-            "--nocapture",
-        ])
-        .env("XFN_TEST_NOPRIV_CHILD", "1")
-        .env("TMPDIR", "/tmp")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(!overlay_supported(tmp.path()));
+    assert!(!mounted_under(tmp.path()));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "the probe left files"
     );
+    assert_eq!(RootfsMode::Auto.resolve(false).unwrap(), ResolvedMode::Copy);
+    assert!(RootfsMode::Overlay.resolve(false).is_err());
+}
+
+#[test]
+fn copy_mode_without_any_privilege() {
+    // Copy mode needs no mount at all: it works (and cleans up read-only
+    // directories) as a plain unprivileged user.
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege("copy_mode_without_any_privilege");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let flat = tmp.path().join("flat");
+    std::fs::create_dir(&flat).unwrap();
+    let layer = Layer::new()
+        .dir("ro/", 0o555)
+        .file("ro/f", 0o444, b"f")
+        .build();
+    extract_layer(layer.as_slice(), &flat, WhiteoutMode::Flatten).unwrap();
+    let run = tmp.path().join("run");
+    let mut r = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run).unwrap();
+    assert_eq!(
+        comparable(&snapshot(r.path())),
+        comparable(&snapshot(&flat))
+    );
+    let path = r.path().to_path_buf();
+    r.cleanup().unwrap();
+    assert_gone(&path, &run);
+    // Leave the temp dir removable.
+    std::fs::set_permissions(
+        flat.join("ro"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
 }
 
 /// `n` layers in dirs with long names (so their paths alone overflow the
@@ -313,7 +319,8 @@ fn failed_prepare_cleans_up() {
     let run = tmp.path().join("run");
     let missing = vec![tmp.path().join("no-such-layer")];
     let err = Rootfs::prepare(ResolvedMode::Overlay, &missing, None, &run).unwrap_err();
-    assert!(err.to_string().contains("overlay"), "{err}");
+    // The error names the layer that is missing.
+    assert!(err.to_string().contains("no-such-layer"), "{err}");
     assert_gone(&run.join("rootfs"), &run);
     let err = Rootfs::prepare(ResolvedMode::Copy, &[], None, &run).unwrap_err();
     assert!(err.to_string().contains("flattened"), "{err}");
@@ -350,4 +357,103 @@ in_both_namespaces!(
     busy_mount_is_detached_as_root,
     busy_mount_is_detached_unprivileged,
     busy_mount_is_detached
+);
+
+/// Layer dirs whose paths hold the characters mount(2)'s option parser
+/// splits on (`:` and `,`) still mount, with either mount API.
+fn odd_layer_paths() {
+    for legacy in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dirs = Vec::new();
+        for (i, name) in ["low:er,0", "up,per:1"].iter().enumerate() {
+            let d = tmp.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            let layer = Layer::new()
+                .file(&format!("f{i}"), 0o644, b"x")
+                .file("top", 0o644, name.as_bytes())
+                .build();
+            extract_layer(layer.as_slice(), &d, WhiteoutMode::Overlay).unwrap();
+            dirs.push(d);
+        }
+        let run = tmp.path().join("run");
+        let options = RootfsOptions {
+            legacy_mount: legacy,
+            ..RootfsOptions::default()
+        };
+        let r = Rootfs::prepare_with(ResolvedMode::Overlay, &dirs, None, &run, &options).unwrap();
+        let t = snapshot(r.path());
+        assert_eq!(
+            t["top"].kind,
+            Kind::File(b"up,per:1".to_vec()),
+            "legacy: {legacy}"
+        );
+        assert!(t.contains_key("f0") && t.contains_key("f1"));
+        drop(r);
+        assert!(!mounted_under(&run));
+    }
+}
+
+in_both_namespaces!(
+    odd_layer_paths_mount_as_root,
+    odd_layer_paths_mount_unprivileged,
+    odd_layer_paths
+);
+
+fn existing_run_dir_is_refused() {
+    // prepare never adopts (and so never removes) a directory it did not make.
+    let tmp = tempfile::tempdir().unwrap();
+    let (layers, flat) = cache(tmp.path(), &image_layers());
+    let run = tmp.path().join("taken");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::write(run.join("keep"), b"k").unwrap();
+    for mode in [ResolvedMode::Overlay, ResolvedMode::Copy] {
+        assert!(Rootfs::prepare(mode, &layers, Some(&flat), &run).is_err());
+        assert_eq!(std::fs::read(run.join("keep")).unwrap(), b"k");
+        assert!(!mounted_under(&run));
+    }
+    // Missing parents are made.
+    let nested = tmp.path().join("runs/a/b");
+    let r = Rootfs::prepare(ResolvedMode::Overlay, &layers, None, &nested).unwrap();
+    assert!(r.path().join("bin/app").exists());
+}
+
+in_both_namespaces!(
+    existing_run_dir_is_refused_as_root,
+    existing_run_dir_is_refused_unprivileged,
+    existing_run_dir_is_refused
+);
+
+/// A function may leave a tree deeper than any stack or fd limit in its
+/// copy-mode rootfs: cleanup removes it all the same.
+fn deep_tree_written_by_a_run_is_removed() {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, flat) = cache(tmp.path(), &image_layers());
+    let run = tmp.path().join("run");
+    let mut r = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run).unwrap();
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(r.path(), flags, Mode::empty()).unwrap();
+    for i in 0..3000 {
+        mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
+        if i % 100 == 0 {
+            std::fs::write(
+                format!("/proc/self/fd/{}/f", std::os::fd::AsRawFd::as_raw_fd(&dir)),
+                b"x",
+            )
+            .unwrap();
+        }
+        dir = openat(&dir, "d", flags, Mode::empty()).unwrap();
+    }
+    // A read-only level on the way, too.
+    rustix::fs::fchmod(&dir, Mode::from_raw_mode(0o555)).unwrap();
+    drop(dir);
+    let path = r.path().to_path_buf();
+    r.cleanup().unwrap();
+    assert_gone(&path, &run);
+}
+
+in_both_namespaces!(
+    deep_tree_written_by_a_run_is_removed_as_root,
+    deep_tree_written_by_a_run_is_removed_unprivileged,
+    deep_tree_written_by_a_run_is_removed
 );

@@ -525,3 +525,24 @@ fn a_relative_cache_dir_works() {
         .arg("-");
     assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
 }
+
+/// "root" whose own namespace maps a single id (as in a rootless
+/// container) cannot map a 65536-id range: xfn maps its own id instead.
+#[test]
+fn root_of_a_single_id_namespace_falls_back_to_its_own_id() {
+    let fx = Fixture::new();
+    let image = fx.script_image("nested:v1", "id -u; cat /proc/self/uid_map");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--"])
+        .arg(env!("CARGO_BIN_EXE_xfn"))
+        .arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b""));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "0", "{out}");
+    let map: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(map, ["0", "0", "1"], "{out}");
+}

@@ -16,6 +16,7 @@
 mod entry;
 pub(crate) mod fsops;
 mod paths;
+mod seen;
 mod tree;
 
 use std::io::Read;

@@ -13,7 +13,13 @@
 //! [`Rootfs::cleanup`] (also run on drop) unmounts (detaching a busy mount)
 //! and removes `run_dir`, on every path, including a `prepare` that failed
 //! halfway. These mounts need a user + mount namespace where the caller is
-//! uid 0 (as xfn is after entering its namespace) or real root.
+//! uid 0 (as xfn is after entering its namespace) or real root. Everything
+//! here blocks (mounts, copies): call it from `spawn_blocking` in async code.
+//!
+//! Typical use: `let mode = RootfsMode::Auto.resolve(overlay_supported(cache_dir))?`
+//! once at start; per run `Rootfs::prepare(mode, &image.layers,
+//! flattened.as_deref(), &run_dir)?`, give `rootfs.path()` to the runtime as
+//! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
 
@@ -121,8 +127,8 @@ pub struct Rootfs {
 }
 
 impl Rootfs {
-    /// Prepares a rootfs in `run_dir` (created here; must not exist yet) with
-    /// default options. `layers` are the extracted layer dirs, bottom first
+    /// Prepares a rootfs in `run_dir` (created here with its parents; must
+    /// not exist yet) with default options. `layers` are the extracted layer dirs, bottom first
     /// (overlay mode); `flattened` is the flattened rootfs (copy mode).
     pub fn prepare(
         mode: ResolvedMode,
@@ -149,7 +155,11 @@ impl Rootfs {
             created: false,
             cleaned: false,
         };
-        // On any error below, dropping `rootfs` undoes what was done.
+        if let Some(parent) = run_dir.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+        }
+        // On any error below, dropping `rootfs` undoes what was done. An
+        // existing run_dir is refused: it is not ours to remove.
         std::fs::create_dir(run_dir).map_err(io_err("creating", run_dir))?;
         rootfs.created = true;
         match mode {
@@ -186,7 +196,7 @@ impl Rootfs {
             upper: &upper,
             work: &work,
             target: &self.path,
-            scratch: &run_dir.join("l"),
+            run_dir: &run_dir,
             legacy: options.legacy_mount,
         })
         .map_err(io_err("mounting the overlay on", &self.path))?;

@@ -36,8 +36,9 @@ pub(crate) struct OverlaySpec<'a> {
     pub(crate) work: &'a Path,
     /// Where to mount it.
     pub(crate) target: &'a Path,
-    /// A dir on the run's tmpfs for the short-name symlinks, when needed.
-    pub(crate) scratch: &'a Path,
+    /// The run's tmpfs, holding `upper` and `work` (and, when needed, the
+    /// short-name symlinks `l/<n>`).
+    pub(crate) run_dir: &'a Path,
     /// Skip the new mount API (old kernels' path; tests).
     pub(crate) legacy: bool,
 }
@@ -66,8 +67,9 @@ pub(crate) fn mount_overlay(spec: &OverlaySpec<'_>) -> io::Result<()> {
     if !spec.legacy {
         match mount_with_fsconfig(spec) {
             Ok(()) => return Ok(()),
+            Err(NewApi::Failed(e)) => return Err(e),
             // No new mount API, or no `lowerdir+` (Linux < 6.8).
-            Err(Unsupported) => {
+            Err(NewApi::Unsupported) => {
                 tracing::debug!("new mount API without lowerdir+: using mount(2)");
             }
         }
@@ -75,27 +77,36 @@ pub(crate) fn mount_overlay(spec: &OverlaySpec<'_>) -> io::Result<()> {
     mount_legacy(spec)
 }
 
-/// Marker: the new mount API cannot do it here; try mount(2).
-struct Unsupported;
+/// Why the new mount API did not mount.
+enum NewApi {
+    /// It cannot do it on this kernel: mount(2) may.
+    Unsupported,
+    /// It can, and the mount itself failed (with the kernel's words).
+    Failed(io::Error),
+}
 
-fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), Unsupported> {
-    // Failures before any layer was accepted mean an old kernel; failures
-    // after are real errors, reported through the legacy path's own attempt
-    // (which fails the same way with the kernel's message).
-    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|_| Unsupported)?;
-    for layer in spec.layers.iter().rev() {
-        fsconfig_set_string(&fs, "lowerdir+", layer.as_path()).map_err(|_| Unsupported)?;
+fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), NewApi> {
+    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|_| NewApi::Unsupported)?;
+    let mut layers = spec.layers.iter().rev();
+    if let Some(top) = layers.next() {
+        // `lowerdir+` unknown: a kernel before 6.8.
+        fsconfig_set_string(&fs, "lowerdir+", top.as_path()).map_err(|e| match e {
+            Errno::INVAL => NewApi::Unsupported,
+            e => failed(&fs, "lowerdir+", top, e),
+        })?;
     }
-    let configured = fsconfig_set_string(&fs, "upperdir", spec.upper)
-        .and_then(|()| fsconfig_set_string(&fs, "workdir", spec.work))
-        .and_then(|()| fsconfig_set_flag(&fs, "userxattr"))
-        .and_then(|()| fsconfig_create(&fs));
-    if let Err(e) = configured {
-        tracing::debug!(error = %e, detail = %fs_messages(&fs), "fsconfig of the overlay failed");
-        return Err(Unsupported);
+    for layer in layers {
+        fsconfig_set_string(&fs, "lowerdir+", layer.as_path())
+            .map_err(|e| failed(&fs, "lowerdir+", layer, e))?;
     }
+    fsconfig_set_string(&fs, "upperdir", spec.upper)
+        .map_err(|e| failed(&fs, "upperdir", spec.upper, e))?;
+    fsconfig_set_string(&fs, "workdir", spec.work)
+        .map_err(|e| failed(&fs, "workdir", spec.work, e))?;
+    fsconfig_set_flag(&fs, "userxattr").map_err(|e| failed(&fs, "userxattr", Path::new(""), e))?;
+    fsconfig_create(&fs).map_err(|e| failed(&fs, "create", Path::new(""), e))?;
     let mnt = fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())
-        .map_err(|_| Unsupported)?;
+        .map_err(|e| failed(&fs, "fsmount", Path::new(""), e))?;
     move_mount(
         &mnt,
         "",
@@ -103,7 +114,17 @@ fn mount_with_fsconfig(spec: &OverlaySpec<'_>) -> Result<(), Unsupported> {
         spec.target,
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
     )
-    .map_err(|_| Unsupported)
+    .map_err(|e| failed(&fs, "move_mount to", spec.target, e))
+}
+
+fn failed(fs: &std::os::fd::OwnedFd, step: &str, path: &Path, e: Errno) -> NewApi {
+    let detail = fs_messages(fs);
+    NewApi::Failed(io::Error::new(
+        io::Error::from(e).kind(),
+        format!("overlay {step} {}: {e} {detail}", path.display())
+            .trim_end()
+            .to_string(),
+    ))
 }
 
 /// The kernel's messages queued on an fs context fd (`e overlay: …`).
@@ -121,52 +142,45 @@ fn fs_messages(fs: &std::os::fd::OwnedFd) -> String {
 }
 
 fn mount_legacy(spec: &OverlaySpec<'_>) -> io::Result<()> {
-    let tail = format!(
-        ",upperdir={},workdir={},userxattr",
-        spec.upper.display(),
-        spec.work.display()
-    );
-    let absolute: Vec<&[u8]> = spec
-        .layers
-        .iter()
-        .rev()
-        .map(|p| p.as_os_str().as_bytes())
-        .collect();
-    let data = overlay_data(&absolute, tail.as_bytes());
-    if data.len() <= MOUNT_DATA_MAX {
+    let bytes = |p: &'_ Path| p.as_os_str().as_bytes().to_vec();
+    let absolute: Vec<Vec<u8>> = spec.layers.iter().rev().map(|p| bytes(p)).collect();
+    let (upper, work) = (bytes(spec.upper), bytes(spec.work));
+    let data = overlay_data(&absolute, &upper, &work);
+    let plain = absolute.iter().chain([&upper, &work]).all(|p| is_plain(p));
+    if data.len() <= MOUNT_DATA_MAX && plain {
         return mount_data(spec.target, data);
     }
-    // Too long: short relative names resolved from the scratch dir.
-    std::fs::create_dir_all(spec.scratch)?;
+    // Too long, or with characters the option parser splits on: short
+    // relative names (symlinks `l/<n>` to the layers, and the upper and
+    // work dirs' own names), resolved from the run dir as working dir.
+    let relative = |p: &Path| -> io::Result<Vec<u8>> {
+        p.strip_prefix(spec.run_dir)
+            .map(bytes)
+            .ok()
+            .filter(|r| is_plain(r))
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "{} is not a plain name in the run dir",
+                    p.display()
+                ))
+            })
+    };
+    let (upper, work) = (relative(spec.upper)?, relative(spec.work)?);
+    let links = spec.run_dir.join("l");
+    std::fs::create_dir(&links)?;
     let mut names = Vec::with_capacity(spec.layers.len());
     for (i, layer) in spec.layers.iter().rev().enumerate() {
-        let name = format!("{i:x}");
-        std::os::unix::fs::symlink(layer, spec.scratch.join(&name))?;
-        names.push(name);
+        std::os::unix::fs::symlink(layer, links.join(format!("{i:x}")))?;
+        names.push(format!("l/{i:x}").into_bytes());
     }
-    let dir = spec
-        .scratch
-        .file_name()
-        .ok_or_else(|| io::Error::other("scratch dir has no name"))?
-        .as_bytes()
-        .to_vec();
-    let rel: Vec<Vec<u8>> = names
-        .iter()
-        .map(|n| [dir.as_slice(), b"/", n.as_bytes()].concat())
-        .collect();
-    let rel_refs: Vec<&[u8]> = rel.iter().map(|v| v.as_slice()).collect();
-    let data = overlay_data(&rel_refs, tail.as_bytes());
+    let data = overlay_data(&names, &upper, &work);
     if data.len() > MOUNT_DATA_MAX {
         return Err(io::Error::other(format!(
             "overlay options of {} layers exceed one page even with short names",
             spec.layers.len()
         )));
     }
-    let base = spec
-        .scratch
-        .parent()
-        .ok_or_else(|| io::Error::other("scratch dir has no parent"))?
-        .to_path_buf();
+    let base = spec.run_dir.to_path_buf();
     let target = spec.target.to_path_buf();
     // The chdir happens in a thread with its own fs context.
     std::thread::scope(|s| {
@@ -180,10 +194,20 @@ fn mount_legacy(spec: &OverlaySpec<'_>) -> io::Result<()> {
     })
 }
 
-fn overlay_data(lowers: &[&[u8]], tail: &[u8]) -> Vec<u8> {
+/// Whether a path can stand in mount(2)'s overlay options as it is (the
+/// parser splits on `,` and `:` and treats `\` as an escape).
+fn is_plain(path: &[u8]) -> bool {
+    !path.iter().any(|b| matches!(b, b',' | b':' | b'\\'))
+}
+
+fn overlay_data(lowers: &[Vec<u8>], upper: &[u8], work: &[u8]) -> Vec<u8> {
     let mut data = b"lowerdir=".to_vec();
     data.extend_from_slice(&lowers.join(&b':'));
-    data.extend_from_slice(tail);
+    for (key, value) in [(&b",upperdir="[..], upper), (b",workdir=", work)] {
+        data.extend_from_slice(key);
+        data.extend_from_slice(value);
+    }
+    data.extend_from_slice(b",userxattr");
     data
 }
 
@@ -267,7 +291,15 @@ mod tests {
 
     #[test]
     fn options_list_top_layer_first() {
-        let d = overlay_data(&[b"/top", b"/bottom"], b",userxattr");
-        assert_eq!(d, b"lowerdir=/top:/bottom,userxattr");
+        let d = overlay_data(&[b"/top".to_vec(), b"/bottom".to_vec()], b"u", b"w");
+        assert_eq!(d, b"lowerdir=/top:/bottom,upperdir=u,workdir=w,userxattr");
+    }
+
+    #[test]
+    fn separators_are_not_plain() {
+        assert!(is_plain(b"/cache/layers/sha256/abc"));
+        assert!(!is_plain(b"/a:b"));
+        assert!(!is_plain(b"/a,b"));
+        assert!(!is_plain(b"/a\\b"));
     }
 }

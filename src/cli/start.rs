@@ -177,7 +177,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         .take()
         .context("the listener was not bound before start (cli::prepare_process)")?;
 
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
     let abort = CancellationToken::new();
     let service = RunnerService::new(
         runner,

@@ -329,8 +329,14 @@ async fn metrics_count_runs_by_outcome() {
     assert!(text.contains("xfn_runs_in_flight 0"), "{text}");
     assert!(text.contains("xfn_limits_enforced "), "{text}");
     // The first call pulled the one-layer image; the second was warm.
-    assert!(text.contains("xfn_image_manifests_resolved_total 1"), "{text}");
-    assert!(text.contains("xfn_image_blobs_downloaded_total 1"), "{text}");
+    assert!(
+        text.contains("xfn_image_manifests_resolved_total 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("xfn_image_blobs_downloaded_total 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

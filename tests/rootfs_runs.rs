@@ -457,3 +457,14 @@ in_both_namespaces!(
     deep_tree_written_by_a_run_is_removed_unprivileged,
     deep_tree_written_by_a_run_is_removed
 );
+
+#[test]
+fn copy_into_its_own_source_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("d")).unwrap();
+    std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
+    let stats = xfn::rootfs::copy_tree(tmp.path(), &tmp.path().join("copy")).unwrap();
+    assert_eq!(stats.entries, 2);
+    assert!(!tmp.path().join("copy/copy").exists());
+    assert_eq!(std::fs::read(tmp.path().join("copy/d/f")).unwrap(), b"x");
+}

@@ -15,6 +15,7 @@
 //! `O_NOFOLLOW` walk) and `extract/paths.rs` for how `..` is refused.
 mod entry;
 pub(crate) mod fsops;
+mod meta;
 mod paths;
 mod seen;
 mod tree;

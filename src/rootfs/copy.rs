@@ -30,6 +30,9 @@ struct Copier {
     /// (dev, ino) of multiply-linked files → their path relative to the root.
     links: HashMap<(u64, u64), Vec<u8>>,
     dst_root: OwnedFd,
+    /// (dev, ino) of `dst_root`: met inside the source, it is not copied
+    /// (a copy into its own source would never end).
+    dst_id: (u64, u64),
     euid: u32,
     egid: u32,
     unmapped: HashSet<(u32, u32)>,
@@ -46,9 +49,11 @@ pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
     let st = rustix::fs::fstat(&src_fd)?;
     rustix::fs::mkdir(dst, Mode::from_raw_mode(0o700))?;
     let dst_fd = rustix::fs::open(dst, dir_flags | OFlags::NOFOLLOW, Mode::empty())?;
+    let dst_st = rustix::fs::fstat(&dst_fd)?;
     let mut copier = Copier {
         links: HashMap::new(),
         dst_root: rustix::io::dup(&dst_fd)?,
+        dst_id: (dst_st.st_dev, dst_st.st_ino),
         euid: rustix::process::geteuid().as_raw(),
         egid: rustix::process::getegid().as_raw(),
         unmapped: HashSet::new(),
@@ -72,6 +77,7 @@ impl Copier {
                 [rel, b"/", name].concat()
             };
             match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory if (st.st_dev, st.st_ino) == self.dst_id => continue,
                 FileType::Directory => {
                     rustix::fs::mkdirat(dst, name, Mode::from_raw_mode(0o700))?;
                     let s = fsops::open_dir_at(src, name)?;

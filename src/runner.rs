@@ -1,8 +1,20 @@
 //! The one pipeline every front end calls: (image, input, config) -> output.
-//! Owned by the sandbox work; the server work codes against this API.
+//!
+//! image store (pull under a policy) → per-run rootfs → OCI spec → crun.
+//! Every run is disposable: its rootfs, bundle and container are gone when
+//! [`Runner::run`] returns or its future is dropped.
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::image::{PullPolicy, RegistryAuth};
+use crate::image::{ImageStore, PullPolicy, PulledImage, RegistryAuth};
+use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs};
+use crate::sandbox::quantity::{Quantity, QuantityError};
+use crate::sandbox::{
+    CrunError, Limits, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
+    DEFAULT_MAX_OUTPUT_BYTES,
+};
+
+pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
 
 /// Network policy of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,24 +68,153 @@ pub struct RunOutput {
 /// Errors of a run. The server maps each to a gRPC status.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// Getting the image failed.
+    /// Getting the image failed (see `ImageError::kind`).
     #[error(transparent)]
     Image(#[from] crate::image::store::ImageError),
-    /// Not built yet.
-    #[error("the runner is not built yet")]
-    NotBuilt,
+    /// The request or the image config cannot be run: a bad quantity, an
+    /// image with nothing to run, an unknown user (InvalidArgument).
+    #[error("invalid run configuration: {0}")]
+    InvalidConfig(String),
+    /// The function did not finish in time and was killed (DeadlineExceeded).
+    #[error("the function timed out after {0:?} and was killed")]
+    Timeout(Duration),
+    /// The function exited non-zero (Unknown/Aborted).
+    #[error(
+        "the function failed with exit code {code}: {}",
+        tail_text(stderr_tail)
+    )]
+    FunctionFailed {
+        /// Exit code (128 + signal when killed by one).
+        code: i32,
+        /// The last [`STDERR_TAIL_BYTES`] of its stderr.
+        stderr_tail: Vec<u8>,
+    },
+    /// The function wrote more than the cap (ResourceExhausted).
+    #[error("the function wrote more than {limit} bytes to {stream} and was killed")]
+    OutputTooLarge {
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The cap.
+        limit: usize,
+    },
+    /// Limits were required but are not enforced here (FailedPrecondition).
+    #[error("resource limits are required but not enforced: {0}")]
+    LimitsUnavailable(String),
+    /// Anything else: the runtime, the rootfs, local I/O (Internal).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
-/// The runner: shared by every call, cheap to clone behind an `Arc`.
+fn tail_text(tail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(tail);
+    let text = text.trim();
+    if text.is_empty() {
+        "(no stderr)".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+impl From<QuantityError> for RunError {
+    fn from(err: QuantityError) -> Self {
+        RunError::InvalidConfig(err.to_string())
+    }
+}
+
+impl From<SandboxError> for RunError {
+    fn from(err: SandboxError) -> Self {
+        match err {
+            SandboxError::LimitsUnavailable(why) => RunError::LimitsUnavailable(why),
+            SandboxError::Spec(SpecError::Build(e)) => RunError::Internal(e.to_string()),
+            SandboxError::Spec(SpecError::Seccomp(e)) => RunError::Internal(e.to_string()),
+            SandboxError::Spec(e) => RunError::InvalidConfig(e.to_string()),
+            SandboxError::Crun(CrunError::Timeout(after)) => RunError::Timeout(after),
+            SandboxError::Crun(CrunError::Failed { code, stderr_tail }) => {
+                RunError::FunctionFailed { code, stderr_tail }
+            }
+            SandboxError::Crun(CrunError::OutputTooLarge { stream, limit }) => {
+                RunError::OutputTooLarge { stream, limit }
+            }
+            other => RunError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// How the runner runs (fixed per process, unlike [`RunConfig`]).
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// The OCI runtime binary (`crun`, looked up in PATH, by default).
+    pub runtime: PathBuf,
+    /// Cap on stdout and on stderr of a run, each.
+    pub max_output_bytes: usize,
+    /// Refuse runs when cpu/memory/pids limits are not enforced.
+    pub require_limits: bool,
+    /// How per-run root filesystems are made.
+    pub rootfs: crate::rootfs::RootfsMode,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        Self {
+            runtime: PathBuf::from("crun"),
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            require_limits: false,
+            rootfs: crate::rootfs::RootfsMode::default(),
+        }
+    }
+}
+
+/// The runner: shared by every call (put it in an `Arc`).
 #[derive(Debug)]
 pub struct Runner {
-    store: crate::image::ImageStore,
+    store: ImageStore,
+    sandbox: Sandbox,
+    rootfs_mode: ResolvedMode,
+    rootfs_dir: PathBuf,
 }
 
 impl Runner {
-    /// A runner over `store`.
-    pub fn new(store: crate::image::ImageStore) -> Self {
-        Self { store }
+    /// A runner over `store`. Must be created after xfn entered its user
+    /// namespace (`cli::prepare_process`); runs go under `<store root>/run`.
+    pub fn new(store: ImageStore, options: RunnerOptions) -> Result<Self, RunError> {
+        let run_dir = store.root().join("run");
+        let sandbox = Sandbox::new(SandboxOptions {
+            runtime: options.runtime.clone(),
+            run_dir: run_dir.clone(),
+            max_output_bytes: options.max_output_bytes,
+            require_limits: options.require_limits,
+        })?;
+        let rootfs_dir = run_dir.join("rootfs");
+        std::fs::create_dir_all(&rootfs_dir)
+            .map_err(|e| RunError::Internal(format!("{}: {e}", rootfs_dir.display())))?;
+        sweep_stale_rootfs(&rootfs_dir);
+        // Probed once, inside the namespace runs use, next to the layer cache.
+        let overlay_ok = match options.rootfs {
+            crate::rootfs::RootfsMode::Copy => false,
+            _ => overlay_supported(&rootfs_dir),
+        };
+        let rootfs_mode = options
+            .rootfs
+            .resolve(overlay_ok)
+            .map_err(|e| RunError::InvalidConfig(e.to_string()))?;
+        tracing::debug!(?rootfs_mode, "per-run rootfs mode");
+        Ok(Self {
+            store,
+            sandbox,
+            rootfs_mode,
+            rootfs_dir,
+        })
+    }
+
+    /// Why cpu/memory/pids limits are not enforced, when they are not (log it
+    /// at start and export it in metrics).
+    pub fn limits_unavailable(&self) -> Option<&str> {
+        self.sandbox.limits_unavailable()
+    }
+
+    /// The image store.
+    pub fn store(&self) -> &ImageStore {
+        &self.store
     }
 
     /// Runs `image` once with `input` on stdin and returns its stdout.
@@ -83,7 +224,81 @@ impl Runner {
         input: &[u8],
         config: &RunConfig,
     ) -> Result<RunOutput, RunError> {
-        let _ = (image, input, config, &self.store);
-        Err(RunError::NotBuilt)
+        self.sandbox.check_limits()?;
+        let limits = Limits {
+            cpu_millis: config
+                .cpu
+                .as_deref()
+                .map(|q| Quantity::parse(q).and_then(|q| q.millis()))
+                .transpose()?,
+            memory_bytes: config
+                .memory
+                .as_deref()
+                .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
+                .transpose()?,
+        };
+        let pulled = self
+            .store
+            .ensure(image, config.pull_policy, &config.auth)
+            .await?;
+        let rootfs = self.prepare_rootfs(&pulled).await?;
+        let output = self
+            .sandbox
+            .run(&RunRequest {
+                rootfs: rootfs.path(),
+                image: pulled.config.config().as_ref(),
+                input,
+                timeout: config.timeout,
+                host_network: config.network == NetworkPolicy::Runner,
+                limits,
+            })
+            .await?;
+        drop(rootfs);
+        Ok(RunOutput {
+            stdout: output.stdout,
+            stderr_tail: output.stderr_tail,
+        })
+    }
+
+    /// This run's root filesystem under `<cache>/run/rootfs/<pid>-<n>`;
+    /// unmounted and removed when dropped.
+    async fn prepare_rootfs(&self, image: &PulledImage) -> Result<Rootfs, RunError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = self.rootfs_dir.join(format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mode = self.rootfs_mode;
+        let flattened = match mode {
+            ResolvedMode::Copy => Some(self.store.flattened_rootfs(image).await?),
+            ResolvedMode::Overlay => None,
+        };
+        let layers = image.layers.clone();
+        // A copy can take a while: off the async threads. Should this future
+        // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
+        tokio::task::spawn_blocking(move || {
+            Rootfs::prepare(mode, &layers, flattened.as_deref(), &dir)
+        })
+        .await
+        .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
+        .map_err(|e| RunError::Internal(e.to_string()))
+    }
+}
+
+/// Removes rootfs dirs of xfn processes that died (`<pid>-<n>`); their mounts
+/// died with their mount namespace.
+fn sweep_stale_rootfs(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if crate::sandbox::bundle::is_stale(&format!("xfn-{name}")) {
+            if let Err(err) = Rootfs::cleanup_stale(&entry.path()) {
+                tracing::warn!(%err, "cannot remove a rootfs left by an earlier xfn");
+            }
+        }
     }
 }

@@ -6,7 +6,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use extract_support::{comparable, snapshot, Kind, Layer};
-use xfn::image::extract::{extract_layer, ExtractError, WhiteoutMode};
+use xfn::image::extract::{
+    extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
+};
 
 fn apply(layer: &[u8], dest: &Path, mode: WhiteoutMode) -> Result<(), ExtractError> {
     extract_layer(layer, dest, mode).map(|_| ())
@@ -55,12 +57,17 @@ fn files_dirs_links_fifos_modes_and_times() {
         .raw(tar::EntryType::Char, "dev-null", "", 0o666, b"")
         .mtime(1_400_000_000)
         .file("bin/later", 0o600, b"x")
+        // Bits the usual umask (022) takes away must come back.
+        .file("bin/shared", 0o666, b"w")
+        .file("bin/all", 0o777, b"w")
         .build();
     let dest = tmp.path().join("root");
     std::fs::create_dir(&dest).unwrap();
     let stats = extract_layer(layer.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
     assert_eq!(stats.skipped, 1, "the char device is skipped");
-    assert_eq!(stats.bytes, 10 + 9 + 1);
+    assert_eq!(stats.bytes, 10 + 9 + 1 + 2);
+    assert_eq!(snapshot(&dest)["bin/shared"].mode, 0o666);
+    assert_eq!(snapshot(&dest)["bin/all"].mode, 0o777);
     let t = snapshot(&dest);
     assert!(!t.contains_key("dev-null"));
     assert_eq!(t["bin/tool"].mode, 0o4755);
@@ -84,8 +91,12 @@ fn files_dirs_links_fifos_modes_and_times() {
 
 #[test]
 fn ownership_is_kept_as_root() {
-    // This test process runs as root here; the unprivileged variant below
-    // checks that unmapped owners are tolerated.
+    // The unprivileged variant below checks that unmapped owners are
+    // tolerated.
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test checks ownership as root: run the tests as root"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let layer = Layer::new()
         .owner(1234, 5678)
@@ -95,13 +106,26 @@ fn ownership_is_kept_as_root() {
         .build();
     apply(&layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
     let t = snapshot(tmp.path());
-    if rustix::process::geteuid().is_root() {
-        for p in ["home", "home/f", "home/l"] {
-            assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
-        }
+    for p in ["home", "home/f", "home/l"] {
+        assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
     }
     // chown before chmod: the setgid bit survives.
     assert_eq!(t["home/f"].mode, 0o2755);
+
+    // A file owned by us, in a setgid directory of a lower layer, still
+    // gets the group its entry says (not the directory's).
+    let tmp = tempfile::tempdir().unwrap();
+    let lower = Layer::new().owner(0, 5678).dir("shared/", 0o2775).build();
+    let upper = Layer::new()
+        .owner(0, 0)
+        .file("shared/f", 0o644, b"x")
+        .build();
+    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    let t = snapshot(tmp.path());
+    assert_eq!(t["shared"].gid, 5678);
+    assert_eq!(t["shared/f"].gid, 0);
+    assert_eq!(t["shared"].mode, 0o2775);
 }
 
 #[test]
@@ -298,9 +322,20 @@ fn whiteout_cases() -> Vec<Case> {
 
 #[test]
 fn whiteout_cases_flatten() {
-    for (name, layers, expect) in whiteout_cases() {
+    for ((name, layers, expect), use_openat2) in whiteout_cases()
+        .into_iter()
+        .flat_map(|c| [(c.clone(), true), (c, false)])
+    {
         let tmp = tempfile::tempdir().unwrap();
-        flatten(&layers, tmp.path());
+        for l in &layers {
+            extract_layer_with(
+                l.as_slice(),
+                tmp.path(),
+                WhiteoutMode::Flatten,
+                ExtractOptions { use_openat2 },
+            )
+            .unwrap();
+        }
         for (path, want) in expect {
             let p = tmp.path().join(path);
             match want {
@@ -474,9 +509,16 @@ fn overlay_equals_flatten() {
                 .dir("b/", 0o755)
                 .file("b/f", 0o644, b"f")
                 .build(),
+            // The directories' own entries come after the files that go
+            // through them (so those meet the lower non-directories first),
+            // and give them definite mtimes.
             Layer::new()
                 .file("a/etc/x", 0o644, b"x")
                 .raw(tar::EntryType::Regular, "b/f/g", "", 0o644, b"g")
+                .dir("a/", 0o755)
+                .dir("a/etc/", 0o755)
+                .dir("b/", 0o755)
+                .dir("b/f/", 0o755)
                 .build(),
         ],
         vec![],
@@ -513,4 +555,69 @@ fn overlay_equals_flatten_unprivileged() {
         return overlay_equals_flatten();
     }
     extract_support::run_unprivileged("overlay_equals_flatten_unprivileged");
+}
+
+#[test]
+fn long_names_and_link_targets() {
+    // The tar crate's builder writes GNU long-name / long-link records.
+    let long_dir = "d".repeat(80);
+    let long_file = format!("{long_dir}/{}", "f".repeat(120));
+    let long_target = format!("/{}", "t".repeat(200));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_mtime(1_600_000_000);
+    h.set_size(4);
+    b.append_data(&mut h, &long_file, &b"long"[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_mode(0o777);
+    h.set_size(0);
+    b.append_link(&mut h, format!("{long_dir}/link"), &long_target)
+        .unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_mode(0o644);
+    h.set_size(0);
+    b.append_link(&mut h, "hard", &long_file).unwrap();
+    let layer = b.into_inner().unwrap();
+    for mode in [WhiteoutMode::Overlay, WhiteoutMode::Flatten] {
+        let tmp = tempfile::tempdir().unwrap();
+        apply(&layer, tmp.path(), mode).unwrap();
+        let t = snapshot(tmp.path());
+        assert_eq!(t[&long_file].kind, Kind::File(b"long".to_vec()));
+        assert_eq!(
+            t[&format!("{long_dir}/link")].kind,
+            Kind::Symlink(long_target.clone())
+        );
+        assert_eq!(t["hard"].ino, t[&long_file].ino);
+    }
+}
+
+#[test]
+fn read_only_lower_dirs_without_privilege() {
+    // No user namespace, no capabilities: deleting from a lower 0555 dir
+    // needs it writable for a moment; its mode must come back.
+    if !extract_support::in_no_privilege_child() {
+        return extract_support::run_without_privilege("read_only_lower_dirs_without_privilege");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let lower = Layer::new()
+        .owner(65532, 65532)
+        .dir("ro/", 0o555)
+        .file("ro/f", 0o444, b"f")
+        .file("ro/g", 0o444, b"g")
+        .build();
+    let upper = Layer::new()
+        .whiteout("ro/f")
+        .file("ro/g", 0o644, b"new")
+        .build();
+    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    let t = snapshot(tmp.path());
+    assert!(!t.contains_key("ro/f"));
+    assert_eq!(t["ro/g"].kind, Kind::File(b"new".to_vec()));
+    assert_eq!(t["ro"].mode, 0o555, "the lower dir's mode is kept");
+    std::fs::set_permissions(tmp.path().join("ro"), PermissionsExt::from_mode(0o755)).unwrap();
 }

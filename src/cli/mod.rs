@@ -43,6 +43,7 @@ pub enum LogFormat {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
     /// Serve the runner API for Crossplane (the default).
     Start(start::StartArgs),
@@ -96,6 +97,15 @@ pub struct UsernsArgs {
     pub map_root_gid: u32,
 }
 
+impl Default for UsernsArgs {
+    fn default() -> Self {
+        Self {
+            map_root_uid: 100_000,
+            map_root_gid: 100_000,
+        }
+    }
+}
+
 /// Flags that hold for every subcommand, after parsing.
 #[derive(Debug, Clone)]
 #[allow(dead_code)] // `registry` is read by the image commands as they land.
@@ -127,6 +137,26 @@ pub fn init_logging(global: &Global) {
 /// the user and mount namespace for the commands that run or unpack images.
 /// (Owned by the sandbox work.)
 pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
-    let _ = command;
+    match command {
+        Command::Run(args) => enter_namespace(&args.store, &args.userns),
+        // Layers must be extracted inside the same mapping runs use, or the
+        // cache would hold files owned by ids unmapped in the namespace.
+        // (`pull` has no --map-root-* flags yet: the defaults apply.)
+        Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
+        Command::Start(args) => enter_namespace(&args.store, &args.userns),
+        _ => Ok(()),
+    }
+}
+
+/// Enters xfn's user and mount namespace (see `xfn::sandbox::userns` for
+/// why in-process and how ids are mapped). Once per process, single-threaded.
+pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    xfn::sandbox::userns::enter(&xfn::sandbox::userns::UsernsOptions {
+        map_root_uid: userns.map_root_uid,
+        map_root_gid: userns.map_root_gid,
+        cache_dir: store.cache_dir.clone(),
+    })
+    .context("cannot enter xfn's user namespace")?;
     Ok(())
 }

@@ -1,5 +1,17 @@
-//! `xfn run` (owned by the sandbox work).
-use clap::Args;
+//! `xfn run`: run one function once, like Crossplane's `xfn run`.
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::rootfs::RootfsMode;
+use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
+
+use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn run`.
 #[derive(Debug, Args)]
@@ -8,13 +20,179 @@ pub struct RunArgs {
     pub image: String,
     /// The input document (a FunctionIO, or a RunFunctionRequest as JSON); `-` for stdin.
     pub input: String,
+    /// Image cache flags.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// User namespace flags.
+    #[command(flatten)]
+    pub userns: UsernsArgs,
+    /// Kill the function after this long (`30s`, `1m`, `1m30s`, `500ms`).
+    #[arg(short = 't', long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// When to pull the image.
+    #[arg(long, value_enum, default_value = "IfNotPresent")]
+    pub image_pull_policy: PullPolicyArg,
+    /// Whether the function may use the network.
+    #[arg(long, value_enum, default_value = "Isolated")]
+    pub network_policy: NetworkPolicyArg,
+    /// CPU limit, a Kubernetes quantity (`100m`, `0.5`, `2`).
+    #[arg(long)]
+    pub cpu: Option<String>,
+    /// Memory limit, a Kubernetes quantity (`128Mi`, `1G`).
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// How the per-run root filesystem is made.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rootfs: RootfsMode,
+    /// The OCI runtime binary.
+    #[arg(long, default_value = "crun")]
+    pub runtime: PathBuf,
+    /// Fail instead of running without enforced cpu/memory/pids limits.
+    #[arg(long)]
+    pub require_limits: bool,
+    /// Kill the function when it writes more than this to stdout or stderr.
+    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    pub max_output_bytes: usize,
+}
+
+/// `--image-pull-policy`, spelled as in Kubernetes.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PullPolicyArg {
+    /// Pull only when not cached.
+    #[value(name = "IfNotPresent")]
+    IfNotPresent,
+    /// Always resolve the reference.
+    #[value(name = "Always")]
+    Always,
+    /// Never pull.
+    #[value(name = "Never")]
+    Never,
+}
+
+/// `--network-policy`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum NetworkPolicyArg {
+    /// No network.
+    #[value(name = "Isolated")]
+    Isolated,
+    /// The runner's network.
+    #[value(name = "Runner")]
+    Runner,
+}
+
+/// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration; use e.g. 30s, 1m, 1m30s, 500ms");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }
 
 /// Runs `xfn run`.
-pub async fn execute(
-    args: RunArgs,
-    global: &super::Global,
-) -> anyhow::Result<std::process::ExitCode> {
-    let _ = (args, global);
-    anyhow::bail!("xfn run is not built yet")
+pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let input = read_input(&args.input)?;
+    let store = ImageStore::open(
+        &args.store.cache_dir,
+        StoreOptions {
+            default_registry: global.registry.clone(),
+            insecure_registries: args.store.insecure_registries.clone(),
+            ca_bundle: args.store.ca_bundle_path.clone(),
+        },
+    )
+    .context("cannot open the image cache")?;
+    let runner = Runner::new(
+        store,
+        RunnerOptions {
+            runtime: args.runtime.clone(),
+            max_output_bytes: args.max_output_bytes,
+            require_limits: args.require_limits,
+            rootfs: args.rootfs,
+        },
+    )?;
+    let config = RunConfig {
+        pull_policy: match args.image_pull_policy {
+            PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
+            PullPolicyArg::Always => PullPolicy::Always,
+            PullPolicyArg::Never => PullPolicy::Never,
+        },
+        auth: RegistryAuth::default(),
+        timeout: args.timeout,
+        network: match args.network_policy {
+            NetworkPolicyArg::Isolated => NetworkPolicy::Isolated,
+            NetworkPolicyArg::Runner => NetworkPolicy::Runner,
+        },
+        cpu: args.cpu.clone(),
+        memory: args.memory.clone(),
+    };
+    match runner.run(&args.image, &input, &config).await {
+        Ok(output) => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&output.stdout)?;
+            stdout.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        // One line: the function's stderr tail may span many.
+        Err(err) => Err(anyhow::anyhow!(
+            "running {}: {}",
+            args.image,
+            err.to_string().trim().replace('\n', " | ")
+        )),
+    }
+}
+
+fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
+    let mut input = Vec::new();
+    if path == "-" {
+        std::io::stdin()
+            .read_to_end(&mut input)
+            .context("cannot read the input from stdin")?;
+    } else {
+        input = std::fs::read(path).with_context(|| format!("cannot read the input {path}"))?;
+    }
+    Ok(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "30", "s", "1x", "1m30", "-1s", "1..2s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,15 +1,236 @@
-//! `xfn start` (owned by the server work).
-use clap::Args;
+//! `xfn start`: the sidecar. Serves Crossplane's alpha runner API
+//! (`ContainerizedFunctionRunnerService`) from one long-lived process that
+//! already sits in its user namespace, so a call costs no re-exec of xfn.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Flags of `xfn start`.
-#[derive(Debug, Default, Args)]
-pub struct StartArgs {}
+use anyhow::Context;
+use clap::{Args, Parser};
+use tokio_util::sync::CancellationToken;
+
+use xfn::image::{ImageStore, StoreOptions};
+use xfn::runner::{Runner, RunnerOptions};
+use xfn::rootfs::RootfsMode;
+use xfn::server::listen::{self, ListenAddress, Network};
+use xfn::server::metrics::{self, Metrics};
+use xfn::server::peer::CallerPolicy;
+use xfn::server::serve::{serve, Drain};
+use xfn::server::{RunnerService, ServiceOptions};
+
+use super::run::parse_duration;
+use super::{StoreArgs, UsernsArgs};
+
+/// Flags of `xfn start` (Crossplane's runner flags, plus xfn's own).
+#[derive(Debug, Clone, Args)]
+pub struct StartArgs {
+    /// Image cache and per-run state.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// User namespace mapping.
+    #[command(flatten)]
+    pub userns: UsernsArgs,
+    /// Network to listen on.
+    #[arg(long, value_enum, default_value = "unix")]
+    pub network: Network,
+    /// Address to listen on: `@name` is a Linux abstract socket.
+    #[arg(long, default_value = "@crossplane/fn/default.sock")]
+    pub address: String,
+    /// Runs at once (default: the number of CPUs); later callers queue.
+    #[arg(long)]
+    pub max_concurrent_runs: Option<usize>,
+    /// Callers that may wait for a run slot (default: 4 × runs); later ones
+    /// get ResourceExhausted.
+    #[arg(long)]
+    pub max_queued_runs: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics.
+    #[arg(long)]
+    pub metrics_address: Option<SocketAddr>,
+    /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
+    #[arg(long, default_value = "25s", value_parser = parse_duration)]
+    pub default_timeout: Duration,
+    /// Largest accepted FunctionIO input, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_input_bytes: usize,
+    /// Also accept callers with this host uid (repeatable). The daemon's own
+    /// uid and root are always accepted — when the kernel lets xfn see them:
+    /// a uid not mapped into xfn's user namespace cannot be identified and
+    /// is refused.
+    #[arg(long = "allow-uid")]
+    pub allow_uids: Vec<u32>,
+    /// After SIGTERM/SIGINT, how long runs in flight may take to finish
+    /// before they are cancelled.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub grace_period: Duration,
+    /// How per-run root filesystems are made.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rootfs: RootfsMode,
+    /// The OCI runtime binary.
+    #[arg(long, default_value = "crun")]
+    pub runtime: PathBuf,
+    /// Refuse calls (FailedPrecondition) instead of running them without
+    /// enforced cpu/memory/pids limits.
+    #[arg(long)]
+    pub require_limits: bool,
+    /// Kill a function that writes more than this to stdout or stderr
+    /// (ResourceExhausted).
+    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    pub max_output_bytes: usize,
+}
+
+/// Parses `StartArgs` alone, for `xfn` with no subcommand.
+#[derive(Debug, Parser)]
+struct StartOnly {
+    #[command(flatten)]
+    args: StartArgs,
+}
+
+impl Default for StartArgs {
+    /// The flags' defaults (and environment), as `xfn start` with no flags.
+    fn default() -> Self {
+        match StartOnly::try_parse_from(["xfn"]) {
+            Ok(only) => only.args,
+            // Only an invalid environment value can get here; clap prints it.
+            Err(err) => err.exit(),
+        }
+    }
+}
 
 /// Runs `xfn start`.
-pub async fn execute(
-    args: StartArgs,
-    global: &super::Global,
-) -> anyhow::Result<std::process::ExitCode> {
-    let _ = (args, global);
-    anyhow::bail!("xfn start is not built yet")
+pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max_concurrent_runs = args.max_concurrent_runs.unwrap_or(cpus).max(1);
+    let max_queued_runs = args
+        .max_queued_runs
+        .unwrap_or(max_concurrent_runs.saturating_mul(4));
+
+    let store = ImageStore::open(
+        &args.store.cache_dir,
+        StoreOptions {
+            default_registry: global.registry.clone(),
+            insecure_registries: args.store.insecure_registries.clone(),
+            ca_bundle: args.store.ca_bundle_path.clone(),
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the cache at {}",
+            args.store.cache_dir.display()
+        )
+    })?;
+    // Runner::new sweeps what killed xfn processes left under <cache>/run
+    // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
+    // their mount namespace), so a restarted daemon starts clean.
+    let runner = Runner::new(
+        store,
+        RunnerOptions {
+            runtime: args.runtime.clone(),
+            max_output_bytes: args.max_output_bytes,
+            require_limits: args.require_limits,
+            rootfs: args.rootfs,
+        },
+    )
+    .context("cannot set up the runner")?;
+    match runner.limits_unavailable() {
+        None => tracing::info!("cpu/memory/pids limits are enforced"),
+        Some(why) if args.require_limits => {
+            tracing::warn!(%why, "limits are not enforced: calls will be refused (--require-limits)")
+        }
+        Some(why) => {
+            tracing::warn!(%why, "limits are not enforced: functions run without cpu/memory/pids limits")
+        }
+    }
+    let runner = Arc::new(runner);
+
+    let address = ListenAddress::parse(args.network, &args.address)?;
+    let listener = listen::bind(&address)?;
+    let policy = Arc::new(CallerPolicy::for_self(&args.allow_uids)?);
+    if args.network == Network::Tcp {
+        tracing::warn!("listening on TCP: callers cannot be checked (no peer credentials)");
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    let abort = CancellationToken::new();
+    let service = RunnerService::new(
+        runner,
+        ServiceOptions {
+            default_timeout: args.default_timeout,
+            max_input_bytes: args.max_input_bytes,
+            max_concurrent_runs,
+            max_queued_runs,
+        },
+        metrics.clone(),
+        abort.clone(),
+    );
+
+    let stop_metrics = CancellationToken::new();
+    let metrics_server = match args.metrics_address {
+        Some(metrics_address) => {
+            let listener = metrics::bind(metrics_address).await?;
+            tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
+            let stop = stop_metrics.clone();
+            Some(tokio::spawn(metrics::serve(
+                listener,
+                metrics,
+                async move {
+                    stop.cancelled().await;
+                },
+            )))
+        }
+        None => None,
+    };
+
+    tracing::info!(
+        %address,
+        max_concurrent_runs,
+        max_queued_runs,
+        allowed_uids = ?policy.allowed(),
+        cache_dir = %args.store.cache_dir.display(),
+        "serving the function runner API"
+    );
+    let drain = Drain {
+        grace_period: args.grace_period,
+        abort,
+    };
+    serve(listener, policy, service, drain, shutdown_signal()).await?;
+
+    stop_metrics.cancel();
+    if let Some(server) = metrics_server {
+        server.await.context("metrics server panicked")??;
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop xfn with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_crossplane() {
+        let args = StartArgs::default();
+        assert_eq!(args.network, Network::Unix);
+        assert_eq!(args.address, "@crossplane/fn/default.sock");
+        assert_eq!(args.default_timeout, Duration::from_secs(25));
+        assert_eq!(args.max_input_bytes, 4 << 20);
+        assert_eq!(args.grace_period, Duration::from_secs(30));
+    }
 }

@@ -15,7 +15,9 @@
 //! `O_NOFOLLOW` walk) and `extract/paths.rs` for how `..` is refused.
 mod entry;
 pub(crate) mod fsops;
+mod meta;
 mod paths;
+mod seen;
 mod tree;
 
 use std::io::Read;
@@ -76,6 +78,23 @@ pub struct ExtractStats {
     pub skipped: u64,
 }
 
+/// Tuning of an extraction; the default is right for production.
+#[derive(Debug, Clone, Copy)]
+pub struct ExtractOptions {
+    /// Resolve parent directories with `openat2(RESOLVE_BENEATH |
+    /// RESOLVE_NO_SYMLINKS)` (one syscall) when the kernel allows it. When
+    /// false, always use the portable `O_NOFOLLOW` component walk (the
+    /// fallback for old kernels or seccomp filters refusing openat2; tests
+    /// use it to exercise that path).
+    pub use_openat2: bool,
+}
+
+impl Default for ExtractOptions {
+    fn default() -> Self {
+        Self { use_openat2: true }
+    }
+}
+
 /// Extracts one uncompressed layer tar stream into `dest` (an existing
 /// directory: empty for [`WhiteoutMode::Overlay`], holding the lower layers
 /// for [`WhiteoutMode::Flatten`]).
@@ -84,12 +103,22 @@ pub fn extract_layer<R: Read>(
     dest: &Path,
     mode: WhiteoutMode,
 ) -> Result<ExtractStats, ExtractError> {
-    let tree = tree::Tree::open(dest, mode == WhiteoutMode::Overlay).map_err(|source| {
-        ExtractError::Io {
+    extract_layer_with(reader, dest, mode, ExtractOptions::default())
+}
+
+/// [`extract_layer`] with explicit [`ExtractOptions`].
+pub fn extract_layer_with<R: Read>(
+    reader: R,
+    dest: &Path,
+    mode: WhiteoutMode,
+    options: ExtractOptions,
+) -> Result<ExtractStats, ExtractError> {
+    let tree = tree::Tree::open(dest, mode == WhiteoutMode::Overlay, options.use_openat2).map_err(
+        |source| ExtractError::Io {
             entry: String::new(),
             source,
-        }
-    })?;
+        },
+    )?;
     let mut job = entry::Extraction::new(tree);
     let mut archive = tar::Archive::new(reader);
     let entries = archive.entries().map_err(|source| ExtractError::Read {

@@ -489,7 +489,14 @@ impl ImageStore {
 
         let downloaded = AtomicU64::new(0);
         let downloaded_bytes = AtomicU64::new(0);
-        let fetched: Vec<PathBuf> = futures::stream::iter(manifest.layers.iter().zip(&diff_ids))
+        // The futures are made up front, not in a `.map` closure over the
+        // stream: a closure taking references in the stream's type defeats
+        // rustc's proof that this future is `Send` (rust-lang/rust#102211),
+        // which the gRPC server needs.
+        let layer_futures: Vec<_> = manifest
+            .layers
+            .iter()
+            .zip(&diff_ids)
             .map(|(blob, diff_id)| {
                 self.ensure_layer(
                     &puller,
@@ -501,6 +508,8 @@ impl ImageStore {
                     &downloaded_bytes,
                 )
             })
+            .collect();
+        let fetched: Vec<PathBuf> = futures::stream::iter(layer_futures)
             .buffered(PARALLEL_LAYERS)
             .try_collect()
             .await?;

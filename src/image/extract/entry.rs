@@ -4,15 +4,23 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid, XattrFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::fsops;
+use super::meta::{gid, pax_xattrs, process_umask, set_xattrs, timestamps, uid};
 use super::paths::{join, normalize, split_last};
-use super::tree::{set_opaque, Origin, ResolveError, Tree};
+use super::seen::Origin;
+use super::tree::{set_opaque, ResolveError, Tree};
 use super::{ExtractError, ExtractStats};
 
 const WHITEOUT_PREFIX: &[u8] = b".wh.";
+/// Longest path a process can name (with its NUL).
+const PATH_MAX: usize = 4096;
+/// Deepest path accepted: far beyond real images (whose paths rarely pass
+/// 30 levels), low enough that walking a tree of such paths recursively is
+/// safe for stacks and fd limits.
+pub(crate) const MAX_DEPTH: usize = 256;
 const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 /// Files are copied through a buffer of this size, reused for every entry.
 const COPY_BUF: usize = 256 * 1024;
@@ -25,6 +33,12 @@ pub(super) struct Extraction {
     dirs: HashMap<Vec<u8>, Meta>,
     /// Owner pairs whose chown the namespace refused: not tried again.
     unmapped: HashSet<(u32, u32)>,
+    euid: u32,
+    egid: u32,
+    /// Lower directories made writable for a moment, with their modes.
+    relock: HashMap<Vec<u8>, u32>,
+    /// Whether a file created with its mode was seen to get exactly it.
+    umask_checked: bool,
     buf: Vec<u8>,
 }
 
@@ -43,6 +57,10 @@ impl Extraction {
             stats: ExtractStats::default(),
             dirs: HashMap::new(),
             unmapped: HashSet::new(),
+            euid: rustix::process::geteuid().as_raw(),
+            egid: rustix::process::getegid().as_raw(),
+            umask_checked: false,
+            relock: HashMap::new(),
             buf: vec![0; COPY_BUF],
         }
     }
@@ -62,6 +80,18 @@ impl Extraction {
             return Ok(());
         }
         let rel = normalize(&item.path_bytes()).map_err(|reason| unsafe_entry(name, reason))?;
+        if rel.len() >= PATH_MAX {
+            // No process in the container could use it.
+            return Err(unsafe_entry(name, "its path is longer than PATH_MAX"));
+        }
+        if rel.iter().filter(|&&b| b == b'/').count() >= MAX_DEPTH {
+            // Bounds the recursion (and fds held) of opaque-directory
+            // handling and of copying the flattened tree.
+            return Err(unsafe_entry(
+                name,
+                &format!("its path is deeper than {MAX_DEPTH} levels"),
+            ));
+        }
         if rel.is_empty() {
             // The layer root itself ("./"): its metadata is the layer dir's
             // own business (the store makes it), so it is not applied.
@@ -70,6 +100,31 @@ impl Extraction {
         let (parent, base) = split_last(&rel);
         if base.starts_with(WHITEOUT_PREFIX) {
             return self.whiteout(parent, base, name);
+        }
+        let creatable = kind.is_dir()
+            || kind.is_file()
+            || kind.is_contiguous()
+            || kind.is_gnu_sparse()
+            || kind.is_symlink()
+            || kind.is_hard_link()
+            || kind.is_fifo();
+        if !creatable {
+            // Device nodes cannot be made in a user namespace and have no
+            // place in a function's rootfs; other types are unknown.
+            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let parent_fd = self
+            .tree
+            .dir_for_entry(parent)
+            .map_err(|e| resolve_err(name, e))?;
+        let dir = parent_fd.fd.as_fd();
+        let parent_setgid = parent_fd.setgid;
+        self.stats.entries += 1;
+        if kind.is_hard_link() {
+            // A hardlink has the target's metadata: its header's is unused.
+            return self.hardlink(dir, &rel, base, item, name);
         }
         let header = item.header();
         let meta = Meta {
@@ -80,15 +135,10 @@ impl Extraction {
             gid: header.gid().unwrap_or(0) as u32,
             mtime: header.mtime().unwrap_or(0) as i64,
         };
-        let parent_fd = self
-            .tree
-            .dir_for_entry(parent)
-            .map_err(|e| resolve_err(name, e))?;
-        let dir = parent_fd.as_fd();
         if kind.is_dir() {
             self.directory(dir, &rel, base, meta, item, name)?;
         } else if kind.is_file() || kind.is_contiguous() || kind.is_gnu_sparse() {
-            self.regular(dir, &rel, base, &meta, item, name)?;
+            self.regular(dir, parent_setgid, &rel, base, &meta, item, name)?;
         } else if kind.is_symlink() {
             let target = item
                 .link_name_bytes()
@@ -97,30 +147,21 @@ impl Extraction {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::symlinkat(target.as_ref(), d, base)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else if kind.is_hard_link() {
-            self.hardlink(dir, &rel, base, item, name)?;
-        } else if kind.is_fifo() {
+        } else {
             self.replacing(dir, &rel, base, name, |d| {
                 rustix::fs::mknodat(d, base, FileType::Fifo, Mode::from_raw_mode(0o600), 0)
             })?;
-            self.chown_at(dir, base, &meta);
+            self.chown_at(dir, parent_setgid, base, &meta);
             rustix::fs::chmodat(dir, base, Mode::from_raw_mode(meta.mode), AtFlags::empty())
                 .map_err(|e| io_err(name, e.into()))?;
             let times = timestamps(meta.mtime);
             rustix::fs::utimensat(dir, base, &times, AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(|e| io_err(name, e.into()))?;
-        } else {
-            // Device nodes cannot be made in a user namespace and have no
-            // place in a function's rootfs; other types are unknown.
-            tracing::debug!(entry = name, kind = ?kind, "skipping layer entry");
-            self.stats.skipped += 1;
-            return Ok(());
         }
-        self.stats.entries += 1;
         Ok(())
     }
 
@@ -133,8 +174,13 @@ impl Extraction {
         item: &mut tar::Entry<'_, R>,
         name: &str,
     ) -> Result<(), ExtractError> {
-        let before = self.tree.seen.get(rel).copied();
-        match rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700)) {
+        let key = self.tree.seen.key(rel);
+        let before = self.tree.seen.get(key);
+        let mut made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        if made == Err(Errno::ACCESS) && self.unlock(dir, split_last(rel).0, name)? {
+            made = rustix::fs::mkdirat(dir, base, Mode::from_raw_mode(0o700));
+        }
+        match made {
             Ok(()) => {}
             Err(Errno::EXIST) => {
                 let st = rustix::fs::statat(dir, base, AtFlags::SYMLINK_NOFOLLOW)
@@ -156,16 +202,18 @@ impl Extraction {
             }
             set_xattrs(fd.as_fd(), &xattrs, name);
         }
-        self.tree.seen.insert(rel.to_vec(), Origin::Dir);
+        self.tree.seen.insert(key, Origin::Dir);
         // Mode, owner and times last: contents are written first (a 0555
         // directory stays writable meanwhile) and would bump the mtime.
         self.dirs.insert(rel.to_vec(), meta);
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn regular<R: Read>(
         &mut self,
         dir: BorrowedFd<'_>,
+        parent_setgid: bool,
         rel: &[u8],
         base: &[u8],
         meta: &Meta,
@@ -178,7 +226,9 @@ impl Extraction {
                 d,
                 base,
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
+                // The final permission bits right away: with the usual
+                // umask nothing more is needed (the fd stays writable).
+                Mode::from_raw_mode(meta.mode & 0o777),
             )
         })?;
         let mut file = File::from(fd);
@@ -194,10 +244,26 @@ impl Extraction {
             self.stats.bytes += n as u64;
         }
         let fd: OwnedFd = file.into();
-        // Owner before mode: chown clears setuid/setgid.
-        self.chown_fd(fd.as_fd(), meta);
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
-            .map_err(|e| io_err(name, e.into()))?;
+        // A new file is already ours, with our group unless its directory
+        // is setgid: chown only when that is not what the entry wants.
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if !owned_right {
+            self.chown_fd(fd.as_fd(), meta);
+        }
+        // Owner before mode: chown clears setuid/setgid. Skipped when the
+        // create mode already gave exactly these bits.
+        let mut mode_right = meta.mode & 0o7000 == 0 && meta.mode & process_umask() == 0;
+        if owned_right && mode_right && !self.umask_checked {
+            // Once per layer, check the create mode really came out as
+            // expected (the umask could have changed since it was read).
+            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(name, e.into()))?;
+            mode_right = st.st_mode & 0o7777 == meta.mode;
+            self.umask_checked = mode_right;
+        }
+        if !(owned_right && mode_right) {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.mode))
+                .map_err(|e| io_err(name, e.into()))?;
+        }
         set_xattrs(fd.as_fd(), &xattrs, name);
         rustix::fs::futimens(&fd, &timestamps(meta.mtime)).map_err(|e| io_err(name, e.into()))?;
         Ok(())
@@ -284,18 +350,58 @@ impl Extraction {
         name: &str,
         mut create: impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
     ) -> Result<T, ExtractError> {
-        let out = match create(dir) {
-            Ok(v) => v,
+        let out = match self.create_or_replace(dir, base, &mut create) {
+            Err(Errno::ACCESS) if self.unlock(dir, split_last(rel).0, name)? => {
+                self.create_or_replace(dir, base, &mut create)
+            }
+            other => other,
+        }
+        .map_err(|e| io_err(name, e.into()))?;
+        let key = self.tree.seen.key(rel);
+        self.tree.seen.insert(key, Origin::NonDir);
+        Ok(out)
+    }
+
+    fn create_or_replace<T>(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        base: &[u8],
+        create: &mut impl FnMut(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        match create(dir) {
             Err(Errno::EXIST) => {
-                if fsops::remove_any_at(dir, base).map_err(|e| io_err(name, e))? {
+                if fsops::remove_any_at(dir, base)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?
+                {
                     self.tree.invalidate();
                 }
-                create(dir).map_err(|e| io_err(name, e.into()))?
+                create(dir)
             }
-            Err(e) => return Err(io_err(name, e.into())),
-        };
-        self.tree.seen.insert(rel.to_vec(), Origin::NonDir);
-        Ok(out)
+            other => other,
+        }
+    }
+
+    /// Makes the directory `dir` (at `rel`) writable by its owner when it is
+    /// not (a read-only directory of a lower layer, met without the
+    /// privilege to ignore modes); its mode is put back by [`Self::finish`].
+    /// Returns whether anything changed (worth a retry).
+    fn unlock(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        rel: &[u8],
+        name: &str,
+    ) -> Result<bool, ExtractError> {
+        let mode = rustix::fs::fstat(dir)
+            .map_err(|e| io_err(name, e.into()))?
+            .st_mode
+            & 0o7777;
+        if mode & 0o700 == 0o700 {
+            return Ok(false);
+        }
+        rustix::fs::fchmod(dir, Mode::from_raw_mode(mode | 0o700))
+            .map_err(|e| io_err(name, e.into()))?;
+        self.relock.entry(rel.to_vec()).or_insert(mode);
+        Ok(true)
     }
 
     /// A `.wh.` entry: `.wh..wh..opq` makes its directory opaque, `.wh.X`
@@ -305,34 +411,35 @@ impl Extraction {
             .tree
             .dir_for_entry(parent)
             .map_err(|e| resolve_err(name, e))?;
-        self.stats.whiteouts += 1;
         if base == OPAQUE_MARKER {
+            self.stats.whiteouts += 1;
             return self
                 .tree
-                .make_opaque(parent_fd.as_fd(), parent)
+                .make_opaque(parent_fd.fd.as_fd(), self.tree.seen.key(parent))
                 .map_err(|e| io_err(name, e));
         }
         if base.starts_with(b".wh..wh.") {
             // Other AUFS metadata (`.wh..wh.plnk`, …): not part of the tree.
             tracing::debug!(entry = name, "skipping AUFS metadata entry");
-            self.stats.whiteouts -= 1;
             self.stats.skipped += 1;
             return Ok(());
         }
+        self.stats.whiteouts += 1;
         let hidden = &base[WHITEOUT_PREFIX.len()..];
         if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.contains(&b'/') {
             return Err(unsafe_entry(name, "whiteout of an invalid name"));
         }
         let rel = join(parent, hidden);
-        let dir = parent_fd.as_fd();
-        match self.tree.seen.get(&rel).copied() {
+        let dir = parent_fd.fd.as_fd();
+        let key = self.tree.seen.key(&rel);
+        match self.tree.seen.get(key) {
             // This layer has its own `hidden`: the whiteout hides only what
             // lower layers had there (the spec: whiteouts apply to lower
             // layers only, in whatever order the two entries come).
             Some(Origin::Dir) => {
                 let fd = fsops::open_dir_at(dir, hidden).map_err(|e| io_err(name, e))?;
                 self.tree
-                    .make_opaque(fd.as_fd(), &rel)
+                    .make_opaque(fd.as_fd(), key)
                     .map_err(|e| io_err(name, e))?;
             }
             Some(Origin::NonDir) | Some(Origin::Whiteout) => {}
@@ -350,7 +457,7 @@ impl Extraction {
                 } else if fsops::remove_any_at(dir, hidden).map_err(|e| io_err(name, e))? {
                     self.tree.invalidate();
                 }
-                self.tree.seen.insert(rel, Origin::Whiteout);
+                self.tree.seen.insert(key, Origin::Whiteout);
             }
         }
         Ok(())
@@ -359,6 +466,10 @@ impl Extraction {
     /// Sets directories' modes, owners and mtimes (deepest first, so a
     /// read-only parent does not stop its children) and returns the stats.
     pub(super) fn finish(mut self) -> Result<ExtractStats, ExtractError> {
+        let relock: Vec<(Vec<u8>, u32)> = std::mem::take(&mut self.relock)
+            .into_iter()
+            .filter(|(rel, _)| !self.dirs.contains_key(rel))
+            .collect();
         let mut dirs: Vec<(Vec<u8>, Meta)> = std::mem::take(&mut self.dirs).into_iter().collect();
         dirs.sort_by_key(|(rel, _)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count()));
         self.tree.invalidate();
@@ -375,6 +486,12 @@ impl Extraction {
             rustix::fs::futimens(&fd, &timestamps(meta.mtime))
                 .map_err(|e| io_err(&name, e.into()))?;
         }
+        for (rel, mode) in relock {
+            if let Ok(fd) = self.tree.open_existing(&rel) {
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| io_err(&String::from_utf8_lossy(&rel), e.into()))?;
+            }
+        }
         Ok(self.stats)
     }
 
@@ -386,8 +503,11 @@ impl Extraction {
         self.note_chown(res, meta);
     }
 
-    fn chown_at(&mut self, dir: BorrowedFd<'_>, base: &[u8], meta: &Meta) {
-        if self.unmapped.contains(&(meta.uid, meta.gid)) {
+    /// Sets the owner of the new non-directory `base` in `dir` unless it is
+    /// already right (ours, in a directory that is not setgid).
+    fn chown_at(&mut self, dir: BorrowedFd<'_>, parent_setgid: bool, base: &[u8], meta: &Meta) {
+        let owned_right = (meta.uid, meta.gid) == (self.euid, self.egid) && !parent_setgid;
+        if owned_right || self.unmapped.contains(&(meta.uid, meta.gid)) {
             return;
         }
         let res = rustix::fs::chownat(
@@ -401,73 +521,23 @@ impl Extraction {
     }
 
     fn note_chown(&mut self, res: Result<(), Errno>, meta: &Meta) {
-        if let Err(e) = res {
+        match res {
+            Ok(()) => {}
             // EINVAL: the id is not mapped in this user namespace; EPERM: no
             // CAP_CHOWN. Either way the file stays ours, which is what a
             // rootless run without a full id map can do.
-            tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
-            self.unmapped.insert((meta.uid, meta.gid));
+            Err(e @ (Errno::INVAL | Errno::PERM)) => {
+                tracing::debug!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+                self.unmapped.insert((meta.uid, meta.gid));
+            }
+            Err(e) => {
+                tracing::warn!(uid = meta.uid, gid = meta.gid, error = %e, "ownership not kept");
+            }
         }
     }
 }
 
-fn uid(raw: u32) -> Uid {
-    Uid::from_raw(raw)
-}
-
-fn gid(raw: u32) -> Gid {
-    Gid::from_raw(raw)
-}
-
-fn timestamps(mtime: i64) -> Timestamps {
-    let t = Timespec {
-        tv_sec: mtime,
-        tv_nsec: 0,
-    };
-    Timestamps {
-        last_access: t,
-        last_modification: t,
-    }
-}
-
-/// An xattr name and value.
-type Xattr = (Vec<u8>, Vec<u8>);
-
-/// The `SCHILY.xattr.*` PAX records of an entry that are safe to apply:
-/// `user.*` except the overlay's own (`user.overlay.*` would let a layer
-/// forge opaque dirs or redirects in Overlay mode).
-fn pax_xattrs<R: Read>(
-    item: &mut tar::Entry<'_, R>,
-    name: &str,
-) -> Result<Vec<Xattr>, ExtractError> {
-    let mut out = Vec::new();
-    let Some(exts) = item.pax_extensions().map_err(|e| io_err(name, e))? else {
-        return Ok(out);
-    };
-    for ext in exts {
-        let ext = ext.map_err(|e| io_err(name, e))?;
-        let Some(key) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") else {
-            continue;
-        };
-        if key.starts_with(b"user.") && !key.starts_with(b"user.overlay.") {
-            out.push((key.to_vec(), ext.value_bytes().to_vec()));
-        } else {
-            tracing::debug!(entry = name, xattr = %String::from_utf8_lossy(key), "xattr not applied");
-        }
-    }
-    Ok(out)
-}
-
-fn set_xattrs(fd: BorrowedFd<'_>, xattrs: &[Xattr], name: &str) {
-    for (key, value) in xattrs {
-        if let Err(e) = rustix::fs::fsetxattr(fd, key.as_slice(), value, XattrFlags::empty()) {
-            // Optional: a filesystem without user xattrs loses them.
-            tracing::debug!(entry = name, error = %e, "xattr not applied");
-        }
-    }
-}
-
-fn io_err(entry: &str, source: io::Error) -> ExtractError {
+pub(super) fn io_err(entry: &str, source: io::Error) -> ExtractError {
     ExtractError::Io {
         entry: entry.to_owned(),
         source,

@@ -46,17 +46,6 @@ pub(crate) fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Every proper prefix of a normalised path that names a directory on the way
-/// to it, shortest first: `a/b/c` gives `a`, `a/b`, `a/b/c`.
-pub(crate) fn prefixes(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
-    rel.iter()
-        .enumerate()
-        .filter(|(_, &b)| b == b'/')
-        .map(|(i, _)| &rel[..i])
-        .chain(std::iter::once(rel))
-        .filter(|p| !p.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,8 +73,5 @@ mod tests {
         assert_eq!(split_last(b"c"), (&b""[..], &b"c"[..]));
         assert_eq!(join(b"", b"c"), b"c");
         assert_eq!(join(b"a/b", b"c"), b"a/b/c");
-        let p: Vec<&[u8]> = prefixes(b"a/b/c").collect();
-        assert_eq!(p, vec![&b"a"[..], &b"a/b"[..], &b"a/b/c"[..]]);
-        assert_eq!(prefixes(b"").count(), 0);
     }
 }

@@ -21,7 +21,6 @@
 //!   by a directory. That is what the overlay of the layer dirs shows (a
 //!   directory in an upper layer hides a lower non-directory), so both modes
 //!   give one tree.
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -31,22 +30,10 @@ use rustix::fs::{Mode, OFlags, ResolveFlags, XattrFlags};
 use rustix::io::Errno;
 
 use super::fsops;
-use super::paths::{join, prefixes};
+use super::seen::{Origin, PathKey, Seen};
 
 /// The overlay xattr that marks a directory opaque under `userxattr`.
 pub(crate) const OPAQUE_XATTR: &str = "user.overlay.opaque";
-
-/// What this layer has at a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// A directory of this layer (an entry, or a parent on an entry's way).
-    Dir,
-    /// A non-directory entry of this layer.
-    NonDir,
-    /// A whiteout of this layer: in Overlay mode a 0:0 char device is there;
-    /// in Flatten mode the lower path was deleted.
-    Whiteout,
-}
 
 /// Why resolving a directory failed.
 #[derive(Debug)]
@@ -69,16 +56,24 @@ impl From<Errno> for ResolveError {
     }
 }
 
+/// An open parent directory of entries.
+pub(crate) struct ParentDir {
+    /// Its fd.
+    pub(crate) fd: OwnedFd,
+    /// Whether it is setgid (new files then take its group, not ours).
+    pub(crate) setgid: bool,
+}
+
 /// The tree being extracted into.
 pub(crate) struct Tree {
     root: OwnedFd,
     /// Whether whiteouts become overlay whiteouts (else they delete).
     pub(crate) overlay: bool,
     /// What this layer has put, by normalised path.
-    pub(crate) seen: HashMap<Vec<u8>, Origin>,
+    pub(crate) seen: Seen,
     /// The last parent directory resolved: entries come grouped by directory,
     /// so this saves the walk for most of them.
-    cache: Option<(Vec<u8>, Rc<OwnedFd>)>,
+    cache: Option<(Vec<u8>, Rc<ParentDir>)>,
     /// Cleared when openat2 is not usable here.
     openat2: bool,
 }
@@ -90,14 +85,14 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 
 impl Tree {
     /// Opens `dest` (which must be a directory).
-    pub(crate) fn open(dest: &Path, overlay: bool) -> io::Result<Self> {
+    pub(crate) fn open(dest: &Path, overlay: bool, use_openat2: bool) -> io::Result<Self> {
         let root = rustix::fs::open(dest, DIR_FLAGS, Mode::empty())?;
         Ok(Self {
             root,
             overlay,
-            seen: HashMap::new(),
+            seen: Seen::new(),
             cache: None,
-            openat2: true,
+            openat2: use_openat2,
         })
     }
 
@@ -151,15 +146,20 @@ impl Tree {
     /// Opens directory `rel` for an entry to be written in, creating missing
     /// directories (mode 0755) and replacing lower layers' non-directories on
     /// the way, and records every directory on the way as this layer's.
-    pub(crate) fn dir_for_entry(&mut self, rel: &[u8]) -> Result<Rc<OwnedFd>, ResolveError> {
-        if let Some((path, fd)) = &self.cache {
+    pub(crate) fn dir_for_entry(&mut self, rel: &[u8]) -> Result<Rc<ParentDir>, ResolveError> {
+        if let Some((path, dir)) = &self.cache {
             if path.as_slice() == rel {
-                return Ok(Rc::clone(fd));
+                return Ok(Rc::clone(dir));
             }
         }
-        let fd = Rc::new(self.resolve_creating(rel)?);
-        self.cache = Some((rel.to_vec(), Rc::clone(&fd)));
-        Ok(fd)
+        let fd = self.resolve_creating(rel)?;
+        let st = rustix::fs::fstat(&fd)?;
+        let dir = Rc::new(ParentDir {
+            fd,
+            setgid: st.st_mode & libc::S_ISGID != 0,
+        });
+        self.cache = Some((rel.to_vec(), Rc::clone(&dir)));
+        Ok(dir)
     }
 
     fn resolve_creating(&mut self, rel: &[u8]) -> Result<OwnedFd, ResolveError> {
@@ -174,11 +174,7 @@ impl Tree {
         if self.openat2 {
             match self.openat2(rel) {
                 Ok(fd) => {
-                    for p in prefixes(rel) {
-                        if !self.seen.contains_key(p) {
-                            self.seen.insert(p.to_vec(), Origin::Dir);
-                        }
-                    }
+                    self.seen.mark_dirs(rel);
                     return Ok(fd);
                 }
                 Err(Errno::NOSYS) | Err(Errno::PERM) | Err(Errno::INVAL) => self.openat2 = false,
@@ -193,10 +189,12 @@ impl Tree {
     fn walk_creating(&mut self, rel: &[u8]) -> Result<OwnedFd, ResolveError> {
         let mut cur: Option<OwnedFd> = None;
         let mut start = 0;
+        let mut key = super::seen::ROOT;
         for comp in rel.split(|&b| b == b'/') {
             let end = start + comp.len();
             let prefix = &rel[..end];
             start = end + 1;
+            key = self.seen.child(key, comp);
             let parent = cur.as_ref().map_or(self.root(), |f| f.as_fd());
             let next = match fsops::open_dir_at(parent, comp) {
                 Ok(fd) => fd,
@@ -208,7 +206,7 @@ impl Tree {
                     if e.raw_os_error() == Some(libc::ENOTDIR)
                         || e.raw_os_error() == Some(libc::ELOOP) =>
                 {
-                    let origin = self.seen.get(prefix).copied();
+                    let origin = self.seen.get(key);
                     if matches!(origin, Some(Origin::NonDir) | Some(Origin::Dir)) {
                         return Err(ResolveError::ThroughNonDir(prefix.to_vec()));
                     }
@@ -227,27 +225,28 @@ impl Tree {
                 }
                 Err(e) => return Err(e.into()),
             };
-            self.seen.insert(prefix.to_vec(), Origin::Dir);
+            self.seen.insert(key, Origin::Dir);
             cur = Some(next);
         }
         cur.ok_or_else(|| ResolveError::Io(io::ErrorKind::NotFound.into()))
     }
 
-    /// Makes the directory `dir_fd` (at `rel`) hide what lower layers have in
-    /// it: in Overlay mode the opaque xattr; in Flatten mode every child that
-    /// is not this layer's is removed, recursively into this layer's dirs.
-    pub(crate) fn make_opaque(&mut self, dir_fd: BorrowedFd<'_>, rel: &[u8]) -> io::Result<()> {
+    /// Makes the directory `dir_fd` (keyed `key`) hide what lower layers have
+    /// in it: in Overlay mode the opaque xattr; in Flatten mode every child
+    /// that is not this layer's is removed, recursively into this layer's
+    /// dirs.
+    pub(crate) fn make_opaque(&mut self, dir_fd: BorrowedFd<'_>, key: PathKey) -> io::Result<()> {
         if self.overlay {
             return set_opaque(dir_fd);
         }
         for (name, kind) in fsops::list_dir(dir_fd)? {
             let name = name.to_bytes();
-            let child_rel = join(rel, name);
+            let child_key = self.seen.child(key, name);
             let is_dir = fsops::is_dir_entry(dir_fd, name, kind)?;
-            match self.seen.get(&child_rel) {
+            match self.seen.get(child_key) {
                 Some(Origin::Dir) if is_dir => {
                     let child = fsops::open_dir_at(dir_fd, name)?;
-                    self.make_opaque(child.as_fd(), &child_rel)?;
+                    self.make_opaque(child.as_fd(), child_key)?;
                 }
                 Some(_) => {}
                 None => {

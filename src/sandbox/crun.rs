@@ -1,0 +1,353 @@
+//! Running one container with crun: stdin in, stdout and stderr out (read
+//! concurrently, each capped), a timeout that kills every process of the
+//! container, and cleanup of crun's state on every path, including when the
+//! caller drops the future.
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// How much of stderr an error carries.
+pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Errors of a container run.
+#[derive(Debug, thiserror::Error)]
+pub enum CrunError {
+    /// crun could not be started.
+    #[error("cannot start the OCI runtime {runtime}: {source}")]
+    Spawn {
+        /// The runtime binary.
+        runtime: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Reading or writing the container's stdio failed.
+    #[error("container i/o failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The run took too long and was killed.
+    #[error("the function did not finish within {0:?} and was killed")]
+    Timeout(Duration),
+    /// The function wrote more than allowed.
+    #[error("the function wrote more than {limit} bytes to {stream} and was killed")]
+    OutputTooLarge {
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// The cap in bytes.
+        limit: usize,
+    },
+    /// The function (or crun starting it) exited non-zero.
+    #[error("the function exited with code {code}: {}", String::from_utf8_lossy(stderr_tail).trim_end())]
+    Failed {
+        /// The exit code (128 + signal when killed by a signal).
+        code: i32,
+        /// The last bytes of stderr.
+        stderr_tail: Vec<u8>,
+    },
+}
+
+/// What a container produced.
+#[derive(Debug, Clone)]
+pub struct CrunOutput {
+    /// All of stdout.
+    pub stdout: Vec<u8>,
+    /// The last [`STDERR_TAIL_BYTES`] of stderr.
+    pub stderr_tail: Vec<u8>,
+}
+
+/// The OCI runtime: a crun binary and its state root.
+#[derive(Debug, Clone)]
+pub struct Crun {
+    /// The crun binary (a path, or a name looked up in PATH).
+    pub binary: PathBuf,
+    /// crun's `--root`: where it keeps container state.
+    pub state_root: PathBuf,
+}
+
+/// One run's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct RunLimits {
+    /// Kill after this long.
+    pub timeout: Duration,
+    /// Cap on stdout and on stderr, each.
+    pub max_output_bytes: usize,
+}
+
+impl Crun {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--root")
+            .arg(&self.state_root)
+            // Limits are not enforced through crun yet (see cgroup.rs); with a
+            // hybrid host, crun would refuse to start otherwise.
+            .arg("--cgroup-manager=disabled");
+        cmd
+    }
+
+    /// Runs the container of `bundle` as `id`, feeding `input` on stdin.
+    pub async fn run(
+        &self,
+        id: &str,
+        bundle: &Path,
+        input: &[u8],
+        limits: RunLimits,
+    ) -> Result<CrunOutput, CrunError> {
+        let mut child = self
+            .command()
+            .arg("run")
+            .arg("--bundle")
+            .arg(bundle)
+            // A session keyring per container is useless to a function and costs time.
+            .arg("--no-new-keyring")
+            .arg(id)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| CrunError::Spawn {
+                runtime: self.binary.clone(),
+                source,
+            })?;
+        // Declared after `child`, so dropped before it: kills the container
+        // (all of it, through its pid namespace) and deletes crun's state
+        // even when this future is dropped mid-run.
+        let mut guard = ContainerGuard {
+            crun: self.clone(),
+            id: id.to_string(),
+            armed: true,
+        };
+
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let cap = limits.max_output_bytes;
+        let body = async {
+            let writer = async {
+                if let Some(mut stdin) = stdin {
+                    // A function may exit without reading its input: a broken
+                    // pipe here is not an error of the run.
+                    let _ = stdin.write_all(input).await;
+                }
+                Ok::<(), CrunError>(())
+            };
+            let (_, out, err) = tokio::try_join!(
+                writer,
+                read_capped(stdout, cap, "stdout"),
+                read_tail(stderr, cap, "stderr"),
+            )?;
+            let status = child.wait().await?;
+            Ok::<_, CrunError>((status, out, err))
+        };
+        let result = tokio::time::timeout(limits.timeout, body).await;
+        match result {
+            Ok(Ok((status, stdout, stderr_tail))) => {
+                // crun run removes a container it saw exit; nothing left to kill.
+                guard.armed = false;
+                let code = exit_code(&status);
+                if code == 0 {
+                    Ok(CrunOutput {
+                        stdout,
+                        stderr_tail,
+                    })
+                } else {
+                    Err(CrunError::Failed { code, stderr_tail })
+                }
+            }
+            Ok(Err(err)) => {
+                self.kill(id, &mut child).await;
+                guard.armed = false;
+                Err(err)
+            }
+            Err(_) => {
+                self.kill(id, &mut child).await;
+                guard.armed = false;
+                Err(CrunError::Timeout(limits.timeout))
+            }
+        }
+    }
+
+    /// Kills the container and waits for `crun run` to return, then deletes
+    /// whatever state is left.
+    async fn kill(&self, id: &str, child: &mut tokio::process::Child) {
+        // The container may not exist yet (crun still setting it up): retry
+        // while crun runs, then fall back to killing crun itself.
+        for _ in 0..50 {
+            let killed = self
+                .command()
+                .args(["kill", id, "KILL"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if killed || !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+        let _ = self
+            .command()
+            .args(["delete", "-f", id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+
+    /// Removes containers left in the state root by an xfn that died, as told
+    /// by `is_stale(id)`.
+    pub fn delete_stale(&self, is_stale: impl Fn(&str) -> bool) {
+        let Ok(entries) = std::fs::read_dir(&self.state_root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_stale(&name) {
+                tracing::info!(container = %name, "deleting a container left by an earlier xfn");
+                delete_sync(self, &name);
+            }
+        }
+    }
+}
+
+fn delete_sync(crun: &Crun, id: &str) {
+    let run = |args: &[&str]| {
+        let _ = std::process::Command::new(&crun.binary)
+            .arg("--root")
+            .arg(&crun.state_root)
+            .arg("--cgroup-manager=disabled")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    };
+    run(&["kill", id, "KILL"]);
+    run(&["delete", "-f", id]);
+}
+
+/// Kills and deletes a container when dropped while armed.
+struct ContainerGuard {
+    crun: Crun,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            // Synchronous on purpose: when the future is dropped (a cancelled
+            // call), nothing may be left behind once drop returns.
+            delete_sync(&self.crun, &self.id);
+        }
+    }
+}
+
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+async fn read_capped(
+    stream: Option<impl AsyncRead + Unpin>,
+    cap: usize,
+    name: &'static str,
+) -> Result<Vec<u8>, CrunError> {
+    let mut out = Vec::new();
+    let Some(stream) = stream else {
+        return Ok(out);
+    };
+    // Read one byte past the cap to tell "exactly the cap" from "more".
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    stream.take(limit).read_to_end(&mut out).await?;
+    if out.len() > cap {
+        return Err(CrunError::OutputTooLarge {
+            stream: name,
+            limit: cap,
+        });
+    }
+    Ok(out)
+}
+
+async fn read_tail(
+    stream: Option<impl AsyncRead + Unpin>,
+    cap: usize,
+    name: &'static str,
+) -> Result<Vec<u8>, CrunError> {
+    let mut tail = Vec::with_capacity(2 * STDERR_TAIL_BYTES);
+    let Some(mut stream) = stream else {
+        return Ok(tail);
+    };
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        total = total.saturating_add(n);
+        if total > cap {
+            return Err(CrunError::OutputTooLarge {
+                stream: name,
+                limit: cap,
+            });
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > 2 * STDERR_TAIL_BYTES {
+            tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+        }
+    }
+    if tail.len() > STDERR_TAIL_BYTES {
+        tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+    }
+    Ok(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn capped_reader_refuses_one_byte_more() {
+        let exact = read_capped(Some(&b"12345"[..]), 5, "stdout").await.unwrap();
+        assert_eq!(exact, b"12345");
+        let err = read_capped(Some(&b"123456"[..]), 5, "stdout")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CrunError::OutputTooLarge { limit: 5, .. }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn tail_keeps_the_last_bytes() {
+        let data: Vec<u8> = (0..10 * STDERR_TAIL_BYTES)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let tail = read_tail(Some(&data[..]), usize::MAX, "stderr")
+            .await
+            .unwrap();
+        assert_eq!(tail, &data[data.len() - STDERR_TAIL_BYTES..]);
+        let err = read_tail(Some(&data[..]), 100, "stderr").await.unwrap_err();
+        assert!(matches!(
+            err,
+            CrunError::OutputTooLarge {
+                stream: "stderr",
+                ..
+            }
+        ));
+    }
+}

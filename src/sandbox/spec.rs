@@ -1,0 +1,442 @@
+//! Building the OCI runtime spec (config.json) of one run from the image
+//! config, the limits and the network policy, with xfn's hardening.
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use oci_spec::image::Config as ImageConfig;
+use oci_spec::runtime::{
+    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxMemoryBuilder,
+    LinuxNamespaceBuilder, LinuxNamespaceType, LinuxPidsBuilder, LinuxResourcesBuilder,
+    LinuxSeccomp, Mount, MountBuilder, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder,
+    RootBuilder, Spec, SpecBuilder, UserBuilder,
+};
+
+use super::user::{self, UserError};
+
+/// The seccomp profile every function runs under (deny-list, like Docker's
+/// default in spirit: kernel-module, mount, namespace, keyring, tracing and
+/// clock syscalls fail with EPERM; clone3 reports ENOSYS so libcs fall back
+/// to clone, whose CLONE_NEWUSER flag is refused).
+pub const DEFAULT_SECCOMP_PROFILE: &str = include_str!("../../seccomp/default.json");
+
+/// PATH used when the image sets none (Docker's default).
+pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The pids limit of every run: enough for any function, a stop for fork bombs
+/// (effective once limits are enforced through cgroups).
+pub const PIDS_LIMIT: i64 = 1024;
+
+/// Errors of spec building.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The image names nothing to run.
+    #[error("the image config has neither an Entrypoint nor a Cmd; there is nothing to run")]
+    NothingToRun,
+    /// The image's User cannot be resolved.
+    #[error(transparent)]
+    User(#[from] UserError),
+    /// The embedded seccomp profile is broken (a build defect).
+    #[error("the embedded seccomp profile is invalid: {0}")]
+    Seccomp(serde_json::Error),
+    /// oci-spec refused a value.
+    #[error("cannot build the runtime spec: {0}")]
+    Build(#[from] oci_spec::OciSpecError),
+}
+
+/// Resource limits of a run, already parsed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// CPU in millicores.
+    pub cpu_millis: Option<u64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+}
+
+/// Everything a spec is built from.
+#[derive(Debug, Clone)]
+pub struct SpecInput<'a> {
+    /// The prepared, writable root filesystem of this run.
+    pub rootfs: &'a Path,
+    /// The image config's `config` section.
+    pub image: Option<&'a ImageConfig>,
+    /// Share xfn's network namespace (NetworkPolicy::Runner).
+    pub host_network: bool,
+    /// Limits.
+    pub limits: Limits,
+    /// Hostname of the container.
+    pub hostname: &'a str,
+}
+
+/// Builds the spec.
+pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
+    let empty = ImageConfig::default();
+    let image = input.image.unwrap_or(&empty);
+
+    let mut args: Vec<String> = image.entrypoint().clone().unwrap_or_default();
+    args.extend(image.cmd().clone().unwrap_or_default());
+    if args.is_empty() {
+        return Err(SpecError::NothingToRun);
+    }
+    let mut env: Vec<String> = image.env().clone().unwrap_or_default();
+    if !env.iter().any(|e| e.starts_with("PATH=")) {
+        env.push(DEFAULT_PATH.to_string());
+    }
+    let cwd = match image.working_dir().as_deref() {
+        Some(dir) if !dir.is_empty() => dir.to_string(),
+        _ => "/".to_string(),
+    };
+    let resolved = user::resolve(image.user().as_deref().unwrap_or(""), input.rootfs)?;
+    let user = UserBuilder::default()
+        .uid(resolved.uid)
+        .gid(resolved.gid)
+        .additional_gids(resolved.additional_gids)
+        .build()?;
+
+    let caps = capabilities();
+    let capabilities = LinuxCapabilitiesBuilder::default()
+        .bounding(caps.clone())
+        .effective(caps.clone())
+        .permitted(caps)
+        .inheritable(HashSet::new())
+        .ambient(HashSet::new())
+        .build()?;
+    let nofile = nofile_limit();
+    let process = ProcessBuilder::default()
+        .terminal(false)
+        .user(user)
+        .args(args)
+        .env(env)
+        .cwd(PathBuf::from(cwd))
+        .capabilities(capabilities)
+        .no_new_privileges(true)
+        .rlimits(vec![PosixRlimitBuilder::default()
+            .typ(PosixRlimitType::RlimitNofile)
+            .soft(nofile)
+            .hard(nofile)
+            .build()?])
+        .build()?;
+
+    let mut namespaces = vec![
+        LinuxNamespaceType::Pid,
+        LinuxNamespaceType::Ipc,
+        LinuxNamespaceType::Uts,
+        LinuxNamespaceType::Mount,
+        LinuxNamespaceType::Cgroup,
+    ];
+    if !input.host_network {
+        namespaces.push(LinuxNamespaceType::Network);
+    }
+    let namespaces = namespaces
+        .into_iter()
+        .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let seccomp: LinuxSeccomp =
+        serde_json::from_str(DEFAULT_SECCOMP_PROFILE).map_err(SpecError::Seccomp)?;
+    let linux = LinuxBuilder::default()
+        .namespaces(namespaces)
+        .masked_paths(masked_paths())
+        .readonly_paths(readonly_paths())
+        .resources(resources(input.limits)?)
+        .seccomp(seccomp)
+        .build()?;
+
+    Ok(SpecBuilder::default()
+        .version("1.0.2")
+        .hostname(input.hostname.to_string())
+        .root(
+            RootBuilder::default()
+                .path(input.rootfs.to_path_buf())
+                // Each run's rootfs is its own (tmpfs upper or copy), so a
+                // function may write to it; nothing outlives the run.
+                .readonly(false)
+                .build()?,
+        )
+        .mounts(mounts(input.host_network)?)
+        .process(process)
+        .linux(linux)
+        .build()?)
+}
+
+/// The capabilities a function keeps: only what a process running as root
+/// inside the container needs to manage its own files and processes:
+/// CHOWN, DAC_OVERRIDE, FOWNER, FSETID (files in its own rootfs), KILL (its
+/// own children), SETUID/SETGID (dropping to another user). No NET_RAW,
+/// MKNOD, SYS_CHROOT, SETFCAP, SETPCAP, AUDIT_WRITE or NET_BIND_SERVICE:
+/// functions talk over stdin/stdout and need none of them. All of these are
+/// capabilities in xfn's user namespace only, never on the host.
+fn capabilities() -> HashSet<Capability> {
+    [
+        Capability::Chown,
+        Capability::DacOverride,
+        Capability::Fowner,
+        Capability::Fsetid,
+        Capability::Kill,
+        Capability::Setuid,
+        Capability::Setgid,
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// RLIMIT_NOFILE for the function: 65536 where xfn's own hard limit allows
+/// (an unprivileged namespace cannot raise a hard limit).
+fn nofile_limit() -> u64 {
+    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(_, hard)| hard)
+        .unwrap_or(1024);
+    hard.min(65536)
+}
+
+fn masked_paths() -> Vec<String> {
+    [
+        "/proc/acpi",
+        "/proc/asound",
+        "/proc/interrupts",
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/latency_stats",
+        "/proc/sched_debug",
+        "/proc/scsi",
+        "/proc/timer_list",
+        "/proc/timer_stats",
+        "/sys/devices/virtual/powercap",
+        "/sys/firmware",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn readonly_paths() -> Vec<String> {
+    [
+        "/proc/bus",
+        "/proc/fs",
+        "/proc/irq",
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// cpu and memory go into the spec even where crun cannot apply them (cgroup
+/// manager disabled) so the spec is the same once limits are enforced.
+fn resources(limits: Limits) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
+    const PERIOD_US: u64 = 100_000;
+    let mut builder = LinuxResourcesBuilder::default()
+        .pids(LinuxPidsBuilder::default().limit(PIDS_LIMIT).build()?);
+    if let Some(bytes) = limits.memory_bytes {
+        let limit = i64::try_from(bytes).unwrap_or(i64::MAX);
+        builder = builder.memory(LinuxMemoryBuilder::default().limit(limit).build()?);
+    }
+    if let Some(millis) = limits.cpu_millis {
+        // quota per 100ms period: 1000m = 100_000us; at least 1ms (the kernel minimum).
+        let quota = i64::try_from(millis.saturating_mul(PERIOD_US) / 1000)
+            .unwrap_or(i64::MAX)
+            .max(1000);
+        builder = builder.cpu(
+            LinuxCpuBuilder::default()
+                .quota(quota)
+                .period(PERIOD_US)
+                .build()?,
+        );
+    }
+    Ok(builder.build()?)
+}
+
+fn mount(destination: &str, typ: &str, source: &str, options: &[&str]) -> Result<Mount, SpecError> {
+    Ok(MountBuilder::default()
+        .destination(PathBuf::from(destination))
+        .typ(typ.to_string())
+        .source(PathBuf::from(source))
+        .options(options.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+        .build()?)
+}
+
+fn mounts(host_network: bool) -> Result<Vec<Mount>, SpecError> {
+    let mut mounts = vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"])?,
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        )?,
+        // No gid=5: group tty is not mapped in an own-id namespace.
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+            ],
+        )?,
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        )?,
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        )?,
+        mount("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"])?,
+    ];
+    if host_network {
+        // A sysfs mount needs a network namespace of our own; without one,
+        // bind the host's read-only instead.
+        mounts.push(mount(
+            "/sys",
+            "none",
+            "/sys",
+            &["rbind", "nosuid", "noexec", "nodev", "ro"],
+        )?);
+        if Path::new("/etc/resolv.conf").exists() {
+            mounts.push(mount(
+                "/etc/resolv.conf",
+                "none",
+                "/etc/resolv.conf",
+                &["rbind", "nosuid", "noexec", "nodev", "ro"],
+            )?);
+        }
+    } else {
+        mounts.push(mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        )?);
+    }
+    Ok(mounts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oci_spec::image::ConfigBuilder;
+
+    fn input<'a>(rootfs: &'a Path, image: &'a ImageConfig) -> SpecInput<'a> {
+        SpecInput {
+            rootfs,
+            image: Some(image),
+            host_network: false,
+            limits: Limits::default(),
+            hostname: "fn",
+        }
+    }
+
+    #[test]
+    fn entrypoint_and_cmd_are_joined() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .entrypoint(vec!["/bin/sh".to_string(), "-c".to_string()])
+            .cmd(vec!["echo hi".to_string()])
+            .build()
+            .unwrap();
+        let spec = build(&input(dir.path(), &image)).unwrap();
+        let process = spec.process().as_ref().unwrap();
+        assert_eq!(
+            process.args().as_ref().unwrap(),
+            &["/bin/sh", "-c", "echo hi"]
+        );
+        assert!(process
+            .env()
+            .as_ref()
+            .unwrap()
+            .contains(&DEFAULT_PATH.to_string()));
+        assert_eq!(process.cwd(), Path::new("/"));
+    }
+
+    #[test]
+    fn nothing_to_run_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ImageConfig::default();
+        assert!(matches!(
+            build(&input(dir.path(), &image)),
+            Err(SpecError::NothingToRun)
+        ));
+    }
+
+    #[test]
+    fn image_path_env_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .env(vec!["PATH=/only".to_string(), "A=b".to_string()])
+            .working_dir("/work".to_string())
+            .build()
+            .unwrap();
+        let spec = build(&input(dir.path(), &image)).unwrap();
+        let process = spec.process().as_ref().unwrap();
+        assert_eq!(process.env().as_ref().unwrap(), &["PATH=/only", "A=b"]);
+        assert_eq!(process.cwd(), Path::new("/work"));
+    }
+
+    #[test]
+    fn network_policy_decides_the_netns_and_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let has_netns = |spec: &Spec| {
+            spec.linux()
+                .as_ref()
+                .unwrap()
+                .namespaces()
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|n| n.typ() == LinuxNamespaceType::Network)
+        };
+        let isolated = build(&input(dir.path(), &image)).unwrap();
+        assert!(has_netns(&isolated));
+        let mut runner = input(dir.path(), &image);
+        runner.host_network = true;
+        let runner = build(&runner).unwrap();
+        assert!(!has_netns(&runner));
+        let sys = runner
+            .mounts()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.destination() == Path::new("/sys"))
+            .unwrap();
+        assert_eq!(sys.typ().as_deref(), Some("none"));
+    }
+
+    #[test]
+    fn limits_land_in_resources() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let mut i = input(dir.path(), &image);
+        i.limits = Limits {
+            cpu_millis: Some(500),
+            memory_bytes: Some(128 << 20),
+        };
+        let spec = build(&i).unwrap();
+        let resources = spec.linux().as_ref().unwrap().resources().as_ref().unwrap();
+        assert_eq!(
+            resources.memory().as_ref().unwrap().limit(),
+            Some(128 << 20)
+        );
+        assert_eq!(resources.cpu().as_ref().unwrap().quota(), Some(50_000));
+        assert_eq!(resources.pids().as_ref().unwrap().limit(), PIDS_LIMIT);
+    }
+
+    #[test]
+    fn seccomp_profile_parses() {
+        let profile: LinuxSeccomp = serde_json::from_str(DEFAULT_SECCOMP_PROFILE).unwrap();
+        assert!(profile.syscalls().as_ref().unwrap().len() >= 3);
+    }
+}

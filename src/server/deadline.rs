@@ -1,0 +1,87 @@
+//! The caller's gRPC deadline: the `grpc-timeout` request header
+//! (<https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>).
+use std::time::Duration;
+
+/// The metadata key gRPC clients put their deadline in.
+pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+
+/// Parses a `grpc-timeout` value: at most 8 ASCII digits and a unit
+/// (`H`, `M`, `S`, `m`, `u`, `n`). `None` when malformed, as gRPC servers
+/// treat a malformed header as absent.
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    if digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// The caller's deadline from request metadata, if it sent one.
+pub fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    metadata
+        .get(GRPC_TIMEOUT_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(parse_grpc_timeout)
+}
+
+/// The time a run gets: the request's own timeout capped by the caller's
+/// deadline, when it has one.
+pub fn effective_timeout(requested: Duration, caller: Option<Duration>) -> Duration {
+    match caller {
+        Some(caller) => requested.min(caller),
+        None => requested,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
+    }
+
+    #[test]
+    fn rejects_malformed_values() {
+        for bad in ["", "S", "5", "5x", "123456789S", "-5S", "5 S", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn caller_deadline_caps_the_request_timeout() {
+        let req = Duration::from_secs(25);
+        assert_eq!(effective_timeout(req, None), req);
+        assert_eq!(
+            effective_timeout(req, Some(Duration::from_secs(1))),
+            Duration::from_secs(1)
+        );
+        assert_eq!(effective_timeout(req, Some(Duration::from_secs(60))), req);
+    }
+
+    #[test]
+    fn reads_the_header_from_metadata() {
+        let mut md = tonic::metadata::MetadataMap::new();
+        assert_eq!(caller_deadline(&md), None);
+        md.insert(GRPC_TIMEOUT_HEADER, "1500m".parse().unwrap());
+        assert_eq!(caller_deadline(&md), Some(Duration::from_millis(1500)));
+    }
+}

@@ -1,0 +1,38 @@
+//! The seam between the gRPC service and the run engine, so the service's
+//! admission, deadline and status logic can be unit-tested with a fake.
+use crate::runner::{RunConfig, RunError, RunOutput, Runner};
+
+/// Something that runs one function image once.
+#[async_trait::async_trait]
+pub trait FunctionRunner: Send + Sync + 'static {
+    /// Runs `image` with `input` on stdin. Dropping the returned future must
+    /// stop the run and clean up after it (a cancelled gRPC call drops it).
+    async fn run(
+        &self,
+        image: &str,
+        input: &[u8],
+        config: &RunConfig,
+    ) -> Result<RunOutput, RunError>;
+
+    /// Whether CPU/memory/pids limits are really enforced (cgroup v2
+    /// delegation) — exported as the `xfn_limits_enforced` gauge.
+    fn limits_enforced(&self) -> bool {
+        false
+    }
+}
+
+#[async_trait::async_trait]
+impl FunctionRunner for Runner {
+    async fn run(
+        &self,
+        image: &str,
+        input: &[u8],
+        config: &RunConfig,
+    ) -> Result<RunOutput, RunError> {
+        Runner::run(self, image, input, config).await
+    }
+
+    fn limits_enforced(&self) -> bool {
+        self.limits_unavailable().is_none()
+    }
+}

@@ -1,0 +1,214 @@
+//! Prometheus metrics of the runner service and the tiny HTTP server that
+//! exposes them at `/metrics`.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Errors of the metrics endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The listen address could not be bound.
+    #[error("cannot listen for metrics on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("metrics server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+type OutcomeLabels = Vec<(&'static str, &'static str)>;
+type DurationFamily = Family<OutcomeLabels, Histogram, fn() -> Histogram>;
+
+/// Buckets from 1 ms to ~33 s: a warm run is milliseconds, a cold pull or a
+/// timeout is seconds.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every metric the service records.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    runs: Family<OutcomeLabels, Counter>,
+    run_duration: DurationFamily,
+    in_flight: Gauge,
+    queued: Gauge,
+    limits_enforced: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics, registered under the `xfn_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("xfn");
+        let runs = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "runs",
+            "RunFunction calls by outcome (ok or the gRPC status code)",
+            runs.clone(),
+        );
+        let run_duration = DurationFamily::new_with_constructor(duration_histogram);
+        registry.register(
+            "run_duration_seconds",
+            "Wall time of RunFunction calls, from admission to answer, by outcome",
+            run_duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register("runs_in_flight", "Runs executing now", in_flight.clone());
+        let queued = Gauge::default();
+        registry.register(
+            "runs_queued",
+            "Calls waiting for a run slot (--max-concurrent-runs)",
+            queued.clone(),
+        );
+        let limits_enforced = Gauge::default();
+        registry.register(
+            "limits_enforced",
+            "1 when CPU/memory/pids limits are enforced by a delegated cgroup v2, else 0",
+            limits_enforced.clone(),
+        );
+        Self {
+            registry,
+            runs,
+            run_duration,
+            in_flight,
+            queued,
+            limits_enforced,
+        }
+    }
+
+    /// Records a finished call.
+    pub fn record_run(&self, outcome: &'static str, duration: Duration) {
+        let labels = vec![("outcome", outcome)];
+        self.runs.get_or_create(&labels).inc();
+        self.run_duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// The runs-in-flight gauge.
+    pub fn in_flight(&self) -> &Gauge {
+        &self.in_flight
+    }
+
+    /// The queued-calls gauge.
+    pub fn queued(&self) -> &Gauge {
+        &self.queued
+    }
+
+    /// Sets the limits-enforced gauge.
+    pub fn set_limits_enforced(&self, enforced: bool) {
+        self.limits_enforced.set(i64::from(enforced));
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Binds `address` for the metrics endpoint.
+pub async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| MetricsError::Bind { address, source })
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), MetricsError> {
+    use axum::http::header::CONTENT_TYPE;
+    use axum::routing::get;
+
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(
+                        CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.render(),
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(MetricsError::Serve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_runs_by_outcome() {
+        let metrics = Metrics::new();
+        metrics.record_run("ok", Duration::from_millis(5));
+        metrics.record_run("ok", Duration::from_millis(7));
+        metrics.record_run("not_found", Duration::from_millis(1));
+        metrics.in_flight().inc();
+        metrics.set_limits_enforced(true);
+        let text = metrics.render();
+        assert!(text.contains("xfn_runs_total{outcome=\"ok\"} 2"), "{text}");
+        assert!(
+            text.contains("xfn_runs_total{outcome=\"not_found\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xfn_run_duration_seconds_count{outcome=\"ok\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("xfn_runs_in_flight 1"), "{text}");
+        assert!(text.contains("xfn_limits_enforced 1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_over_http() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = Arc::new(Metrics::new());
+        metrics.record_run("ok", Duration::from_millis(5));
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, metrics, async move {
+            let _ = stopped.await;
+        }));
+        let mut conn = tokio::net::TcpStream::connect(address).await.unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut body = String::new();
+        conn.read_to_string(&mut body).await.unwrap();
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(body.contains("xfn_runs_total{outcome=\"ok\"} 1"), "{body}");
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
+    }
+}

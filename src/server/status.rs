@@ -1,0 +1,111 @@
+//! The one place a run's error becomes a gRPC status, so the mapping is easy
+//! to read and to adjust as the engine's error variants grow.
+use tonic::{Code, Status};
+
+use crate::image::store::ImageErrorKind;
+use crate::runner::RunError;
+
+/// The gRPC code of an image error.
+fn image_code(kind: ImageErrorKind) -> Code {
+    match kind {
+        ImageErrorKind::InvalidArgument => Code::InvalidArgument,
+        ImageErrorKind::NotFound => Code::NotFound,
+        ImageErrorKind::Unauthorized => Code::PermissionDenied,
+        ImageErrorKind::Unavailable => Code::Unavailable,
+        // Pull policy Never and not cached: the caller's own precondition.
+        ImageErrorKind::NotPresent => Code::FailedPrecondition,
+        ImageErrorKind::Corrupt => Code::DataLoss,
+        // A property of the image the caller named, not of the daemon's load.
+        ImageErrorKind::TooManyLayers => Code::InvalidArgument,
+        ImageErrorKind::Extract | ImageErrorKind::Io => Code::Internal,
+    }
+}
+
+/// The gRPC status a caller gets for a failed run, with a message a user can
+/// act on (the error's own text: it names the image, the exit code and the
+/// tail of the function's stderr where there is one).
+pub fn status_of(err: &RunError) -> Status {
+    let code = match err {
+        RunError::Image(image) => image_code(image.kind()),
+        RunError::InvalidConfig(_) => Code::InvalidArgument,
+        RunError::Timeout(_) => Code::DeadlineExceeded,
+        // The function ran and failed: Crossplane should not retry blindly.
+        RunError::FunctionFailed { .. } => Code::Aborted,
+        RunError::OutputTooLarge { .. } => Code::ResourceExhausted,
+        RunError::LimitsUnavailable(_) => Code::FailedPrecondition,
+        RunError::Internal(_) => Code::Internal,
+    };
+    Status::new(code, err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn run_errors_map_to_their_codes() {
+        let cases = [
+            (
+                RunError::InvalidConfig("bad cpu".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                RunError::Timeout(Duration::from_secs(1)),
+                Code::DeadlineExceeded,
+            ),
+            (
+                RunError::OutputTooLarge {
+                    stream: "stdout",
+                    limit: 10,
+                },
+                Code::ResourceExhausted,
+            ),
+            (
+                RunError::LimitsUnavailable("no cgroup".into()),
+                Code::FailedPrecondition,
+            ),
+            (RunError::Internal("crun".into()), Code::Internal),
+        ];
+        for (err, code) in cases {
+            assert_eq!(status_of(&err).code(), code, "{err}");
+        }
+    }
+
+    #[test]
+    fn a_failed_function_carries_exit_code_and_stderr() {
+        let status = status_of(&RunError::FunctionFailed {
+            code: 3,
+            stderr_tail: b"boom: no such thing\n".to_vec(),
+        });
+        assert_eq!(status.code(), Code::Aborted);
+        assert!(
+            status.message().contains("exit code 3"),
+            "{}",
+            status.message()
+        );
+        assert!(
+            status.message().contains("boom: no such thing"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn image_kinds_map_to_their_codes() {
+        assert_eq!(image_code(ImageErrorKind::NotFound), Code::NotFound);
+        assert_eq!(
+            image_code(ImageErrorKind::Unauthorized),
+            Code::PermissionDenied
+        );
+        assert_eq!(image_code(ImageErrorKind::Unavailable), Code::Unavailable);
+        assert_eq!(
+            image_code(ImageErrorKind::InvalidArgument),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            image_code(ImageErrorKind::NotPresent),
+            Code::FailedPrecondition
+        );
+    }
+}

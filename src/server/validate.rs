@@ -1,0 +1,300 @@
+//! Checking a `RunFunctionRequest` before any work is done, and turning it
+//! into the engine's [`RunConfig`].
+use std::time::Duration;
+
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::proto::v1alpha1 as pb;
+use crate::runner::{NetworkPolicy, RunConfig};
+
+/// The apiVersions a FunctionIO may carry (the alpha and its renamed group).
+pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
+    "apiextensions.crossplane.io/v1alpha1",
+    "fn.apiextensions.crossplane.io/v1alpha1",
+];
+
+/// Why a request is refused before it runs; each becomes InvalidArgument.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidRequest {
+    /// No image.
+    #[error("image is empty")]
+    EmptyImage,
+    /// The input is over the daemon's limit.
+    #[error("input is {size} bytes, over the limit of {limit} bytes (--max-input-bytes)")]
+    InputTooLarge {
+        /// Input size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The input is not YAML.
+    #[error("input is not a FunctionIO: not YAML: {0}")]
+    NotYaml(String),
+    /// The input is YAML but no mapping.
+    #[error("input is not a FunctionIO: not a YAML mapping")]
+    NotMapping,
+    /// apiVersion/kind name another type.
+    #[error("input is not a FunctionIO: {0}")]
+    WrongType(String),
+    /// A negative timeout.
+    #[error("run_function_config.timeout is negative")]
+    NegativeTimeout,
+    /// An enum value this server does not know.
+    #[error("unknown {field} value {value}")]
+    UnknownEnum {
+        /// The field.
+        field: &'static str,
+        /// Its numeric value.
+        value: i32,
+    },
+}
+
+/// Checks that `input` is a FunctionIO: a YAML mapping whose apiVersion and
+/// kind, where present, name FunctionIO (Crossplane's runner sent them; older
+/// hand-written inputs omit them).
+pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
+    if input.len() > limit {
+        return Err(InvalidRequest::InputTooLarge {
+            size: input.len(),
+            limit,
+        });
+    }
+    let value: serde_yaml::Value =
+        serde_yaml::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
+    let map = value.as_mapping().ok_or(InvalidRequest::NotMapping)?;
+    if let Some(api_version) = map.get("apiVersion") {
+        let api_version = api_version
+            .as_str()
+            .ok_or_else(|| InvalidRequest::WrongType("apiVersion is not a string".into()))?;
+        if !FUNCTION_IO_API_VERSIONS.contains(&api_version) {
+            return Err(InvalidRequest::WrongType(format!(
+                "apiVersion {api_version:?} is not one of {FUNCTION_IO_API_VERSIONS:?}"
+            )));
+        }
+    }
+    if let Some(kind) = map.get("kind") {
+        if kind.as_str() != Some("FunctionIO") {
+            return Err(InvalidRequest::WrongType(format!(
+                "kind is {kind:?}, not FunctionIO"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validates `request` and returns the image and run configuration; the
+/// timeout is the request's, else `default_timeout` (before the caller's
+/// deadline caps it).
+pub fn run_config_of(
+    request: &pb::RunFunctionRequest,
+    default_timeout: Duration,
+    max_input_bytes: usize,
+) -> Result<RunConfig, InvalidRequest> {
+    if request.image.trim().is_empty() {
+        return Err(InvalidRequest::EmptyImage);
+    }
+    check_function_io(&request.input, max_input_bytes)?;
+
+    let mut config = RunConfig {
+        timeout: default_timeout,
+        ..RunConfig::default()
+    };
+    if let Some(pull) = &request.image_pull_config {
+        config.pull_policy = match pb::ImagePullPolicy::try_from(pull.pull_policy) {
+            Ok(pb::ImagePullPolicy::Unspecified | pb::ImagePullPolicy::IfNotPresent) => {
+                PullPolicy::IfNotPresent
+            }
+            Ok(pb::ImagePullPolicy::Always) => PullPolicy::Always,
+            Ok(pb::ImagePullPolicy::Never) => PullPolicy::Never,
+            Err(_) => {
+                return Err(InvalidRequest::UnknownEnum {
+                    field: "image_pull_config.pull_policy",
+                    value: pull.pull_policy,
+                })
+            }
+        };
+        if let Some(auth) = &pull.auth {
+            config.auth = RegistryAuth {
+                username: auth.username.clone(),
+                password: auth.password.clone(),
+                auth: auth.auth.clone(),
+                identity_token: auth.identity_token.clone(),
+                registry_token: auth.registry_token.clone(),
+            };
+        }
+    }
+    if let Some(run) = &request.run_function_config {
+        if let Some(timeout) = &run.timeout {
+            if timeout.seconds < 0 || timeout.nanos < 0 {
+                return Err(InvalidRequest::NegativeTimeout);
+            }
+            let timeout = Duration::new(timeout.seconds as u64, timeout.nanos as u32);
+            // Zero means "not set" in proto3; Crossplane's runner fell back too.
+            if !timeout.is_zero() {
+                config.timeout = timeout;
+            }
+        }
+        if let Some(network) = &run.network {
+            config.network = match pb::NetworkPolicy::try_from(network.policy) {
+                Ok(pb::NetworkPolicy::Unspecified | pb::NetworkPolicy::Isolated) => {
+                    NetworkPolicy::Isolated
+                }
+                Ok(pb::NetworkPolicy::Runner) => NetworkPolicy::Runner,
+                Err(_) => {
+                    return Err(InvalidRequest::UnknownEnum {
+                        field: "run_function_config.network.policy",
+                        value: network.policy,
+                    })
+                }
+            };
+        }
+        if let Some(limits) = run.resources.as_ref().and_then(|r| r.limits.as_ref()) {
+            config.cpu = Some(limits.cpu.clone()).filter(|s| !s.is_empty());
+            config.memory = Some(limits.memory.clone()).filter(|s| !s.is_empty());
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IO: &[u8] =
+        b"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved: {}\n";
+
+    fn request(input: &[u8]) -> pb::RunFunctionRequest {
+        pb::RunFunctionRequest {
+            image: "registry.test/fn:v1".into(),
+            input: input.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accepts_function_io_of_both_groups_and_bare_mappings() {
+        check_function_io(IO, 1 << 20).unwrap();
+        check_function_io(
+            b"apiVersion: fn.apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\n",
+            1 << 20,
+        )
+        .unwrap();
+        check_function_io(b"observed: {}\n", 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn refuses_what_is_no_function_io() {
+        assert!(matches!(
+            check_function_io(b"{ unclosed", 1 << 20),
+            Err(InvalidRequest::NotYaml(_))
+        ));
+        assert_eq!(
+            check_function_io(b"- a\n- b\n", 1 << 20),
+            Err(InvalidRequest::NotMapping)
+        );
+        assert_eq!(
+            check_function_io(b"", 1 << 20),
+            Err(InvalidRequest::NotMapping)
+        );
+        assert!(matches!(
+            check_function_io(b"apiVersion: v1\nkind: ConfigMap\n", 1 << 20),
+            Err(InvalidRequest::WrongType(_))
+        ));
+        assert!(matches!(
+            check_function_io(
+                b"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: Composition\n",
+                1 << 20
+            ),
+            Err(InvalidRequest::WrongType(_))
+        ));
+    }
+
+    #[test]
+    fn refuses_oversized_input_before_parsing() {
+        assert_eq!(
+            check_function_io(IO, 10),
+            Err(InvalidRequest::InputTooLarge {
+                size: IO.len(),
+                limit: 10
+            })
+        );
+    }
+
+    #[test]
+    fn empty_image_is_refused() {
+        let mut req = request(IO);
+        req.image = " ".into();
+        assert_eq!(
+            run_config_of(&req, Duration::from_secs(25), 1 << 20).unwrap_err(),
+            InvalidRequest::EmptyImage
+        );
+    }
+
+    #[test]
+    fn defaults_apply_when_the_request_sets_nothing() {
+        let config = run_config_of(&request(IO), Duration::from_secs(25), 1 << 20).unwrap();
+        assert_eq!(config.timeout, Duration::from_secs(25));
+        assert_eq!(config.pull_policy, PullPolicy::IfNotPresent);
+        assert_eq!(config.network, NetworkPolicy::Isolated);
+        assert_eq!(config.cpu, None);
+    }
+
+    #[test]
+    fn request_fields_become_the_run_config() {
+        let mut req = request(IO);
+        req.image_pull_config = Some(pb::ImagePullConfig {
+            pull_policy: pb::ImagePullPolicy::Never as i32,
+            auth: Some(pb::ImagePullAuth {
+                username: "u".into(),
+                password: "p".into(),
+                ..Default::default()
+            }),
+        });
+        req.run_function_config = Some(pb::RunFunctionConfig {
+            resources: Some(pb::ResourceConfig {
+                limits: Some(pb::ResourceLimits {
+                    memory: "128Mi".into(),
+                    cpu: "".into(),
+                }),
+            }),
+            network: Some(pb::NetworkConfig {
+                policy: pb::NetworkPolicy::Runner as i32,
+            }),
+            timeout: Some(prost_types::Duration {
+                seconds: 3,
+                nanos: 0,
+            }),
+        });
+        let config = run_config_of(&req, Duration::from_secs(25), 1 << 20).unwrap();
+        assert_eq!(config.pull_policy, PullPolicy::Never);
+        assert_eq!(config.auth.username, "u");
+        assert_eq!(config.network, NetworkPolicy::Runner);
+        assert_eq!(config.timeout, Duration::from_secs(3));
+        assert_eq!(config.memory.as_deref(), Some("128Mi"));
+        assert_eq!(config.cpu, None);
+    }
+
+    #[test]
+    fn unknown_enums_and_negative_timeouts_are_refused() {
+        let mut req = request(IO);
+        req.image_pull_config = Some(pb::ImagePullConfig {
+            pull_policy: 42,
+            auth: None,
+        });
+        assert!(matches!(
+            run_config_of(&req, Duration::from_secs(1), 1 << 20),
+            Err(InvalidRequest::UnknownEnum { .. })
+        ));
+        let mut req = request(IO);
+        req.run_function_config = Some(pb::RunFunctionConfig {
+            timeout: Some(prost_types::Duration {
+                seconds: -1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            run_config_of(&req, Duration::from_secs(1), 1 << 20).unwrap_err(),
+            InvalidRequest::NegativeTimeout
+        );
+    }
+}

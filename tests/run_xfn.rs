@@ -1,0 +1,461 @@
+//! `xfn run` end to end: the real binary (namespace entry happens in its
+//! main), real crun, a real registry on 127.0.0.1 and images built here.
+//!
+//! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root
+//! (to test both the 65536-id range and, via setpriv, uid 65532 without
+//! capabilities).
+mod support;
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use support::*;
+
+struct Fixture {
+    registry: Registry,
+    _dir: tempfile::TempDir,
+    cache: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = world_traversable_tempdir();
+        let cache = dir.path().join("cache");
+        Fixture {
+            registry: Registry::start(),
+            _dir: dir,
+            cache,
+        }
+    }
+
+    /// An image of busybox plus the script as entrypoint, at
+    /// `/fn-<repo>.sh`: a name unique per test, so a leftover-process check
+    /// cannot mistake another test's function for its own.
+    fn script_image(&self, name: &str, script: &str) -> String {
+        let path = script_path(name);
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(Layer::new().file(&path, 0o755, format!("#!/bin/sh\n{script}\n")))
+            .entrypoint([path.as_str()])
+            .push(&self.registry, name)
+            .reference
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = xfn_command();
+        cmd.arg("run").arg("--cache-dir").arg(&self.cache);
+        cmd
+    }
+}
+
+/// Where [`Fixture::script_image`] puts the script of image `name`.
+fn script_path(name: &str) -> String {
+    format!("/fn-{}.sh", name.split(':').next().unwrap())
+}
+
+/// Runs `cmd` with `input` on stdin.
+fn run_with_input(mut cmd: Command, input: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn xfn");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
+    let mut cmd = fx.command();
+    cmd.args(flags).arg(image).arg("-");
+    run_with_input(cmd, input)
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "xfn failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn failure(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "xfn should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Nothing of any run is left in the cache dir, and no container process.
+fn assert_no_leftovers(cache: &Path, marker: &str) {
+    for sub in ["run/bundles", "run/crun", "run/rootfs"] {
+        let left: Vec<_> = std::fs::read_dir(cache.join(sub))
+            .unwrap_or_else(|e| panic!("{sub}: {e}"))
+            .collect();
+        assert!(left.is_empty(), "{sub} not empty: {left:?}");
+    }
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!cmdline.contains(marker), "process left: {cmdline}");
+    }
+}
+
+const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1
+kind: FunctionIO
+observed:
+  composite:
+    resource:
+      apiVersion: example.org/v1
+      kind: XBucket
+      metadata:
+        name: test
+desired: {}
+";
+
+#[test]
+fn a_function_adds_a_desired_resource_to_its_function_io() {
+    let fx = Fixture::new();
+    let image = fx.script_image(
+        "add-resource:v1",
+        r#"sed '/^desired: {}$/d'
+printf 'desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n'"#,
+    );
+    let out = run(&fx, &image, FUNCTION_IO.as_bytes(), &[]);
+    let expected = FUNCTION_IO.replace("desired: {}\n", "")
+        + "desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n";
+    assert_eq!(stdout(&out), expected);
+    assert_no_leftovers(&fx.cache, &script_path("add-resource"));
+}
+
+#[test]
+fn a_function_answers_a_run_function_request() {
+    let fx = Fixture::new();
+    let image = fx.script_image(
+        "v1-fn:v1",
+        r#"tag=$(sed -n 's/.*"tag":"\([^"]*\)".*/\1/p')
+printf '{"meta":{"tag":"%s","ttl":"60s"},"desired":{"composite":{}}}' "$tag""#,
+    );
+    let request = r#"{"meta":{"tag":"abc123"},"observed":{"composite":{"resource":{}}}}"#;
+    let out = run(&fx, &image, request.as_bytes(), &[]);
+    assert_eq!(
+        stdout(&out),
+        r#"{"meta":{"tag":"abc123","ttl":"60s"},"desired":{"composite":{}}}"#
+    );
+}
+
+#[test]
+fn entrypoint_and_cmd_combinations() {
+    let fx = Fixture::new();
+    let both = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/echo", "entry"])
+        .cmd(["cmd"])
+        .push(&fx.registry, "both:v1")
+        .reference;
+    assert_eq!(stdout(&run(&fx, &both, b"", &[])), "entry cmd\n");
+    let entry_only = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/echo", "only-entry"])
+        .push(&fx.registry, "entry:v1")
+        .reference;
+    assert_eq!(stdout(&run(&fx, &entry_only, b"", &[])), "only-entry\n");
+    let cmd_only = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .cmd(["/bin/echo", "only-cmd"])
+        .push(&fx.registry, "cmd:v1")
+        .reference;
+    assert_eq!(stdout(&run(&fx, &cmd_only, b"", &[])), "only-cmd\n");
+    let neither = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .push(&fx.registry, "neither:v1")
+        .reference;
+    let err = failure(&run(&fx, &neither, b"", &[]));
+    assert!(err.contains("neither an Entrypoint nor a Cmd"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn env_workdir_and_default_path() {
+    let fx = Fixture::new();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "echo $GREETING; pwd; echo $PATH"])
+        .env(["GREETING=hello", "PATH=/bin"])
+        .working_dir("/work")
+        .push(&fx.registry, "env:v1")
+        .reference;
+    assert_eq!(stdout(&run(&fx, &image, b"", &[])), "hello\n/work\n/bin\n");
+    let no_path = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "echo $PATH; pwd"])
+        .env(Vec::<String>::new())
+        .push(&fx.registry, "nopath:v1")
+        .reference;
+    assert_eq!(
+        stdout(&run(&fx, &no_path, b"", &[])),
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/\n"
+    );
+}
+
+#[test]
+fn user_by_name_and_by_number() {
+    let fx = Fixture::new();
+    let with_user = |name: &str, user: &str| {
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .entrypoint(["/bin/sh", "-c", "id -u; id -g"])
+            .user(user)
+            .push(&fx.registry, name)
+            .reference
+    };
+    let by_name = with_user("byname:v1", "nonroot");
+    assert_eq!(stdout(&run(&fx, &by_name, b"", &[])), "65532\n65532\n");
+    let by_number = with_user("bynumber:v1", "1234:4321");
+    assert_eq!(stdout(&run(&fx, &by_number, b"", &[])), "1234\n4321\n");
+    let name_group = with_user("namegroup:v1", "nonroot:nogroup");
+    assert_eq!(stdout(&run(&fx, &name_group, b"", &[])), "65532\n65534\n");
+    let unknown = with_user("unknown:v1", "nosuchuser");
+    let err = failure(&run(&fx, &unknown, b"", &[]));
+    assert!(
+        err.contains("\"nosuchuser\" is not in the image's /etc/passwd"),
+        "{err}"
+    );
+}
+
+/// A TCP server on 127.0.0.1 answering every connection with "pong".
+fn pong_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let _ = stream.write_all(b"pong\n");
+        }
+    });
+    port
+}
+
+#[test]
+fn network_isolated_cannot_reach_the_host_runner_can() {
+    let fx = Fixture::new();
+    let port = pong_server();
+    let image = fx.script_image(
+        "net:v1",
+        &format!("nc -w 2 127.0.0.1 {port} </dev/null && echo reached || echo unreachable"),
+    );
+    assert_eq!(
+        stdout(&run(&fx, &image, b"", &["--network-policy", "Isolated"])),
+        "unreachable\n"
+    );
+    assert_eq!(
+        stdout(&run(&fx, &image, b"", &["--network-policy", "Runner"])),
+        "pong\nreached\n"
+    );
+    // Isolated is the default.
+    assert_eq!(stdout(&run(&fx, &image, b"", &[])), "unreachable\n");
+}
+
+#[test]
+fn a_function_that_never_exits_is_killed_at_the_timeout() {
+    let fx = Fixture::new();
+    let image = fx.script_image("hang:v1", "sleep 4711 & sleep 4711");
+    let err = failure(&run(&fx, &image, b"", &["--timeout", "1s"]));
+    assert!(err.contains("timed out after 1s"), "{err}");
+    assert_no_leftovers(&fx.cache, "sleep 4711");
+}
+
+#[test]
+fn non_zero_exit_reports_code_and_stderr_tail() {
+    let fx = Fixture::new();
+    let image = fx.script_image(
+        "fail:v1",
+        "echo 'first line' >&2; echo 'cannot compose: bad input' >&2; exit 7",
+    );
+    let err = failure(&run(&fx, &image, b"", &[]));
+    assert!(err.contains("exit code 7"), "{err}");
+    assert!(
+        err.contains("first line | cannot compose: bad input"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert_no_leftovers(&fx.cache, &script_path("fail"));
+}
+
+#[test]
+fn an_output_flood_hits_the_cap() {
+    let fx = Fixture::new();
+    let image = fx.script_image("flood:v1", "yes flood-4712");
+    let err = failure(&run(&fx, &image, b"", &["--max-output-bytes", "100000"]));
+    assert!(err.contains("more than 100000 bytes to stdout"), "{err}");
+    assert_no_leftovers(&fx.cache, "flood-4712");
+}
+
+#[test]
+fn files_written_to_the_rootfs_do_not_outlive_the_run() {
+    for mode in ["overlay", "copy"] {
+        let fx = Fixture::new();
+        let image = fx.script_image(
+            "writer:v1",
+            "test -e /left-behind && echo found || echo absent; echo x > /left-behind; echo y > /bin/busybox-was-here",
+        );
+        let flags = ["--rootfs", mode];
+        assert_eq!(stdout(&run(&fx, &image, b"", &flags)), "absent\n", "{mode}");
+        assert_eq!(stdout(&run(&fx, &image, b"", &flags)), "absent\n", "{mode}");
+        let found = Command::new("find")
+            .arg(&fx.cache)
+            .args(["-name", "left-behind", "-o", "-name", "busybox-was-here"])
+            .output()
+            .unwrap();
+        assert!(
+            found.stdout.is_empty(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&found.stdout)
+        );
+        assert_no_leftovers(&fx.cache, &script_path("writer"));
+    }
+}
+
+#[test]
+fn as_root_a_range_is_mapped_and_owners_are_right() {
+    let fx = Fixture::new();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().owner(65532, 65532).dir("/home", 0o755).file(
+            "/home/owned",
+            0o644,
+            "mine\n",
+        ))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "id -u; stat -c '%u:%g' /home/owned /bin/busybox; cat /proc/self/uid_map",
+        ])
+        .push(&fx.registry, "owners:v1")
+        .reference;
+    let out = stdout(&run(&fx, &image, b"", &[]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..3], ["0", "65532:65532", "0:0"], "{out}");
+    // Container uid 0 is host uid 100000 (the default --map-root-uid).
+    let map: Vec<&str> = lines[3].split_whitespace().collect();
+    assert_eq!(map, ["0", "100000", "65536"], "{out}");
+}
+
+#[test]
+fn unprivileged_without_capabilities_maps_its_own_id() {
+    let fx = Fixture::new();
+    dir_owned_by(&fx.cache, NONROOT);
+    let image = fx.script_image(
+        "unpriv:v1",
+        "id -u; stat -c '%u' /bin/busybox; cat /proc/self/uid_map; cat",
+    );
+    let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(&fx.cache)
+        .arg(&image)
+        .arg("-");
+    let out = stdout(&run_with_input(cmd, b"input\n"));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["0", "0"], "{out}");
+    let map: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(map, ["0", "65532", "1"], "{out}");
+    assert_eq!(lines[3], "input", "{out}");
+    assert_no_leftovers(&fx.cache, &script_path("unpriv"));
+}
+
+#[test]
+fn twenty_concurrent_runs_of_one_image_succeed() {
+    let fx = Fixture::new();
+    let image = fx.script_image("concurrent:v1", "cat; echo ' done'");
+    // Pull once so the runs share a warm cache (concurrent pulls are the store's tests).
+    assert_eq!(stdout(&run(&fx, &image, b"warm", &[])), "warm done\n");
+    let children: Vec<_> = (0..20)
+        .map(|i| {
+            let mut cmd = fx.command();
+            cmd.arg(&image).arg("-");
+            let mut child = cmd
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(format!("run {i}").as_bytes())
+                .unwrap();
+            (i, child)
+        })
+        .collect();
+    for (i, child) in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("run {i} done\n"));
+    }
+    assert_no_leftovers(&fx.cache, &script_path("concurrent"));
+}
+
+#[test]
+fn limits_flags_are_validated_and_required_limits_refused() {
+    let fx = Fixture::new();
+    let image = fx.script_image("limits:v1", "echo ran");
+    assert_eq!(
+        stdout(&run(
+            &fx,
+            &image,
+            b"",
+            &["--cpu", "500m", "--memory", "128Mi"]
+        )),
+        "ran\n"
+    );
+    let err = failure(&run(&fx, &image, b"", &["--cpu", "1x"]));
+    assert!(err.contains("\"1x\" is not a Kubernetes quantity"), "{err}");
+    let err = failure(&run(&fx, &image, b"", &["--require-limits"]));
+    assert!(
+        err.contains("limits are required but not enforced"),
+        "{err}"
+    );
+}
+
+#[test]
+fn functions_run_hardened() {
+    let fx = Fixture::new();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().symlink("/bin/unshare", "busybox"))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "grep -E '^(Seccomp|NoNewPrivs|CapBnd|CapEff):' /proc/self/status | sort; \
+             hostname; \
+             unshare -U true 2>/dev/null && echo unshare-allowed || echo unshare-denied; \
+             mount -t tmpfs tmpfs /mnt 2>/dev/null && echo mount-allowed || echo mount-denied; \
+             echo 1 > /proc/sys/kernel/pid_max 2>/dev/null && echo procsys-writable || echo procsys-readonly; \
+             stat -c '%F %t:%T' /proc/keys /proc/interrupts; \
+             touch /sys/x 2>/dev/null && echo sys-writable || echo sys-readonly; \
+             touch /tmp/x && echo tmp-writable",
+        ])
+        .push(&fx.registry, "hardened:v1")
+        .reference;
+    let out = stdout(&run(&fx, &image, b"", &[]));
+    // CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) FSETID(4) KILL(5) SETGID(6) SETUID(7);
+    // masked /proc files are bound to /dev/null (1:3).
+    let caps = "00000000000000fb";
+    assert_eq!(
+        out,
+        format!(
+            "CapBnd:\t{caps}\nCapEff:\t{caps}\nNoNewPrivs:\t1\nSeccomp:\t2\n\
+             function\nunshare-denied\nmount-denied\nprocsys-readonly\n\
+             character special file 1:3\ncharacter special file 1:3\nsys-readonly\ntmp-writable\n"
+        )
+    );
+}

@@ -1,0 +1,331 @@
+//! End to end: the real `xfn start` (as uid 65532, no capabilities, on an
+//! abstract socket) answering RunFunction calls with real images from a real
+//! registry, one status code per error class.
+mod server_common;
+mod support;
+
+use std::time::Duration;
+
+use server_common::*;
+use support::*;
+use tonic::Code;
+use xfn::proto::v1alpha1 as pb;
+
+/// A function that echoes its input.
+fn echo_image(registry: &Registry, name: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, name)
+        .reference
+}
+
+/// A function running `script` under `/bin/sh -c`.
+fn script_image(registry: &Registry, name: &str, script: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", script])
+        .push(registry, name)
+        .reference
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_a_function_and_returns_its_output() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    // Twice: the first call pulls, the second is warm.
+    for _ in 0..2 {
+        let out = client
+            .run_function(request(&image, FUNCTION_IO))
+            .await
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()))
+            .into_inner();
+        assert_eq!(String::from_utf8(out.output).unwrap(), FUNCTION_IO);
+    }
+    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_requests_get_invalid_argument() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--max-input-bytes", "4096"]).await;
+    let mut client = daemon.client().await;
+    let cases = [
+        (request("", FUNCTION_IO), "image is empty"),
+        (request(&image, "- a\n- list\n"), "not a YAML mapping"),
+        (
+            request(&image, "apiVersion: v1\nkind: ConfigMap\n"),
+            "not a FunctionIO",
+        ),
+        (request(&image, "{ not yaml"), "not YAML"),
+        (
+            request(&image, &format!("{FUNCTION_IO}# {}\n", "x".repeat(8192))),
+            "--max-input-bytes",
+        ),
+    ];
+    for (req, reason) in cases {
+        let status = client.run_function(req).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(reason), "{status:?}");
+    }
+    assert_eq!(
+        daemon
+            .metric("xfn_runs_total{outcome=\"invalid_argument\"}")
+            .await,
+        5.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_image_is_not_found() {
+    let registry = Registry::start();
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(request(&registry.reference("missing:v1"), FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registry_auth_failure_is_permission_denied() {
+    let registry = Registry::start_with_auth("alice", "s3cret");
+    let image = echo_image(&registry, "private/echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+
+    let mut wrong = request(&image, FUNCTION_IO);
+    wrong.image_pull_config = Some(pb::ImagePullConfig {
+        pull_policy: pb::ImagePullPolicy::Always as i32,
+        auth: Some(pb::ImagePullAuth {
+            username: "alice".into(),
+            password: "wrong".into(),
+            ..Default::default()
+        }),
+    });
+    let status = client.run_function(wrong).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+
+    let mut right = request(&image, FUNCTION_IO);
+    right.image_pull_config = Some(pb::ImagePullConfig {
+        pull_policy: pb::ImagePullPolicy::Always as i32,
+        auth: Some(pb::ImagePullAuth {
+            username: "alice".into(),
+            password: "s3cret".into(),
+            ..Default::default()
+        }),
+    });
+    let out = client
+        .run_function(right)
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_registry_is_unavailable() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(request(&format!("127.0.0.1:{port}/fn:v1"), FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_function_is_aborted_with_exit_code_and_stderr() {
+    let registry = Registry::start();
+    let image = script_image(&registry, "fail:v1", "echo it-went-wrong >&2; exit 3");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains('3'), "{status:?}");
+    assert!(status.message().contains("it-went-wrong"), "{status:?}");
+    // The daemon keeps serving.
+    let echo = echo_image(&registry, "echo:v1");
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_past_its_timeout_is_deadline_exceeded_and_killed() {
+    let registry = Registry::start();
+    let image = script_image(&registry, "hang:v1", "sleep 3611");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(request_with_timeout(
+            &image,
+            FUNCTION_IO,
+            Duration::from_secs(1),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    wait_until_gone("sleep 3611").await;
+    assert_eq!(daemon.metric("xfn_runs_in_flight").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_callers_grpc_deadline_is_honoured() {
+    let registry = Registry::start();
+    let image = script_image(&registry, "hang:v1", "sleep 3612");
+    // The daemon's own default would let the run go on for an hour: only the
+    // caller's deadline can end it.
+    let daemon = Daemon::start(&["--default-timeout", "1h"]).await;
+    let mut client = daemon.client().await;
+    let mut req = tonic::Request::new(request(&image, FUNCTION_IO));
+    req.set_timeout(Duration::from_secs(2));
+    let status = client.run_function(req).await.unwrap_err();
+    // The daemon answers DeadlineExceeded; tonic's own client-side timer may
+    // fire first and report Cancelled("Timeout expired") — either way the
+    // deadline ended the call.
+    assert!(
+        status.code() == Code::DeadlineExceeded
+            || (status.code() == Code::Cancelled && status.message().contains("Timeout")),
+        "{status:?}"
+    );
+    // And it ended the run: nothing is left of it.
+    wait_until_gone("sleep 3612").await;
+    daemon.wait_for_metric("xfn_runs_in_flight", 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_call_kills_its_run() {
+    let registry = Registry::start();
+    let image = script_image(&registry, "hang:v1", "sleep 3613");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    while processes_with("sleep 3613").is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Dropping the client's future resets the HTTP/2 stream: a cancel.
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    wait_until_gone("sleep 3613").await;
+    daemon
+        .wait_for_metric("xfn_runs_total{outcome=\"cancelled\"}", 1.0)
+        .await;
+    daemon.wait_for_metric("xfn_runs_in_flight", 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
+    let registry = Registry::start();
+    let hang = script_image(&registry, "hang:v1", "sleep 3614");
+    let echo = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--max-concurrent-runs", "1", "--max-queued-runs", "1"]).await;
+    // Pull the echo image first so the queued call needs only its run.
+    let mut client = daemon.client().await;
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+
+    let mut running_client = client.clone();
+    let running = tokio::spawn(async move {
+        running_client
+            .run_function(request(&hang, FUNCTION_IO))
+            .await
+    });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+
+    let mut queued_client = client.clone();
+    let echo_req = request(&echo, FUNCTION_IO);
+    let queued = tokio::spawn(async move { queued_client.run_function(echo_req).await });
+    daemon.wait_for_metric("xfn_runs_queued", 1.0).await;
+
+    let status = client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+
+    // Cancel the hanging run: the queued call gets its slot and succeeds.
+    running.abort();
+    let out = queued
+        .await
+        .unwrap()
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    wait_until_gone("sleep 3614").await;
+    assert_eq!(
+        daemon
+            .metric("xfn_runs_total{outcome=\"resource_exhausted\"}")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_calls_beyond_max_runs_queue_and_all_succeed() {
+    let registry = Registry::start();
+    let echo = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--max-concurrent-runs", "2", "--max-queued-runs", "16"]).await;
+    let client = daemon.client().await;
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let mut client = client.clone();
+            let input = format!("{FUNCTION_IO}# call {i}\n");
+            let req = request(&echo, &input);
+            tokio::spawn(async move { (input, client.run_function(req).await) })
+        })
+        .collect();
+    for call in calls {
+        let (input, result) = call.await.unwrap();
+        let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+        assert_eq!(out.into_inner().output, input.as_bytes());
+    }
+    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 8.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_runs_by_outcome() {
+    let registry = Registry::start();
+    let echo = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap();
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap();
+    client
+        .run_function(request("", FUNCTION_IO))
+        .await
+        .unwrap_err();
+    let text = daemon.metrics_text().await;
+    assert!(text.contains("xfn_runs_total{outcome=\"ok\"} 2"), "{text}");
+    assert!(
+        text.contains("xfn_runs_total{outcome=\"invalid_argument\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("xfn_run_duration_seconds_count{outcome=\"ok\"} 2"),
+        "{text}"
+    );
+    assert!(text.contains("xfn_runs_in_flight 0"), "{text}");
+    assert!(text.contains("xfn_limits_enforced "), "{text}");
+}

@@ -1,0 +1,320 @@
+//! The end-to-end harness of the server tests: the real `xfn start` binary,
+//! run as an unprivileged user without capabilities on a unique abstract
+//! socket, and a tonic client that dials that socket as a chosen uid.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use xfn::proto::v1alpha1 as pb;
+use xfn::proto::v1alpha1::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient;
+
+use crate::support::{dir_owned_by, unprivileged, world_traversable_tempdir, NONROOT};
+
+/// The client type of the runner service.
+pub type Client = ContainerizedFunctionRunnerServiceClient<Channel>;
+
+/// A FunctionIO input, as Crossplane sends it.
+pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A running `xfn start`, killed when dropped.
+pub struct Daemon {
+    child: Option<Child>,
+    /// The abstract socket name (without `@`).
+    pub socket: String,
+    /// The metrics endpoint.
+    pub metrics: SocketAddr,
+    /// The cache dir (owned by the daemon's uid).
+    pub cache_dir: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr")
+}
+
+impl Daemon {
+    /// Starts `xfn start` as uid 65532 with no capabilities, plus `extra`
+    /// flags, and waits until it accepts gRPC calls.
+    pub async fn start(extra: &[&str]) -> Daemon {
+        Self::start_with_cache(None, extra).await
+    }
+
+    /// [`Daemon::start`] on the cache dir `cache` (owned by 65532) when given.
+    pub async fn start_with_cache(cache: Option<&Path>, extra: &[&str]) -> Daemon {
+        let dir = world_traversable_tempdir();
+        let cache_dir = match cache {
+            Some(cache) => cache.to_path_buf(),
+            None => {
+                let cache_dir = dir.path().join("cache");
+                dir_owned_by(&cache_dir, NONROOT);
+                cache_dir
+            }
+        };
+        let socket = format!(
+            "xfn-test/{}/{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        let metrics = free_port();
+        let log = dir.path().join("daemon.log");
+        let log_file = std::fs::File::create(&log).expect("create the daemon log");
+        let child = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+            .arg("start")
+            .arg("--debug")
+            .arg("--cache-dir")
+            .arg(&cache_dir)
+            .arg("--address")
+            .arg(format!("@{socket}"))
+            .arg("--metrics-address")
+            .arg(metrics.to_string())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn xfn start");
+        let mut daemon = Daemon {
+            child: Some(child),
+            socket,
+            metrics,
+            cache_dir,
+            log,
+            _dir: dir,
+        };
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
+    async fn wait_until_serving(&mut self) {
+        for _ in 0..200 {
+            if let Some(status) = self.try_wait() {
+                panic!("xfn start exited with {status}:\n{}", self.log());
+            }
+            if let Ok(channel) = self.channel_as(Some(NONROOT)).await {
+                let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+                let req = tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                };
+                if health.check(req).await.is_ok() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("xfn start did not serve within 10 s:\n{}", self.log());
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// The exit status if it exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("try_wait"))
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    }
+
+    /// Waits for the daemon to exit (blocking the caller's thread off the runtime).
+    pub async fn wait(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        tokio::task::spawn_blocking(move || child.wait().expect("wait"))
+            .await
+            .expect("join")
+    }
+
+    /// A channel to the daemon, dialled by a thread whose effective uid is
+    /// `uid` (`None`: the test's own, root).
+    pub async fn channel_as(&self, uid: Option<u32>) -> Result<Channel, tonic::transport::Error> {
+        let socket = self.socket.clone();
+        Endpoint::try_from("http://xfn.invalid")
+            .expect("static uri")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let socket = socket.clone();
+                async move {
+                    let stream = connect_abstract_as(&socket, uid).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }))
+            .await
+    }
+
+    /// A runner client dialled as the daemon's own uid.
+    pub async fn client(&self) -> Client {
+        let channel = self
+            .channel_as(Some(NONROOT))
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log()));
+        // Let big outputs through.
+        Client::new(channel).max_decoding_message_size(usize::MAX)
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(self.metrics)
+            .await
+            .expect("connect to metrics");
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut text = String::new();
+        conn.read_to_string(&mut text).await.expect("read");
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        text
+    }
+
+    /// The value of one metric line (`name{labels}`), 0 when absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics_text().await;
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(series)
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .map(|value| value.trim().parse().expect("metric value"))
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// Polls until `series` reads `value` (the daemon's own view, so tests
+    /// wait for states, not for durations).
+    pub async fn wait_for_metric(&self, series: &str, value: f64) {
+        for _ in 0..600 {
+            if self.metric(series).await == value {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{series} never became {value}:\n{}\n{}",
+            self.metrics_text().await,
+            self.log()
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Connects to the abstract socket `name` from a fresh thread whose
+/// effective uid (and gid) is `uid`: `SO_PEERCRED` records the connecting
+/// thread's credentials, and a raw `setresuid` syscall changes only the
+/// calling thread's (glibc's wrapper would change every thread's).
+pub async fn connect_abstract_as(
+    name: &str,
+    uid: Option<u32>,
+) -> std::io::Result<tokio::net::UnixStream> {
+    let name = name.to_string();
+    let std_stream = tokio::task::spawn_blocking(move || {
+        std::thread::spawn(move || -> std::io::Result<std::os::unix::net::UnixStream> {
+            use std::os::linux::net::SocketAddrExt;
+            if let Some(uid) = uid {
+                let keep = libc::uid_t::MAX; // -1: leave unchanged
+                                             // SAFETY: raw setresgid/setresuid on this thread only; the
+                                             // thread ends right after connecting, so no other code runs
+                                             // with the changed credentials.
+                let rc = unsafe { libc::syscall(libc::SYS_setresgid, keep, uid, keep) };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: as above.
+                let rc = unsafe { libc::syscall(libc::SYS_setresuid, keep, uid, keep) };
+                if rc != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+            stream.set_nonblocking(true)?;
+            Ok(stream)
+        })
+        .join()
+        .expect("connect thread panicked")
+    })
+    .await
+    .expect("join")?;
+    tokio::net::UnixStream::from_std(std_stream)
+}
+
+/// A request for `image` with `input`.
+pub fn request(image: &str, input: &str) -> pb::RunFunctionRequest {
+    pb::RunFunctionRequest {
+        image: image.to_string(),
+        input: input.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// `request` with a run timeout.
+pub fn request_with_timeout(image: &str, input: &str, timeout: Duration) -> pb::RunFunctionRequest {
+    let mut req = request(image, input);
+    req.run_function_config = Some(pb::RunFunctionConfig {
+        timeout: Some(prost_types::Duration {
+            seconds: timeout.as_secs() as i64,
+            nanos: timeout.subsec_nanos() as i32,
+        }),
+        ..Default::default()
+    });
+    req
+}
+
+/// Pids of processes whose command line contains `needle` (to prove a run
+/// left no process behind).
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+/// Waits until no process has `needle` in its command line.
+pub async fn wait_until_gone(needle: &str) {
+    for _ in 0..200 {
+        if processes_with(needle).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "processes {:?} with {needle:?} outlived their run",
+        processes_with(needle)
+    );
+}

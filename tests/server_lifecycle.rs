@@ -1,0 +1,200 @@
+//! End to end: who may call `xfn start`, its health and reflection services,
+//! and how it stops (SIGTERM drains runs in flight; the grace period ends
+//! the rest) and restarts (stale run state is cleaned).
+mod server_common;
+mod support;
+
+use server_common::*;
+use support::*;
+use tonic::Code;
+
+const RUNNER_SERVICE: &str = "apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService";
+
+/// What a client sees when the daemon drops its connection at accept: no
+/// gRPC status from the server, but a transport error, which tonic reports
+/// as Unavailable (connect failed), Unknown (reset) or Cancelled (closed),
+/// depending on how far its handshake got.
+fn assert_refused(status: &tonic::Status) {
+    use std::error::Error;
+    assert!(
+        matches!(
+            status.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled
+        ),
+        "{status:?}"
+    );
+    let transport = status
+        .source()
+        .is_some_and(|e| e.downcast_ref::<tonic::transport::Error>().is_some());
+    assert!(
+        transport || status.code() == Code::Unavailable,
+        "{status:?}"
+    );
+}
+
+/// Whether the daemon runs in a user namespace of its own (its uid_map is
+/// not the identity map), as the sandbox puts it.
+fn in_user_namespace(pid: u32) -> bool {
+    let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).expect("uid_map");
+    map.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"]
+}
+
+async fn call_as(daemon: &Daemon, uid: Option<u32>) -> Result<(), tonic::Status> {
+    let channel = match daemon.channel_as(uid).await {
+        Ok(channel) => channel,
+        Err(err) => return Err(tonic::Status::unavailable(err.to_string())),
+    };
+    let mut client = Client::new(channel);
+    // An invalid request: it never reaches the runner, so this checks only
+    // whether the connection is served.
+    match client.run_function(request("", FUNCTION_IO)).await {
+        Err(status) if status.code() == Code::InvalidArgument => Ok(()),
+        Err(status) => Err(status),
+        Ok(_) => panic!("an empty image was accepted"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_with_another_uid_are_refused_at_accept() {
+    let daemon = Daemon::start(&[]).await;
+    // The daemon's own uid is served.
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+    // Another uid: the connection is dropped before any gRPC is spoken.
+    let status = call_as(&daemon, Some(65533)).await.unwrap_err();
+    assert_refused(&status);
+    let log = daemon.log();
+    assert!(log.contains("caller refused"), "{log}");
+    // The refused caller harmed nothing.
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unmapped_callers_cannot_be_identified_and_are_refused() {
+    let daemon = Daemon::start(&["--allow-uid", "65533"]).await;
+    // Rootless, xfn maps only its own uid into its namespace ...
+    assert!(in_user_namespace(daemon.pid()));
+    // ... so uid 65533 and host root read as the overflow uid: they cannot
+    // be told apart from any other unmapped user and stay refused, whatever
+    // --allow-uid says (documented on the flag).
+    for uid in [Some(65533), None] {
+        let status = call_as(&daemon, uid).await.unwrap_err();
+        assert_refused(&status);
+    }
+    assert!(daemon.log().contains("overflow uid"), "{}", daemon.log());
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_and_reflection_are_served() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let daemon = Daemon::start(&[]).await;
+    let channel = daemon.channel_as(Some(NONROOT)).await.unwrap();
+    let mut health = HealthClient::new(channel.clone());
+    let status = health
+        .check(HealthCheckRequest {
+            service: RUNNER_SERVICE.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+
+    let mut reflection = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection response {response:?}");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&RUNNER_SERVICE), "{names:?}");
+    assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 2; cat"])
+        .push(&registry, "slow:v1")
+        .reference;
+    let mut daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    daemon.sigterm();
+    let out = call
+        .await
+        .unwrap()
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    let status = daemon.wait().await;
+    assert!(status.success(), "{status}\n{}", daemon.log());
+    assert!(
+        daemon.log().contains("every run finished"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grace_period_ends_runs_that_outlive_it() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 3621"])
+        .push(&registry, "hang:v1")
+        .reference;
+    let mut daemon = Daemon::start(&["--grace-period", "1s"]).await;
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    daemon.sigterm();
+    let status = call.await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("shutting down"), "{status:?}");
+    let exit = daemon.wait().await;
+    assert!(exit.success(), "{exit}\n{}", daemon.log());
+    wait_until_gone("sleep 3621").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_daemon_cleans_stale_run_state() {
+    // What a killed daemon (pid 4000000000: no such process) left behind: a
+    // bundle and a per-run rootfs dir, named by the sandbox's conventions.
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    let bundle = cache.join("run/bundles/xfn-4000000000-7");
+    let rootfs = cache.join("run/rootfs/4000000000-7");
+    for path in [&bundle, &rootfs] {
+        std::fs::create_dir_all(path.join("rootfs/etc")).unwrap();
+        std::fs::write(path.join("config.json"), "{}").unwrap();
+    }
+    let chown = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{NONROOT}:{NONROOT}"))
+        .arg(cache.join("run"))
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let daemon = Daemon::start_with_cache(Some(&cache), &[]).await;
+    assert!(!bundle.exists(), "{}", daemon.log());
+    assert!(!rootfs.exists(), "{}", daemon.log());
+}

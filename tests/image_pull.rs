@@ -573,3 +573,38 @@ async fn progress_covers_every_layer_byte_pulled_or_cached() {
         assert_eq!(recorder.bytes.load(Ordering::Relaxed), total, "{policy:?}");
     }
 }
+
+#[tokio::test]
+async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
+    let registry = Registry::start();
+    let pushed = small_image("one").push(&registry, "fn:v1");
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let image = store
+        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&image.layers[1]).unwrap();
+    let err = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    let (again, report) = store
+        .ensure_with(
+            &pushed.reference,
+            PullPolicy::IfNotPresent,
+            &anonymous(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.layers_downloaded, 0);
+    assert_eq!(
+        std::fs::read_to_string(again.layers[1].join("fn.sh")).unwrap(),
+        "#!/bin/sh\necho one\n"
+    );
+    for blob in &pushed.image.layers {
+        assert_eq!(registry.blob_get_count(&blob.digest), 1);
+    }
+}

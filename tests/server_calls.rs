@@ -328,6 +328,15 @@ async fn metrics_count_runs_by_outcome() {
     );
     assert!(text.contains("xfn_runs_in_flight 0"), "{text}");
     assert!(text.contains("xfn_limits_enforced "), "{text}");
+    // The first call pulled the one-layer image; the second was warm.
+    assert!(
+        text.contains("xfn_image_manifests_resolved_total 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("xfn_image_blobs_downloaded_total 1"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -360,4 +369,32 @@ async fn required_limits_that_cannot_be_enforced_are_a_failed_precondition() {
     } else {
         result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pull_policy_never_without_a_cached_image_is_a_failed_precondition() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let never = |image: &str| {
+        let mut req = request(image, FUNCTION_IO);
+        req.image_pull_config = Some(pb::ImagePullConfig {
+            pull_policy: pb::ImagePullPolicy::Never as i32,
+            auth: None,
+        });
+        req
+    };
+    let status = client.run_function(never(&image)).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    // Once cached (a default call pulls it), Never runs it.
+    client
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap();
+    let out = client
+        .run_function(never(&image))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
 }

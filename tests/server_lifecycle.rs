@@ -214,3 +214,62 @@ async fn a_restarted_daemon_cleans_stale_run_state() {
     assert!(!bundle.exists(), "{}", daemon.log());
     assert!(!rootfs.exists(), "{}", daemon.log());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_on_a_socket_path_with_the_same_caller_checks() {
+    let dir = world_traversable_tempdir();
+    let sockets = dir.path().join("sockets");
+    dir_owned_by(&sockets, NONROOT);
+    let path = sockets.join("xfn.sock");
+    let daemon =
+        Daemon::start_listening(Listen::Path(path.clone()), &["--allow-uid", "65533"]).await;
+    assert!(path.exists());
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+    // Root may connect to any socket file; the gatekeeper accepts it.
+    call_as(&daemon, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serves_on_tcp() {
+    let daemon = Daemon::start_listening(Listen::Tcp, &[]).await;
+    call_as(&daemon, None).await.unwrap();
+    assert!(
+        daemon.log().contains("callers cannot be checked"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_draining_daemon_refuses_new_connections() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 3622"])
+        .push(&registry, "hang:v1")
+        .reference;
+    let mut daemon = Daemon::start(&["--grace-period", "1h"]).await;
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    daemon.sigterm();
+    // The run hangs and the grace period is long: the daemon is draining
+    // for as long as this test wants. New connections are refused (the
+    // gatekeeper left with the accept loop).
+    let mut refused = false;
+    for _ in 0..200 {
+        if daemon.channel_as(Some(NONROOT)).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(refused, "still accepting while draining:\n{}", daemon.log());
+    assert_eq!(daemon.metric("xfn_runs_in_flight").await, 1.0);
+    assert!(daemon.try_wait().is_none());
+    // The caller gives up: its run is killed, the drain completes, exit 0.
+    call.abort();
+    let exit = daemon.wait().await;
+    assert!(exit.success(), "{exit}\n{}", daemon.log());
+    wait_until_gone("sleep 3622").await;
+}

@@ -13,9 +13,6 @@ use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
 
 use super::{StoreArgs, UsernsArgs};
 
-/// `--rootfs` of `xfn run` and `xfn start`.
-pub use xfn::rootfs::RootfsMode as RootfsArg;
-
 /// Flags of `xfn run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {

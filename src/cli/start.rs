@@ -20,7 +20,7 @@ use xfn::server::peer::CallerPolicy;
 use xfn::server::serve::{serve, Drain, Incoming};
 use xfn::server::{RunnerService, ServiceOptions};
 
-use super::run::{parse_duration, RootfsArg};
+use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn start` (Crossplane's runner flags, plus xfn's own).
@@ -65,7 +65,7 @@ pub struct StartArgs {
     pub grace_period: Duration,
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsArg,
+    pub rootfs: RootfsMode,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
@@ -152,11 +152,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
             runtime: args.runtime.clone(),
             max_output_bytes: args.max_output_bytes,
             require_limits: args.require_limits,
-            rootfs: match args.rootfs {
-                RootfsArg::Auto => RootfsMode::Auto,
-                RootfsArg::Overlay => RootfsMode::Overlay,
-                RootfsArg::Copy => RootfsMode::Copy,
-            },
+            rootfs: args.rootfs,
         },
     )
     .context("cannot set up the runner")?;
@@ -177,7 +173,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         .take()
         .context("the listener was not bound before start (cli::prepare_process)")?;
 
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
     let abort = CancellationToken::new();
     let service = RunnerService::new(
         runner,

@@ -20,6 +20,8 @@
 //!
 //! # Invariants
 //!
+//! - A layer is extracted while it downloads: the blob is written to a temp
+//!   file and, chunk by chunk, fed to the extractor writing a temp dir.
 //! - Every entry is written under `tmp/` and renamed into place only when
 //!   whole and verified (blob digests while downloading, each layer's
 //!   uncompressed diff id while extracting): a crash leaves at most garbage
@@ -33,17 +35,21 @@
 //!   so concurrent `ensure` calls in one or several processes download
 //!   each blob once; losers of a rename race simply use the winner's entry.
 //! - At most [`MAX_LAYERS`] layers per image.
-use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+
+mod codec;
+mod lock;
+
+use codec::{decompressor, extract_verified, ChannelReader};
+use lock::{KeyGuard, KeyLocks};
 
 use super::extract::{extract_layer, ExtractError, WhiteoutMode};
 use super::pull::{is_sha256_digest, BlobRef, ConnectOptions, Manifest, PullError, Puller};
@@ -253,8 +259,7 @@ struct Inner {
     root: PathBuf,
     options: StoreOptions,
     connect: ConnectOptions,
-    /// In-process locks by key; weak so finished keys free themselves.
-    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    locks: KeyLocks,
     stats: StoreStats,
 }
 
@@ -264,12 +269,6 @@ impl std::fmt::Debug for ImageStore {
             .field("root", &self.inner.root)
             .finish_non_exhaustive()
     }
-}
-
-/// Holds a key's in-process mutex and its cross-process flock.
-struct KeyGuard {
-    _flock: Flock<File>,
-    _local: tokio::sync::OwnedMutexGuard<()>,
 }
 
 const DIRS: &[&str] = &[
@@ -303,7 +302,7 @@ impl ImageStore {
                 root: cache_dir.to_path_buf(),
                 options,
                 connect,
-                locks: Mutex::new(HashMap::new()),
+                locks: KeyLocks::new(cache_dir.join("locks")),
                 stats: StoreStats::default(),
             }),
         };
@@ -576,18 +575,45 @@ impl ImageStore {
             return Ok(dest);
         }
         let blob_path = self.blob_path("blobs/sha256", &blob.digest)?;
+        let work = self.tmp_dir("layer")?;
+        let work_path = work.path().to_path_buf();
+        let (digest, media_type, diff_id) = (
+            blob.digest.clone(),
+            blob.media_type.clone(),
+            diff_id.to_string(),
+        );
         if blob_path.is_file() {
             report_cached();
+            let blob_path = blob_path.clone();
+            tokio::task::spawn_blocking(move || {
+                let file = File::open(&blob_path).map_err(io_err(&blob_path))?;
+                let reader = BufReader::with_capacity(1 << 20, file);
+                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+            })
+            .await
+            .map_err(join_err)??;
         } else {
+            // Extract while downloading: the extractor reads a copy of the
+            // chunks as they arrive, into a temp dir that is only renamed
+            // into place once the blob's digest and the diff id both match.
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let extractor = tokio::task::spawn_blocking(move || {
+                let reader = BufReader::with_capacity(1 << 20, ChannelReader::new(rx));
+                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+            });
             let tmp = self.tmp_file("blob")?;
             let on_bytes = |n: u64| {
                 if let Some(p) = progress {
                     p.advanced(n);
                 }
             };
-            let n = puller
-                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes)
-                .await?;
+            let fetched = puller
+                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes, Some(tx))
+                .await;
+            // The sender is gone now: the extractor sees the end of the stream.
+            let extracted = extractor.await.map_err(join_err)?;
+            let n = fetched?;
+            extracted?;
             tmp.persist(&blob_path).map_err(|e| ImageError::Io {
                 path: blob_path.clone(),
                 source: e.error,
@@ -599,21 +625,7 @@ impl ImageStore {
                 .blobs_downloaded
                 .fetch_add(1, Ordering::Relaxed);
         }
-
-        let work = self.tmp_dir("layer")?;
-        let store = self.clone();
-        let (digest, media_type, diff_id) = (
-            blob.digest.clone(),
-            blob.media_type.clone(),
-            diff_id.to_string(),
-        );
-        let dest2 = dest.clone();
-        tokio::task::spawn_blocking(move || {
-            extract_verified(&blob_path, &media_type, &digest, &diff_id, work.path())?;
-            store.commit_dir(work, &dest2)
-        })
-        .await
-        .map_err(join_err)??;
+        self.commit_dir(work, &dest)?;
         self.inner
             .stats
             .layers_extracted
@@ -760,45 +772,7 @@ impl ImageStore {
 
     /// Locks `key` in this process and across processes.
     async fn lock(&self, key: &str) -> Result<KeyGuard, ImageError> {
-        let local = {
-            let mut locks = self
-                .inner
-                .locks
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            locks.retain(|_, weak| weak.strong_count() > 0);
-            match locks.get(key).and_then(Weak::upgrade) {
-                Some(mutex) => mutex,
-                None => {
-                    let mutex = Arc::new(tokio::sync::Mutex::new(()));
-                    locks.insert(key.to_string(), Arc::downgrade(&mutex));
-                    mutex
-                }
-            }
-        };
-        let local = local.lock_owned().await;
-        let path = self.root().join("locks").join(format!(
-            "{}.lock",
-            hex::encode(Sha256::digest(key.as_bytes()))
-        ));
-        let flock = tokio::task::spawn_blocking(move || {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(io_err(&path))?;
-            Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| ImageError::Io {
-                path: path.clone(),
-                source: std::io::Error::from(errno),
-            })
-        })
-        .await
-        .map_err(join_err)??;
-        Ok(KeyGuard {
-            _flock: flock,
-            _local: local,
-        })
+        self.inner.locks.lock(key).await
     }
 
     /// Removes `tmp/` entries of processes that no longer exist.
@@ -877,107 +851,9 @@ fn ref_file_name(key: &str) -> String {
     }
 }
 
-/// How a layer blob is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Codec {
-    Plain,
-    Gzip,
-    Zstd,
-}
-
-/// The codec a media type names, if it names one.
-fn codec_of_media_type(media_type: &str) -> Option<Codec> {
-    if media_type.ends_with("+gzip") || media_type.ends_with(".tar.gzip") {
-        Some(Codec::Gzip)
-    } else if media_type.ends_with("+zstd") {
-        Some(Codec::Zstd)
-    } else {
-        None
-    }
-}
-
-/// A reader of the uncompressed tar: by media type, else by magic bytes
-/// (gzip `1f 8b`, zstd `28 b5 2f fd`), else plain.
-fn decompressor<R: BufRead + Send + 'static>(
-    mut reader: R,
-    media_type: &str,
-) -> std::io::Result<Box<dyn Read + Send>> {
-    let codec = match codec_of_media_type(media_type) {
-        Some(codec) => codec,
-        None => {
-            let head = reader.fill_buf()?;
-            if head.starts_with(&[0x1f, 0x8b]) {
-                Codec::Gzip
-            } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-                Codec::Zstd
-            } else {
-                Codec::Plain
-            }
-        }
-    };
-    Ok(match codec {
-        Codec::Plain => Box::new(reader),
-        // MultiGzDecoder: a layer may be several concatenated gzip members.
-        Codec::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
-        Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(reader)?),
-    })
-}
-
-/// Hashes what passes through.
-struct HashingReader<R> {
-    inner: R,
-    hasher: Sha256,
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
-/// Extracts a verified blob into `dest` (overlay whiteouts) and checks the
-/// uncompressed stream against the config's diff id.
-fn extract_verified(
-    blob: &Path,
-    media_type: &str,
-    digest: &str,
-    diff_id: &str,
-    dest: &Path,
-) -> Result<(), ImageError> {
-    let file = File::open(blob).map_err(io_err(blob))?;
-    let reader =
-        decompressor(BufReader::with_capacity(1 << 20, file), media_type).map_err(io_err(blob))?;
-    let mut hashing = HashingReader {
-        inner: reader,
-        hasher: Sha256::new(),
-    };
-    extract_layer(&mut hashing, dest, WhiteoutMode::Overlay).map_err(|source| {
-        ImageError::Extract {
-            digest: digest.to_string(),
-            source,
-        }
-    })?;
-    // The tar reader stops at the end-of-archive marker; hash the rest.
-    std::io::copy(&mut hashing, &mut std::io::sink()).map_err(|e| ImageError::Corrupt {
-        image: digest.to_string(),
-        reason: format!("layer does not decompress: {e}"),
-    })?;
-    let actual = format!("sha256:{}", hex::encode(hashing.hasher.finalize()));
-    if actual != diff_id {
-        return Err(ImageError::Corrupt {
-            image: digest.to_string(),
-            reason: format!("uncompressed layer is {actual}, config says diff id {diff_id}"),
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn ref_file_names_escape_slashes_and_stay_short() {
@@ -987,37 +863,6 @@ mod tests {
         );
         let long = format!("r.io/{}:t", "a".repeat(300));
         assert!(ref_file_name(&long).starts_with("sha256-"));
-    }
-
-    fn decompress_all(data: Vec<u8>, media_type: &str) -> Vec<u8> {
-        let mut out = Vec::new();
-        decompressor(std::io::Cursor::new(data), media_type)
-            .unwrap()
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    }
-
-    #[test]
-    fn decompresses_by_media_type_or_magic() {
-        let plain = b"hello tar".to_vec();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&plain).unwrap();
-        let gz = gz.finish().unwrap();
-        let zst = zstd::encode_all(plain.as_slice(), 1).unwrap();
-        let gzip_type = "application/vnd.oci.image.layer.v1.tar+gzip";
-        let docker_tar = "application/vnd.docker.image.rootfs.diff.tar";
-        assert_eq!(decompress_all(gz.clone(), gzip_type), plain);
-        assert_eq!(decompress_all(gz, docker_tar), plain);
-        assert_eq!(
-            decompress_all(zst.clone(), "application/octet-stream"),
-            plain
-        );
-        assert_eq!(
-            decompress_all(zst, "application/vnd.oci.image.layer.v1.tar+zstd"),
-            plain
-        );
-        assert_eq!(decompress_all(plain.clone(), docker_tar), plain);
     }
 
     #[test]

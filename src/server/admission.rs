@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why a call was not admitted.
@@ -26,6 +27,8 @@ pub struct Admission {
     max_running: usize,
     max_queued: usize,
     waiting: AtomicUsize,
+    /// Mirrors `waiting` for the metrics endpoint.
+    waiting_gauge: Gauge,
 }
 
 /// A held run slot; the slot frees when it drops.
@@ -36,23 +39,26 @@ pub struct Slot {
 
 /// Decrements the waiting count however the wait ends (admitted, or the
 /// caller's future dropped on cancel).
-struct Waiting<'a>(&'a AtomicUsize);
+struct Waiting<'a>(&'a AtomicUsize, &'a Gauge);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.dec();
     }
 }
 
 impl Admission {
-    /// `max_running` runs at once (at least 1) and `max_queued` waiting.
-    pub fn new(max_running: usize, max_queued: usize) -> Self {
+    /// `max_running` runs at once (at least 1) and `max_queued` waiting;
+    /// `waiting_gauge` follows the number of waiting calls.
+    pub fn new(max_running: usize, max_queued: usize, waiting_gauge: Gauge) -> Self {
         let max_running = max_running.max(1);
         Self {
             slots: Arc::new(Semaphore::new(max_running)),
             max_running,
             max_queued,
             waiting: AtomicUsize::new(0),
+            waiting_gauge,
         }
     }
 
@@ -68,7 +74,8 @@ impl Admission {
             return Ok(Slot { _permit: permit });
         }
         let before = self.waiting.fetch_add(1, Ordering::SeqCst);
-        let waiting = Waiting(&self.waiting);
+        self.waiting_gauge.inc();
+        let waiting = Waiting(&self.waiting, &self.waiting_gauge);
         if before >= self.max_queued {
             drop(waiting);
             return Err(AdmissionError::QueueFull {
@@ -96,7 +103,8 @@ mod tests {
 
     #[tokio::test]
     async fn queues_then_refuses() {
-        let admission = Arc::new(Admission::new(1, 1));
+        let gauge = Gauge::default();
+        let admission = Arc::new(Admission::new(1, 1, gauge.clone()));
         let first = admission.admit().await.unwrap();
         let queued = {
             let admission = admission.clone();
@@ -113,14 +121,16 @@ mod tests {
             })
         ));
         assert_eq!(admission.queued(), 1);
+        assert_eq!(gauge.get(), 1);
         drop(first);
         queued.await.unwrap().unwrap();
         assert_eq!(admission.queued(), 0);
+        assert_eq!(gauge.get(), 0);
     }
 
     #[tokio::test]
     async fn a_cancelled_waiter_leaves_the_queue() {
-        let admission = Admission::new(1, 1);
+        let admission = Admission::new(1, 1, Gauge::default());
         let _first = admission.admit().await.unwrap();
         let waiter = admission.admit();
         let timed_out = tokio::time::timeout(Duration::from_millis(10), waiter).await;
@@ -133,7 +143,7 @@ mod tests {
 
     #[tokio::test]
     async fn zero_queue_refuses_when_busy() {
-        let admission = Admission::new(1, 0);
+        let admission = Admission::new(1, 0, Gauge::default());
         let _first = admission.admit().await.unwrap();
         assert!(admission.admit().await.is_err());
     }

@@ -117,12 +117,69 @@ impl Metrics {
         self.limits_enforced.set(i64::from(enforced));
     }
 
+    /// Also exports the image store's pull counters (read at each scrape).
+    pub fn with_store(mut self, store: crate::image::ImageStore) -> Self {
+        self.registry
+            .register_collector(Box::new(StoreCollector { store }));
+        self
+    }
+
     /// The OpenMetrics text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The image store's counters: what a cold call costs (remote manifest
+/// resolutions, layer downloads, extractions) next to the warm calls that
+/// cost none of them.
+struct StoreCollector {
+    store: crate::image::ImageStore,
+}
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCollector")
+            .field("root", &self.store.root())
+            .finish()
+    }
+}
+
+impl prometheus_client::collector::Collector for StoreCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = self.store.stats();
+        let counters = [
+            (
+                "image_manifests_resolved",
+                "Image references resolved at a registry (cache misses or pull policy Always)",
+                stats.manifests_resolved.load(Relaxed),
+            ),
+            (
+                "image_blobs_downloaded",
+                "Layer blobs downloaded",
+                stats.blobs_downloaded.load(Relaxed),
+            ),
+            (
+                "image_layers_extracted",
+                "Layers extracted into the cache",
+                stats.layers_extracted.load(Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
     }
 }
 
@@ -187,6 +244,25 @@ mod tests {
         );
         assert!(text.contains("xfn_runs_in_flight 1"), "{text}");
         assert!(text.contains("xfn_limits_enforced 1"), "{text}");
+    }
+
+    #[test]
+    fn exports_the_store_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::image::ImageStore::open(dir.path(), Default::default()).unwrap();
+        store
+            .stats()
+            .blobs_downloaded
+            .fetch_add(3, std::sync::atomic::Ordering::Relaxed);
+        let text = Metrics::new().with_store(store).render();
+        assert!(
+            text.contains("xfn_image_blobs_downloaded_total 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xfn_image_manifests_resolved_total 0"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

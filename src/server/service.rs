@@ -76,7 +76,11 @@ impl<R: FunctionRunner> RunnerService<R> {
         abort: CancellationToken,
     ) -> Self {
         metrics.set_limits_enforced(runner.limits_enforced());
-        let admission = Admission::new(options.max_concurrent_runs, options.max_queued_runs);
+        let admission = Admission::new(
+            options.max_concurrent_runs,
+            options.max_queued_runs,
+            metrics.queued().clone(),
+        );
         Self {
             runner,
             options,
@@ -105,13 +109,11 @@ impl<R: FunctionRunner> RunnerService<R> {
         )
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
 
-        let slot = {
-            let _queued = Raised::new(self.metrics.queued());
-            self.admission
-                .admit()
-                .await
-                .map_err(|e| Status::resource_exhausted(e.to_string()))?
-        };
+        let slot = self
+            .admission
+            .admit()
+            .await
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         // Time spent queued counts against the caller's deadline.
         let caller_left = match caller {
             Some(caller) => match caller.checked_sub(started.elapsed()) {
@@ -163,7 +165,7 @@ impl<R: FunctionRunner> ContainerizedFunctionRunnerService for RunnerService<R> 
         match &result {
             Ok(output) => {
                 self.metrics.record_run("ok", elapsed);
-                tracing::info!(%image, ?elapsed, output_bytes = output.len(), "function ran");
+                tracing::debug!(%image, ?elapsed, output_bytes = output.len(), "function ran");
             }
             Err(status) => {
                 self.metrics

@@ -25,11 +25,24 @@ pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// Where a test daemon listens.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    /// A unique abstract socket (the default, as Crossplane's).
+    Abstract,
+    /// A socket file at this path.
+    Path(PathBuf),
+    /// TCP on a free loopback port.
+    Tcp,
+}
+
 /// A running `xfn start`, killed when dropped.
 pub struct Daemon {
     child: Option<Child>,
     /// The abstract socket name (without `@`).
     pub socket: String,
+    /// Where it listens.
+    endpoint: Dial,
     /// The metrics endpoint.
     pub metrics: SocketAddr,
     /// The cache dir (owned by the daemon's uid).
@@ -54,17 +67,27 @@ impl Daemon {
 
     /// [`Daemon::start`] on the cache dir `cache` (owned by 65532) when given.
     pub async fn start_with_cache(cache: Option<&Path>, extra: &[&str]) -> Daemon {
-        Self::launch(cache, Some(NONROOT), extra).await
+        Self::launch(cache, Some(NONROOT), Listen::Abstract, extra).await
     }
 
     /// `xfn start` as root (it then maps a whole id range); the client
     /// helpers still dial as 65532 unless told otherwise, so readiness is
     /// probed as root.
     pub async fn start_as_root(extra: &[&str]) -> Daemon {
-        Self::launch(None, None, extra).await
+        Self::launch(None, None, Listen::Abstract, extra).await
     }
 
-    async fn launch(cache: Option<&Path>, user: Option<u32>, extra: &[&str]) -> Daemon {
+    /// [`Daemon::start`] listening on `listen`.
+    pub async fn start_listening(listen: Listen, extra: &[&str]) -> Daemon {
+        Self::launch(None, Some(NONROOT), listen, extra).await
+    }
+
+    async fn launch(
+        cache: Option<&Path>,
+        user: Option<u32>,
+        listen: Listen,
+        extra: &[&str],
+    ) -> Daemon {
         let dir = world_traversable_tempdir();
         let cache_dir = match cache {
             Some(cache) => cache.to_path_buf(),
@@ -87,13 +110,23 @@ impl Daemon {
             Some(uid) => unprivileged(uid, xfn),
             None => std::process::Command::new(xfn),
         };
+        let endpoint = match listen {
+            Listen::Abstract => Dial::Abstract(socket.clone()),
+            Listen::Path(path) => Dial::Path(path),
+            Listen::Tcp => Dial::Tcp(free_port()),
+        };
+        command.arg("start");
+        match &endpoint {
+            Dial::Abstract(name) => command.arg("--address").arg(format!("@{name}")),
+            Dial::Path(path) => command.arg("--address").arg(path),
+            Dial::Tcp(addr) => command
+                .args(["--network", "tcp", "--address"])
+                .arg(addr.to_string()),
+        };
         let child = command
-            .arg("start")
             .arg("--debug")
             .arg("--cache-dir")
             .arg(&cache_dir)
-            .arg("--address")
-            .arg(format!("@{socket}"))
             .arg("--metrics-address")
             .arg(metrics.to_string())
             .args(extra)
@@ -105,6 +138,7 @@ impl Daemon {
         let mut daemon = Daemon {
             child: Some(child),
             socket,
+            endpoint,
             metrics,
             cache_dir,
             log,
@@ -181,13 +215,19 @@ impl Daemon {
     /// A channel to the daemon, dialled by a thread whose effective uid is
     /// `uid` (`None`: the test's own, root).
     pub async fn channel_as(&self, uid: Option<u32>) -> Result<Channel, tonic::transport::Error> {
-        let socket = self.socket.clone();
+        let endpoint = self.endpoint.clone();
+        if let Dial::Tcp(addr) = endpoint {
+            return Endpoint::try_from(format!("http://{addr}"))
+                .expect("tcp uri")
+                .connect()
+                .await;
+        }
         Endpoint::try_from("http://xfn.invalid")
             .expect("static uri")
             .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let socket = socket.clone();
+                let endpoint = endpoint.clone();
                 async move {
-                    let stream = connect_abstract_as(&socket, uid).await?;
+                    let stream = connect_unix_as(&endpoint, uid).await?;
                     Ok::<_, std::io::Error>(TokioIo::new(stream))
                 }
             }))
@@ -257,23 +297,32 @@ impl Drop for Daemon {
     }
 }
 
-/// Connects to the abstract socket `name` from a fresh thread whose
-/// effective uid (and gid) is `uid`: `SO_PEERCRED` records the connecting
-/// thread's credentials, and a raw `setresuid` syscall changes only the
-/// calling thread's (glibc's wrapper would change every thread's).
-pub async fn connect_abstract_as(
-    name: &str,
+/// A daemon's listen address, as the client dials it.
+#[derive(Debug, Clone)]
+enum Dial {
+    Abstract(String),
+    Path(PathBuf),
+    Tcp(SocketAddr),
+}
+
+/// Connects to a Unix `endpoint` from a fresh thread whose effective uid
+/// (and gid) is `uid`: `SO_PEERCRED` records the connecting thread's
+/// credentials, and a raw `setresuid` syscall changes only the calling
+/// thread's (glibc's wrapper would change every thread's).
+async fn connect_unix_as(
+    endpoint: &Dial,
     uid: Option<u32>,
 ) -> std::io::Result<tokio::net::UnixStream> {
-    let name = name.to_string();
+    let endpoint = endpoint.clone();
     let std_stream = tokio::task::spawn_blocking(move || {
         std::thread::spawn(move || -> std::io::Result<std::os::unix::net::UnixStream> {
             use std::os::linux::net::SocketAddrExt;
             if let Some(uid) = uid {
-                let keep = libc::uid_t::MAX; // -1: leave unchanged
-                                             // SAFETY: raw setresgid/setresuid on this thread only; the
-                                             // thread ends right after connecting, so no other code runs
-                                             // with the changed credentials.
+                // -1: leave unchanged.
+                let keep = libc::uid_t::MAX;
+                // SAFETY: raw setresgid/setresuid on this thread only; the
+                // thread ends right after connecting, so no other code runs
+                // with the changed credentials.
                 let rc = unsafe { libc::syscall(libc::SYS_setresgid, keep, uid, keep) };
                 if rc != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -284,7 +333,13 @@ pub async fn connect_abstract_as(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            let addr = match &endpoint {
+                Dial::Abstract(name) => {
+                    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?
+                }
+                Dial::Path(path) => std::os::unix::net::SocketAddr::from_pathname(path)?,
+                Dial::Tcp(_) => unreachable!("tcp is dialled by tonic"),
+            };
             let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
             stream.set_nonblocking(true)?;
             Ok(stream)

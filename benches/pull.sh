@@ -19,6 +19,9 @@ for tool in docker-registry skopeo umoci; do
 done
 
 work=$(mktemp -d /tmp/xfn-bench.XXXXXX)
+# xfn maps root to a subordinate uid in its user namespace: that uid must
+# be able to reach the cache dir.
+chmod 755 "$work"
 reg_pid=
 cleanup() {
   [ -n "$reg_pid" ] && kill "$reg_pid" 2>/dev/null || true

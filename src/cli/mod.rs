@@ -73,12 +73,17 @@ pub struct StoreArgs {
     pub ca_bundle_path: Option<PathBuf>,
 }
 
-/// `/xfn` where it exists (Crossplane's sidecar mounts its cache there), else
-/// the user's cache dir, so `xfn run` works on a laptop without set-up.
+/// `/xfn` where it exists (Crossplane's sidecar mounts its cache there);
+/// for root `/var/cache/xfn`, because root maps a 65536-id range whose root
+/// cannot search `/root` (mode 0700); else the user's cache dir, so `xfn run`
+/// works on a laptop without set-up.
 pub fn default_cache_dir() -> PathBuf {
     let sidecar = PathBuf::from("/xfn");
     if sidecar.is_dir() {
         return sidecar;
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/cache/xfn");
     }
     if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME") {
         return PathBuf::from(xdg).join("xfn");

@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod serve;
 pub mod service;
+pub mod wrap;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -9,6 +9,7 @@ pub mod pull;
 pub mod render;
 pub mod run;
 pub mod start;
+pub mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
 #[derive(Debug, Parser)]
@@ -60,6 +61,8 @@ pub enum Command {
     Render(render::RenderArgs),
     /// Serve a container image as a Crossplane Function (v1 FunctionRunnerService).
     Adapt(adapt::AdaptArgs),
+    /// Build an adaptor image (a Function package) from a function image tarball.
+    Wrap(wrap::WrapArgs),
 }
 
 /// Flags every command that touches the image store shares.

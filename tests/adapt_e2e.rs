@@ -408,15 +408,58 @@ async fn insecure_v1_and_v1beta1_calls_errors_and_the_response_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn no_response_cache_runs_every_call() {
+async fn no_response_cache_timeout_message_size_and_health() {
     let registry = Registry::start();
     let image = function_image(&registry);
     let dir = world_traversable_tempdir();
     let adapt = Adapt::start(
         dir.path(),
-        &["--image", &image, "--no-response-cache"],
+        &[
+            "--image",
+            &image,
+            "--no-response-cache",
+            "--timeout",
+            "2s",
+            "--max-recv-message-size",
+            "65536",
+        ],
         &["--insecure"],
     );
+
+    // Health reports both services serving.
+    let mut health =
+        tonic_health::pb::health_client::HealthClient::new(plain_channel(adapt.port).await);
+    for service in [
+        "apiextensions.fn.proto.v1.FunctionRunnerService",
+        "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
+    ] {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(
+            status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service}"
+        );
+    }
+
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+    // --timeout: the function is killed and the caller told so.
+    let slow = v1.run_function(request("sleep", "")).await.unwrap_err();
+    assert_eq!(slow.code(), tonic::Code::DeadlineExceeded, "{slow:?}");
+    assert!(slow.message().contains("timed out"), "{slow:?}");
+
+    // --max-recv-message-size: a request over it is refused before any run.
+    let mut big = request("ok", "");
+    big.meta.as_mut().unwrap().tag = "x".repeat(100_000);
+    let refused = v1.run_function(big).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+
     let mut v1 = V1Client::new(plain_channel(adapt.port).await);
     let first = v1
         .run_function(request("ttl", "t"))
@@ -431,6 +474,7 @@ async fn no_response_cache_runs_every_call() {
     assert_ne!(first.results[0].message, second.results[0].message);
     assert_eq!(adapt.runs("ok"), 2);
     assert_eq!(adapt.runs("cache_hit"), 0);
+    assert_eq!(adapt.runs("deadline_exceeded"), 1);
 }
 
 /// `skopeo copy` of the pushed image to `destination` (a transport:path).
@@ -497,6 +541,21 @@ async fn docker_save_tarballs_and_oci_layouts_are_served() {
         call_ok(&adapt).await;
     }
 
+    // A tarball whose layers are not the ones its config names (listed in
+    // the wrong order) is refused at start, naming the mismatch.
+    let tampered = dir.path().join("tampered.tar");
+    reorder_layers(&tarball, &tampered);
+    let out = xfn_command()
+        .args(["adapt", "--insecure", "--image-tarball"])
+        .arg(&tampered)
+        .arg("--cache-dir")
+        .arg(dir.path().join("tampered-cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("diff id"), "{stderr}");
+
     // An OCI image layout directory.
     let layout = dir.path().join("layout");
     skopeo_copy(&image, &format!("oci:{}:v1", layout.display()));
@@ -506,4 +565,30 @@ async fn docker_save_tarballs_and_oci_layouts_are_served() {
         &["--insecure"],
     );
     call_ok(&adapt).await;
+}
+
+/// Copies a `docker save` tarball with its manifest.json's layer list reversed.
+fn reorder_layers(from: &Path, to: &Path) {
+    let mut input = tar::Archive::new(std::fs::File::open(from).unwrap());
+    let mut output = tar::Builder::new(std::fs::File::create(to).unwrap());
+    for entry in input.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut header = entry.header().clone();
+        let path = entry.path().unwrap().into_owned();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+        if path == Path::new("manifest.json") {
+            let mut manifest: serde_json::Value = serde_json::from_slice(&data).unwrap();
+            let layers = manifest[0]["Layers"].as_array_mut().unwrap();
+            assert!(layers.len() > 1, "{manifest}");
+            layers.reverse();
+            data = serde_json::to_vec(&manifest).unwrap();
+            header.set_size(data.len() as u64);
+            header.set_cksum();
+        }
+        output
+            .append_data(&mut header, &path, data.as_slice())
+            .unwrap();
+    }
+    output.finish().unwrap();
 }

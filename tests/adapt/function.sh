@@ -4,6 +4,7 @@
 #   ttl     a result naming a nonce only this run knows, with meta.ttl 60s
 #   garbage not JSON on stdout, a clue on stderr
 #   crash   a message on stderr and exit code 3
+#   sleep   sleeps a minute (for --timeout)
 IN=$(cat)
 case "$IN" in
 *'"mode":"garbage"'*)
@@ -13,6 +14,9 @@ case "$IN" in
 *'"mode":"crash"'*)
   echo "boom: cannot frobnicate the widget" >&2
   exit 3
+  ;;
+*'"mode":"sleep"'*)
+  sleep 60
   ;;
 *'"mode":"ttl"'*)
   NONCE=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -189,6 +189,11 @@ impl Adapt {
 
     /// The value of `xfn_runs_total{outcome="OUTCOME"}` (0 when absent).
     fn runs(&self, outcome: &str) -> u64 {
+        self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
+    }
+
+    /// The value of the metric line starting with `series` (0 when absent).
+    fn metric(&self, series: &str) -> u64 {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
         stream
@@ -196,7 +201,7 @@ impl Adapt {
             .unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();
-        let prefix = format!("xfn_runs_total{{outcome=\"{outcome}\"}} ");
+        let prefix = format!("{series} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&prefix))
             .map_or(0, |v| v.trim().parse().unwrap())
@@ -591,4 +596,58 @@ fn reorder_layers(from: &Path, to: &Path) {
             .unwrap();
     }
     output.finish().unwrap();
+}
+
+/// Polls until `condition` holds; fails after a minute (a hang, not a
+/// performance threshold).
+fn wait_for(what: &str, adapt: &Adapt, condition: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never: {what}\n{}",
+            adapt.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_concurrent_runs_makes_later_calls_wait() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(
+        dir.path(),
+        &[
+            "--image",
+            &image,
+            "--max-concurrent-runs",
+            "1",
+            "--timeout",
+            "3s",
+        ],
+        &["--insecure"],
+    );
+    let channel = plain_channel(adapt.port).await;
+    let call = |tag: &'static str| {
+        let mut client = V1Client::new(channel.clone());
+        tokio::spawn(async move { client.run_function(request("sleep", tag)).await })
+    };
+    let first = call("first");
+    wait_for("one run in flight", &adapt, || {
+        adapt.metric("xfn_runs_in_flight") == 1
+    });
+    let second = call("second");
+    wait_for("the second call queued", &adapt, || {
+        adapt.metric("xfn_runs_queued") == 1
+    });
+    // Still one run: the second waits for the first's slot.
+    assert_eq!(adapt.metric("xfn_runs_in_flight"), 1);
+    for call in [first, second] {
+        let status = call.await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    }
+    assert_eq!(adapt.metric("xfn_runs_queued"), 0);
+    assert_eq!(adapt.metric("xfn_runs_in_flight"), 0);
 }

@@ -66,6 +66,23 @@ pub struct Adaptor {
     metrics: Arc<Metrics>,
 }
 
+/// Counts one in a gauge while alive: a call whose future is dropped (the
+/// client went away) still leaves the gauge right.
+struct Counted<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> Counted<'a> {
+    fn new(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// The tail of a function's stderr as text for an error message.
 fn stderr_text(tail: &[u8]) -> String {
     let text = String::from_utf8_lossy(tail);
@@ -133,18 +150,20 @@ impl Adaptor {
             }
         }
         let output = {
-            let _slot = self
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| Status::unavailable("the adaptor is shutting down"))?;
-            self.metrics.in_flight().inc();
-            let output = self
-                .runner
+            let closed = |_| Status::unavailable("the adaptor is shutting down");
+            // Calls that really wait are counted as queued (as `xfn start` does).
+            let _slot = match self.slots.try_acquire() {
+                Ok(slot) => slot,
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(closed(())),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {
+                    let _queued = Counted::new(self.metrics.queued());
+                    self.slots.acquire().await.map_err(|_| closed(()))?
+                }
+            };
+            let _in_flight = Counted::new(self.metrics.in_flight());
+            self.runner
                 .run(&self.image, &input, &self.options.run)
-                .await;
-            self.metrics.in_flight().dec();
-            output
+                .await
         };
         let output = output.map_err(|err| {
             let status = status_of(&err);

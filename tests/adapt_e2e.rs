@@ -302,6 +302,38 @@ async fn mtls_calls_succeed_and_clients_without_a_valid_certificate_are_refused(
         };
         assert!(!refused.is_empty(), "{client:?}");
     }
+    // TLS 1.2 clients are served (Crossplane's minimum); TLS 1.1 is not.
+    let handshake = |version: &str| {
+        Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{}", adapt.port)])
+            .args([version, "-cipher", "DEFAULT@SECLEVEL=0"])
+            .args([
+                "-cert",
+                "client.crt",
+                "-key",
+                "client.key",
+                "-CAfile",
+                "ca.crt",
+            ])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run openssl s_client")
+    };
+    let tls12 = handshake("-tls1_2");
+    let text = String::from_utf8_lossy(&tls12.stdout);
+    assert!(
+        text.contains("Protocol  : TLSv1.2") || text.contains("TLSv1.2, Cipher"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&tls12.stderr)
+    );
+    let tls11 = handshake("-tls1_1");
+    assert!(
+        !String::from_utf8_lossy(&tls11.stdout).contains("TLSv1.1, Cipher"),
+        "a TLS 1.1 handshake succeeded"
+    );
+    assert!(!tls11.status.success());
+
     // Only the one authorised call ran.
     assert_eq!(adapt.runs("ok"), 1, "{}", adapt.log_text());
 }

@@ -148,9 +148,14 @@ struct Adapt {
 
 impl Adapt {
     fn start(dir: &Path, source: &[&str], security: &[&str]) -> Adapt {
+        Self::start_as(xfn_command(), dir, source, security)
+    }
+
+    /// Starts `xfn` (as `command` runs it) with `dir/cache` as cache.
+    fn start_as(mut command: Command, dir: &Path, source: &[&str], security: &[&str]) -> Adapt {
         let (port, metrics_port) = (free_port(), free_port());
         let log = dir.join(format!("adapt-{port}.log"));
-        let child = xfn_command()
+        let child = command
             .arg("adapt")
             .args(source)
             .args(security)
@@ -682,4 +687,19 @@ async fn max_concurrent_runs_makes_later_calls_wait() {
     }
     assert_eq!(adapt.metric("xfn_runs_queued"), 0);
     assert_eq!(adapt.metric("xfn_runs_in_flight"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_user_without_capabilities_serves_calls() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    dir_owned_by(&dir.path().join("cache"), NONROOT);
+    let adapt = Adapt::start_as(
+        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
+        dir.path(),
+        &["--image", &image],
+        &["--insecure"],
+    );
+    call_ok(&adapt).await;
 }

@@ -47,6 +47,9 @@ pub enum AdaptorError {
 /// How the adaptor runs calls.
 #[derive(Debug, Clone)]
 pub struct AdaptorOptions {
+    /// How errors name the function: the image reference, or the file it
+    /// was loaded from.
+    pub name: String,
     /// The run configuration of every call (timeout, pull policy, limits).
     pub run: RunConfig,
     /// Runs at once; later calls wait.
@@ -167,16 +170,16 @@ impl Adaptor {
         };
         let output = output.map_err(|err| {
             let status = status_of(&err);
-            tracing::info!(image = %self.image, %err, "call failed");
+            tracing::info!(function = %self.options.name, %err, "call failed");
             Status::new(
                 status.code(),
-                format!("function {}: {}", self.image, status.message()),
+                format!("function {}: {}", self.options.name, status.message()),
             )
         })?;
         let mut response = response_from_json(&output.stdout).map_err(|e| {
             Status::internal(format!(
                 "function {} wrote something that is not a RunFunctionResponse to stdout ({e}); its stderr: {}",
-                self.image,
+                self.options.name,
                 stderr_text(&output.stderr_tail)
             ))
         })?;

@@ -82,8 +82,8 @@ pub struct AdaptArgs {
     pub max_output_bytes: usize,
 }
 
-/// The name imported images get in the store.
-const IMPORTED_REFERENCE: &str = "adapt.xfn.invalid/function:imported";
+/// The repository imported images get in the store (tagged by digest).
+const IMPORTED_REPOSITORY: &str = "adapt.xfn.invalid/function";
 
 /// Where `prepare` leaves the transport security for `execute`.
 static PREPARED: std::sync::Mutex<Option<Security>> = std::sync::Mutex::new(None);
@@ -131,13 +131,17 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
     // Everything that can happen once happens here: the image is whole in
     // the store before the first call, so calls never pull.
     let started = std::time::Instant::now();
+    let name = match (&args.image_tarball, &args.image_layout, &args.image) {
+        (Some(path), _, _) | (_, Some(path), _) => path.display().to_string(),
+        (_, _, image) => image.clone().unwrap_or_default(),
+    };
     let image = match (&args.image_tarball, &args.image_layout, &args.image) {
         (Some(tarball), _, _) => store
-            .import(ImportSource::Tarball(tarball.clone()), IMPORTED_REFERENCE)
+            .import(ImportSource::Tarball(tarball.clone()), IMPORTED_REPOSITORY)
             .await
             .with_context(|| format!("cannot load {}", tarball.display()))?,
         (_, Some(layout), _) => store
-            .import(ImportSource::Layout(layout.clone()), IMPORTED_REFERENCE)
+            .import(ImportSource::Layout(layout.clone()), IMPORTED_REPOSITORY)
             .await
             .with_context(|| format!("cannot load {}", layout.display()))?,
         (_, _, Some(image)) => {
@@ -170,6 +174,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
         runner,
         image,
         AdaptorOptions {
+            name,
             run: RunConfig {
                 // Imported or pulled above: a call never goes to a registry.
                 pull_policy: PullPolicy::Never,

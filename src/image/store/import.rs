@@ -107,27 +107,31 @@ fn host_architecture() -> &'static str {
 }
 
 impl ImageStore {
-    /// Imports the image in `source` into the store under `reference` and
-    /// returns the reference to run it by (with `PullPolicy::Never`).
+    /// Imports the image in `source` into the store as
+    /// `<repository>:sha256-<manifest hex>` and returns that reference, to
+    /// run it by (with `PullPolicy::Never`). Named by content, so processes
+    /// sharing a cache never run each other's imports.
     pub async fn import(
         &self,
         source: ImportSource,
-        reference: &str,
+        repository: &str,
     ) -> Result<String, ImageError> {
-        let parsed = ImageReference::parse(reference, &self.inner.options.default_registry)?;
-        let key = parsed.to_string();
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.import_blocking(&source, &key))
+        let repository = repository.to_string();
+        tokio::task::spawn_blocking(move || store.import_blocking(&source, &repository))
             .await
-            .map_err(super::join_err)??;
-        Ok(reference.to_string())
+            .map_err(super::join_err)?
     }
 
-    fn import_blocking(&self, source: &ImportSource, key: &str) -> Result<(), ImageError> {
+    fn import_blocking(
+        &self,
+        source: &ImportSource,
+        repository: &str,
+    ) -> Result<String, ImageError> {
         match source {
             ImportSource::Layout(dir) => {
                 let found = find_in_layout(dir)?;
-                self.commit_found(dir, found, key)
+                self.commit_found(dir, found, repository)
             }
             ImportSource::Tarball(file) => {
                 // Unpacked into the store's tmp/ (removed on drop): the
@@ -151,13 +155,18 @@ impl ImageStore {
                         "neither a docker save archive (manifest.json) nor an OCI layout (index.json)",
                     ));
                 };
-                self.commit_found(file, found, key)
+                self.commit_found(file, found, repository)
             }
         }
     }
 
     /// Verifies and stores what `find_*` located, then writes the ref.
-    fn commit_found(&self, source: &Path, found: Found, key: &str) -> Result<(), ImageError> {
+    fn commit_found(
+        &self,
+        source: &Path,
+        found: Found,
+        repository: &str,
+    ) -> Result<String, ImageError> {
         if found.layers.len() > MAX_LAYERS {
             return Err(ImageError::TooManyLayers {
                 image: source.display().to_string(),
@@ -201,12 +210,19 @@ impl ImageStore {
             &self.blob_path("manifests", &manifest_digest)?,
             &found.manifest,
         )?;
+        let reference = format!(
+            "{repository}:sha256-{}",
+            hex_of(&manifest_digest, &manifest_digest)?
+        );
+        let key =
+            ImageReference::parse(&reference, &self.inner.options.default_registry)?.to_string();
         let entry = serde_json::to_vec(&RefEntry {
-            reference: key.to_string(),
+            reference: key.clone(),
             digest: manifest_digest,
         })
         .map_err(|e| corrupt(source, e.to_string()))?;
-        self.write_atomic(&self.ref_path(key), &entry)
+        self.write_atomic(&self.ref_path(&key), &entry)?;
+        Ok(reference)
     }
 
     /// Checks a layer blob's digest, extracts it (diff id checked) and keeps

@@ -23,7 +23,7 @@ use xfn::compose::runtimes::{caller_for, daemon_answers, ContainerDefaults, Cont
 use xfn::compose::v1::{FunctionCaller, V1Pipeline};
 use xfn::compose::Observed;
 use xfn::image::{ImageStore, PullPolicy, StoreOptions};
-use xfn::runner::{Runner, RunnerOptions};
+use xfn::runner::Runner;
 
 use super::run::{parse_duration, PullPolicyArg};
 use super::UsernsArgs;
@@ -77,9 +77,9 @@ pub struct RenderArgs {
     /// User namespace flags.
     #[command(flatten)]
     pub userns: UsernsArgs,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
     /// [`RenderArgs::needs_containers`], decided once.
     #[arg(skip)]
     pub containers: std::sync::OnceLock<bool>,
@@ -269,13 +269,7 @@ fn make_runner(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Arc<
         },
     )
     .with_context(|| format!("cannot open the image cache {}", args.cache_dir.display()))?;
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            ..Default::default()
-        },
-    )?;
+    let runner = Runner::new(store, args.runner.options())?;
     Ok(Arc::new(runner))
 }
 

@@ -1,6 +1,5 @@
 //! `xfn run`: run one function once, like Crossplane's `xfn run`.
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,8 +7,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
-use xfn::rootfs::RootfsMode;
-use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
+use xfn::runner::{NetworkPolicy, RunConfig, Runner};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -41,18 +39,9 @@ pub struct RunArgs {
     /// Memory limit, a Kubernetes quantity (`128Mi`, `1G`).
     #[arg(long)]
     pub memory: Option<String>,
-    /// How the per-run root filesystem is made.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsMode,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
-    /// Fail instead of running without enforced cpu/memory/pids limits.
-    #[arg(long)]
-    pub require_limits: bool,
-    /// Kill the function when it writes more than this to stdout or stderr.
-    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
-    pub max_output_bytes: usize,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
 }
 
 /// `--image-pull-policy`, spelled as in Kubernetes.
@@ -136,15 +125,7 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
         },
     )
     .context("cannot open the image cache")?;
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            max_output_bytes: args.max_output_bytes,
-            require_limits: args.require_limits,
-            rootfs: args.rootfs,
-        },
-    )?;
+    let runner = Runner::new(store, args.runner.options())?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: match args.image_pull_policy {

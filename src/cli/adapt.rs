@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
 use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
-use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{RunConfig, Runner};
 use xfn::server::metrics::{self, Metrics};
 
@@ -106,20 +106,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .context("the TLS settings were not read before start (cli::prepare_process)")?;
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the cache at {}",
-            args.store.cache_dir.display()
-        )
-    })?;
+    let store = args.store.open_store(&global.registry)?;
 
     // Everything that can happen once happens here: the image is whole in
     // the store before the first call, so calls never pull.

@@ -22,7 +22,7 @@ use xfn::compose::output::{objects, to_yaml_stream, OutputOptions};
 use xfn::compose::runtimes::{caller_for, daemon_answers, ContainerDefaults, ContainerSteps};
 use xfn::compose::v1::{FunctionCaller, V1Pipeline};
 use xfn::compose::Observed;
-use xfn::image::{ImageStore, PullPolicy, StoreOptions};
+use xfn::image::PullPolicy;
 use xfn::runner::Runner;
 
 use super::run::{parse_duration, PullPolicyArg};
@@ -260,15 +260,7 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
 }
 
 fn make_runner(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Arc<Runner>> {
-    let store = ImageStore::open(
-        &args.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.insecure_registries.clone(),
-            ca_bundle: args.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| format!("cannot open the image cache {}", args.cache_dir.display()))?;
+    let store = args.store_args().open_store(&global.registry)?;
     let runner = Runner::new(store, args.runner.options())?;
     Ok(Arc::new(runner))
 }

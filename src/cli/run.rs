@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{NetworkPolicy, RunConfig, Runner};
 
 use super::{StoreArgs, UsernsArgs};
@@ -116,15 +116,7 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .context("cannot open the image cache")?;
+    let store = args.store.open_store(&global.registry)?;
     let runner = Runner::new(store, args.runner.options())?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {

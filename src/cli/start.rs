@@ -10,7 +10,6 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
-use xfn::image::{ImageStore, StoreOptions};
 use xfn::runner::Runner;
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{self, Metrics};
@@ -116,20 +115,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         .max_queued_runs
         .unwrap_or(max_concurrent_runs.saturating_mul(4));
 
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the cache at {}",
-            args.store.cache_dir.display()
-        )
-    })?;
+    let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
     // their mount namespace), so a restarted daemon starts clean.

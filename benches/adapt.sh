@@ -13,6 +13,7 @@
 # python3 with crossplane-function-sdk-python. Run as root from the repo root:
 #   cargo build && benches/adapt.sh
 set -eu
+. "$(dirname "$0")/../scripts/lib/testbed.sh"
 
 XFN=${XFN:-target/debug/xfn}
 XFN=$(realpath "$XFN")
@@ -31,35 +32,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-mkdir -p "$WORK/registry"
-cat > "$WORK/registry/config.yml" <<YAML
-version: 0.1
-log:
-  level: error
-storage:
-  filesystem:
-    rootdirectory: $WORK/registry/storage
-http:
-  addr: 127.0.0.1:$PORT
-YAML
-docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
-REG_PID=$!
-for _ in $(seq 50); do
-    wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null && break || sleep 0.1
-done
+start_registry
 
-umoci init --layout "$WORK/oci" >/dev/null
-umoci new --image "$WORK/oci:fn" >/dev/null
-umoci unpack --rootless --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
-mkdir -p "$WORK/unpacked/rootfs/bin"
-cp /bin/busybox "$WORK/unpacked/rootfs/bin/busybox"
-for applet in sh cat; do ln -s busybox "$WORK/unpacked/rootfs/bin/$applet"; done
+new_busybox_image sh cat
 printf '#!/bin/sh\ncat >/dev/null\necho {}\n' > "$WORK/unpacked/rootfs/fn"
 chmod 755 "$WORK/unpacked/rootfs/fn"
-umoci repack --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
-umoci config --image "$WORK/oci:fn" --config.entrypoint /fn --config.env PATH=/bin >/dev/null
-skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://127.0.0.1:$PORT/fn:v1"
-IMAGE="127.0.0.1:$PORT/fn:v1"
+push_image /fn fn:v1
 CACHE="$WORK/cache"
 printf '{"meta":{"tag":"bench"}}' > "$WORK/input.json"
 

@@ -24,6 +24,7 @@
 # (crun 1.8.1 refuses hybrid cgroups otherwise), and with explicit
 # --ulimit values (its defaults exceed the hard limits here).
 set -eu
+. "$(dirname "$0")/../scripts/lib/testbed.sh"
 
 PROFILE=${PROFILE:-dev}
 RUNS=${RUNS:-200}
@@ -61,34 +62,11 @@ LOAD="$WORK/$(basename "$LOAD")"
 XFN="$WORK/xfn"
 
 # A registry on loopback.
-mkdir -p "$WORK/registry"
-cat > "$WORK/registry/config.yml" <<YAML
-version: 0.1
-log:
-  level: error
-storage:
-  filesystem:
-    rootdirectory: $WORK/registry/storage
-http:
-  addr: 127.0.0.1:$PORT
-YAML
-docker-registry serve "$WORK/registry/config.yml" >"$WORK/registry/log" 2>&1 &
-REG_PID=$!
-for _ in $(seq 50); do
-    wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null && break || sleep 0.1
-done
+start_registry
 
 # The function image: busybox, entrypoint `cat`, built with umoci, pushed with skopeo.
-umoci init --layout "$WORK/oci" >/dev/null
-umoci new --image "$WORK/oci:fn" >/dev/null
-umoci unpack --rootless --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
-mkdir -p "$WORK/unpacked/rootfs/bin"
-cp /bin/busybox "$WORK/unpacked/rootfs/bin/busybox"
-for applet in sh cat; do ln -s busybox "$WORK/unpacked/rootfs/bin/$applet"; done
-umoci repack --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
-umoci config --image "$WORK/oci:fn" --config.entrypoint /bin/cat --config.env PATH=/bin >/dev/null
-skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://127.0.0.1:$PORT/fn:v1"
-IMAGE="127.0.0.1:$PORT/fn:v1"
+new_busybox_image sh cat
+push_image /bin/cat fn:v1
 printf 'apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved: {}\ndesired: {}\n' >"$WORK/input.yaml"
 chmod 644 "$WORK/input.yaml"
 

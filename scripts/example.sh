@@ -13,31 +13,18 @@ work=$(mktemp -d)
 # As root, xfn maps container root to host uid 100000, which must be able to
 # reach the cache dir.
 chmod 755 "$work"
-trap 'kill "$registry_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$work/registry.yml" <<YAML
-version: 0.1
-log: {level: error}
-storage: {filesystem: {rootdirectory: $work/registry}}
-http: {addr: 127.0.0.1:$port}
-YAML
-docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
-registry_pid=$!
-for _ in $(seq 50); do curl -fs "http://127.0.0.1:$port/v2/" >/dev/null && break; sleep 0.1; done
+REG_PID=
+trap 'kill "$REG_PID" 2>/dev/null || true; rm -rf "$work"' EXIT
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+WORK=$work
+. scripts/lib/testbed.sh
+start_registry
 
 # The image: a busybox-static layer and the function script.
-umoci init --layout "$work/oci" >/dev/null
-umoci new --image "$work/oci:fn" >/dev/null
-umoci unpack --rootless --image "$work/oci:fn" "$work/bundle" >/dev/null
-rootfs="$work/bundle/rootfs"
-mkdir -p "$rootfs/bin"
-cp /bin/busybox "$rootfs/bin/busybox"
-for applet in sh cat sed head printf; do ln -s busybox "$rootfs/bin/$applet"; done
-install -m 0755 example/function/fn.sh "$rootfs/fn.sh"
-umoci repack --image "$work/oci:fn" "$work/bundle" >/dev/null
-umoci config --image "$work/oci:fn" --config.entrypoint /fn.sh --config.env PATH=/bin >/dev/null
-image="127.0.0.1:$port/example/add-bucket:v1"
-skopeo copy --quiet --dest-tls-verify=false "oci:$work/oci:fn" "docker://$image"
+new_busybox_image sh cat sed head printf
+install -m 0755 example/function/fn.sh "$work/unpacked/rootfs/fn.sh"
+push_image /fn.sh example/add-bucket:v1
+image=$IMAGE
 
 echo "# xfn run $image example/functionio.yaml" >&2
 "$xfn" run --cache-dir "$work/cache" "$image" example/functionio.yaml

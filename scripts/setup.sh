@@ -14,7 +14,7 @@ packages=(
   hyperfine       # the benchmarks
   util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
-  iproute2 curl ca-certificates
+  iproute2 curl wget ca-certificates
 )
 
 missing=()

@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Fail instead of running without enforced cpu/memory/pids limits.
     #[arg(long)]
     pub require_limits: bool,
+    /// Most processes a function may have at once (a stop for fork bombs;
+    /// enforced where cpu/memory limits are).
+    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub pids_limit: i64,
     /// Kill the function when it writes more than this to stdout or stderr.
     #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
     pub max_output_bytes: usize,
@@ -143,6 +147,7 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
             max_output_bytes: args.max_output_bytes,
             require_limits: args.require_limits,
             rootfs: args.rootfs,
+            pids_limit: args.pids_limit,
         },
     )?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");

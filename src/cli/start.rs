@@ -73,6 +73,10 @@ pub struct StartArgs {
     /// enforced cpu/memory/pids limits.
     #[arg(long)]
     pub require_limits: bool,
+    /// Most processes a function may have at once (a stop for fork bombs;
+    /// enforced where cpu/memory limits are).
+    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub pids_limit: i64,
     /// Kill a function that writes more than this to stdout or stderr
     /// (ResourceExhausted).
     #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
@@ -153,6 +157,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
             max_output_bytes: args.max_output_bytes,
             require_limits: args.require_limits,
             rootfs: args.rootfs,
+            pids_limit: args.pids_limit,
         },
     )
     .context("cannot set up the runner")?;

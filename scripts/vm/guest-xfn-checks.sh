@@ -37,16 +37,22 @@ xfn_in_leaf() {
 	# shellcheck disable=SC2016 # expanded by the inner shell
 	timeout 300 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" "$XFN_BIN" "$@"
 	rc=$?
+	remove_leaf "$leaf"
+	return "$rc"
+}
+
+# remove_leaf LEAF: sets $leftover to the run cgroups xfn left in LEAF,
+# kills and removes them, then removes LEAF.
+remove_leaf() {
 	leftover=""
-	for run in "$leaf"/xfn-run-*; do
+	for run in "$1"/xfn-run-*; do
 		[ -d "$run" ] || continue
 		leftover="$leftover$(basename "$run") "
 		echo 1 >"$run/cgroup.kill"
 		sleep 0.5
 		rmdir "$run"/* "$run" 2>/dev/null
 	done
-	rmdir "$leaf/supervisor" "$leaf" 2>/dev/null
-	return "$rc"
+	rmdir "$1/supervisor" "$1" 2>/dev/null
 }
 
 # xfn run of the example function: the whole xfn stack (pull from a
@@ -167,9 +173,59 @@ check_xfn_timeout_cleanup() {
 	fi
 }
 
+# Restart: an xfn killed (SIGKILL) mid-run leaves its run cgroup with the
+# container in it; the next xfn started in the same cgroup (a restarted
+# service) kills it and removes the cgroup before serving.
+check_xfn_stale_swept() {
+	xfn_leaves=$((${xfn_leaves:-0} + 1))
+	leaf=$CG_ROOT$CGROUP_BASE/xfn-$xfn_leaves
+	mkdir "$leaf" || { check xfn-stale-swept FAIL "cannot-create-leaf"; return; }
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	XFN_CACHE_DIR=$HOME/xfn-cache sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" \
+		"$XFN_BIN" run --cpu 100m --timeout 300s "$LIMITS_IMAGE:spin" /opt/xfn/functionio.yaml \
+		>/dev/null 2>"$HOME/stale-first.err" &
+	first=$!
+	stale=""
+	i=0
+	while [ -z "$stale" ] && [ "$i" -lt 600 ]; do
+		for run in "$leaf"/xfn-run-*; do
+			[ -s "$run/container/cgroup.procs" ] && stale=$run
+		done
+		sleep 0.2
+		i=$((i + 1))
+	done
+	kill -9 "$first"
+	wait "$first" 2>/dev/null
+	if [ -z "$stale" ]; then
+		echo "xfn: stale: the first run never started: $(tail -n 3 "$HOME/stale-first.err" | tr '\n' ' ')"
+		remove_leaf "$leaf"
+		check xfn-stale-swept FAIL "first-run-never-started"
+		return
+	fi
+	before=$(wc -l <"$stale/container/cgroup.procs")
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	XFN_CACHE_DIR=$HOME/xfn-cache timeout 300 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" \
+		"$XFN_BIN" --log-format json run --require-limits "$XFN_IMAGE" /opt/xfn/functionio.yaml \
+		>"$HOME/stale-second.out" 2>"$HOME/stale-second.err"
+	rc=$?
+	swept=yes
+	[ -d "$stale" ] && swept=no
+	spinners=$(pgrep -f '/spin.sh' | wc -l)
+	said=$(grep -c 'left by an earlier xfn' "$HOME/stale-second.err")
+	remove_leaf "$leaf"
+	value="stale=$(basename "$stale") procs-before=$before swept=$swept spinners-left=$spinners log-lines=$said next-run-exit=$rc leftover=[$leftover]"
+	echo "xfn: stale: $value"
+	if [ "$swept" = yes ] && [ "$spinners" = 0 ] && [ "$rc" = 0 ] && [ -z "$leftover" ] &&
+		cmp -s "$HOME/stale-second.out" /opt/xfn/expected-output.yaml; then
+		check xfn-stale-swept PASS "$value"
+	else
+		check xfn-stale-swept FAIL "$value"
+	fi
+}
+
 if start_registry; then
 	run_check xfn-run
-	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup; do
+	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept; do
 		run_check "$limit_check"
 	done
 	kill "$registry_pid" 2>/dev/null

@@ -130,13 +130,20 @@ check_xfn_oom() {
 # throttled to 100m), so an identical run without the loop (idle.sh) is
 # measured first and subtracted: the loop's share must be 10% of 2 s, +-50%.
 check_xfn_cpu() {
+	# The baseline is noisy (under TCG a busy host inflates guest CPU time):
+	# the mean of two runs.
 	xfn_limited idle --cpu 100m "$LIMITS_IMAGE:idle" /opt/xfn/functionio.yaml
-	idle_rc=$rc idle_usec=$cpu_usec idle_leftover=$leftover
+	idle_rc=$rc idle1=${cpu_usec:-0} idle_leftover=$leftover
+	xfn_limited idle --cpu 100m "$LIMITS_IMAGE:idle" /opt/xfn/functionio.yaml
+	[ "$rc" = 0 ] || idle_rc=$rc
+	idle_leftover=$idle_leftover$leftover
+	idle_usec=$(((idle1 + ${cpu_usec:-0}) / 2))
+	echo "xfn: cpu: idle runs used $idle1 and ${cpu_usec:-missing} usec"
 	xfn_limited spin --cpu 100m "$LIMITS_IMAGE:spin" /opt/xfn/functionio.yaml
 	wall=$(sed -n 's/^# spin: wall_usec=//p' "$HOME/spin.out")
 	net=$((${cpu_usec:-0} - ${idle_usec:-0}))
 	value="net_cpu_usec=$net spin_cpu_usec=${cpu_usec:-missing} idle_cpu_usec=${idle_usec:-missing} loop_wall_usec=${wall:-missing} expected=200000+-50% exit=$rc/$idle_rc leftover=[${idle_leftover}${leftover}]"
-	if [ "$rc" = 0 ] && [ "$idle_rc" = 0 ] && [ -n "$cpu_usec" ] && [ -n "$idle_usec" ] &&
+	if [ "$rc" = 0 ] && [ "$idle_rc" = 0 ] && [ -n "$cpu_usec" ] && [ "$idle1" -gt 0 ] &&
 		[ "$net" -ge 100000 ] && [ "$net" -le 300000 ] && [ -z "$idle_leftover$leftover" ]; then
 		check xfn-cpu PASS "$value"
 	else
@@ -180,8 +187,11 @@ check_xfn_timeout_cleanup() {
 }
 
 # Restart: an xfn killed (SIGKILL) mid-run leaves its run cgroup with the
-# container in it; the next xfn started in the same cgroup (a restarted
-# service) kills it and removes the cgroup before serving.
+# container in it; the next xfn started by whatever restarts it (a wrapper
+# that shared xfn's cgroup, which the first xfn moved into its supervisor
+# leaf with itself) kills it and removes the cgroup before serving. (A
+# restart by systemd or the kubelet gets a fresh cgroup instead: they kill
+# the whole old subtree.)
 check_xfn_stale_swept() {
 	xfn_leaves=$((${xfn_leaves:-0} + 1))
 	leaf=$CG_ROOT$CGROUP_BASE/xfn-$xfn_leaves
@@ -211,7 +221,7 @@ check_xfn_stale_swept() {
 	fi
 	before=$(wc -l <"$stale/container/cgroup.procs")
 	# shellcheck disable=SC2016 # expanded by the inner shell
-	XFN_CACHE_DIR=$HOME/xfn-cache timeout 300 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" \
+	XFN_CACHE_DIR=$HOME/xfn-cache timeout 300 sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf/supervisor" \
 		"$XFN_BIN" --log-format json run --require-limits "$XFN_IMAGE" /opt/xfn/functionio.yaml \
 		>"$HOME/stale-second.out" 2>"$HOME/stale-second.err"
 	rc=$?
@@ -221,7 +231,7 @@ check_xfn_stale_swept() {
 	said=$(grep -c 'left by an earlier xfn' "$HOME/stale-second.err")
 	remove_leaf "$leaf"
 	value="stale=$(basename "$stale") procs-before=$before swept=$swept hangers-left=$hangers log-lines=$said next-run-exit=$rc leftover=[$leftover]"
-	echo "xfn: stale: $value"
+	echo "xfn: stale: $value second-xfn-stderr=[$(grep -v '"function run used"' "$HOME/stale-second.err" | tail -n 4 | tr '\n' ' ')]"
 	if [ "$swept" = yes ] && [ "$hangers" = 0 ] && [ "$rc" = 0 ] && [ -z "$leftover" ] &&
 		cmp -s "$HOME/stale-second.out" /opt/xfn/expected-output.yaml; then
 		check xfn-stale-swept PASS "$value"

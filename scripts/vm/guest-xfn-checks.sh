@@ -240,9 +240,50 @@ check_xfn_stale_swept() {
 	fi
 }
 
+# What crun wrote: the limits xfn put in the spec, as the kernel shows them
+# in the container's cgroup while the function runs; then SIGTERM to xfn
+# (the cancel path) must leave no run cgroup and no process.
+check_xfn_limits_written() {
+	xfn_leaves=$((${xfn_leaves:-0} + 1))
+	leaf=$CG_ROOT$CGROUP_BASE/xfn-$xfn_leaves
+	mkdir "$leaf" || { check xfn-limits-written FAIL "cannot-create-leaf"; return; }
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	XFN_CACHE_DIR=$HOME/xfn-cache sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" \
+		"$XFN_BIN" run --require-limits --cpu 100m --memory 32Mi --pids-limit 64 --timeout 300s \
+		"$LIMITS_IMAGE:hang" /opt/xfn/functionio.yaml >/dev/null 2>"$HOME/written.err" &
+	xfn_pid=$!
+	container=""
+	i=0
+	while [ -z "$container" ] && [ "$i" -lt 600 ]; do
+		for run in "$leaf"/xfn-run-*; do
+			[ -n "$(cat "$run/container/cgroup.procs" 2>/dev/null)" ] && container=$run/container
+		done
+		sleep 0.2
+		i=$((i + 1))
+	done
+	if [ -n "$container" ]; then
+		written="cpu.max=$(tr ' ' / <"$container/cpu.max") memory.max=$(cat "$container/memory.max") memory.swap.max=$(cat "$container/memory.swap.max") pids.max=$(cat "$container/pids.max")"
+	else
+		written="container-never-started"
+	fi
+	kill -TERM "$xfn_pid"
+	wait "$xfn_pid"
+	rc=$?
+	hangers=$(pgrep -f 'sleep 3600' | wc -l)
+	remove_leaf "$leaf"
+	value="$written xfn-exit-after-SIGTERM=$rc hangers-left=$hangers leftover=[$leftover]"
+	echo "xfn: written: $value stderr=[$(tail -n 2 "$HOME/written.err" | tr '\n' ' ')]"
+	if [ "$written" = "cpu.max=10000/100000 memory.max=33554432 memory.swap.max=0 pids.max=64" ] &&
+		[ "$hangers" = 0 ] && [ -z "$leftover" ]; then
+		check xfn-limits-written PASS "$value"
+	else
+		check xfn-limits-written FAIL "$value"
+	fi
+}
+
 if start_registry; then
 	run_check xfn-run
-	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept; do
+	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept xfn-limits-written; do
 		run_check "$limit_check"
 	done
 	kill "$registry_pid" 2>/dev/null

@@ -115,7 +115,7 @@ failed=$(grep -c ' FAIL' <<<"$checks" || true)
 # A check that printed nothing (the guest script died half-way) is a failure:
 # the built-in ones, and every other one the guest announced.
 expected=(within-limits memory cpu pids)
-[ -z "$xfn_bin" ] || expected+=(xfn-starts xfn-run xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept)
+[ -z "$xfn_bin" ] || expected+=(xfn-starts xfn-run xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept xfn-limits-written)
 mapfile -t -O "${#expected[@]}" expected < <(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean")
 for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	if ! grep -q "^CHECK $name " <<<"$checks"; then

@@ -151,9 +151,9 @@ impl Sandbox {
             });
         }
         let bundle = self.run_dir.bundle()?;
-        // Declared after the bundle, so dropped before it: on every path,
-        // cancellation included, the run's processes are killed and its
-        // cgroup removed (after crun's guard has deleted the container).
+        // On every path, cancellation included (then through its Drop,
+        // whichever of it and crun's container guard goes first), the run's
+        // processes are killed through cgroup.kill and its cgroup removed.
         let run_cgroup = match &self.delegation {
             Some(delegation) => Some(cgroup::run::RunCgroup::create(
                 delegation,

@@ -469,6 +469,23 @@ mod tests {
     }
 
     #[test]
+    fn cpu_millis_become_a_quota_per_100ms_period() {
+        // Kubernetes' conversion: 100m = 10000us of every 100000us.
+        for (millis, quota) in [(100, 10_000), (1500, 150_000), (1, 1000)] {
+            let r = resources(
+                Limits {
+                    cpu_millis: Some(millis),
+                    memory_bytes: None,
+                },
+                PIDS_LIMIT,
+            )
+            .unwrap();
+            let cpu = r.cpu().as_ref().unwrap();
+            assert_eq!((cpu.quota(), cpu.period()), (Some(quota), Some(100_000)));
+        }
+    }
+
+    #[test]
     fn seccomp_profile_parses() {
         let profile: LinuxSeccomp = serde_json::from_str(DEFAULT_SECCOMP_PROFILE).unwrap();
         assert!(profile.syscalls().as_ref().unwrap().len() >= 3);

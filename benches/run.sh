@@ -11,7 +11,7 @@
 # Needs: hyperfine (apt-get install hyperfine), crun, docker-registry, umoci,
 # skopeo, busybox-static. Run as root from the repository root:
 #   cargo build && benches/run.sh            (debug binary)
-#   XFN=target/release/xfn benches/run.sh    (a release binary)
+#   cargo build --release && XFN=target/release/xfn benches/run.sh   (the numbers that matter)
 set -eu
 
 XFN=${XFN:-target/debug/xfn}

@@ -13,6 +13,7 @@ packages=(
   zstd            # zstd layers in the tests
   hyperfine       # the benchmarks
   util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
+  openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl ca-certificates
 )
 
@@ -26,6 +27,14 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Crossplane's published Python function SDK: the render tests drive a real
+# function written with it (Development runtime).
+if ! python3 -c 'import crossplane.function' 2>/dev/null; then
+  echo "setup: installing crossplane-function-sdk-python" >&2
+  python3 -m pip install --quiet --disable-pip-version-check crossplane-function-sdk-python==0.15.1 \
+    || python3 -m pip install --quiet --break-system-packages crossplane-function-sdk-python==0.15.1
 fi
 
 # The Debian package starts a registry on :5000 where systemd runs; the tests

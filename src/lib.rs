@@ -12,6 +12,7 @@
 //!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
 //! `xfn start`, `xfn render`, `xfn adapt`) calls.
+pub mod adaptor;
 pub mod compose;
 pub mod image;
 pub mod proto;

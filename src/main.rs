@@ -44,6 +44,8 @@ fn main() -> ExitCode {
             Command::Pull(args) => cli::pull::execute(args, &global).await,
             Command::Cache(command) => cli::cache::execute(command, &global).await,
             Command::Render(args) => cli::render::execute(args, &global).await,
+            Command::Adapt(args) => cli::adapt::execute(args, &global).await,
+            Command::Wrap(args) => cli::wrap::execute(args, &global).await,
         }
     });
     match result {

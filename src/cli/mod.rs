@@ -3,11 +3,13 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod adapt;
 pub mod cache;
 pub mod pull;
 pub mod render;
 pub mod run;
 pub mod start;
+pub mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
 #[derive(Debug, Parser)]
@@ -57,6 +59,10 @@ pub enum Command {
     Cache(cache::CacheCommand),
     /// Render a Composition's pipeline locally, like `crossplane render`.
     Render(render::RenderArgs),
+    /// Serve a container image as a Crossplane Function (v1 FunctionRunnerService).
+    Adapt(adapt::AdaptArgs),
+    /// Build an adaptor image (a Function package) from a function image tarball.
+    Wrap(wrap::WrapArgs),
 }
 
 /// Flags every command that touches the image store shares.
@@ -73,12 +79,17 @@ pub struct StoreArgs {
     pub ca_bundle_path: Option<PathBuf>,
 }
 
-/// `/xfn` where it exists (Crossplane's sidecar mounts its cache there), else
-/// the user's cache dir, so `xfn run` works on a laptop without set-up.
+/// `/xfn` where it exists (Crossplane's sidecar mounts its cache there);
+/// for root `/var/cache/xfn`, because root maps a 65536-id range whose root
+/// cannot search `/root` (mode 0700); else the user's cache dir, so `xfn run`
+/// works on a laptop without set-up.
 pub fn default_cache_dir() -> PathBuf {
     let sidecar = PathBuf::from("/xfn");
     if sidecar.is_dir() {
         return sidecar;
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/cache/xfn");
     }
     if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME") {
         return PathBuf::from(xdg).join("xfn");
@@ -155,6 +166,12 @@ pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)
         Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
+        Command::Adapt(args) => {
+            // The TLS key may be readable only by the real uid, not by
+            // xfn's mapped root: read it first.
+            adapt::prepare(args)?;
+            enter_namespace(&args.store, &args.userns)
+        }
         _ => Ok(()),
     }
 }

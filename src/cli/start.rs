@@ -231,7 +231,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
 }
 
 /// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

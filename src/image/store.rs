@@ -46,7 +46,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 mod codec;
+mod import;
 mod lock;
+
+pub use import::ImportSource;
 
 use codec::{decompressor, extract_verified, ChannelReader};
 use lock::{KeyGuard, KeyLocks};

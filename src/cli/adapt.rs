@@ -1,0 +1,232 @@
+//! `xfn adapt`: serve one container image as a modern Crossplane Function
+//! (v1 and v1beta1 `FunctionRunnerService` on TCP, mTLS or `--insecure`).
+//! Each call runs the container with the JSON `RunFunctionRequest` on stdin
+//! and answers with the JSON `RunFunctionResponse` it writes to stdout.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
+use xfn::adaptor::{Adaptor, AdaptorOptions};
+use xfn::image::store::ImportSource;
+use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::rootfs::RootfsMode;
+use xfn::runner::{RunConfig, Runner, RunnerOptions};
+use xfn::server::metrics::{self, Metrics};
+
+use super::run::parse_duration;
+use super::{StoreArgs, UsernsArgs};
+
+/// Flags of `xfn adapt`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["image_tarball", "image_layout", "image"])))]
+pub struct AdaptArgs {
+    /// The function image as `docker save` wrote it (gzipped or not), or an
+    /// OCI layout in a tar.
+    #[arg(long)]
+    pub image_tarball: Option<PathBuf>,
+    /// The function image as an OCI image layout directory.
+    #[arg(long)]
+    pub image_layout: Option<PathBuf>,
+    /// The function image in a registry (pulled once at start).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Image cache and per-run state.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// User namespace mapping.
+    #[command(flatten)]
+    pub userns: UsernsArgs,
+    /// TCP address to serve on.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub address: SocketAddr,
+    /// Directory with `tls.crt`, `tls.key` and `ca.crt` (mTLS; client
+    /// certificates required).
+    #[arg(long, env = "TLS_SERVER_CERTS_DIR")]
+    pub tls_certs_dir: Option<PathBuf>,
+    /// Serve plaintext gRPC (no TLS).
+    #[arg(long, conflicts_with = "tls_certs_dir")]
+    pub insecure: bool,
+    /// Largest request accepted, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_recv_message_size: usize,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics.
+    #[arg(long)]
+    pub metrics_address: Option<SocketAddr>,
+    /// Kill a run after this long (e.g. `20s`, `500ms`).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Runs at once (default: the number of CPUs); later calls wait.
+    #[arg(long)]
+    pub max_concurrent_runs: Option<usize>,
+    /// Do not answer identical requests from responses that set `meta.ttl`.
+    #[arg(long)]
+    pub no_response_cache: bool,
+    /// Most responses the cache holds.
+    #[arg(long, default_value_t = 1024)]
+    pub response_cache_size: usize,
+    /// How per-run root filesystems are made.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rootfs: RootfsMode,
+    /// The OCI runtime binary.
+    #[arg(long, default_value = "crun")]
+    pub runtime: PathBuf,
+    /// Kill a function that writes more than this to stdout or stderr.
+    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    pub max_output_bytes: usize,
+}
+
+/// The repository imported images get in the store (tagged by digest).
+const IMPORTED_REPOSITORY: &str = "adapt.xfn.invalid/function";
+
+/// Where `prepare` leaves the transport security for `execute`.
+static PREPARED: std::sync::Mutex<Option<Security>> = std::sync::Mutex::new(None);
+
+/// Reads the TLS files while xfn still has its own uid (before the user
+/// namespace, where a key readable only by that uid is out of reach), and
+/// refuses to go on with neither TLS nor `--insecure`.
+pub fn prepare(args: &AdaptArgs) -> anyhow::Result<()> {
+    let security = match (&args.tls_certs_dir, args.insecure) {
+        (Some(dir), _) => mutual_tls(dir).context("cannot load the TLS certificates")?,
+        (None, true) => {
+            tracing::warn!("serving plaintext gRPC (--insecure)");
+            Security::Insecure
+        }
+        (None, false) => anyhow::bail!(
+            "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR), or --insecure for plaintext"
+        ),
+    };
+    *PREPARED.lock().unwrap_or_else(|e| e.into_inner()) = Some(security);
+    Ok(())
+}
+
+/// Runs `xfn adapt`.
+pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let security = PREPARED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .context("the TLS settings were not read before start (cli::prepare_process)")?;
+    let store = ImageStore::open(
+        &args.store.cache_dir,
+        StoreOptions {
+            default_registry: global.registry.clone(),
+            insecure_registries: args.store.insecure_registries.clone(),
+            ca_bundle: args.store.ca_bundle_path.clone(),
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the cache at {}",
+            args.store.cache_dir.display()
+        )
+    })?;
+
+    // Everything that can happen once happens here: the image is whole in
+    // the store before the first call, so calls never pull.
+    let started = std::time::Instant::now();
+    let name = match (&args.image_tarball, &args.image_layout, &args.image) {
+        (Some(path), _, _) | (_, Some(path), _) => path.display().to_string(),
+        (_, _, image) => image.clone().unwrap_or_default(),
+    };
+    let image = match (&args.image_tarball, &args.image_layout, &args.image) {
+        (Some(tarball), _, _) => store
+            .import(ImportSource::Tarball(tarball.clone()), IMPORTED_REPOSITORY)
+            .await
+            .with_context(|| format!("cannot load {}", tarball.display()))?,
+        (_, Some(layout), _) => store
+            .import(ImportSource::Layout(layout.clone()), IMPORTED_REPOSITORY)
+            .await
+            .with_context(|| format!("cannot load {}", layout.display()))?,
+        (_, _, Some(image)) => {
+            store
+                .ensure(image, PullPolicy::IfNotPresent, &RegistryAuth::default())
+                .await
+                .with_context(|| format!("cannot pull {image}"))?;
+            image.clone()
+        }
+        (None, None, None) => anyhow::bail!("one of --image-tarball, --image-layout, --image"),
+    };
+    tracing::info!(%image, took = ?started.elapsed(), "function image ready");
+
+    let runner = Runner::new(
+        store,
+        RunnerOptions {
+            runtime: args.runtime.clone(),
+            max_output_bytes: args.max_output_bytes,
+            require_limits: false,
+            rootfs: args.rootfs,
+        },
+    )
+    .context("cannot set up the runner")?;
+    let runner = Arc::new(runner);
+    let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
+    metrics.set_limits_enforced(runner.limits_unavailable().is_none());
+
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let adaptor = Arc::new(Adaptor::new(
+        runner,
+        image,
+        AdaptorOptions {
+            name,
+            run: RunConfig {
+                // Imported or pulled above: a call never goes to a registry.
+                pull_policy: PullPolicy::Never,
+                timeout: args.timeout,
+                ..RunConfig::default()
+            },
+            max_concurrent_runs: args.max_concurrent_runs.unwrap_or(cpus).max(1),
+            response_cache_size: (!args.no_response_cache).then_some(args.response_cache_size),
+        },
+        metrics.clone(),
+    ));
+
+    let stop_metrics = CancellationToken::new();
+    let metrics_server = match args.metrics_address {
+        Some(address) => {
+            let listener = metrics::bind(address).await?;
+            tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
+            let stop = stop_metrics.clone();
+            Some(tokio::spawn(metrics::serve(
+                listener,
+                metrics,
+                async move {
+                    stop.cancelled().await;
+                },
+            )))
+        }
+        None => None,
+    };
+
+    let listener = tokio::net::TcpListener::bind(args.address)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.address))?;
+    tracing::info!(
+        address = %listener.local_addr()?,
+        tls = !matches!(security, Security::Insecure),
+        "serving the function API (v1, v1beta1)"
+    );
+    serve(
+        listener,
+        adaptor,
+        ServeOptions {
+            security,
+            max_recv_message_size: args.max_recv_message_size,
+        },
+        super::start::shutdown_signal(),
+    )
+    .await?;
+
+    stop_metrics.cancel();
+    if let Some(server) = metrics_server {
+        server.await.context("metrics server panicked")??;
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}

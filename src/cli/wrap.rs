@@ -1,0 +1,97 @@
+//! `xfn wrap`: build an adaptor image (a Crossplane Function package) from a
+//! function image tarball and a base image holding xfn and crun, without
+//! Docker; push it or write it as an OCI layout tarball.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use xfn::adaptor::wrap::{wrap, WrapOutput, WrapSpec};
+use xfn::image::pull::ConnectOptions;
+use xfn::image::{ImageReference, RegistryAuth};
+
+/// Flags of `xfn wrap`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("destination").required(true).args(["push", "output"])))]
+pub struct WrapArgs {
+    /// The function image as `docker save` wrote it.
+    #[arg(long)]
+    pub function: PathBuf,
+    /// The base image: one holding xfn and crun.
+    #[arg(long)]
+    pub base: String,
+    /// The reference of the result.
+    #[arg(long)]
+    pub tag: String,
+    /// Push the result to the registry `--tag` names.
+    #[arg(long)]
+    pub push: bool,
+    /// Write the result to FILE as an OCI image layout in a tar.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// The package's `metadata.name` (default: the last path segment of
+    /// `--tag`'s repository).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A package annotation `KEY=VALUE` (repeatable).
+    #[arg(long = "annotation", value_parser = parse_annotation)]
+    pub annotations: Vec<(String, String)>,
+    /// Registries reached over plain HTTP (loopback registries always are).
+    #[arg(long = "insecure-registry")]
+    pub insecure_registries: Vec<String>,
+    /// A PEM bundle of CAs trusted besides the system roots.
+    #[arg(long, env = "CA_BUNDLE_PATH")]
+    pub ca_bundle_path: Option<PathBuf>,
+}
+
+fn parse_annotation(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))
+}
+
+/// Runs `xfn wrap`.
+pub async fn execute(args: WrapArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let target = ImageReference::parse(&args.tag, &global.registry)?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => target
+            .repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(&target.repository)
+            .to_string(),
+    };
+    let mut connect = ConnectOptions {
+        insecure_registries: args.insecure_registries.clone(),
+        ..Default::default()
+    };
+    if let Some(ca) = &args.ca_bundle_path {
+        connect.load_ca_bundle(ca)?;
+    }
+    let spec = WrapSpec {
+        function: args.function.clone(),
+        base: args.base.clone(),
+        tag: args.tag.clone(),
+        name,
+        annotations: args.annotations.clone(),
+        // The docker config's entry for the target registry (anonymous
+        // without one); the base is usually in the same registry.
+        auth: RegistryAuth::from_docker_config(&target.registry)?,
+        connect,
+        default_registry: global.registry.clone(),
+    };
+    let output = match &args.output {
+        Some(path) => WrapOutput::LayoutTarball(path.clone()),
+        None => WrapOutput::Push,
+    };
+    let digest = wrap(&spec, &output)
+        .await
+        .with_context(|| format!("cannot build {}", args.tag))?;
+    match &args.output {
+        Some(path) => println!("{} {digest} written to {}", args.tag, path.display()),
+        None => println!("{}@{digest}", args.tag),
+    }
+    Ok(ExitCode::SUCCESS)
+}

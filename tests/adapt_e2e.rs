@@ -1,0 +1,705 @@
+//! `xfn adapt` end to end: the real binary serving a busybox function image
+//! (built here, pushed to a real `docker-registry` on 127.0.0.1) with real
+//! crun, called over mTLS with certificates made here by the `openssl` CLI,
+//! over plaintext, through v1 and v1beta1, and by the published Python SDK's
+//! generated stubs.
+//!
+//! Needs: crun, docker-registry, busybox-static, openssl, skopeo; python3
+//! with `crossplane-function-sdk-python` (and grpcio) for the SDK check.
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
+use xfn::proto::v1beta1::function_runner_service_client::FunctionRunnerServiceClient as V1beta1Client;
+use xfn::proto::{v1, v1beta1};
+
+const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
+const SDK_CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/sdk_check.py");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn function_image(registry: &Registry) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/fn.sh", 0o755, std::fs::read(FUNCTION).unwrap()))
+        .entrypoint(["/bin/sh", "/fn.sh"])
+        .push(registry, "adapt-fn:v1")
+        .reference
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA and a certificate it signs for `name` (`<name>.crt`, `<name>.key`).
+fn make_ca(dir: &Path, ca: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.crt"),
+            "-subj",
+            &format!("/CN={ca}"),
+            "-days",
+            "2",
+        ],
+    );
+}
+
+fn sign(dir: &Path, ca: &str, name: &str, extensions: &str) {
+    std::fs::write(dir.join(format!("{name}.ext")), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+/// Server certs in `dir/server` (Crossplane's layout) and client certs in
+/// `dir`: `client` signed by the CA, `stranger` by another CA.
+fn make_certs(dir: &Path) -> PathBuf {
+    make_ca(dir, "ca");
+    make_ca(dir, "other-ca");
+    sign(
+        dir,
+        "ca",
+        "server",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    sign(dir, "ca", "client", "extendedKeyUsage=clientAuth\n");
+    sign(dir, "other-ca", "stranger", "extendedKeyUsage=clientAuth\n");
+    let server = dir.join("server");
+    std::fs::create_dir_all(&server).unwrap();
+    std::fs::copy(dir.join("server.crt"), server.join("tls.crt")).unwrap();
+    std::fs::copy(dir.join("server.key"), server.join("tls.key")).unwrap();
+    std::fs::copy(dir.join("ca.crt"), server.join("ca.crt")).unwrap();
+    server
+}
+
+/// `xfn adapt`, killed on drop.
+struct Adapt {
+    child: Child,
+    port: u16,
+    metrics_port: u16,
+    log: PathBuf,
+}
+
+impl Adapt {
+    fn start(dir: &Path, source: &[&str], security: &[&str]) -> Adapt {
+        Self::start_as(xfn_command(), dir, source, security)
+    }
+
+    /// Starts `xfn` (as `command` runs it) with `dir/cache` as cache.
+    fn start_as(mut command: Command, dir: &Path, source: &[&str], security: &[&str]) -> Adapt {
+        let (port, metrics_port) = (free_port(), free_port());
+        let log = dir.join(format!("adapt-{port}.log"));
+        let child = command
+            .arg("adapt")
+            .args(source)
+            .args(security)
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .args(["--address", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start xfn adapt");
+        let mut adapt = Adapt {
+            child,
+            port,
+            metrics_port,
+            log,
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = adapt.child.try_wait().unwrap() {
+                panic!("xfn adapt exited: {status}\n{}", adapt.log_text());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "xfn adapt never listened\n{}",
+                adapt.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        adapt
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of `xfn_runs_total{outcome="OUTCOME"}` (0 when absent).
+    fn runs(&self, outcome: &str) -> u64 {
+        self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
+    }
+
+    /// The value of the metric line starting with `series` (0 when absent).
+    fn metric(&self, series: &str) -> u64 {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        let prefix = format!("{series} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    }
+}
+
+impl Drop for Adapt {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn request(mode: &str, tag: &str) -> v1::RunFunctionRequest {
+    v1::RunFunctionRequest {
+        meta: Some(v1::RequestMeta {
+            tag: tag.into(),
+            ..Default::default()
+        }),
+        input: Some(prost_types::Struct {
+            fields: [(
+                "mode".to_string(),
+                prost_types::Value {
+                    kind: Some(prost_types::value::Kind::StringValue(mode.into())),
+                },
+            )]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+async fn tls_channel(port: u16, certs: &Path, client: Option<&str>) -> Result<Channel, String> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(
+            std::fs::read(certs.join("ca.crt")).unwrap(),
+        ))
+        .domain_name("localhost");
+    if let Some(name) = client {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(certs.join(format!("{name}.crt"))).unwrap(),
+            std::fs::read(certs.join(format!("{name}.key"))).unwrap(),
+        ));
+    }
+    Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("{e:?}"))
+}
+
+async fn plain_channel(port: u16) -> Channel {
+    Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mtls_calls_succeed_and_clients_without_a_valid_certificate_are_refused() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let server_certs = make_certs(dir.path());
+    let adapt = Adapt::start(
+        dir.path(),
+        &["--image", &image],
+        &["--tls-certs-dir", server_certs.to_str().unwrap()],
+    );
+
+    // A client with a certificate the CA signed: the call succeeds, and the
+    // tag the function left out is copied into the response.
+    let channel = tls_channel(adapt.port, dir.path(), Some("client"))
+        .await
+        .unwrap();
+    let response = V1Client::new(channel)
+        .run_function(request("ok", "tag-1"))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", adapt.log_text()))
+        .into_inner();
+    assert_eq!(response.results[0].message, "hello from the container");
+    assert_eq!(response.meta.unwrap().tag, "tag-1");
+
+    // No client certificate, or one from another CA: no call gets through.
+    for client in [None, Some("stranger")] {
+        let refused = match tls_channel(adapt.port, dir.path(), client).await {
+            Err(connect_error) => connect_error,
+            Ok(channel) => match V1Client::new(channel)
+                .run_function(request("ok", "tag-2"))
+                .await
+            {
+                Ok(response) => panic!("{client:?} was served: {response:?}"),
+                Err(status) => format!("{status:?}"),
+            },
+        };
+        assert!(!refused.is_empty(), "{client:?}");
+    }
+    // TLS 1.2 clients are served (Crossplane's minimum); TLS 1.1 is not.
+    let handshake = |version: &str| {
+        Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{}", adapt.port)])
+            .args([version, "-cipher", "DEFAULT@SECLEVEL=0"])
+            .args([
+                "-cert",
+                "client.crt",
+                "-key",
+                "client.key",
+                "-CAfile",
+                "ca.crt",
+            ])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run openssl s_client")
+    };
+    let tls12 = handshake("-tls1_2");
+    let text = String::from_utf8_lossy(&tls12.stdout);
+    assert!(
+        text.contains("Protocol  : TLSv1.2") || text.contains("TLSv1.2, Cipher"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&tls12.stderr)
+    );
+    let tls11 = handshake("-tls1_1");
+    assert!(
+        !String::from_utf8_lossy(&tls11.stdout).contains("TLSv1.1, Cipher"),
+        "a TLS 1.1 handshake succeeded"
+    );
+    assert!(!tls11.status.success());
+
+    // Only the one authorised call ran.
+    assert_eq!(adapt.runs("ok"), 1, "{}", adapt.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adapt_refuses_to_start_without_tls_or_insecure() {
+    let dir = world_traversable_tempdir();
+    let out = xfn_command()
+        .args(["adapt", "--image", "127.0.0.1:1/nothing:v1", "--cache-dir"])
+        .arg(dir.path().join("cache"))
+        .env_remove("TLS_SERVER_CERTS_DIR")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--tls-certs-dir"), "{stderr}");
+    assert!(stderr.contains("--insecure"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn insecure_v1_and_v1beta1_calls_errors_and_the_response_cache() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+
+    let ok = v1
+        .run_function(request("ok", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.results[0].message, "hello from the container");
+
+    // v1beta1: same function, beta messages.
+    let mut beta = V1beta1Client::new(plain_channel(adapt.port).await);
+    let beta_request = v1beta1::RunFunctionRequest {
+        meta: Some(v1beta1::RequestMeta {
+            tag: "beta-tag".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let beta_response = beta.run_function(beta_request).await.unwrap().into_inner();
+    assert_eq!(beta_response.results[0].message, "hello from the container");
+    assert_eq!(beta_response.meta.unwrap().tag, "beta-tag");
+
+    // Output that is not a RunFunctionResponse: Internal, with the stderr.
+    let garbage = v1.run_function(request("garbage", "")).await.unwrap_err();
+    assert_eq!(garbage.code(), tonic::Code::Internal, "{garbage:?}");
+    assert!(
+        garbage.message().contains("not a RunFunctionResponse")
+            && garbage
+                .message()
+                .contains("garbage-mode: wrote text instead"),
+        "{}",
+        garbage.message()
+    );
+
+    // A crashing function: its exit code and stderr, readable in an event.
+    let crash = v1.run_function(request("crash", "")).await.unwrap_err();
+    assert!(
+        crash.message().contains("exit code 3")
+            && crash
+                .message()
+                .contains("boom: cannot frobnicate the widget"),
+        "{crash:?}"
+    );
+
+    // meta.ttl: the second identical call is answered from memory (the
+    // nonce only one run can know comes back, and no second run is counted);
+    // another tag runs the container again.
+    let runs_before = adapt.runs("ok");
+    let first = v1
+        .run_function(request("ttl", "ttl-tag"))
+        .await
+        .unwrap()
+        .into_inner();
+    let second = v1
+        .run_function(request("ttl", "ttl-tag"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.results[0].message, second.results[0].message);
+    assert_eq!(second.meta.as_ref().unwrap().tag, "ttl-tag");
+    assert_eq!(adapt.runs("ok"), runs_before + 1, "{}", adapt.log_text());
+    assert_eq!(adapt.runs("cache_hit"), 1);
+    let other = v1
+        .run_function(request("ttl", "other-tag"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(other.results[0].message, first.results[0].message);
+    assert_eq!(adapt.runs("ok"), runs_before + 2);
+
+    // The published Python SDK's generated v1 stubs, a client no one here wrote.
+    let out = Command::new("python3")
+        .arg(SDK_CHECK)
+        .arg(format!("127.0.0.1:{}", adapt.port))
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sdk-check-ok"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_response_cache_timeout_message_size_and_health() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(
+        dir.path(),
+        &[
+            "--image",
+            &image,
+            "--no-response-cache",
+            "--timeout",
+            "2s",
+            "--max-recv-message-size",
+            "65536",
+        ],
+        &["--insecure"],
+    );
+
+    // Health reports both services serving.
+    let mut health =
+        tonic_health::pb::health_client::HealthClient::new(plain_channel(adapt.port).await);
+    for service in [
+        "apiextensions.fn.proto.v1.FunctionRunnerService",
+        "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
+    ] {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(
+            status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service}"
+        );
+    }
+
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+    // --timeout: the function is killed and the caller told so.
+    let slow = v1.run_function(request("sleep", "")).await.unwrap_err();
+    assert_eq!(slow.code(), tonic::Code::DeadlineExceeded, "{slow:?}");
+    assert!(slow.message().contains("timed out"), "{slow:?}");
+
+    // --max-recv-message-size: a request over it is refused before any run.
+    let mut big = request("ok", "");
+    big.meta.as_mut().unwrap().tag = "x".repeat(100_000);
+    let refused = v1.run_function(big).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+    let first = v1
+        .run_function(request("ttl", "t"))
+        .await
+        .unwrap()
+        .into_inner();
+    let second = v1
+        .run_function(request("ttl", "t"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(first.results[0].message, second.results[0].message);
+    assert_eq!(adapt.runs("ok"), 2);
+    assert_eq!(adapt.runs("cache_hit"), 0);
+    assert_eq!(adapt.runs("deadline_exceeded"), 1);
+}
+
+/// `skopeo copy` of the pushed image to `destination` (a transport:path).
+fn skopeo_copy(image: &str, destination: &str) {
+    let out = Command::new("skopeo")
+        .args(["copy", "--src-tls-verify=false"])
+        .arg(format!("docker://{image}"))
+        .arg(destination)
+        .output()
+        .expect("run skopeo");
+    assert!(
+        out.status.success(),
+        "skopeo copy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn call_ok(adapt: &Adapt) {
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+    let response = v1
+        .run_function(request("ok", "x"))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", adapt.log_text()))
+        .into_inner();
+    assert_eq!(response.results[0].message, "hello from the container");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_save_tarballs_and_oci_layouts_are_served() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+
+    // What `docker save` writes (skopeo's docker-archive transport), plain
+    // and gzipped.
+    let tarball = dir.path().join("fn.tar");
+    skopeo_copy(&image, &format!("docker-archive:{}", tarball.display()));
+    let gzipped = dir.path().join("fn.tar.gz");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "gzip -c {} > {}",
+            tarball.display(),
+            gzipped.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for file in [&tarball, &gzipped] {
+        let cache_dir = tempfile::Builder::new()
+            .prefix("tarball-")
+            .tempdir_in(dir.path())
+            .unwrap();
+        std::fs::set_permissions(
+            cache_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let adapt = Adapt::start(
+            cache_dir.path(),
+            &["--image-tarball", file.to_str().unwrap()],
+            &["--insecure"],
+        );
+        call_ok(&adapt).await;
+    }
+
+    // A tarball whose layers are not the ones its config names (listed in
+    // the wrong order) is refused at start, naming the mismatch.
+    let tampered = dir.path().join("tampered.tar");
+    reorder_layers(&tarball, &tampered);
+    let out = xfn_command()
+        .args(["adapt", "--insecure", "--image-tarball"])
+        .arg(&tampered)
+        .arg("--cache-dir")
+        .arg(dir.path().join("tampered-cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("diff id"), "{stderr}");
+
+    // An OCI image layout directory.
+    let layout = dir.path().join("layout");
+    skopeo_copy(&image, &format!("oci:{}:v1", layout.display()));
+    let adapt = Adapt::start(
+        dir.path(),
+        &["--image-layout", layout.to_str().unwrap()],
+        &["--insecure"],
+    );
+    call_ok(&adapt).await;
+}
+
+/// Copies a `docker save` tarball with its manifest.json's layer list reversed.
+fn reorder_layers(from: &Path, to: &Path) {
+    let mut input = tar::Archive::new(std::fs::File::open(from).unwrap());
+    let mut output = tar::Builder::new(std::fs::File::create(to).unwrap());
+    for entry in input.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut header = entry.header().clone();
+        let path = entry.path().unwrap().into_owned();
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+        if path == Path::new("manifest.json") {
+            let mut manifest: serde_json::Value = serde_json::from_slice(&data).unwrap();
+            let layers = manifest[0]["Layers"].as_array_mut().unwrap();
+            assert!(layers.len() > 1, "{manifest}");
+            layers.reverse();
+            data = serde_json::to_vec(&manifest).unwrap();
+            header.set_size(data.len() as u64);
+            header.set_cksum();
+        }
+        output
+            .append_data(&mut header, &path, data.as_slice())
+            .unwrap();
+    }
+    output.finish().unwrap();
+}
+
+/// Polls until `condition` holds; fails after a minute (a hang, not a
+/// performance threshold).
+fn wait_for(what: &str, adapt: &Adapt, condition: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never: {what}\n{}",
+            adapt.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_concurrent_runs_makes_later_calls_wait() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(
+        dir.path(),
+        &[
+            "--image",
+            &image,
+            "--max-concurrent-runs",
+            "1",
+            "--timeout",
+            "3s",
+        ],
+        &["--insecure"],
+    );
+    let channel = plain_channel(adapt.port).await;
+    let call = |tag: &'static str| {
+        let mut client = V1Client::new(channel.clone());
+        tokio::spawn(async move { client.run_function(request("sleep", tag)).await })
+    };
+    let first = call("first");
+    wait_for("one run in flight", &adapt, || {
+        adapt.metric("xfn_runs_in_flight") == 1
+    });
+    let second = call("second");
+    wait_for("the second call queued", &adapt, || {
+        adapt.metric("xfn_runs_queued") == 1
+    });
+    // Still one run: the second waits for the first's slot.
+    assert_eq!(adapt.metric("xfn_runs_in_flight"), 1);
+    for call in [first, second] {
+        let status = call.await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    }
+    assert_eq!(adapt.metric("xfn_runs_queued"), 0);
+    assert_eq!(adapt.metric("xfn_runs_in_flight"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_user_without_capabilities_serves_calls() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    dir_owned_by(&dir.path().join("cache"), NONROOT);
+    let adapt = Adapt::start_as(
+        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
+        dir.path(),
+        &["--image", &image],
+        &["--insecure"],
+    );
+    call_ok(&adapt).await;
+}

@@ -162,6 +162,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
             max_output_bytes: args.max_output_bytes,
             require_limits: false,
             rootfs: args.rootfs,
+            pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
         },
     )
     .context("cannot set up the runner")?;

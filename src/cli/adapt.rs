@@ -15,9 +15,8 @@ use tokio_util::sync::CancellationToken;
 use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
 use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
-use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
-use xfn::rootfs::RootfsMode;
-use xfn::runner::{RunConfig, Runner, RunnerOptions};
+use xfn::image::{PullPolicy, RegistryAuth};
+use xfn::runner::{RunConfig, Runner};
 use xfn::server::metrics::{self, Metrics};
 
 use super::run::parse_duration;
@@ -71,15 +70,9 @@ pub struct AdaptArgs {
     /// Most responses the cache holds.
     #[arg(long, default_value_t = 1024)]
     pub response_cache_size: usize,
-    /// How per-run root filesystems are made.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsMode,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
-    /// Kill a function that writes more than this to stdout or stderr.
-    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
-    pub max_output_bytes: usize,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
 }
 
 /// The repository imported images get in the store (tagged by digest).
@@ -113,20 +106,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .context("the TLS settings were not read before start (cli::prepare_process)")?;
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the cache at {}",
-            args.store.cache_dir.display()
-        )
-    })?;
+    let store = args.store.open_store(&global.registry)?;
 
     // Everything that can happen once happens here: the image is whole in
     // the store before the first call, so calls never pull.
@@ -155,17 +135,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
     };
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            max_output_bytes: args.max_output_bytes,
-            require_limits: false,
-            rootfs: args.rootfs,
-            pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
-        },
-    )
-    .context("cannot set up the runner")?;
+    let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
     let runner = Arc::new(runner);
     let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
     metrics.set_limits_enforced(runner.limits_unavailable().is_none());

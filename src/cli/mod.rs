@@ -100,6 +100,42 @@ pub fn default_cache_dir() -> PathBuf {
     std::env::temp_dir().join("xfn")
 }
 
+/// Flags of the run engine, shared by every command that runs functions.
+#[derive(Debug, Clone, Args)]
+pub struct RunnerArgs {
+    /// How per-run root filesystems are made.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rootfs: xfn::rootfs::RootfsMode,
+    /// The OCI runtime binary.
+    #[arg(long, default_value = "crun")]
+    pub runtime: PathBuf,
+    /// Fail runs (over gRPC: FailedPrecondition) instead of running them
+    /// without enforced cpu/memory/pids limits.
+    #[arg(long)]
+    pub require_limits: bool,
+    /// Kill a function that writes more than this to stdout or stderr
+    /// (over gRPC: ResourceExhausted).
+    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    pub max_output_bytes: usize,
+    /// Most processes a function may have at once (a stop for fork bombs;
+    /// enforced where cpu/memory limits are).
+    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub pids_limit: i64,
+}
+
+impl RunnerArgs {
+    /// The runner's options these flags give.
+    pub fn options(&self) -> xfn::runner::RunnerOptions {
+        xfn::runner::RunnerOptions {
+            runtime: self.runtime.clone(),
+            max_output_bytes: self.max_output_bytes,
+            require_limits: self.require_limits,
+            rootfs: self.rootfs,
+            pids_limit: self.pids_limit,
+        }
+    }
+}
+
 /// Flags of the user namespace xfn enters before anything else.
 #[derive(Debug, Clone, Args)]
 pub struct UsernsArgs {

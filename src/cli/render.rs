@@ -22,8 +22,8 @@ use xfn::compose::output::{objects, to_yaml_stream, OutputOptions};
 use xfn::compose::runtimes::{caller_for, daemon_answers, ContainerDefaults, ContainerSteps};
 use xfn::compose::v1::{FunctionCaller, V1Pipeline};
 use xfn::compose::Observed;
-use xfn::image::{ImageStore, PullPolicy, StoreOptions};
-use xfn::runner::{Runner, RunnerOptions};
+use xfn::image::PullPolicy;
+use xfn::runner::Runner;
 
 use super::run::{parse_duration, PullPolicyArg};
 use super::UsernsArgs;
@@ -77,9 +77,9 @@ pub struct RenderArgs {
     /// User namespace flags.
     #[command(flatten)]
     pub userns: UsernsArgs,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
     /// [`RenderArgs::needs_containers`], decided once.
     #[arg(skip)]
     pub containers: std::sync::OnceLock<bool>,
@@ -260,22 +260,8 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
 }
 
 fn make_runner(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Arc<Runner>> {
-    let store = ImageStore::open(
-        &args.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.insecure_registries.clone(),
-            ca_bundle: args.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| format!("cannot open the image cache {}", args.cache_dir.display()))?;
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            ..Default::default()
-        },
-    )?;
+    let store = args.store_args().open_store(&global.registry)?;
+    let runner = Runner::new(store, args.runner.options())?;
     Ok(Arc::new(runner))
 }
 

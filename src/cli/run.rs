@@ -1,15 +1,13 @@
 //! `xfn run`: run one function once, like Crossplane's `xfn run`.
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use xfn::image::{ImageStore, PullPolicy, RegistryAuth, StoreOptions};
-use xfn::rootfs::RootfsMode;
-use xfn::runner::{NetworkPolicy, RunConfig, Runner, RunnerOptions};
+use xfn::image::{PullPolicy, RegistryAuth};
+use xfn::runner::{NetworkPolicy, RunConfig, Runner};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -41,22 +39,9 @@ pub struct RunArgs {
     /// Memory limit, a Kubernetes quantity (`128Mi`, `1G`).
     #[arg(long)]
     pub memory: Option<String>,
-    /// How the per-run root filesystem is made.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsMode,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
-    /// Fail instead of running without enforced cpu/memory/pids limits.
-    #[arg(long)]
-    pub require_limits: bool,
-    /// Most processes a function may have at once (a stop for fork bombs;
-    /// enforced where cpu/memory limits are).
-    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
-    pub pids_limit: i64,
-    /// Kill the function when it writes more than this to stdout or stderr.
-    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
-    pub max_output_bytes: usize,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
 }
 
 /// `--image-pull-policy`, spelled as in Kubernetes.
@@ -131,25 +116,8 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .context("cannot open the image cache")?;
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            max_output_bytes: args.max_output_bytes,
-            require_limits: args.require_limits,
-            rootfs: args.rootfs,
-            pids_limit: args.pids_limit,
-        },
-    )?;
+    let store = args.store.open_store(&global.registry)?;
+    let runner = Runner::new(store, args.runner.options())?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: match args.image_pull_policy {

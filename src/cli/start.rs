@@ -2,7 +2,6 @@
 //! (`ContainerizedFunctionRunnerService`) from one long-lived process that
 //! already sits in its user namespace, so a call costs no re-exec of xfn.
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
-use xfn::image::{ImageStore, StoreOptions};
-use xfn::rootfs::RootfsMode;
-use xfn::runner::{Runner, RunnerOptions};
+use xfn::runner::Runner;
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{self, Metrics};
 use xfn::server::peer::CallerPolicy;
@@ -63,24 +60,9 @@ pub struct StartArgs {
     /// before they are cancelled.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub grace_period: Duration,
-    /// How per-run root filesystems are made.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: RootfsMode,
-    /// The OCI runtime binary.
-    #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
-    /// Refuse calls (FailedPrecondition) instead of running them without
-    /// enforced cpu/memory/pids limits.
-    #[arg(long)]
-    pub require_limits: bool,
-    /// Most processes a function may have at once (a stop for fork bombs;
-    /// enforced where cpu/memory limits are).
-    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
-    pub pids_limit: i64,
-    /// Kill a function that writes more than this to stdout or stderr
-    /// (ResourceExhausted).
-    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
-    pub max_output_bytes: usize,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
 }
 
 /// Parses `StartArgs` alone, for `xfn` with no subcommand.
@@ -133,37 +115,14 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         .max_queued_runs
         .unwrap_or(max_concurrent_runs.saturating_mul(4));
 
-    let store = ImageStore::open(
-        &args.store.cache_dir,
-        StoreOptions {
-            default_registry: global.registry.clone(),
-            insecure_registries: args.store.insecure_registries.clone(),
-            ca_bundle: args.store.ca_bundle_path.clone(),
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the cache at {}",
-            args.store.cache_dir.display()
-        )
-    })?;
+    let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
     // their mount namespace), so a restarted daemon starts clean.
-    let runner = Runner::new(
-        store,
-        RunnerOptions {
-            runtime: args.runtime.clone(),
-            max_output_bytes: args.max_output_bytes,
-            require_limits: args.require_limits,
-            rootfs: args.rootfs,
-            pids_limit: args.pids_limit,
-        },
-    )
-    .context("cannot set up the runner")?;
+    let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
     match runner.limits_unavailable() {
         None => tracing::info!("cpu/memory/pids limits are enforced"),
-        Some(why) if args.require_limits => {
+        Some(why) if args.runner.require_limits => {
             tracing::warn!(%why, "limits are not enforced: calls will be refused (--require-limits)")
         }
         Some(why) => {

@@ -63,6 +63,8 @@ pub struct RunOutput {
     pub stdout: Vec<u8>,
     /// The tail of what it wrote to stderr.
     pub stderr_tail: Vec<u8>,
+    /// CPU time and peak memory, where the run had a cgroup of its own.
+    pub usage: Option<crate::sandbox::cgroup::run::RunUsage>,
 }
 
 /// Errors of a run. The server maps each to a gRPC status.
@@ -96,6 +98,21 @@ pub enum RunError {
         stream: &'static str,
         /// The cap.
         limit: usize,
+    },
+    /// The function went past its memory limit and the kernel's OOM killer
+    /// killed it (ResourceExhausted).
+    #[error(
+        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
+        crate::sandbox::quantity::format_bytes(*limit_bytes),
+        tail_text(stderr_tail)
+    )]
+    MemoryLimitExceeded {
+        /// The limit in bytes.
+        limit_bytes: u64,
+        /// Exit code (137 when the function's own process was killed).
+        code: i32,
+        /// The last [`STDERR_TAIL_BYTES`] of its stderr.
+        stderr_tail: Vec<u8>,
     },
     /// Limits were required but are not enforced here (FailedPrecondition).
     #[error("resource limits are required but not enforced: {0}")]
@@ -135,6 +152,15 @@ impl From<SandboxError> for RunError {
             SandboxError::Crun(CrunError::OutputTooLarge { stream, limit }) => {
                 RunError::OutputTooLarge { stream, limit }
             }
+            SandboxError::MemoryLimitExceeded {
+                limit_bytes,
+                code,
+                stderr_tail,
+            } => RunError::MemoryLimitExceeded {
+                limit_bytes,
+                code,
+                stderr_tail,
+            },
             other => RunError::Internal(other.to_string()),
         }
     }
@@ -151,6 +177,9 @@ pub struct RunnerOptions {
     pub require_limits: bool,
     /// How per-run root filesystems are made.
     pub rootfs: crate::rootfs::RootfsMode,
+    /// Most processes a run may have at once (enforced with the other
+    /// limits).
+    pub pids_limit: i64,
 }
 
 impl Default for RunnerOptions {
@@ -160,6 +189,7 @@ impl Default for RunnerOptions {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             require_limits: false,
             rootfs: crate::rootfs::RootfsMode::default(),
+            pids_limit: crate::sandbox::spec::PIDS_LIMIT,
         }
     }
 }
@@ -186,6 +216,7 @@ impl Runner {
             run_dir: run_dir.clone(),
             max_output_bytes: options.max_output_bytes,
             require_limits: options.require_limits,
+            pids_limit: options.pids_limit,
         })?;
         let rootfs_dir = run_dir.join("rootfs");
         std::fs::create_dir_all(&rootfs_dir)
@@ -276,6 +307,7 @@ impl Runner {
         Ok(RunOutput {
             stdout: output.stdout,
             stderr_tail: output.stderr_tail,
+            usage: output.usage,
         })
     }
 

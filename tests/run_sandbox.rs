@@ -49,6 +49,7 @@ impl Env {
             run_dir: self.run_dir.clone(),
             max_output_bytes,
             require_limits: false,
+            pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
         })
         .unwrap()
     }

@@ -83,7 +83,7 @@ vmlinuz=${vmlinuzes[0]}
 # the VM serves itself, the input, and the xfn-level checks.
 if [ -n "$xfn_bin" ]; then
 	"$here/xfn-image.sh" "$work/xfn-image"
-	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml"
+	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml $work/xfn-image/expected-output.yaml:/opt/xfn/expected-output.yaml"
 	XFN_VM_BINARIES="${XFN_VM_BINARIES:-} /usr/bin/docker-registry:/usr/bin/docker-registry"
 	export XFN_VM_BINARIES
 	export XFN_VM_EXTRA_CHECKS="$here/guest-xfn-checks.sh ${XFN_VM_EXTRA_CHECKS:-}"
@@ -115,7 +115,7 @@ failed=$(grep -c ' FAIL' <<<"$checks" || true)
 # A check that printed nothing (the guest script died half-way) is a failure:
 # the built-in ones, and every other one the guest announced.
 expected=(within-limits memory cpu pids)
-[ -z "$xfn_bin" ] || expected+=(xfn-starts xfn-run)
+[ -z "$xfn_bin" ] || expected+=(xfn-starts xfn-run xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept xfn-limits-written)
 mapfile -t -O "${#expected[@]}" expected < <(sed -n 's/^EXPECT \([^ ]*\)$/\1/p' "$log.clean")
 for name in $(printf '%s\n' "${expected[@]}" | sort -u); do
 	if ! grep -q "^CHECK $name " <<<"$checks"; then

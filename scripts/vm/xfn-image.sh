@@ -9,7 +9,8 @@
 set -euo pipefail
 
 out=$1
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
 rm -rf "$out"
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -44,9 +45,21 @@ umoci unpack --rootless --image "$tmp/oci:fn" "$tmp/bundle" >/dev/null
 rootfs=$tmp/bundle/rootfs
 mkdir -p "$rootfs/bin"
 cp /bin/busybox "$rootfs/bin/busybox"
-for applet in sh cat sed head printf dd; do ln -s busybox "$rootfs/bin/$applet"; done
+for applet in sh cat sed head printf dd sleep; do ln -s busybox "$rootfs/bin/$applet"; done
 install -m 0755 "$repo/example/function/fn.sh" "$rootfs/fn.sh"
+# The limit checks' functions (same image, other entrypoints).
+install -m 0755 "$here/limit-functions/"*.sh "$rootfs/"
 umoci repack --image "$tmp/oci:fn" "$tmp/bundle" >/dev/null
 umoci config --image "$tmp/oci:fn" --config.entrypoint /fn.sh --config.env PATH=/bin >/dev/null
 skopeo copy --quiet --dest-tls-verify=false "oci:$tmp/oci:fn" "docker://127.0.0.1:$port/example/add-bucket:v1"
-echo "xfn-image: example/add-bucket:v1 in $out/registry" >&2
+tags=""
+for fn in "$here"/limit-functions/*.sh; do
+	name=$(basename "$fn" .sh)
+	tags="$tags $name"
+	umoci config --image "$tmp/oci:fn" --tag "$name" --config.entrypoint "/$name.sh" --config.env PATH=/bin >/dev/null
+	skopeo copy --quiet --dest-tls-verify=false "oci:$tmp/oci:$name" "docker://127.0.0.1:$port/example/limits:$name"
+done
+# What the example function must answer to example/functionio.yaml, byte for
+# byte (the checks compare xfn's output with it).
+sh "$repo/example/function/fn.sh" <"$repo/example/functionio.yaml" >"$out/expected-output.yaml"
+echo "xfn-image: example/add-bucket:v1 and example/limits:{$tags } in $out/registry" >&2

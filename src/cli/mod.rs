@@ -117,6 +117,10 @@ pub struct RunnerArgs {
     /// (over gRPC: ResourceExhausted).
     #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
     pub max_output_bytes: usize,
+    /// Most processes a function may have at once (a stop for fork bombs;
+    /// enforced where cpu/memory limits are).
+    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    pub pids_limit: i64,
 }
 
 impl RunnerArgs {
@@ -127,6 +131,7 @@ impl RunnerArgs {
             max_output_bytes: self.max_output_bytes,
             require_limits: self.require_limits,
             rootfs: self.rootfs,
+            pids_limit: self.pids_limit,
         }
     }
 }

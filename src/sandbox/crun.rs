@@ -54,6 +54,9 @@ pub struct CrunOutput {
     pub stdout: Vec<u8>,
     /// The last [`STDERR_TAIL_BYTES`] of stderr.
     pub stderr_tail: Vec<u8>,
+    /// What the run used, where its cgroup measured it (filled in by the
+    /// sandbox, which owns the cgroup).
+    pub usage: Option<super::cgroup::run::RunUsage>,
 }
 
 /// The OCI runtime: a crun binary and its state root.
@@ -63,6 +66,9 @@ pub struct Crun {
     pub binary: PathBuf,
     /// crun's `--root`: where it keeps container state.
     pub state_root: PathBuf,
+    /// Whether crun manages cgroups (cgroupfs, in a delegated v2 subtree);
+    /// otherwise its cgroup manager is disabled.
+    pub cgroups: bool,
 }
 
 /// One run's parameters.
@@ -79,10 +85,18 @@ impl Crun {
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--root")
             .arg(&self.state_root)
-            // Limits are not enforced through crun yet (see cgroup.rs); with a
-            // hybrid host, crun would refuse to start otherwise.
-            .arg("--cgroup-manager=disabled");
+            .arg(self.cgroup_manager());
         cmd
+    }
+
+    /// cgroupfs in a delegated v2 subtree (the spec's limits are applied);
+    /// disabled elsewhere: with a hybrid host crun would refuse to start.
+    fn cgroup_manager(&self) -> &'static str {
+        if self.cgroups {
+            "--cgroup-manager=cgroupfs"
+        } else {
+            "--cgroup-manager=disabled"
+        }
     }
 
     /// Runs the container of `bundle` as `id`, feeding `input` on stdin.
@@ -150,6 +164,7 @@ impl Crun {
                     Ok(CrunOutput {
                         stdout,
                         stderr_tail,
+                        usage: None,
                     })
                 } else {
                     Err(CrunError::Failed { code, stderr_tail })
@@ -225,7 +240,7 @@ fn delete_sync(crun: &Crun, id: &str) {
         let _ = std::process::Command::new(&crun.binary)
             .arg("--root")
             .arg(&crun.state_root)
-            .arg("--cgroup-manager=disabled")
+            .arg(crun.cgroup_manager())
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

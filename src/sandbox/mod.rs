@@ -45,6 +45,23 @@ pub enum SandboxError {
     /// The container run failed.
     #[error(transparent)]
     Crun(#[from] CrunError),
+    /// The run's cgroup could not be set up.
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::run::CgroupError),
+    /// The kernel's OOM killer killed a process of the run: it went past its
+    /// memory limit.
+    #[error(
+        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code})",
+        quantity::format_bytes(*limit_bytes)
+    )]
+    MemoryLimitExceeded {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+        /// The exit code the run ended with.
+        code: i32,
+        /// The last bytes of stderr.
+        stderr_tail: Vec<u8>,
+    },
 }
 
 /// How the sandbox runs containers.
@@ -58,6 +75,8 @@ pub struct SandboxOptions {
     pub max_output_bytes: usize,
     /// Refuse runs when limits are not enforced.
     pub require_limits: bool,
+    /// Most processes a run may have at once.
+    pub pids_limit: i64,
 }
 
 /// One run's inputs besides the bundle.
@@ -73,7 +92,7 @@ pub struct RunRequest<'a> {
     pub timeout: Duration,
     /// Share xfn's network (NetworkPolicy::Runner).
     pub host_network: bool,
-    /// cpu and memory limits.
+    /// cpu and memory limits (pids: [`SandboxOptions::pids_limit`]).
     pub limits: Limits,
 }
 
@@ -84,6 +103,8 @@ pub struct Sandbox {
     run_dir: RunDir,
     options: SandboxOptions,
     limits_unavailable: Option<String>,
+    /// Where run cgroups go, when limits are enforced.
+    delegation: Option<cgroup::Delegation>,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -94,19 +115,25 @@ impl Sandbox {
     pub fn new(options: SandboxOptions) -> Result<Self, SandboxError> {
         let namespace = userns::current().ok_or(SandboxError::NotInNamespace)?;
         let run_dir = RunDir::open(&options.run_dir)?;
+        let delegation = namespace.cgroups.delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
             state_root: run_dir.crun_state(),
+            cgroups: delegation.is_some(),
         };
         crun.delete_stale(bundle::is_stale);
-        // Limits go through cgroups, which crun is not given yet (its cgroup
-        // manager is disabled), so they are not enforced on any host today.
-        let limits_unavailable = Some(namespace.cgroups.why_no_limits());
+        if let Some(delegation) = &delegation {
+            // After crun's stale containers: their processes are gone or
+            // get killed here with their cgroups.
+            cgroup::run::sweep_stale(delegation, |id| bundle::is_stale(&format!("xfn-{id}")));
+        }
+        let limits_unavailable = namespace.cgroups.why_no_limits();
         Ok(Self {
             crun,
             run_dir,
             options,
             limits_unavailable,
+            delegation,
         })
     }
 
@@ -124,15 +151,27 @@ impl Sandbox {
             });
         }
         let bundle = self.run_dir.bundle()?;
+        // On every path, cancellation included (then through its Drop,
+        // whichever of it and crun's container guard goes first), the run's
+        // processes are killed through cgroup.kill and its cgroup removed.
+        let run_cgroup = match &self.delegation {
+            Some(delegation) => Some(cgroup::run::RunCgroup::create(
+                delegation,
+                bundle.id.strip_prefix("xfn-").unwrap_or(&bundle.id),
+            )?),
+            None => None,
+        };
         let spec = spec::build(&spec::SpecInput {
             rootfs: request.rootfs,
             image: request.image,
             host_network: request.host_network,
             limits: request.limits,
             hostname: "function",
+            pids_limit: self.options.pids_limit,
+            cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
         })?;
         bundle.write_spec(&spec)?;
-        let output = self
+        let result = self
             .crun
             .run(
                 &bundle.id,
@@ -143,9 +182,36 @@ impl Sandbox {
                     max_output_bytes: self.options.max_output_bytes,
                 },
             )
-            .await?;
+            .await;
+        let usage = run_cgroup.as_ref().map(|c| c.usage());
+        // Kill what is left and remove the cgroup now, off the async threads
+        // (removal waits for killed processes to leave).
+        if let Some(run_cgroup) = run_cgroup {
+            let _ = tokio::task::spawn_blocking(move || drop(run_cgroup)).await;
+        }
         drop(bundle);
-        Ok(output)
+        log_usage(usage.as_ref(), &request.limits, &result);
+        match (result, usage) {
+            (Ok(mut output), usage) => {
+                output.usage = usage;
+                Ok(output)
+            }
+            (Err(CrunError::Failed { code, stderr_tail }), Some(usage))
+                if usage.oom_kills > 0 && request.limits.memory_bytes.is_some() =>
+            {
+                Err(SandboxError::MemoryLimitExceeded {
+                    limit_bytes: request.limits.memory_bytes.unwrap_or_default(),
+                    code,
+                    stderr_tail,
+                })
+            }
+            (Err(err), _) => Err(err.into()),
+        }
+    }
+
+    /// Whether runs get cgroups of their own with enforced limits.
+    pub fn limits_enforced(&self) -> bool {
+        self.delegation.is_some()
     }
 
     /// Fails when limits are required but not enforced.
@@ -161,4 +227,33 @@ impl Sandbox {
     pub fn limits_unavailable(&self) -> Option<&str> {
         self.limits_unavailable.as_deref()
     }
+}
+
+/// The run's log line with what its cgroup measured.
+fn log_usage(
+    usage: Option<&cgroup::run::RunUsage>,
+    limits: &Limits,
+    result: &Result<CrunOutput, CrunError>,
+) {
+    let Some(usage) = usage else {
+        return;
+    };
+    let outcome = match result {
+        Ok(_) => "ok".to_string(),
+        Err(CrunError::Failed { code, .. }) => format!("exit {code}"),
+        Err(CrunError::Timeout(_)) => "timeout".to_string(),
+        Err(CrunError::OutputTooLarge { .. }) => "output too large".to_string(),
+        Err(_) => "error".to_string(),
+    };
+    tracing::info!(
+        outcome,
+        cpu_seconds = usage.cpu_usec as f64 / 1e6,
+        cpu_usec = usage.cpu_usec,
+        memory_peak_bytes = usage.memory_peak_bytes,
+        oom_kills = usage.oom_kills,
+        pids_limit_hits = usage.pids_max_events,
+        cpu_limit_millis = limits.cpu_millis,
+        memory_limit_bytes = limits.memory_bytes,
+        "function run used"
+    );
 }

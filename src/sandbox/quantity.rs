@@ -175,6 +175,19 @@ fn parse_suffix(suffix: &str) -> Option<(i32, u32)> {
     }
 }
 
+/// `bytes` for a message: the largest binary suffix that divides it exactly
+/// (`32Mi`), the plain number otherwise, with the bytes spelled out.
+pub fn format_bytes(bytes: u64) -> String {
+    const SUFFIXES: [(&str, u32); 5] = [("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    for (suffix, shift) in SUFFIXES {
+        let unit = 1u64 << shift;
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{suffix} ({bytes} bytes)", bytes / unit);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +271,12 @@ mod tests {
         assert!(matches!(err, QuantityError::OutOfRange { .. }), "{err}");
         let err = Quantity::parse("99999999999999999999999999999999999999999").unwrap_err();
         assert!(matches!(err, QuantityError::OutOfRange { .. }), "{err}");
+    }
+
+    #[test]
+    fn bytes_are_formatted_with_binary_suffixes() {
+        assert_eq!(format_bytes(32 << 20), "32Mi (33554432 bytes)");
+        assert_eq!(format_bytes(1 << 30), "1Gi (1073741824 bytes)");
+        assert_eq!(format_bytes(1000), "1000 bytes");
     }
 }

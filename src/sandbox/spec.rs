@@ -22,8 +22,8 @@ pub const DEFAULT_SECCOMP_PROFILE: &str = include_str!("../../seccomp/default.js
 /// PATH used when the image sets none (Docker's default).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The pids limit of every run: enough for any function, a stop for fork bombs
-/// (effective once limits are enforced through cgroups).
+/// The default pids limit of a run: enough for any function, a stop for fork
+/// bombs (effective where limits are enforced through cgroups).
 pub const PIDS_LIMIT: i64 = 1024;
 
 /// Errors of spec building.
@@ -65,6 +65,11 @@ pub struct SpecInput<'a> {
     pub limits: Limits,
     /// Hostname of the container.
     pub hostname: &'a str,
+    /// Most processes the run may have at once.
+    pub pids_limit: i64,
+    /// The container's cgroup (`linux.cgroupsPath`), where limits are
+    /// enforced through a delegated cgroup v2 subtree.
+    pub cgroups_path: Option<&'a str>,
 }
 
 /// Builds the spec.
@@ -133,13 +138,16 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
 
     let seccomp: LinuxSeccomp =
         serde_json::from_str(DEFAULT_SECCOMP_PROFILE).map_err(SpecError::Seccomp)?;
-    let linux = LinuxBuilder::default()
+    let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)
         .masked_paths(masked_paths())
         .readonly_paths(readonly_paths())
-        .resources(resources(input.limits)?)
-        .seccomp(seccomp)
-        .build()?;
+        .resources(resources(input.limits, input.pids_limit)?)
+        .seccomp(seccomp);
+    if let Some(path) = input.cgroups_path {
+        linux = linux.cgroups_path(PathBuf::from(path));
+    }
+    let linux = linux.build()?;
 
     Ok(SpecBuilder::default()
         .version("1.0.2")
@@ -219,15 +227,26 @@ fn readonly_paths() -> Vec<String> {
     .to_vec()
 }
 
-/// cpu and memory go into the spec even where crun cannot apply them (cgroup
-/// manager disabled) so the spec is the same once limits are enforced.
-fn resources(limits: Limits) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
+/// cpu, memory and pids go into the spec even where crun cannot apply them
+/// (cgroup manager disabled) so the spec is the same either way. On cgroup
+/// v2 crun writes them as `cpu.max`, `memory.max`, `memory.swap.max` (the
+/// OCI swap value is memory plus swap, so swap = limit means no swap) and
+/// `pids.max`.
+fn resources(
+    limits: Limits,
+    pids_limit: i64,
+) -> Result<oci_spec::runtime::LinuxResources, SpecError> {
     const PERIOD_US: u64 = 100_000;
     let mut builder = LinuxResourcesBuilder::default()
-        .pids(LinuxPidsBuilder::default().limit(PIDS_LIMIT).build()?);
+        .pids(LinuxPidsBuilder::default().limit(pids_limit).build()?);
     if let Some(bytes) = limits.memory_bytes {
         let limit = i64::try_from(bytes).unwrap_or(i64::MAX);
-        builder = builder.memory(LinuxMemoryBuilder::default().limit(limit).build()?);
+        builder = builder.memory(
+            LinuxMemoryBuilder::default()
+                .limit(limit)
+                .swap(limit)
+                .build()?,
+        );
     }
     if let Some(millis) = limits.cpu_millis {
         // quota per 100ms period: 1000m = 100_000us; at least 1ms (the kernel minimum).
@@ -329,6 +348,8 @@ mod tests {
             host_network: false,
             limits: Limits::default(),
             hostname: "fn",
+            pids_limit: PIDS_LIMIT,
+            cgroups_path: None,
         }
     }
 
@@ -432,6 +453,36 @@ mod tests {
         );
         assert_eq!(resources.cpu().as_ref().unwrap().quota(), Some(50_000));
         assert_eq!(resources.pids().as_ref().unwrap().limit(), PIDS_LIMIT);
+        assert_eq!(
+            resources.memory().as_ref().unwrap().swap(),
+            Some(128 << 20),
+            "swap = limit: no swap"
+        );
+        assert_eq!(resources.cpu().as_ref().unwrap().period(), Some(100_000));
+        assert!(spec.linux().as_ref().unwrap().cgroups_path().is_none());
+        i.cgroups_path = Some("/a/xfn-run-1-0/container");
+        let spec = build(&i).unwrap();
+        assert_eq!(
+            spec.linux().as_ref().unwrap().cgroups_path().as_deref(),
+            Some(Path::new("/a/xfn-run-1-0/container"))
+        );
+    }
+
+    #[test]
+    fn cpu_millis_become_a_quota_per_100ms_period() {
+        // Kubernetes' conversion: 100m = 10000us of every 100000us.
+        for (millis, quota) in [(100, 10_000), (1500, 150_000), (1, 1000)] {
+            let r = resources(
+                Limits {
+                    cpu_millis: Some(millis),
+                    memory_bytes: None,
+                },
+                PIDS_LIMIT,
+            )
+            .unwrap();
+            let cpu = r.cpu().as_ref().unwrap();
+            assert_eq!((cpu.quota(), cpu.period()), (Some(quota), Some(100_000)));
+        }
     }
 
     #[test]

@@ -160,6 +160,11 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
     if let IdMapping::Range { uid, gid } = mapping {
         own_cache_dir(&options.cache_dir, uid, gid)?;
     }
+    // The namespace's root must own a delegated cgroup to create run cgroups.
+    let cgroups = match mapping {
+        IdMapping::Range { uid, gid } => cgroups.hand_to(uid, gid),
+        IdMapping::Own { .. } => cgroups,
+    };
     match mapping {
         IdMapping::Own { uid, gid } => {
             unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)

@@ -45,6 +45,8 @@ pub struct Metrics {
     in_flight: Gauge,
     queued: Gauge,
     limits_enforced: Gauge,
+    run_cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    run_memory_peak: Histogram,
 }
 
 impl Default for Metrics {
@@ -83,8 +85,23 @@ impl Metrics {
             "1 when CPU/memory/pids limits are enforced by a delegated cgroup v2, else 0",
             limits_enforced.clone(),
         );
+        let run_cpu_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "run_cpu_seconds",
+            "CPU time used by successful runs, as their cgroups counted (limits enforced only)",
+            run_cpu_seconds.clone(),
+        );
+        // 1 MiB to 16 GiB.
+        let run_memory_peak = Histogram::new(exponential_buckets(1048576.0, 2.0, 15));
+        registry.register(
+            "run_memory_peak_bytes",
+            "Peak memory of successful runs (cgroup memory.peak; limits enforced only)",
+            run_memory_peak.clone(),
+        );
         Self {
             registry,
+            run_cpu_seconds,
+            run_memory_peak,
             runs,
             run_duration,
             in_flight,
@@ -100,6 +117,14 @@ impl Metrics {
         self.run_duration
             .get_or_create(&labels)
             .observe(duration.as_secs_f64());
+    }
+
+    /// Records what a run's cgroup measured.
+    pub fn record_usage(&self, usage: &crate::sandbox::cgroup::run::RunUsage) {
+        self.run_cpu_seconds.inc_by(usage.cpu_usec as f64 / 1e6);
+        if let Some(peak) = usage.memory_peak_bytes {
+            self.run_memory_peak.observe(peak as f64);
+        }
     }
 
     /// The runs-in-flight gauge.
@@ -232,6 +257,11 @@ mod tests {
         metrics.record_run("not_found", Duration::from_millis(1));
         metrics.in_flight().inc();
         metrics.set_limits_enforced(true);
+        metrics.record_usage(&crate::sandbox::cgroup::run::RunUsage {
+            cpu_usec: 250_000,
+            memory_peak_bytes: Some(3 << 20),
+            ..Default::default()
+        });
         let text = metrics.render();
         assert!(text.contains("xfn_runs_total{outcome=\"ok\"} 2"), "{text}");
         assert!(
@@ -244,6 +274,8 @@ mod tests {
         );
         assert!(text.contains("xfn_runs_in_flight 1"), "{text}");
         assert!(text.contains("xfn_limits_enforced 1"), "{text}");
+        assert!(text.contains("xfn_run_cpu_seconds_total 0.25"), "{text}");
+        assert!(text.contains("xfn_run_memory_peak_bytes_count 1"), "{text}");
     }
 
     #[test]

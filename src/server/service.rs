@@ -139,7 +139,12 @@ impl<R: FunctionRunner> RunnerService<R> {
         };
         drop(slot);
         match result {
-            Ok(output) => Ok(output.stdout),
+            Ok(output) => {
+                if let Some(usage) = &output.usage {
+                    self.metrics.record_usage(usage);
+                }
+                Ok(output.stdout)
+            }
             Err(err) => Err(status_of(&err)),
         }
     }

@@ -32,6 +32,7 @@ pub fn status_of(err: &RunError) -> Status {
         // The function ran and failed: Crossplane should not retry blindly.
         RunError::FunctionFailed { .. } => Code::Aborted,
         RunError::OutputTooLarge { .. } => Code::ResourceExhausted,
+        RunError::MemoryLimitExceeded { .. } => Code::ResourceExhausted,
         RunError::LimitsUnavailable(_) => Code::FailedPrecondition,
         RunError::Internal(_) => Code::Internal,
     };
@@ -86,6 +87,21 @@ mod tests {
         );
         assert!(
             status.message().contains("boom: no such thing"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn an_oom_kill_names_the_memory_limit() {
+        let status = status_of(&RunError::MemoryLimitExceeded {
+            limit_bytes: 32 << 20,
+            code: 137,
+            stderr_tail: Vec::new(),
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status.message().contains("memory limit of 32Mi"),
             "{}",
             status.message()
         );

@@ -44,6 +44,7 @@ impl FunctionRunner for FakeRunner {
         Ok(RunOutput {
             stdout: input.to_vec(),
             stderr_tail: Vec::new(),
+            usage: None,
         })
     }
 }

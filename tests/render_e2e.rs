@@ -349,12 +349,14 @@ struct RunnerDaemon {
 }
 
 impl RunnerDaemon {
-    /// Starts it with its cache in `dir`, logging to `dir`/daemon.log.
+    /// Starts it with its cache in `dir`, logging to `dir`/daemon.log at
+    /// debug level (where the daemon logs each successful run, which the
+    /// tests count).
     fn start(dir: &Path) -> RunnerDaemon {
         use std::os::linux::net::SocketAddrExt;
         let socket = format!("xfn-test/render-{}.sock", std::process::id());
         let child = xfn_command()
-            .args(["start", "--network", "unix", "--address"])
+            .args(["-d", "start", "--network", "unix", "--address"])
             .arg(format!("@{socket}"))
             .arg("--cache-dir")
             .arg(dir.join("daemon-cache"))

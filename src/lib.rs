@@ -14,6 +14,7 @@
 //! `xfn start`, `xfn render`, `xfn adapt`) calls.
 pub mod adaptor;
 pub mod compose;
+pub mod duration;
 pub mod image;
 pub mod proto;
 pub mod rootfs;

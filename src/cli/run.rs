@@ -71,37 +71,7 @@ pub enum NetworkPolicyArg {
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration; use e.g. 30s, 1m, 1m30s, 500ms");
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    if rest == "0" {
-        return Ok(Duration::ZERO); // as Go's time.ParseDuration
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..number_end].parse().map_err(|_| bad())?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    xfn::duration::parse_go_duration(text)
 }
 
 /// [`parse_duration`] for timeouts: zero would kill every run at once.

@@ -1,6 +1,8 @@
 //! How an alpha step's container runs, from its `container` spec.
 use std::time::Duration;
 
+pub use crate::duration::parse_go_duration;
+
 use crate::compose::inputs::ContainerSpec;
 
 /// The runner endpoint alpha functions use unless they name another.
@@ -60,39 +62,4 @@ impl ContainerConfig {
                 .unwrap_or_else(|| DEFAULT_RUNNER_ENDPOINT.into()),
         })
     }
-}
-
-/// Parses a Go duration (`20s`, `1m30s`, `500ms`).
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration (e.g. 20s, 1m30s, 500ms)");
-    let mut rest = text.trim();
-    if rest == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..end].parse().map_err(|_| bad())?;
-        rest = &rest[end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += number * unit;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
 }

@@ -106,25 +106,6 @@ impl Fixture {
     }
 }
 
-fn stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "xfn render failed: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn failure(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "xfn render should have failed; stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Compares `actual` with tests/golden/`name` (or rewrites it).
 fn assert_golden(name: &str, actual: &str) {
     let path = Path::new(GOLDEN_DIR).join(name);

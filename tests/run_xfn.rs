@@ -73,25 +73,6 @@ fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
     run_with_input(cmd, input)
 }
 
-fn stdout(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "xfn failed: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn failure(out: &Output) -> String {
-    assert!(
-        !out.status.success(),
-        "xfn should have failed; stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Nothing of any run is left in the cache dir, and no container process.
 fn assert_no_leftovers(cache: &Path, marker: &str) {
     for sub in ["run/bundles", "run/crun", "run/rootfs"] {

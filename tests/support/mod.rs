@@ -83,3 +83,26 @@ pub fn world_traversable_tempdir() -> tempfile::TempDir {
         .expect("chmod temp dir");
     dir
 }
+
+/// The stdout of an `xfn` command that must have succeeded (its status and
+/// stderr in the panic otherwise).
+pub fn stdout(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "xfn failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("xfn wrote UTF-8")
+}
+
+/// The stderr of an `xfn` command that must have failed (its stdout in the
+/// panic otherwise).
+pub fn failure(out: &std::process::Output) -> String {
+    assert!(
+        !out.status.success(),
+        "xfn should have failed; stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

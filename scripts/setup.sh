@@ -33,6 +33,12 @@ fi
 # function written with it (Development runtime).
 if ! python3 -c 'import crossplane.function' 2>/dev/null; then
   echo "setup: installing crossplane-function-sdk-python" >&2
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    # Debian's own python3 comes without pip.
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
   python3 -m pip install --quiet --disable-pip-version-check crossplane-function-sdk-python==0.15.1 \
     || python3 -m pip install --quiet --break-system-packages crossplane-function-sdk-python==0.15.1
 fi

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio_util::sync::CancellationToken;
 
 use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
 use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
 use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{RunConfig, Runner};
-use xfn::server::metrics::{self, Metrics};
+use xfn::server::metrics::{Metrics, MetricsServer};
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -158,22 +157,7 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
         metrics.clone(),
     ));
 
-    let stop_metrics = CancellationToken::new();
-    let metrics_server = match args.metrics_address {
-        Some(address) => {
-            let listener = metrics::bind(address).await?;
-            tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
-            let stop = stop_metrics.clone();
-            Some(tokio::spawn(metrics::serve(
-                listener,
-                metrics,
-                async move {
-                    stop.cancelled().await;
-                },
-            )))
-        }
-        None => None,
-    };
+    let metrics_server = MetricsServer::start(args.metrics_address, metrics).await?;
 
     let listener = tokio::net::TcpListener::bind(args.address)
         .await
@@ -194,9 +178,8 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
     )
     .await?;
 
-    stop_metrics.cancel();
     if let Some(server) = metrics_server {
-        server.await.context("metrics server panicked")??;
+        server.stop().await?;
     }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)

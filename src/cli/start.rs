@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use xfn::runner::Runner;
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
-use xfn::server::metrics::{self, Metrics};
+use xfn::server::metrics::{Metrics, MetricsServer};
 use xfn::server::peer::CallerPolicy;
 use xfn::server::serve::{serve, Drain, Incoming};
 use xfn::server::{RunnerService, ServiceOptions};
@@ -151,22 +151,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         abort.clone(),
     );
 
-    let stop_metrics = CancellationToken::new();
-    let metrics_server = match args.metrics_address {
-        Some(metrics_address) => {
-            let listener = metrics::bind(metrics_address).await?;
-            tracing::info!(address = %listener.local_addr()?, "serving metrics at /metrics");
-            let stop = stop_metrics.clone();
-            Some(tokio::spawn(metrics::serve(
-                listener,
-                metrics,
-                async move {
-                    stop.cancelled().await;
-                },
-            )))
-        }
-        None => None,
-    };
+    let metrics_server = MetricsServer::start(args.metrics_address, metrics).await?;
 
     tracing::info!(
         address = %args.address,
@@ -181,9 +166,8 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     };
     serve(incoming, service, drain, shutdown_signal()).await?;
 
-    stop_metrics.cancel();
     if let Some(server) = metrics_server {
-        server.await.context("metrics server panicked")??;
+        server.stop().await?;
     }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)

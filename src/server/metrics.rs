@@ -25,6 +25,9 @@ pub enum MetricsError {
     /// Serving failed.
     #[error("metrics server failed: {0}")]
     Serve(std::io::Error),
+    /// The serving task panicked.
+    #[error("metrics server panicked: {0}")]
+    Panicked(String),
 }
 
 type OutcomeLabels = Vec<(&'static str, &'static str)>;
@@ -205,6 +208,45 @@ impl prometheus_client::collector::Collector for StoreCollector {
             counter.encode(metric)?;
         }
         Ok(())
+    }
+}
+
+/// A running metrics endpoint; [`MetricsServer::stop`] ends it.
+#[derive(Debug)]
+pub struct MetricsServer {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), MetricsError>>,
+}
+
+impl MetricsServer {
+    /// Serves `metrics` at `address` when one is given (`--metrics-address`),
+    /// in a task of its own.
+    pub async fn start(
+        address: Option<SocketAddr>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Option<Self>, MetricsError> {
+        let Some(address) = address else {
+            return Ok(None);
+        };
+        let listener = bind(address).await?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| MetricsError::Bind { address, source })?;
+        tracing::info!(address = %local, "serving metrics at /metrics");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(serve(listener, metrics, async move {
+            stopped.cancelled().await;
+        }));
+        Ok(Some(Self { stop, task }))
+    }
+
+    /// Stops serving and waits for the server to end.
+    pub async fn stop(self) -> Result<(), MetricsError> {
+        self.stop.cancel();
+        self.task
+            .await
+            .map_err(|panic| MetricsError::Panicked(panic.to_string()))?
     }
 }
 

@@ -15,6 +15,9 @@ use crate::sandbox::{
 };
 
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
+pub use served::ServedFunction;
+
+mod served;
 
 /// Network policy of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,6 +120,10 @@ pub enum RunError {
     /// Limits were required but are not enforced here (FailedPrecondition).
     #[error("resource limits are required but not enforced: {0}")]
     LimitsUnavailable(String),
+    /// A function started as a server never listened where it should
+    /// (Unavailable).
+    #[error("{0}")]
+    NotServing(String),
     /// Anything else: the runtime, the rootfs, local I/O (Internal).
     #[error("internal error: {0}")]
     Internal(String),
@@ -161,6 +168,7 @@ impl From<SandboxError> for RunError {
                 code,
                 stderr_tail,
             },
+            err @ SandboxError::NotServing { .. } => RunError::NotServing(err.to_string()),
             other => RunError::Internal(other.to_string()),
         }
     }
@@ -259,18 +267,7 @@ impl Runner {
         config: &RunConfig,
     ) -> Result<RunOutput, RunError> {
         self.sandbox.check_limits()?;
-        let limits = Limits {
-            cpu_millis: config
-                .cpu
-                .as_deref()
-                .map(|q| Quantity::parse(q).and_then(|q| q.millis()))
-                .transpose()?,
-            memory_bytes: config
-                .memory
-                .as_deref()
-                .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
-                .transpose()?,
-        };
+        let limits = limits_of(config)?;
         let started = std::time::Instant::now();
         let pulled = self
             .store
@@ -336,6 +333,22 @@ impl Runner {
         .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
         .map_err(|e| RunError::Internal(e.to_string()))
     }
+}
+
+/// The cpu and memory limits `config` asks for.
+fn limits_of(config: &RunConfig) -> Result<Limits, RunError> {
+    Ok(Limits {
+        cpu_millis: config
+            .cpu
+            .as_deref()
+            .map(|q| Quantity::parse(q).and_then(|q| q.millis()))
+            .transpose()?,
+        memory_bytes: config
+            .memory
+            .as_deref()
+            .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
+            .transpose()?,
+    })
 }
 
 /// Removes rootfs dirs of xfn processes that died (`<pid>-<n>`); their mounts

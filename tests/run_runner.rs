@@ -108,6 +108,125 @@ async fn cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
     println!("ok ({tag}): a dropped call leaves nothing");
 }
 
+/// `Runner::serve`: a function image kept running as a server, reached only
+/// inside its own network namespace, and gone without a trace when stopped
+/// or dropped.
+async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let tag = format!("{mode:?}").to_lowercase();
+    // Also what `assert_clean` looks for: exec'd, nc's own command line.
+    let marker = "nc -ll -p 9443 -e /bin/cat";
+    // `sh -c SCRIPT sh` + the cmd override: the override arrives as "$@".
+    let script = format!("echo \"args: $*\" >&2; exec {marker}");
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", &script, "sh"])
+        .cmd(["--not-this"])
+        .push(registry, &format!("serve-echo-{tag}:v1"))
+        .reference;
+    let runner = runner(cache, mode);
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, 9443));
+    let config = RunConfig::default();
+    let args = ["--insecure".to_string()];
+    let host_port_taken = std::net::TcpStream::connect(address).is_ok();
+
+    let mut server = runner.serve(&echo, &args, &config).await.unwrap();
+    server
+        .wait_listening(address, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut stream = server.network().connect(address).await.unwrap();
+    stream.write_all(b"ping\n").await.unwrap();
+    let mut answer = [0u8; 5];
+    stream.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"ping\n");
+    let output = String::from_utf8_lossy(&server.output_tail()).into_owned();
+    assert!(output.contains("args: --insecure"), "{output}");
+    if host_port_taken {
+        println!("note: 127.0.0.1:9443 is in use on the host; isolation not checked");
+    } else {
+        assert!(
+            std::net::TcpStream::connect(address).is_err(),
+            "the server must not be reachable in the host's network"
+        );
+    }
+    drop(stream);
+    server.stop().await;
+    assert_clean(cache, marker);
+    println!("ok ({tag}): a served function answers in its namespace only; stop leaves nothing");
+
+    let server = runner.serve(&echo, &args, &config).await.unwrap();
+    drop(server);
+    assert_clean(cache, marker);
+    println!("ok ({tag}): a dropped served function leaves nothing");
+
+    let exits = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "echo no certificates given >&2; exit 3",
+            "sh",
+        ])
+        .push(registry, &format!("serve-exits-{tag}:v1"))
+        .reference;
+    // Reported by `serve` or by `wait_listening`, as the race goes.
+    let err = match runner.serve(&exits, &args, &config).await {
+        Err(err) => err,
+        Ok(mut server) => {
+            let err = server
+                .wait_listening(address, Duration::from_secs(30))
+                .await
+                .unwrap_err();
+            server.stop().await;
+            err
+        }
+    };
+    match &err {
+        RunError::FunctionFailed {
+            code: 3,
+            stderr_tail,
+        } => assert!(
+            String::from_utf8_lossy(stderr_tail).contains("no certificates given"),
+            "{err}"
+        ),
+        other => panic!("expected exit code 3, got {other}"),
+    }
+    assert_clean(cache, marker);
+    println!("ok ({tag}): a server that exits is reported with its exit code and output");
+
+    let silent = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            &format!("echo starting; exec {marker}"),
+            "sh",
+        ])
+        .push(registry, &format!("serve-silent-{tag}:v1"))
+        .reference;
+    let mut server = runner.serve(&silent, &args, &config).await.unwrap();
+    let err = server
+        .wait_listening(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 9444)),
+            Duration::from_millis(500),
+        )
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, RunError::NotServing(_))
+            && message.contains("127.0.0.1:9444")
+            && message.contains("starting"),
+        "{message}"
+    );
+    server.stop().await;
+    assert_clean(cache, marker);
+    println!("ok ({tag}): a server that never listens is reported, with its output");
+}
+
 fn main() {
     let base = world_traversable_tempdir();
     let cache = base.path().join("cache");
@@ -125,6 +244,7 @@ fn main() {
         .unwrap();
     for mode in [RootfsMode::Overlay, RootfsMode::Copy] {
         runtime.block_on(cases(&cache, &registry, mode));
+        runtime.block_on(serve_cases(&cache, &registry, mode));
     }
     println!("all runner cases passed");
 }

@@ -132,11 +132,15 @@ impl RenderArgs {
         let Some(Ok(functions)) = self.functions.as_deref().map(read_functions) else {
             return false;
         };
-        // Docker is refused before anything runs, so only Exec counts.
         functions.iter().any(|f| {
-            f.runtime == RuntimeKind::Exec && steps.iter().any(|s| s.function_ref.name == f.name)
+            runs_containers(&f.runtime) && steps.iter().any(|s| s.function_ref.name == f.name)
         })
     }
+}
+
+/// Whether Functions of `runtime` run containers (in xfn's user namespace).
+fn runs_containers(runtime: &RuntimeKind) -> bool {
+    matches!(runtime, RuntimeKind::Exec | RuntimeKind::Docker)
 }
 
 /// `-r` means `--include-function-results` after `render`, as in
@@ -200,7 +204,7 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
                 );
             };
             let functions = read_functions(functions_path)?;
-            let needs_runner = functions.iter().any(|f| f.runtime == RuntimeKind::Exec);
+            let needs_runner = functions.iter().any(|f| runs_containers(&f.runtime));
             let runner = if needs_runner {
                 Some(make_runner(args, global)?)
             } else {
@@ -226,16 +230,25 @@ async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Str
                 Some(path) => read_objects(path)?,
                 None => Vec::new(),
             };
-            V1Pipeline {
+            let pipeline = V1Pipeline {
                 steps,
                 callers: &callers,
                 observed: &observed,
                 required: &required,
                 credentials: &credentials,
                 context: initial_context(args)?,
-            }
-            .run()
-            .await?
+            };
+            // Servers (Docker runtime) start all at once, pulls included,
+            // rather than one per step as the pipeline reaches them; they
+            // are stopped on every path, the render's errors included.
+            pipeline.check_function_refs()?;
+            let started = futures::future::try_join_all(callers.values().map(|c| c.start())).await;
+            let outcome = match started {
+                Ok(_) => pipeline.run().await,
+                Err(err) => Err(err),
+            };
+            futures::future::join_all(callers.values().map(|c| c.stop())).await;
+            outcome?
         }
         Pipeline::Alpha(functions) => {
             let runner = if args.needs_containers() {

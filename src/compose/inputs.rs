@@ -365,6 +365,16 @@ pub struct Function {
     /// `render.crossplane.io/runtime-docker-pull-policy` (or
     /// `spec.packagePullPolicy`), if any.
     pub pull_policy: Option<String>,
+    /// `render.crossplane.io/runtime-docker-image`: the image to run
+    /// instead of `spec.package`, if any.
+    pub image_override: Option<String>,
+}
+
+impl Function {
+    /// The image its container runs.
+    pub fn image(&self) -> &str {
+        self.image_override.as_deref().unwrap_or(&self.package)
+    }
 }
 
 /// Annotation choosing the runtime.
@@ -373,6 +383,8 @@ pub const RUNTIME_ANNOTATION: &str = "render.crossplane.io/runtime";
 pub const TARGET_ANNOTATION: &str = "render.crossplane.io/runtime-development-target";
 /// Annotation giving the pull policy.
 pub const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pull-policy";
+/// Annotation giving an image to run instead of `spec.package`.
+pub const IMAGE_ANNOTATION: &str = "render.crossplane.io/runtime-docker-image";
 
 /// Reads the Functions in `path` (a file or a directory).
 pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
@@ -414,11 +426,13 @@ pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
         let pull_policy = annotation(PULL_POLICY_ANNOTATION)
             .or_else(|| get_str(&object, &["spec", "packagePullPolicy"]))
             .map(str::to_string);
+        let image_override = annotation(IMAGE_ANNOTATION).map(str::to_string);
         functions.push(Function {
             name,
             package,
             runtime,
             pull_policy,
+            image_override,
         });
     }
     Ok(functions)

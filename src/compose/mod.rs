@@ -97,14 +97,17 @@ pub enum ComposeError {
     /// Converting a message failed.
     #[error("protocol conversion: {0}")]
     Protocol(String),
-    /// The Docker runtime cannot be used.
+    /// A Function's server could not be started (`Docker` runtime).
     #[error(
-        "Function {function:?}: runtime Docker not supported yet; use Exec or Development \
-         (annotation render.crossplane.io/runtime)"
+        "Function {function:?}: cannot start its image {image} as a function server: {message}"
     )]
-    DockerUnsupported {
+    FunctionStart {
         /// The Function.
         function: String,
+        /// Its image.
+        image: String,
+        /// Why.
+        message: String,
     },
     /// Output cannot be written.
     #[error("cannot write the output: {0}")]

@@ -25,11 +25,21 @@ pub const MAX_REQUIREMENT_ROUNDS: usize = 5;
 // on one task, so it need not be.
 #[async_trait::async_trait(?Send)]
 pub trait FunctionCaller: Send + Sync {
+    /// Gets ready to be called (starts a server, for instance), so that
+    /// callers can prepare every Function at once before the first step.
+    /// Calling without it works too: whatever is needed happens then.
+    async fn start(&self) -> Result<(), ComposeError> {
+        Ok(())
+    }
+
     /// Runs the function once.
     async fn run_function(
         &self,
         request: pb::RunFunctionRequest,
     ) -> Result<pb::RunFunctionResponse, ComposeError>;
+
+    /// Releases what [`FunctionCaller::start`] acquired (stops a server).
+    async fn stop(&self) {}
 }
 
 /// Everything a v1 pipeline run needs.
@@ -49,9 +59,8 @@ pub struct V1Pipeline<'a> {
 }
 
 impl V1Pipeline<'_> {
-    /// Runs every step in order.
-    pub async fn run(&self) -> Result<Outcome, ComposeError> {
-        // Fail on a wrong functionRef before running anything.
+    /// Fails on a step whose `functionRef` names no known Function.
+    pub fn check_function_refs(&self) -> Result<(), ComposeError> {
         for step in self.steps {
             if !self.callers.contains_key(&step.function_ref.name) {
                 let mut known: Vec<_> = self.callers.keys().cloned().collect();
@@ -63,6 +72,13 @@ impl V1Pipeline<'_> {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Runs every step in order.
+    pub async fn run(&self) -> Result<Outcome, ComposeError> {
+        // Fail on a wrong functionRef before running anything.
+        self.check_function_refs()?;
         let observed = observed_state(self.observed);
         let mut desired = pb::State::default();
         let mut context = self.context.as_ref().and_then(to_struct);

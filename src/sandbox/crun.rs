@@ -183,9 +183,39 @@ impl Crun {
         }
     }
 
+    /// Starts the container of `bundle` as `id` and leaves it running: no
+    /// stdin, stdout and stderr piped for the caller to drain, its init's pid
+    /// written to `pid_file`. `crun run` stays in the foreground as its
+    /// parent, so the child's exit is the container's. The caller must kill
+    /// it ([`Crun::kill`] / [`ContainerGuard`]).
+    pub(super) fn spawn_detached_io(
+        &self,
+        id: &str,
+        bundle: &Path,
+        pid_file: &Path,
+    ) -> Result<tokio::process::Child, CrunError> {
+        self.command()
+            .arg("run")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg("--no-new-keyring")
+            .arg("--pid-file")
+            .arg(pid_file)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| CrunError::Spawn {
+                runtime: self.binary.clone(),
+                source,
+            })
+    }
+
     /// Kills the container and waits for `crun run` to return, then deletes
     /// whatever state is left.
-    async fn kill(&self, id: &str, child: &mut tokio::process::Child) {
+    pub(super) async fn kill(&self, id: &str, child: &mut tokio::process::Child) {
         // The container may not exist yet (crun still setting it up): retry
         // while crun runs, then fall back to killing crun itself.
         for _ in 0..50 {
@@ -251,10 +281,11 @@ fn delete_sync(crun: &Crun, id: &str) {
 }
 
 /// Kills and deletes a container when dropped while armed.
-struct ContainerGuard {
-    crun: Crun,
-    id: String,
-    armed: bool,
+#[derive(Debug)]
+pub(super) struct ContainerGuard {
+    pub(super) crun: Crun,
+    pub(super) id: String,
+    pub(super) armed: bool,
 }
 
 impl Drop for ContainerGuard {
@@ -267,7 +298,7 @@ impl Drop for ContainerGuard {
     }
 }
 
-fn exit_code(status: &std::process::ExitStatus) -> i32 {
+pub(super) fn exit_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
         .code()

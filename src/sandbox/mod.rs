@@ -7,7 +7,9 @@
 pub mod bundle;
 pub mod cgroup;
 pub mod crun;
+pub mod netns;
 pub mod quantity;
+pub mod served;
 pub mod spec;
 pub mod user;
 pub mod userns;
@@ -61,6 +63,21 @@ pub enum SandboxError {
         code: i32,
         /// The last bytes of stderr.
         stderr_tail: Vec<u8>,
+    },
+    /// A served container kept running but never listened where expected.
+    #[error(
+        "the function did not listen on {address} within {after:?} (last attempt: {last_error}); its output ends: {}",
+        String::from_utf8_lossy(output_tail).trim_end()
+    )]
+    NotServing {
+        /// Where it should listen, inside its network namespace.
+        address: std::net::SocketAddr,
+        /// How long xfn waited.
+        after: Duration,
+        /// Why the last connection attempt failed.
+        last_error: String,
+        /// The last bytes of its stdout and stderr.
+        output_tail: Vec<u8>,
     },
 }
 
@@ -141,15 +158,7 @@ impl Sandbox {
     /// and crun's state are gone when this returns or is dropped.
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
         self.check_limits()?;
-        if let (Some(why), true) = (
-            &self.limits_unavailable,
-            request.limits != Limits::default(),
-        ) {
-            // Once per process, not per run: a daemon must not flood its log.
-            LIMITS_WARNING.call_once(|| {
-                tracing::warn!("cpu and memory limits are NOT enforced: {why}");
-            });
-        }
+        self.warn_unenforced(&request.limits);
         let bundle = self.run_dir.bundle()?;
         // On every path, cancellation included (then through its Drop,
         // whichever of it and crun's container guard goes first), the run's
@@ -169,6 +178,7 @@ impl Sandbox {
             hostname: "function",
             pids_limit: self.options.pids_limit,
             cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
+            cmd: None,
         })?;
         bundle.write_spec(&spec)?;
         let result = self

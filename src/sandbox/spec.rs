@@ -70,6 +70,9 @@ pub struct SpecInput<'a> {
     /// The container's cgroup (`linux.cgroupsPath`), where limits are
     /// enforced through a delegated cgroup v2 subtree.
     pub cgroups_path: Option<&'a str>,
+    /// Replaces the image's `Cmd` (its entrypoint stays), as `docker run
+    /// IMAGE ARGS...` does: how a function image is started as a server.
+    pub cmd: Option<&'a [String]>,
 }
 
 /// Builds the spec.
@@ -78,7 +81,10 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let image = input.image.unwrap_or(&empty);
 
     let mut args: Vec<String> = image.entrypoint().clone().unwrap_or_default();
-    args.extend(image.cmd().clone().unwrap_or_default());
+    match input.cmd {
+        Some(cmd) => args.extend_from_slice(cmd),
+        None => args.extend(image.cmd().clone().unwrap_or_default()),
+    }
     if args.is_empty() {
         return Err(SpecError::NothingToRun);
     }
@@ -350,7 +356,26 @@ mod tests {
             hostname: "fn",
             pids_limit: PIDS_LIMIT,
             cgroups_path: None,
+            cmd: None,
         }
+    }
+
+    #[test]
+    fn a_cmd_override_replaces_cmd_and_keeps_the_entrypoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .entrypoint(vec!["/function".to_string()])
+            .cmd(vec!["--debug".to_string()])
+            .build()
+            .unwrap();
+        let cmd = ["--insecure".to_string()];
+        let spec = build(&SpecInput {
+            cmd: Some(&cmd),
+            ..input(dir.path(), &image)
+        })
+        .unwrap();
+        let args = spec.process().as_ref().unwrap().args().clone().unwrap();
+        assert_eq!(args, ["/function", "--insecure"]);
     }
 
     #[test]

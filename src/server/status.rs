@@ -34,6 +34,7 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::OutputTooLarge { .. } => Code::ResourceExhausted,
         RunError::MemoryLimitExceeded { .. } => Code::ResourceExhausted,
         RunError::LimitsUnavailable(_) => Code::FailedPrecondition,
+        RunError::NotServing(_) => Code::Unavailable,
         RunError::Internal(_) => Code::Internal,
     };
     Status::new(code, err.to_string())

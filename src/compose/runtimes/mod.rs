@@ -1,12 +1,13 @@
 //! The real executors of pipeline steps:
-//! - v1 Functions: [`Development`] (a running gRPC server), [`Exec`] (one
-//!   container run per call, protobuf JSON on stdin/stdout). The `Docker`
-//!   runtime needs a long-running container, which the runner cannot start
-//!   yet, and is refused with a clear error rather than faked.
+//! - v1 Functions: [`Docker`] (the image served as a gRPC server for the
+//!   whole render, rootless, reached inside its own network namespace),
+//!   [`Development`] (a running gRPC server), [`Exec`] (one container run
+//!   per call, protobuf JSON on stdin/stdout).
 //! - alpha steps: [`ContainerSteps`], through the runner daemon at the step's
 //!   `runner.endpoint` when one answers there, else in-process.
 //!
-//! Files: [`development`], [`exec`], [`alpha_steps`].
+//! Files: [`docker`], [`development`], [`exec`], [`grpc`] (the v1/v1beta1
+//! call both servers share), [`alpha_steps`].
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +19,13 @@ use crate::runner::{NetworkPolicy, RunConfig, Runner};
 
 mod alpha_steps;
 mod development;
+mod docker;
 mod exec;
+mod grpc;
 
 pub use alpha_steps::{daemon_answers, ContainerSteps};
 pub use development::Development;
+pub use docker::{Docker, FUNCTION_PORT, SERVER_ARGS};
 pub use exec::Exec;
 
 /// Largest gRPC message accepted from a function (Crossplane's functions
@@ -48,42 +52,55 @@ pub fn caller_for(
     match &function.runtime {
         RuntimeKind::Development { target } => Ok(Arc::new(Development::new(target))),
         RuntimeKind::Exec => {
-            let runner = runner.ok_or_else(|| ComposeError::StepFailed {
-                step: function.name.clone(),
-                message: "the Exec runtime needs the in-process runner".into(),
-            })?;
-            if function.package.is_empty() {
-                return Err(ComposeError::StepFailed {
-                    step: function.name.clone(),
-                    message: "Function has no spec.package".into(),
-                });
-            }
-            let pull_policy = match function.pull_policy.as_deref() {
-                Some(policy) => {
-                    parse_pull_policy(Some(policy)).map_err(|m| ComposeError::StepFailed {
-                        step: function.name.clone(),
-                        message: m,
-                    })?
-                }
-                None => defaults.pull_policy,
-            };
+            let (runner, image, config) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Exec {
-                runner: Arc::clone(runner),
-                image: function.package.clone(),
-                config: RunConfig {
-                    pull_policy,
-                    auth: docker_auth(&function.package, &defaults.default_registry),
-                    timeout: defaults.timeout,
-                    network: NetworkPolicy::Isolated,
-                    cpu: None,
-                    memory: None,
-                },
+                runner,
+                image,
+                config,
             }))
         }
-        RuntimeKind::Docker => Err(ComposeError::DockerUnsupported {
-            function: function.name.clone(),
-        }),
+        RuntimeKind::Docker => {
+            let (runner, image, config) = container_of(function, runner, defaults)?;
+            Ok(Arc::new(Docker {
+                function: function.name.clone(),
+                runner,
+                image,
+                config,
+                serving: tokio::sync::OnceCell::new(),
+            }))
+        }
     }
+}
+
+/// The runner, image and run settings of a Function that runs a container.
+fn container_of(
+    function: &Function,
+    runner: Option<&Arc<Runner>>,
+    defaults: &ContainerDefaults,
+) -> Result<(Arc<Runner>, String, RunConfig), ComposeError> {
+    let invalid = |message: String| ComposeError::StepFailed {
+        step: function.name.clone(),
+        message,
+    };
+    let runner = runner
+        .ok_or_else(|| invalid("running its container needs the in-process runner".into()))?;
+    let image = function.image().to_string();
+    if image.is_empty() {
+        return Err(invalid("Function has no spec.package".into()));
+    }
+    let pull_policy = match function.pull_policy.as_deref() {
+        Some(policy) => parse_pull_policy(Some(policy)).map_err(invalid)?,
+        None => defaults.pull_policy,
+    };
+    let config = RunConfig {
+        pull_policy,
+        auth: docker_auth(&image, &defaults.default_registry),
+        timeout: defaults.timeout,
+        network: NetworkPolicy::Isolated,
+        cpu: None,
+        memory: None,
+    };
+    Ok((Arc::clone(runner), image, config))
 }
 
 fn parse_pull_policy(policy: Option<&str>) -> Result<PullPolicy, String> {

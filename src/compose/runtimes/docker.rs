@@ -1,0 +1,136 @@
+//! The `Docker` runtime, without Docker: every Function built with
+//! Crossplane's SDKs is a gRPC server, so its image runs rootless through the
+//! runner as a server for the length of the render, started as `crossplane
+//! render` starts it (its entrypoint with `--insecure`, listening on 9443).
+//!
+//! Nothing is published on the host: the server listens in the container's
+//! own, empty network namespace and xfn connects from inside that namespace
+//! (see [`crate::sandbox::netns`]), so no other process on the machine can
+//! call it and no port can clash.
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use super::one_line;
+use crate::compose::v1::FunctionCaller;
+use crate::compose::ComposeError;
+use crate::proto::v1;
+use crate::runner::{RunConfig, Runner, ServedFunction};
+
+/// Where Crossplane's function SDKs listen by default.
+pub const FUNCTION_PORT: u16 = 9443;
+
+/// The arguments `crossplane render` runs a function image with (they take
+/// the place of the image's `Cmd`).
+pub const SERVER_ARGS: &[&str] = &["--insecure"];
+
+/// A Function whose image runs as a gRPC server (`Docker` runtime).
+#[derive(Debug)]
+pub struct Docker {
+    /// The Function's name, for errors.
+    pub(super) function: String,
+    /// The in-process runner.
+    pub(super) runner: Arc<Runner>,
+    /// The image to serve.
+    pub(super) image: String,
+    /// Pull policy, credentials, and the start timeout.
+    pub(super) config: RunConfig,
+    /// The running server, once started.
+    pub(super) serving: tokio::sync::OnceCell<Serving>,
+}
+
+/// A started server and the channel to it.
+#[derive(Debug)]
+pub(super) struct Serving {
+    channel: Channel,
+    /// Taken by [`FunctionCaller::stop`].
+    server: Mutex<Option<ServedFunction>>,
+}
+
+impl Docker {
+    async fn serving(&self) -> Result<&Serving, ComposeError> {
+        self.serving.get_or_try_init(|| self.start_server()).await
+    }
+
+    async fn start_server(&self) -> Result<Serving, ComposeError> {
+        let failed = |message: String| ComposeError::FunctionStart {
+            function: self.function.clone(),
+            image: self.image.clone(),
+            message,
+        };
+        let started = Instant::now();
+        let args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+        let mut server = self
+            .runner
+            .serve(&self.image, &args, &self.config)
+            .await
+            .map_err(|e| failed(one_line(&e)))?;
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
+        if let Err(err) = server.wait_listening(address, self.config.timeout).await {
+            server.stop().await;
+            return Err(failed(one_line(&err)));
+        }
+        let network = server.network().clone();
+        // The authority is only a label: every connection is made by the
+        // connector, inside the container's namespace.
+        let channel = Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
+            tower::service_fn(move |_: Uri| {
+                let network = network.clone();
+                async move {
+                    let stream = network.connect(address).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }),
+        );
+        tracing::info!(
+            function = %self.function,
+            image = %self.image,
+            elapsed = ?started.elapsed(),
+            "function server started"
+        );
+        Ok(Serving {
+            channel,
+            server: Mutex::new(Some(server)),
+        })
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl FunctionCaller for Docker {
+    async fn start(&self) -> Result<(), ComposeError> {
+        self.serving().await.map(|_| ())
+    }
+
+    async fn run_function(
+        &self,
+        request: v1::RunFunctionRequest,
+    ) -> Result<v1::RunFunctionResponse, ComposeError> {
+        let serving = self.serving().await?;
+        let result = super::grpc::run_function(serving.channel.clone(), &self.image, request).await;
+        // A server that died answers "connection refused"; say why it died.
+        let exited = match serving.server.lock() {
+            Ok(mut server) if result.is_err() => server.as_mut().and_then(|s| s.exited()),
+            _ => None,
+        };
+        match exited {
+            Some(exit) => Err(ComposeError::Call(format!(
+                "{}: the function server exited: {}",
+                self.image,
+                one_line(&exit)
+            ))),
+            None => result,
+        }
+    }
+
+    async fn stop(&self) {
+        let Some(serving) = self.serving.get() else {
+            return;
+        };
+        let server = serving.server.lock().ok().and_then(|mut s| s.take());
+        if let Some(server) = server {
+            server.stop().await;
+        }
+    }
+}

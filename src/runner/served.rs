@@ -1,0 +1,90 @@
+//! Function images started as long-running servers (the `Docker` runtime of
+//! `xfn render`): the same pull, rootfs and sandbox as a run, but the
+//! container keeps running until [`ServedFunction::stop`].
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{limits_of, RunConfig, RunError, Runner};
+use crate::rootfs::Rootfs;
+use crate::sandbox::cgroup::run::RunUsage;
+use crate::sandbox::netns::NetworkNamespace;
+use crate::sandbox::served::{ServeRequest, ServedContainer};
+
+/// A function image running as a server in its own network namespace.
+/// Killed, and its rootfs removed, by [`ServedFunction::stop`] or on drop.
+#[derive(Debug)]
+pub struct ServedFunction {
+    // Field order is drop order: the container dies before its rootfs goes.
+    container: ServedContainer,
+    rootfs: Rootfs,
+}
+
+impl Runner {
+    /// Starts `image` with `cmd` in place of its `Cmd` and leaves it running.
+    /// `config.timeout` bounds the start (pull excluded); the network is
+    /// always the container's own (`config.network` is not used): the server
+    /// is reached inside it, never through the host's.
+    pub async fn serve(
+        &self,
+        image: &str,
+        cmd: &[String],
+        config: &RunConfig,
+    ) -> Result<ServedFunction, RunError> {
+        self.sandbox.check_limits()?;
+        let limits = limits_of(config)?;
+        let pulled = self
+            .store
+            .ensure(image, config.pull_policy, &config.auth)
+            .await?;
+        let rootfs = self.prepare_rootfs(&pulled).await?;
+        let container = self
+            .sandbox
+            .serve(&ServeRequest {
+                rootfs: rootfs.path(),
+                image: pulled.config.config().as_ref(),
+                cmd,
+                limits,
+                startup_timeout: config.timeout,
+            })
+            .await?;
+        tracing::debug!(image, container = container.id(), "function serving");
+        Ok(ServedFunction { container, rootfs })
+    }
+}
+
+impl ServedFunction {
+    /// The container's own network namespace, to connect in.
+    pub fn network(&self) -> &NetworkNamespace {
+        self.container.network()
+    }
+
+    /// Waits until the server listens on `address` inside its namespace;
+    /// fails with its exit code and output when it exits first.
+    pub async fn wait_listening(
+        &mut self,
+        address: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), RunError> {
+        Ok(self.container.wait_listening(address, timeout).await?)
+    }
+
+    /// Why the server is gone, if it is (exit code, OOM kill, output tail).
+    pub fn exited(&mut self) -> Option<RunError> {
+        self.container.exited().map(RunError::from)
+    }
+
+    /// The last bytes the server wrote to stdout and stderr.
+    pub fn output_tail(&self) -> Vec<u8> {
+        self.container.output_tail()
+    }
+
+    /// Kills the server and removes its container, cgroup and rootfs.
+    /// Returns what its cgroup measured, where it had one.
+    pub async fn stop(self) -> Option<RunUsage> {
+        let Self { container, rootfs } = self;
+        let usage = container.stop().await;
+        // Unmounting takes milliseconds: off the async threads.
+        let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+        usage
+    }
+}

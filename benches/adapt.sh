@@ -4,9 +4,10 @@
 #
 # The adapt side is sequential v1 RunFunction calls from the published
 # Python SDK's stubs over plaintext TCP, response cache off, timed in the
-# client. The bare side is what benches/run.sh times: `unshare` into a
-# user+mount namespace, a tmpfs over /sys/fs/cgroup (this host is
-# cgroup-hybrid) and `crun run` of a prepared bundle with xfn's own spec.
+# client. The bare side is the floor benches/run.sh times too (built by
+# scripts/lib/testbed.sh): `unshare` into a user+mount namespace, a tmpfs over
+# /sys/fs/cgroup (this host is cgroup-hybrid) and `crun run` of a prepared
+# bundle with xfn's own spec.
 # The function reads the request and answers `{}`.
 #
 # Needs: hyperfine, crun, docker-registry, umoci, skopeo, busybox-static,
@@ -41,17 +42,11 @@ push_image /fn fn:v1
 CACHE="$WORK/cache"
 printf '{"meta":{"tag":"bench"}}' > "$WORK/input.json"
 
-# Capture the spec xfn writes (through a crun wrapper), for the bare bundle.
-mkdir -p "$WORK/bare" "$WORK/capture"
-chmod 1777 "$WORK/capture"
-cat > "$WORK/crun-capture" <<SH
-#!/bin/sh
-for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/capture/config.json";; esac; prev=\$a; done
-exec crun "\$@"
-SH
-chmod +x "$WORK/crun-capture"
+# The bare floor (scripts/lib/testbed.sh): xfn's spec, captured from one
+# call through `xfn adapt`, over a copy of the same rootfs.
+new_spec_capture
 "$XFN" adapt --insecure --no-response-cache --cache-dir "$CACHE" --image "$IMAGE" \
-    --address "127.0.0.1:$APORT" --runtime "$WORK/crun-capture" 2>"$WORK/adapt-capture.log" &
+    --address "127.0.0.1:$APORT" --runtime "$CAPTURE_RUNTIME" 2>"$WORK/adapt-capture.log" &
 ADAPT_PID=$!
 cat > "$WORK/client.py" <<'PY'
 import statistics, sys, time
@@ -81,25 +76,11 @@ print(f"{statistics.mean(times)} {statistics.median(times)} {min(times)}")
 PY
 python3 "$WORK/client.py" "127.0.0.1:$APORT" 1 >/dev/null
 kill "$ADAPT_PID"; wait "$ADAPT_PID" 2>/dev/null || true
-cp "$WORK/capture/config.json" "$WORK/bare/config.json"
-cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
-python3 - "$WORK/bare/config.json" <<'PY'
-import json, sys
-path = sys.argv[1]
-spec = json.load(open(path))
-spec["root"]["path"] = "rootfs"
-json.dump(spec, open(path, "w"))
-PY
-cat > "$WORK/bare-run" <<SH
-#!/bin/sh
-mount -t tmpfs tmpfs /sys/fs/cgroup
-exec crun --root "$WORK/bare-state" --cgroup-manager=disabled run --no-new-keyring --bundle "$WORK/bare" "bare-\$\$" <"$WORK/input.json"
-SH
-chmod +x "$WORK/bare-run"
-[ "$(unshare --user --map-root-user --mount --propagation private "$WORK/bare-run")" = "{}" ]
+new_bare_crun "$WORK/input.json"
+[ "$($BARE_RUN)" = "{}" ]
 
 hyperfine --warmup 10 --runs "$RUNS" --export-json "$WORK/bare.json" -N \
-    --command-name "bare crun run" "unshare --user --map-root-user --mount --propagation private $WORK/bare-run" >/dev/null
+    --command-name "bare crun run" "$BARE_RUN" >/dev/null
 
 "$XFN" adapt --insecure --no-response-cache --cache-dir "$CACHE" --image "$IMAGE" \
     --address "127.0.0.1:$APORT" --max-concurrent-runs 1 2>"$WORK/adapt.log" &

@@ -5,7 +5,8 @@
 # and mount namespace, finds the cached image, mounts the per-run rootfs,
 # writes the spec and runs crun; the bare side is `unshare` into a user+mount
 # namespace, a tmpfs over /sys/fs/cgroup (this host is cgroup-hybrid) and
-# `crun run` of a prepared bundle with xfn's own spec (captured once).
+# `crun run` of a prepared bundle with xfn's own spec (captured once; the
+# floor is built by scripts/lib/testbed.sh).
 # The function is busybox `cat` of a small FunctionIO.
 #
 # Needs: hyperfine (apt-get install hyperfine), crun, docker-registry, umoci,
@@ -43,37 +44,16 @@ CACHE="$WORK/cache"
 "$XFN" run --cache-dir "$CACHE" "$IMAGE" "$WORK/input.yaml" >"$WORK/out.yaml"
 cmp "$WORK/input.yaml" "$WORK/out.yaml"
 
-# The bare bundle: the same rootfs, the spec xfn writes (captured from a run
-# through a crun wrapper), as the namespace's root.
-mkdir -p "$WORK/bare" "$WORK/capture"
-chmod 1777 "$WORK/capture" # written by xfn's mapped root
-cat > "$WORK/crun-capture" <<SH
-#!/bin/sh
-for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/capture/config.json";; esac; prev=\$a; done
-exec crun "\$@"
-SH
-chmod +x "$WORK/crun-capture"
-"$XFN" run --cache-dir "$CACHE" --runtime "$WORK/crun-capture" "$IMAGE" "$WORK/input.yaml" >/dev/null
-cp "$WORK/capture/config.json" "$WORK/bare/config.json"
-cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
-python3 - "$WORK/bare/config.json" <<'PY'
-import json, sys
-path = sys.argv[1]
-spec = json.load(open(path))
-spec["root"]["path"] = "rootfs"
-json.dump(spec, open(path, "w"))
-PY
-cat > "$WORK/bare-run" <<SH
-#!/bin/sh
-mount -t tmpfs tmpfs /sys/fs/cgroup
-exec crun --root "$WORK/bare-state" --cgroup-manager=disabled run --no-new-keyring --bundle "$WORK/bare" "bare-\$\$" <"$WORK/input.yaml"
-SH
-chmod +x "$WORK/bare-run"
-unshare --user --map-root-user --mount --propagation private "$WORK/bare-run" >"$WORK/bare-out.yaml"
+# The bare floor (scripts/lib/testbed.sh): xfn's spec, captured from one
+# run, over a copy of the same rootfs.
+new_spec_capture
+"$XFN" run --cache-dir "$CACHE" --runtime "$CAPTURE_RUNTIME" "$IMAGE" "$WORK/input.yaml" >/dev/null
+new_bare_crun "$WORK/input.yaml"
+$BARE_RUN >"$WORK/bare-out.yaml"
 cmp "$WORK/input.yaml" "$WORK/bare-out.yaml"
 
 hyperfine --warmup 10 --runs "$RUNS" --export-json "$WORK/result.json" -N \
-    --command-name "bare crun run" "unshare --user --map-root-user --mount --propagation private $WORK/bare-run" \
+    --command-name "bare crun run" "$BARE_RUN" \
     --command-name "xfn run (warm)" "$XFN run --cache-dir $CACHE $IMAGE $WORK/input.yaml"
 
 python3 - "$WORK/result.json" <<'PY'

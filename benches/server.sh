@@ -70,33 +70,12 @@ push_image /bin/cat fn:v1
 printf 'apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved: {}\ndesired: {}\n' >"$WORK/input.yaml"
 chmod 644 "$WORK/input.yaml"
 
-# The bare bundle: the same rootfs and the spec xfn writes (captured from a
-# run through a crun wrapper), run as the namespace's root.
-mkdir -p "$WORK/bare" "$WORK/cache-run"
-# xfn as root maps a range: it writes the capture as the mapped root.
-chmod 777 "$WORK/bare"
-cat > "$WORK/crun-capture" <<SH
-#!/bin/sh
-for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/bare/config.json";; esac; prev=\$a; done
-exec crun "\$@"
-SH
-chmod +x "$WORK/crun-capture"
-"$XFN" run --cache-dir "$WORK/cache-run" --runtime "$WORK/crun-capture" "$IMAGE" "$WORK/input.yaml" >/dev/null
-cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
-python3 - "$WORK/bare/config.json" <<'PY'
-import json, sys
-path = sys.argv[1]
-spec = json.load(open(path))
-spec["root"]["path"] = "rootfs"
-json.dump(spec, open(path, "w"))
-PY
-cat > "$WORK/bare-run" <<SH
-#!/bin/sh
-mount -t tmpfs tmpfs /sys/fs/cgroup
-exec crun --root "$WORK/bare-state" --cgroup-manager=disabled run --no-new-keyring --bundle "$WORK/bare" "bare-\$\$" <"$WORK/input.yaml"
-SH
-chmod +x "$WORK/bare-run"
-unshare --user --map-root-user --mount --propagation private "$WORK/bare-run" >"$WORK/bare-out.yaml"
+# The bare floor (scripts/lib/testbed.sh): xfn's spec, captured from one
+# run (as root), over a copy of the same rootfs.
+new_spec_capture
+"$XFN" run --cache-dir "$WORK/cache-run" --runtime "$CAPTURE_RUNTIME" "$IMAGE" "$WORK/input.yaml" >/dev/null
+new_bare_crun "$WORK/input.yaml"
+$BARE_RUN >"$WORK/bare-out.yaml"
 cmp "$WORK/input.yaml" "$WORK/bare-out.yaml"
 
 # podman, as root, on the same image from the same registry.
@@ -111,7 +90,7 @@ unshare --mount --propagation private "$WORK/podman-run" >"$WORK/podman-out.yaml
 cmp "$WORK/input.yaml" "$WORK/podman-out.yaml"
 
 hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
-    --command-name "bare crun run" "unshare --user --map-root-user --mount --propagation private $WORK/bare-run" \
+    --command-name "bare crun run" "$BARE_RUN" \
     --command-name "podman run" "unshare --mount --propagation private $WORK/podman-run" >"$WORK/hyperfine.log"
 
 # The sidecar, as uid 65532 without capabilities, on an abstract socket.

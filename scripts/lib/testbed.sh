@@ -1,6 +1,7 @@
 # Shared by scripts/example.sh and benches/*.sh (POSIX sh; source it):
 # a docker-registry on loopback and a busybox function image built with umoci
-# and pushed with skopeo — no Docker anywhere.
+# and pushed with skopeo — no Docker anywhere; and, for the benchmarks, the
+# "bare crun" floor they compare xfn against.
 #
 # Expects WORK (a directory the caller removes) and PORT (a free loopback
 # port) to be set.
@@ -49,4 +50,63 @@ push_image() {
     umoci config --image "$WORK/oci:fn" --config.entrypoint "$1" --config.env PATH=/bin >/dev/null
     IMAGE="127.0.0.1:$PORT/$2"
     skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://$IMAGE"
+}
+
+# The "bare crun" floor the benchmarks set xfn against: the least any runner
+# pays per call for this function. A fresh process `unshare`s into a
+# user+mount namespace (its root is the caller), covers /sys/fs/cgroup with a
+# tmpfs (this host's cgroups are hybrid, which crun 1.8.1 refuses; xfn does
+# the same) and runs `crun run --cgroup-manager=disabled --no-new-keyring` of
+# a prepared bundle. The bundle is xfn's own: the config.json xfn writes,
+# captured from a real xfn run through a crun wrapper, so that both sides run
+# the same container (seccomp, masked paths, capabilities, mounts), over a
+# copy of the same rootfs ($WORK/unpacked/rootfs) with root.path rewritten to
+# it. What xfn costs above the floor is then its own work: starting, entering
+# its namespaces, finding the cached image, the per-run rootfs and the spec.
+#
+# Two steps, with one xfn run in between that starts a container:
+#   new_spec_capture       # sets CAPTURE_RUNTIME
+#   "$XFN" run --runtime "$CAPTURE_RUNTIME" ...
+#   new_bare_crun INPUT    # sets BARE_RUN
+
+# Writes a crun wrapper that copies the config.json of each bundle it runs to
+# $WORK/capture/config.json, then execs crun; sets CAPTURE_RUNTIME to it. The
+# capture directory is world-writable: xfn's mapped root writes there.
+new_spec_capture() {
+    mkdir -p "$WORK/capture"
+    chmod 1777 "$WORK/capture"
+    CAPTURE_RUNTIME="$WORK/crun-capture"
+    cat > "$CAPTURE_RUNTIME" <<SH
+#!/bin/sh
+for a; do case "\$prev" in --bundle) cp "\$a/config.json" "$WORK/capture/config.json";; esac; prev=\$a; done
+exec crun "\$@"
+SH
+    chmod +x "$CAPTURE_RUNTIME"
+}
+
+# new_bare_crun INPUT: builds the bundle $WORK/bare from the captured spec and
+# a copy of $WORK/unpacked/rootfs, and a script $WORK/bare-run that runs it
+# once with INPUT on stdin; sets BARE_RUN to the floor's command line (one
+# string, for hyperfine; unquoted, for the shell). The caller checks its
+# output.
+new_bare_crun() {
+    [ -s "$WORK/capture/config.json" ] || {
+        echo "no spec captured in $WORK/capture: run xfn with --runtime \$CAPTURE_RUNTIME first" >&2
+        return 1
+    }
+    mkdir -p "$WORK/bare"
+    cp -a "$WORK/unpacked/rootfs" "$WORK/bare/rootfs"
+    python3 - "$WORK/capture/config.json" "$WORK/bare/config.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+spec["root"]["path"] = "rootfs"
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+    cat > "$WORK/bare-run" <<SH
+#!/bin/sh
+mount -t tmpfs tmpfs /sys/fs/cgroup
+exec crun --root "$WORK/bare-state" --cgroup-manager=disabled run --no-new-keyring --bundle "$WORK/bare" "bare-\$\$" <"$1"
+SH
+    chmod +x "$WORK/bare-run"
+    BARE_RUN="unshare --user --map-root-user --mount --propagation private $WORK/bare-run"
 }

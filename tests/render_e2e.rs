@@ -892,4 +892,8 @@ fn the_static_function_server_image_pulls() {
     let line = stdout(&out);
     assert!(line.starts_with(&format!("pulled {image} ")), "{line}");
     assert!(line.contains("2 layers"), "{line}");
+    // The check that vouched for the binary in the image does tell: xfn
+    // itself is linked dynamically.
+    let xfn = support::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
+    assert!(xfn.is_err_and(|why| why.contains("PT_INTERP")));
 }

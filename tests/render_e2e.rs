@@ -521,64 +521,8 @@ spec:
 fn development_runtime_drives_a_python_sdk_function_over_grpc() {
     let function = PythonFunction::start();
     let fx = Fixture::new();
-    fx.write("xr.yaml", XR);
-    fx.write(
-        "functions.yaml",
-        &development_function("python", &function.address),
-    );
-    fx.write(
-        "composition.yaml",
-        &pipeline_composition(
-            "  - step: create
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
-  - step: require-settings
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: require, name: settings}
-  - step: label
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: label, labels: {team: platform}}
-  - step: write-context
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, write: {greeting: hello}}
-  - step: read-context
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: context, read: greeting}
-  - step: ready
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: ready, names: [bucket-0, from-settings]}
-  - step: warn
-    functionRef: {name: python}
-    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, warning: almost out of buckets}
-",
-        ),
-    );
-    fx.write(
-        "required.yaml",
-        "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-data:
-  region: eu-west-1
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: other
-data:
-  region: us-east-1
-",
-    );
-    let out = fx.render(&[
-        "xr.yaml",
-        "composition.yaml",
-        "functions.yaml",
-        "-e",
-        "required.yaml",
-        "-r",
-        "-c",
-    ]);
+    development_pipeline(&fx, "python", &function.address);
+    let out = fx.render(DEVELOPMENT_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
 
     // A fatal result from the SDK's response.fatal stops the render.
@@ -831,4 +775,125 @@ fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
             "{err}"
         );
     }
+}
+
+/// The 7-step pipeline of one Development-runtime Function `name` at
+/// `target` (which runs function.py or its Rust twin, examples/fn_server.rs)
+/// whose render is tests/golden/v1-development.yaml: create, require
+/// (settings), label, context write and read, ready, results.
+fn development_pipeline(fx: &Fixture, name: &str, target: &str) {
+    fx.write("xr.yaml", XR);
+    fx.write("functions.yaml", &development_function(name, target));
+    let mut steps = String::new();
+    for (step, input) in [
+        ("create", "action: create"),
+        ("require-settings", "action: require, name: settings"),
+        ("label", "action: label, labels: {team: platform}"),
+        ("write-context", "action: context, write: {greeting: hello}"),
+        ("read-context", "action: context, read: greeting"),
+        ("ready", "action: ready, names: [bucket-0, from-settings]"),
+        ("warn", "action: results, warning: almost out of buckets"),
+    ] {
+        steps += &format!(
+            "  - step: {step}
+    functionRef: {{name: {name}}}
+    input: {{apiVersion: test.xfn.dev/v1, kind: Input, {input}}}
+"
+        );
+    }
+    fx.write("composition.yaml", &pipeline_composition(&steps));
+    fx.write(
+        "required.yaml",
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  region: eu-west-1
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: other
+data:
+  region: us-east-1
+",
+    );
+}
+
+const DEVELOPMENT_ARGS: &[&str] = &[
+    "xr.yaml",
+    "composition.yaml",
+    "functions.yaml",
+    "-e",
+    "required.yaml",
+    "-r",
+    "-c",
+];
+
+/// The `RunFunction` calls fn_server logged, by service version.
+fn calls_by_version(log: &str) -> (usize, usize) {
+    (
+        log.matches("fn_server: v1 RunFunction").count(),
+        log.matches("fn_server: v1beta1 RunFunction").count(),
+    )
+}
+
+#[test]
+fn development_runtime_drives_the_static_rust_function_server_like_the_python_one() {
+    let mut function = FunctionServer::start(&[]);
+    let fx = Fixture::new();
+    development_pipeline(&fx, "rust", &function.address);
+    let out = fx.render(DEVELOPMENT_ARGS);
+    // The Python SDK function's golden file: the twins answer alike.
+    assert_golden("v1-development.yaml", &stdout(&out));
+    let log = function.log();
+    let (v1, v1beta1) = calls_by_version(&log);
+    assert!(v1 >= 7 && v1beta1 == 0, "{log}");
+
+    // As PID 1 of a container it must stop on SIGTERM, not wait for SIGKILL.
+    let status = function.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{status}: {}", function.log());
+}
+
+#[test]
+fn development_runtime_falls_back_to_v1beta1_on_a_static_server_in_an_empty_root() {
+    // Only the binary in its root: no libc, no /etc, no NSS modules.
+    let fx = Fixture::new();
+    let root = fx.path("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::copy(function_server_binary(), root.join("fn_server")).unwrap();
+    let mut command = Command::new("unshare");
+    command
+        .args(["-r", "chroot"])
+        .arg(&root)
+        .args(["/fn_server", "--serve", "v1beta1"]);
+    let function = FunctionServer::start_command(command);
+    development_pipeline(&fx, "rust", &function.address);
+    let out = fx.render(DEVELOPMENT_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&out));
+    // Every call came over v1beta1: v1 was Unimplemented, and xfn fell back.
+    let log = function.log();
+    let (v1, v1beta1) = calls_by_version(&log);
+    assert!(v1 == 0 && v1beta1 >= 7, "{log}");
+}
+
+#[test]
+fn the_static_function_server_image_pulls() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &["--serve", "v1beta1"]);
+    let out = xfn_command()
+        .arg("pull")
+        .arg("--cache-dir")
+        .arg(fx.path("cache"))
+        .arg(&image)
+        .output()
+        .expect("spawn xfn");
+    let line = stdout(&out);
+    assert!(line.starts_with(&format!("pulled {image} ")), "{line}");
+    assert!(line.contains("2 layers"), "{line}");
+    // The check that vouched for the binary in the image does tell: xfn
+    // itself is linked dynamically.
+    let xfn = support::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
+    assert!(xfn.is_err_and(|why| why.contains("PT_INTERP")));
 }

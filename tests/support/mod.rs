@@ -11,6 +11,11 @@
 //! - [`image::ImageBuilder`] / [`image::IndexBuilder`]: config + manifest
 //!   (OCI or Docker schema 2) and multi-platform indexes, pushed over plain
 //!   HTTP by a tiny client ([`http`]).
+//! - [`function_server::function_server_binary`] /
+//!   [`function_server::function_server_image`] /
+//!   [`function_server::FunctionServer`]: `examples/fn_server.rs`, a gRPC
+//!   composition function server linked statically, as a binary, a busybox
+//!   image, or a running server.
 //! - [`xfn_command`] / [`unprivileged`]: run the built `xfn` binary, also as
 //!   an unprivileged user without capabilities via `setpriv`.
 //!
@@ -27,6 +32,7 @@
 // Each test crate uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod function_server;
 pub mod http;
 pub mod image;
 pub mod layer;
@@ -36,6 +42,7 @@ pub mod tls;
 use std::path::Path;
 use std::process::Command;
 
+pub use function_server::{function_server_binary, function_server_image, FunctionServer};
 pub use image::{foreign_arch, host_arch, Format, ImageBuilder, IndexBuilder, PushedImage};
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
 pub use registry::{non_loopback_ip, Registry, RegistryConfig};

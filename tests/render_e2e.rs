@@ -11,144 +11,13 @@
 mod support;
 
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::function_server::calls_by_version;
+use support::render::*;
 use support::*;
-
-const EXEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/exec");
-const ALPHA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/alpha");
-const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
-
-const XR: &str = "apiVersion: example.org/v1
-kind: XBucket
-metadata:
-  name: demo
-  uid: 0b7d5c1e-0000-4000-8000-000000000001
-spec:
-  count: 2
-";
-
-struct Fixture {
-    registry: Registry,
-    dir: tempfile::TempDir,
-}
-
-impl Fixture {
-    fn new() -> Fixture {
-        Fixture {
-            registry: Registry::start(),
-            dir: world_traversable_tempdir(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    /// busybox + a helper on PATH + `/fn.sh` from `dir/script` as entrypoint.
-    fn script_image(&self, dir: &str, helper: &str, script: &str) -> String {
-        let read = |name: &str| std::fs::read(Path::new(dir).join(name)).unwrap();
-        ImageBuilder::new()
-            .layer(Layer::busybox())
-            .layer(
-                Layer::new()
-                    .file(&format!("/bin/{helper}"), 0o755, read(helper))
-                    .file("/fn.sh", 0o755, read(script)),
-            )
-            .entrypoint(["/bin/sh", "/fn.sh"])
-            .push(
-                &self.registry,
-                &format!("{}:v1", script.trim_end_matches(".sh")),
-            )
-            .reference
-    }
-
-    fn exec_image(&self, script: &str) -> String {
-        self.script_image(EXEC_DIR, "jget", script)
-    }
-
-    fn alpha_image(&self, script: &str) -> String {
-        // Alpha images live in another repository namespace than the v1 ones.
-        let read = |name: &str| std::fs::read(Path::new(ALPHA_DIR).join(name)).unwrap();
-        ImageBuilder::new()
-            .layer(Layer::busybox())
-            .layer(
-                Layer::new()
-                    .file("/bin/yamlsec", 0o755, read("yamlsec"))
-                    .file("/fn.sh", 0o755, read(script)),
-            )
-            .entrypoint(["/bin/sh", "/fn.sh"])
-            .push(
-                &self.registry,
-                &format!("alpha-{}:v1", script.trim_end_matches(".sh")),
-            )
-            .reference
-    }
-
-    fn render(&self, args: &[&str]) -> Output {
-        xfn_command()
-            .arg("render")
-            .arg("--cache-dir")
-            .arg(self.path("cache"))
-            .args(args)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn xfn")
-    }
-}
-
-/// Compares `actual` with tests/golden/`name` (or rewrites it).
-fn assert_golden(name: &str, actual: &str) {
-    let path = Path::new(GOLDEN_DIR).join(name);
-    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(GOLDEN_DIR).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with XFN_UPDATE_GOLDEN=1)", path.display()));
-    assert_eq!(actual, expected, "output differs from {}", path.display());
-}
-
-fn exec_function(name: &str, image: &str) -> String {
-    format!(
-        "---
-apiVersion: pkg.crossplane.io/v1beta1
-kind: Function
-metadata:
-  name: {name}
-  annotations:
-    render.crossplane.io/runtime: Exec
-spec:
-  package: {image}
-"
-    )
-}
-
-fn pipeline_composition(steps: &str) -> String {
-    format!(
-        "apiVersion: apiextensions.crossplane.io/v1
-kind: Composition
-metadata:
-  name: buckets
-spec:
-  compositeTypeRef:
-    apiVersion: example.org/v1
-    kind: XBucket
-  mode: Pipeline
-  pipeline:
-{steps}"
-    )
-}
 
 /// The 5-step Exec pipeline: create, require (settings), label, ready
 /// (+context), results.
@@ -501,28 +370,16 @@ impl Drop for PythonFunction {
     }
 }
 
-fn development_function(name: &str, target: &str) -> String {
-    format!(
-        "---
-apiVersion: pkg.crossplane.io/v1beta1
-kind: Function
-metadata:
-  name: {name}
-  annotations:
-    render.crossplane.io/runtime: Development
-    render.crossplane.io/runtime-development-target: {target}
-spec:
-  package: xpkg.example.org/function-python:v0.1.0
-"
-    )
-}
-
 #[test]
 fn development_runtime_drives_a_python_sdk_function_over_grpc() {
     let function = PythonFunction::start();
     let fx = Fixture::new();
-    development_pipeline(&fx, "python", &function.address);
-    let out = fx.render(DEVELOPMENT_ARGS);
+    golden_pipeline(
+        &fx,
+        "python",
+        &development_function("python", &function.address),
+    );
+    let out = fx.render(GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
 
     // A fatal result from the SDK's response.fatal stops the render.
@@ -605,20 +462,6 @@ fn input_errors_name_the_file_or_the_step() {
         err.contains("pipeline step \"create\" failed") && err.contains("127.0.0.1:1"),
         "{err}"
     );
-
-    // Docker (the default runtime) is refused, not faked.
-    fx.write(
-        "docker.yaml",
-        "apiVersion: pkg.crossplane.io/v1beta1
-kind: Function
-metadata:
-  name: python
-spec:
-  package: xpkg.example.org/function-python:v0.1.0
-",
-    );
-    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "docker.yaml"]));
-    assert!(err.contains("runtime Docker not supported yet"), "{err}");
 }
 
 /// Measures (prints, asserts nothing about time): the wall time of a warm
@@ -777,74 +620,16 @@ fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
     }
 }
 
-/// The 7-step pipeline of one Development-runtime Function `name` at
-/// `target` (which runs function.py or its Rust twin, examples/fn_server.rs)
-/// whose render is tests/golden/v1-development.yaml: create, require
-/// (settings), label, context write and read, ready, results.
-fn development_pipeline(fx: &Fixture, name: &str, target: &str) {
-    fx.write("xr.yaml", XR);
-    fx.write("functions.yaml", &development_function(name, target));
-    let mut steps = String::new();
-    for (step, input) in [
-        ("create", "action: create"),
-        ("require-settings", "action: require, name: settings"),
-        ("label", "action: label, labels: {team: platform}"),
-        ("write-context", "action: context, write: {greeting: hello}"),
-        ("read-context", "action: context, read: greeting"),
-        ("ready", "action: ready, names: [bucket-0, from-settings]"),
-        ("warn", "action: results, warning: almost out of buckets"),
-    ] {
-        steps += &format!(
-            "  - step: {step}
-    functionRef: {{name: {name}}}
-    input: {{apiVersion: test.xfn.dev/v1, kind: Input, {input}}}
-"
-        );
-    }
-    fx.write("composition.yaml", &pipeline_composition(&steps));
-    fx.write(
-        "required.yaml",
-        "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-data:
-  region: eu-west-1
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: other
-data:
-  region: us-east-1
-",
-    );
-}
-
-const DEVELOPMENT_ARGS: &[&str] = &[
-    "xr.yaml",
-    "composition.yaml",
-    "functions.yaml",
-    "-e",
-    "required.yaml",
-    "-r",
-    "-c",
-];
-
-/// The `RunFunction` calls fn_server logged, by service version.
-fn calls_by_version(log: &str) -> (usize, usize) {
-    (
-        log.matches("fn_server: v1 RunFunction").count(),
-        log.matches("fn_server: v1beta1 RunFunction").count(),
-    )
-}
-
 #[test]
 fn development_runtime_drives_the_static_rust_function_server_like_the_python_one() {
     let mut function = FunctionServer::start(&[]);
     let fx = Fixture::new();
-    development_pipeline(&fx, "rust", &function.address);
-    let out = fx.render(DEVELOPMENT_ARGS);
+    golden_pipeline(
+        &fx,
+        "rust",
+        &development_function("rust", &function.address),
+    );
+    let out = fx.render(GOLDEN_ARGS);
     // The Python SDK function's golden file: the twins answer alike.
     assert_golden("v1-development.yaml", &stdout(&out));
     let log = function.log();
@@ -869,8 +654,12 @@ fn development_runtime_falls_back_to_v1beta1_on_a_static_server_in_an_empty_root
         .arg(&root)
         .args(["/fn_server", "--serve", "v1beta1"]);
     let function = FunctionServer::start_command(command);
-    development_pipeline(&fx, "rust", &function.address);
-    let out = fx.render(DEVELOPMENT_ARGS);
+    golden_pipeline(
+        &fx,
+        "rust",
+        &development_function("rust", &function.address),
+    );
+    let out = fx.render(GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
     // Every call came over v1beta1: v1 was Unimplemented, and xfn fell back.
     let log = function.log();

@@ -174,8 +174,12 @@ pub fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
     let default = if global.debug { "debug" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a person at a terminal: escapes in a CI log or a
+    // file make it harder to read and to grep.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match global.log_format {
         LogFormat::Text => builder.init(),

@@ -320,28 +320,48 @@ fn boxed(stream: impl AsyncRead + Send + Unpin + 'static) -> Box<dyn AsyncRead +
     Box::new(stream)
 }
 
-/// Logs what the container writes (at debug level: a server's log is noise
-/// unless something goes wrong) and keeps the tail for errors. Read in
-/// chunks, not lines: a line without end must not grow without bound.
+/// Logs what the container writes, line by line (at debug level: a server's
+/// log is noise unless something goes wrong), and keeps the tail for errors.
+/// A line without end is logged in pieces of [`MAX_LOG_LINE`] rather than
+/// held without bound.
 async fn forward_output(
     mut stream: Box<dyn AsyncRead + Send + Unpin>,
     container: String,
     output: Arc<Output>,
 ) {
     let mut buf = vec![0u8; 8 * 1024];
+    let mut line = Vec::new();
     loop {
         let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        for line in String::from_utf8_lossy(&buf[..n]).lines() {
-            tracing::debug!(container, "function: {line}");
-        }
         if let Ok(mut tail) = output.tail.lock() {
             tail.push(&buf[..n]);
         }
+        for piece in buf[..n].split_inclusive(|b| *b == b'\n') {
+            line.extend_from_slice(piece);
+            if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
+                log_line(&container, &line);
+                line.clear();
+            }
+        }
+    }
+    if !line.is_empty() {
+        log_line(&container, &line);
     }
     output.open_streams.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The longest piece of a container's output logged as one line.
+const MAX_LOG_LINE: usize = 8 * 1024;
+
+fn log_line(container: &str, line: &[u8]) {
+    tracing::debug!(
+        container,
+        "function: {}",
+        String::from_utf8_lossy(line).trim_end()
+    );
 }
 
 #[cfg(test)]

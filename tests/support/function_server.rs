@@ -283,3 +283,11 @@ impl Drop for FunctionServer {
         let _ = self.child.wait();
     }
 }
+
+/// The `RunFunction` calls fn_server logged, by service version.
+pub fn calls_by_version(log: &str) -> (usize, usize) {
+    (
+        log.matches("fn_server: v1 RunFunction").count(),
+        log.matches("fn_server: v1beta1 RunFunction").count(),
+    )
+}

@@ -37,6 +37,7 @@ pub mod http;
 pub mod image;
 pub mod layer;
 pub mod registry;
+pub mod render;
 pub mod tls;
 
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! call it and no port can clash.
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -25,6 +25,11 @@ pub const FUNCTION_PORT: u16 = 9443;
 /// The arguments `crossplane render` runs a function image with (they take
 /// the place of the image's `Cmd`).
 pub const SERVER_ARGS: &[&str] = &["--insecure"];
+
+/// The longest a server may take to listen once its container runs. SDK
+/// servers listen within milliseconds (Go) to a second or two (Python); a
+/// server that does not is reported by name long before a render's timeout.
+pub const MAX_SERVER_START: Duration = Duration::from_secs(30);
 
 /// A Function whose image runs as a gRPC server (`Docker` runtime).
 #[derive(Debug)]
@@ -61,14 +66,24 @@ impl Docker {
             message,
         };
         let started = Instant::now();
+        // Half the render's time at most, so that a server that never
+        // listens is named in the error before the whole render times out.
+        let startup = (self.config.timeout / 2).min(MAX_SERVER_START);
         let args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
         let mut server = self
             .runner
-            .serve(&self.image, &args, &self.config)
+            .serve(
+                &self.image,
+                &args,
+                &RunConfig {
+                    timeout: startup,
+                    ..self.config.clone()
+                },
+            )
             .await
             .map_err(|e| failed(one_line(&e)))?;
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
-        if let Err(err) = server.wait_listening(address, self.config.timeout).await {
+        if let Err(err) = server.wait_listening(address, startup).await {
             server.stop().await;
             return Err(failed(one_line(&err)));
         }
@@ -84,7 +99,7 @@ impl Docker {
                 }
             }),
         );
-        tracing::info!(
+        tracing::debug!(
             function = %self.function,
             image = %self.image,
             elapsed = ?started.elapsed(),

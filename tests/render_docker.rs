@@ -1,0 +1,235 @@
+//! `xfn render`'s `Docker` runtime end to end, with no Docker: each
+//! Function's image is served rootless by xfn as a gRPC server for the
+//! render and reached inside its own network namespace. The function is
+//! examples/fn_server.rs (the Rust twin of the Python SDK function of
+//! tests/render/function.py), linked statically into a busybox image pushed
+//! to a real registry on 127.0.0.1; real crun, real user namespaces.
+//!
+//! Needs: crun, docker-registry, busybox-static; root, or unprivileged user
+//! namespaces.
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::function_server::calls_by_version;
+use support::render::*;
+use support::*;
+
+/// A Function served by the Docker runtime: the default, so `annotations`
+/// (YAML lines, indented by four) may leave the runtime out.
+fn docker_function(name: &str, package: &str, annotations: &[&str]) -> String {
+    let mut text = format!(
+        "---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata:
+  name: {name}
+"
+    );
+    if !annotations.is_empty() {
+        text += "  annotations:\n";
+        for annotation in annotations {
+            text += &format!("    {annotation}\n");
+        }
+    }
+    text + &format!("spec:\n  package: {package}\n")
+}
+
+/// Asserts that the render left no container, bundle or rootfs in `cache`.
+fn assert_nothing_left(cache: &Path) {
+    for sub in ["bundles", "crun", "rootfs"] {
+        let dir = cache.join("run").join(sub);
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{} left: {left:?}", dir.display());
+    }
+}
+
+/// Renders with the composition core's debug log, where each server start is.
+fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
+    xfn_command()
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(fx.path("cache"))
+        .args(args)
+        .current_dir(fx.dir.path())
+        .env("RUST_LOG", "xfn::compose=debug,xfn::sandbox::served=debug")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn")
+}
+
+#[test]
+fn a_function_image_served_by_the_docker_runtime_renders_the_golden_output() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    golden_pipeline(&fx, "rust", &docker_function("rust", &image, &[]));
+    let out = render_logged(&fx, GOLDEN_ARGS);
+    // The Python SDK function's golden file, through a container this time.
+    assert_golden("v1-development.yaml", &stdout(&out));
+    let log = String::from_utf8_lossy(&out.stderr);
+    // One server for all seven steps (and the requirement re-run), called
+    // over v1. (It serves at all only when started with `--insecure`, as
+    // `crossplane render` starts it: fn_server refuses to start without.)
+    assert_eq!(log.matches("function server started").count(), 1, "{log}");
+    let (v1, v1beta1) = calls_by_version(&log);
+    assert!(v1 >= 8 && v1beta1 == 0, "{log}");
+    assert_nothing_left(&fx.path("cache"));
+}
+
+#[test]
+fn a_v1beta1_server_named_by_the_image_annotation_renders_the_same() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server-beta:v1", &["--serve", "v1beta1"]);
+    let annotations = [
+        "render.crossplane.io/runtime: Docker".to_string(),
+        format!("render.crossplane.io/runtime-docker-image: {image}"),
+        "render.crossplane.io/runtime-docker-pull-policy: Always".to_string(),
+    ];
+    let annotations: Vec<&str> = annotations.iter().map(String::as_str).collect();
+    // The package is never pulled: the annotation names the image to run.
+    let function = docker_function("rust", "xpkg.example.org/not-pulled:v0.1.0", &annotations);
+    golden_pipeline(&fx, "rust", &function);
+    let out = render_logged(&fx, GOLDEN_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&out));
+    let log = String::from_utf8_lossy(&out.stderr);
+    let (v1, v1beta1) = calls_by_version(&log);
+    assert!(
+        v1 == 0 && v1beta1 >= 8,
+        "every call falls back to v1beta1: {log}"
+    );
+    assert_nothing_left(&fx.path("cache"));
+}
+
+#[test]
+fn an_unprivileged_user_without_capabilities_renders_the_same() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    golden_pipeline(&fx, "rust", &docker_function("rust", &image, &[]));
+    let cache = fx.path("cache");
+    dir_owned_by(&cache, NONROOT);
+    let out = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .arg("render")
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(GOLDEN_ARGS)
+        .current_dir(fx.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn");
+    assert_golden("v1-development.yaml", &stdout(&out));
+    assert_nothing_left(&cache);
+}
+
+#[test]
+fn servers_of_several_functions_start_at_once_and_stop_after_a_fatal_result() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    let functions = ["create", "judge", "after", "unused"]
+        .iter()
+        .map(|name| docker_function(name, &image, &[]))
+        .collect::<String>();
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: create}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: give-up
+    functionRef: {name: judge}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: results, fatal: cannot continue}
+  - step: never-reached
+    functionRef: {name: after}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: ready}
+",
+        ),
+    );
+    let out = render_logged(&fx, &["xr.yaml", "composition.yaml", "functions.yaml"]);
+    let err = failure(&out);
+    assert!(
+        err.contains("pipeline step \"give-up\" returned a fatal result: cannot continue"),
+        "{err}"
+    );
+    // Every Function a step uses was served before the first step (the one
+    // of the step after the fatal one too), the unused one was not; all are
+    // gone after the failed render.
+    assert_eq!(err.matches("function server started").count(), 3, "{err}");
+    assert!(err.contains("function=after"), "{err}");
+    assert!(!err.contains("function=unused"), "{err}");
+    assert_nothing_left(&fx.path("cache"));
+}
+
+#[test]
+fn a_server_that_fails_or_never_listens_is_named_with_its_output() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: create
+    functionRef: {name: broken}
+",
+        ),
+    );
+    let render = |package: &str, timeout: &str| {
+        fx.write("functions.yaml", &docker_function("broken", package, &[]));
+        let out = fx.render(&[
+            "xr.yaml",
+            "composition.yaml",
+            "functions.yaml",
+            "--timeout",
+            timeout,
+        ]);
+        assert_nothing_left(&fx.path("cache"));
+        failure(&out)
+    };
+
+    let exits = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "echo \"cannot load TLS certificates ($*)\" >&2; exit 4",
+            "sh",
+        ])
+        .push(&fx.registry, "exits:v1")
+        .reference;
+    let err = render(&exits, "1m");
+    assert!(
+        err.contains(&format!(
+            "Function \"broken\": cannot start its image {exits} as a function server"
+        )) && err.contains("exit code 4")
+            && err.contains("cannot load TLS certificates (--insecure)"),
+        "{err}"
+    );
+
+    // Waits at most half the render's timeout, then names the function.
+    let silent = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "echo warming up; exec sleep 600", "sh"])
+        .push(&fx.registry, "silent:v1")
+        .reference;
+    let started = Instant::now();
+    let err = render(&silent, "6s");
+    assert!(
+        err.contains("Function \"broken\"")
+            && err.contains("did not listen on 127.0.0.1:9443 within 3s")
+            && err.contains("warming up"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{err}");
+
+    let missing = fx.registry.reference("missing:v1");
+    let err = render(&missing, "1m");
+    assert!(
+        err.contains("Function \"broken\"") && err.contains("not found"),
+        "{err}"
+    );
+}

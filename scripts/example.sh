@@ -3,7 +3,21 @@
 # needed, builds xfn, builds an example function image (busybox + a shell
 # function, with umoci: no Docker), pushes it to a registry it starts on
 # 127.0.0.1, and runs the function with xfn on example/functionio.yaml.
+#
+# `scripts/example.sh render` instead renders example/render/ with the
+# `Docker` runtime: it builds an image of a gRPC function server
+# (examples/fn_server.rs, linked statically, on busybox), pushes it, and runs
+# `xfn render`, which serves that image rootless for the render; the output
+# is example/render/expected.yaml.
 set -euo pipefail
+mode=${1:-run}
+case $mode in
+run | render) ;;
+*)
+    echo "usage: scripts/example.sh [run|render]" >&2
+    exit 2
+    ;;
+esac
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --quiet
@@ -19,6 +33,18 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 WORK=$work
 . scripts/lib/testbed.sh
 start_registry
+
+if [ "$mode" = render ]; then
+    build_function_server
+    new_busybox_image
+    install -m 0755 "$FUNCTION_SERVER" "$work/unpacked/rootfs/fn_server"
+    push_image /fn_server example/function-server:v1
+    sed "s|IMAGE|$IMAGE|" example/render/functions-docker.yaml >"$work/functions.yaml"
+    echo "# xfn render example/render/xr.yaml example/render/composition.yaml functions.yaml -r  (Function package: $IMAGE)" >&2
+    "$xfn" render --cache-dir "$work/cache" \
+        example/render/xr.yaml example/render/composition.yaml "$work/functions.yaml" -r
+    exit 0
+fi
 
 # The image: a busybox-static layer and the function script.
 new_busybox_image sh cat sed head printf

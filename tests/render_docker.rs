@@ -233,3 +233,26 @@ fn a_server_that_fails_or_never_listens_is_named_with_its_output() {
         "{err}"
     );
 }
+
+/// The README's worked example with the `Docker` runtime (what
+/// `scripts/example.sh render` runs): example/render/functions-docker.yaml
+/// with the image filled in renders example/render/expected.yaml.
+#[test]
+fn the_worked_example_renders_as_shown_with_the_docker_runtime() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "example/function-server:v1", &[]);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
+    let functions = std::fs::read_to_string(example.join("functions-docker.yaml"))
+        .unwrap()
+        .replace("IMAGE", &image);
+    fx.write("functions.yaml", &functions);
+    let out = fx.render(&[
+        example.join("xr.yaml").to_str().unwrap(),
+        example.join("composition.yaml").to_str().unwrap(),
+        "functions.yaml",
+        "-r",
+    ]);
+    let expected = std::fs::read_to_string(example.join("expected.yaml")).unwrap();
+    assert_eq!(stdout(&out), expected);
+    assert_nothing_left(&fx.path("cache"));
+}

@@ -52,6 +52,18 @@ push_image() {
     skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://$IMAGE"
 }
 
+# build_function_server: builds examples/fn_server.rs (a gRPC composition
+# function server, the Rust twin of tests/render/function.py) for release,
+# linked statically so that it runs on busybox with no libc, and sets
+# FUNCTION_SERVER to the binary (copied out of target/: `cargo test` builds
+# a dynamic one at the same path). Run from the repository root.
+build_function_server() {
+    cargo rustc --quiet --release --example fn_server -- -C target-feature=+crt-static
+    mkdir -p "$WORK/fn-server"
+    cp target/release/examples/fn_server "$WORK/fn-server/fn_server"
+    FUNCTION_SERVER="$WORK/fn-server/fn_server"
+}
+
 # The "bare crun" floor the benchmarks set xfn against: the least any runner
 # pays per call for this function. A fresh process `unshare`s into a
 # user+mount namespace (its root is the caller), covers /sys/fs/cgroup with a

@@ -97,6 +97,14 @@ pub enum ComposeError {
     /// Converting a message failed.
     #[error("protocol conversion: {0}")]
     Protocol(String),
+    /// A Function cannot be run as given (no package, a bad pull policy).
+    #[error("Function {function:?}: {message}")]
+    FunctionInvalid {
+        /// The Function.
+        function: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A Function's server could not be started (`Docker` runtime).
     #[error(
         "Function {function:?}: cannot start its image {image} as a function server: {message}"

@@ -78,20 +78,20 @@ fn container_of(
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,
 ) -> Result<(Arc<Runner>, String, RunConfig), ComposeError> {
-    let invalid = |message: String| ComposeError::StepFailed {
-        step: function.name.clone(),
+    let invalid = |message: String| ComposeError::FunctionInvalid {
+        function: function.name.clone(),
         message,
     };
-    let runner = runner
-        .ok_or_else(|| invalid("running its container needs the in-process runner".into()))?;
     let image = function.image().to_string();
     if image.is_empty() {
-        return Err(invalid("Function has no spec.package".into()));
+        return Err(invalid("it has no spec.package".into()));
     }
     let pull_policy = match function.pull_policy.as_deref() {
         Some(policy) => parse_pull_policy(Some(policy)).map_err(invalid)?,
         None => defaults.pull_policy,
     };
+    let runner = runner
+        .ok_or_else(|| invalid("running its container needs the in-process runner".into()))?;
     let config = RunConfig {
         pull_policy,
         auth: docker_auth(&image, &defaults.default_registry),

@@ -176,3 +176,42 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn container_functions_name_what_is_wrong_with_them() {
+    use crate::compose::inputs::Function;
+    let defaults = ContainerDefaults {
+        default_registry: "index.docker.io".into(),
+        timeout: std::time::Duration::from_secs(60),
+        pull_policy: crate::image::PullPolicy::IfNotPresent,
+    };
+    let function = |runtime: RuntimeKind, package: &str, pull_policy: Option<&str>| Function {
+        name: "fn-a".into(),
+        package: package.into(),
+        runtime,
+        pull_policy: pull_policy.map(str::to_string),
+        image_override: None,
+    };
+    for runtime in [RuntimeKind::Docker, RuntimeKind::Exec] {
+        let no_runner = caller_for(&function(runtime.clone(), "img", None), None, &defaults);
+        let err = no_runner.err().unwrap().to_string();
+        assert!(
+            err.starts_with("Function \"fn-a\": ") && err.contains("runner"),
+            "{err}"
+        );
+    }
+    let no_package = caller_for(&function(RuntimeKind::Docker, "", None), None, &defaults);
+    let err = no_package.err().unwrap().to_string();
+    assert_eq!(err, "Function \"fn-a\": it has no spec.package");
+    let bad_policy = function(RuntimeKind::Exec, "img", Some("Sometimes"));
+    let err = caller_for(&bad_policy, None, &defaults)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("unknown pull policy \"Sometimes\""), "{err}");
+    // The image a Docker Function runs is the annotation's when it is set.
+    let mut overridden = function(RuntimeKind::Docker, "xpkg.example.org/fn:v1", None);
+    assert_eq!(overridden.image(), "xpkg.example.org/fn:v1");
+    overridden.image_override = Some("127.0.0.1:5000/fn:dev".into());
+    assert_eq!(overridden.image(), "127.0.0.1:5000/fn:dev");
+}

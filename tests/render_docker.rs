@@ -111,19 +111,9 @@ fn an_unprivileged_user_without_capabilities_renders_the_same() {
     let fx = Fixture::new();
     let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
     golden_pipeline(&fx, "rust", &docker_function("rust", &image, &[]));
-    let cache = fx.path("cache");
-    dir_owned_by(&cache, NONROOT);
-    let out = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
-        .arg("render")
-        .arg("--cache-dir")
-        .arg(&cache)
-        .args(GOLDEN_ARGS)
-        .current_dir(fx.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn xfn");
+    let out = fx.render_unprivileged(GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
-    assert_nothing_left(&cache);
+    assert_nothing_left(&fx.path("cache"));
 }
 
 #[test]

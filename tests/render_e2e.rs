@@ -45,23 +45,7 @@ fn v1_exec_pipeline(fx: &Fixture) {
 ",
         ),
     );
-    fx.write(
-        "required.yaml",
-        "apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: settings
-data:
-  region: eu-west-1
----
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: unrelated
-data:
-  region: us-east-1
-",
-    );
+    fx.write("required.yaml", REQUIRED);
 }
 
 const V1_EXEC_ARGS: &[&str] = &[
@@ -88,18 +72,7 @@ fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
 fn an_unprivileged_user_without_capabilities_renders_the_same() {
     let fx = Fixture::new();
     v1_exec_pipeline(&fx);
-    let cache = fx.path("cache");
-    std::fs::create_dir(&cache).unwrap();
-    std::os::unix::fs::chown(&cache, Some(NONROOT), Some(NONROOT)).unwrap();
-    let out = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
-        .arg("render")
-        .arg("--cache-dir")
-        .arg(&cache)
-        .args(V1_EXEC_ARGS)
-        .current_dir(fx.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn xfn");
+    let out = fx.render_unprivileged(V1_EXEC_ARGS);
     let expected = std::fs::read_to_string(Path::new(GOLDEN_DIR).join("v1-exec.yaml")).unwrap();
     assert_eq!(stdout(&out), expected);
 }

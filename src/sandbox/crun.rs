@@ -89,6 +89,18 @@ impl Crun {
         cmd
     }
 
+    /// `crun run` of `bundle`, options to follow, then the id.
+    fn run_command(&self, bundle: &Path) -> Command {
+        let mut cmd = self.command();
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(bundle)
+            // A session keyring per container is useless to a function and
+            // costs time.
+            .arg("--no-new-keyring");
+        cmd
+    }
+
     /// cgroupfs in a delegated v2 subtree (the spec's limits are applied);
     /// disabled elsewhere: with a hybrid host crun would refuse to start.
     fn cgroup_manager(&self) -> &'static str {
@@ -108,12 +120,7 @@ impl Crun {
         limits: RunLimits,
     ) -> Result<CrunOutput, CrunError> {
         let mut child = self
-            .command()
-            .arg("run")
-            .arg("--bundle")
-            .arg(bundle)
-            // A session keyring per container is useless to a function and costs time.
-            .arg("--no-new-keyring")
+            .run_command(bundle)
             .arg(id)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -194,11 +201,7 @@ impl Crun {
         bundle: &Path,
         pid_file: &Path,
     ) -> Result<tokio::process::Child, CrunError> {
-        self.command()
-            .arg("run")
-            .arg("--bundle")
-            .arg(bundle)
-            .arg("--no-new-keyring")
+        self.run_command(bundle)
             .arg("--pid-file")
             .arg(pid_file)
             .arg(id)

@@ -159,28 +159,19 @@ impl Sandbox {
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
         self.check_limits()?;
         self.warn_unenforced(&request.limits);
-        let bundle = self.run_dir.bundle()?;
         // On every path, cancellation included (then through its Drop,
         // whichever of it and crun's container guard goes first), the run's
         // processes are killed through cgroup.kill and its cgroup removed.
-        let run_cgroup = match &self.delegation {
-            Some(delegation) => Some(cgroup::run::RunCgroup::create(
-                delegation,
-                bundle.id.strip_prefix("xfn-").unwrap_or(&bundle.id),
-            )?),
-            None => None,
-        };
-        let spec = spec::build(&spec::SpecInput {
+        let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
             rootfs: request.rootfs,
             image: request.image,
             host_network: request.host_network,
             limits: request.limits,
             hostname: "function",
             pids_limit: self.options.pids_limit,
-            cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
+            cgroups_path: None,
             cmd: None,
         })?;
-        bundle.write_spec(&spec)?;
         let result = self
             .crun
             .run(
@@ -217,6 +208,29 @@ impl Sandbox {
             }
             (Err(err), _) => Err(err.into()),
         }
+    }
+
+    /// A fresh bundle with the spec of `input` (whose `cgroups_path` is
+    /// filled in here) and, where limits are enforced, the run's cgroup,
+    /// which the spec names. Both are removed when dropped.
+    fn prepare_bundle(
+        &self,
+        input: &spec::SpecInput<'_>,
+    ) -> Result<(Bundle, Option<cgroup::run::RunCgroup>), SandboxError> {
+        let bundle = self.run_dir.bundle()?;
+        let run_cgroup = match &self.delegation {
+            Some(delegation) => Some(cgroup::run::RunCgroup::create(
+                delegation,
+                bundle.id.strip_prefix("xfn-").unwrap_or(&bundle.id),
+            )?),
+            None => None,
+        };
+        let spec = spec::build(&spec::SpecInput {
+            cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
+            ..input.clone()
+        })?;
+        bundle.write_spec(&spec)?;
+        Ok((bundle, run_cgroup))
     }
 
     /// Whether runs get cgroups of their own with enforced limits.

@@ -21,7 +21,7 @@ use super::bundle::Bundle;
 use super::cgroup::run::{RunCgroup, RunUsage};
 use super::crun::{exit_code, ContainerGuard, CrunError, STDERR_TAIL_BYTES};
 use super::netns::NetworkNamespace;
-use super::{cgroup, spec, Limits, Sandbox, SandboxError};
+use super::{spec, Limits, Sandbox, SandboxError};
 
 /// What a served container is started from.
 #[derive(Debug, Clone)]
@@ -65,25 +65,16 @@ impl Sandbox {
     pub async fn serve(&self, request: &ServeRequest<'_>) -> Result<ServedContainer, SandboxError> {
         self.check_limits()?;
         self.warn_unenforced(&request.limits);
-        let bundle = self.run_dir.bundle()?;
-        let run_cgroup = match &self.delegation {
-            Some(delegation) => Some(cgroup::run::RunCgroup::create(
-                delegation,
-                bundle.id.strip_prefix("xfn-").unwrap_or(&bundle.id),
-            )?),
-            None => None,
-        };
-        let spec = spec::build(&spec::SpecInput {
+        let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
             rootfs: request.rootfs,
             image: request.image,
             host_network: false,
             limits: request.limits,
             hostname: "function",
             pids_limit: self.options.pids_limit,
-            cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
+            cgroups_path: None,
             cmd: Some(request.cmd),
         })?;
-        bundle.write_spec(&spec)?;
         let pid_file = bundle.dir.join("container.pid");
         let mut child = self
             .crun

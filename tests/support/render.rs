@@ -47,7 +47,9 @@ impl Fixture {
     }
 
     /// busybox + a helper on PATH + `/fn.sh` from `dir/script` as entrypoint.
-    pub fn script_image(&self, dir: &str, helper: &str, script: &str) -> String {
+    /// busybox + `helper` from `dir` on PATH + `/fn.sh` from `dir/script` as
+    /// entrypoint, pushed as `<prefix><script name>:v1`.
+    pub fn script_image(&self, dir: &str, helper: &str, script: &str, prefix: &str) -> String {
         let read = |name: &str| std::fs::read(Path::new(dir).join(name)).unwrap();
         ImageBuilder::new()
             .layer(Layer::busybox())
@@ -59,31 +61,35 @@ impl Fixture {
             .entrypoint(["/bin/sh", "/fn.sh"])
             .push(
                 &self.registry,
-                &format!("{}:v1", script.trim_end_matches(".sh")),
+                &format!("{prefix}{}:v1", script.trim_end_matches(".sh")),
             )
             .reference
     }
 
+    /// A v1 Exec function image of tests/render/exec/`script`.
     pub fn exec_image(&self, script: &str) -> String {
-        self.script_image(EXEC_DIR, "jget", script)
+        self.script_image(EXEC_DIR, "jget", script, "")
     }
 
+    /// An alpha (FunctionIO) function image of tests/render/alpha/`script`,
+    /// in another repository namespace than the v1 ones.
     pub fn alpha_image(&self, script: &str) -> String {
-        // Alpha images live in another repository namespace than the v1 ones.
-        let read = |name: &str| std::fs::read(Path::new(ALPHA_DIR).join(name)).unwrap();
-        ImageBuilder::new()
-            .layer(Layer::busybox())
-            .layer(
-                Layer::new()
-                    .file("/bin/yamlsec", 0o755, read("yamlsec"))
-                    .file("/fn.sh", 0o755, read(script)),
-            )
-            .entrypoint(["/bin/sh", "/fn.sh"])
-            .push(
-                &self.registry,
-                &format!("alpha-{}:v1", script.trim_end_matches(".sh")),
-            )
-            .reference
+        self.script_image(ALPHA_DIR, "yamlsec", script, "alpha-")
+    }
+
+    /// Renders as [`NONROOT`] without capabilities, with a cache it owns.
+    pub fn render_unprivileged(&self, args: &[&str]) -> Output {
+        let cache = self.path("cache");
+        dir_owned_by(&cache, NONROOT);
+        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+            .arg("render")
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn xfn")
     }
 
     pub fn render(&self, args: &[&str]) -> Output {
@@ -185,9 +191,12 @@ pub fn golden_pipeline(fx: &Fixture, name: &str, function: &str) {
         );
     }
     fx.write("composition.yaml", &pipeline_composition(&steps));
-    fx.write(
-        "required.yaml",
-        "apiVersion: v1
+    fx.write("required.yaml", REQUIRED);
+}
+
+/// Resources steps may require (`-e required.yaml`): the ConfigMap
+/// `settings` that steps ask for, and one that nothing selects.
+pub const REQUIRED: &str = "apiVersion: v1
 kind: ConfigMap
 metadata:
   name: settings
@@ -200,9 +209,7 @@ metadata:
   name: other
 data:
   region: us-east-1
-",
-    );
-}
+";
 
 /// The arguments of a render of [`golden_pipeline`].
 pub const GOLDEN_ARGS: &[&str] = &[

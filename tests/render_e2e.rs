@@ -593,9 +593,10 @@ fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
     }
 }
 
-#[test]
-fn development_runtime_drives_the_static_rust_function_server_like_the_python_one() {
-    let mut function = FunctionServer::start(&[]);
+/// Renders the golden pipeline through `function` as a Development
+/// Function: the Python SDK function's golden output, for the twins answer
+/// alike. Returns the calls it logged over v1 and over v1beta1.
+fn renders_the_golden_output_through(function: &FunctionServer) -> (usize, usize) {
     let fx = Fixture::new();
     golden_pipeline(
         &fx,
@@ -603,11 +604,15 @@ fn development_runtime_drives_the_static_rust_function_server_like_the_python_on
         &development_function("rust", &function.address),
     );
     let out = fx.render(GOLDEN_ARGS);
-    // The Python SDK function's golden file: the twins answer alike.
     assert_golden("v1-development.yaml", &stdout(&out));
-    let log = function.log();
-    let (v1, v1beta1) = calls_by_version(&log);
-    assert!(v1 >= 7 && v1beta1 == 0, "{log}");
+    calls_by_version(&function.log())
+}
+
+#[test]
+fn development_runtime_drives_the_static_rust_function_server_like_the_python_one() {
+    let mut function = FunctionServer::start(&[]);
+    let (v1, v1beta1) = renders_the_golden_output_through(&function);
+    assert!(v1 >= 7 && v1beta1 == 0, "{}", function.log());
 
     // As PID 1 of a container it must stop on SIGTERM, not wait for SIGKILL.
     let status = function.terminate(Duration::from_secs(10));
@@ -627,17 +632,9 @@ fn development_runtime_falls_back_to_v1beta1_on_a_static_server_in_an_empty_root
         .arg(&root)
         .args(["/fn_server", "--serve", "v1beta1"]);
     let function = FunctionServer::start_command(command);
-    golden_pipeline(
-        &fx,
-        "rust",
-        &development_function("rust", &function.address),
-    );
-    let out = fx.render(GOLDEN_ARGS);
-    assert_golden("v1-development.yaml", &stdout(&out));
     // Every call came over v1beta1: v1 was Unimplemented, and xfn fell back.
-    let log = function.log();
-    let (v1, v1beta1) = calls_by_version(&log);
-    assert!(v1 == 0 && v1beta1 >= 7, "{log}");
+    let (v1, v1beta1) = renders_the_golden_output_through(&function);
+    assert!(v1 == 0 && v1beta1 >= 7, "{}", function.log());
 }
 
 #[test]

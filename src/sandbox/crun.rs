@@ -89,18 +89,6 @@ impl Crun {
         cmd
     }
 
-    /// `crun run` of `bundle`, options to follow, then the id.
-    fn run_command(&self, bundle: &Path) -> Command {
-        let mut cmd = self.command();
-        cmd.arg("run")
-            .arg("--bundle")
-            .arg(bundle)
-            // A session keyring per container is useless to a function and
-            // costs time.
-            .arg("--no-new-keyring");
-        cmd
-    }
-
     /// cgroupfs in a delegated v2 subtree (the spec's limits are applied);
     /// disabled elsewhere: with a hybrid host crun would refuse to start.
     fn cgroup_manager(&self) -> &'static str {
@@ -119,18 +107,7 @@ impl Crun {
         input: &[u8],
         limits: RunLimits,
     ) -> Result<CrunOutput, CrunError> {
-        let mut child = self
-            .run_command(bundle)
-            .arg(id)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| CrunError::Spawn {
-                runtime: self.binary.clone(),
-                source,
-            })?;
+        let mut child = self.spawn_run(id, bundle, None, Stdio::piped())?;
         // Declared after `child`, so dropped before it: kills the container
         // (all of it, through its pid namespace) and deletes crun's state
         // even when this future is dropped mid-run.
@@ -190,22 +167,29 @@ impl Crun {
         }
     }
 
-    /// Starts the container of `bundle` as `id` and leaves it running: no
-    /// stdin, stdout and stderr piped for the caller to drain, its init's pid
-    /// written to `pid_file`. `crun run` stays in the foreground as its
-    /// parent, so the child's exit is the container's. The caller must kill
-    /// it ([`Crun::kill`] / [`ContainerGuard`]).
-    pub(super) fn spawn_detached_io(
+    /// Spawns `crun run` of `bundle` as `id` with `stdin`, stdout and
+    /// stderr piped, and the container's pid written to `pid_file` when
+    /// given. `crun run` stays in the foreground as the container's parent,
+    /// so the child's exit is the container's; it is killed if dropped.
+    pub(super) fn spawn_run(
         &self,
         id: &str,
         bundle: &Path,
-        pid_file: &Path,
+        pid_file: Option<&Path>,
+        stdin: Stdio,
     ) -> Result<tokio::process::Child, CrunError> {
-        self.run_command(bundle)
-            .arg("--pid-file")
-            .arg(pid_file)
-            .arg(id)
-            .stdin(Stdio::null())
+        let mut cmd = self.command();
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(bundle)
+            // A session keyring per container is useless to a function and
+            // costs time.
+            .arg("--no-new-keyring");
+        if let Some(pid_file) = pid_file {
+            cmd.arg("--pid-file").arg(pid_file);
+        }
+        cmd.arg(id)
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

@@ -10,6 +10,7 @@
 //! state, and so does dropping it.
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,9 +77,10 @@ impl Sandbox {
             cmd: Some(request.cmd),
         })?;
         let pid_file = bundle.dir.join("container.pid");
-        let mut child = self
-            .crun
-            .spawn_detached_io(&bundle.id, &bundle.dir, &pid_file)?;
+        // No stdin: a server reads none; its output is logged.
+        let mut child =
+            self.crun
+                .spawn_run(&bundle.id, &bundle.dir, Some(&pid_file), Stdio::null())?;
         let output = Arc::new(Output::default());
         for stream in [
             child.stdout.take().map(boxed),

@@ -60,17 +60,10 @@ fail() {
     exit 1
 }
 
-# The static fn_server, as tests/support/function_server.rs builds it (the
-# release profile), copied out of the uplifted path it shares with the
-# dynamic build of the example.
+# The static fn_server (scripts/lib/testbed.sh).
 echo "building the static fn_server (release)..." >&2
-cargo rustc --quiet --release --example fn_server -- \
-    -C target-feature=+crt-static -C strip=debuginfo
-SERVER_BIN=$WORK/fn_server
-cp target/release/examples/fn_server "$SERVER_BIN"
-if readelf -l "$SERVER_BIN" | grep -q INTERP; then
-    fail "target/release/examples/fn_server is not static (another cargo rebuilt it?): run again"
-fi
+build_function_server
+SERVER_BIN=$FUNCTION_SERVER
 
 start_registry
 

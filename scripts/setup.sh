@@ -15,6 +15,8 @@ packages=(
   util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl wget ca-certificates
+  libc6-dev binutils # the static test function server (examples/fn_server.rs) links glibc's libc.a; readelf checks it
+  python3-yaml    # benches/render.sh reads the renders it checks
 )
 
 missing=()

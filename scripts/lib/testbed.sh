@@ -58,10 +58,15 @@ push_image() {
 # FUNCTION_SERVER to the binary (copied out of target/: `cargo test` builds
 # a dynamic one at the same path). Run from the repository root.
 build_function_server() {
-    cargo rustc --quiet --release --example fn_server -- -C target-feature=+crt-static
-    mkdir -p "$WORK/fn-server"
-    cp target/release/examples/fn_server "$WORK/fn-server/fn_server"
-    FUNCTION_SERVER="$WORK/fn-server/fn_server"
+    cargo rustc --quiet --release --example fn_server -- \
+        -C target-feature=+crt-static -C strip=debuginfo
+    mkdir -p "$WORK/fn-server-bin"
+    FUNCTION_SERVER="$WORK/fn-server-bin/fn_server"
+    cp target/release/examples/fn_server "$FUNCTION_SERVER"
+    if readelf -l "$FUNCTION_SERVER" | grep -q INTERP; then
+        echo "target/release/examples/fn_server is not static (another cargo rebuilt it?): run again" >&2
+        return 1
+    fi
 }
 
 # The "bare crun" floor the benchmarks set xfn against: the least any runner

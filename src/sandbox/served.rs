@@ -117,9 +117,12 @@ impl Sandbox {
             .wait_for_pid(&pid_file, request.startup_timeout)
             .await?;
         // A pidfd names this process for good, even once its pid is reused.
-        process.init = rustix::process::Pid::from_raw(pid.cast_signed()).and_then(|pid| {
-            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-        });
+        process.init = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|pid| {
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+            });
         let network = match NetworkNamespace::of_pid(pid) {
             Ok(network) => network,
             Err(err) => {

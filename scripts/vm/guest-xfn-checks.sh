@@ -281,8 +281,31 @@ check_xfn_limits_written() {
 	fi
 }
 
+# xfn render with the Docker runtime (example/render/, the README's worked
+# example): the function image served as a gRPC server in a container with
+# its own run cgroup in the delegated subtree, called inside its network
+# namespace, and gone afterwards, cgroup included.
+check_xfn_render_docker() {
+	sed "s|IMAGE|127.0.0.1:5000/example/function-server:v1|" \
+		/opt/xfn/render/functions-docker.yaml >"$HOME/functions-docker.yaml"
+	XFN_CACHE_DIR=$HOME/xfn-cache xfn_in_leaf render /opt/xfn/render/xr.yaml \
+		/opt/xfn/render/composition.yaml "$HOME/functions-docker.yaml" -r \
+		>"$HOME/render.out" 2>"$HOME/render.err"
+	rc=$?
+	hangers=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -cx fn_server)
+	value="exit=$rc same-as-expected=$(cmp -s "$HOME/render.out" /opt/xfn/render/expected.yaml && echo yes || echo no) servers-left=$hangers leftover=[$leftover]"
+	echo "xfn: render-docker: $value stderr=[$(tail -n 3 "$HOME/render.err" | tr '\n' ' ')]"
+	if [ "$rc" = 0 ] && cmp -s "$HOME/render.out" /opt/xfn/render/expected.yaml &&
+		[ "$hangers" = 0 ] && [ -z "$leftover" ]; then
+		check xfn-render-docker PASS "$value"
+	else
+		check xfn-render-docker FAIL "$value"
+	fi
+}
+
 if start_registry; then
 	run_check xfn-run
+	run_check xfn-render-docker
 	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept xfn-limits-written; do
 		run_check "$limit_check"
 	done

@@ -83,7 +83,7 @@ vmlinuz=${vmlinuzes[0]}
 # the VM serves itself, the input, and the xfn-level checks.
 if [ -n "$xfn_bin" ]; then
 	"$here/xfn-image.sh" "$work/xfn-image"
-	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml $work/xfn-image/expected-output.yaml:/opt/xfn/expected-output.yaml"
+	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml $work/xfn-image/expected-output.yaml:/opt/xfn/expected-output.yaml $repo/example/render:/opt/xfn/render"
 	XFN_VM_BINARIES="${XFN_VM_BINARIES:-} /usr/bin/docker-registry:/usr/bin/docker-registry"
 	export XFN_VM_BINARIES
 	export XFN_VM_EXTRA_CHECKS="$here/guest-xfn-checks.sh ${XFN_VM_EXTRA_CHECKS:-}"

@@ -59,7 +59,27 @@ for fn in "$here"/limit-functions/*.sh; do
 	umoci config --image "$tmp/oci:fn" --tag "$name" --config.entrypoint "/$name.sh" --config.env PATH=/bin >/dev/null
 	skopeo copy --quiet --dest-tls-verify=false "oci:$tmp/oci:$name" "docker://127.0.0.1:$port/example/limits:$name"
 done
+# The render check's function: examples/fn_server.rs (a gRPC composition
+# function server, linked statically) on busybox, served by xfn render's
+# Docker runtime in the VM.
+(
+	cd "$repo"
+	WORK=$tmp
+	# shellcheck source=../lib/testbed.sh
+	. scripts/lib/testbed.sh
+	build_function_server
+	cp "$FUNCTION_SERVER" "$tmp/fn_server"
+)
+umoci new --image "$tmp/oci:server" >/dev/null
+umoci unpack --rootless --image "$tmp/oci:server" "$tmp/server" >/dev/null
+mkdir -p "$tmp/server/rootfs/bin"
+cp /bin/busybox "$tmp/server/rootfs/bin/busybox"
+ln -s busybox "$tmp/server/rootfs/bin/sh"
+install -m 0755 "$tmp/fn_server" "$tmp/server/rootfs/fn_server"
+umoci repack --image "$tmp/oci:server" "$tmp/server" >/dev/null
+umoci config --image "$tmp/oci:server" --config.entrypoint /fn_server >/dev/null
+skopeo copy --quiet --dest-tls-verify=false "oci:$tmp/oci:server" "docker://127.0.0.1:$port/example/function-server:v1"
 # What the example function must answer to example/functionio.yaml, byte for
 # byte (the checks compare xfn's output with it).
 sh "$repo/example/function/fn.sh" <"$repo/example/functionio.yaml" >"$out/expected-output.yaml"
-echo "xfn-image: example/add-bucket:v1 and example/limits:{$tags } in $out/registry" >&2
+echo "xfn-image: example/add-bucket:v1, example/limits:{$tags } and example/function-server:v1 in $out/registry" >&2

@@ -197,15 +197,12 @@ impl Sandbox {
                 output.usage = usage;
                 Ok(output)
             }
-            (Err(CrunError::Failed { code, stderr_tail }), Some(usage))
-                if usage.oom_kills > 0 && request.limits.memory_bytes.is_some() =>
-            {
-                Err(SandboxError::MemoryLimitExceeded {
-                    limit_bytes: request.limits.memory_bytes.unwrap_or_default(),
-                    code,
-                    stderr_tail,
-                })
-            }
+            (Err(CrunError::Failed { code, stderr_tail }), usage) => Err(failure(
+                code,
+                stderr_tail,
+                usage.as_ref(),
+                request.limits.memory_bytes,
+            )),
             (Err(err), _) => Err(err.into()),
         }
     }
@@ -250,6 +247,25 @@ impl Sandbox {
     /// daemon to report at start and in its metrics.
     pub fn limits_unavailable(&self) -> Option<&str> {
         self.limits_unavailable.as_deref()
+    }
+}
+
+/// How a container that exited with `code` failed: past its memory limit
+/// when one was set and its cgroup saw the OOM killer act, else by its exit
+/// code; with the tail of its output.
+fn failure(
+    code: i32,
+    stderr_tail: Vec<u8>,
+    usage: Option<&cgroup::run::RunUsage>,
+    memory_limit: Option<u64>,
+) -> SandboxError {
+    match (usage.is_some_and(|u| u.oom_kills > 0), memory_limit) {
+        (true, Some(limit_bytes)) => SandboxError::MemoryLimitExceeded {
+            limit_bytes,
+            code,
+            stderr_tail,
+        },
+        _ => SandboxError::Crun(CrunError::Failed { code, stderr_tail }),
     }
 }
 

@@ -247,19 +247,8 @@ impl Process {
     /// Why a container that exited with `code` is gone: an OOM kill where
     /// its cgroup saw one, else its exit code; with the tail of its output.
     fn error_for(&self, code: i32) -> SandboxError {
-        let stderr_tail = self.output.tail();
-        let oom = self
-            .run_cgroup
-            .as_ref()
-            .is_some_and(|c| c.usage().oom_kills > 0);
-        match (oom, self.memory_limit) {
-            (true, Some(limit_bytes)) => SandboxError::MemoryLimitExceeded {
-                limit_bytes,
-                code,
-                stderr_tail,
-            },
-            _ => SandboxError::Crun(CrunError::Failed { code, stderr_tail }),
-        }
+        let usage = self.run_cgroup.as_ref().map(RunCgroup::usage);
+        super::failure(code, self.output.tail(), usage.as_ref(), self.memory_limit)
     }
 
     /// [`Process::error_for`] once the container is gone, after its last

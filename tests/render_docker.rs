@@ -17,26 +17,6 @@ use support::function_server::calls_by_version;
 use support::render::*;
 use support::*;
 
-/// A Function served by the Docker runtime: the default, so `annotations`
-/// (YAML lines, indented by four) may leave the runtime out.
-fn docker_function(name: &str, package: &str, annotations: &[&str]) -> String {
-    let mut text = format!(
-        "---
-apiVersion: pkg.crossplane.io/v1beta1
-kind: Function
-metadata:
-  name: {name}
-"
-    );
-    if !annotations.is_empty() {
-        text += "  annotations:\n";
-        for annotation in annotations {
-            text += &format!("    {annotation}\n");
-        }
-    }
-    text + &format!("spec:\n  package: {package}\n")
-}
-
 /// Asserts that the render left no container, bundle or rootfs in `cache`.
 fn assert_nothing_left(cache: &Path) {
     for sub in ["bundles", "crun", "rootfs"] {
@@ -68,7 +48,7 @@ fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
 fn a_function_image_served_by_the_docker_runtime_renders_the_golden_output() {
     let fx = Fixture::new();
     let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
-    golden_pipeline(&fx, "rust", &docker_function("rust", &image, &[]));
+    golden_pipeline(&fx, "rust", &function_object("rust", &image, &[]));
     let out = render_logged(&fx, GOLDEN_ARGS);
     // The Python SDK function's golden file, through a container this time.
     assert_golden("v1-development.yaml", &stdout(&out));
@@ -93,7 +73,7 @@ fn a_v1beta1_server_named_by_the_image_annotation_renders_the_same() {
     ];
     let annotations: Vec<&str> = annotations.iter().map(String::as_str).collect();
     // The package is never pulled: the annotation names the image to run.
-    let function = docker_function("rust", "xpkg.example.org/not-pulled:v0.1.0", &annotations);
+    let function = function_object("rust", "xpkg.example.org/not-pulled:v0.1.0", &annotations);
     golden_pipeline(&fx, "rust", &function);
     let out = render_logged(&fx, GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
@@ -110,7 +90,7 @@ fn a_v1beta1_server_named_by_the_image_annotation_renders_the_same() {
 fn an_unprivileged_user_without_capabilities_renders_the_same() {
     let fx = Fixture::new();
     let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
-    golden_pipeline(&fx, "rust", &docker_function("rust", &image, &[]));
+    golden_pipeline(&fx, "rust", &function_object("rust", &image, &[]));
     let out = fx.render_unprivileged(GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&out));
     assert_nothing_left(&fx.path("cache"));
@@ -122,7 +102,7 @@ fn servers_of_several_functions_start_at_once_and_stop_after_a_fatal_result() {
     let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
     let functions = ["create", "judge", "after", "unused"]
         .iter()
-        .map(|name| docker_function(name, &image, &[]))
+        .map(|name| function_object(name, &image, &[]))
         .collect::<String>();
     fx.write("functions.yaml", &functions);
     fx.write("xr.yaml", XR);
@@ -169,7 +149,7 @@ fn a_server_that_fails_or_never_listens_is_named_with_its_output() {
         ),
     );
     let render = |package: &str, timeout: &str| {
-        fx.write("functions.yaml", &docker_function("broken", package, &[]));
+        fx.write("functions.yaml", &function_object("broken", package, &[]));
         let out = fx.render(&[
             "xr.yaml",
             "composition.yaml",
@@ -231,18 +211,8 @@ fn a_server_that_fails_or_never_listens_is_named_with_its_output() {
 fn the_worked_example_renders_as_shown_with_the_docker_runtime() {
     let fx = Fixture::new();
     let image = function_server_image(&fx.registry, "example/function-server:v1", &[]);
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
-    let functions = std::fs::read_to_string(example.join("functions-docker.yaml"))
-        .unwrap()
-        .replace("IMAGE", &image);
-    fx.write("functions.yaml", &functions);
-    let out = fx.render(&[
-        example.join("xr.yaml").to_str().unwrap(),
-        example.join("composition.yaml").to_str().unwrap(),
-        "functions.yaml",
-        "-r",
-    ]);
-    let expected = std::fs::read_to_string(example.join("expected.yaml")).unwrap();
-    assert_eq!(stdout(&out), expected);
+    let functions = worked_example_file("functions-docker.yaml").replace("IMAGE", &image);
+    let (actual, expected) = render_worked_example(&fx, &functions);
+    assert_eq!(actual, expected);
     assert_nothing_left(&fx.path("cache"));
 }

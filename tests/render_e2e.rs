@@ -444,17 +444,9 @@ fn the_worked_example_renders_as_shown() {
     let function = PythonFunction::start();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
     let fx = Fixture::new();
-    let functions = std::fs::read_to_string(example.join("functions.yaml"))
-        .unwrap()
-        .replace("127.0.0.1:9443", &function.address);
-    fx.write("functions.yaml", &functions);
-    let out = fx.render(&[
-        example.join("xr.yaml").to_str().unwrap(),
-        example.join("composition.yaml").to_str().unwrap(),
-        "functions.yaml",
-        "-r",
-    ]);
-    let actual = stdout(&out);
+    let functions =
+        worked_example_file("functions.yaml").replace("127.0.0.1:9443", &function.address);
+    let (actual, expected) = render_worked_example(&fx, &functions);
 
     // Development Functions run no container: no user namespace is entered,
     // so a cache dir the namespace could not reach is no obstacle.
@@ -477,12 +469,11 @@ fn the_worked_example_renders_as_shown() {
         .unwrap();
     assert_eq!(stdout(&out), actual);
 
-    let expected_path = example.join("expected.yaml");
     if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
-        std::fs::write(&expected_path, &actual).unwrap();
+        std::fs::write(example.join("expected.yaml"), &actual).unwrap();
         return;
     }
-    assert_eq!(actual, std::fs::read_to_string(&expected_path).unwrap());
+    assert_eq!(actual, expected);
 }
 
 #[test]

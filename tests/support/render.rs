@@ -118,19 +118,29 @@ pub fn assert_golden(name: &str, actual: &str) {
     assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
-pub fn exec_function(name: &str, image: &str) -> String {
-    format!(
+/// A `pkg.crossplane.io` Function object (a YAML document) with
+/// `annotations` (YAML lines, indented by four), if any.
+pub fn function_object(name: &str, package: &str, annotations: &[&str]) -> String {
+    let mut text = format!(
         "---
 apiVersion: pkg.crossplane.io/v1beta1
 kind: Function
 metadata:
   name: {name}
-  annotations:
-    render.crossplane.io/runtime: Exec
-spec:
-  package: {image}
 "
-    )
+    );
+    if !annotations.is_empty() {
+        text += "  annotations:\n";
+        for annotation in annotations {
+            text += &format!("    {annotation}\n");
+        }
+    }
+    text + &format!("spec:\n  package: {package}\n")
+}
+
+/// A Function of the Exec runtime.
+pub fn exec_function(name: &str, image: &str) -> String {
+    function_object(name, image, &["render.crossplane.io/runtime: Exec"])
 }
 
 pub fn pipeline_composition(steps: &str) -> String {
@@ -149,19 +159,13 @@ spec:
     )
 }
 
+/// A Function of the Development runtime, served at `target`.
 pub fn development_function(name: &str, target: &str) -> String {
-    format!(
-        "---
-apiVersion: pkg.crossplane.io/v1beta1
-kind: Function
-metadata:
-  name: {name}
-  annotations:
-    render.crossplane.io/runtime: Development
-    render.crossplane.io/runtime-development-target: {target}
-spec:
-  package: xpkg.example.org/function-python:v0.1.0
-"
+    let target = format!("render.crossplane.io/runtime-development-target: {target}");
+    function_object(
+        name,
+        "xpkg.example.org/function-python:v0.1.0",
+        &["render.crossplane.io/runtime: Development", &target],
     )
 }
 
@@ -221,3 +225,27 @@ pub const GOLDEN_ARGS: &[&str] = &[
     "-r",
     "-c",
 ];
+
+/// Renders example/render/ (the README's worked example) with `functions`
+/// (the text of its Functions file) and `-r`; returns the output, which
+/// must be example/render/expected.yaml.
+pub fn render_worked_example(fx: &Fixture, functions: &str) -> (String, String) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
+    fx.write("functions.yaml", functions);
+    let out = fx.render(&[
+        example.join("xr.yaml").to_str().unwrap(),
+        example.join("composition.yaml").to_str().unwrap(),
+        "functions.yaml",
+        "-r",
+    ]);
+    let expected = std::fs::read_to_string(example.join("expected.yaml")).unwrap();
+    (stdout(&out), expected)
+}
+
+/// The text of example/render/`name`.
+pub fn worked_example_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("example/render")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

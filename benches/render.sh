@@ -29,9 +29,7 @@
 # (libc6-dev) for the static fn_server. Run as root from the repo root:
 #   cargo build --release && XFN=target/release/xfn benches/render.sh
 #
-# podman on this host: as in benches/server.sh (a private mount namespace
-# with /sys/fs/cgroup covered by a tmpfs, --cgroups=disabled, explicit
-# --ulimit values).
+# podman on this host: see PODMAN_RUN in scripts/lib/testbed.sh.
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -204,13 +202,13 @@ done
 {
     echo '#!/bin/sh'
     echo 'set -e'
-    echo 'mount -t tmpfs tmpfs /sys/fs/cgroup'
+    echo "$PODMAN_PRELUDE"
     for step in $STEPS; do
-        echo "podman run --rm -i --network none --cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 $(image_of "$step") <$WORK/$step.json >$WORK/$step.podman"
+        echo "$PODMAN_RUN $(image_of "$step") <$WORK/$step.json >$WORK/$step.podman"
     done
 } >"$WORK/podman-runs"
 chmod +x "$WORK/xfn-runs" "$WORK/bare-runs" "$WORK/podman-runs"
-PODMAN_RUNS="unshare --mount --propagation private $WORK/podman-runs"
+PODMAN_RUNS="$PODMAN_NS $WORK/podman-runs"
 $PODMAN_RUNS || fail "podman runs failed"
 for step in $STEPS; do
     cmp -s "$WORK/$step.out" "$WORK/$step.podman" || fail "podman run of $step: $(cat "$WORK/$step.podman")"

@@ -19,10 +19,7 @@
 #   benches/server.sh                  (debug build)
 #   PROFILE=release benches/server.sh  (release build)
 #
-# podman on this host: cgroups are hybrid, so podman runs in a private mount
-# namespace with /sys/fs/cgroup covered by a tmpfs and --cgroups=disabled
-# (crun 1.8.1 refuses hybrid cgroups otherwise), and with explicit
-# --ulimit values (its defaults exceed the hard limits here).
+# podman on this host: see PODMAN_RUN in scripts/lib/testbed.sh.
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -82,16 +79,16 @@ cmp "$WORK/input.yaml" "$WORK/bare-out.yaml"
 podman pull --quiet --tls-verify=false "$IMAGE" >/dev/null
 cat > "$WORK/podman-run" <<SH
 #!/bin/sh
-mount -t tmpfs tmpfs /sys/fs/cgroup
-exec podman run --rm -i --network none --cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "$IMAGE" <"$WORK/input.yaml"
+$PODMAN_PRELUDE
+exec $PODMAN_RUN "$IMAGE" <"$WORK/input.yaml"
 SH
 chmod +x "$WORK/podman-run"
-unshare --mount --propagation private "$WORK/podman-run" >"$WORK/podman-out.yaml"
+$PODMAN_NS "$WORK/podman-run" >"$WORK/podman-out.yaml"
 cmp "$WORK/input.yaml" "$WORK/podman-out.yaml"
 
 hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
     --command-name "bare crun run" "$BARE_RUN" \
-    --command-name "podman run" "unshare --mount --propagation private $WORK/podman-run" >"$WORK/hyperfine.log"
+    --command-name "podman run" "$PODMAN_NS $WORK/podman-run" >"$WORK/hyperfine.log"
 
 # The sidecar, as uid 65532 without capabilities, on an abstract socket.
 SOCKET="xfn-bench/$$"

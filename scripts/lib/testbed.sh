@@ -69,6 +69,16 @@ build_function_server() {
     fi
 }
 
+# The peer, podman as root on this host: cgroups are hybrid, so podman runs
+# in a private mount namespace with /sys/fs/cgroup covered by a tmpfs and
+# --cgroups=disabled (crun 1.8.1 refuses hybrid cgroups otherwise), and with
+# explicit --ulimit values (its defaults exceed the hard limits here).
+# A script of podman runs starts with PODMAN_PRELUDE (after `#!/bin/sh`),
+# runs `$PODMAN_RUN IMAGE`, and is started under PODMAN_NS.
+PODMAN_PRELUDE="mount -t tmpfs tmpfs /sys/fs/cgroup"
+PODMAN_RUN="podman run --rm -i --network none --cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
+PODMAN_NS="unshare --mount --propagation private"
+
 # The "bare crun" floor the benchmarks set xfn against: the least any runner
 # pays per call for this function. A fresh process `unshare`s into a
 # user+mount namespace (its root is the caller), covers /sys/fs/cgroup with a

@@ -72,7 +72,7 @@ fn check_wrapped(layout: &Path, base: &PushedImage, function_tar: &[u8]) {
     let files = files_of(&blob(layout, package_layer["digest"].as_str().unwrap()));
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].0, "package.yaml");
-    let package: serde_yaml::Value = serde_yaml::from_slice(&files[0].1).unwrap();
+    let package: yaml_serde::Value = yaml_serde::from_slice(&files[0].1).unwrap();
     assert_eq!(package["apiVersion"], "meta.pkg.crossplane.io/v1beta1");
     assert_eq!(package["kind"], "Function");
     assert_eq!(package["metadata"]["name"], "my-function");

@@ -152,7 +152,7 @@ pub fn package_yaml(name: &str, annotations: &[(String, String)]) -> String {
         "spec": {},
     });
     // A JSON value always serialises as YAML.
-    serde_yaml::to_string(&package).unwrap_or_default()
+    yaml_serde::to_string(&package).unwrap_or_default()
 }
 
 /// The OCI media type of a base layer (Docker names mapped to OCI ones, so
@@ -372,7 +372,7 @@ mod tests {
     #[test]
     fn package_yaml_is_a_function_package() {
         let yaml = package_yaml("fn-x", &[("a/b".into(), "c".into())]);
-        let value: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        let value: yaml_serde::Value = yaml_serde::from_str(&yaml).unwrap();
         assert_eq!(value["apiVersion"], "meta.pkg.crossplane.io/v1beta1");
         assert_eq!(value["kind"], "Function");
         assert_eq!(value["metadata"]["name"], "fn-x");

@@ -290,7 +290,7 @@ fn initial_context(args: &RenderArgs) -> anyhow::Result<Option<Value>> {
             .with_context(|| format!("--context-files {entry:?}: expected key=file"))?;
         let text = std::fs::read_to_string(Path::new(file))
             .with_context(|| format!("--context-files: cannot read {file}"))?;
-        let value: Value = serde_yaml::from_str(&text)
+        let value: Value = yaml_serde::from_str(&text)
             .with_context(|| format!("--context-files: {file} is not JSON or YAML"))?;
         fields.insert(key.to_string(), value);
     }

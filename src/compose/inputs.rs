@@ -46,7 +46,7 @@ pub fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
 /// object is an error.
 pub fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
     let mut objects = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
+    for document in yaml_serde::Deserializer::from_str(text) {
         let value = Value::deserialize(document).map_err(|e| ComposeError::Invalid {
             path: path.to_path_buf(),
             message: format!("invalid YAML: {e}"),

@@ -115,7 +115,7 @@ pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     for object in objects {
         text.push_str("---\n");
         text.push_str(
-            &serde_yaml::to_string(object).map_err(|e| ComposeError::Output(e.to_string()))?,
+            &yaml_serde::to_string(object).map_err(|e| ComposeError::Output(e.to_string()))?,
         );
     }
     Ok(text)

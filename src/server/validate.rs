@@ -58,8 +58,8 @@ pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidReques
             limit,
         });
     }
-    let value: serde_yaml::Value =
-        serde_yaml::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
+    let value: yaml_serde::Value =
+        yaml_serde::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
     let map = value.as_mapping().ok_or(InvalidRequest::NotMapping)?;
     if let Some(api_version) = map.get("apiVersion") {
         let api_version = api_version

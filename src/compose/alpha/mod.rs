@@ -65,7 +65,7 @@ pub async fn run_alpha(
         let spec = function.container.clone().unwrap_or_default();
         let config = ContainerConfig::from_spec(&spec).map_err(failed)?;
         io.config = function.config.clone();
-        let input = serde_yaml::to_string(&io).map_err(|e| failed(e.to_string()))?;
+        let input = yaml_serde::to_string(&io).map_err(|e| failed(e.to_string()))?;
         let output = executor
             .run(input.as_bytes(), &config)
             .await
@@ -73,7 +73,7 @@ pub async fn run_alpha(
                 ComposeError::StepFailed { .. } => e,
                 other => failed(other.to_string()),
             })?;
-        let out: FunctionIo = serde_yaml::from_slice(&output)
+        let out: FunctionIo = yaml_serde::from_slice(&output)
             .map_err(|e| failed(format!("its output is not a FunctionIO: {e}")))?;
         // Only desired and results flow on; observed stays what was observed.
         io.desired = out.desired;

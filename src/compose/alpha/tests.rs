@@ -24,7 +24,7 @@ impl Script {
 #[async_trait::async_trait(?Send)]
 impl AlphaStep for Script {
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
-        let io: FunctionIo = serde_yaml::from_slice(input).unwrap();
+        let io: FunctionIo = yaml_serde::from_slice(input).unwrap();
         self.inputs.lock().unwrap().push((io, config.clone()));
         Ok(self
             .outputs

@@ -15,7 +15,7 @@ use crate::sandbox::{
 };
 
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
-pub use served::ServedFunction;
+pub use served::{ServeOptions, ServedFunction};
 
 mod served;
 

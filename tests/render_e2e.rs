@@ -78,7 +78,7 @@ fn an_unprivileged_user_without_capabilities_renders_the_same() {
 }
 
 #[test]
-fn a_fatal_result_of_an_exec_function_fails_the_render_naming_the_step() {
+fn a_fatal_result_exits_3_naming_the_step_and_prints_the_partial_output() {
     let fx = Fixture::new();
     let functions = exec_function("create", &fx.exec_image("create.sh"))
         + &exec_function("results", &fx.exec_image("results.sh"));
@@ -95,11 +95,16 @@ fn a_fatal_result_of_an_exec_function_fails_the_render_naming_the_step() {
 ",
         ),
     );
-    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    let out = fx.render(&["xr.yaml", "composition.yaml", "functions.yaml", "-r"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("pipeline step \"stop-here\" returned a fatal result: quota exceeded"),
         "{err}"
     );
+    // The XR (Synced False, naming the fatal result) and the results before
+    // it, as Crossplane's render engine returns them; no composed resources.
+    assert_golden("v1-fatal.yaml", &String::from_utf8_lossy(&out.stdout));
 }
 
 fn alpha_composition(fx: &Fixture, steps: &[(&str, &str, &str)]) -> String {
@@ -399,7 +404,9 @@ fn input_errors_name_the_file_or_the_step() {
 
     let err = failure(&fx.render(&["xr.yaml", "xr.yaml", "functions.yaml"]));
     assert!(
-        err.contains("xr.yaml: expected a apiextensions.crossplane.io Composition"),
+        err.contains(
+            "xr.yaml: expected a apiextensions.crossplane.io Composition or CompositionRevision"
+        ),
         "{err}"
     );
 

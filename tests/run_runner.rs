@@ -132,7 +132,17 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
     let args = ["--insecure".to_string()];
     let host_port_taken = std::net::TcpStream::connect(address).is_ok();
 
-    let mut server = runner.serve(&echo, &args, &config).await.unwrap();
+    let mut server = runner
+        .serve(
+            &echo,
+            xfn::runner::ServeOptions {
+                cmd: &args,
+                ..Default::default()
+            },
+            &config,
+        )
+        .await
+        .unwrap();
     server
         .wait_listening(address, Duration::from_secs(30))
         .await
@@ -157,7 +167,17 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
     assert_clean(cache, marker);
     println!("ok ({tag}): a served function answers in its namespace only; stop leaves nothing");
 
-    let server = runner.serve(&echo, &args, &config).await.unwrap();
+    let server = runner
+        .serve(
+            &echo,
+            xfn::runner::ServeOptions {
+                cmd: &args,
+                ..Default::default()
+            },
+            &config,
+        )
+        .await
+        .unwrap();
     drop(server);
     assert_clean(cache, marker);
     println!("ok ({tag}): a dropped served function leaves nothing");
@@ -173,7 +193,17 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
         .push(registry, &format!("serve-exits-{tag}:v1"))
         .reference;
     // Reported by `serve` or by `wait_listening`, as the race goes.
-    let err = match runner.serve(&exits, &args, &config).await {
+    let err = match runner
+        .serve(
+            &exits,
+            xfn::runner::ServeOptions {
+                cmd: &args,
+                ..Default::default()
+            },
+            &config,
+        )
+        .await
+    {
         Err(err) => err,
         Ok(mut server) => {
             let err = server
@@ -207,7 +237,17 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
         ])
         .push(registry, &format!("serve-silent-{tag}:v1"))
         .reference;
-    let mut server = runner.serve(&silent, &args, &config).await.unwrap();
+    let mut server = runner
+        .serve(
+            &silent,
+            xfn::runner::ServeOptions {
+                cmd: &args,
+                ..Default::default()
+            },
+            &config,
+        )
+        .await
+        .unwrap();
     let err = server
         .wait_listening(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 9444)),

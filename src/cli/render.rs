@@ -1,39 +1,38 @@
-//! `xfn render XR COMPOSITION [FUNCTIONS]`: run a Composition's pipeline
-//! locally, like `crossplane render` but with no Docker engine. The work is
-//! done by `xfn::compose`; this module only maps flags onto it.
-use std::collections::HashMap;
+//! `xfn render XR COMPOSITION [FUNCTIONS]` and `xfn render OPERATION
+//! FUNCTIONS`: run a Composition's or an Operation's pipeline locally, like
+//! `crossplane composition render` and `crossplane operation render` but
+//! with no Docker engine. The work is done by `xfn::compose::plan`; this
+//! module only maps flags onto it.
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::Args;
-use serde_json::Value;
 
-use xfn::compose::alpha::run_alpha;
-use xfn::compose::alpha::ContainerConfig;
-use xfn::compose::inputs::{
-    observed_by_name, read_functions, read_objects, Composite, Composition, Pipeline, RuntimeKind,
-};
-use xfn::compose::output::{objects, to_yaml_stream, OutputOptions};
-use xfn::compose::runtimes::{caller_for, daemon_answers, ContainerDefaults, ContainerSteps};
-use xfn::compose::v1::{FunctionCaller, V1Pipeline};
-use xfn::compose::Observed;
+use xfn::compose::output::OutputOptions;
+use xfn::compose::plan::{RenderInputs, RenderPlan};
+use xfn::compose::runtimes::ContainerDefaults;
+use xfn::compose::ComposeError;
 use xfn::image::PullPolicy;
 use xfn::runner::Runner;
 
 use super::run::{parse_duration, PullPolicyArg};
 use super::UsernsArgs;
 
-/// Flags of `xfn render`, as `crossplane render`'s.
+/// Flags of `xfn render`, as `crossplane composition render`'s and
+/// `crossplane operation render`'s.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
-    /// The composite resource (XR), a YAML file.
+    /// The composite resource (XR), a YAML file; or an Operation,
+    /// CronOperation or WatchOperation (then the next argument is FUNCTIONS).
+    #[arg(value_name = "XR|OPERATION")]
     pub composite_resource: PathBuf,
-    /// The Composition, a YAML file.
+    /// The Composition or CompositionRevision, a YAML file (for an XR); the
+    /// Functions (for an Operation).
+    #[arg(value_name = "COMPOSITION|FUNCTIONS")]
     pub composition: PathBuf,
     /// The Functions (`pkg.crossplane.io` Function objects), a YAML file or a
     /// directory of them; not needed for alpha (`spec.functions`) Compositions.
@@ -41,9 +40,29 @@ pub struct RenderArgs {
     /// Observed composed resources, a YAML stream or a directory.
     #[arg(short = 'o', long)]
     pub observed_resources: Option<PathBuf>,
-    /// Resources functions may require, a YAML stream or a directory.
-    #[arg(short = 'e', long, alias = "extra-resources")]
-    pub required_resources: Option<PathBuf>,
+    /// Resources functions may require, a YAML stream or a directory; repeatable.
+    #[arg(short = 'e', long)]
+    pub required_resources: Vec<PathBuf>,
+    /// Deprecated name of --required-resources.
+    #[arg(long)]
+    pub extra_resources: Vec<PathBuf>,
+    /// A directory of OpenAPI v3 documents (`kubectl get --raw
+    /// /openapi/v3/<group-version>`) that schema requirements are answered from.
+    #[arg(short = 's', long, value_name = "DIR")]
+    pub required_schemas: Option<PathBuf>,
+    /// The XR's CompositeResourceDefinition: its schema defaults are applied
+    /// to the XR, and it says whether the XR is Legacy or Modern.
+    #[arg(long)]
+    pub xrd: Option<PathBuf>,
+    /// `KEY=VALUE` set on every Function's annotations (over their own); repeatable.
+    #[arg(short = 'a', long, value_name = "KEY=VALUE")]
+    pub function_annotations: Vec<String>,
+    /// The resource a WatchOperation watches, a YAML file.
+    #[arg(short = 'w', long)]
+    pub watched_resource: Option<PathBuf>,
+    /// Print the whole Operation, not only its identity and status.
+    #[arg(long)]
+    pub include_full_operation: bool,
     /// Context for the first step: `key=file` (JSON or YAML), repeatable or comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub context_files: Vec<String>,
@@ -80,13 +99,13 @@ pub struct RenderArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
-    /// [`RenderArgs::needs_containers`], decided once.
-    #[arg(skip)]
-    pub containers: std::sync::OnceLock<bool>,
-    /// When to pull the images of Exec Functions that set no pull policy
-    /// (alpha steps use their own `imagePullPolicy`).
+    /// When to pull the images of Docker and Exec Functions that set no pull
+    /// policy (alpha steps use their own `imagePullPolicy`).
     #[arg(long, value_enum, default_value = "IfNotPresent")]
     pub image_pull_policy: PullPolicyArg,
+    /// The plan, read once while the process is single-threaded.
+    #[arg(skip)]
+    pub plan: OnceLock<Result<RenderPlan, ComposeError>>,
 }
 
 impl RenderArgs {
@@ -98,50 +117,51 @@ impl RenderArgs {
             ca_bundle_path: self.ca_bundle_path.clone(),
         }
     }
-}
 
-impl RenderArgs {
-    /// Whether this render runs containers in-process (Functions with the
-    /// Exec runtime, or alpha steps whose runner daemon does not answer), and
-    /// so needs xfn's user namespace. A render of Development Functions only
-    /// does not: it works wherever a namespace cannot be entered. Nor does
-    /// one whose alpha steps all go to a daemon, which must then see xfn's
-    /// own uid, not the one a namespace would map it to. Unreadable inputs
-    /// answer false; the render itself then reports them, naming the file.
-    /// Decided once, before the async runtime starts.
+    /// The inputs the flags name.
+    fn inputs(&self) -> RenderInputs {
+        RenderInputs {
+            subject: self.composite_resource.clone(),
+            second: Some(self.composition.clone()),
+            third: self.functions.clone(),
+            observed_resources: self.observed_resources.clone(),
+            required_resources: self
+                .required_resources
+                .iter()
+                .chain(&self.extra_resources)
+                .cloned()
+                .collect(),
+            required_schemas: self.required_schemas.clone(),
+            xrd: self.xrd.clone(),
+            watched_resource: self.watched_resource.clone(),
+            function_credentials: self.function_credentials.clone(),
+            function_annotations: self.function_annotations.clone(),
+            context_files: self.context_files.clone(),
+            context_values: self.context_values.clone(),
+            output: OutputOptions {
+                include_full: self.include_full_xr || self.include_full_operation,
+                include_results: self.include_function_results,
+                include_context: self.include_context,
+            },
+        }
+    }
+
+    /// The plan (read on first use, before the namespace and the runtime).
+    pub fn plan(&self) -> &Result<RenderPlan, ComposeError> {
+        self.plan.get_or_init(|| RenderPlan::read(&self.inputs()))
+    }
+
+    /// Whether this render runs containers, and so needs xfn's user
+    /// namespace (see [`RenderPlan::needs_containers`]). Unreadable inputs
+    /// answer false; the render then reports them, naming the file.
     pub fn needs_containers(&self) -> bool {
-        *self.containers.get_or_init(|| self.decide_containers())
-    }
-
-    fn decide_containers(&self) -> bool {
-        let Ok(xr) = Composite::read(&self.composite_resource) else {
-            return false;
-        };
-        let Ok(composition) = Composition::read(&self.composition, &xr) else {
-            return false;
-        };
-        let steps = match composition.pipeline {
-            Pipeline::Alpha(functions) => {
-                return functions.iter().any(|f| {
-                    let spec = f.container.clone().unwrap_or_default();
-                    ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
-                })
-            }
-            Pipeline::V1(steps) => steps,
-        };
-        let Some(Ok(functions)) = self.functions.as_deref().map(read_functions) else {
-            return false;
-        };
-        functions.iter().any(|f| {
-            runs_containers(&f.runtime) && steps.iter().any(|s| s.function_ref.name == f.name)
-        })
+        self.plan().as_ref().is_ok_and(RenderPlan::needs_containers)
     }
 }
 
-/// Whether Functions of `runtime` run containers (in xfn's user namespace).
-fn runs_containers(runtime: &RuntimeKind) -> bool {
-    matches!(runtime, RuntimeKind::Exec | RuntimeKind::Docker)
-}
+/// Exit code of a render cut short by a Fatal result (its partial output
+/// is printed), as Crossplane's render engine.
+pub const EXIT_FATAL: u8 = 3;
 
 /// `-r` means `--include-function-results` after `render`, as in
 /// `crossplane render`, but it is xfn's global `--registry` everywhere else;
@@ -161,148 +181,45 @@ pub fn rewrite_short_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsSt
         .collect()
 }
 
-/// Runs `xfn render`.
-pub async fn execute(args: RenderArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
-    let timeout = args.timeout;
-    let stream = tokio::time::timeout(timeout, render(&args, global))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
-        })??;
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(stream.as_bytes())?;
-    stdout.flush()?;
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn render(args: &RenderArgs, global: &super::Global) -> anyhow::Result<String> {
-    let xr = Composite::read(&args.composite_resource)?;
-    let composition = Composition::read(&args.composition, &xr)?;
-    let observed_resources = match &args.observed_resources {
-        Some(path) => observed_by_name(path, read_objects(path)?)?,
-        None => Vec::new(),
+/// Runs `xfn render`: 0 when it rendered, 3 (with the partial output)
+/// when a Fatal result cut it short, 1 on any other failure.
+pub async fn execute(mut args: RenderArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+    args.plan();
+    let plan = match std::mem::take(&mut args.plan).into_inner() {
+        Some(plan) => plan?,
+        None => unreachable!("initialised above"),
     };
-    let observed = Observed {
-        composite: xr.object.clone(),
-        resources: observed_resources,
+    let timeout = args.timeout;
+    let runner = if plan.needs_containers() {
+        let store = args.store_args().open_store(&global.registry)?;
+        Some(Arc::new(Runner::new(store, args.runner.options())?))
+    } else {
+        None
     };
     let defaults = ContainerDefaults {
         default_registry: global.registry.clone(),
-        timeout: args.timeout,
+        timeout,
         pull_policy: match args.image_pull_policy {
             PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
             PullPolicyArg::Always => PullPolicy::Always,
             PullPolicyArg::Never => PullPolicy::Never,
         },
     };
-    let outcome = match &composition.pipeline {
-        Pipeline::V1(steps) => {
-            let Some(functions_path) = &args.functions else {
-                bail!(
-                    "{}: a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
-                    args.composition.display()
-                );
-            };
-            let functions = read_functions(functions_path)?;
-            let needs_runner = functions.iter().any(|f| runs_containers(&f.runtime));
-            let runner = if needs_runner {
-                Some(make_runner(args, global)?)
-            } else {
-                None
-            };
-            let mut callers: HashMap<String, Arc<dyn FunctionCaller>> = HashMap::new();
-            // Only the Functions a step uses must be runnable.
-            for function in &functions {
-                if steps.iter().any(|s| s.function_ref.name == function.name) {
-                    callers.insert(
-                        function.name.clone(),
-                        caller_for(function, runner.as_ref(), &defaults)?,
-                    );
-                } else if !callers.contains_key(&function.name) {
-                    tracing::debug!(function = %function.name, "not used by any step");
-                }
-            }
-            let required = match &args.required_resources {
-                Some(path) => read_objects(path)?,
-                None => Vec::new(),
-            };
-            let credentials = match &args.function_credentials {
-                Some(path) => read_objects(path)?,
-                None => Vec::new(),
-            };
-            let pipeline = V1Pipeline {
-                steps,
-                callers: &callers,
-                observed: &observed,
-                required: &required,
-                credentials: &credentials,
-                context: initial_context(args)?,
-            };
-            // Servers (Docker runtime) start all at once, pulls included,
-            // rather than one per step as the pipeline reaches them; they
-            // are stopped on every path, the render's errors included.
-            pipeline.check_function_refs()?;
-            let started = futures::future::try_join_all(callers.values().map(|c| c.start())).await;
-            let outcome = match started {
-                Ok(_) => pipeline.run().await,
-                Err(err) => Err(err),
-            };
-            futures::future::join_all(callers.values().map(|c| c.stop())).await;
-            outcome?
+    let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
+        })??;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(rendered.stream.as_bytes())?;
+    stdout.flush()?;
+    Ok(match rendered.fatal {
+        Some(fatal) => {
+            eprintln!("xfn: {fatal}");
+            ExitCode::from(EXIT_FATAL)
         }
-        Pipeline::Alpha(functions) => {
-            let runner = if args.needs_containers() {
-                Some(make_runner(args, global)?)
-            } else {
-                None
-            };
-            let steps = ContainerSteps { runner, defaults };
-            run_alpha(functions, &steps, &observed).await?
-        }
-    };
-    let objects = objects(
-        &observed,
-        &outcome,
-        OutputOptions {
-            include_full_xr: args.include_full_xr,
-            include_results: args.include_function_results,
-            include_context: args.include_context,
-        },
-    );
-    Ok(to_yaml_stream(&objects)?)
-}
-
-fn make_runner(args: &RenderArgs, global: &super::Global) -> anyhow::Result<Arc<Runner>> {
-    let store = args.store_args().open_store(&global.registry)?;
-    let runner = Runner::new(store, args.runner.options())?;
-    Ok(Arc::new(runner))
-}
-
-/// The context from `--context-files` and `--context-values`.
-fn initial_context(args: &RenderArgs) -> anyhow::Result<Option<Value>> {
-    if args.context_files.is_empty() && args.context_values.is_empty() {
-        return Ok(None);
-    }
-    let mut fields = serde_json::Map::new();
-    for entry in &args.context_files {
-        let (key, file) = entry
-            .split_once('=')
-            .with_context(|| format!("--context-files {entry:?}: expected key=file"))?;
-        let text = std::fs::read_to_string(Path::new(file))
-            .with_context(|| format!("--context-files: cannot read {file}"))?;
-        let value: Value = yaml_serde::from_str(&text)
-            .with_context(|| format!("--context-files: {file} is not JSON or YAML"))?;
-        fields.insert(key.to_string(), value);
-    }
-    for entry in &args.context_values {
-        let (key, json) = entry
-            .split_once('=')
-            .with_context(|| format!("--context-values {entry:?}: expected key=json"))?;
-        let value: Value = serde_json::from_str(json)
-            .with_context(|| format!("--context-values {key}: not JSON: {json}"))?;
-        fields.insert(key.to_string(), value);
-    }
-    Ok(Some(Value::Object(fields)))
+        None => ExitCode::SUCCESS,
+    })
 }
 
 #[cfg(test)]

@@ -78,7 +78,7 @@ pub fn read_one(path: &Path) -> Result<Value, ComposeError> {
 }
 
 /// `apiVersion` without the version: `example.org/v1` → `example.org`.
-fn group(api_version: &str) -> &str {
+pub(crate) fn group(api_version: &str) -> &str {
     api_version
         .rsplit_once('/')
         .map_or("", |(group, _version)| group)
@@ -94,7 +94,11 @@ pub struct Composite {
 impl Composite {
     /// Reads and checks the XR at `path`.
     pub fn read(path: &Path) -> Result<Self, ComposeError> {
-        let object = read_one(path)?;
+        Self::from_object(path, read_one(path)?)
+    }
+
+    /// Checks the XR `object` read from `path`.
+    pub fn from_object(path: &Path, object: Value) -> Result<Self, ComposeError> {
         for field in ["apiVersion", "kind"] {
             if get_str(&object, &[field]).is_none_or(str::is_empty) {
                 return Err(ComposeError::Invalid {
@@ -140,6 +144,55 @@ pub struct PipelineStep {
     /// Credentials the step is given.
     #[serde(default)]
     pub credentials: Vec<StepCredentials>,
+    /// Resources and schemas the step gets on its first call (bootstrap
+    /// requirements), besides those it asks for.
+    #[serde(default)]
+    pub requirements: Option<StepRequirements>,
+}
+
+/// `requirements` of a pipeline step.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRequirements {
+    /// Resources, by requirement name.
+    #[serde(default)]
+    pub required_resources: Vec<RequiredResourceSelector>,
+    /// Schemas, by requirement name.
+    #[serde(default)]
+    pub required_schemas: Vec<RequiredSchemaSelector>,
+}
+
+/// One `requirements.requiredResources[]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequiredResourceSelector {
+    /// The name the function sees them under.
+    pub requirement_name: String,
+    /// apiVersion of the resources.
+    pub api_version: String,
+    /// kind of the resources.
+    pub kind: String,
+    /// One resource by name...
+    #[serde(default)]
+    pub name: Option<String>,
+    /// ...or all with these labels.
+    #[serde(default)]
+    pub match_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// In this namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// One `requirements.requiredSchemas[]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequiredSchemaSelector {
+    /// The name the function sees it under.
+    pub requirement_name: String,
+    /// apiVersion of the kind.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
 }
 
 /// `functionRef`.
@@ -255,16 +308,25 @@ pub enum Pipeline {
     Alpha(Vec<AlphaFunction>),
 }
 
-/// A Composition read from a file.
+/// A Composition (or a CompositionRevision, the revision an XR is pinned
+/// to) read from a file.
 #[derive(Debug, Clone)]
 pub struct Composition {
     /// Where it came from (for errors).
     pub path: PathBuf,
-    /// `metadata.name`.
+    /// The Composition's name (a revision's `crossplane.io/composition-name`
+    /// label, else its name without the hash suffix).
     pub name: String,
+    /// The revision's name, when a CompositionRevision was given.
+    pub revision: Option<String>,
+    /// `metadata.labels`, which an XR's `compositionSelector` must match.
+    pub labels: serde_json::Map<String, Value>,
     /// The steps.
     pub pipeline: Pipeline,
 }
+
+/// The label naming a CompositionRevision's Composition.
+pub const COMPOSITION_NAME_LABEL: &str = "crossplane.io/composition-name";
 
 impl Composition {
     /// Reads the Composition at `path` and checks it composes `xr`.
@@ -276,10 +338,12 @@ impl Composition {
         };
         let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
         let kind = get_str(&object, &["kind"]).unwrap_or_default();
-        if group(api_version) != "apiextensions.crossplane.io" || kind != "Composition" {
+        if group(api_version) != "apiextensions.crossplane.io"
+            || !matches!(kind, "Composition" | "CompositionRevision")
+        {
             return Err(ComposeError::WrongKind {
                 path: path.to_path_buf(),
-                expected: "apiextensions.crossplane.io Composition".into(),
+                expected: "apiextensions.crossplane.io Composition or CompositionRevision".into(),
                 found: format!("{api_version} {kind}"),
             });
         }
@@ -294,10 +358,57 @@ impl Composition {
                 xr: format!("{} {}", xr.api_version(), xr.kind()),
             });
         }
-        let name = get_str(&object, &["metadata", "name"])
+        let own_name = get_str(&object, &["metadata", "name"])
             .unwrap_or_default()
             .to_string();
-        let mode = get_str(&object, &["spec", "mode"]).unwrap_or("Resources");
+        let labels = get(&object, &["metadata", "labels"])
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let (name, revision) = if kind == "CompositionRevision" {
+            let composition = labels
+                .get(COMPOSITION_NAME_LABEL)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| {
+                    own_name
+                        .rsplit_once('-')
+                        .map_or(own_name.clone(), |(c, _)| c.to_string())
+                });
+            (composition, Some(own_name))
+        } else {
+            (own_name, None)
+        };
+        if let Some(Value::Object(match_labels)) = get(
+            &xr.object,
+            &["spec", "crossplane", "compositionSelector", "matchLabels"],
+        )
+        .or_else(|| get(&xr.object, &["spec", "compositionSelector", "matchLabels"]))
+        {
+            for (key, want) in match_labels {
+                match labels.get(key) {
+                    None => {
+                        return Err(invalid(format!(
+                            "the Composition {name:?} is missing the label {key:?} the XR's compositionSelector requires"
+                        )))
+                    }
+                    Some(got) if got != want => {
+                        return Err(invalid(format!(
+                            "the Composition {name:?} has {key}={got}, the XR's compositionSelector wants {want}"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        // Crossplane v2 has only pipelines: `mode` defaults to Pipeline.
+        let mode = get_str(&object, &["spec", "mode"]).unwrap_or(
+            if get(&object, &["spec", "pipeline"]).is_some() {
+                "Pipeline"
+            } else {
+                "Resources"
+            },
+        );
         let pipeline = if mode == "Pipeline" {
             let steps = get(&object, &["spec", "pipeline"])
                 .cloned()
@@ -334,6 +445,8 @@ impl Composition {
         Ok(Self {
             path: path.to_path_buf(),
             name,
+            revision,
+            labels,
             pipeline,
         })
     }
@@ -368,6 +481,19 @@ pub struct Function {
     /// `render.crossplane.io/runtime-docker-image`: the image to run
     /// instead of `spec.package`, if any.
     pub image_override: Option<String>,
+    /// `render.crossplane.io/runtime-docker-env`: `KEY=VALUE,...` set in
+    /// the server's environment (pairs without `=` are ignored, as in
+    /// Crossplane).
+    pub env: Vec<String>,
+    /// `render.crossplane.io/runtime-docker-network: host`: the server
+    /// shares the host's network (egress), listening on a loopback port xfn
+    /// picks; by default it has a network namespace of its own, with none.
+    pub host_network: bool,
+    /// `render.crossplane.io/runtime-docker-cleanup: Orphan` with
+    /// `render.crossplane.io/runtime-docker-name` (default: the Function's
+    /// name): the server is kept running after the render, under this name,
+    /// and the next render that names it reuses it.
+    pub keep: Option<String>,
 }
 
 impl Function {
@@ -385,11 +511,41 @@ pub const TARGET_ANNOTATION: &str = "render.crossplane.io/runtime-development-ta
 pub const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pull-policy";
 /// Annotation giving an image to run instead of `spec.package`.
 pub const IMAGE_ANNOTATION: &str = "render.crossplane.io/runtime-docker-image";
+/// Annotation giving the server's environment.
+pub const ENV_ANNOTATION: &str = "render.crossplane.io/runtime-docker-env";
+/// Annotation choosing the server's network (`host` for egress).
+pub const NETWORK_ANNOTATION: &str = "render.crossplane.io/runtime-docker-network";
+/// Annotation saying what happens to the server after the render.
+pub const CLEANUP_ANNOTATION: &str = "render.crossplane.io/runtime-docker-cleanup";
+/// Annotation naming a kept server.
+pub const NAME_ANNOTATION: &str = "render.crossplane.io/runtime-docker-name";
 
-/// Reads the Functions in `path` (a file or a directory).
-pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
+/// `-a/--function-annotations KEY=VALUE`: parsed, in order (a later one
+/// for the same key wins, and all win over the Functions' own).
+pub fn parse_annotation_overrides(entries: &[String]) -> Result<Vec<(String, String)>, String> {
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("invalid function annotation {entry:?}, expected KEY=VALUE"))
+        })
+        .collect()
+}
+
+/// Reads the Functions in `path` (a file or a directory), with
+/// `overrides` applied to every Function's annotations.
+pub fn read_functions(
+    path: &Path,
+    overrides: &[(String, String)],
+) -> Result<Vec<Function>, ComposeError> {
     let mut functions = Vec::new();
-    for object in read_objects(path)? {
+    for mut object in read_objects(path)? {
+        let annotations = super::value::object_at(&mut object, &["metadata", "annotations"]);
+        for (key, value) in overrides {
+            annotations.insert(key.clone(), Value::String(value.clone()));
+        }
         let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
         let kind = get_str(&object, &["kind"]).unwrap_or_default();
         if group(api_version) != "pkg.crossplane.io" || kind != "Function" {
@@ -407,9 +563,7 @@ pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
             "Docker" => RuntimeKind::Docker,
             "Exec" => RuntimeKind::Exec,
             "Development" => RuntimeKind::Development {
-                target: annotation(TARGET_ANNOTATION)
-                    .unwrap_or("localhost:9443")
-                    .to_string(),
+                target: development_target(annotation(TARGET_ANNOTATION).unwrap_or("localhost:9443")),
             },
             other => {
                 return Err(ComposeError::Invalid {
@@ -427,15 +581,78 @@ pub fn read_functions(path: &Path) -> Result<Vec<Function>, ComposeError> {
             .or_else(|| get_str(&object, &["spec", "packagePullPolicy"]))
             .map(str::to_string);
         let image_override = annotation(IMAGE_ANNOTATION).map(str::to_string);
+        let invalid = |message: String| ComposeError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("Function {name:?}: {message}"),
+        };
+        let env = annotation(ENV_ANNOTATION)
+            .unwrap_or_default()
+            .split(',')
+            .filter(|pair| {
+                let ok = pair.contains('=');
+                if !ok && !pair.is_empty() {
+                    tracing::debug!(pair, "ignoring an environment variable without =");
+                }
+                ok
+            })
+            .map(str::to_string)
+            .collect();
+        let host_network = match annotation(NETWORK_ANNOTATION) {
+            None | Some("") | Some("none") => false,
+            Some("host") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{NETWORK_ANNOTATION} {other:?}: xfn runs no Docker networks; use host for \
+                     network egress, or leave it out for none"
+                )))
+            }
+        };
+        let keep = match annotation(CLEANUP_ANNOTATION).unwrap_or("Remove") {
+            "Remove" | "Stop" => None,
+            "Orphan" => Some(
+                annotation(NAME_ANNOTATION)
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(&name)
+                    .to_string(),
+            ),
+            other => {
+                return Err(invalid(format!(
+                    "{CLEANUP_ANNOTATION} {other:?}: use Remove, Stop or Orphan"
+                )))
+            }
+        };
+        if let Some(keep) = &keep {
+            if !super::names::valid_object_name(keep, "", "") || keep.contains('.') {
+                return Err(invalid(format!(
+                    "{NAME_ANNOTATION} {keep:?}: a kept server's name must be lowercase \
+                     letters, digits and '-'"
+                )));
+            }
+        }
         functions.push(Function {
             name,
             package,
             runtime,
             pull_policy,
             image_override,
+            env,
+            host_network,
+            keep,
         });
     }
     Ok(functions)
+}
+
+/// A Development target as tonic takes it: gRPC's `dns:///host:port` (and
+/// `dns://authority/host:port`) names `host:port`.
+fn development_target(target: &str) -> String {
+    match target.strip_prefix("dns://") {
+        Some(rest) => rest
+            .split_once('/')
+            .map_or(rest, |(_authority, host)| host)
+            .to_string(),
+        None => target.to_string(),
+    }
 }
 
 /// Composed resources as observed, keyed by their composition resource name.
@@ -488,7 +705,7 @@ mod tests {
             "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: b\n  annotations:\n    render.crossplane.io/runtime: Development\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: c\n  annotations:\n    render.crossplane.io/runtime: Exec\n    render.crossplane.io/runtime-docker-pull-policy: Never\nspec: {package: x/c:v1}\n",
         );
         write(dir.path(), "notes.txt", "not yaml: [");
-        let functions = read_functions(dir.path()).unwrap();
+        let functions = read_functions(dir.path(), &[]).unwrap();
         let runtimes: Vec<_> = functions
             .iter()
             .map(|f| (f.name.as_str(), f.runtime.clone()))
@@ -513,7 +730,7 @@ mod tests {
             "bad.yaml",
             "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: d\n  annotations: {render.crossplane.io/runtime: Podman}\n",
         );
-        let err = read_functions(&bad).unwrap_err().to_string();
+        let err = read_functions(&bad, &[]).unwrap_err().to_string();
         assert!(err.contains("bad.yaml") && err.contains("Podman"), "{err}");
     }
 

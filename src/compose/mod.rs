@@ -1,14 +1,20 @@
 //! The composition core: runs a Composition's function pipeline locally and
 //! produces what Crossplane would compose, for `xfn render`.
 //!
-//! - [`inputs`]: the XR, Composition, Functions and resources read from files.
+//! - [`plan`]: a render decided before anything runs: every input read and
+//!   checked, the runtimes (and so the namespaces) it needs; it starts,
+//!   reuses and stops function servers, and serves composition and
+//!   operation renders alike.
+//! - [`inputs`]: the XR, Composition, Functions and resources read from files;
+//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations).
 //! - [`v1`]: `mode: Pipeline` Compositions, one `RunFunctionRequest` per step,
 //!   through a [`v1::FunctionCaller`] per Function.
 //! - [`alpha`]: `spec.functions[]` Compositions, one FunctionIO per step,
 //!   through an [`alpha::AlphaStep`].
 //! - [`runtimes`]: the callers and steps over the real runner, a running
 //!   function server or the runner daemon.
-//! - [`output`]: the YAML stream `crossplane render` prints.
+//! - [`output`]: the YAML stream `crossplane render` prints, with the
+//!   metadata [`names`] gives composed resources.
 //!
 //! No CLI lives here; `src/cli/render.rs` wires flags to this module.
 use std::collections::BTreeMap;
@@ -19,10 +25,15 @@ use serde_json::Value;
 pub mod alpha;
 pub mod inputs;
 pub mod json;
+pub mod names;
+pub mod operation;
 pub mod output;
+pub mod plan;
 pub mod runtimes;
+pub mod schemas;
 pub mod v1;
 pub mod value;
+pub mod xrd;
 
 /// Errors of the composition core. File errors name the file, step errors
 /// the step.
@@ -117,6 +128,10 @@ pub enum ComposeError {
         /// Why.
         message: String,
     },
+    /// Composing failed as Crossplane's reconcile would (an invalid
+    /// composed resource name, observed resources it would not read).
+    #[error("cannot compose resources: {0}")]
+    Compose(String),
     /// Output cannot be written.
     #[error("cannot write the output: {0}")]
     Output(String),
@@ -166,8 +181,8 @@ pub struct ComposedResource {
 pub struct StepResult {
     /// The step that returned it.
     pub step: String,
-    /// `SEVERITY_FATAL`, `SEVERITY_WARNING` or `SEVERITY_NORMAL` (protobuf enum names).
-    pub severity: String,
+    /// Its severity.
+    pub severity: crate::proto::v1::Severity,
     /// Its message.
     pub message: String,
     /// Its reason, if any.
@@ -200,4 +215,11 @@ pub struct Outcome {
     pub conditions: Vec<XrCondition>,
     /// The context after the last step.
     pub context: Option<Value>,
+    /// The fatal result that ended the pipeline, if one did; everything
+    /// above is then what came before it.
+    pub fatal: Option<StepResult>,
+    /// Each step's `output` (Operations), in order.
+    pub outputs: Vec<(String, Value)>,
+    /// The XR's readiness, when the pipeline set it explicitly.
+    pub composite_ready: Option<bool>,
 }

@@ -1,112 +1,415 @@
-//! The YAML stream `crossplane render` prints: the XR with its desired
-//! status and Ready condition, the composed resources sorted by name with
-//! the metadata Crossplane gives them, then Results and the Context.
+//! The YAML stream `crossplane composition render` prints (Crossplane
+//! v2.3+, whose render runs the real XR reconciler): the XR with
+//! Crossplane's conditions (`Responsive`, the functions' own, `Synced`,
+//! `Ready`) and its `resourceRefs`, the composed resources sorted by
+//! composition resource name with the metadata Crossplane gives them, then
+//! the events of the reconcile as `Result`s and the Context.
+//!
+//! After a Fatal result the output is partial, as the engine's: the XR with
+//! `Synced: False` and the results before the fatal one, no composed
+//! resources.
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
-use super::alpha::condition_is;
 use super::inputs::RESOURCE_NAME_ANNOTATION;
+use super::names::{child_name, valid_object_name};
 use super::value::{get_str, merge, object_at};
-use super::{ComposeError, Observed, Outcome, Readiness};
+use super::xrd::XrSchema;
+use super::{ComposeError, Observed, Outcome, Readiness, StepResult, XrCondition};
+use crate::proto::v1::Severity;
 
-/// Label naming the XR a resource belongs to.
+/// Label naming the XR a resource belongs to (and the prefix of its
+/// composed resources' names).
 pub const COMPOSITE_LABEL: &str = "crossplane.io/composite";
 /// `lastTransitionTime` of every condition, fixed (as `crossplane render`
 /// does) so output is reproducible.
 pub const TRANSITION_TIME: &str = "2024-01-01T00:00:00Z";
+/// apiVersion of Result and Context objects.
+pub const RENDER_API_VERSION: &str = "render.crossplane.io/v1beta1";
 
 /// What to print besides the XR and the composed resources.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OutputOptions {
-    /// `-x`: the whole XR, not just its identity and status.
-    pub include_full_xr: bool,
+    /// `-x` (composition) / `--include-full-operation`: the whole input
+    /// object, not just its identity and status.
+    pub include_full: bool,
     /// `-r`: the results.
     pub include_results: bool,
     /// `-c`: the context.
     pub include_context: bool,
 }
 
-/// The output objects, in order.
-pub fn objects(observed: &Observed, outcome: &Outcome, options: OutputOptions) -> Vec<Value> {
-    let xr = &observed.composite;
-    let xr_name = get_str(xr, &["metadata", "name"]).unwrap_or_default();
-    let mut out = Vec::new();
+/// An event of the reconcile: what `-r` prints as a Result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    pub warning: bool,
+    /// Why.
+    pub reason: String,
+    /// What.
+    pub message: String,
+}
 
-    // The XR: desired status (or all of it with -x) and conditions.
-    let mut xr_out = if options.include_full_xr {
-        xr.clone()
-    } else {
+impl Event {
+    fn normal(reason: &str, message: String) -> Self {
+        Self {
+            warning: false,
+            reason: reason.into(),
+            message,
+        }
+    }
+    fn warning(reason: &str, message: String) -> Self {
+        Self {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    /// The event of a function's result: its own reason or `default_reason`,
+    /// the message prefixed with the step, as Crossplane records them.
+    pub fn of_result(result: &StepResult, default_reason: &str, own_reason: bool) -> Self {
+        let reason = result
+            .reason
+            .as_deref()
+            .filter(|_| own_reason)
+            .unwrap_or(default_reason);
+        let step = &result.step;
+        match result.severity {
+            Severity::Normal => Self::normal(
+                reason,
+                format!("Pipeline step {step:?}: {}", result.message),
+            ),
+            Severity::Warning => Self::warning(
+                reason,
+                format!("Pipeline step {step:?}: {}", result.message),
+            ),
+            _ => Self::warning(
+                reason,
+                format!(
+                    "Pipeline step {step:?} returned a result of unknown severity (assuming \
+                     warning): {}",
+                    result.message
+                ),
+            ),
+        }
+    }
+
+    /// As a `Result` object.
+    pub fn to_object(&self) -> Value {
+        json!({
+            "apiVersion": RENDER_API_VERSION,
+            "kind": "Result",
+            "severity": if self.warning { "Warning" } else { "Normal" },
+            "reason": self.reason,
+            "message": self.message,
+        })
+    }
+}
+
+/// A condition as Crossplane writes it.
+pub fn condition(kind: &str, status: &str, reason: &str, message: Option<&str>) -> Value {
+    let mut c = json!({
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "lastTransitionTime": TRANSITION_TIME,
+    });
+    if let Some(message) = message.filter(|m| !m.is_empty()) {
+        c["message"] = json!(message);
+    }
+    c
+}
+
+fn xr_condition(c: &XrCondition) -> Value {
+    condition(&c.kind, &c.status, &c.reason, c.message.as_deref())
+}
+
+/// Condition types only Crossplane may set; a function's are dropped.
+const SYSTEM_CONDITIONS: &[&str] = &["Ready", "Synced", "Healthy", "Responsive"];
+
+/// Crossplane's event reasons and condition messages.
+const REASON_SELECT: &str = "SelectComposition";
+const REASON_COMPOSE: &str = "ComposeResources";
+const REASON_NAMESPACE: &str = "NamespaceOverridden";
+
+/// Everything a composition render's output is made of.
+pub struct CompositeOutput<'a> {
+    /// The XR as the pipeline saw it (uid, composite label, defaults).
+    pub xr: &'a Value,
+    /// The XR as given (for `-x`).
+    pub input_xr: &'a Value,
+    /// Where its Crossplane fields live.
+    pub schema: XrSchema,
+    /// The Composition's name, and the revision's if one was given.
+    pub composition: (&'a str, Option<&'a str>),
+    /// The observed composed resources.
+    pub observed: &'a Observed,
+    /// What the pipeline produced.
+    pub outcome: &'a Outcome,
+    /// What to print.
+    pub options: OutputOptions,
+}
+
+impl CompositeOutput<'_> {
+    /// The output objects, in order. Fails as Crossplane's reconcile does
+    /// on a composed resource it cannot create (an invalid name).
+    pub fn objects(&self) -> Result<Vec<Value>, ComposeError> {
+        let outcome = self.outcome;
+        let mut events = vec![Event::normal(
+            REASON_SELECT,
+            format!("Successfully selected composition: {}", self.composition.0),
+        )];
+        if let Some(revision) = self.composition.1 {
+            events.push(Event::normal(
+                REASON_SELECT,
+                format!("Successfully selected composition revision: {revision}"),
+            ));
+        }
+        events.extend(
+            outcome
+                .results
+                .iter()
+                .map(|r| Event::of_result(r, REASON_COMPOSE, true)),
+        );
+        let mut conditions = vec![condition("Responsive", "True", "WatchCircuitClosed", None)];
+        conditions.extend(
+            outcome
+                .conditions
+                .iter()
+                .filter(|c| !SYSTEM_CONDITIONS.contains(&c.kind.as_str()))
+                .map(xr_condition),
+        );
+
+        if let Some(fatal) = &outcome.fatal {
+            let error = format!(
+                "cannot compose resources: pipeline step {:?} returned a fatal result: {}",
+                fatal.step, fatal.message
+            );
+            events.push(Event::warning(REASON_COMPOSE, error.clone()));
+            conditions.push(condition("Synced", "False", "ReconcileError", Some(&error)));
+            let mut xr = self.identity();
+            object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));
+            return Ok(self.assemble(xr, Vec::new(), &events));
+        }
+
+        let mut composed = Vec::new();
+        let mut unready = Vec::new();
+        for (name, resource) in &outcome.resources {
+            let (object, namespace_event) = self.composed_object(name, &resource.object)?;
+            events.extend(namespace_event);
+            if resource.ready != Readiness::True {
+                unready.push(name.as_str());
+            }
+            composed.push(object);
+        }
+        let mut refs: Vec<Value> = composed.iter().map(|o| self.reference(o)).collect();
+        refs.sort_by_key(|r| {
+            ["apiVersion", "kind", "name", "namespace"]
+                .iter()
+                .map(|k| get_str(r, &[k]).unwrap_or_default())
+                .collect::<String>()
+        });
+        for name in &unready {
+            events.push(Event::normal(
+                REASON_COMPOSE,
+                format!("Composed resource {name:?} is not yet ready"),
+            ));
+        }
+        conditions.push(condition("Synced", "True", "ReconcileSuccess", None));
+        conditions.push(ready_condition(&unready, outcome.composite_ready));
+
+        let mut xr = self.identity();
+        let refs_path = self.schema.spec_path("resourceRefs");
+        object_at(&mut xr, &refs_path[..refs_path.len() - 1])
+            .insert("resourceRefs".into(), Value::Array(refs));
+        if let Some(revision) = self.composition.1 {
+            // Not in Crossplane's output; xfn names the revision it used.
+            let path = self.schema.spec_path("compositionRevisionRef");
+            object_at(&mut xr, &path[..path.len() - 1])
+                .insert("compositionRevisionRef".into(), json!({"name": revision}));
+        }
+        if let Some(status) = outcome
+            .desired_composite
+            .as_ref()
+            .and_then(|d| d.get("status"))
+        {
+            merge(&mut xr, &json!({ "status": status }));
+        }
+        object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));
+        Ok(self.assemble(xr, composed, &events))
+    }
+
+    /// The XR (merged over the input with `-x`), the composed resources,
+    /// the results (`-r`) and the context (`-c`).
+    fn assemble(&self, xr: Value, composed: Vec<Value>, events: &[Event]) -> Vec<Value> {
+        let xr = if self.options.include_full {
+            let mut full = self.input_xr.clone();
+            merge(&mut full, &xr);
+            full
+        } else {
+            xr
+        };
+        let mut out = vec![xr];
+        out.extend(composed);
+        if self.options.include_results {
+            out.extend(events.iter().map(Event::to_object));
+        }
+        if self.options.include_context {
+            out.push(context_object(self.outcome));
+        }
+        out
+    }
+
+    /// apiVersion, kind, name and namespace of the XR.
+    fn identity(&self) -> Value {
         let mut metadata = Map::new();
-        metadata.insert("name".into(), json!(xr_name));
-        if let Some(ns) = get_str(xr, &["metadata", "namespace"]) {
+        metadata.insert("name".into(), json!(self.xr_str(&["metadata", "name"])));
+        if let Some(ns) = self.namespace() {
             metadata.insert("namespace".into(), json!(ns));
         }
         json!({
-            "apiVersion": xr.get("apiVersion").cloned().unwrap_or(Value::Null),
-            "kind": xr.get("kind").cloned().unwrap_or(Value::Null),
+            "apiVersion": self.xr_str(&["apiVersion"]),
+            "kind": self.xr_str(&["kind"]),
             "metadata": metadata,
         })
-    };
-    if let Some(desired) = &outcome.desired_composite {
-        if options.include_full_xr {
-            merge(&mut xr_out, desired);
-        } else if let Some(status) = desired.get("status") {
-            merge(&mut xr_out, &json!({ "status": status }));
-        }
-    }
-    let mut conditions: Vec<Value> = outcome
-        .conditions
-        .iter()
-        .map(|c| {
-            let mut condition = json!({
-                "type": c.kind,
-                "status": c.status,
-                "reason": c.reason,
-                "lastTransitionTime": TRANSITION_TIME,
-            });
-            if let Some(message) = &c.message {
-                condition["message"] = json!(message);
-            }
-            condition
-        })
-        .collect();
-    conditions.push(ready_condition(observed, outcome));
-    object_at(&mut xr_out, &["status"]).insert("conditions".into(), Value::Array(conditions));
-    out.push(xr_out);
-
-    // Composed resources, sorted by their name in the Composition.
-    for (name, resource) in &outcome.resources {
-        out.push(composed_object(
-            xr,
-            name,
-            &resource.object,
-            observed.resource(name),
-        ));
     }
 
-    if options.include_results {
-        for result in &outcome.results {
-            let mut object = json!({
-                "apiVersion": "render.crossplane.io/v1beta1",
-                "kind": "Result",
-                "step": result.step,
-                "severity": result.severity,
-                "message": result.message,
-            });
-            if let Some(reason) = &result.reason {
-                object["reason"] = json!(reason);
-            }
-            out.push(object);
-        }
+    fn xr_str(&self, path: &[&str]) -> &str {
+        get_str(self.xr, path).unwrap_or_default()
     }
-    if options.include_context {
-        out.push(json!({
-            "apiVersion": "render.crossplane.io/v1beta1",
-            "kind": "Context",
-            "fields": outcome.context.clone().unwrap_or_else(|| json!({})),
+
+    fn namespace(&self) -> Option<&str> {
+        get_str(self.xr, &["metadata", "namespace"]).filter(|ns| !ns.is_empty())
+    }
+
+    /// A composed resource with the metadata Crossplane sets: an observed
+    /// resource's name, namespace and generateName; the XR's namespace for a
+    /// namespaced XR (a warning event if the function asked for another);
+    /// generateName from the composite label; the resource-name annotation;
+    /// the composite (and claim) labels; the XR as controller; a name
+    /// derived from the XR's uid, checked against RFC 1123.
+    fn composed_object(
+        &self,
+        name: &str,
+        desired: &Value,
+    ) -> Result<(Value, Option<Event>), ComposeError> {
+        let mut object = if desired.is_object() {
+            desired.clone()
+        } else {
+            json!({})
+        };
+        let xr_labels = |key: &str| get_str(self.xr, &["metadata", "labels", key]);
+        let prefix = xr_labels(COMPOSITE_LABEL).unwrap_or_default().to_string();
+        let meta = object_at(&mut object, &["metadata"]);
+        if let Some(observed) = self.observed.resource(name) {
+            for field in ["namespace", "name", "generateName"] {
+                match get_str(observed, &["metadata", field]).filter(|v| !v.is_empty()) {
+                    Some(v) => meta.insert(field.into(), json!(v)),
+                    None => meta.remove(field),
+                };
+            }
+        }
+        let mut event = None;
+        if let Some(xr_ns) = self.namespace() {
+            let own = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+            if !own.is_empty() && own != xr_ns {
+                event = Some(Event::warning(
+                    REASON_NAMESPACE,
+                    format!(
+                        "cannot create composed resource {name:?} in namespace {own:?}, using XR \
+                         namespace {xr_ns:?} instead"
+                    ),
+                ));
+            }
+            meta.insert("namespace".into(), json!(xr_ns));
+        }
+        let has = |m: &Map<String, Value>, k: &str| {
+            m.get(k)
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+        };
+        if !has(meta, "name") && !has(meta, "generateName") {
+            meta.insert("generateName".into(), json!(format!("{prefix}-")));
+        }
+        object_at(&mut object, &["metadata", "annotations"])
+            .insert(RESOURCE_NAME_ANNOTATION.into(), json!(name));
+        let labels = object_at(&mut object, &["metadata", "labels"]);
+        labels.insert(COMPOSITE_LABEL.into(), json!(prefix));
+        if let (Some(claim), Some(claim_ns)) = (
+            xr_labels("crossplane.io/claim-name"),
+            xr_labels("crossplane.io/claim-namespace"),
+        ) {
+            labels.insert("crossplane.io/claim-name".into(), json!(claim));
+            labels.insert("crossplane.io/claim-namespace".into(), json!(claim_ns));
+        }
+        let uid = self.xr_str(&["metadata", "uid"]);
+        let meta = object_at(&mut object, &["metadata"]);
+        let mut owners: Vec<Value> = meta
+            .get("ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        owners.retain(|o| get_str(o, &["uid"]) != Some(uid));
+        owners.push(json!({
+            "apiVersion": self.xr_str(&["apiVersion"]),
+            "kind": self.xr_str(&["kind"]),
+            "name": self.xr_str(&["metadata", "name"]),
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
         }));
+        meta.insert("ownerReferences".into(), Value::Array(owners));
+        if !has(meta, "name") {
+            let generate = meta
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let generated = child_name(generate, uid, name);
+            meta.insert("name".into(), json!(generated));
+        }
+        let object_name = get_str(&object, &["metadata", "name"]).unwrap_or_default();
+        let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
+        let kind = get_str(&object, &["kind"]).unwrap_or_default();
+        if !valid_object_name(object_name, api_version, kind) {
+            return Err(ComposeError::Compose(format!(
+                "cannot apply composed resource {name:?} because it has an invalid name \
+                 {object_name:?}. Must be a valid RFC 1123 subdomain name."
+            )));
+        }
+        Ok((object, event))
     }
-    out
+
+    /// The XR's reference to a composed resource (no namespace for a
+    /// namespaced XR: it can only compose in its own).
+    fn reference(&self, object: &Value) -> Value {
+        let mut r = Map::new();
+        for key in ["apiVersion", "kind"] {
+            r.insert(
+                key.into(),
+                json!(get_str(object, &[key]).unwrap_or_default()),
+            );
+        }
+        r.insert(
+            "name".into(),
+            json!(get_str(object, &["metadata", "name"]).unwrap_or_default()),
+        );
+        if self.namespace().is_none() {
+            if let Some(ns) = get_str(object, &["metadata", "namespace"]).filter(|n| !n.is_empty())
+            {
+                r.insert("namespace".into(), json!(ns));
+            }
+        }
+        Value::Object(r)
+    }
+}
+
+/// The Context object `-c` prints.
+pub fn context_object(outcome: &Outcome) -> Value {
+    json!({
+        "apiVersion": RENDER_API_VERSION,
+        "kind": "Context",
+        "fields": outcome.context.clone().unwrap_or_else(|| json!({})),
+    })
 }
 
 /// The objects as a `---` separated YAML stream.
@@ -121,192 +424,36 @@ pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     Ok(text)
 }
 
-/// `Ready`: Available when every composed resource is ready, else Creating
-/// naming the unready ones (the first three, sorted, and how many more).
-fn ready_condition(observed: &Observed, outcome: &Outcome) -> Value {
-    let unready: Vec<&str> = outcome
-        .resources
-        .iter()
-        .filter(|(name, r)| match r.ready {
-            Readiness::True => false,
-            Readiness::False => true,
-            Readiness::Unspecified => !observed
-                .resource(name)
-                .is_some_and(|o| condition_is(o, "Ready", "True")),
-        })
-        .map(|(name, _)| name.as_str())
-        .collect();
+/// `Ready`: Available when every composed resource is ready (a function
+/// said `READY_TRUE`), else Creating naming the unready ones (the first
+/// three, sorted, and how many more); an XR readiness the pipeline set wins.
+fn ready_condition(unready: &[&str], composite_ready: Option<bool>) -> Value {
+    match composite_ready {
+        Some(true) => return condition("Ready", "True", "Available", None),
+        Some(false) => return condition("Ready", "False", "Creating", None),
+        None => {}
+    }
     if unready.is_empty() {
-        json!({
-            "type": "Ready",
-            "status": "True",
-            "reason": "Available",
-            "lastTransitionTime": TRANSITION_TIME,
-        })
+        return condition("Ready", "True", "Available", None);
+    }
+    const FIRST: usize = 3;
+    let listed = if unready.len() > FIRST {
+        format!(
+            "{}, and {} more",
+            unready[..FIRST].join(", "),
+            unready.len() - FIRST
+        )
     } else {
-        const FIRST: usize = 3;
-        let listed = if unready.len() > FIRST {
-            format!(
-                "{}, and {} more",
-                unready[..FIRST].join(", "),
-                unready.len() - FIRST
-            )
-        } else {
-            unready.join(", ")
-        };
-        json!({
-            "type": "Ready",
-            "status": "False",
-            "reason": "Creating",
-            "message": format!("Unready resources: {listed}"),
-            "lastTransitionTime": TRANSITION_TIME,
-        })
-    }
-}
-
-/// A composed resource with the metadata Crossplane sets: generateName from
-/// the XR, a name (the observed one, else generated), the composite label
-/// (and claim labels), the resource-name annotation, the XR as controller.
-fn composed_object(xr: &Value, name: &str, desired: &Value, observed: Option<&Value>) -> Value {
-    let mut object = desired.clone();
-    if !object.is_object() {
-        object = json!({});
-    }
-    let xr_name = get_str(xr, &["metadata", "name"]).unwrap_or_default();
-    let composite = get_str(xr, &["metadata", "labels", COMPOSITE_LABEL]).unwrap_or(xr_name);
-    let prefix = format!("{composite}-");
-    let metadata = object_at(&mut object, &["metadata"]);
-    metadata.insert("generateName".into(), json!(prefix));
-    let has_name = metadata
-        .get("name")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    if !has_name {
-        let generated = observed
-            .and_then(|o| get_str(o, &["metadata", "name"]))
-            .map(str::to_string)
-            .unwrap_or_else(|| generated_name(&prefix, xr_name, name));
-        metadata.insert("name".into(), json!(generated));
-    }
-    let labels = object_at(&mut object, &["metadata", "labels"]);
-    labels.insert(COMPOSITE_LABEL.into(), json!(composite));
-    for claim_label in ["crossplane.io/claim-name", "crossplane.io/claim-namespace"] {
-        if let Some(v) = get_str(xr, &["metadata", "labels", claim_label]) {
-            labels.insert(claim_label.into(), json!(v));
-        }
-    }
-    object_at(&mut object, &["metadata", "annotations"])
-        .insert(RESOURCE_NAME_ANNOTATION.into(), json!(name));
-    object_at(&mut object, &["metadata"]).insert(
-        "ownerReferences".into(),
-        json!([{
-            "apiVersion": xr.get("apiVersion").cloned().unwrap_or(Value::Null),
-            "kind": xr.get("kind").cloned().unwrap_or(Value::Null),
-            "name": xr_name,
-            "uid": get_str(xr, &["metadata", "uid"]).unwrap_or_default(),
-            "controller": true,
-            "blockOwnerDeletion": true,
-        }]),
-    );
-    object
-}
-
-/// `prefix` plus five characters from Kubernetes' name-generator alphabet,
-/// derived from the XR and resource names so a render is reproducible (the
-/// API server would pick them at random).
-fn generated_name(prefix: &str, xr_name: &str, resource_name: &str) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let digest = Sha256::digest(format!("{xr_name}/{resource_name}"));
-    let suffix: String = digest
-        .iter()
-        .take(5)
-        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
-        .collect();
-    format!("{prefix}{suffix}")
+        unready.join(", ")
+    };
+    condition(
+        "Ready",
+        "False",
+        "Creating",
+        Some(&format!("Unready resources: {listed}")),
+    )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::compose::{ComposedResource, StepResult};
-
-    fn observed() -> Observed {
-        Observed {
-            composite: json!({"apiVersion": "example.org/v1", "kind": "XBucket",
-                "metadata": {"name": "xr", "uid": "u1"}, "spec": {"count": 2}}),
-            resources: vec![(
-                "b".into(),
-                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "xr-obs"},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
-            )],
-        }
-    }
-
-    fn resource(ready: Readiness) -> ComposedResource {
-        ComposedResource {
-            object: json!({"apiVersion": "v1", "kind": "ConfigMap"}),
-            ready,
-        }
-    }
-
-    #[test]
-    fn creating_names_unready_resources_and_observed_names_are_kept() {
-        let mut outcome = Outcome::default();
-        for (name, ready) in [
-            ("a", Readiness::False),
-            ("b", Readiness::Unspecified),
-            ("c", Readiness::Unspecified),
-            ("d", Readiness::True),
-        ] {
-            outcome.resources.insert(name.into(), resource(ready));
-        }
-        let objects = objects(&observed(), &outcome, OutputOptions::default());
-        assert_eq!(objects.len(), 5);
-        assert_eq!(
-            objects[0]["status"]["conditions"][0]["message"],
-            json!("Unready resources: a, c")
-        );
-        assert_eq!(objects[2]["metadata"]["name"], json!("xr-obs"));
-        let generated = objects[1]["metadata"]["name"].as_str().unwrap();
-        assert!(
-            generated.starts_with("xr-") && generated.len() == 8,
-            "{generated}"
-        );
-        assert_eq!(
-            objects[1]["metadata"]["ownerReferences"][0]["uid"],
-            json!("u1")
-        );
-        assert_eq!(
-            objects[4]["metadata"]["annotations"][RESOURCE_NAME_ANNOTATION],
-            json!("d")
-        );
-    }
-
-    #[test]
-    fn more_than_three_unready_are_summarised_and_results_follow() {
-        let mut outcome = Outcome::default();
-        for name in ["a", "b", "c", "d", "e"] {
-            outcome
-                .resources
-                .insert(name.into(), resource(Readiness::False));
-        }
-        outcome.results.push(StepResult {
-            step: "s".into(),
-            severity: "SEVERITY_WARNING".into(),
-            message: "m".into(),
-            reason: None,
-        });
-        let options = OutputOptions {
-            include_results: true,
-            include_context: true,
-            ..Default::default()
-        };
-        let objects = objects(&observed(), &outcome, options);
-        assert_eq!(
-            objects[0]["status"]["conditions"][0]["message"],
-            json!("Unready resources: a, b, c, and 2 more")
-        );
-        assert_eq!(objects[6]["kind"], json!("Result"));
-        assert_eq!(objects[7]["kind"], json!("Context"));
-    }
-}
+#[path = "output_tests.rs"]
+mod tests;

@@ -48,10 +48,12 @@ pub struct V1Pipeline<'a> {
     pub steps: &'a [PipelineStep],
     /// A caller per Function name.
     pub callers: &'a HashMap<String, Arc<dyn FunctionCaller>>,
-    /// The XR and observed composed resources.
-    pub observed: &'a Observed,
+    /// The XR and observed composed resources; none for an Operation.
+    pub observed: Option<&'a Observed>,
     /// Resources a step may require (`-e`).
     pub required: &'a [Value],
+    /// OpenAPI v3 documents schema requirements are answered from (`-s`).
+    pub schemas: &'a [Value],
     /// Secrets steps may take credentials from.
     pub credentials: &'a [Value],
     /// The context the first step sees.
@@ -79,41 +81,51 @@ impl V1Pipeline<'_> {
     pub async fn run(&self) -> Result<Outcome, ComposeError> {
         // Fail on a wrong functionRef before running anything.
         self.check_function_refs()?;
-        let observed = observed_state(self.observed);
+        let observed = self.observed.map(observed_state);
         let mut desired = pb::State::default();
         let mut context = self.context.as_ref().and_then(to_struct);
         let mut outcome = Outcome::default();
         for step in self.steps {
             let caller = &self.callers[&step.function_ref.name];
+            let (required_resources, required_schemas) = self.bootstrap(step);
             let request = pb::RunFunctionRequest {
                 meta: None,
-                observed: Some(observed.clone()),
+                observed: observed.clone(),
                 desired: Some(desired.clone()),
                 input: step.input.as_ref().and_then(to_struct),
                 context: context.clone(),
                 credentials: self.step_credentials(step)?,
+                required_resources,
+                required_schemas,
                 ..Default::default()
             };
             let response = self.call_with_requirements(step, caller, request).await?;
-            for result in &response.results {
-                let severity =
-                    pb::Severity::try_from(result.severity).unwrap_or(pb::Severity::Unspecified);
-                if severity == pb::Severity::Fatal {
-                    return Err(ComposeError::Fatal {
-                        step: step.step.clone(),
-                        message: result.message.clone(),
-                    });
-                }
-                outcome.results.push(StepResult {
-                    step: step.step.clone(),
-                    severity: severity.as_str_name().to_string(),
-                    message: result.message.clone(),
-                    reason: result.reason.clone(),
-                });
-            }
             outcome
                 .conditions
                 .extend(response.conditions.iter().map(xr_condition));
+            for result in &response.results {
+                let severity =
+                    pb::Severity::try_from(result.severity).unwrap_or(pb::Severity::Unspecified);
+                let result = StepResult {
+                    step: step.step.clone(),
+                    severity,
+                    message: result.message.clone(),
+                    reason: result.reason.clone().filter(|r| !r.is_empty()),
+                };
+                // A fatal result ends the pipeline; what came before it is
+                // kept, for the partial output Crossplane's engine returns.
+                if severity == pb::Severity::Fatal {
+                    outcome.fatal = Some(result);
+                    outcome.context = context.as_ref().map(from_struct);
+                    return Ok(outcome);
+                }
+                outcome.results.push(result);
+            }
+            if let Some(output) = &response.output {
+                outcome
+                    .outputs
+                    .push((step.step.clone(), from_struct(output)));
+            }
             // A step returns the whole desired state: what it drops is gone.
             desired = response.desired.unwrap_or_default();
             context = response.context;
@@ -123,6 +135,11 @@ impl V1Pipeline<'_> {
             .as_ref()
             .and_then(|c| c.resource.as_ref())
             .map(from_struct);
+        outcome.composite_ready = match desired.composite.as_ref().map(|c| c.ready) {
+            Some(r) if r == pb::Ready::True as i32 => Some(true),
+            Some(r) if r == pb::Ready::False as i32 => Some(false),
+            _ => None,
+        };
         outcome.resources = desired
             .resources
             .iter()
@@ -157,6 +174,7 @@ impl V1Pipeline<'_> {
                     pb::Capability::RequiredResources as i32,
                     pb::Capability::Credentials as i32,
                     pb::Capability::Conditions as i32,
+                    pb::Capability::RequiredSchemas as i32,
                 ],
             });
             let response = caller.run_function(request.clone()).await.map_err(|e| {
@@ -173,7 +191,17 @@ impl V1Pipeline<'_> {
                 break;
             }
             request.extra_resources = self.select_all(&requirements.extra_resources);
-            request.required_resources = self.select_all(&requirements.resources);
+            // Bootstrap requirements stay; what the function asks for is added.
+            let (mut resources, mut schemas) = self.bootstrap(step);
+            resources.extend(self.select_all(&requirements.resources));
+            schemas.extend(requirements.schemas.iter().map(|(key, selector)| {
+                (
+                    key.clone(),
+                    self.schema(&selector.api_version, &selector.kind),
+                )
+            }));
+            request.required_resources = resources;
+            request.required_schemas = schemas;
             previous = requirements;
         }
         Err(ComposeError::StepFailed {
@@ -184,24 +212,80 @@ impl V1Pipeline<'_> {
         })
     }
 
+    /// The resources and schemas of the step's `requirements` (bootstrap
+    /// requirements, given on the first call).
+    fn bootstrap(
+        &self,
+        step: &PipelineStep,
+    ) -> (HashMap<String, pb::Resources>, HashMap<String, pb::Schema>) {
+        let Some(requirements) = &step.requirements else {
+            return Default::default();
+        };
+        let resources = requirements
+            .required_resources
+            .iter()
+            .map(|r| {
+                let selector = pb::ResourceSelector {
+                    api_version: r.api_version.clone(),
+                    kind: r.kind.clone(),
+                    namespace: r.namespace.clone(),
+                    r#match: match (&r.name, &r.match_labels) {
+                        (Some(name), _) => {
+                            Some(pb::resource_selector::Match::MatchName(name.clone()))
+                        }
+                        (None, Some(labels)) => {
+                            Some(pb::resource_selector::Match::MatchLabels(pb::MatchLabels {
+                                labels: labels.clone().into_iter().collect(),
+                            }))
+                        }
+                        (None, None) => None,
+                    },
+                };
+                (r.requirement_name.clone(), self.select(&selector))
+            })
+            .collect();
+        let schemas = requirements
+            .required_schemas
+            .iter()
+            .map(|s| {
+                (
+                    s.requirement_name.clone(),
+                    self.schema(&s.api_version, &s.kind),
+                )
+            })
+            .collect();
+        (resources, schemas)
+    }
+
+    /// The schema of `api_version` `kind` from `-s`, empty when unknown.
+    fn schema(&self, api_version: &str, kind: &str) -> pb::Schema {
+        pb::Schema {
+            openapi_v3: super::schemas::find_schema(self.schemas, api_version, kind)
+                .as_ref()
+                .and_then(to_struct),
+        }
+    }
+
+    fn select(&self, selector: &pb::ResourceSelector) -> pb::Resources {
+        let items = self
+            .required
+            .iter()
+            .filter(|object| matches_selector(object, selector))
+            .map(|object| pb::Resource {
+                resource: to_struct(object),
+                ..Default::default()
+            })
+            .collect();
+        pb::Resources { items }
+    }
+
     fn select_all(
         &self,
         selectors: &HashMap<String, pb::ResourceSelector>,
     ) -> HashMap<String, pb::Resources> {
         selectors
             .iter()
-            .map(|(key, selector)| {
-                let items = self
-                    .required
-                    .iter()
-                    .filter(|object| matches_selector(object, selector))
-                    .map(|object| pb::Resource {
-                        resource: to_struct(object),
-                        ..Default::default()
-                    })
-                    .collect();
-                (key.clone(), pb::Resources { items })
-            })
+            .map(|(key, selector)| (key.clone(), self.select(selector)))
             .collect()
     }
 

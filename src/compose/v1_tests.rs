@@ -47,6 +47,7 @@ fn step(name: &str, function: &str) -> PipelineStep {
         },
         input: None,
         credentials: Vec::new(),
+        requirements: None,
     }
 }
 
@@ -88,8 +89,9 @@ async fn run(
     V1Pipeline {
         steps,
         callers,
-        observed: &observed(),
+        observed: Some(&observed()),
         required,
+        schemas: &[],
         credentials,
         context,
     }
@@ -172,7 +174,7 @@ async fn desired_state_and_context_flow_and_a_dropped_resource_is_gone() {
     );
     assert_eq!(outcome.context, Some(json!({"cli": 1, "first": true})));
     assert_eq!(outcome.results[0].step, "two");
-    assert_eq!(outcome.results[0].severity, "SEVERITY_WARNING");
+    assert_eq!(outcome.results[0].severity, pb::Severity::Warning);
     assert_eq!(outcome.conditions[0].status, "False");
     // meta: a tag that is a hash of the request, and capabilities.
     let meta = seen.meta.as_ref().unwrap();
@@ -275,17 +277,24 @@ async fn requirements_that_never_settle_fail_after_five_reruns() {
 }
 
 #[tokio::test]
-async fn a_fatal_result_stops_the_pipeline_naming_the_step() {
+async fn a_fatal_result_stops_the_pipeline_keeping_what_came_before() {
     let fatal = Fake::new(|_| pb::RunFunctionResponse {
-        results: vec![pb::Result {
-            severity: pb::Severity::Fatal as i32,
-            message: "no quota".into(),
-            ..Default::default()
-        }],
+        results: vec![
+            pb::Result {
+                severity: pb::Severity::Normal as i32,
+                message: "checked".into(),
+                ..Default::default()
+            },
+            pb::Result {
+                severity: pb::Severity::Fatal as i32,
+                message: "no quota".into(),
+                ..Default::default()
+            },
+        ],
         ..Default::default()
     });
     let after = Fake::new(|_| pb::RunFunctionResponse::default());
-    let err = run(
+    let outcome = run(
         &[step("check", "fatal"), step("later", "after")],
         &callers(&[("fatal", fatal), ("after", after.clone())]),
         &[],
@@ -293,11 +302,13 @@ async fn a_fatal_result_stops_the_pipeline_naming_the_step() {
         None,
     )
     .await
-    .unwrap_err();
+    .unwrap();
+    let fatal = outcome.fatal.expect("a fatal result");
     assert_eq!(
-        err.to_string(),
-        "pipeline step \"check\" returned a fatal result: no quota"
+        (fatal.step.as_str(), fatal.message.as_str()),
+        ("check", "no quota")
     );
+    assert_eq!(outcome.results.len(), 1, "the result before the fatal one");
     assert!(
         after.calls().is_empty(),
         "no step runs after a fatal result"

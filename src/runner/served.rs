@@ -19,15 +19,27 @@ pub struct ServedFunction {
     rootfs: Rootfs,
 }
 
+/// How a function image is served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServeOptions<'a> {
+    /// Replaces the image's `Cmd` (its entrypoint stays).
+    pub cmd: &'a [String],
+    /// Added to the image's environment (`KEY=VALUE`).
+    pub env: &'a [String],
+    /// Share xfn's network, for a function that needs egress; by default
+    /// the server has an empty network namespace of its own and is reached
+    /// inside it, never through the host's.
+    pub host_network: bool,
+}
+
 impl Runner {
-    /// Starts `image` with `cmd` in place of its `Cmd` and leaves it running.
-    /// `config.timeout` bounds the start (pull excluded); the network is
-    /// always the container's own (`config.network` is not used): the server
-    /// is reached inside it, never through the host's.
+    /// Starts `image` as `options` say and leaves it running.
+    /// `config.timeout` bounds the start (pull excluded); `config.network`
+    /// is not used (see [`ServeOptions::host_network`]).
     pub async fn serve(
         &self,
         image: &str,
-        cmd: &[String],
+        options: ServeOptions<'_>,
         config: &RunConfig,
     ) -> Result<ServedFunction, RunError> {
         self.sandbox.check_limits()?;
@@ -42,7 +54,9 @@ impl Runner {
             .serve(&ServeRequest {
                 rootfs: rootfs.path(),
                 image: pulled.config.config().as_ref(),
-                cmd,
+                cmd: options.cmd,
+                env: options.env,
+                host_network: options.host_network,
                 limits,
                 startup_timeout: config.timeout,
             })

@@ -171,6 +171,7 @@ impl Sandbox {
             pids_limit: self.options.pids_limit,
             cgroups_path: None,
             cmd: None,
+            env: &[],
         })?;
         let result = self
             .crun

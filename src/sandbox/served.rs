@@ -33,6 +33,10 @@ pub struct ServeRequest<'a> {
     pub image: Option<&'a ImageConfig>,
     /// Replaces the image's `Cmd` (the entrypoint stays).
     pub cmd: &'a [String],
+    /// Added to the image's environment.
+    pub env: &'a [String],
+    /// Share xfn's network (egress) instead of an empty namespace of its own.
+    pub host_network: bool,
     /// cpu and memory limits.
     pub limits: Limits,
     /// Give up when the container has not started within this long.
@@ -71,12 +75,13 @@ impl Sandbox {
         let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
             rootfs: request.rootfs,
             image: request.image,
-            host_network: false,
+            host_network: request.host_network,
             limits: request.limits,
             hostname: "function",
             pids_limit: self.options.pids_limit,
             cgroups_path: None,
             cmd: Some(request.cmd),
+            env: request.env,
         })?;
         let pid_file = bundle.dir.join("container.pid");
         // No stdin: a server reads none; its output is logged.

@@ -73,6 +73,9 @@ pub struct SpecInput<'a> {
     /// Replaces the image's `Cmd` (its entrypoint stays), as `docker run
     /// IMAGE ARGS...` does: how a function image is started as a server.
     pub cmd: Option<&'a [String]>,
+    /// `KEY=VALUE`s added to the image's environment (a key given again
+    /// replaces the image's), as `docker run -e` does.
+    pub env: &'a [String],
 }
 
 /// Builds the spec.
@@ -89,6 +92,11 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         return Err(SpecError::NothingToRun);
     }
     let mut env: Vec<String> = image.env().clone().unwrap_or_default();
+    for extra in input.env {
+        let key = extra.split_once('=').map_or(extra.as_str(), |(k, _)| k);
+        env.retain(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k) != key);
+        env.push(extra.clone());
+    }
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.push(DEFAULT_PATH.to_string());
     }
@@ -357,6 +365,7 @@ mod tests {
             pids_limit: PIDS_LIMIT,
             cgroups_path: None,
             cmd: None,
+            env: &[],
         }
     }
 
@@ -371,6 +380,7 @@ mod tests {
         let cmd = ["--insecure".to_string()];
         let spec = build(&SpecInput {
             cmd: Some(&cmd),
+            env: &[],
             ..input(dir.path(), &image)
         })
         .unwrap();

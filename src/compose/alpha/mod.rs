@@ -15,6 +15,7 @@ use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepRe
 
 pub mod container;
 pub mod function_io;
+pub mod output;
 
 pub use container::{parse_go_duration, ContainerConfig, DEFAULT_RUNNER_ENDPOINT};
 pub use function_io::*;
@@ -92,7 +93,11 @@ pub async fn run_alpha(
         }
         outcome.results.push(StepResult {
             step: step.clone(),
-            severity: format!("SEVERITY_{}", result.severity.to_uppercase()),
+            severity: match result.severity.as_str() {
+                "Normal" => crate::proto::v1::Severity::Normal,
+                "Warning" => crate::proto::v1::Severity::Warning,
+                _ => crate::proto::v1::Severity::Unspecified,
+            },
             message: result.message.clone(),
             reason: None,
         });

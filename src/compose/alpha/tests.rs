@@ -143,7 +143,7 @@ async fn desired_and_results_flow_and_null_resources_are_deleted() {
     let steps: Vec<_> = outcome
         .results
         .iter()
-        .map(|r| (r.step.as_str(), r.severity.as_str()))
+        .map(|r| (r.step.as_str(), r.severity.as_str_name()))
         .collect();
     assert_eq!(
         steps,

@@ -17,7 +17,13 @@ use super::one_line;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;
 use crate::proto::v1;
-use crate::runner::{RunConfig, Runner, ServedFunction};
+use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
+
+/// A loopback port nothing listens on now (the kernel's pick).
+fn free_loopback_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
 
 /// Where Crossplane's function SDKs listen by default.
 pub const FUNCTION_PORT: u16 = 9443;
@@ -42,6 +48,10 @@ pub struct Docker {
     pub(super) image: String,
     /// Pull policy, credentials, and the start timeout.
     pub(super) config: RunConfig,
+    /// `runtime-docker-env`.
+    pub(super) env: Vec<String>,
+    /// `runtime-docker-network: host`.
+    pub(super) host_network: bool,
     /// The running server, once started.
     pub(super) serving: tokio::sync::OnceCell<Serving>,
 }
@@ -69,12 +79,27 @@ impl Docker {
         // Half the render's time at most, so that a server that never
         // listens is named in the error before the whole render times out.
         let startup = (self.config.timeout / 2).min(MAX_SERVER_START);
-        let args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+        let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+        // In its own namespace the server has 9443 to itself; on the host's
+        // network it gets a free loopback port instead (the SDKs take
+        // `--address`), so servers never clash and nothing listens beyond
+        // the loopback interface.
+        let port = if self.host_network {
+            let port = free_loopback_port().map_err(|e| failed(e.to_string()))?;
+            args.push(format!("--address=127.0.0.1:{port}"));
+            port
+        } else {
+            FUNCTION_PORT
+        };
         let mut server = self
             .runner
             .serve(
                 &self.image,
-                &args,
+                ServeOptions {
+                    cmd: &args,
+                    env: &self.env,
+                    host_network: self.host_network,
+                },
                 &RunConfig {
                     timeout: startup,
                     ..self.config.clone()
@@ -82,7 +107,7 @@ impl Docker {
             )
             .await
             .map_err(|e| failed(one_line(&e)))?;
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         if let Err(err) = server.wait_listening(address, startup).await {
             server.stop().await;
             return Err(failed(one_line(&err)));

@@ -8,6 +8,7 @@
 //!
 //! Files: [`docker`], [`development`], [`exec`], [`grpc`] (the v1/v1beta1
 //! call both servers share), [`alpha_steps`].
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,52 @@ pub struct ContainerDefaults {
     pub pull_policy: PullPolicy,
 }
 
+/// The callers of a render's Functions, by name. They own the function
+/// servers: [`Callers::around`] starts every one at once (pulls included)
+/// before the pipeline, and stops them after it whatever its outcome;
+/// kept servers (`runtime-docker-cleanup: Orphan`) are reused and left
+/// running.
+pub struct Callers {
+    map: HashMap<String, Arc<dyn FunctionCaller>>,
+}
+
+impl Callers {
+    /// A caller per Function.
+    pub fn new(
+        functions: &[Function],
+        runner: Option<&Arc<Runner>>,
+        defaults: &ContainerDefaults,
+    ) -> Result<Self, ComposeError> {
+        let mut map = HashMap::new();
+        for function in functions {
+            map.insert(
+                function.name.clone(),
+                caller_for(function, runner, defaults)?,
+            );
+        }
+        Ok(Self { map })
+    }
+
+    /// The callers by Function name.
+    pub fn map(&self) -> &HashMap<String, Arc<dyn FunctionCaller>> {
+        &self.map
+    }
+
+    /// Starts every server, runs `work`, stops the servers.
+    pub async fn around<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, ComposeError>>,
+    ) -> Result<T, ComposeError> {
+        let started = futures::future::try_join_all(self.map.values().map(|c| c.start())).await;
+        let result = match started {
+            Ok(_) => work.await,
+            Err(err) => Err(err),
+        };
+        futures::future::join_all(self.map.values().map(|c| c.stop())).await;
+        result
+    }
+}
+
 /// The caller for `function` by its runtime annotation.
 pub fn caller_for(
     function: &Function,
@@ -66,6 +113,8 @@ pub fn caller_for(
                 runner,
                 image,
                 config,
+                env: function.env.clone(),
+                host_network: function.host_network,
                 serving: tokio::sync::OnceCell::new(),
             }))
         }

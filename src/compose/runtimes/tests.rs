@@ -191,6 +191,9 @@ fn container_functions_name_what_is_wrong_with_them() {
         runtime,
         pull_policy: pull_policy.map(str::to_string),
         image_override: None,
+        env: Vec::new(),
+        host_network: false,
+        keep: None,
     };
     for runtime in [RuntimeKind::Docker, RuntimeKind::Exec] {
         let no_runner = caller_for(&function(runtime.clone(), "img", None), None, &defaults);

@@ -1,0 +1,172 @@
+use super::*;
+use crate::compose::{ComposedResource, StepResult};
+
+fn xr(namespace: Option<&str>) -> Value {
+    let mut xr = json!({"apiVersion": "example.org/v1", "kind": "XBucket",
+        "metadata": {"name": "xr", "uid": "u1", "labels": {COMPOSITE_LABEL: "xr"}},
+        "spec": {"count": 2}});
+    if let Some(ns) = namespace {
+        xr["metadata"]["namespace"] = json!(ns);
+    }
+    xr
+}
+
+fn observed(xr: &Value) -> Observed {
+    Observed {
+        composite: xr.clone(),
+        resources: vec![(
+            "b".into(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "xr-obs"}}),
+        )],
+    }
+}
+
+fn resource(ready: Readiness, extra: Value) -> ComposedResource {
+    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+    merge(&mut object, &extra);
+    ComposedResource { object, ready }
+}
+
+fn render(
+    xr: &Value,
+    outcome: &Outcome,
+    options: OutputOptions,
+) -> Result<Vec<Value>, ComposeError> {
+    CompositeOutput {
+        xr,
+        input_xr: xr,
+        schema: XrSchema::Modern,
+        composition: ("buckets", None),
+        observed: &observed(xr),
+        outcome,
+        options,
+    }
+    .objects()
+}
+
+#[test]
+fn names_refs_and_conditions_are_crossplanes() {
+    let xr = xr(None);
+    let mut outcome = Outcome::default();
+    outcome
+        .resources
+        .insert("a".into(), resource(Readiness::True, json!({})));
+    outcome
+        .resources
+        .insert("b".into(), resource(Readiness::Unspecified, json!({})));
+    let objects = render(&xr, &outcome, OutputOptions::default()).unwrap();
+    assert_eq!(objects.len(), 3);
+    assert_eq!(
+        objects[1]["metadata"]["name"],
+        json!(child_name("xr-", "u1", "a"))
+    );
+    assert_eq!(
+        objects[2]["metadata"]["name"],
+        json!("xr-obs"),
+        "observed names are kept"
+    );
+    assert_eq!(
+        objects[0]["spec"]["crossplane"]["resourceRefs"],
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": objects[1]["metadata"]["name"]},
+               {"apiVersion": "v1", "kind": "ConfigMap", "name": "xr-obs"}])
+    );
+    let types: Vec<_> = objects[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    // An unspecified readiness is not ready, as in Crossplane v2.
+    assert_eq!(
+        types,
+        [
+            ("Responsive", "True"),
+            ("Synced", "True"),
+            ("Ready", "False")
+        ]
+    );
+    assert_eq!(
+        objects[0]["status"]["conditions"][2]["message"],
+        json!("Unready resources: b")
+    );
+}
+
+#[test]
+fn a_namespaced_xr_composes_in_its_namespace_and_says_when_it_overrides_one() {
+    let xr = xr(Some("team"));
+    let mut outcome = Outcome::default();
+    outcome.resources.insert(
+        "a".into(),
+        resource(Readiness::True, json!({"metadata": {"namespace": "other"}})),
+    );
+    let options = OutputOptions {
+        include_results: true,
+        ..Default::default()
+    };
+    let objects = render(&xr, &outcome, options).unwrap();
+    assert_eq!(objects[1]["metadata"]["namespace"], json!("team"));
+    assert!(objects[0]["spec"]["crossplane"]["resourceRefs"][0]
+        .get("namespace")
+        .is_none());
+    let warning = objects
+        .iter()
+        .find(|o| o["reason"] == json!("NamespaceOverridden"))
+        .unwrap();
+    assert_eq!(warning["severity"], json!("Warning"));
+}
+
+#[test]
+fn an_invalid_composed_name_fails_the_render() {
+    let xr = xr(None);
+    let mut outcome = Outcome::default();
+    outcome.resources.insert(
+        "a".into(),
+        resource(Readiness::True, json!({"metadata": {"name": "Not_Valid"}})),
+    );
+    let err = render(&xr, &outcome, OutputOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("invalid name \"Not_Valid\"") && err.contains("RFC 1123"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_fatal_result_leaves_a_partial_xr_and_the_results_before_it() {
+    let xr = xr(None);
+    let result = |severity, message: &str| StepResult {
+        step: "s".into(),
+        severity,
+        message: message.into(),
+        reason: None,
+    };
+    let outcome = Outcome {
+        results: vec![result(Severity::Warning, "careful")],
+        fatal: Some(result(Severity::Fatal, "broken")),
+        ..Default::default()
+    };
+    let options = OutputOptions {
+        include_results: true,
+        ..Default::default()
+    };
+    let objects = render(&xr, &outcome, options).unwrap();
+    let synced = &objects[0]["status"]["conditions"][1];
+    assert_eq!(synced["status"], json!("False"));
+    assert_eq!(
+        synced["message"],
+        json!("cannot compose resources: pipeline step \"s\" returned a fatal result: broken")
+    );
+    let messages: Vec<_> = objects[1..]
+        .iter()
+        .map(|o| o["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "Successfully selected composition: buckets",
+            "Pipeline step \"s\": careful",
+            "cannot compose resources: pipeline step \"s\" returned a fatal result: broken"
+        ]
+    );
+}

@@ -1,0 +1,544 @@
+//! A render, decided before anything runs. [`RenderPlan::read`] reads and
+//! checks every input once, while the process is still single-threaded (so
+//! before xfn's user namespace and the async runtime), and knows from them
+//! which runtimes the render needs: [`RenderPlan::needs_containers`] says
+//! whether the namespace must be entered at all. [`RenderPlan::run`] then
+//! starts (or reuses) every function server a step uses, runs the pipeline
+//! and stops the servers it started, whatever the outcome. Composition and
+//! operation renders are the same plan with a different subject.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::alpha::{run_alpha, ContainerConfig};
+use super::inputs::{
+    observed_by_name, parse_annotation_overrides, read_functions, read_objects, read_one,
+    AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep, RuntimeKind,
+};
+use super::operation::{is_operation, Operation};
+use super::output::{to_yaml_stream, CompositeOutput, OutputOptions, COMPOSITE_LABEL};
+use super::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
+use super::v1::V1Pipeline;
+use super::value::{get_str, object_at};
+use super::xrd::{XrSchema, Xrd};
+use super::{names, ComposeError, Observed};
+use crate::runner::Runner;
+
+/// What a render is given, as paths and flags: what `xfn render`'s command
+/// line maps onto.
+#[derive(Debug, Clone, Default)]
+pub struct RenderInputs {
+    /// The XR, or an Operation, CronOperation or WatchOperation.
+    pub subject: PathBuf,
+    /// The Composition (or CompositionRevision) for an XR; the Functions
+    /// for an Operation.
+    pub second: Option<PathBuf>,
+    /// The Functions for an XR.
+    pub third: Option<PathBuf>,
+    /// `-o`: observed composed resources.
+    pub observed_resources: Option<PathBuf>,
+    /// `-e` (and `--extra-resources`), repeatable.
+    pub required_resources: Vec<PathBuf>,
+    /// `-s`: a directory of OpenAPI v3 documents.
+    pub required_schemas: Option<PathBuf>,
+    /// `--xrd`.
+    pub xrd: Option<PathBuf>,
+    /// `-w`: a WatchOperation's watched resource.
+    pub watched_resource: Option<PathBuf>,
+    /// `--function-credentials`.
+    pub function_credentials: Option<PathBuf>,
+    /// `-a KEY=VALUE`, repeatable.
+    pub function_annotations: Vec<String>,
+    /// `--context-files key=file`.
+    pub context_files: Vec<String>,
+    /// `--context-values key=json`.
+    pub context_values: Vec<String>,
+    /// What to print.
+    pub output: OutputOptions,
+}
+
+/// What is rendered.
+#[derive(Debug)]
+enum Subject {
+    /// An XR through a pipeline Composition.
+    Composite {
+        input_xr: Value,
+        xr: Value,
+        schema: XrSchema,
+        composition: Composition,
+        steps: Vec<PipelineStep>,
+        observed: Vec<(String, Value)>,
+    },
+    /// An XR through an alpha (`spec.functions`) Composition.
+    Alpha {
+        xr: Value,
+        functions: Vec<AlphaFunction>,
+        observed: Vec<(String, Value)>,
+    },
+    /// An Operation.
+    Operation(Operation),
+}
+
+/// A render with every input read and checked.
+#[derive(Debug)]
+pub struct RenderPlan {
+    subject: Subject,
+    /// The Functions a step uses.
+    functions: Vec<Function>,
+    required: Vec<Value>,
+    schemas: Vec<Value>,
+    credentials: Vec<Value>,
+    context: Option<Value>,
+    output: OutputOptions,
+}
+
+/// What a render printed, and whether a Fatal result cut it short.
+#[derive(Debug)]
+pub struct Rendered {
+    /// The YAML stream.
+    pub stream: String,
+    /// `pipeline step "s" returned a fatal result: …`, when one did: the
+    /// stream is then the partial output, and `xfn render` exits 3.
+    pub fatal: Option<String>,
+}
+
+impl RenderPlan {
+    /// Reads and checks every input.
+    pub fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
+        let first = read_one(&inputs.subject)?;
+        let required = read_all(&inputs.required_resources)?;
+        let schemas = match &inputs.required_schemas {
+            Some(dir) => super::schemas::read_schema_documents(dir)?,
+            None => Vec::new(),
+        };
+        let credentials = match &inputs.function_credentials {
+            Some(path) => read_objects(path)?,
+            None => Vec::new(),
+        };
+        let context = initial_context(&inputs.context_files, &inputs.context_values)?;
+        let overrides = parse_annotation_overrides(&inputs.function_annotations).map_err(|m| {
+            ComposeError::Invalid {
+                path: PathBuf::from("--function-annotations"),
+                message: m,
+            }
+        })?;
+        let mut plan = Self {
+            subject: Subject::Operation(Operation {
+                object: Value::Null,
+                steps: Vec::new(),
+            }),
+            functions: Vec::new(),
+            required,
+            schemas,
+            credentials,
+            context,
+            output: inputs.output,
+        };
+        let (functions_path, steps) = if is_operation(&first) {
+            if inputs.third.is_some() {
+                return Err(usage(
+                    &inputs.subject,
+                    "an Operation render takes OPERATION FUNCTIONS",
+                ));
+            }
+            for (flag, given) in [
+                ("--xrd", inputs.xrd.is_some()),
+                (
+                    "-o/--observed-resources",
+                    inputs.observed_resources.is_some(),
+                ),
+            ] {
+                if given {
+                    return Err(usage(
+                        &inputs.subject,
+                        &format!("{flag} is for XRs, not Operations"),
+                    ));
+                }
+            }
+            let watched = match &inputs.watched_resource {
+                Some(path) => {
+                    let objects = read_objects(path)?;
+                    let [watched] = objects.as_slice() else {
+                        return Err(ComposeError::Invalid {
+                            path: path.clone(),
+                            message: format!(
+                                "--watched-resource must hold exactly one resource, found {}",
+                                objects.len()
+                            ),
+                        });
+                    };
+                    // Functions fetch it like any required resource.
+                    plan.required.push(watched.clone());
+                    Some(watched.clone())
+                }
+                None => None,
+            };
+            let operation = Operation::from_object(&inputs.subject, first, watched.as_ref())?;
+            let steps = operation.steps.clone();
+            plan.subject = Subject::Operation(operation);
+            (inputs.second.clone(), steps)
+        } else {
+            if inputs.watched_resource.is_some() {
+                return Err(usage(
+                    &inputs.subject,
+                    "--watched-resource is for WatchOperations",
+                ));
+            }
+            let composite = Composite::from_object(&inputs.subject, first)?;
+            let Some(composition_path) = &inputs.second else {
+                return Err(usage(
+                    &inputs.subject,
+                    "an XR render takes XR COMPOSITION [FUNCTIONS]",
+                ));
+            };
+            let composition = Composition::read(composition_path, &composite)?;
+            let observed = match &inputs.observed_resources {
+                Some(path) => observed_by_name(path, read_objects(path)?)?,
+                None => Vec::new(),
+            };
+            match composition.pipeline.clone() {
+                Pipeline::Alpha(functions) => {
+                    plan.subject = Subject::Alpha {
+                        xr: composite.object,
+                        functions,
+                        observed,
+                    };
+                    return Ok(plan);
+                }
+                Pipeline::V1(steps) => {
+                    let xrd = match &inputs.xrd {
+                        Some(path) => Some((path, Xrd::read(path, &composite)?)),
+                        None => None,
+                    };
+                    let schema = xrd.as_ref().map(|(_, x)| x.schema).unwrap_or_default();
+                    let mut xr = composite.object.clone();
+                    if let Some((path, xrd)) = &xrd {
+                        check_scope(path, xrd, &xr)?;
+                        xrd.apply_defaults(&mut xr, path)?;
+                    }
+                    configure(&mut xr, schema, &composition, &observed);
+                    check_observed(composition_path, &xr, &observed)?;
+                    plan.subject = Subject::Composite {
+                        input_xr: composite.object,
+                        xr,
+                        schema,
+                        composition,
+                        steps: steps.clone(),
+                        observed,
+                    };
+                    let Some(functions) = inputs.third.clone() else {
+                        return Err(usage(
+                            composition_path,
+                            "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
+                        ));
+                    };
+                    (Some(functions), steps)
+                }
+            }
+        };
+        let Some(functions_path) = functions_path else {
+            return Err(usage(
+                &inputs.subject,
+                "FUNCTIONS (a file or directory of Functions) is missing",
+            ));
+        };
+        let functions = read_functions(&functions_path, &overrides)?;
+        // Only the Functions a step uses must be runnable; a step that
+        // names an unknown one fails here, before anything starts.
+        for step in &steps {
+            if !functions.iter().any(|f| f.name == step.function_ref.name) {
+                let mut known: Vec<_> = functions.iter().map(|f| f.name.clone()).collect();
+                known.sort();
+                return Err(ComposeError::UnknownFunction {
+                    step: step.step.clone(),
+                    function: step.function_ref.name.clone(),
+                    known: known.join(", "),
+                });
+            }
+        }
+        plan.functions = functions
+            .into_iter()
+            .filter(|f| steps.iter().any(|s| s.function_ref.name == f.name))
+            .collect();
+        Ok(plan)
+    }
+
+    /// Whether the render runs containers (Functions of the Docker or Exec
+    /// runtime, alpha steps whose runner daemon does not answer), and so
+    /// needs xfn's user namespace. A render of Development Functions (or
+    /// of alpha steps that all go to a daemon, which must see xfn's own
+    /// uid) does not, and works wherever a namespace cannot be entered.
+    pub fn needs_containers(&self) -> bool {
+        match &self.subject {
+            Subject::Alpha { functions, .. } => functions.iter().any(|f| {
+                let spec = f.container.clone().unwrap_or_default();
+                ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
+            }),
+            _ => self
+                .functions
+                .iter()
+                .any(|f| matches!(f.runtime, RuntimeKind::Exec | RuntimeKind::Docker)),
+        }
+    }
+
+    /// Runs the render: every function server a step uses started (or
+    /// reused) at once, the pipeline, the servers stopped (kept ones
+    /// left running), the output assembled.
+    pub async fn run(
+        self,
+        runner: Option<Arc<Runner>>,
+        defaults: ContainerDefaults,
+    ) -> Result<Rendered, ComposeError> {
+        let (steps, observed) = match &self.subject {
+            Subject::Alpha {
+                xr,
+                functions,
+                observed,
+            } => {
+                let observed = Observed {
+                    composite: xr.clone(),
+                    resources: observed.clone(),
+                };
+                let outcome =
+                    run_alpha(functions, &ContainerSteps { runner, defaults }, &observed).await?;
+                let objects = super::alpha::output::alpha_objects(&observed, &outcome, self.output);
+                return Ok(Rendered {
+                    stream: to_yaml_stream(&objects)?,
+                    fatal: None,
+                });
+            }
+            Subject::Composite {
+                xr,
+                steps,
+                observed,
+                ..
+            } => (
+                steps.as_slice(),
+                Some(Observed {
+                    composite: xr.clone(),
+                    resources: observed.clone(),
+                }),
+            ),
+            Subject::Operation(operation) => (operation.steps.as_slice(), None),
+        };
+        let callers = Callers::new(&self.functions, runner.as_ref(), &defaults)?;
+        let pipeline = V1Pipeline {
+            steps,
+            callers: callers.map(),
+            observed: observed.as_ref(),
+            required: &self.required,
+            schemas: &self.schemas,
+            credentials: &self.credentials,
+            context: self.context.clone(),
+        };
+        let outcome = callers.around(pipeline.run()).await?;
+        let fatal = outcome.fatal.as_ref().map(|f| {
+            format!(
+                "pipeline step {:?} returned a fatal result: {}",
+                f.step, f.message
+            )
+        });
+        let objects = match &self.subject {
+            Subject::Composite {
+                input_xr,
+                xr,
+                schema,
+                composition,
+                ..
+            } => CompositeOutput {
+                xr,
+                input_xr,
+                schema: *schema,
+                composition: (&composition.name, composition.revision.as_deref()),
+                observed: observed.as_ref().expect("a composite render observes"),
+                outcome: &outcome,
+                options: self.output,
+            }
+            .objects()?,
+            Subject::Operation(operation) => operation.objects(&outcome, self.output),
+            Subject::Alpha { .. } => unreachable!("returned above"),
+        };
+        Ok(Rendered {
+            stream: to_yaml_stream(&objects)?,
+            fatal,
+        })
+    }
+}
+
+fn usage(path: &Path, message: &str) -> ComposeError {
+    ComposeError::Invalid {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    }
+}
+
+fn read_all(paths: &[PathBuf]) -> Result<Vec<Value>, ComposeError> {
+    let mut objects = Vec::new();
+    for path in paths {
+        objects.extend(read_objects(path)?);
+    }
+    Ok(objects)
+}
+
+/// A namespaced XR for a `Namespaced` XRD, a cluster-scoped one otherwise.
+fn check_scope(path: &Path, xrd: &Xrd, xr: &Value) -> Result<(), ComposeError> {
+    let namespaced = get_str(xr, &["metadata", "namespace"]).is_some_and(|n| !n.is_empty());
+    match (xrd.scope(), namespaced) {
+        ("Namespaced", false) => Err(usage(
+            path,
+            "the XRD's XRs are Namespaced, but the XR has no metadata.namespace",
+        )),
+        (scope, true) if scope != "Namespaced" => Err(usage(
+            path,
+            &format!(
+                "the XRD's XRs are {scope} (cluster-scoped), but the XR has a metadata.namespace"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What Crossplane's reconciler sets on the XR before the pipeline sees
+/// it: a uid (a stable one, as Crossplane's render engine), the composite
+/// label composed resources are named after, the composition (revision)
+/// reference, and references to the observed composed resources.
+fn configure(
+    xr: &mut Value,
+    schema: XrSchema,
+    composition: &Composition,
+    observed: &[(String, Value)],
+) {
+    let text = |path: &[&str]| get_str(xr, path).unwrap_or_default().to_string();
+    let (api_version, kind, namespace, name) = (
+        text(&["apiVersion"]),
+        text(&["kind"]),
+        text(&["metadata", "namespace"]),
+        text(&["metadata", "name"]),
+    );
+    let metadata = object_at(xr, &["metadata"]);
+    if metadata
+        .get("uid")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        let uid = names::xr_uid(&api_version, &kind, &namespace, &name);
+        metadata.insert("uid".into(), json!(uid));
+    }
+    object_at(xr, &["metadata", "labels"])
+        .entry(COMPOSITE_LABEL)
+        .or_insert_with(|| json!(name));
+    let path = schema.spec_path("compositionRef");
+    object_at(xr, &path[..path.len() - 1])
+        .insert("compositionRef".into(), json!({ "name": composition.name }));
+    if let Some(revision) = &composition.revision {
+        object_at(xr, &path[..path.len() - 1])
+            .insert("compositionRevisionRef".into(), json!({ "name": revision }));
+    }
+    if !observed.is_empty() {
+        let refs: Vec<Value> = observed
+            .iter()
+            .map(|(_, o)| {
+                let mut r = json!({
+                    "apiVersion": get_str(o, &["apiVersion"]).unwrap_or_default(),
+                    "kind": get_str(o, &["kind"]).unwrap_or_default(),
+                    "name": get_str(o, &["metadata", "name"]).unwrap_or_default(),
+                });
+                if let Some(ns) =
+                    get_str(o, &["metadata", "namespace"]).filter(|_| namespace.is_empty())
+                {
+                    r["namespace"] = json!(ns);
+                }
+                r
+            })
+            .collect();
+        let path = schema.spec_path("resourceRefs");
+        object_at(xr, &path[..path.len() - 1]).insert("resourceRefs".into(), Value::Array(refs));
+    }
+}
+
+/// Observed resources Crossplane's reconciler would read: controlled by
+/// the XR (or by nothing), in a namespaced XR's namespace.
+fn check_observed(
+    path: &Path,
+    xr: &Value,
+    observed: &[(String, Value)],
+) -> Result<(), ComposeError> {
+    let uid = get_str(xr, &["metadata", "uid"]).unwrap_or_default();
+    let namespace = get_str(xr, &["metadata", "namespace"]).unwrap_or_default();
+    let mut problems = Vec::new();
+    for (_, o) in observed {
+        let name = get_str(o, &["metadata", "name"]).unwrap_or_default();
+        let controller = o
+            .get("metadata")
+            .and_then(|m| m.get("ownerReferences"))
+            .and_then(Value::as_array)
+            .and_then(|refs| {
+                refs.iter()
+                    .find(|r| r.get("controller") == Some(&json!(true)))
+            });
+        if controller.is_some_and(|c| get_str(c, &["uid"]).unwrap_or_default() != uid) {
+            problems.push(format!(
+                "observed resource {name} has a controller ref but is not controlled by the XR"
+            ));
+        }
+        if !namespace.is_empty()
+            && get_str(o, &["metadata", "namespace"]).unwrap_or_default() != namespace
+        {
+            problems.push(format!(
+                "observed resource {name} is not in the same namespace as the XR"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(usage(
+            path,
+            &format!("invalid observed resources: {}", problems.join("; ")),
+        ))
+    }
+}
+
+/// The context from `--context-files` (JSON or YAML files) and
+/// `--context-values` (JSON; these win).
+fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>, ComposeError> {
+    if files.is_empty() && values.is_empty() {
+        return Ok(None);
+    }
+    let flag = |name: &str, message: String| ComposeError::Invalid {
+        path: PathBuf::from(name),
+        message,
+    };
+    let mut fields = serde_json::Map::new();
+    for entry in files {
+        let (key, file) = entry
+            .split_once('=')
+            .ok_or_else(|| flag("--context-files", format!("{entry:?}: expected key=file")))?;
+        let value = read_one(Path::new(file)).or_else(|_| {
+            // A context value need not be an object: any JSON or YAML.
+            let text = std::fs::read_to_string(file).map_err(|source| ComposeError::Read {
+                path: PathBuf::from(file),
+                source,
+            })?;
+            yaml_serde::from_str::<Value>(&text).map_err(|e| ComposeError::Invalid {
+                path: PathBuf::from(file),
+                message: format!("not JSON or YAML: {e}"),
+            })
+        })?;
+        fields.insert(key.to_string(), value);
+    }
+    for entry in values {
+        let (key, text) = entry
+            .split_once('=')
+            .ok_or_else(|| flag("--context-values", format!("{entry:?}: expected key=json")))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| flag("--context-values", format!("{key}: not JSON: {text}: {e}")))?;
+        fields.insert(key.to_string(), value);
+    }
+    Ok(Some(Value::Object(fields)))
+}
+
+/// The Functions' callers by name.
+pub type CallerMap = HashMap<String, Arc<dyn super::v1::FunctionCaller>>;

@@ -10,7 +10,6 @@
 //! a python that has it); root, or unprivileged user namespaces.
 mod support;
 
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -286,66 +285,6 @@ fn a_fatal_alpha_result_fails_the_render_naming_the_step() {
         err.contains("pipeline step \"stop-here\" returned a fatal result: no more buckets"),
         "{err}"
     );
-}
-
-/// The Python function server from tests/render/function.py, killed on drop.
-struct PythonFunction {
-    child: Child,
-    address: String,
-}
-
-impl PythonFunction {
-    fn start() -> PythonFunction {
-        let python = std::env::var("XFN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-        let check = Command::new(&python)
-            .args(["-c", "import crossplane.function.runtime"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-        assert!(
-            check.status.success(),
-            "{python} lacks Crossplane's Python function SDK: \
-             `pip install crossplane-function-sdk-python` (or set XFN_TEST_PYTHON): {}",
-            String::from_utf8_lossy(&check.stderr)
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let address = format!("127.0.0.1:{port}");
-        let child = Command::new(&python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/render/function.py"
-            ))
-            .args(["--insecure", "--address", &address])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the Python function");
-        let mut function = PythonFunction { child, address };
-        // Wait until it listens (or died).
-        let started = Instant::now();
-        while TcpStream::connect(&function.address).is_err() {
-            if let Some(status) = function.child.try_wait().unwrap() {
-                panic!("the Python function exited: {status}");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the Python function never listened on {}",
-                function.address
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        function
-    }
-}
-
-impl Drop for PythonFunction {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -10,6 +10,14 @@ Each pipeline step says what to do in its input's `action`:
            `from-settings`
   context  write `input.write` into the context; copy context key `input.read`
            into the XR's desired status
+  observe  copy the observed XR's metadata.uid, labels and spec into the
+           context (`observed`): what Crossplane's reconciler gave it
+  schema   require the schema of `input.apiVersion` `input.kind`; once
+           given, put its top-level property names into the context
+           (`schemaProperties`, null when there is none)
+  operate  (Operations) apply ConfigMap `input.name` holding the watched
+           resource's name and the required `settings` data, if any; set
+           the step's output
 
 Run: python3 function.py --address 127.0.0.1:PORT --insecure
 """
@@ -70,6 +78,36 @@ class Function(grpcv1.FunctionRunnerServiceServicer):
                 resource.update(
                     rsp.desired.composite, {"status": {"fromContext": value}}
                 )
+        elif action == "observe":
+            xr = resource.struct_to_dict(req.observed.composite.resource)
+            meta = xr.get("metadata", {})
+            rsp.context.update({"observed": {
+                "uid": meta.get("uid"),
+                "labels": meta.get("labels", {}),
+                "spec": xr.get("spec", {}),
+            }})
+        elif action == "schema":
+            response.require_schema(rsp, "schema", inp["apiVersion"], inp["kind"])
+            if "schema" in req.required_schemas:
+                schema = request.get_required_schema(req, "schema")
+                names = sorted(schema.get("properties", {})) if schema else None
+                rsp.context.update({"schemaProperties": names})
+        elif action == "operate":
+            response.require_resources(
+                rsp, "settings", "v1", "ConfigMap", match_name="settings"
+            )
+            watched = request.get_watched_resource(req)
+            data = {"watched": watched["metadata"]["name"] if watched else ""}
+            settings = request.get_required_resource(req, "settings")
+            if settings is not None:
+                data.update(settings.get("data", {}))
+            resource.update(
+                rsp.desired.resources[inp["name"]],
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": inp["name"], "namespace": "default"}, "data": data},
+            )
+            response.set_output(rsp, {"applied": inp["name"], "keys": sorted(data)})
+            response.normal(rsp, f"applied {inp['name']}")
         else:
             response.fatal(rsp, f"unknown action {action!r}")
         return rsp

@@ -249,3 +249,202 @@ pub fn worked_example_file(name: &str) -> String {
         .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// The Python function server from tests/render/function.py, killed on drop.
+pub struct PythonFunction {
+    child: std::process::Child,
+    pub address: String,
+}
+
+impl PythonFunction {
+    pub fn start() -> PythonFunction {
+        let python = std::env::var("XFN_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let check = std::process::Command::new(&python)
+            .args(["-c", "import crossplane.function.runtime"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+        assert!(
+            check.status.success(),
+            "{python} lacks Crossplane's Python function SDK: \
+             `pip install crossplane-function-sdk-python` (or set XFN_TEST_PYTHON): {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(&python)
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/render/function.py"
+            ))
+            .args(["--insecure", "--address", &address])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the Python function");
+        let mut function = PythonFunction { child, address };
+        // Wait until it listens (or died).
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(&function.address).is_err() {
+            if let Some(status) = function.child.try_wait().unwrap() {
+                panic!("the Python function exited: {status}");
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "the Python function never listened on {}",
+                function.address
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        function
+    }
+}
+
+impl Drop for PythonFunction {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A namespaced XR of the v2 XRD [`XRD_V2`], without the fields the XRD
+/// defaults.
+pub const XR_NAMESPACED: &str = "apiVersion: example.org/v1
+kind: XBucket
+metadata:
+  name: demo
+  namespace: team-a
+spec:
+  count: 2
+";
+
+/// A v2 XRD (Namespaced) defining XBucket, with defaults.
+pub const XRD_V2: &str = "apiVersion: apiextensions.crossplane.io/v2
+kind: CompositeResourceDefinition
+metadata:
+  name: xbuckets.example.org
+spec:
+  group: example.org
+  scope: Namespaced
+  names: {kind: XBucket, plural: xbuckets}
+  versions:
+  - name: v1
+    served: true
+    referenceable: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              count: {type: integer, default: 1}
+              region: {type: string, default: eu-west-1}
+              storage:
+                type: object
+                default: {}
+                properties:
+                  class: {type: string, default: standard}
+";
+
+/// The same XRD as Crossplane v1 wrote it: no scope, so LegacyCluster.
+pub fn xrd_v1_legacy() -> String {
+    XRD_V2
+        .replace(
+            "apiextensions.crossplane.io/v2",
+            "apiextensions.crossplane.io/v1",
+        )
+        .replace("  scope: Namespaced\n", "")
+}
+
+/// An OpenAPI v3 document (as `kubectl get --raw /openapi/v3/api/v1`
+/// prints it, trimmed) with the ConfigMap schema, for `-s`.
+pub const OPENAPI_CORE_V1: &str = r##"{"openapi": "3.0.0", "components": {"schemas": {
+  "io.k8s.api.core.v1.ConfigMap": {"type": "object",
+    "x-kubernetes-group-version-kind": [{"group": "", "kind": "ConfigMap", "version": "v1"}],
+    "properties": {"apiVersion": {"type": "string"}, "data": {"type": "object"},
+      "kind": {"type": "string"},
+      "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}}},
+  "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object",
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}}}}}}
+"##;
+
+/// The v2 pipeline of one Function `name` (function.py or its twin, by any
+/// runtime): create, observe (what the reconciler gave the XR), schema (a
+/// required ConfigMap schema), ready (bucket-0). Render it with
+/// [`V2_ARGS`] and `--xrd` naming the XRD written as `xrd.yaml`.
+pub fn v2_pipeline(fx: &Fixture, name: &str, function: &str, xr: &str, xrd: &str) {
+    fx.write("xr.yaml", xr);
+    fx.write("xrd.yaml", xrd);
+    fx.write("functions.yaml", function);
+    let mut steps = String::new();
+    for (step, input) in [
+        ("create", "action: create"),
+        ("observe", "action: observe"),
+        ("schema", "action: schema, apiVersion: v1, kind: ConfigMap"),
+        ("ready", "action: ready, names: [bucket-0]"),
+    ] {
+        steps += &format!(
+            "  - step: {step}
+    functionRef: {{name: {name}}}
+    input: {{apiVersion: test.xfn.dev/v1, kind: Input, {input}}}
+"
+        );
+    }
+    fx.write("composition.yaml", &pipeline_composition(&steps));
+    std::fs::create_dir_all(fx.path("schemas")).unwrap();
+    fx.write("schemas/api-v1.json", OPENAPI_CORE_V1);
+}
+
+/// The arguments of a render of [`v2_pipeline`].
+pub const V2_ARGS: &[&str] = &[
+    "xr.yaml",
+    "composition.yaml",
+    "functions.yaml",
+    "--xrd",
+    "xrd.yaml",
+    "-s",
+    "schemas",
+    "-r",
+    "-c",
+];
+
+/// An Operation of one step of Function `name` (action `operate`), as an
+/// Operation, a CronOperation or a WatchOperation (`kind`).
+pub fn operation(kind: &str, name: &str) -> String {
+    let step = |indent: &str| {
+        format!(
+            "{indent}mode: Pipeline
+{indent}pipeline:
+{indent}- step: apply
+{indent}  functionRef: {{name: {name}}}
+{indent}  input: {{apiVersion: test.xfn.dev/v1, kind: Input, action: operate, name: rotated}}
+"
+        )
+    };
+    let head = format!(
+        "apiVersion: ops.crossplane.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: rotate\n"
+    );
+    match kind {
+        "Operation" => format!("{head}spec:\n{}", step("  ")),
+        "CronOperation" => format!(
+            "{head}spec:\n  schedule: '*/5 * * * *'\n  operationTemplate:\n    metadata:\n      labels: {{team: a}}\n    spec:\n{}",
+            step("      ")
+        ),
+        _ => format!(
+            "{head}spec:\n  watch: {{apiVersion: v1, kind: ConfigMap}}\n  operationTemplate:\n    spec:\n{}",
+            step("      ")
+        ),
+    }
+}
+
+/// The resource a WatchOperation renders for (`-w`).
+pub const WATCHED: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-config
+  namespace: default
+";

@@ -299,6 +299,80 @@ async fn concurrent_calls_beyond_max_runs_queue_and_all_succeed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn sixty_four_concurrent_callers_with_default_flags_all_succeed() {
+    let registry = Registry::start();
+    let echo = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    // Warm: the calls below compete for run slots, not for the pull.
+    daemon
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    // A connection per call, as Crossplane dials, with Crossplane's kind of
+    // deadline; far more callers than the CPUs this daemon runs at once.
+    let mut calls = Vec::new();
+    for i in 0..64 {
+        let mut client = daemon.client().await;
+        let input = format!("{FUNCTION_IO}# call {i}\n");
+        let mut req = tonic::Request::new(request(&echo, &input));
+        req.set_timeout(Duration::from_secs(120));
+        calls.push(tokio::spawn(async move {
+            (input, client.run_function(req).await)
+        }));
+    }
+    for call in calls {
+        let (input, result) = call.await.unwrap();
+        let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+        assert_eq!(out.into_inner().output, input.as_bytes());
+    }
+    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 65.0);
+    assert_eq!(daemon.metric("xfn_runs_queued").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs() {
+    let registry = Registry::start();
+    let hang = script_image(&registry, "hang:v1", "sleep 3615");
+    let echo = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--max-concurrent-runs", "1"]).await;
+    let mut client = daemon.client().await;
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    let mut running_client = client.clone();
+    let running = tokio::spawn(async move {
+        running_client
+            .run_function(request(&hang, FUNCTION_IO))
+            .await
+    });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+
+    // The daemon's answer, not the client's own timer.
+    let mut raw = daemon.raw_client().await;
+    let mut req = tonic::Request::new(request(&echo, FUNCTION_IO));
+    req.set_timeout(Duration::from_secs(1));
+    let status = raw.run_function(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("did not run"), "{status:?}");
+    assert_eq!(
+        daemon
+            .metric("xfn_runs_total{outcome=\"deadline_exceeded\"}")
+            .await,
+        1.0
+    );
+    // It left the queue, and the slot stayed with the hanging run: the echo
+    // never ran (the only ok call is the warm-up).
+    assert_eq!(daemon.metric("xfn_runs_queued").await, 0.0);
+    assert_eq!(daemon.metric("xfn_runs_in_flight").await, 1.0);
+    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 1.0);
+    running.abort();
+    wait_until_gone("sleep 3615").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_runs_by_outcome() {
     let registry = Registry::start();
     let echo = echo_image(&registry, "echo:v1");

@@ -11,6 +11,7 @@ use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
 use xfn::runner::Runner;
+use xfn::server::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{Metrics, MetricsServer};
 use xfn::server::peer::CallerPolicy;
@@ -35,13 +36,17 @@ pub struct StartArgs {
     /// Address to listen on: `@name` is a Linux abstract socket.
     #[arg(long, default_value = "@crossplane/fn/default.sock")]
     pub address: String,
-    /// Runs at once (default: the number of CPUs); later callers queue.
+    /// Runs at once (default: the number of CPUs); later callers wait in
+    /// FIFO order, each until its own deadline (grpc-timeout).
     #[arg(long)]
     pub max_concurrent_runs: Option<usize>,
-    /// Callers that may wait for a run slot (default: 4 × runs); later ones
-    /// get ResourceExhausted.
-    #[arg(long)]
-    pub max_queued_runs: Option<usize>,
+    /// Callers that may wait for a run slot; past it, ResourceExhausted.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_RUNS)]
+    pub max_queued_runs: usize,
+    /// Input bytes the waiting callers may hold together; past it,
+    /// ResourceExhausted.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_BYTES)]
+    pub max_queued_bytes: usize,
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
     #[arg(long)]
     pub metrics_address: Option<SocketAddr>,
@@ -110,10 +115,11 @@ pub fn prepare(args: &StartArgs) -> anyhow::Result<()> {
 /// Runs `xfn start`.
 pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let max_concurrent_runs = args.max_concurrent_runs.unwrap_or(cpus).max(1);
-    let max_queued_runs = args
-        .max_queued_runs
-        .unwrap_or(max_concurrent_runs.saturating_mul(4));
+    let admission = AdmissionLimits {
+        max_running: args.max_concurrent_runs.unwrap_or(cpus).max(1),
+        max_queued: args.max_queued_runs,
+        max_queued_bytes: args.max_queued_bytes,
+    };
 
     let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
@@ -144,8 +150,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         ServiceOptions {
             default_timeout: args.default_timeout,
             max_input_bytes: args.max_input_bytes,
-            max_concurrent_runs,
-            max_queued_runs,
+            admission,
         },
         metrics.clone(),
         abort.clone(),
@@ -155,8 +160,9 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
 
     tracing::info!(
         address = %args.address,
-        max_concurrent_runs,
-        max_queued_runs,
+        max_concurrent_runs = admission.max_running,
+        max_queued_runs = admission.max_queued,
+        max_queued_bytes = admission.max_queued_bytes,
         cache_dir = %args.store.cache_dir.display(),
         "serving the function runner API"
     );

@@ -1,32 +1,95 @@
-//! Admission control: at most N runs at once; callers beyond it wait in a
-//! bounded queue; past the queue they are turned away at once, so a burst
-//! cannot pile up unbounded work (and memory for inputs) in the daemon.
+//! Admission control: at most N runs at once; callers beyond them wait, in
+//! the order they came, for as long as their own deadline allows.
+//!
+//! Why wait rather than refuse: Crossplane calls from many reconcilers at
+//! once and treats every error as a failed reconcile, retried with backoff.
+//! Work the daemon can finish before the caller gives up is work it should
+//! take, so the queue is bounded by what actually limits it:
+//! - the caller's deadline (`grpc-timeout`): a call still queued when it
+//!   passes is answered `DEADLINE_EXCEEDED` and never runs; the time spent
+//!   waiting counts against it, so the run gets only what is left;
+//! - memory: the queue holds each waiting call's input, so it is capped in
+//!   calls and in input bytes, large enough never to bind under Crossplane's
+//!   load (its inputs are kilobytes) and small enough that a flood cannot
+//!   exhaust the sidecar's memory. Past either cap: `RESOURCE_EXHAUSTED`;
+//! - the caller going away: its future is dropped and it leaves the queue.
+//!
+//! The queue is FIFO: tokio's semaphore hands permits out in request order.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// Calls allowed to wait by default: more than Crossplane's reconcilers
+/// call at once on a busy control plane (each composite resource kind
+/// reconciles up to `--max-reconcile-rate`, 10 by default, at a time).
+pub const DEFAULT_MAX_QUEUED_RUNS: usize = 1024;
+
+/// Input bytes allowed to wait by default: the queue's memory, a fraction
+/// of the 2 GiB a Crossplane sidecar is given.
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 256 << 20;
 
 /// Why a call was not admitted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AdmissionError {
-    /// Every run slot is busy and the queue is full.
-    #[error("{running} runs in flight and {queued} queued (the limits); try again later")]
+    /// Every run slot is busy and the queue is at one of its caps.
+    #[error(
+        "{running} runs in flight and the queue is full ({queued} calls, {queued_bytes} input bytes waiting; caps --max-queued-runs {max_queued}, --max-queued-bytes {max_queued_bytes}); try again later"
+    )]
     QueueFull {
         /// Runs allowed at once.
         running: usize,
-        /// Calls allowed to wait.
+        /// Calls waiting.
         queued: usize,
+        /// Their input bytes.
+        queued_bytes: usize,
+        /// The cap on waiting calls.
+        max_queued: usize,
+        /// The cap on their input bytes.
+        max_queued_bytes: usize,
     },
+    /// The caller's deadline passed before a run slot freed.
+    #[error("the caller's deadline passed after {waited:?} waiting for a run slot ({running} runs in flight); the function did not run")]
+    DeadlinePassed {
+        /// How long the call waited.
+        waited: Duration,
+        /// Runs allowed at once.
+        running: usize,
+    },
+}
+
+/// How much may run and wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Runs at once (at least 1).
+    pub max_running: usize,
+    /// Calls waiting for a run slot.
+    pub max_queued: usize,
+    /// Input bytes of the waiting calls.
+    pub max_queued_bytes: usize,
+}
+
+impl AdmissionLimits {
+    /// `max_running` runs at once and the default queue caps.
+    pub fn with_runs(max_running: usize) -> Self {
+        Self {
+            max_running,
+            max_queued: DEFAULT_MAX_QUEUED_RUNS,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
+        }
+    }
 }
 
 /// Run slots and the queue in front of them.
 #[derive(Debug)]
 pub struct Admission {
     slots: Arc<Semaphore>,
-    max_running: usize,
-    max_queued: usize,
+    limits: AdmissionLimits,
     waiting: AtomicUsize,
+    waiting_bytes: AtomicUsize,
     /// Mirrors `waiting` for the metrics endpoint.
     waiting_gauge: Gauge,
 }
@@ -37,29 +100,43 @@ pub struct Slot {
     _permit: OwnedSemaphorePermit,
 }
 
-/// Decrements the waiting count however the wait ends (admitted, or the
-/// caller's future dropped on cancel).
-struct Waiting<'a>(&'a AtomicUsize, &'a Gauge);
+/// One call's place in the queue: counted while alive, however the wait
+/// ends (admitted, refused, deadline, or the caller's future dropped).
+struct Waiting<'a> {
+    admission: &'a Admission,
+    bytes: usize,
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-        self.1.dec();
+        self.admission.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.admission
+            .waiting_bytes
+            .fetch_sub(self.bytes, Ordering::SeqCst);
+        self.admission.waiting_gauge.dec();
     }
 }
 
 impl Admission {
-    /// `max_running` runs at once (at least 1) and `max_queued` waiting;
-    /// `waiting_gauge` follows the number of waiting calls.
-    pub fn new(max_running: usize, max_queued: usize, waiting_gauge: Gauge) -> Self {
-        let max_running = max_running.max(1);
+    /// Slots and queue under `limits`; `waiting_gauge` follows the number of
+    /// waiting calls.
+    pub fn new(limits: AdmissionLimits, waiting_gauge: Gauge) -> Self {
+        let limits = AdmissionLimits {
+            max_running: limits.max_running.max(1),
+            ..limits
+        };
         Self {
-            slots: Arc::new(Semaphore::new(max_running)),
-            max_running,
-            max_queued,
+            slots: Arc::new(Semaphore::new(limits.max_running)),
+            limits,
             waiting: AtomicUsize::new(0),
+            waiting_bytes: AtomicUsize::new(0),
             waiting_gauge,
         }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> AdmissionLimits {
+        self.limits
     }
 
     /// Calls waiting for a slot now.
@@ -67,31 +144,72 @@ impl Admission {
         self.waiting.load(Ordering::SeqCst)
     }
 
-    /// Takes a slot, waiting in the queue when none is free; refuses when the
-    /// queue is full. Cancel-safe: dropping the future leaves the queue.
-    pub async fn admit(&self) -> Result<Slot, AdmissionError> {
+    /// Takes a slot for a call holding `bytes` of input, waiting in FIFO
+    /// order when none is free, until `deadline` at the latest. Refuses at
+    /// once when the queue is at a cap. Cancel-safe: dropping the future
+    /// leaves the queue.
+    pub async fn admit(
+        &self,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Result<Slot, AdmissionError> {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Ok(Slot { _permit: permit });
         }
-        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
-        self.waiting_gauge.inc();
-        let waiting = Waiting(&self.waiting, &self.waiting_gauge);
-        if before >= self.max_queued {
-            drop(waiting);
-            return Err(AdmissionError::QueueFull {
-                running: self.max_running,
-                queued: self.max_queued,
-            });
-        }
-        // The semaphore is never closed, so acquiring only fails if it were.
-        let permit = self.slots.clone().acquire_owned().await;
-        drop(waiting);
+        let started = Instant::now();
+        let place = self.enqueue(bytes)?;
+        let acquire = self.slots.clone().acquire_owned();
+        let permit = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, acquire).await {
+                Ok(permit) => permit,
+                Err(_elapsed) => {
+                    return Err(AdmissionError::DeadlinePassed {
+                        waited: started.elapsed(),
+                        running: self.limits.max_running,
+                    })
+                }
+            },
+            None => acquire.await,
+        };
+        drop(place);
+        // The semaphore is never closed, so acquiring cannot fail.
         match permit {
             Ok(permit) => Ok(Slot { _permit: permit }),
-            Err(_) => Err(AdmissionError::QueueFull {
-                running: self.max_running,
-                queued: self.max_queued,
-            }),
+            Err(_closed) => Err(self.full()),
+        }
+    }
+
+    /// Takes a place in the queue, or says which cap is reached.
+    fn enqueue(&self, bytes: usize) -> Result<Waiting<'_>, AdmissionError> {
+        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let bytes_before = self.waiting_bytes.fetch_add(bytes, Ordering::SeqCst);
+        self.waiting_gauge.inc();
+        let place = Waiting {
+            admission: self,
+            bytes,
+        };
+        let over_bytes = bytes_before.saturating_add(bytes) > self.limits.max_queued_bytes;
+        if before >= self.limits.max_queued || over_bytes {
+            let err = AdmissionError::QueueFull {
+                running: self.limits.max_running,
+                queued: before,
+                queued_bytes: bytes_before,
+                max_queued: self.limits.max_queued,
+                max_queued_bytes: self.limits.max_queued_bytes,
+            };
+            drop(place);
+            return Err(err);
+        }
+        Ok(place)
+    }
+
+    fn full(&self) -> AdmissionError {
+        AdmissionError::QueueFull {
+            running: self.limits.max_running,
+            queued: self.queued(),
+            queued_bytes: self.waiting_bytes.load(Ordering::SeqCst),
+            max_queued: self.limits.max_queued,
+            max_queued_bytes: self.limits.max_queued_bytes,
         }
     }
 }
@@ -99,25 +217,37 @@ impl Admission {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    fn limits(max_running: usize, max_queued: usize) -> AdmissionLimits {
+        AdmissionLimits {
+            max_running,
+            max_queued,
+            max_queued_bytes: 1 << 20,
+        }
+    }
+
+    async fn until_queued(admission: &Admission, n: usize) {
+        while admission.queued() != n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 
     #[tokio::test]
     async fn queues_then_refuses() {
         let gauge = Gauge::default();
-        let admission = Arc::new(Admission::new(1, 1, gauge.clone()));
-        let first = admission.admit().await.unwrap();
+        let admission = Arc::new(Admission::new(limits(1, 1), gauge.clone()));
+        let first = admission.admit(10, None).await.unwrap();
         let queued = {
             let admission = admission.clone();
-            tokio::spawn(async move { admission.admit().await.map(|_| ()) })
+            tokio::spawn(async move { admission.admit(10, None).await.map(|_| ()) })
         };
-        while admission.queued() == 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        until_queued(&admission, 1).await;
         assert!(matches!(
-            admission.admit().await,
+            admission.admit(10, None).await,
             Err(AdmissionError::QueueFull {
                 running: 1,
-                queued: 1
+                queued: 1,
+                ..
             })
         ));
         assert_eq!(admission.queued(), 1);
@@ -129,22 +259,73 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_byte_cap_refuses_a_call_whose_input_would_not_fit() {
+        let admission = Admission::new(
+            AdmissionLimits {
+                max_running: 1,
+                max_queued: 100,
+                max_queued_bytes: 100,
+            },
+            Gauge::default(),
+        );
+        let _first = admission.admit(1000, None).await.unwrap();
+        let err = admission.admit(101, None).await.unwrap_err();
+        assert!(matches!(err, AdmissionError::QueueFull { .. }), "{err}");
+        assert!(err.to_string().contains("--max-queued-bytes"), "{err}");
+        assert_eq!(admission.queued(), 0);
+    }
+
+    #[tokio::test]
     async fn a_cancelled_waiter_leaves_the_queue() {
-        let admission = Admission::new(1, 1, Gauge::default());
-        let _first = admission.admit().await.unwrap();
-        let waiter = admission.admit();
+        let admission = Admission::new(limits(1, 1), Gauge::default());
+        let _first = admission.admit(0, None).await.unwrap();
+        let waiter = admission.admit(0, None);
         let timed_out = tokio::time::timeout(Duration::from_millis(10), waiter).await;
         assert!(timed_out.is_err());
         assert_eq!(admission.queued(), 0);
-        // The queue has room again.
-        let again = tokio::time::timeout(Duration::from_millis(10), admission.admit()).await;
+        // The queue has room again: this one waits rather than being refused.
+        let again = tokio::time::timeout(Duration::from_millis(10), admission.admit(0, None)).await;
         assert!(again.is_err(), "still waiting, not refused");
     }
 
     #[tokio::test]
+    async fn a_waiter_whose_deadline_passes_is_told_so_and_leaves_the_queue() {
+        let admission = Admission::new(limits(1, 4), Gauge::default());
+        let _first = admission.admit(0, None).await.unwrap();
+        let deadline = Instant::now() + Duration::from_millis(100);
+        let err = admission.admit(0, Some(deadline)).await.unwrap_err();
+        assert!(
+            matches!(err, AdmissionError::DeadlinePassed { waited, .. } if waited >= Duration::from_millis(100)),
+            "{err}"
+        );
+        assert_eq!(admission.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_in_the_order_they_came() {
+        let admission = Arc::new(Admission::new(limits(1, 8), Gauge::default()));
+        let first = admission.admit(0, None).await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            let (waiter, order) = (admission.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let _slot = waiter.admit(0, None).await.unwrap();
+                order.lock().unwrap().push(i);
+            }));
+            until_queued(&admission, i + 1).await;
+        }
+        drop(first);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    }
+
+    #[tokio::test]
     async fn zero_queue_refuses_when_busy() {
-        let admission = Admission::new(1, 0, Gauge::default());
-        let _first = admission.admit().await.unwrap();
-        assert!(admission.admit().await.is_err());
+        let admission = Admission::new(limits(1, 0), Gauge::default());
+        let _first = admission.admit(0, None).await.unwrap();
+        assert!(admission.admit(0, None).await.is_err());
     }
 }

@@ -1,6 +1,20 @@
 //! The caller's gRPC deadline: the `grpc-timeout` request header
-//! (<https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>).
+//! (<https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>),
+//! counted from the moment the request arrived.
+//!
+//! Why the arrival is stamped: tonic's transport starts its own timer from
+//! that header when the request arrives and, when it fires, answers
+//! `CANCELLED` in place of whatever the service was doing. The service must
+//! reach the deadline first to say what happened (`DEADLINE_EXCEEDED`, the
+//! function never ran). [`StampArrival`] sits right inside tonic's timer
+//! and records the instant before that timer is even created, so a deadline
+//! counted from it never falls after tonic's; when both are due in the same
+//! wake-up, tonic polls the service first.
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::codegen::http;
 
 /// The metadata key gRPC clients put their deadline in.
 pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
@@ -34,6 +48,55 @@ pub fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Durati
         .get(GRPC_TIMEOUT_HEADER)
         .and_then(|value| value.to_str().ok())
         .and_then(parse_grpc_timeout)
+}
+
+/// When a request arrived, as [`StampArrival`] recorded it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub Instant);
+
+/// A tower layer that stamps each request with its [`Arrived`] instant; give
+/// it to `tonic::transport::Server::layer`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StampArrivalLayer;
+
+impl<S> tower::Layer<S> for StampArrivalLayer {
+    type Service = StampArrival<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StampArrival(inner)
+    }
+}
+
+/// The service [`StampArrivalLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct StampArrival<S>(S);
+
+impl<S, B> tower::Service<http::Request<B>> for StampArrival<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(Arrived(Instant::now()));
+        self.0.call(request)
+    }
+}
+
+/// The instant the caller's deadline passes, if it sent one: counted from
+/// the request's arrival (now, when it was not stamped).
+pub fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
+    let arrived = request
+        .extensions()
+        .get::<Arrived>()
+        .map_or_else(Instant::now, |arrived| arrived.0);
+    caller_deadline(request.metadata()).map(|timeout| arrived + timeout)
 }
 
 /// The time a run gets: the request's own timeout capped by the caller's

@@ -3,12 +3,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::Stream;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::{Connected, Router};
 use tonic::transport::Server;
 
+use super::deadline::StampArrivalLayer;
 use super::gate::{GateError, GateReceiver};
 use super::listen::tcp_incoming;
 use super::{FunctionRunner, RunnerService};
@@ -86,6 +84,7 @@ pub async fn serve<R: FunctionRunner>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let router = Server::builder()
+        .layer(StampArrivalLayer)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_alpha)
@@ -97,29 +96,31 @@ pub async fn serve<R: FunctionRunner>(
             .set_not_serving::<ContainerizedFunctionRunnerServiceServer<RunnerService<R>>>()
             .await;
     };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stopped = async move {
+        let _ = stopped.await;
+    };
     match incoming {
-        Incoming::Gate(gate) => drain_on(router, gate.incoming()?, drain, stopping).await,
+        Incoming::Gate(gate) => {
+            let server = router.serve_with_incoming_shutdown(gate.incoming()?, stopped);
+            drain_on(server, stop, drain, stopping).await
+        }
         Incoming::Tcp(listener) => {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            drain_on(router, tcp_incoming(listener), drain, stopping).await
+            let server = router.serve_with_incoming_shutdown(tcp_incoming(listener), stopped);
+            drain_on(server, stop, drain, stopping).await
         }
     }
 }
 
-async fn drain_on<I, IO>(
-    router: Router,
-    incoming: I,
+/// Runs `server` until `shutdown`, then tells it to stop accepting (`stop`)
+/// and drains it: runs in flight get the grace period, then are cancelled.
+async fn drain_on(
+    server: impl Future<Output = Result<(), tonic::transport::Error>>,
+    stop: tokio::sync::oneshot::Sender<()>,
     drain: Drain,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError>
-where
-    I: Stream<Item = std::io::Result<IO>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-{
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = router.serve_with_incoming_shutdown(incoming, async move {
-        let _ = stopped.await;
-    });
+) -> Result<(), ServeError> {
     tokio::pin!(server);
     tokio::select! {
         result = &mut server => return Ok(result?),

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Response, Status};
 
-use super::admission::Admission;
-use super::deadline::{caller_deadline, effective_timeout};
+use super::admission::{Admission, AdmissionError, AdmissionLimits};
+use super::deadline::{deadline_of, effective_timeout};
 use super::metrics::Metrics;
 use super::status::status_of;
 use super::validate::run_config_of;
@@ -22,10 +22,8 @@ pub struct ServiceOptions {
     pub default_timeout: Duration,
     /// Largest accepted input.
     pub max_input_bytes: usize,
-    /// Runs at once.
-    pub max_concurrent_runs: usize,
-    /// Calls allowed to wait for a run slot.
-    pub max_queued_runs: usize,
+    /// Runs at once and the queue in front of them.
+    pub admission: AdmissionLimits,
 }
 
 impl Default for ServiceOptions {
@@ -33,8 +31,7 @@ impl Default for ServiceOptions {
         Self {
             default_timeout: Duration::from_secs(25),
             max_input_bytes: 4 << 20,
-            max_concurrent_runs: 1,
-            max_queued_runs: 4,
+            admission: AdmissionLimits::with_runs(1),
         }
     }
 }
@@ -76,11 +73,7 @@ impl<R: FunctionRunner> RunnerService<R> {
         abort: CancellationToken,
     ) -> Self {
         metrics.set_limits_enforced(runner.limits_enforced());
-        let admission = Admission::new(
-            options.max_concurrent_runs,
-            options.max_queued_runs,
-            metrics.queued().clone(),
-        );
+        let admission = Admission::new(options.admission, metrics.queued().clone());
         Self {
             runner,
             options,
@@ -98,9 +91,8 @@ impl<R: FunctionRunner> RunnerService<R> {
     async fn run_checked(
         &self,
         request: Request<pb::RunFunctionRequest>,
-        started: Instant,
     ) -> Result<Vec<u8>, Status> {
-        let caller = caller_deadline(request.metadata());
+        let deadline = deadline_of(&request);
         let request = request.into_inner();
         let mut config = run_config_of(
             &request,
@@ -111,21 +103,24 @@ impl<R: FunctionRunner> RunnerService<R> {
 
         let slot = self
             .admission
-            .admit()
+            .admit(request.input.len(), deadline)
             .await
-            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+            .map_err(|e| admission_status(&e))?;
         // Time spent queued counts against the caller's deadline.
-        let caller_left = match caller {
-            Some(caller) => match caller.checked_sub(started.elapsed()) {
-                Some(left) if !left.is_zero() => Some(left),
-                _ => {
-                    return Err(Status::deadline_exceeded(
-                        "the caller's deadline passed while the call waited for a run slot",
-                    ))
+        let caller_left =
+            match deadline {
+                Some(deadline) => {
+                    match deadline.checked_duration_since(tokio::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => {
+                        return Err(Status::deadline_exceeded(
+                            "the caller's deadline passed as the call got its run slot; the function did not run",
+                        ))
+                    }
                 }
-            },
-            None => None,
-        };
+                }
+                None => None,
+            };
         config.timeout = effective_timeout(config.timeout, caller_left);
 
         let _in_flight = Raised::new(self.metrics.in_flight());
@@ -164,7 +159,7 @@ impl<R: FunctionRunner> ContainerizedFunctionRunnerService for RunnerService<R> 
             started,
             finished: false,
         };
-        let result = self.run_checked(request, started).await;
+        let result = self.run_checked(request).await;
         record.finished = true;
         let elapsed = started.elapsed();
         match &result {
@@ -179,6 +174,14 @@ impl<R: FunctionRunner> ContainerizedFunctionRunnerService for RunnerService<R> 
             }
         }
         result.map(|output| Response::new(pb::RunFunctionResponse { output }))
+    }
+}
+
+/// The status of a call that was not admitted.
+pub fn admission_status(err: &AdmissionError) -> Status {
+    match err {
+        AdmissionError::QueueFull { .. } => Status::resource_exhausted(err.to_string()),
+        AdmissionError::DeadlinePassed { .. } => Status::deadline_exceeded(err.to_string()),
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use xfn::proto::v1alpha1 as pb;
@@ -19,6 +20,18 @@ use crate::support::{dir_owned_by, unprivileged, world_traversable_tempdir, NONR
 
 /// The client type of the runner service.
 pub type Client = ContainerizedFunctionRunnerServiceClient<Channel>;
+
+/// HTTP/2 straight over one connection, with no timer of its own.
+pub type RawTransport = tower::util::BoxCloneService<
+    http::Request<tonic::body::Body>,
+    http::Response<hyper::body::Incoming>,
+    hyper::Error,
+>;
+
+/// A runner client that reads the status the daemon sends when a deadline
+/// passes: tonic's `Channel` times the `grpc-timeout` it sends itself and,
+/// being first, answers `CANCELLED` locally.
+pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
 /// A FunctionIO input, as Crossplane sends it.
 pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
@@ -242,6 +255,28 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log()));
         // Let big outputs through.
         Client::new(channel).max_decoding_message_size(usize::MAX)
+    }
+
+    /// A [`RawClient`] dialled as the daemon's own uid (Unix sockets only).
+    pub async fn raw_client(&self) -> RawClient {
+        let stream = connect_unix_as(&self.endpoint, self.caller)
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}\n{}", self.log()));
+        let (send, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .expect("HTTP/2 handshake");
+        tokio::spawn(connection);
+        let transport = tower::service_fn(move |request| {
+            let mut send = send.clone();
+            async move { send.send_request(request).await }
+        });
+        RawClient::with_origin(
+            tower::util::BoxCloneService::new(transport),
+            Uri::from_static("http://xfn.invalid"),
+        )
     }
 
     /// The `/metrics` text.

@@ -141,8 +141,10 @@ async fn callers_past_the_queue_are_turned_away() {
         ..Default::default()
     };
     let options = ServiceOptions {
-        max_concurrent_runs: 1,
-        max_queued_runs: 1,
+        admission: AdmissionLimits {
+            max_queued: 1,
+            ..AdmissionLimits::with_runs(1)
+        },
         ..Default::default()
     };
     let (svc, runner, abort) = service(fake, options);
@@ -191,4 +193,29 @@ async fn dropping_the_call_drops_the_run() {
         "{text}"
     );
     assert!(text.contains("xfn_runs_in_flight 0"), "{text}");
+}
+
+#[tokio::test]
+async fn a_call_queued_past_its_deadline_is_deadline_exceeded_and_never_runs() {
+    let fake = FakeRunner {
+        delay: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let (svc, runner, _) = service(fake, ServiceOptions::default());
+    let running = tokio::spawn({
+        let svc = svc.clone();
+        async move { svc.run_function(request("fn:v1", IO)).await }
+    });
+    while runner.configs.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut req = request("fn:v1", IO);
+    req.metadata_mut()
+        .insert("grpc-timeout", "100m".parse().unwrap());
+    let status = svc.run_function(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.message().contains("did not run"), "{status:?}");
+    assert_eq!(runner.configs.lock().unwrap().len(), 1, "it never ran");
+    assert_eq!(svc.admission.queued(), 0);
+    running.abort();
 }

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
 
     // Namespaces must be entered before the tokio runtime starts threads:
     // unshare(CLONE_NEWUSER) fails in a multi-threaded process.
-    if let Err(err) = cli::prepare_process(&command) {
+    if let Err(err) = cli::prepare_process(&command, &global) {
         eprintln!("xfn: {err:#}");
         return ExitCode::FAILURE;
     }
@@ -44,6 +44,7 @@ fn main() -> ExitCode {
             Command::Pull(args) => cli::pull::execute(args, &global).await,
             Command::Cache(command) => cli::cache::execute(command, &global).await,
             Command::Render(args) => cli::render::execute(args, &global).await,
+            Command::RenderServers(command) => cli::render_servers::execute(command, &global).await,
             Command::Adapt(args) => cli::adapt::execute(args, &global).await,
             Command::Wrap(args) => cli::wrap::execute(args, &global).await,
         }

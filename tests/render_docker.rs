@@ -216,3 +216,93 @@ fn the_worked_example_renders_as_shown_with_the_docker_runtime() {
     assert_eq!(actual, expected);
     assert_nothing_left(&fx.path("cache"));
 }
+
+/// `xfn render-servers ARGS --cache-dir CACHE`.
+fn render_servers(fx: &Fixture, args: &[&str]) -> std::process::Output {
+    xfn_command()
+        .arg("render-servers")
+        .args(args)
+        .arg("--cache-dir")
+        .arg(fx.path("cache"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn")
+}
+
+/// Stops every kept server of a fixture, even when a test fails midway.
+struct StopKept<'a>(&'a Fixture);
+
+impl Drop for StopKept<'_> {
+    fn drop(&mut self) {
+        let _ = render_servers(self.0, &["stop", "--all"]);
+    }
+}
+
+/// The keeper pid `info.json` of kept server `name` names.
+fn keeper_pid(fx: &Fixture, name: &str) -> u64 {
+    let info = fx
+        .path("cache")
+        .join("run/kept")
+        .join(name)
+        .join("info.json");
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&info).unwrap_or_else(|e| panic!("{info:?}: {e}")))
+            .unwrap();
+    info["pid"].as_u64().unwrap()
+}
+
+#[test]
+fn a_kept_server_is_reused_by_the_next_render_and_stopping_it_leaves_nothing() {
+    let fx = Fixture::new();
+    let _stop = StopKept(&fx);
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    let function = function_object(
+        "rust",
+        &image,
+        &[
+            "render.crossplane.io/runtime-docker-cleanup: Orphan",
+            "render.crossplane.io/runtime-docker-name: golden-fn",
+        ],
+    );
+    golden_pipeline(&fx, "rust", &function);
+
+    let first = render_logged(&fx, GOLDEN_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&first));
+    let log = String::from_utf8_lossy(&first.stderr);
+    assert!(log.contains("starting a kept function server"), "{log}");
+    let keeper = keeper_pid(&fx, "golden-fn");
+
+    // The next render reuses the running server: no new keeper, no start.
+    let second = render_logged(&fx, GOLDEN_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&second));
+    let log = String::from_utf8_lossy(&second.stderr);
+    assert!(log.contains("reusing the kept function server"), "{log}");
+    assert!(!log.contains("starting a kept function server"), "{log}");
+    assert!(!log.contains("function server started"), "{log}");
+    assert_eq!(keeper_pid(&fx, "golden-fn"), keeper);
+
+    let listed = stdout(&render_servers(&fx, &["ls"]));
+    assert!(
+        listed.contains("golden-fn")
+            && listed.contains(&image)
+            && listed.contains(&keeper.to_string()),
+        "{listed}"
+    );
+
+    let stopped = stdout(&render_servers(&fx, &["stop", "golden-fn"]));
+    assert!(stopped.contains("stopped golden-fn"), "{stopped}");
+    assert!(
+        !Path::new(&format!("/proc/{keeper}/cmdline")).exists()
+            || std::fs::read(format!("/proc/{keeper}/cmdline"))
+                .unwrap()
+                .is_empty(),
+        "the keeper is gone"
+    );
+    assert!(!fx.path("cache").join("run/kept/golden-fn").exists());
+    assert_nothing_left(&fx.path("cache"));
+    let listed = stdout(&render_servers(&fx, &["ls"]));
+    assert!(!listed.contains("golden-fn"), "{listed}");
+    // Stopping what is not there says so.
+    let err = failure(&render_servers(&fx, &["stop", "golden-fn"]));
+    assert!(err.contains("no kept server named golden-fn"), "{err}");
+}

@@ -7,6 +7,7 @@ pub mod adapt;
 pub mod cache;
 pub mod pull;
 pub mod render;
+pub mod render_servers;
 pub mod run;
 pub mod start;
 pub mod wrap;
@@ -57,8 +58,12 @@ pub enum Command {
     /// Inspect the image cache.
     #[command(subcommand)]
     Cache(cache::CacheCommand),
-    /// Render a Composition's pipeline locally, like `crossplane render`.
+    /// Render a Composition's or an Operation's pipeline locally, like
+    /// `crossplane composition render` / `crossplane operation render`.
     Render(render::RenderArgs),
+    /// List and stop the function servers renders keep running.
+    #[command(subcommand)]
+    RenderServers(render_servers::RenderServersCommand),
     /// Serve a container image as a Crossplane Function (v1 FunctionRunnerService).
     Adapt(adapt::AdaptArgs),
     /// Build an adaptor image (a Function package) from a function image tarball.
@@ -190,11 +195,19 @@ pub fn init_logging(global: &Global) {
 /// Whatever must happen while the process is still single-threaded: entering
 /// the user and mount namespace for the commands that run or unpack images.
 /// (Owned by the sandbox work.)
-pub fn prepare_process(command: &Command) -> anyhow::Result<()> {
+pub fn prepare_process(command: &Command, global: &Global) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => enter_namespace(&args.store, &args.userns),
-        Command::Render(args) if args.needs_containers() => {
-            enter_namespace(&args.store_args(), &args.userns)
+        Command::Render(args) => {
+            // Keepers of kept servers start from outside any namespace.
+            render::start_kept(args, global)?;
+            if args.needs_containers() {
+                enter_namespace(&args.store_args(), &args.userns)?;
+            }
+            Ok(())
+        }
+        Command::RenderServers(render_servers::RenderServersCommand::Keep(args)) => {
+            enter_namespace(&args.store, &args.userns)
         }
         Command::Start(args) => {
             // Bind and fork the caller-checking gatekeeper first: it must

@@ -10,10 +10,11 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use xfn::compose::output::OutputOptions;
 use xfn::compose::plan::{RenderInputs, RenderPlan};
+use xfn::compose::runtimes::kept::KeeperCommand;
 use xfn::compose::runtimes::ContainerDefaults;
 use xfn::compose::ComposeError;
 use xfn::image::PullPolicy;
@@ -159,6 +160,66 @@ impl RenderArgs {
     }
 }
 
+/// Starts (or finds) the kept servers the render's Functions ask for,
+/// before the process enters any namespace. Unreadable inputs are left to
+/// the render to report.
+pub fn start_kept(args: &RenderArgs, global: &super::Global) -> anyhow::Result<()> {
+    let Ok(plan) = args.plan() else {
+        return Ok(());
+    };
+    let policy = args
+        .image_pull_policy
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_else(|| "IfNotPresent".into());
+    plan.start_kept(&keeper_command(args, global)?, &policy)?;
+    Ok(())
+}
+
+/// How this render starts keepers: this binary with the flags they share.
+fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<KeeperCommand> {
+    let mut flags: Vec<OsString> = vec![
+        "render-servers".into(),
+        "keep".into(),
+        "--cache-dir".into(),
+        args.cache_dir.clone().into(),
+        "--registry".into(),
+        global.registry.clone().into(),
+        "--timeout".into(),
+        format!("{}ms", args.timeout.as_millis()).into(),
+        "--map-root-uid".into(),
+        args.userns.map_root_uid.to_string().into(),
+        "--map-root-gid".into(),
+        args.userns.map_root_gid.to_string().into(),
+        "--runtime".into(),
+        args.runner.runtime.clone().into(),
+        "--pids-limit".into(),
+        args.runner.pids_limit.to_string().into(),
+        "--max-output-bytes".into(),
+        args.runner.max_output_bytes.to_string().into(),
+    ];
+    if let Some(mode) = args.runner.rootfs.to_possible_value() {
+        flags.extend(["--rootfs".into(), mode.get_name().into()]);
+    }
+    if args.runner.require_limits {
+        flags.push("--require-limits".into());
+    }
+    for registry in &args.insecure_registries {
+        flags.extend(["--insecure-registry".into(), registry.into()]);
+    }
+    if let Some(ca) = &args.ca_bundle_path {
+        flags.extend(["--ca-bundle-path".into(), ca.clone().into()]);
+    }
+    if global.debug {
+        flags.push("--debug".into());
+    }
+    Ok(KeeperCommand {
+        program: std::env::current_exe()?,
+        args: flags,
+        cache_dir: args.cache_dir.clone(),
+    })
+}
+
 /// Exit code of a render cut short by a Fatal result (its partial output
 /// is printed), as Crossplane's render engine.
 pub const EXIT_FATAL: u8 = 3;
@@ -204,6 +265,7 @@ pub async fn execute(mut args: RenderArgs, global: &super::Global) -> anyhow::Re
             PullPolicyArg::Always => PullPolicy::Always,
             PullPolicyArg::Never => PullPolicy::Never,
         },
+        keeper: Some(keeper_command(&args, global)?),
     };
     let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults))
         .await

@@ -770,6 +770,59 @@ mod tests {
     }
 
     #[test]
+    fn development_targets_may_be_grpc_dns_names() {
+        assert_eq!(
+            development_target("dns:///localhost:9443"),
+            "localhost:9443"
+        );
+        assert_eq!(
+            development_target("dns://8.8.8.8/fn.example:9443"),
+            "fn.example:9443"
+        );
+        assert_eq!(development_target("127.0.0.1:9443"), "127.0.0.1:9443");
+    }
+
+    #[test]
+    fn docker_knobs_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = |annotations: &str| {
+            write(
+                dir.path(),
+                "f.yaml",
+                &format!("apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: kcl\n  annotations: {{{annotations}}}\nspec: {{package: x/kcl:v1}}\n"),
+            )
+        };
+        let functions = read_functions(
+            &f("render.crossplane.io/runtime-docker-env: 'A=1,bad,B=2', render.crossplane.io/runtime-docker-network: host, render.crossplane.io/runtime-docker-cleanup: Orphan"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(functions[0].env, ["A=1", "B=2"]);
+        assert!(functions[0].host_network);
+        assert_eq!(
+            functions[0].keep.as_deref(),
+            Some("kcl"),
+            "named after the Function"
+        );
+        let overridden = read_functions(
+            &f("render.crossplane.io/runtime-docker-cleanup: Orphan"),
+            &[(
+                "render.crossplane.io/runtime-docker-name".into(),
+                "shared".into(),
+            )],
+        )
+        .unwrap();
+        assert_eq!(overridden[0].keep.as_deref(), Some("shared"));
+        for bad in [
+            "render.crossplane.io/runtime-docker-network: my-net",
+            "render.crossplane.io/runtime-docker-cleanup: Later",
+            "render.crossplane.io/runtime-docker-cleanup: Orphan, render.crossplane.io/runtime-docker-name: Not_Valid",
+        ] {
+            assert!(read_functions(&f(bad), &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn streams_skip_empty_documents_and_refuse_non_objects() {
         let path = Path::new("s.yaml");
         assert_eq!(

@@ -19,6 +19,7 @@ use super::inputs::{
 };
 use super::operation::{is_operation, Operation};
 use super::output::{to_yaml_stream, CompositeOutput, OutputOptions, COMPOSITE_LABEL};
+use super::runtimes::kept::{self, KeeperCommand, KeptStart};
 use super::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
 use super::v1::V1Pipeline;
 use super::value::{get_str, object_at};
@@ -92,6 +93,8 @@ pub struct RenderPlan {
     credentials: Vec<Value>,
     context: Option<Value>,
     output: OutputOptions,
+    /// Kept servers got ready by [`RenderPlan::start_kept`], by Function.
+    kept: std::sync::Mutex<HashMap<String, KeptStart>>,
 }
 
 /// What a render printed, and whether a Fatal result cut it short.
@@ -135,6 +138,7 @@ impl RenderPlan {
             credentials,
             context,
             output: inputs.output,
+            kept: Default::default(),
         };
         let (functions_path, steps) = if is_operation(&first) {
             if inputs.third.is_some() {
@@ -276,11 +280,35 @@ impl RenderPlan {
                 let spec = f.container.clone().unwrap_or_default();
                 ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
             }),
-            _ => self
-                .functions
-                .iter()
-                .any(|f| matches!(f.runtime, RuntimeKind::Exec | RuntimeKind::Docker)),
+            // A kept server runs in its keeper's namespace, not the render's.
+            _ => self.functions.iter().any(|f| match f.runtime {
+                RuntimeKind::Exec => true,
+                RuntimeKind::Docker => f.keep.is_none(),
+                RuntimeKind::Development { .. } => false,
+            }),
         }
+    }
+
+    /// Gets every kept server ready (reused, or its keeper started), while
+    /// the process is single-threaded and outside any namespace: keepers
+    /// enter their own, as any xfn does. `pull_policy` is the default for
+    /// Functions that set none.
+    pub fn start_kept(
+        &self,
+        keeper: &KeeperCommand,
+        pull_policy: &str,
+    ) -> Result<(), ComposeError> {
+        for function in self.functions.iter().filter(|f| f.keep.is_some()) {
+            if !matches!(function.runtime, RuntimeKind::Docker) {
+                continue;
+            }
+            let policy = function.pull_policy.as_deref().unwrap_or(pull_policy);
+            let start = kept::prepare(function, function.image(), policy, keeper)?;
+            if let Ok(mut kept) = self.kept.lock() {
+                kept.insert(function.name.clone(), start);
+            }
+        }
+        Ok(())
     }
 
     /// Runs the render: every function server a step uses started (or
@@ -323,7 +351,12 @@ impl RenderPlan {
             ),
             Subject::Operation(operation) => (operation.steps.as_slice(), None),
         };
-        let callers = Callers::new(&self.functions, runner.as_ref(), &defaults)?;
+        let kept = self
+            .kept
+            .lock()
+            .map(|mut k| std::mem::take(&mut *k))
+            .unwrap_or_default();
+        let callers = Callers::new(&self.functions, runner.as_ref(), &defaults, kept)?;
         let pipeline = V1Pipeline {
             steps,
             callers: callers.map(),

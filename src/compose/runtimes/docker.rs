@@ -70,48 +70,16 @@ impl Docker {
     }
 
     async fn start_server(&self) -> Result<Serving, ComposeError> {
-        let failed = |message: String| ComposeError::FunctionStart {
-            function: self.function.clone(),
-            image: self.image.clone(),
-            message,
-        };
         let started = Instant::now();
-        // Half the render's time at most, so that a server that never
-        // listens is named in the error before the whole render times out.
-        let startup = (self.config.timeout / 2).min(MAX_SERVER_START);
-        let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
-        // In its own namespace the server has 9443 to itself; on the host's
-        // network it gets a free loopback port instead (the SDKs take
-        // `--address`), so servers never clash and nothing listens beyond
-        // the loopback interface.
-        let port = if self.host_network {
-            let port = free_loopback_port().map_err(|e| failed(e.to_string()))?;
-            args.push(format!("--address=127.0.0.1:{port}"));
-            port
-        } else {
-            FUNCTION_PORT
-        };
-        let mut server = self
-            .runner
-            .serve(
-                &self.image,
-                ServeOptions {
-                    cmd: &args,
-                    env: &self.env,
-                    host_network: self.host_network,
-                },
-                &RunConfig {
-                    timeout: startup,
-                    ..self.config.clone()
-                },
-            )
-            .await
-            .map_err(|e| failed(one_line(&e)))?;
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        if let Err(err) = server.wait_listening(address, startup).await {
-            server.stop().await;
-            return Err(failed(one_line(&err)));
-        }
+        let (server, address) = serve_function(&ServerSpec {
+            function: &self.function,
+            runner: &self.runner,
+            image: &self.image,
+            config: &self.config,
+            env: &self.env,
+            host_network: self.host_network,
+        })
+        .await?;
         let network = server.network().clone();
         // The authority is only a label: every connection is made by the
         // connector, inside the container's namespace.
@@ -135,6 +103,73 @@ impl Docker {
             server: Mutex::new(Some(server)),
         })
     }
+}
+
+/// What a function server is started from.
+pub struct ServerSpec<'a> {
+    /// The Function's name, for errors.
+    pub function: &'a str,
+    /// The in-process runner.
+    pub runner: &'a Runner,
+    /// The image.
+    pub image: &'a str,
+    /// Pull policy, credentials, and the render's timeout.
+    pub config: &'a RunConfig,
+    /// `runtime-docker-env`.
+    pub env: &'a [String],
+    /// `runtime-docker-network: host`.
+    pub host_network: bool,
+}
+
+/// Starts a function server as `crossplane render` starts it and waits
+/// until it listens; returns it and the address it listens on (inside its
+/// namespace). A server that exits or never listens is named with the
+/// tail of its output.
+pub async fn serve_function(
+    spec: &ServerSpec<'_>,
+) -> Result<(ServedFunction, SocketAddr), ComposeError> {
+    let failed = |message: String| ComposeError::FunctionStart {
+        function: spec.function.to_string(),
+        image: spec.image.to_string(),
+        message,
+    };
+    // Half the render's time at most, so that a server that never
+    // listens is named in the error before the whole render times out.
+    let startup = (spec.config.timeout / 2).min(MAX_SERVER_START);
+    let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+    // In its own namespace the server has 9443 to itself; on the host's
+    // network it gets a free loopback port instead (the SDKs take
+    // `--address`), so servers never clash and nothing listens beyond
+    // the loopback interface.
+    let port = if spec.host_network {
+        let port = free_loopback_port().map_err(|e| failed(e.to_string()))?;
+        args.push(format!("--address=127.0.0.1:{port}"));
+        port
+    } else {
+        FUNCTION_PORT
+    };
+    let mut server = spec
+        .runner
+        .serve(
+            spec.image,
+            ServeOptions {
+                cmd: &args,
+                env: spec.env,
+                host_network: spec.host_network,
+            },
+            &RunConfig {
+                timeout: startup,
+                ..spec.config.clone()
+            },
+        )
+        .await
+        .map_err(|e| failed(one_line(&e)))?;
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    if let Err(err) = server.wait_listening(address, startup).await {
+        server.stop().await;
+        return Err(failed(one_line(&err)));
+    }
+    Ok((server, address))
 }
 
 #[async_trait::async_trait(?Send)]

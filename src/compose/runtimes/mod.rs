@@ -23,6 +23,7 @@ mod development;
 mod docker;
 mod exec;
 mod grpc;
+pub mod kept;
 
 pub use alpha_steps::{daemon_answers, ContainerSteps};
 pub use development::Development;
@@ -42,6 +43,9 @@ pub struct ContainerDefaults {
     pub timeout: Duration,
     /// Pull policy of Exec Functions that set none.
     pub pull_policy: PullPolicy,
+    /// How to start keepers of kept servers (`runtime-docker-cleanup:
+    /// Orphan`); without one, kept servers are refused.
+    pub keeper: Option<kept::KeeperCommand>,
 }
 
 /// The callers of a render's Functions, by name. They own the function
@@ -59,13 +63,31 @@ impl Callers {
         functions: &[Function],
         runner: Option<&Arc<Runner>>,
         defaults: &ContainerDefaults,
+        mut kept: HashMap<String, kept::KeptStart>,
     ) -> Result<Self, ComposeError> {
-        let mut map = HashMap::new();
+        let mut map: HashMap<String, Arc<dyn FunctionCaller>> = HashMap::new();
         for function in functions {
-            map.insert(
-                function.name.clone(),
-                caller_for(function, runner, defaults)?,
-            );
+            let caller: Arc<dyn FunctionCaller> =
+                match (&function.runtime, &function.keep) {
+                    (RuntimeKind::Docker, Some(name)) => {
+                        let keeper = defaults.keeper.as_ref().ok_or_else(|| {
+                            ComposeError::FunctionInvalid {
+                                function: function.name.clone(),
+                                message: "a kept server needs xfn's keeper".into(),
+                            }
+                        })?;
+                        Arc::new(kept::Kept {
+                            function: function.name.clone(),
+                            image: function.image().to_string(),
+                            dir: kept::KeptDir::new(&keeper.cache_dir, name),
+                            start: std::sync::Mutex::new(kept.remove(&function.name)),
+                            timeout: defaults.timeout,
+                            channel: tokio::sync::OnceCell::new(),
+                        })
+                    }
+                    _ => caller_for(function, runner, defaults)?,
+                };
+            map.insert(function.name.clone(), caller);
         }
         Ok(Self { map })
     }

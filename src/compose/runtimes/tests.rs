@@ -125,6 +125,7 @@ async fn alpha_steps_go_to_the_daemon_on_an_abstract_socket_when_it_answers() {
             default_registry: "index.docker.io".into(),
             timeout: Duration::from_secs(60),
             pull_policy: PullPolicy::IfNotPresent,
+            keeper: None,
         },
     };
     let output = steps
@@ -164,6 +165,7 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
             default_registry: "index.docker.io".into(),
             timeout: Duration::from_secs(60),
             pull_policy: PullPolicy::IfNotPresent,
+            keeper: None,
         },
     };
     let name = format!("xfn-test/nobody-{}.sock", std::process::id());
@@ -184,6 +186,7 @@ fn container_functions_name_what_is_wrong_with_them() {
         default_registry: "index.docker.io".into(),
         timeout: std::time::Duration::from_secs(60),
         pull_policy: crate::image::PullPolicy::IfNotPresent,
+        keeper: None,
     };
     let function = |runtime: RuntimeKind, package: &str, pull_policy: Option<&str>| Function {
         name: "fn-a".into(),

@@ -1,0 +1,168 @@
+//! `xfn render-servers ls|stop`: the function servers renders keep running
+//! (`render.crossplane.io/runtime-docker-cleanup: Orphan`); `keep` (hidden)
+//! is the keeper process a render starts for each (see
+//! `xfn::compose::runtimes::kept`).
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::{Args, Subcommand};
+
+use xfn::compose::runtimes::kept::{self, KeptDir, KeptInfo};
+use xfn::image::PullPolicy;
+use xfn::runner::{NetworkPolicy, RunConfig, Runner};
+
+use super::run::{parse_duration, PullPolicyArg};
+use super::{RunnerArgs, StoreArgs, UsernsArgs};
+
+/// `xfn render-servers`.
+#[derive(Debug, Subcommand)]
+pub enum RenderServersCommand {
+    /// List kept function servers: name, Function, image, keeper pid, age.
+    Ls(CacheArg),
+    /// Stop kept function servers (and remove everything of them).
+    Stop(StopArgs),
+    /// Run one kept server (started by `xfn render`).
+    #[command(hide = true)]
+    Keep(KeepArgs),
+}
+
+/// The cache whose kept servers are meant.
+#[derive(Debug, Args)]
+pub struct CacheArg {
+    /// Directory of the image cache (and per-run state).
+    #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
+    pub cache_dir: PathBuf,
+}
+
+/// `xfn render-servers stop`.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// The cache.
+    #[command(flatten)]
+    pub cache: CacheArg,
+    /// Stop every kept server.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// The servers (their `runtime-docker-name`).
+    #[arg(required_unless_present = "all")]
+    pub names: Vec<String>,
+}
+
+/// `xfn render-servers keep`.
+#[derive(Debug, Args)]
+pub struct KeepArgs {
+    /// Store flags.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// User namespace flags.
+    #[command(flatten)]
+    pub userns: UsernsArgs,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+    /// The server's name.
+    #[arg(long)]
+    pub name: String,
+    /// The Function it serves.
+    #[arg(long)]
+    pub function: String,
+    /// The image.
+    #[arg(long)]
+    pub image: String,
+    /// When to pull the image.
+    #[arg(long, value_enum, default_value = "IfNotPresent")]
+    pub image_pull_policy: PullPolicyArg,
+    /// `KEY=VALUE` added to its environment.
+    #[arg(long)]
+    pub env: Vec<String>,
+    /// Share the host's network (egress).
+    #[arg(long)]
+    pub host_network: bool,
+    /// Bounds the server's start (half of it, at most 30s, as a render's).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Runs `xfn render-servers …`.
+pub async fn execute(
+    command: RenderServersCommand,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        RenderServersCommand::Ls(args) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            println!("NAME\tFUNCTION\tIMAGE\tPID\tAGE");
+            for KeptInfo {
+                name,
+                function,
+                image,
+                pid,
+                started,
+            } in kept::list(&args.cache_dir)
+            {
+                println!(
+                    "{name}\t{function}\t{image}\t{pid}\t{}s",
+                    now.saturating_sub(started)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RenderServersCommand::Stop(args) => {
+            let names: Vec<String> = if args.all {
+                kept::list(&args.cache.cache_dir)
+                    .into_iter()
+                    .map(|i| i.name)
+                    .collect()
+            } else {
+                args.names
+            };
+            let mut missing = Vec::new();
+            for name in &names {
+                let dir = args.cache.cache_dir.clone();
+                let name_owned = name.clone();
+                let stopped =
+                    tokio::task::spawn_blocking(move || kept::stop(&dir, &name_owned)).await?;
+                if stopped {
+                    println!("stopped {name}");
+                } else {
+                    missing.push(name.as_str());
+                }
+            }
+            if !missing.is_empty() {
+                bail!("no kept server named {}", missing.join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RenderServersCommand::Keep(args) => {
+            let store = args.store.open_store(&global.registry)?;
+            let runner = Runner::new(store, args.runner.options())?;
+            let config = RunConfig {
+                pull_policy: match args.image_pull_policy {
+                    PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
+                    PullPolicyArg::Always => PullPolicy::Always,
+                    PullPolicyArg::Never => PullPolicy::Never,
+                },
+                auth: super::pull::docker_config_auth(&args.image, &global.registry)
+                    .unwrap_or_default(),
+                timeout: args.timeout,
+                network: NetworkPolicy::Isolated,
+                cpu: None,
+                memory: None,
+            };
+            let dir = KeptDir::new(&args.store.cache_dir, &args.name);
+            let info = KeptInfo {
+                name: args.name.clone(),
+                function: args.function.clone(),
+                image: args.image.clone(),
+                pid: std::process::id(),
+                started: 0,
+            };
+            kept::keep(&runner, &dir, info, &config, &args.env, args.host_network).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -13,6 +13,9 @@
 //!            `from-settings`
 //!   context  write `input.write` into the context; copy context key
 //!            `input.read` into the XR's desired status
+//!   observe, schema, env, operate: as function.py (what the reconciler
+//!            gave the XR, a required schema's properties, an environment
+//!            variable, an Operation's applied resource and output)
 //!
 //! Run: fn_server --insecure [--address 127.0.0.1:PORT] [--serve v1|v1beta1|both]
 //!
@@ -390,6 +393,102 @@ fn run(
             }
             rsp.context = Some(context);
         }
+        Some("observe") => {
+            let xr = req
+                .observed
+                .as_ref()
+                .and_then(|o| o.composite.as_ref())
+                .and_then(|c| c.resource.as_ref())
+                .map_or_else(|| json!({}), from_struct);
+            let observed = json!({
+                "uid": xr.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                "labels": xr.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
+                "spec": xr.get("spec").cloned().unwrap_or_else(|| json!({})),
+            });
+            context_insert(&mut rsp, "observed", observed);
+        }
+        Some("schema") => {
+            let field = |key: &str| match inp.get(key) {
+                Some(Value::String(v)) => Ok(v.clone()),
+                Some(_) => Err(bad_argument_type()),
+                None => Err(key_error(key)),
+            };
+            rsp.requirements.get_or_insert_default().schemas.insert(
+                "schema".into(),
+                v1::SchemaSelector {
+                    api_version: field("apiVersion")?,
+                    kind: field("kind")?,
+                },
+            );
+            if let Some(schema) = req.required_schemas.get("schema") {
+                let names =
+                    schema
+                        .openapi_v3
+                        .as_ref()
+                        .map(from_struct)
+                        .map_or(Value::Null, |schema| {
+                            let mut names: Vec<String> = schema
+                                .get("properties")
+                                .and_then(Value::as_object)
+                                .map(|p| p.keys().cloned().collect())
+                                .unwrap_or_default();
+                            names.sort();
+                            json!(names)
+                        });
+                context_insert(&mut rsp, "schemaProperties", names);
+            }
+        }
+        Some("operate") => {
+            let name = match inp.get("name") {
+                Some(Value::String(name)) => name.clone(),
+                Some(_) => return Err(bad_argument_type()),
+                None => return Err(key_error("name")),
+            };
+            rsp.requirements.get_or_insert_default().resources.insert(
+                "settings".into(),
+                v1::ResourceSelector {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    r#match: Some(v1::resource_selector::Match::MatchName("settings".into())),
+                    namespace: None,
+                },
+            );
+            let first = |key: &str| {
+                req.required_resources
+                    .get(key)
+                    .and_then(|r| r.items.first())
+                    .and_then(|item| item.resource.as_ref())
+                    .map(from_struct)
+            };
+            let watched = first("ops.crossplane.io/watched-resource")
+                .and_then(|w| w.pointer("/metadata/name").cloned())
+                .unwrap_or_else(|| json!(""));
+            let mut data = Map::new();
+            data.insert("watched".into(), watched);
+            if let Some(Value::Object(settings)) =
+                first("settings").and_then(|s| s.get("data").cloned())
+            {
+                data.extend(settings);
+            }
+            let mut keys: Vec<String> = data.keys().cloned().collect();
+            keys.sort();
+            let desired = rsp.desired.get_or_insert_default();
+            update(
+                desired.resources.entry(name.clone()).or_default(),
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": name, "namespace": "default"}, "data": data}),
+            );
+            rsp.output = to_struct(&json!({"applied": name, "keys": keys}));
+            normal(&mut rsp, format!("applied {name}"));
+        }
+        Some("env") => {
+            let value = inp
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|name| std::env::var(name).ok())
+                .map_or(Value::Null, Value::String);
+            context_insert(&mut rsp, "env", value);
+        }
         _ => {
             let action = py_repr(inp.get("action").unwrap_or(&Value::Null));
             fatal_result(&mut rsp, format!("unknown action {action}"));
@@ -400,6 +499,13 @@ fn run(
 
 /// `resource.update(r, dict)`: each top-level key of `source` replaces the
 /// resource's (Struct.update semantics); other keys stay.
+/// `rsp.context.update({key: value})`.
+fn context_insert(rsp: &mut v1::RunFunctionResponse, key: &str, value: Value) {
+    if let Some(s) = to_struct(&json!({ key: value })) {
+        rsp.context.get_or_insert_default().fields.extend(s.fields);
+    }
+}
+
 fn update(resource: &mut v1::Resource, source: Value) {
     if let Some(source) = to_struct(&source) {
         resource

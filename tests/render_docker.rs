@@ -306,3 +306,100 @@ fn a_kept_server_is_reused_by_the_next_render_and_stopping_it_leaves_nothing() {
     let err = failure(&render_servers(&fx, &["stop", "golden-fn"]));
     assert!(err.contains("no kept server named golden-fn"), "{err}");
 }
+
+#[test]
+fn v2_xrs_and_operations_render_the_same_through_a_served_image() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    // The Python SDK function's golden files, through a container.
+    v2_pipeline(
+        &fx,
+        "rust",
+        &function_object("rust", &image, &[]),
+        XR_NAMESPACED,
+        XRD_V2,
+    );
+    assert_golden("v2-namespaced.yaml", &stdout(&fx.render(V2_ARGS)));
+
+    fx.write("functions.yaml", &function_object("rust", &image, &[]));
+    fx.write("required.yaml", REQUIRED);
+    fx.write("watched.yaml", WATCHED);
+    fx.write("operation.yaml", &operation("Operation", "rust"));
+    let out = fx.render(&[
+        "operation.yaml",
+        "functions.yaml",
+        "-e",
+        "required.yaml",
+        "-r",
+    ]);
+    assert_golden("op-operation.yaml", &stdout(&out));
+    fx.write("operation.yaml", &operation("WatchOperation", "rust"));
+    let out = fx.render(&[
+        "operation.yaml",
+        "functions.yaml",
+        "-e",
+        "required.yaml",
+        "-r",
+        "-w",
+        "watched.yaml",
+    ]);
+    assert_golden("op-watch.yaml", &stdout(&out));
+    assert_nothing_left(&fx.path("cache"));
+}
+
+#[test]
+fn a_server_gets_its_environment_and_opt_in_network_egress() {
+    let fx = Fixture::new();
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: env
+    functionRef: {name: rust}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: env, name: GREETING}
+",
+        ),
+    );
+    for network in [
+        None,
+        Some("render.crossplane.io/runtime-docker-network: host"),
+    ] {
+        let mut annotations =
+            vec!["render.crossplane.io/runtime-docker-env: GREETING=hello,OTHER=x"];
+        annotations.extend(network);
+        fx.write(
+            "functions.yaml",
+            &function_object("rust", &image, &annotations),
+        );
+        let out = render_logged(
+            &fx,
+            &["xr.yaml", "composition.yaml", "functions.yaml", "-c"],
+        );
+        let text = stdout(&out);
+        assert!(text.contains("env: hello"), "{network:?}: {text}");
+        let log = String::from_utf8_lossy(&out.stderr);
+        // On the host's network the server listens on a loopback port
+        // xfn picked, never on 9443 of the host.
+        assert_eq!(
+            log.contains("--address=127.0.0.1:"),
+            network.is_some(),
+            "{network:?}: {log}"
+        );
+        assert_nothing_left(&fx.path("cache"));
+    }
+    // Another network is refused by name.
+    fx.write(
+        "functions.yaml",
+        &function_object(
+            "rust",
+            &image,
+            &["render.crossplane.io/runtime-docker-network: kind"],
+        ),
+    );
+    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
+    assert!(
+        err.contains("runtime-docker-network") && err.contains("host"),
+        "{err}"
+    );
+}

@@ -19,20 +19,36 @@ use nix::sched::CloneFlags;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A container's network namespace, kept open (so it outlives the
-/// container's processes as long as xfn needs it).
+/// container's processes as long as xfn needs it); or xfn's own, for a
+/// container that shares it.
 #[derive(Debug, Clone)]
-pub struct NetworkNamespace(Arc<OwnedFd>);
+pub struct NetworkNamespace(Option<Arc<OwnedFd>>);
 
 impl NetworkNamespace {
     /// The network namespace of process `pid` (as xfn sees it).
     pub fn of_pid(pid: u32) -> std::io::Result<Self> {
         let file = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
-        Ok(Self(Arc::new(file.into())))
+        Ok(Self(Some(Arc::new(file.into()))))
+    }
+
+    /// xfn's own network (a container on the host's network): connections
+    /// are made directly. (xfn could not `setns` into it anyway: it belongs
+    /// to the host's user namespace, where xfn has no capabilities.)
+    pub fn own() -> Self {
+        Self(None)
     }
 
     /// Connects to `address` from inside the namespace.
     pub async fn connect(&self, address: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
-        let namespace = Arc::clone(&self.0);
+        let Some(namespace) = &self.0 else {
+            let stream =
+                tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            stream.set_nodelay(true)?;
+            return Ok(stream);
+        };
+        let namespace = Arc::clone(namespace);
         let (sender, receiver) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("xfn-netns-connect".into())

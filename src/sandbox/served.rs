@@ -128,7 +128,11 @@ impl Sandbox {
             .and_then(|pid| {
                 rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
             });
-        let network = match NetworkNamespace::of_pid(pid) {
+        let network = match if request.host_network {
+            Ok(NetworkNamespace::own())
+        } else {
+            NetworkNamespace::of_pid(pid)
+        } {
             Ok(network) => network,
             Err(err) => {
                 // Gone already (a server that fails at once): crun returns

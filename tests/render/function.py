@@ -15,6 +15,7 @@ Each pipeline step says what to do in its input's `action`:
   schema   require the schema of `input.apiVersion` `input.kind`; once
            given, put its top-level property names into the context
            (`schemaProperties`, null when there is none)
+  env      put environment variable `input.name` into the context (`env`)
   operate  (Operations) apply ConfigMap `input.name` holding the watched
            resource's name and the required `settings` data, if any; set
            the step's output
@@ -23,6 +24,7 @@ Run: python3 function.py --address 127.0.0.1:PORT --insecure
 """
 
 import argparse
+import os
 
 from crossplane.function import logging, request, resource, response, runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -92,6 +94,8 @@ class Function(grpcv1.FunctionRunnerServiceServicer):
                 schema = request.get_required_schema(req, "schema")
                 names = sorted(schema.get("properties", {})) if schema else None
                 rsp.context.update({"schemaProperties": names})
+        elif action == "env":
+            rsp.context.update({"env": os.environ.get(inp["name"])})
         elif action == "operate":
             response.require_resources(
                 rsp, "settings", "v1", "ConfigMap", match_name="settings"

@@ -148,6 +148,12 @@ pub async fn serve_function(
     } else {
         FUNCTION_PORT
     };
+    tracing::debug!(
+        function = spec.function,
+        image = spec.image,
+        ?args,
+        "starting the function server"
+    );
     let mut server = spec
         .runner
         .serve(

@@ -154,7 +154,7 @@ pub fn prepare(
         message,
     };
     let dir = KeptDir::new(&keeper.cache_dir, name);
-    std::fs::create_dir_all(dir.path())
+    create_owned(&keeper.cache_dir, dir.path())
         .map_err(|e| failed(format!("cannot create {}: {e}", dir.path().display())))?;
     if dir.socket().as_os_str().len() >= 108 {
         return Err(failed(format!(
@@ -164,6 +164,7 @@ pub fn prepare(
     }
     // One render at a time starts a given server.
     let lock = std::fs::File::create(dir.path().join("lock"))
+        .and_then(|f| own_like(&keeper.cache_dir, &dir.path().join("lock")).map(|()| f))
         .map_err(|e| failed(format!("cannot lock {}: {e}", dir.path().display())))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| failed(format!("cannot lock {}: {e}", dir.path().display())))?;
@@ -180,6 +181,7 @@ pub fn prepare(
     let _ = std::fs::remove_file(dir.socket());
     let _ = std::fs::remove_file(dir.info_file());
     let log = std::fs::File::create(dir.log())
+        .and_then(|f| own_like(&keeper.cache_dir, &dir.log()).map(|()| f))
         .map_err(|e| failed(format!("cannot write {}: {e}", dir.log().display())))?;
     let mut command = std::process::Command::new(&keeper.program);
     command
@@ -210,6 +212,38 @@ pub fn prepare(
         .map_err(|e| failed(format!("cannot start its keeper: {e}")))?;
     tracing::info!(server = %name, pid = child.id(), "starting a kept function server");
     Ok(KeptStart::Spawned(child))
+}
+
+/// Creates `path` (under `cache_dir`) and every missing directory on the
+/// way, owned like `cache_dir`. The render creates them before any
+/// namespace, as itself; the keeper writes in them as the namespace's root,
+/// which owns the cache dir (xfn makes it so when it enters), and root of
+/// the host is not root in there.
+fn create_owned(cache_dir: &Path, path: &Path) -> std::io::Result<()> {
+    // A new cache dir is handed to the namespace's root by the keeper, as
+    // by any xfn that enters it.
+    std::fs::create_dir_all(cache_dir)?;
+    let relative = path.strip_prefix(cache_dir).unwrap_or(path);
+    let mut current = cache_dir.to_path_buf();
+    for part in relative.components() {
+        current.push(part);
+        if !current.exists() {
+            std::fs::create_dir(&current)?;
+            own_like(cache_dir, &current)?;
+        }
+    }
+    Ok(())
+}
+
+/// Gives `path` the owner of `like`, where that is another.
+fn own_like(like: &Path, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(like)?;
+    let own = std::fs::metadata(path)?;
+    if (own.uid(), own.gid()) != (owner.uid(), owner.gid()) {
+        std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid()))?;
+    }
+    Ok(())
 }
 
 /// SIGTERM to the keeper, then waits (at most `patience`) for it to remove

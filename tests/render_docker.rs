@@ -403,3 +403,34 @@ fn a_server_gets_its_environment_and_opt_in_network_egress() {
         "{err}"
     );
 }
+
+#[test]
+fn an_unprivileged_user_keeps_and_reuses_a_server_and_stops_it() {
+    let fx = Fixture::new();
+    let _stop = StopKept(&fx);
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    let function = function_object(
+        "rust",
+        &image,
+        &["render.crossplane.io/runtime-docker-cleanup: Orphan"],
+    );
+    golden_pipeline(&fx, "rust", &function);
+    let first = fx.render_unprivileged(GOLDEN_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&first));
+    // Named after the Function when runtime-docker-name is not given.
+    let keeper = keeper_pid(&fx, "rust");
+    let second = fx.render_unprivileged(GOLDEN_ARGS);
+    assert_golden("v1-development.yaml", &stdout(&second));
+    let log = String::from_utf8_lossy(&second.stderr);
+    assert!(log.contains("reusing the kept function server"), "{log}");
+    assert_eq!(keeper_pid(&fx, "rust"), keeper);
+    let stop = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .args(["render-servers", "stop", "--all", "--cache-dir"])
+        .arg(fx.path("cache"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn");
+    assert!(stdout(&stop).contains("stopped rust"));
+    assert!(!fx.path("cache").join("run/kept/rust").exists());
+    assert_nothing_left(&fx.path("cache"));
+}

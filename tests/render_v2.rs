@@ -173,3 +173,12 @@ fn the_full_operation_and_a_fatal_operation_exit_as_crossplane() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_golden("op-fatal.yaml", &String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn a_development_target_may_be_a_grpc_dns_name() {
+    let function = PythonFunction::start();
+    let fx = Fixture::new();
+    let target = format!("dns:///{}", function.address);
+    golden_pipeline(&fx, "python", &development_function("python", &target));
+    assert_golden("v1-development.yaml", &stdout(&fx.render(GOLDEN_ARGS)));
+}

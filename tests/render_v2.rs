@@ -182,3 +182,32 @@ fn a_development_target_may_be_a_grpc_dns_name() {
     golden_pipeline(&fx, "python", &development_function("python", &target));
     assert_golden("v1-development.yaml", &stdout(&fx.render(GOLDEN_ARGS)));
 }
+
+#[test]
+fn two_functions_cannot_keep_one_server() {
+    let fx = Fixture::new();
+    let functions =
+        function_object("a", "x.example/a:v1", &[]) + &function_object("b", "x.example/b:v1", &[]);
+    fx.write("functions.yaml", &functions);
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: one
+    functionRef: {name: a}
+  - step: two
+    functionRef: {name: b}
+",
+        ),
+    );
+    let err = failure(&fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "-a",
+        "render.crossplane.io/runtime-docker-cleanup=Orphan",
+        "-a",
+        "render.crossplane.io/runtime-docker-name=shared",
+    ]));
+    assert!(err.contains("keeps a server named \"shared\" too"), "{err}");
+}

@@ -298,6 +298,22 @@ impl RenderPlan {
         keeper: &KeeperCommand,
         pull_policy: &str,
     ) -> Result<(), ComposeError> {
+        // Two Functions keeping one server would each lock and start it.
+        let mut names: HashMap<&str, &str> = HashMap::new();
+        for function in self.functions.iter() {
+            let (Some(name), RuntimeKind::Docker) = (&function.keep, &function.runtime) else {
+                continue;
+            };
+            if let Some(other) = names.insert(name, &function.name) {
+                return Err(ComposeError::FunctionInvalid {
+                    function: function.name.clone(),
+                    message: format!(
+                        "Function {other:?} keeps a server named {name:?} too; give each its own \
+                         render.crossplane.io/runtime-docker-name"
+                    ),
+                });
+            }
+        }
         for function in self.functions.iter().filter(|f| f.keep.is_some()) {
             if !matches!(function.runtime, RuntimeKind::Docker) {
                 continue;

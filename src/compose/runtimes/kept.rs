@@ -129,8 +129,10 @@ fn is_keeper(pid: u32) -> bool {
 pub enum KeptStart {
     /// A running server with the same image: reused.
     Reused,
-    /// A keeper was started; it is ready once its socket answers.
-    Spawned(std::process::Child),
+    /// A keeper was started; it is ready once its socket answers. The
+    /// lock is held until then, so a render starting the same server at
+    /// the same time waits and reuses it.
+    Spawned(std::process::Child, std::fs::File),
 }
 
 /// Gets kept server `function.keep` ready for a render, before the render
@@ -211,7 +213,7 @@ pub fn prepare(
         .spawn()
         .map_err(|e| failed(format!("cannot start its keeper: {e}")))?;
     tracing::info!(server = %name, pid = child.id(), "starting a kept function server");
-    Ok(KeptStart::Spawned(child))
+    Ok(KeptStart::Spawned(child, lock))
 }
 
 /// Creates `path` (under `cache_dir`) and every missing directory on the
@@ -312,11 +314,15 @@ impl Kept {
         let mut pause = Duration::from_millis(2);
         loop {
             if self.dir.answers() {
+                // Ready: release the start lock (the keeper runs on).
+                if let Ok(mut start) = self.start.lock() {
+                    start.take();
+                }
                 return Ok(());
             }
             let exited = match self.start.lock() {
                 Ok(mut start) => match start.as_mut() {
-                    Some(KeptStart::Spawned(child)) => child.try_wait().ok().flatten(),
+                    Some(KeptStart::Spawned(child, _)) => child.try_wait().ok().flatten(),
                     _ => None,
                 },
                 Err(_) => None,

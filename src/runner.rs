@@ -254,6 +254,12 @@ impl Runner {
         self.sandbox.limits_unavailable()
     }
 
+    /// Checks that the OCI runtime is crun, new enough: daemons call it at
+    /// start (runs check it before their first container anyway).
+    pub fn check_runtime(&self) -> Result<crate::sandbox::runtime::CrunVersion, RunError> {
+        Ok(self.sandbox.check_runtime()?)
+    }
+
     /// The image store.
     pub fn store(&self) -> &ImageStore {
         &self.store

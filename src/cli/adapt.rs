@@ -135,6 +135,8 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
     let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
+    let crun = runner.check_runtime()?;
+    tracing::info!(%crun, "OCI runtime");
     let runner = Arc::new(runner);
     let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
     metrics.set_limits_enforced(runner.limits_unavailable().is_none());

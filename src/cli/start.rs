@@ -126,6 +126,8 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
     // their mount namespace), so a restarted daemon starts clean.
     let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
+    let crun = runner.check_runtime()?;
+    tracing::info!(%crun, "OCI runtime");
     match runner.limits_unavailable() {
         None => tracing::info!("cpu/memory/pids limits are enforced"),
         Some(why) if args.runner.require_limits => {

@@ -9,6 +9,7 @@ pub mod cgroup;
 pub mod crun;
 pub mod netns;
 pub mod quantity;
+pub mod runtime;
 pub mod served;
 pub mod spec;
 pub mod user;
@@ -47,6 +48,9 @@ pub enum SandboxError {
     /// The container run failed.
     #[error(transparent)]
     Crun(#[from] CrunError),
+    /// The OCI runtime is missing, not crun, or too old.
+    #[error(transparent)]
+    Runtime(#[from] runtime::RuntimeError),
     /// The run's cgroup could not be set up.
     #[error(transparent)]
     Cgroup(#[from] cgroup::run::CgroupError),
@@ -122,6 +126,8 @@ pub struct Sandbox {
     limits_unavailable: Option<String>,
     /// Where run cgroups go, when limits are enforced.
     delegation: Option<cgroup::Delegation>,
+    /// The verdict on the runtime, reached before the first container.
+    runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -151,12 +157,24 @@ impl Sandbox {
             options,
             limits_unavailable,
             delegation,
+            runtime_checked: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Checks once that the OCI runtime is crun, new enough
+    /// ([`runtime::MIN_CRUN`]); every container start calls it, and daemons
+    /// call it at start to refuse to serve without a usable runtime.
+    pub fn check_runtime(&self) -> Result<runtime::CrunVersion, SandboxError> {
+        self.runtime_checked
+            .get_or_init(|| runtime::check(&self.options.runtime, &self.options.run_dir))
+            .clone()
+            .map_err(SandboxError::from)
     }
 
     /// Builds the spec, writes the bundle and runs the container; the bundle
     /// and crun's state are gone when this returns or is dropped.
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
+        self.check_runtime()?;
         self.check_limits()?;
         self.warn_unenforced(&request.limits);
         // On every path, cancellation included (then through its Drop,

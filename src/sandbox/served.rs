@@ -70,6 +70,7 @@ impl Sandbox {
     /// Starts a container that keeps running, and returns once its process
     /// exists (not once it serves: see [`ServedContainer::wait_listening`]).
     pub async fn serve(&self, request: &ServeRequest<'_>) -> Result<ServedContainer, SandboxError> {
+        self.check_runtime()?;
         self.check_limits()?;
         self.warn_unenforced(&request.limits);
         let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {

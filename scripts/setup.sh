@@ -16,7 +16,8 @@ packages=(
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl wget ca-certificates
   libc6-dev binutils # the static test function server (examples/fn_server.rs) links glibc's libc.a; readelf checks it
-  python3-yaml    # benches/render.sh reads the renders it checks
+  python3-yaml    # benches/render.sh reads the renders it checks; tests/deploy/validate.py
+  mmdebstrap      # scripts/image.sh: the runner image's base images from Debian's packages
 )
 
 missing=()
@@ -43,6 +44,14 @@ if ! python3 -c 'import crossplane.function' 2>/dev/null; then
   fi
   python3 -m pip install --quiet --disable-pip-version-check crossplane-function-sdk-python==0.15.1 \
     || python3 -m pip install --quiet --break-system-packages crossplane-function-sdk-python==0.15.1
+fi
+
+# kubernetes-validate: tests/deploy/validate.py checks deploy/ against the
+# Kubernetes schemas offline.
+if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
+  echo "setup: installing kubernetes-validate" >&2
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
 fi
 
 # The Debian package starts a registry on :5000 where systemd runs; the tests

@@ -74,9 +74,12 @@ build_function_server() {
 # --cgroups=disabled (crun 1.8.1 refuses hybrid cgroups otherwise), and with
 # explicit --ulimit values (its defaults exceed the hard limits here).
 # A script of podman runs starts with PODMAN_PRELUDE (after `#!/bin/sh`),
-# runs `$PODMAN_RUN IMAGE`, and is started under PODMAN_NS.
+# runs `$PODMAN_RUN IMAGE`, and is started under PODMAN_NS. PODMAN_HOST_FLAGS
+# are the flags any `podman run` needs on this host (tests/image_e2e.rs and
+# benches/image.sh run the runner image with them).
 PODMAN_PRELUDE="mount -t tmpfs tmpfs /sys/fs/cgroup"
-PODMAN_RUN="podman run --rm -i --network none --cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
+PODMAN_HOST_FLAGS="--cgroups=disabled --ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
+PODMAN_RUN="podman run --rm -i --network none $PODMAN_HOST_FLAGS"
 PODMAN_NS="unshare --mount --propagation private"
 
 # The "bare crun" floor the benchmarks set xfn against: the least any runner

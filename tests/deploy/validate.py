@@ -1,0 +1,154 @@
+"""Validates deploy/ offline against the Kubernetes schemas of the oldest
+Kubernetes the deployment supports (1.33: hostUsers and procMount on by
+default), with kubernetes-validate (PyPI) in strict mode: unknown fields
+are errors.
+
+What is a Kubernetes object is validated as one. What is not:
+- the Helm values: the Deployment the Crossplane v1.13 chart renders from
+  them is rebuilt here the way its template (templates/deployment.yaml,
+  the xfn container and the xfn-cache volume) puts the values in, with the
+  post-renderer's hostUsers patch applied, and validated as a Deployment;
+- the DeploymentRuntimeConfig: its deploymentTemplate, completed the way
+  Crossplane completes it (selector, labels, the package image), is
+  validated as a Deployment; the Function and DeploymentRuntimeConfig
+  themselves are Crossplane CRDs, which kubernetes-validate does not know:
+  only their references to each other and to the autoscaler are checked.
+Nothing here talks to a cluster.
+
+Usage: python3 validate.py REPO
+"""
+import copy
+import pathlib
+import sys
+
+import kubernetes_validate
+import yaml
+
+K8S = "1.33.0"
+REPO = pathlib.Path(sys.argv[1])
+PROFILE = "xfn/runner.json"
+
+
+def valid(obj, what):
+    try:
+        kubernetes_validate.validate(obj, K8S, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        sys.exit(f"{what}: not a valid {obj.get('kind')} for Kubernetes {K8S}: {e.message} at {list(e.path)}")
+    print(f"ok: {what}")
+
+
+def invalid(obj, what):
+    """The validator must catch a broken object (or it proves nothing)."""
+    try:
+        kubernetes_validate.validate(obj, K8S, strict=True)
+    except kubernetes_validate.ValidationError:
+        print(f"ok: rejected {what}")
+        return
+    sys.exit(f"kubernetes-validate accepted {what}")
+
+
+def chart_deployment(values, patch):
+    """The parts of Crossplane v1.13's Deployment that the xfn values reach."""
+    xfn = values["xfn"]
+    chart_defaults_security = {
+        "runAsUser": 65532, "runAsGroup": 65532, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"add": ["SETUID", "SETGID"]},
+        "seccompProfile": {"type": "Unconfined"},
+    }
+    security = merge(chart_defaults_security, xfn["securityContext"])
+    cache = {"sizeLimit": xfn["cache"]["sizeLimit"]}
+    if xfn["cache"]["medium"]:
+        cache["medium"] = xfn["cache"]["medium"]
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "crossplane", "namespace": "crossplane-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "crossplane"}},
+            "template": {
+                "metadata": {"labels": {"app": "crossplane"},
+                             "annotations": {"container.apparmor.security.beta.kubernetes.io/crossplane-xfn": "unconfined"}},
+                "spec": {
+                    "serviceAccountName": "crossplane",
+                    "containers": [
+                        {"name": "crossplane", "image": "xpkg.upbound.io/crossplane/crossplane:v1.13.2",
+                         "args": ["core", "start"] + values["args"]},
+                        {"name": "crossplane-xfn",
+                         "image": f"{xfn['image']['repository']}:{xfn['image']['tag']}",
+                         "args": ["start"] + xfn["args"],
+                         "imagePullPolicy": xfn["image"]["pullPolicy"],
+                         "resources": xfn["resources"],
+                         "securityContext": security,
+                         "volumeMounts": [{"mountPath": "/xfn", "name": "xfn-cache"}]},
+                    ],
+                    "volumes": [{"name": "xfn-cache", "emptyDir": cache}],
+                },
+            },
+        },
+    }
+    return merge(deployment, {k: v for k, v in patch.items() if k == "spec"})
+
+
+def merge(base, over):
+    """Helm's (and a strategic merge patch's, for maps) deep merge."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_xfn_container(container, what):
+    sc = container["securityContext"]
+    assert sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": PROFILE}, (what, sc)
+    assert sc["procMount"] == "Unmasked", (what, sc)
+    assert sc["runAsUser"] == 65532 and sc["allowPrivilegeEscalation"] is False, (what, sc)
+    assert sc["capabilities"].get("add") in (None, []), (what, sc)
+    assert any(m["mountPath"] == "/xfn" for m in container["volumeMounts"]), what
+
+
+# The profile the manifests name is the repository's.
+assert (REPO / "seccomp" / pathlib.Path(PROFILE).name).is_file()
+
+# Crossplane v1.11–v1.13: the chart's Deployment from the values.
+values = yaml.safe_load((REPO / "deploy/crossplane-v1.13/values.yaml").read_text())
+patch = yaml.safe_load((REPO / "deploy/crossplane-v1.13/hostusers-patch.yaml").read_text())
+valid(patch | {"spec": merge(patch["spec"], {"selector": {"matchLabels": {"app": "crossplane"}},
+                                              "template": {"metadata": {"labels": {"app": "crossplane"}},
+                                                           "spec": {"containers": [{"name": "c", "image": "i"}]}}})},
+      "deploy/crossplane-v1.13/hostusers-patch.yaml (completed)")
+deployment = chart_deployment(values, patch)
+assert deployment["spec"]["template"]["spec"]["hostUsers"] is False
+check_xfn_container(deployment["spec"]["template"]["spec"]["containers"][1], "values.yaml")
+valid(deployment, "the Crossplane v1.13 Deployment with deploy/crossplane-v1.13/values.yaml")
+broken = copy.deepcopy(deployment)
+broken["spec"]["template"]["spec"]["containers"][1]["securityContext"]["procMount"] = ["Unmasked"]
+invalid(broken, "a procMount that is not a string")
+
+# Crossplane v1.14+/v2: Function, DeploymentRuntimeConfig, HPA.
+docs = list(yaml.safe_load_all((REPO / "deploy/function/function.yaml").read_text()))
+by_kind = {d["kind"]: d for d in docs}
+function, drc, hpa = by_kind["Function"], by_kind["DeploymentRuntimeConfig"], by_kind["HorizontalPodAutoscaler"]
+assert function["apiVersion"] == drc["apiVersion"] == "pkg.crossplane.io/v1beta1"
+assert function["spec"]["runtimeConfigRef"]["name"] == drc["metadata"]["name"]
+template = drc["spec"]["deploymentTemplate"]
+assert hpa["spec"]["scaleTargetRef"]["name"] == template["metadata"]["name"]
+valid(hpa, "deploy/function/function.yaml: HorizontalPodAutoscaler")
+runtime = copy.deepcopy(template)
+runtime = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": runtime["metadata"] | {"namespace": "crossplane-system"}, "spec": runtime["spec"]}
+labels = {"pkg.crossplane.io/function": function["metadata"]["name"]}
+runtime["spec"]["selector"] = {"matchLabels": labels}
+runtime["spec"]["template"].setdefault("metadata", {})["labels"] = labels
+container = runtime["spec"]["template"]["spec"]["containers"][0]
+assert container["name"] == "package-runtime"
+container["image"] = function["spec"]["package"]
+container["ports"] = [{"name": "grpc", "containerPort": 9443}]
+check_xfn_container(container, "DeploymentRuntimeConfig")
+assert runtime["spec"]["template"]["spec"]["hostUsers"] is False
+valid(runtime, "deploy/function/function.yaml: the DeploymentRuntimeConfig's deploymentTemplate as Crossplane completes it")
+broken = copy.deepcopy(hpa)
+broken["spec"]["maxReplicas"] = "ten"
+invalid(broken, "an autoscaler with maxReplicas 'ten'")
+print("deploy-valid")

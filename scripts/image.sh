@@ -72,8 +72,17 @@ if ! podman image exists "$BUILDER"; then
 fi
 
 # The crates of Cargo.lock, for the Dockerfile's `crates` build context.
-echo "image.sh: vendoring the crates of Cargo.lock" >&2
-cargo vendor --quiet --locked --versioned-dirs "$WORK/crates/vendor" >/dev/null
+# Vendored again only when Cargo.lock changed: fresh copies have new mtimes,
+# which re-run the dependencies' build scripts and so rebuild every crate
+# in the build's target cache.
+lock=$(sha256sum Cargo.lock | cut -d' ' -f1)
+if [ "$(cat "$WORK/crates/lock.sha256" 2>/dev/null)" != "$lock" ]; then
+    echo "image.sh: vendoring the crates of Cargo.lock" >&2
+    rm -rf "$WORK/crates"
+    mkdir -p "$WORK/crates"
+    cargo vendor --quiet --locked --versioned-dirs "$WORK/crates/vendor" >/dev/null
+    echo "$lock" >"$WORK/crates/lock.sha256"
+fi
 cat > "$WORK/crates/config.toml" <<'TOML'
 [source.crates-io]
 replace-with = "vendored-sources"

@@ -39,105 +39,6 @@ fn function_image(registry: &Registry) -> String {
         .reference
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA and a certificate it signs for `name` (`<name>.crt`, `<name>.key`).
-fn make_ca(dir: &Path, ca: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{ca}.key"),
-            "-out",
-            &format!("{ca}.crt"),
-            "-subj",
-            &format!("/CN={ca}"),
-            "-days",
-            "2",
-        ],
-    );
-}
-
-fn sign(dir: &Path, ca: &str, name: &str, extensions: &str) {
-    std::fs::write(dir.join(format!("{name}.ext")), extensions).unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-out",
-            &format!("{name}.crt"),
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{name}.ext"),
-        ],
-    );
-}
-
-/// Server certs in `dir/server` (Crossplane's layout) and client certs in
-/// `dir`: `client` signed by the CA, `stranger` by another CA.
-fn make_certs(dir: &Path) -> PathBuf {
-    make_ca(dir, "ca");
-    make_ca(dir, "other-ca");
-    sign(
-        dir,
-        "ca",
-        "server",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    sign(dir, "ca", "client", "extendedKeyUsage=clientAuth\n");
-    sign(dir, "other-ca", "stranger", "extendedKeyUsage=clientAuth\n");
-    let server = dir.join("server");
-    std::fs::create_dir_all(&server).unwrap();
-    std::fs::copy(dir.join("server.crt"), server.join("tls.crt")).unwrap();
-    std::fs::copy(dir.join("server.key"), server.join("tls.key")).unwrap();
-    std::fs::copy(dir.join("ca.crt"), server.join("ca.crt")).unwrap();
-    server
-}
-
 /// `xfn adapt`, killed on drop.
 struct Adapt {
     child: Child,
@@ -273,7 +174,7 @@ async fn mtls_calls_succeed_and_clients_without_a_valid_certificate_are_refused(
     let registry = Registry::start();
     let image = function_image(&registry);
     let dir = world_traversable_tempdir();
-    let server_certs = make_certs(dir.path());
+    let server_certs = support::tls::mtls_certs(dir.path());
     let adapt = Adapt::start(
         dir.path(),
         &["--image", &image],

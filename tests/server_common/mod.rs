@@ -228,23 +228,7 @@ impl Daemon {
     /// A channel to the daemon, dialled by a thread whose effective uid is
     /// `uid` (`None`: the test's own, root).
     pub async fn channel_as(&self, uid: Option<u32>) -> Result<Channel, tonic::transport::Error> {
-        let endpoint = self.endpoint.clone();
-        if let Dial::Tcp(addr) = endpoint {
-            return Endpoint::try_from(format!("http://{addr}"))
-                .expect("tcp uri")
-                .connect()
-                .await;
-        }
-        Endpoint::try_from("http://xfn.invalid")
-            .expect("static uri")
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let endpoint = endpoint.clone();
-                async move {
-                    let stream = connect_unix_as(&endpoint, uid).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(stream))
-                }
-            }))
-            .await
+        channel_to(self.endpoint.clone(), uid).await
     }
 
     /// A runner client dialled as the daemon's own uid.
@@ -330,6 +314,36 @@ impl Drop for Daemon {
             let _ = child.wait();
         }
     }
+}
+
+/// A channel to a runner on the abstract socket `@name` that this test did
+/// not start (e.g. `xfn start` in a container sharing this network
+/// namespace), dialled as `uid` (`None`: the test's own, root).
+pub async fn abstract_channel(
+    name: &str,
+    uid: Option<u32>,
+) -> Result<Channel, tonic::transport::Error> {
+    channel_to(Dial::Abstract(name.to_string()), uid).await
+}
+
+/// A channel to `endpoint`, dialled as `uid`.
+async fn channel_to(endpoint: Dial, uid: Option<u32>) -> Result<Channel, tonic::transport::Error> {
+    if let Dial::Tcp(addr) = endpoint {
+        return Endpoint::try_from(format!("http://{addr}"))
+            .expect("tcp uri")
+            .connect()
+            .await;
+    }
+    Endpoint::try_from("http://xfn.invalid")
+        .expect("static uri")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let endpoint = endpoint.clone();
+            async move {
+                let stream = connect_unix_as(&endpoint, uid).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
 }
 
 /// A daemon's listen address, as the client dials it.

@@ -1,5 +1,7 @@
-//! A throw-away CA and a server certificate for a test registry, made with
-//! the `openssl` command (Debian package `openssl`).
+//! Throw-away CAs and certificates made with the `openssl` command (Debian
+//! package `openssl`): a server certificate for a test registry
+//! ([`TlsFiles`]), and mutual-TLS certificates for Functions
+//! ([`mtls_certs`]).
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,4 +98,93 @@ impl TlsFiles {
             key: dir.join("server.key"),
         }
     }
+}
+
+/// A CA and a certificate it signs for `name` (`<name>.crt`, `<name>.key`).
+fn make_ca(dir: &Path, ca: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.crt"),
+            "-subj",
+            &format!("/CN={ca}"),
+            "-days",
+            "2",
+        ],
+    );
+}
+
+fn sign(dir: &Path, ca: &str, name: &str, extensions: &str) {
+    std::fs::write(dir.join(format!("{name}.ext")), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ],
+    );
+}
+
+/// Certificates for mutual TLS, as Crossplane deploys a Function: server
+/// certs in `dir/server` (`tls.crt`, `tls.key`, `ca.crt`) for
+/// `localhost`/127.0.0.1, and in `dir` the CA (`ca.crt`), a client
+/// certificate it signed (`client.crt`, `client.key`) and one another CA
+/// signed (`stranger.*`). Returns `dir/server`.
+pub fn mtls_certs(dir: &Path) -> PathBuf {
+    make_ca(dir, "ca");
+    make_ca(dir, "other-ca");
+    sign(
+        dir,
+        "ca",
+        "server",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    sign(dir, "ca", "client", "extendedKeyUsage=clientAuth\n");
+    sign(dir, "other-ca", "stranger", "extendedKeyUsage=clientAuth\n");
+    let server = dir.join("server");
+    std::fs::create_dir_all(&server).unwrap();
+    std::fs::copy(dir.join("server.crt"), server.join("tls.crt")).unwrap();
+    std::fs::copy(dir.join("server.key"), server.join("tls.key")).unwrap();
+    std::fs::copy(dir.join("ca.crt"), server.join("ca.crt")).unwrap();
+    server
 }

@@ -19,7 +19,8 @@
 # host's network namespace, as Crossplane's container shares the pod's).
 #
 # Needs what scripts/image.sh and benches/server.sh need. Run as root from
-# the repository root: benches/image.sh
+# the repository root: benches/image.sh (BUILD=0 TAG=IMAGE: measure an
+# image already built, without rebuilding it)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -43,8 +44,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-scripts/image.sh "$TAG" 2>"$WORK/image.log" || { cat "$WORK/image.log" >&2; exit 1; }
-BUILT=$(tail -n1 "$WORK/image.log")
+if [ "${BUILD:-1}" = 1 ]; then
+    scripts/image.sh "$TAG" >"$WORK/image.out" 2>"$WORK/image.log" || { cat "$WORK/image.log" >&2; exit 1; }
+    BUILT=$(tail -n1 "$WORK/image.out")
+else
+    BUILT="$TAG (not rebuilt): size $(podman image inspect --format '{{.Size}}' "$TAG") bytes"
+fi
 
 LOAD=$(cargo build --quiet --bench server_load --message-format=json |
     python3 -c 'import json,sys

@@ -415,4 +415,8 @@ async fn an_adaptor_image_wrapped_onto_the_runner_image_answers_the_python_sdk_o
         String::from_utf8_lossy(&out.stderr),
         container.logs()
     );
+    drop(container);
+    // The pulled copy would outlive the registry (its layers stay shared
+    // with the runner image).
+    let _ = podman(&["rmi", &adapted]);
 }

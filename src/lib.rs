@@ -16,6 +16,7 @@ pub mod adaptor;
 pub mod compose;
 pub mod duration;
 pub mod image;
+pub mod instance;
 pub mod proto;
 pub mod rootfs;
 pub mod runner;

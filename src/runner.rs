@@ -225,15 +225,16 @@ impl Runner {
             max_output_bytes: options.max_output_bytes,
             require_limits: options.require_limits,
             pids_limit: options.pids_limit,
+            instance: store.instance().clone(),
         })?;
         let rootfs_dir = run_dir.join("rootfs");
         std::fs::create_dir_all(&rootfs_dir)
             .map_err(|e| RunError::Internal(format!("{}: {e}", rootfs_dir.display())))?;
-        sweep_stale_rootfs(&rootfs_dir);
+        sweep_stale_rootfs(&rootfs_dir, store.instance());
         // Probed once, inside the namespace runs use, next to the layer cache.
         let overlay_ok = match options.rootfs {
             crate::rootfs::RootfsMode::Copy => false,
-            _ => overlay_supported_cached(&run_dir, &rootfs_dir),
+            _ => overlay_supported_cached(&run_dir, &rootfs_dir, store.instance()),
         };
         let rootfs_mode = options
             .rootfs
@@ -314,16 +315,16 @@ impl Runner {
         })
     }
 
-    /// This run's root filesystem under `<cache>/run/rootfs/<pid>-<n>`;
+    /// This run's root filesystem under `<cache>/run/rootfs/<instance>-<n>`;
     /// unmounted and removed when dropped.
     async fn prepare_rootfs(&self, image: &PulledImage) -> Result<Rootfs, RunError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = self.rootfs_dir.join(format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let dir = self.rootfs_dir.join(
+            self.store
+                .instance()
+                .name(NEXT.fetch_add(1, Ordering::Relaxed)),
+        );
         let mode = self.rootfs_mode;
         let flattened = match mode {
             ResolvedMode::Copy => Some(self.store.flattened_rootfs(image).await?),
@@ -357,15 +358,16 @@ fn limits_of(config: &RunConfig) -> Result<Limits, RunError> {
     })
 }
 
-/// Removes rootfs dirs of xfn processes that died (`<pid>-<n>`); their mounts
-/// died with their mount namespace.
-fn sweep_stale_rootfs(dir: &std::path::Path) {
+/// Removes rootfs dirs of xfn instances that are gone (`<instance>-<n>`);
+/// their mounts died with their mount namespace.
+fn sweep_stale_rootfs(dir: &std::path::Path, instance: &crate::instance::Instance) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if crate::sandbox::bundle::is_stale(&format!("xfn-{name}")) {
+        if instance.is_dead_name(&name) {
+            tracing::info!(rootfs = %entry.path().display(), "removing a rootfs left by an earlier xfn");
             if let Err(err) = Rootfs::cleanup_stale(&entry.path()) {
                 tracing::warn!(%err, "cannot remove a rootfs left by an earlier xfn");
             }
@@ -376,7 +378,11 @@ fn sweep_stale_rootfs(dir: &std::path::Path) {
 /// [`overlay_supported`], remembered in `<run_dir>/overlay-probe` for this
 /// boot and id mapping: the probe writes, mounts and removes files, which
 /// costs tens of milliseconds, more than the rest of a warm `xfn run`.
-fn overlay_supported_cached(run_dir: &std::path::Path, scratch: &std::path::Path) -> bool {
+fn overlay_supported_cached(
+    run_dir: &std::path::Path,
+    scratch: &std::path::Path,
+    instance: &crate::instance::Instance,
+) -> bool {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let mapping = crate::sandbox::userns::current().map(|ns| ns.mapping);
     let key = format!("{} {:?}", boot_id.trim(), mapping);
@@ -388,10 +394,14 @@ fn overlay_supported_cached(run_dir: &std::path::Path, scratch: &std::path::Path
             _ => {}
         }
     }
-    let ok = overlay_supported(scratch);
+    // In a dir named for this instance: a probe cut short by a crash is
+    // swept with the rest of a dead instance's rootfs dirs.
+    let scratch = scratch.join(format!("{}-overlay-probe", instance.id()));
+    let ok = std::fs::create_dir_all(&scratch).is_ok() && overlay_supported(&scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
     // Written to a temp name and renamed: concurrent xfn processes never
     // read half a file. Failing to remember only costs the next probe.
-    let temp = run_dir.join(format!(".overlay-probe-{}", std::process::id()));
+    let temp = run_dir.join(format!(".overlay-probe-{}", instance.id()));
     if std::fs::write(&temp, format!("{key} {ok}\n")).is_ok() {
         let _ = std::fs::rename(&temp, &file);
     }

@@ -50,6 +50,7 @@ impl Env {
             max_output_bytes,
             require_limits: false,
             pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
+            instance: xfn::instance::of_cache(&self.run_dir).expect("claim an instance id"),
         })
         .unwrap()
     }

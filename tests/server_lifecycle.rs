@@ -190,29 +190,153 @@ async fn the_grace_period_ends_runs_that_outlive_it() {
     wait_until_gone("sleep 3621").await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_restarted_daemon_cleans_stale_run_state() {
-    // What a killed daemon (pid 4000000000: no such process) left behind: a
-    // bundle and a per-run rootfs dir, named by the sandbox's conventions.
-    let dir = world_traversable_tempdir();
+/// Every entry of the per-run state dirs and the temp dir of `cache`.
+fn run_state(cache: &std::path::Path) -> Vec<String> {
+    let mut entries = Vec::new();
+    for dir in ["run/bundles", "run/rootfs", "run/crun", "tmp"] {
+        if let Ok(list) = std::fs::read_dir(cache.join(dir)) {
+            for entry in list.flatten() {
+                entries.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    entries.sort();
+    entries
+}
+
+/// The instance ids holding (or having held) `cache`.
+fn instances(cache: &std::path::Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(cache.join("instances"))
+        .map(|list| {
+            list.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+fn nonroot_cache(dir: &tempfile::TempDir) -> std::path::PathBuf {
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
-    let bundle = cache.join("run/bundles/xfn-4000000000-7");
-    let rootfs = cache.join("run/rootfs/4000000000-7");
-    for path in [&bundle, &rootfs] {
-        std::fs::create_dir_all(path.join("rootfs/etc")).unwrap();
-        std::fs::write(path.join("config.json"), "{}").unwrap();
+    cache
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
+    let registry = Registry::start();
+    let hang = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 3623"])
+        .push(&registry, "hang:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+
+    // The first incarnation, PID 1 as in a pod, is killed mid-run.
+    let mut first = Daemon::start_as_pid1(&cache, &[]).await;
+    let mut client = first.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&hang, FUNCTION_IO)).await });
+    first.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    while processes_with("sleep 3623").is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let [dead] = instances(&cache).try_into().expect("one instance");
+    first.kill();
+    assert!(call.await.unwrap().is_err());
+    wait_until_gone("sleep 3623").await;
+    // What a killed xfn leaves, named by its instance id, not by its pid (1,
+    // as the next one's will be): a bundle, a rootfs dir and a download cut
+    // short, besides whatever of its run is still there.
+    for leftover in [
+        format!("run/bundles/xfn-{dead}-0/rootfs"),
+        format!("run/rootfs/{dead}-0/rootfs"),
+        format!("tmp/{dead}.layer.cut-short"),
+    ] {
+        std::fs::create_dir_all(cache.join(leftover)).unwrap();
     }
     let chown = std::process::Command::new("chown")
         .arg("-R")
         .arg(format!("{NONROOT}:{NONROOT}"))
-        .arg(cache.join("run"))
+        .arg(&cache)
         .status()
         .unwrap();
     assert!(chown.success());
-    let daemon = Daemon::start_with_cache(Some(&cache), &[]).await;
-    assert!(!bundle.exists(), "{}", daemon.log());
-    assert!(!rootfs.exists(), "{}", daemon.log());
+
+    // The next incarnation: PID 1 again, same cache.
+    let second = Daemon::start_as_pid1(&cache, &[]).await;
+    let swept = run_state(&cache);
+    assert!(
+        swept.iter().all(|e| !e.contains(&dead)),
+        "left over: {swept:?}\n{}",
+        second.log()
+    );
+    assert!(
+        !instances(&cache).contains(&dead),
+        "{:?}",
+        instances(&cache)
+    );
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "echo:v1")
+        .reference;
+    let out = second
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", second.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
+    let registry = Registry::start();
+    let hang = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 3624; cat"])
+        .push(&registry, "hang:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+    let first = Daemon::start_as_pid1(&cache, &[]).await;
+    let mut client = first.client().await;
+    let running = run_state(&cache);
+    let call = tokio::spawn(async move { client.run_function(request(&hang, FUNCTION_IO)).await });
+    first.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    while processes_with("sleep 3624").is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let live: Vec<String> = run_state(&cache)
+        .into_iter()
+        .filter(|e| !running.contains(e))
+        .collect();
+    assert!(!live.is_empty());
+
+    // Another xfn, PID 1 in its own namespace too, starts on the same cache
+    // and serves: the first one's run state is untouched.
+    let second = Daemon::start_as_pid1(&cache, &[]).await;
+    assert_eq!(instances(&cache).len(), 2);
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "echo:v1")
+        .reference;
+    second
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", second.log()));
+    let state = run_state(&cache);
+    for entry in &live {
+        assert!(state.contains(entry), "{entry} was removed: {state:?}");
+    }
+    assert!(!processes_with("sleep 3624").is_empty());
+    call.abort();
+    wait_until_gone("sleep 3624").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

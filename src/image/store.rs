@@ -264,6 +264,8 @@ struct Inner {
     connect: ConnectOptions,
     locks: KeyLocks,
     stats: StoreStats,
+    /// Names this process's temp entries, so a later xfn knows whose they are.
+    instance: Arc<crate::instance::Instance>,
 }
 
 impl std::fmt::Debug for ImageStore {
@@ -300,6 +302,9 @@ impl ImageStore {
         if let Some(ca) = &options.ca_bundle {
             connect.load_ca_bundle(ca)?;
         }
+        let instance = crate::instance::of_cache(cache_dir).map_err(|err| match err {
+            crate::instance::InstanceError::Io { path, source } => ImageError::Io { path, source },
+        })?;
         let store = ImageStore {
             inner: Arc::new(Inner {
                 root: cache_dir.to_path_buf(),
@@ -307,6 +312,7 @@ impl ImageStore {
                 connect,
                 locks: KeyLocks::new(cache_dir.join("locks")),
                 stats: StoreStats::default(),
+                instance,
             }),
         };
         store.clean_tmp();
@@ -316,6 +322,11 @@ impl ImageStore {
     /// The store's root directory.
     pub fn root(&self) -> &Path {
         &self.inner.root
+    }
+
+    /// This process's claim on the cache (see [`crate::instance`]).
+    pub fn instance(&self) -> &Arc<crate::instance::Instance> {
+        &self.inner.instance
     }
 
     /// Counters of what this process fetched.
@@ -724,7 +735,7 @@ impl ImageStore {
     }
 
     fn tmp_prefix(&self, what: &str) -> String {
-        format!("{}.{what}.", std::process::id())
+        format!("{}.{what}.", self.inner.instance.id())
     }
 
     /// A temp file under `tmp/`, removed when dropped unless persisted.
@@ -778,7 +789,7 @@ impl ImageStore {
         self.inner.locks.lock(key).await
     }
 
-    /// Removes `tmp/` entries of processes that no longer exist.
+    /// Removes `tmp/` entries of xfn instances that are gone.
     fn clean_tmp(&self) {
         let tmp = self.root().join("tmp");
         let Ok(entries) = std::fs::read_dir(&tmp) else {
@@ -786,14 +797,10 @@ impl ImageStore {
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.split('.').next())
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
+            let Some(owner) = name.to_str().and_then(|n| n.split('.').next()) else {
                 continue;
             };
-            if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            if owner.is_empty() || self.inner.instance.is_live(owner) {
                 continue;
             }
             let path = entry.path();
@@ -900,11 +907,18 @@ mod tests {
     }
 
     #[test]
-    fn open_removes_tmp_entries_of_dead_processes() {
+    fn open_removes_tmp_entries_of_dead_instances() {
         let dir = tempfile::tempdir().unwrap();
-        let stale = dir.path().join("tmp/999999999.layer.abc");
+        let stale = dir.path().join("tmp/0123456789abcdef.layer.abc");
         std::fs::create_dir_all(&stale).unwrap();
-        let _store = ImageStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let store = ImageStore::open(dir.path(), StoreOptions::default()).unwrap();
         assert!(!stale.exists());
+        // A live instance's entries stay.
+        let live = dir
+            .path()
+            .join(format!("tmp/{}.layer.abc", store.instance().id()));
+        std::fs::create_dir_all(&live).unwrap();
+        store.clean_tmp();
+        assert!(live.exists());
     }
 }

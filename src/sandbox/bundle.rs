@@ -1,7 +1,12 @@
 //! Per-run bundle directories and ids under `<cache>/run`, and the sweep of
-//! whatever an xfn that died left there.
+//! whatever an xfn that died left there. Ids are `xfn-<instance>-<n>`: the
+//! instance id (see [`crate::instance`]) tells a later xfn whether the
+//! owner is still alive.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::instance::Instance;
 
 use oci_spec::runtime::Spec;
 
@@ -27,46 +32,47 @@ pub enum BundleError {
 pub struct RunDir {
     root: PathBuf,
     next: AtomicU64,
+    instance: Arc<Instance>,
 }
 
-/// The prefix of every id this process gives out: `xfn-<pid>-`. The pid
-/// tells a later xfn whether the owner is still alive.
-fn own_prefix() -> String {
-    format!("xfn-{}-", std::process::id())
-}
-
-/// Whether `id` belongs to an xfn process that no longer exists.
-pub fn is_stale(id: &str) -> bool {
-    let Some(pid) = id
-        .strip_prefix("xfn-")
-        .and_then(|rest| rest.split('-').next())
-        .and_then(|pid| pid.parse::<u32>().ok())
-    else {
-        return false;
-    };
-    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
-}
+/// The prefix of every container id and bundle.
+const PREFIX: &str = "xfn-";
 
 impl RunDir {
-    /// Opens `root` (creating it), removing bundles of dead xfn processes.
-    pub fn open(root: &Path) -> Result<Self, BundleError> {
+    /// Opens `root` (creating it) for `instance`, removing bundles of dead
+    /// instances.
+    pub fn open(root: &Path, instance: Arc<Instance>) -> Result<Self, BundleError> {
         let io = |source| BundleError::Io {
             path: root.to_path_buf(),
             source,
         };
         std::fs::create_dir_all(root.join("bundles")).map_err(io)?;
         std::fs::create_dir_all(root.join("crun")).map_err(io)?;
+        let run_dir = Self {
+            root: root.to_path_buf(),
+            next: AtomicU64::new(0),
+            instance,
+        };
         if let Ok(entries) = std::fs::read_dir(root.join("bundles")) {
             for entry in entries.flatten() {
-                if is_stale(&entry.file_name().to_string_lossy()) {
+                if run_dir.is_stale(&entry.file_name().to_string_lossy()) {
+                    tracing::info!(bundle = %entry.path().display(), "removing a bundle left by an earlier xfn");
                     let _ = std::fs::remove_dir_all(entry.path());
                 }
             }
         }
-        Ok(Self {
-            root: root.to_path_buf(),
-            next: AtomicU64::new(0),
-        })
+        Ok(run_dir)
+    }
+
+    /// Whether the container or bundle `id` belongs to an xfn that is gone.
+    pub fn is_stale(&self, id: &str) -> bool {
+        id.strip_prefix(PREFIX)
+            .is_some_and(|name| self.instance.is_dead_name(name))
+    }
+
+    /// The instance whose ids this run dir gives out.
+    pub fn instance(&self) -> &Arc<Instance> {
+        &self.instance
     }
 
     /// crun's `--root`.
@@ -78,9 +84,9 @@ impl RunDir {
     /// when the returned [`Bundle`] is dropped.
     pub fn bundle(&self) -> Result<Bundle, BundleError> {
         let id = format!(
-            "{}{}",
-            own_prefix(),
-            self.next.fetch_add(1, Ordering::Relaxed)
+            "{PREFIX}{}",
+            self.instance
+                .name(self.next.fetch_add(1, Ordering::Relaxed))
         );
         let dir = self.root.join("bundles").join(&id);
         std::fs::create_dir(&dir).map_err(|source| BundleError::Io {
@@ -122,10 +128,14 @@ impl Drop for Bundle {
 mod tests {
     use super::*;
 
+    fn instance(dir: &Path) -> Arc<Instance> {
+        crate::instance::of_cache(dir).unwrap()
+    }
+
     #[test]
     fn bundles_are_removed_on_drop_and_ids_unique() {
         let dir = tempfile::tempdir().unwrap();
-        let run = RunDir::open(dir.path()).unwrap();
+        let run = RunDir::open(&dir.path().join("run"), instance(dir.path())).unwrap();
         let a = run.bundle().unwrap();
         let b = run.bundle().unwrap();
         assert_ne!(a.id, b.id);
@@ -136,13 +146,22 @@ mod tests {
     }
 
     #[test]
-    fn stale_ids_are_those_of_dead_processes() {
-        assert!(!is_stale(&format!("{}7", own_prefix())));
-        assert!(is_stale("xfn-4000000000-1"));
-        assert!(!is_stale("someone-else"));
+    fn stale_ids_are_those_of_dead_instances() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("bundles/xfn-4000000000-3")).unwrap();
-        RunDir::open(dir.path()).unwrap();
-        assert!(!dir.path().join("bundles/xfn-4000000000-3").exists());
+        // Left by an instance that is gone (no lock held), and by an xfn
+        // that named things by pid.
+        for stale in ["xfn-0123456789abcdef-3", "xfn-1-0"] {
+            std::fs::create_dir_all(dir.path().join("run/bundles").join(stale)).unwrap();
+        }
+        let run = RunDir::open(&dir.path().join("run"), instance(dir.path())).unwrap();
+        assert!(!dir
+            .path()
+            .join("run/bundles/xfn-0123456789abcdef-3")
+            .exists());
+        assert!(!dir.path().join("run/bundles/xfn-1-0").exists());
+        let own = run.bundle().unwrap();
+        assert!(!run.is_stale(&own.id));
+        assert!(run.is_stale("xfn-0123456789abcdef-1"));
+        assert!(!run.is_stale("someone-else"));
     }
 }

@@ -98,6 +98,9 @@ pub struct SandboxOptions {
     pub require_limits: bool,
     /// Most processes a run may have at once.
     pub pids_limit: i64,
+    /// This process's claim on the cache: names what runs leave behind, so
+    /// a later xfn knows whose it is.
+    pub instance: std::sync::Arc<crate::instance::Instance>,
 }
 
 /// One run's inputs besides the bundle.
@@ -137,18 +140,18 @@ impl Sandbox {
     /// the run dir.
     pub fn new(options: SandboxOptions) -> Result<Self, SandboxError> {
         let namespace = userns::current().ok_or(SandboxError::NotInNamespace)?;
-        let run_dir = RunDir::open(&options.run_dir)?;
+        let run_dir = RunDir::open(&options.run_dir, options.instance.clone())?;
         let delegation = namespace.cgroups.delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
             state_root: run_dir.crun_state(),
             cgroups: delegation.is_some(),
         };
-        crun.delete_stale(bundle::is_stale);
+        crun.delete_stale(|id| run_dir.is_stale(id));
         if let Some(delegation) = &delegation {
             // After crun's stale containers: their processes are gone or
             // get killed here with their cgroups.
-            cgroup::run::sweep_stale(delegation, |id| bundle::is_stale(&format!("xfn-{id}")));
+            cgroup::run::sweep_stale(delegation, |name| options.instance.is_dead_name(name));
         }
         let limits_unavailable = namespace.cgroups.why_no_limits();
         Ok(Self {

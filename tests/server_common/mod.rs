@@ -80,19 +80,26 @@ impl Daemon {
 
     /// [`Daemon::start`] on the cache dir `cache` (owned by 65532) when given.
     pub async fn start_with_cache(cache: Option<&Path>, extra: &[&str]) -> Daemon {
-        Self::launch(cache, Some(NONROOT), Listen::Abstract, extra).await
+        Self::launch(cache, Some(NONROOT), Listen::Abstract, extra, false).await
     }
 
     /// `xfn start` as root (it then maps a whole id range); the client
     /// helpers still dial as 65532 unless told otherwise, so readiness is
     /// probed as root.
     pub async fn start_as_root(extra: &[&str]) -> Daemon {
-        Self::launch(None, None, Listen::Abstract, extra).await
+        Self::launch(None, None, Listen::Abstract, extra, false).await
     }
 
     /// [`Daemon::start`] listening on `listen`.
     pub async fn start_listening(listen: Listen, extra: &[&str]) -> Daemon {
-        Self::launch(None, Some(NONROOT), listen, extra).await
+        Self::launch(None, Some(NONROOT), listen, extra, false).await
+    }
+
+    /// [`Daemon::start_with_cache`] as PID 1 of a fresh PID namespace (with
+    /// its own /proc), as a sidecar container runs it: every incarnation is
+    /// PID 1. Killing the daemon kills PID 1, and with it the namespace.
+    pub async fn start_as_pid1(cache: &Path, extra: &[&str]) -> Daemon {
+        Self::launch(Some(cache), Some(NONROOT), Listen::Abstract, extra, true).await
     }
 
     async fn launch(
@@ -100,6 +107,7 @@ impl Daemon {
         user: Option<u32>,
         listen: Listen,
         extra: &[&str],
+        as_pid1: bool,
     ) -> Daemon {
         let dir = world_traversable_tempdir();
         let cache_dir = match cache {
@@ -123,6 +131,22 @@ impl Daemon {
             Some(uid) => unprivileged(uid, xfn),
             None => std::process::Command::new(xfn),
         };
+        if as_pid1 {
+            // unshare forks PID 1, which execs the command above; SIGKILL to
+            // unshare reaches PID 1 (--kill-child), as a container's end does.
+            let inner = command;
+            command = std::process::Command::new("unshare");
+            command
+                .args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"])
+                .arg(inner.get_program())
+                .args(inner.get_args());
+            for (key, value) in inner.get_envs() {
+                match value {
+                    Some(value) => command.env(key, value),
+                    None => command.env_remove(key),
+                };
+            }
+        }
         let endpoint = match listen {
             Listen::Abstract => Dial::Abstract(socket.clone()),
             Listen::Path(path) => Dial::Path(path),
@@ -201,6 +225,7 @@ impl Daemon {
     /// Kills the daemon with SIGKILL (as a crash would) and reaps it.
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("running");
+        kill_children(child.id());
         child.kill().expect("SIGKILL");
         child.wait().expect("wait");
     }
@@ -307,9 +332,24 @@ impl Daemon {
     }
 }
 
+/// SIGKILLs the children of `pid`: under `unshare`, the daemon itself (PID 1
+/// of its namespace: the parent-death signal `--kill-child` sets is cleared
+/// when setpriv changes credentials); otherwise its gatekeeper.
+fn kill_children(pid: u32) {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            kill_children(child.id());
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -332,7 +332,10 @@ fn whiteout_cases_flatten() {
                 l.as_slice(),
                 tmp.path(),
                 WhiteoutMode::Flatten,
-                ExtractOptions { use_openat2 },
+                ExtractOptions {
+                    use_openat2,
+                    ..Default::default()
+                },
             )
             .unwrap();
         }

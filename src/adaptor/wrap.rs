@@ -12,7 +12,7 @@ use flate2::write::GzEncoder;
 use serde_json::{json, Value};
 
 use crate::image::pull::{sha256_digest, ConnectOptions, PullError, Puller};
-use crate::image::reference::{is_loopback_registry, ImageReference, ReferenceError};
+use crate::image::reference::{ImageReference, ReferenceError};
 use crate::image::RegistryAuth;
 
 /// Where the function tarball goes in the image.
@@ -185,7 +185,7 @@ pub async fn wrap(spec: &WrapSpec, output: &WrapOutput) -> Result<String, WrapEr
     for blob in &resolved.manifest.layers {
         let path = work.path().join(blob.digest.replace(':', "-"));
         puller
-            .fetch_blob_to_file(&base, blob, &path, &|_| {}, None)
+            .fetch_blob_to_file(&base, blob, &path, &|_| {}, &|| false, None)
             .await?;
         blobs.push((blob.digest.clone(), Blob::File(path)));
         layers.push(json!({
@@ -275,29 +275,8 @@ async fn push(
         image: spec.tag.clone(),
         reason: e.to_string(),
     };
-    let insecure = is_loopback_registry(&target.registry)
-        || spec
-            .connect
-            .insecure_registries
-            .iter()
-            .any(|r| r.eq_ignore_ascii_case(&target.registry));
-    let client = oci_client::Client::new(oci_client::client::ClientConfig {
-        protocol: if insecure {
-            oci_client::client::ClientProtocol::Http
-        } else {
-            oci_client::client::ClientProtocol::Https
-        },
-        extra_root_certificates: spec
-            .connect
-            .extra_roots
-            .iter()
-            .map(|pem| oci_client::client::Certificate {
-                encoding: oci_client::client::CertificateEncoding::Pem,
-                data: pem.clone(),
-            })
-            .collect(),
-        ..Default::default()
-    });
+    // The pull's client: same insecure registries, CAs and timeouts.
+    let client = spec.connect.oci_client(&target)?;
     let reference = target.to_oci();
     let auth = spec.auth.to_oci().map_err(|e| WrapError::Push {
         image: spec.tag.clone(),

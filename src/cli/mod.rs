@@ -82,6 +82,31 @@ pub struct StoreArgs {
     /// A PEM bundle of CAs trusted besides the system roots.
     #[arg(long, env = "CA_BUNDLE_PATH")]
     pub ca_bundle_path: Option<PathBuf>,
+    /// Bounds on pulls.
+    #[command(flatten)]
+    pub bounds: PullBoundsArgs,
+}
+
+/// Bounds on what one pull may take from a registry: hostile or broken
+/// images are refused while they stream, with an error naming the bound.
+#[derive(Debug, Clone, Args)]
+pub struct PullBoundsArgs {
+    /// Most bytes one image may unpack to (a quantity: 4Gi, 500Mi, 1G).
+    #[arg(long, default_value = "4Gi", value_parser = parse_size)]
+    pub max_image_size: u64,
+    /// Most entries (files, dirs, links) one layer may hold.
+    #[arg(long, default_value_t = xfn::image::extract::bounds::DEFAULT_MAX_LAYER_ENTRIES)]
+    pub max_layer_entries: u64,
+    /// Give up on a pull (resolving and downloading) after this long.
+    #[arg(long, default_value = "10m", value_parser = run::parse_duration)]
+    pub pull_timeout: std::time::Duration,
+}
+
+/// A byte size given as a Kubernetes quantity (`2Gi`, `500M`, `1e9`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    xfn::sandbox::quantity::Quantity::parse(text)
+        .and_then(|q| q.bytes())
+        .map_err(|e| e.to_string())
 }
 
 /// `/xfn` where it exists (Crossplane's sidecar mounts its cache there);

@@ -58,6 +58,9 @@ impl StoreArgs {
             default_registry: default_registry.to_string(),
             insecure_registries: self.insecure_registries.clone(),
             ca_bundle: self.ca_bundle_path.clone(),
+            max_image_size: self.bounds.max_image_size,
+            max_layer_entries: self.bounds.max_layer_entries,
+            pull_timeout: self.bounds.pull_timeout,
         }
     }
 

@@ -94,6 +94,9 @@ pub struct RenderArgs {
     /// A PEM bundle of CAs trusted besides the system roots.
     #[arg(long, env = "CA_BUNDLE_PATH")]
     pub ca_bundle_path: Option<PathBuf>,
+    /// Bounds on pulls.
+    #[command(flatten)]
+    pub bounds: super::PullBoundsArgs,
     /// User namespace flags.
     #[command(flatten)]
     pub userns: UsernsArgs,
@@ -116,6 +119,7 @@ impl RenderArgs {
             cache_dir: self.cache_dir.clone(),
             insecure_registries: self.insecure_registries.clone(),
             ca_bundle_path: self.ca_bundle_path.clone(),
+            bounds: self.bounds.clone(),
         }
     }
 

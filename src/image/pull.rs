@@ -37,8 +37,12 @@ const ACCEPTED_MANIFESTS: &[&str] = &[
 ];
 /// An image config is small JSON; refuse to buffer anything absurd.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
-/// A manifest is small JSON too.
-const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// A manifest is small JSON too (the limit Distribution itself applies).
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+/// How long to wait for a registry to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a registry may go silent mid-response.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Errors talking to a registry.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +90,32 @@ pub enum PullError {
         /// Why.
         reason: String,
     },
+    /// The registry sent more than a bound allows.
+    #[error("{what} from {registry} is larger than {limit} bytes; refused")]
+    TooLarge {
+        /// What (`manifest`, `config`, `layer sha256:…`).
+        what: String,
+        /// The registry.
+        registry: String,
+        /// The bound.
+        limit: u64,
+    },
+    /// A blob's length is not the one its descriptor gives.
+    #[error("blob {digest}: the registry sent {got} bytes, its descriptor says {expected}")]
+    SizeMismatch {
+        /// The blob.
+        digest: String,
+        /// The descriptor's size.
+        expected: u64,
+        /// What arrived (at least; a longer blob is cut off when it passes).
+        got: String,
+    },
+    /// The download was stopped because its extraction refused the layer.
+    #[error("blob {digest}: download stopped, its layer was refused")]
+    Stopped {
+        /// The blob.
+        digest: String,
+    },
     /// Writing a blob failed.
     #[error("writing blob {digest}: {source}")]
     Io {
@@ -114,6 +144,9 @@ impl PullError {
             PullError::NoMatchingPlatform { .. } => ImageErrorKind::NotFound,
             PullError::BadManifest { .. } => ImageErrorKind::Corrupt,
             PullError::Io { .. } => ImageErrorKind::Io,
+            PullError::TooLarge { .. } => ImageErrorKind::TooLarge,
+            PullError::SizeMismatch { .. } => ImageErrorKind::Corrupt,
+            PullError::Stopped { .. } => ImageErrorKind::TooLarge,
             PullError::CaBundle { .. } => ImageErrorKind::InvalidArgument,
         }
     }
@@ -140,6 +173,9 @@ pub fn sha256_digest(data: &[u8]) -> String {
 /// may carry different ones.
 pub struct Puller {
     client: Client,
+    /// For manifests, read with a bound (oci-client reads them whole).
+    http: reqwest::Client,
+    scheme: &'static str,
     auth: oci_client::secrets::RegistryAuth,
     registry: String,
 }
@@ -183,6 +219,48 @@ impl ConnectOptions {
         Ok(())
     }
 
+    /// The one registry client every pull and push uses: plain HTTP for
+    /// insecure registries, the extra CAs, connect and read timeouts.
+    pub fn oci_client(&self, reference: &ImageReference) -> Result<Client, PullError> {
+        let protocol = if self.is_insecure(&reference.registry) {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        };
+        let config = ClientConfig {
+            protocol,
+            extra_root_certificates: self
+                .extra_roots
+                .iter()
+                .map(|pem| Certificate {
+                    encoding: CertificateEncoding::Pem,
+                    data: pem.clone(),
+                })
+                .collect(),
+            platform_resolver: None,
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
+            ..Default::default()
+        };
+        Client::try_from(config).map_err(|e| classify(reference.registry_host(), e))
+    }
+
+    /// A plain HTTP client with the same trust and timeouts.
+    fn http_client(&self, registry: &str) -> Result<reqwest::Client, PullError> {
+        let mut roots = Vec::new();
+        for pem in &self.extra_roots {
+            let cert = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| classify(registry, OciDistributionError::RequestError(e)))?;
+            roots.push(cert);
+        }
+        reqwest::Client::builder()
+            .tls_certs_merge(roots)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .build()
+            .map_err(|e| classify(registry, OciDistributionError::RequestError(e)))
+    }
+
     fn is_insecure(&self, registry: &str) -> bool {
         is_loopback_registry(registry)
             || self
@@ -200,29 +278,14 @@ impl Puller {
         options: &ConnectOptions,
     ) -> Result<Self, PullError> {
         let registry = reference.registry_host().to_string();
-        let protocol = if options.is_insecure(&reference.registry) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
-        let config = ClientConfig {
-            protocol,
-            extra_root_certificates: options
-                .extra_roots
-                .iter()
-                .map(|pem| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.clone(),
-                })
-                .collect(),
-            platform_resolver: None,
-            connect_timeout: Some(Duration::from_secs(15)),
-            read_timeout: Some(Duration::from_secs(120)),
-            ..Default::default()
-        };
-        let client = Client::try_from(config).map_err(|e| classify(&registry, e))?;
         Ok(Puller {
-            client,
+            client: options.oci_client(reference)?,
+            http: options.http_client(&registry)?,
+            scheme: if options.is_insecure(&reference.registry) {
+                "http"
+            } else {
+                "https"
+            },
             auth: auth.to_oci()?,
             registry,
         })
@@ -258,24 +321,65 @@ impl Puller {
         }
     }
 
-    /// Fetches a manifest and hashes the bytes received.
+    /// Fetches a manifest, reading at most [`MAX_MANIFEST_BYTES`] (a
+    /// registry sending more is cut off as it passes the bound, not read
+    /// whole first), and hashes the bytes received. oci-client does the
+    /// authentication handshake; the GET is ours because oci-client reads
+    /// a manifest response whole.
     async fn fetch_manifest(
         &self,
         reference: &oci_client::Reference,
     ) -> Result<(Vec<u8>, String), PullError> {
-        let (bytes, _) = self
+        let classify = |e| classify(&self.registry, e);
+        let token = self
             .client
-            .pull_manifest_raw(reference, &self.auth, ACCEPTED_MANIFESTS)
+            .auth(reference, &self.auth, oci_client::RegistryOperation::Pull)
             .await
-            .map_err(|e| classify(&self.registry, e))?;
-        if bytes.len() > MAX_MANIFEST_BYTES {
-            return Err(PullError::BadManifest {
-                reference: reference.whole(),
-                reason: format!("{} bytes is too large for a manifest", bytes.len()),
-            });
+            .map_err(classify)?;
+        let url = format!(
+            "{}://{}/v2/{}/manifests/{}",
+            self.scheme,
+            reference.resolve_registry(),
+            reference.repository(),
+            reference.digest().or(reference.tag()).unwrap_or("latest"),
+        );
+        let mut request = self
+            .http
+            .get(&url)
+            .header(reqwest::header::ACCEPT, ACCEPTED_MANIFESTS.join(", "));
+        match (token, &self.auth) {
+            (Some(token), _) => request = request.bearer_auth(token),
+            (None, oci_client::secrets::RegistryAuth::Basic(user, password)) => {
+                request = request.basic_auth(user, Some(password))
+            }
+            _ => {}
         }
-        let digest = sha256_digest(&bytes);
-        Ok((bytes.to_vec(), digest))
+        let request_err = |e| classify(OciDistributionError::RequestError(e));
+        let mut response = request.send().await.map_err(request_err)?;
+        let status = response.status();
+        let too_large = || PullError::TooLarge {
+            what: format!("manifest {}", reference.whole()),
+            registry: self.registry.clone(),
+            limit: MAX_MANIFEST_BYTES,
+        };
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_MANIFEST_BYTES)
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(request_err)? {
+            if (body.len() + chunk.len()) as u64 > MAX_MANIFEST_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(classify(registry_error(status.as_u16(), &url, &body)));
+        }
+        let digest = sha256_digest(&body);
+        Ok((body, digest))
     }
 
     /// Fetches a small blob (the config) into memory and verifies it.
@@ -296,8 +400,12 @@ impl Puller {
                 Err(e) => return Err(self.stream_error(blob, e)),
             };
             data.extend_from_slice(&chunk);
-            if data.len() as u64 > MAX_CONFIG_BYTES {
-                return Err(bad(reference, "config blob larger than 16 MiB"));
+            if data.len() as u64 > blob.size {
+                return Err(PullError::SizeMismatch {
+                    digest: blob.digest.clone(),
+                    expected: blob.size,
+                    got: format!("more than {}", blob.size),
+                });
             }
         }
         check_digest("config", &blob.digest, &sha256_digest(&data))?;
@@ -305,7 +413,9 @@ impl Puller {
     }
 
     /// Streams a blob into `file` (created, truncated), hashing as it
-    /// writes; `on_bytes` is told of every chunk, and `tee` (when given)
+    /// writes, refusing more or fewer bytes than the descriptor's size;
+    /// `on_bytes` is told of every chunk (`stop` asked after each: true
+    /// ends the download with [`PullError::Stopped`]), and `tee` (when given)
     /// gets a copy of every chunk, e.g. for an extractor working while the
     /// download goes on. A tee whose receiver is gone is dropped and the
     /// download continues, so a digest mismatch is still found and reported
@@ -317,6 +427,7 @@ impl Puller {
         blob: &BlobRef,
         file: &Path,
         on_bytes: &(dyn Fn(u64) + Send + Sync),
+        stop: &(dyn Fn() -> bool + Send + Sync),
         mut tee: Option<tokio::sync::mpsc::Sender<bytes::Bytes>>,
     ) -> Result<u64, PullError> {
         let io_err = |source| PullError::Io {
@@ -336,10 +447,22 @@ impl Puller {
                 Err(e) if is_digest_error(&e) => break,
                 Err(e) => return Err(self.stream_error(blob, e)),
             };
+            if written + chunk.len() as u64 > blob.size {
+                return Err(PullError::SizeMismatch {
+                    digest: blob.digest.clone(),
+                    expected: blob.size,
+                    got: format!("more than {}", blob.size),
+                });
+            }
             hasher.update(&chunk);
             out.write_all(&chunk).await.map_err(io_err)?;
             written += chunk.len() as u64;
             on_bytes(chunk.len() as u64);
+            if stop() {
+                return Err(PullError::Stopped {
+                    digest: blob.digest.clone(),
+                });
+            }
             if let Some(sender) = &tee {
                 if sender.send(chunk).await.is_err() {
                     tee = None;
@@ -347,7 +470,16 @@ impl Puller {
             }
         }
         drop(tee);
+        if written != blob.size {
+            return Err(PullError::SizeMismatch {
+                digest: blob.digest.clone(),
+                expected: blob.size,
+                got: written.to_string(),
+            });
+        }
         out.flush().await.map_err(io_err)?;
+        // On disk before the rename that publishes it (power loss).
+        out.get_ref().sync_all().await.map_err(io_err)?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         check_digest("layer", &blob.digest, &actual)?;
         Ok(written)
@@ -382,6 +514,22 @@ impl Puller {
             kind: ImageErrorKind::Unavailable,
             error: Box::new(OciDistributionError::IoError(e)),
         }
+    }
+}
+
+/// The error a registry answered with: its JSON error envelope when it
+/// sent one, else the status and the start of the body.
+fn registry_error(code: u16, url: &str, body: &[u8]) -> OciDistributionError {
+    match serde_json::from_slice::<oci_client::errors::OciEnvelope>(body) {
+        Ok(envelope) if !envelope.errors.is_empty() => OciDistributionError::RegistryError {
+            envelope,
+            url: url.to_string(),
+        },
+        _ => OciDistributionError::ServerError {
+            code,
+            url: url.to_string(),
+            message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+        },
     }
 }
 

@@ -40,6 +40,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -54,7 +55,10 @@ pub use import::ImportSource;
 use codec::{decompressor, extract_verified, ChannelReader};
 use lock::{KeyGuard, KeyLocks};
 
-use super::extract::{extract_layer, ExtractError, WhiteoutMode};
+use super::extract::bounds::{DEFAULT_MAX_IMAGE_SIZE, DEFAULT_MAX_LAYER_ENTRIES};
+use super::extract::{
+    extract_layer_bounded, Budget, ExtractError, ExtractOptions, LayerBounds, WhiteoutMode,
+};
 use super::pull::{is_sha256_digest, BlobRef, ConnectOptions, Manifest, PullError, Puller};
 use super::reference::{ImageReference, ReferenceError};
 use super::RegistryAuth;
@@ -77,7 +81,7 @@ pub enum PullPolicy {
 }
 
 /// Options that hold for every pull of a store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Registry for references that name none (`-r/--registry`); empty
     /// means Docker Hub.
@@ -86,6 +90,30 @@ pub struct StoreOptions {
     pub insecure_registries: Vec<String>,
     /// A PEM CA bundle trusted in addition to the system roots.
     pub ca_bundle: Option<PathBuf>,
+    /// Most bytes one pull may unpack (`--max-image-size`).
+    pub max_image_size: u64,
+    /// Most entries in one layer (`--max-layer-entries`).
+    pub max_layer_entries: u64,
+    /// Longest one pull may take, resolving and downloading (`--pull-timeout`).
+    pub pull_timeout: Duration,
+}
+
+/// Default of `--pull-timeout`: long enough for a few hundred MB over a slow
+/// link, short enough that a registry feeding bytes one at a time cannot
+/// hold a pull (and whoever waits for the same image) forever.
+pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            default_registry: String::new(),
+            insecure_registries: Vec::new(),
+            ca_bundle: None,
+            max_image_size: DEFAULT_MAX_IMAGE_SIZE,
+            max_layer_entries: DEFAULT_MAX_LAYER_ENTRIES,
+            pull_timeout: DEFAULT_PULL_TIMEOUT,
+        }
+    }
 }
 
 /// What kind of failure an [`ImageError`] is, for mapping to gRPC codes.
@@ -107,6 +135,11 @@ pub enum ImageErrorKind {
     TooManyLayers,
     /// A layer could not be extracted (`Internal`, or `InvalidArgument` for hostile tars).
     Extract,
+    /// The image breaks a bound: unpacked size, entries, header sizes,
+    /// manifest or blob sizes (`ResourceExhausted`).
+    TooLarge,
+    /// The pull took longer than `--pull-timeout` (`DeadlineExceeded`).
+    Timeout,
     /// Local I/O failed (`Internal`).
     Io,
 }
@@ -152,6 +185,14 @@ pub enum ImageError {
         /// Why.
         source: ExtractError,
     },
+    /// The pull did not finish in time.
+    #[error("pulling {image} took longer than {timeout:?} (the --pull-timeout bound)")]
+    Timeout {
+        /// The reference.
+        image: String,
+        /// The bound.
+        timeout: Duration,
+    },
     /// Local file system trouble.
     #[error("{path}: {source}")]
     Io {
@@ -171,7 +212,12 @@ impl ImageError {
             ImageError::Pull(e) => e.kind(),
             ImageError::TooManyLayers { .. } => ImageErrorKind::TooManyLayers,
             ImageError::Corrupt { .. } => ImageErrorKind::Corrupt,
+            ImageError::Extract {
+                source: ExtractError::Bound { .. },
+                ..
+            } => ImageErrorKind::TooLarge,
             ImageError::Extract { .. } => ImageErrorKind::Extract,
+            ImageError::Timeout { .. } => ImageErrorKind::Timeout,
             ImageError::Io { .. } => ImageErrorKind::Io,
         }
     }
@@ -356,21 +402,43 @@ impl ImageStore {
     ) -> Result<(PulledImage, PullReport), ImageError> {
         let reference = ImageReference::parse(image, &self.inner.options.default_registry)?;
         let key = reference.to_string();
-        let _guard = self.lock(&format!("ref {key}")).await?;
+        let cached = |pulled: (PulledImage, Manifest)| {
+            let report = cached_report(&pulled.1);
+            if let Some(p) = progress {
+                p.started(report.layers, report.total_bytes);
+                p.advanced(report.total_bytes);
+            }
+            (pulled.0, report)
+        };
+        // A cached image needs no lock: entries are whole once they exist,
+        // so a caller never waits behind a slow pull of the same reference.
         if policy != PullPolicy::Always {
             if let Some(pulled) = self.load_cached(&reference, image)? {
-                let report = cached_report(&pulled.1);
-                if let Some(p) = progress {
-                    p.started(report.layers, report.total_bytes);
-                    p.advanced(report.total_bytes);
-                }
-                return Ok((pulled.0, report));
+                return Ok(cached(pulled));
             }
             if policy == PullPolicy::Never {
                 return Err(ImageError::NotPresent { image: key });
             }
         }
-        self.pull(&reference, image, auth, progress).await
+        let timeout = self.inner.options.pull_timeout;
+        let locked_pull = async {
+            let _guard = self.lock(&format!("ref {key}")).await?;
+            if policy != PullPolicy::Always {
+                // Someone else may have pulled it while we waited.
+                if let Some(pulled) = self.load_cached(&reference, image)? {
+                    return Ok(cached(pulled));
+                }
+            }
+            self.pull(&reference, image, auth, progress).await
+        };
+        // Waiting for another caller's pull of the same image counts too:
+        // theirs ends by its own deadline, ours by this one.
+        tokio::time::timeout(timeout, locked_pull)
+            .await
+            .map_err(|_| ImageError::Timeout {
+                image: key.clone(),
+                timeout,
+            })?
     }
 
     /// The flattened rootfs of a pulled image (every layer applied in one
@@ -400,17 +468,24 @@ impl ImageStore {
         let work = self.tmp_dir("rootfs")?;
         let store = self.clone();
         let dest2 = dest.clone();
+        let budget = CancelOnDrop::new(self.budget());
+        let (budget2, options) = (budget.0.clone(), self.extract_options());
         tokio::task::spawn_blocking(move || -> Result<(), ImageError> {
             for (digest, blob) in &blobs {
                 let file = File::open(blob).map_err(io_err(blob))?;
                 // The media type was checked at pull time; sniff here.
                 let reader = decompressor(BufReader::with_capacity(1 << 20, file), "")
                     .map_err(io_err(blob))?;
-                extract_layer(reader, work.path(), WhiteoutMode::Flatten).map_err(|source| {
-                    ImageError::Extract {
-                        digest: digest.clone(),
-                        source,
-                    }
+                extract_layer_bounded(
+                    reader,
+                    work.path(),
+                    WhiteoutMode::Flatten,
+                    options,
+                    &budget2,
+                )
+                .map_err(|source| ImageError::Extract {
+                    digest: digest.clone(),
+                    source,
                 })?;
             }
             store.commit_dir(work, &dest2)
@@ -503,6 +578,10 @@ impl ImageStore {
 
         let downloaded = AtomicU64::new(0);
         let downloaded_bytes = AtomicU64::new(0);
+        // One budget for the image's layers; should this pull be dropped
+        // (its caller gone, its deadline passed), the extraction threads
+        // stop at their next read instead of unpacking on for nobody.
+        let budget = CancelOnDrop::new(self.budget());
         // The futures are made up front, not in a `.map` closure over the
         // stream: a closure taking references in the stream's type defeats
         // rustc's proof that this future is `Send` (rust-lang/rust#102211),
@@ -520,6 +599,7 @@ impl ImageStore {
                     progress,
                     &downloaded,
                     &downloaded_bytes,
+                    &budget.0,
                 )
             })
             .collect();
@@ -572,6 +652,7 @@ impl ImageStore {
         progress: Option<&dyn PullProgress>,
         downloaded: &AtomicU64,
         downloaded_bytes: &AtomicU64,
+        budget: &Arc<Budget>,
     ) -> Result<PathBuf, ImageError> {
         let dest = self.layer_dir(&blob.digest)?;
         let report_cached = || {
@@ -596,13 +677,22 @@ impl ImageStore {
             blob.media_type.clone(),
             diff_id.to_string(),
         );
+        let (budget, bounds) = (budget.clone(), self.extract_options().bounds);
         if blob_path.is_file() {
             report_cached();
             let blob_path = blob_path.clone();
             tokio::task::spawn_blocking(move || {
                 let file = File::open(&blob_path).map_err(io_err(&blob_path))?;
                 let reader = BufReader::with_capacity(1 << 20, file);
-                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+                extract_verified(
+                    reader,
+                    &media_type,
+                    &digest,
+                    &diff_id,
+                    &work_path,
+                    bounds,
+                    &budget,
+                )
             })
             .await
             .map_err(join_err)??;
@@ -611,9 +701,18 @@ impl ImageStore {
             // chunks as they arrive, into a temp dir that is only renamed
             // into place once the blob's digest and the diff id both match.
             let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let watched = budget.clone();
             let extractor = tokio::task::spawn_blocking(move || {
                 let reader = BufReader::with_capacity(1 << 20, ChannelReader::new(rx));
-                extract_verified(reader, &media_type, &digest, &diff_id, &work_path)
+                extract_verified(
+                    reader,
+                    &media_type,
+                    &digest,
+                    &diff_id,
+                    &work_path,
+                    bounds,
+                    &budget,
+                )
             });
             let tmp = self.tmp_file("blob")?;
             let on_bytes = |n: u64| {
@@ -621,11 +720,18 @@ impl ImageStore {
                     p.advanced(n);
                 }
             };
+            // A layer refused for a bound is not downloaded further.
+            let stop = || watched.refused();
             let fetched = puller
-                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes, Some(tx))
+                .fetch_blob_to_file(reference, blob, tmp.as_ref(), &on_bytes, &stop, Some(tx))
                 .await;
             // The sender is gone now: the extractor sees the end of the stream.
             let extracted = extractor.await.map_err(join_err)?;
+            if let Err(e @ ImageError::Extract { .. }) = &extracted {
+                if e.kind() == ImageErrorKind::TooLarge {
+                    return extracted.map(|_| dest);
+                }
+            }
             let n = fetched?;
             extracted?;
             tmp.persist(&blob_path).map_err(|e| ImageError::Io {
@@ -784,6 +890,21 @@ impl ImageStore {
         }
     }
 
+    /// A fresh unpacked-size budget for one pull or flattening.
+    fn budget(&self) -> Arc<Budget> {
+        Arc::new(Budget::new(self.inner.options.max_image_size))
+    }
+
+    fn extract_options(&self) -> ExtractOptions {
+        ExtractOptions {
+            bounds: LayerBounds {
+                max_entries: self.inner.options.max_layer_entries,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
     /// Locks `key` in this process and across processes.
     async fn lock(&self, key: &str) -> Result<KeyGuard, ImageError> {
         self.inner.locks.lock(key).await
@@ -810,6 +931,22 @@ impl ImageStore {
                 std::fs::remove_file(&path)
             };
         }
+    }
+}
+
+/// Cancels a budget when dropped: the extraction threads of a pull whose
+/// future is dropped stop at their next read.
+struct CancelOnDrop(Arc<Budget>);
+
+impl CancelOnDrop {
+    fn new(budget: Arc<Budget>) -> Self {
+        CancelOnDrop(budget)
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 

@@ -17,6 +17,9 @@ fn image_code(kind: ImageErrorKind) -> Code {
         ImageErrorKind::Corrupt => Code::DataLoss,
         // A property of the image the caller named, not of the daemon's load.
         ImageErrorKind::TooManyLayers => Code::InvalidArgument,
+        // Past a bound the daemon sets (size, entries, header sizes).
+        ImageErrorKind::TooLarge => Code::ResourceExhausted,
+        ImageErrorKind::Timeout => Code::DeadlineExceeded,
         ImageErrorKind::Extract | ImageErrorKind::Io => Code::Internal,
     }
 }

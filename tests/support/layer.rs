@@ -85,6 +85,9 @@ enum Kind {
     Symlink(String),
     Hardlink(String),
     Fifo,
+    /// Bytes put into the tar as they are: headers and data a test forges
+    /// (whole 512-byte blocks).
+    Raw(Vec<u8>),
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +109,9 @@ pub struct Layer {
     gid: u64,
     compression: Compression,
     media_type: Option<String>,
+    /// A blob made elsewhere (a bomb streamed into its compressor): used
+    /// as it is instead of the entries.
+    prebuilt: Option<LayerBlob>,
 }
 
 impl Default for Layer {
@@ -128,7 +134,35 @@ impl Layer {
             gid: 0,
             compression: Compression::Gzip,
             media_type: None,
+            prebuilt: None,
         }
+    }
+
+    /// A layer whose blob is `blob` as it is (see `support::hostile`).
+    pub fn from_blob(blob: LayerBlob) -> Layer {
+        Layer {
+            prebuilt: Some(blob),
+            ..Layer::new()
+        }
+    }
+
+    /// Raw tar bytes, appended unchecked where this entry falls (whole
+    /// blocks: a forged header and its padded data).
+    pub fn raw(mut self, bytes: impl Into<Vec<u8>>) -> Layer {
+        let bytes = bytes.into();
+        assert_eq!(
+            bytes.len() % 512,
+            0,
+            "raw tar bytes come in 512-byte blocks"
+        );
+        self.entries.push(Entry {
+            path: String::new(),
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            kind: Kind::Raw(bytes),
+        });
+        self
     }
 
     /// A base layer from the host's `/bin/busybox` (Debian `busybox-static`)
@@ -282,6 +316,10 @@ impl Layer {
                     header.set_entry_type(tar::EntryType::Fifo);
                     builder.append_data(&mut header, &entry.path, std::io::empty())
                 }
+                Kind::Raw(bytes) => {
+                    builder.get_mut().extend_from_slice(bytes);
+                    Ok(())
+                }
             };
             result.expect("append tar entry");
         }
@@ -290,6 +328,9 @@ impl Layer {
 
     /// The compressed blob, its media type for `format`, and the diff id.
     pub fn blob(&self, format: super::image::Format) -> LayerBlob {
+        if let Some(blob) = &self.prebuilt {
+            return blob.clone();
+        }
         let tar = self.tar();
         let diff_id = sha256_digest(&tar);
         let data = match self.compression {
@@ -328,7 +369,7 @@ pub struct LayerBlob {
     pub diff_id: String,
 }
 
-fn default_media_type(format: super::image::Format, compression: Compression) -> &'static str {
+pub fn default_media_type(format: super::image::Format, compression: Compression) -> &'static str {
     use super::image::Format;
     match (format, compression) {
         (Format::Oci, Compression::None) => "application/vnd.oci.image.layer.v1.tar",

@@ -16,6 +16,11 @@
 //!   [`function_server::FunctionServer`]: `examples/fn_server.rs`, a gRPC
 //!   composition function server linked statically, as a binary, a busybox
 //!   image, or a running server.
+//! - [`hostile`]: layer blobs too big to build in memory (bombs, huge
+//!   headers), as streams of forged tar blocks and runs of one byte.
+//! - [`child::ChildGuard`] kills a child when a test ends;
+//!   [`child::measure`] runs one and reports its peak memory and the bytes
+//!   it wrote.
 //! - [`xfn_command`] / [`unprivileged`]: run the built `xfn` binary, also as
 //!   an unprivileged user without capabilities via `setpriv`.
 //!
@@ -32,7 +37,9 @@
 // Each test crate uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod child;
 pub mod function_server;
+pub mod hostile;
 pub mod http;
 pub mod image;
 pub mod layer;

@@ -1,7 +1,7 @@
 //! Applying tar entries one by one to the tree.
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -232,6 +232,11 @@ impl Extraction {
             )
         })?;
         let mut file = File::from(fd);
+        // The `tar` crate reads a GNU sparse file's holes as zeros: they are
+        // skipped here, so the file gets holes again and the disk only its
+        // real data (a sparse bomb writes nothing).
+        let sparse = item.header().entry_type().is_gnu_sparse();
+        let mut len = 0u64;
         loop {
             let n = match item.read(&mut self.buf) {
                 Ok(0) => break,
@@ -239,9 +244,18 @@ impl Extraction {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(io_err(name, e)),
             };
+            len += n as u64;
+            if sparse && self.buf[..n].iter().all(|&b| b == 0) {
+                file.seek(SeekFrom::Start(len))
+                    .map_err(|e| io_err(name, e))?;
+                continue;
+            }
             file.write_all(&self.buf[..n])
                 .map_err(|e| io_err(name, e))?;
             self.stats.bytes += n as u64;
+        }
+        if sparse {
+            file.set_len(len).map_err(|e| io_err(name, e))?;
         }
         let fd: OwnedFd = file.into();
         // A new file is already ours, with our group unless its directory
@@ -285,7 +299,7 @@ impl Extraction {
                 name,
                 &format!(
                     "hardlink target {:?} climbs above the layer root",
-                    String::from_utf8_lossy(&raw)
+                    super::quote(&raw)
                 ),
             )
         })?;
@@ -304,17 +318,14 @@ impl Extraction {
                     name,
                     &format!(
                         "hardlink target {:?} lies behind a symlink or non-directory",
-                        String::from_utf8_lossy(&target)
+                        super::quote(&target)
                     ),
                 ),
                 _ => io_err(
                     name,
                     io::Error::new(
                         e.kind(),
-                        format!(
-                            "hardlink target {:?}: {e}",
-                            String::from_utf8_lossy(&target)
-                        ),
+                        format!("hardlink target {:?}: {e}", super::quote(&target)),
                     ),
                 ),
             })?;
@@ -328,10 +339,7 @@ impl Extraction {
                 entry,
                 source: io::Error::new(
                     source.kind(),
-                    format!(
-                        "hardlink to {:?}: {source}",
-                        String::from_utf8_lossy(&target)
-                    ),
+                    format!("hardlink to {:?}: {source}", super::quote(&target)),
                 ),
             },
             other => other,
@@ -557,7 +565,7 @@ fn resolve_err(entry: &str, e: ResolveError) -> ExtractError {
             entry,
             &format!(
                 "its parent {:?} is a symlink or non-directory of this same layer",
-                String::from_utf8_lossy(&p)
+                super::quote(&p)
             ),
         ),
         ResolveError::Io(source) => io_err(entry, source),

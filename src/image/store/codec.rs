@@ -6,7 +6,9 @@ use std::path::Path;
 
 use sha2::{Digest as _, Sha256};
 
-use super::super::extract::{extract_layer, WhiteoutMode};
+use super::super::extract::{
+    extract_layer_bounded, Budget, ExtractError, ExtractOptions, LayerBounds, WhiteoutMode,
+};
 use super::ImageError;
 
 /// How a layer blob is compressed.
@@ -101,13 +103,16 @@ impl Read for ChannelReader {
 }
 
 /// Extracts a layer blob's bytes into `dest` (overlay whiteouts) and checks
-/// the uncompressed stream against the config's diff id.
+/// the uncompressed stream against the config's diff id. Every uncompressed
+/// byte, the ones after the tar's end included, is charged to `budget`.
 pub(super) fn extract_verified<R: BufRead + Send + 'static>(
     blob: R,
     media_type: &str,
     digest: &str,
     diff_id: &str,
     dest: &Path,
+    bounds: LayerBounds,
+    budget: &Budget,
 ) -> Result<(), ImageError> {
     let reader = decompressor(blob, media_type).map_err(|e| ImageError::Corrupt {
         image: digest.to_string(),
@@ -117,16 +122,29 @@ pub(super) fn extract_verified<R: BufRead + Send + 'static>(
         inner: reader,
         hasher: Sha256::new(),
     };
-    extract_layer(&mut hashing, dest, WhiteoutMode::Overlay).map_err(|source| {
-        ImageError::Extract {
-            digest: digest.to_string(),
-            source,
+    let options = ExtractOptions {
+        bounds,
+        ..Default::default()
+    };
+    let extract_err = |source| ImageError::Extract {
+        digest: digest.to_string(),
+        source,
+    };
+    extract_layer_bounded(&mut hashing, dest, WhiteoutMode::Overlay, options, budget)
+        .map_err(extract_err)?;
+    // The tar reader stops at the end-of-archive marker; hash the rest,
+    // still within the budget (a bomb may hide after the marker).
+    std::io::copy(&mut budget.reader(&mut hashing), &mut std::io::sink()).map_err(|e| {
+        match super::super::extract::Bound::of(&e) {
+            Some(bound) => extract_err(ExtractError::Bound {
+                after: "(the end of the archive)".to_string(),
+                bound: bound.clone(),
+            }),
+            None => ImageError::Corrupt {
+                image: digest.to_string(),
+                reason: format!("layer does not decompress: {e}"),
+            },
         }
-    })?;
-    // The tar reader stops at the end-of-archive marker; hash the rest.
-    std::io::copy(&mut hashing, &mut std::io::sink()).map_err(|e| ImageError::Corrupt {
-        image: digest.to_string(),
-        reason: format!("layer does not decompress: {e}"),
     })?;
     let actual = format!("sha256:{}", hex::encode(hashing.hasher.finalize()));
     if actual != diff_id {

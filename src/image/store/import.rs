@@ -263,6 +263,8 @@ impl ImageStore {
             &layer.digest,
             diff_id,
             work.path(),
+            self.extract_options().bounds,
+            &self.budget(),
         )?;
         self.commit_dir(work, &dest)?;
         self.inner

@@ -1,0 +1,140 @@
+//! Child processes of tests: [`ChildGuard`] kills and reaps a child when the
+//! test ends, however it ends; [`measure`] runs one to completion and reports
+//! what it cost: the peak resident memory (`VmHWM`) of the program it runs
+//! and the bytes it wrote to files.
+//!
+//! Why not `wait4`'s `ru_maxrss` for the peak: exec records the *replaced*
+//! memory's high-water mark too, and a child forked from a test process
+//! starts as a copy of it (a test holding a 100 MB blob would "peak" at
+//! 100 MB). `VmHWM` is of the program's own address space; it is sampled
+//! every few milliseconds from /proc while `/proc/PID/exe` is that program
+//! (never the forked copy of the test), and only rises, so the last sample
+//! misses at most the final milliseconds. The bytes written are exact:
+//! `wait4`'s `ru_oublock` (page-cache bytes dirtied, files deleted since
+//! included; tmpfs does not count, so point caches at a disk).
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+/// Kills (SIGKILL) and reaps the child when dropped, unless it was waited for.
+pub struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    /// Spawns `cmd` under a guard.
+    pub fn spawn(cmd: &mut Command) -> ChildGuard {
+        ChildGuard(Some(cmd.spawn().expect("spawn child")))
+    }
+
+    /// The child.
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("child already reaped")
+    }
+
+    /// Takes the child out: the caller reaps it.
+    pub fn into_inner(mut self) -> Child {
+        self.0.take().expect("child already reaped")
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A finished child and its cost.
+#[derive(Debug)]
+pub struct Measured {
+    /// How it ended.
+    pub status: ExitStatus,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+    /// Peak resident set size, bytes.
+    pub peak_rss: u64,
+    /// Bytes written to files (page-cache pages dirtied), bytes.
+    pub written: u64,
+}
+
+impl Measured {
+    /// One line for a report: `peak 12.3 MiB, wrote 0.1 MiB`.
+    pub fn cost(&self) -> String {
+        format!(
+            "peak {:.1} MiB, wrote {:.1} MiB",
+            self.peak_rss as f64 / 1048576.0,
+            self.written as f64 / 1048576.0
+        )
+    }
+}
+
+/// Runs `cmd` to the end (stdin closed, stdout and stderr captured) and
+/// measures the program `program` it runs (itself, or what it execs, as
+/// `setpriv` does).
+pub fn measure(cmd: &mut Command, program: &std::path::Path) -> Measured {
+    let program = std::fs::canonicalize(program).expect("program path");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut guard = ChildGuard::spawn(cmd);
+    let child = guard.child();
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let pid = child.id() as libc::pid_t;
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+                if exe.is_ok_and(|e| e == program) {
+                    if let Some(hwm) = vm_hwm(pid) {
+                        peak = peak.max(hwm);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our unreaped child; `status` and `usage` are valid
+    // for writes for the duration of the call.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    // Reaped: the guard must not signal a pid that may be reused.
+    std::mem::forget(guard.into_inner());
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_rss = sampler.join().expect("sampler");
+    Measured {
+        status: ExitStatus::from_raw(status),
+        stdout: String::from_utf8_lossy(&out_reader.join().expect("stdout reader")).into_owned(),
+        stderr: String::from_utf8_lossy(&err_reader.join().expect("stderr reader")).into_owned(),
+        peak_rss,
+        written: usage.ru_oublock as u64 * 512,
+    }
+}
+
+/// `VmHWM` of `pid` in bytes (None once its memory is gone).
+fn vm_hwm(pid: libc::pid_t) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

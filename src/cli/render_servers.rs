@@ -18,6 +18,7 @@ use super::{RunnerArgs, StoreArgs, UsernsArgs};
 
 /// `xfn render-servers`.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum RenderServersCommand {
     /// List kept function servers: name, Function, image, keeper pid, age.
     Ls(CacheArg),

@@ -89,6 +89,15 @@ impl Crun {
         cmd
     }
 
+    /// [`Crun::command`], blocking.
+    pub(super) fn std_command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.binary);
+        cmd.arg("--root")
+            .arg(&self.state_root)
+            .arg(self.cgroup_manager());
+        cmd
+    }
+
     /// cgroupfs in a delegated v2 subtree (the spec's limits are applied);
     /// disabled elsewhere: with a hybrid host crun would refuse to start.
     fn cgroup_manager(&self) -> &'static str {
@@ -236,6 +245,35 @@ impl Crun {
             .await;
     }
 
+    /// Makes the crun binary read-only where xfn's containers see it, so
+    /// that each crun process starts once instead of twice.
+    ///
+    /// crun guards against CVE-2019-5736 (a container overwriting the
+    /// runtime through `/proc/self/exe`) by copying itself to a sealed
+    /// memfd, or bind-mounting itself read-only, and re-executing that copy
+    /// before anything else: a second exec and dynamic link on every call,
+    /// about a fifth of its CPU (benches/PROFILE.md). It skips that when its
+    /// binary already is on a read-only mount. xfn has a mount namespace of
+    /// its own, entered at start, so it binds the binary read-only onto
+    /// itself there, once: the same protection, given ahead of time. Host and
+    /// other processes do not see the mount. Nothing is done where the
+    /// binary already is read-only, or cannot be found; a failure only costs
+    /// the re-exec.
+    pub fn pin_read_only(&self) {
+        let Some(path) = resolve_binary(&self.binary) else {
+            return;
+        };
+        match pin_read_only(&path) {
+            Ok(true) => tracing::debug!(runtime = %path.display(), "runtime bound read-only"),
+            Ok(false) => {}
+            Err(err) => tracing::debug!(
+                runtime = %path.display(),
+                %err,
+                "cannot bind the runtime read-only; it re-executes itself per call"
+            ),
+        }
+    }
+
     /// Removes containers left in the state root by an xfn that died, as told
     /// by `is_stale(id)`.
     pub fn delete_stale(&self, is_stale: impl Fn(&str) -> bool) {
@@ -252,12 +290,52 @@ impl Crun {
     }
 }
 
-fn delete_sync(crun: &Crun, id: &str) {
+/// `binary` as given when it has a slash, else found in PATH (as exec
+/// does), made absolute.
+pub(super) fn resolve_binary(binary: &Path) -> Option<PathBuf> {
+    if binary.as_os_str().as_encoded_bytes().contains(&b'/') {
+        return std::fs::canonicalize(binary).ok();
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|candidate| candidate.is_file())
+        .and_then(|found| std::fs::canonicalize(found).ok())
+}
+
+/// Binds `path` read-only onto itself unless its mount already is
+/// read-only; whether it bound.
+fn pin_read_only(path: &Path) -> std::io::Result<bool> {
+    use rustix::fs::StatVfsMountFlags;
+    use rustix::mount::{mount_bind, mount_remount, MountFlags};
+    let current = rustix::fs::statvfs(path)?.f_flag;
+    if current.contains(StatVfsMountFlags::RDONLY) {
+        return Ok(false);
+    }
+    // In a user namespace a remount must keep the flags the mount was
+    // locked with (nosuid, nodev, noexec, atime).
+    let mut flags = MountFlags::BIND | MountFlags::RDONLY;
+    for (has, keep) in [
+        (StatVfsMountFlags::NOSUID, MountFlags::NOSUID),
+        (StatVfsMountFlags::NODEV, MountFlags::NODEV),
+        (StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+        (StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
+        (StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
+        (StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
+    ] {
+        if current.contains(has) {
+            flags |= keep;
+        }
+    }
+    mount_bind(path, path)?;
+    mount_remount(path, flags, "")?;
+    Ok(true)
+}
+
+pub(super) fn delete_sync(crun: &Crun, id: &str) {
     let run = |args: &[&str]| {
-        let _ = std::process::Command::new(&crun.binary)
-            .arg("--root")
-            .arg(&crun.state_root)
-            .arg(crun.cgroup_manager())
+        let _ = crun
+            .std_command()
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

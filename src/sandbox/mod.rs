@@ -10,6 +10,7 @@ pub mod crun;
 pub mod netns;
 pub mod quantity;
 pub mod runtime;
+mod seccomp_bpf;
 pub mod served;
 pub mod spec;
 pub mod user;
@@ -131,6 +132,8 @@ pub struct Sandbox {
     delegation: Option<cgroup::Delegation>,
     /// The verdict on the runtime, reached before the first container.
     runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
+    /// The seccomp profile compiled once (base64 BPF), when it could be.
+    seccomp_bpf: Option<String>,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -148,20 +151,24 @@ impl Sandbox {
             cgroups: delegation.is_some(),
         };
         crun.delete_stale(|id| run_dir.is_stale(id));
+        crun.pin_read_only();
         if let Some(delegation) = &delegation {
             // After crun's stale containers: their processes are gone or
             // get killed here with their cgroups.
             cgroup::run::sweep_stale(delegation, |name| options.instance.is_dead_name(name));
         }
         let limits_unavailable = namespace.cgroups.why_no_limits();
-        Ok(Self {
+        let mut sandbox = Self {
             crun,
             run_dir,
             options,
             limits_unavailable,
             delegation,
             runtime_checked: std::sync::OnceLock::new(),
-        })
+            seccomp_bpf: None,
+        };
+        sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
+        Ok(sandbox)
     }
 
     /// Checks once that the OCI runtime is crun, new enough
@@ -193,6 +200,7 @@ impl Sandbox {
             cgroups_path: None,
             cmd: None,
             env: &[],
+            seccomp_bpf: None,
         })?;
         let result = self
             .crun
@@ -246,6 +254,7 @@ impl Sandbox {
         };
         let spec = spec::build(&spec::SpecInput {
             cgroups_path: run_cgroup.as_ref().map(|c| c.container_cgroup()),
+            seccomp_bpf: self.seccomp_bpf.as_deref(),
             ..input.clone()
         })?;
         bundle.write_spec(&spec)?;

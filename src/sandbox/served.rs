@@ -83,6 +83,7 @@ impl Sandbox {
             cgroups_path: None,
             cmd: Some(request.cmd),
             env: request.env,
+            seccomp_bpf: None,
         })?;
         let pid_file = bundle.dir.join("container.pid");
         // No stdin: a server reads none; its output is logged.

@@ -76,7 +76,15 @@ pub struct SpecInput<'a> {
     /// `KEY=VALUE`s added to the image's environment (a key given again
     /// replaces the image's), as `docker run -e` does.
     pub env: &'a [String],
+    /// The seccomp profile already compiled to BPF (base64), handed to crun
+    /// in the `run.oci.seccomp_bpf_data` annotation so that it does not
+    /// compile the profile again; the profile stays in the spec too, for
+    /// runtimes that do not know the annotation.
+    pub seccomp_bpf: Option<&'a str>,
 }
+
+/// The crun annotation that carries a precompiled seccomp filter.
+pub const SECCOMP_BPF_ANNOTATION: &str = "run.oci.seccomp_bpf_data";
 
 /// Builds the spec.
 pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
@@ -163,7 +171,15 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     }
     let linux = linux.build()?;
 
-    Ok(SpecBuilder::default()
+    let mut spec = SpecBuilder::default();
+    if let Some(bpf) = input.seccomp_bpf {
+        spec = spec.annotations(
+            [(SECCOMP_BPF_ANNOTATION.to_string(), bpf.to_string())]
+                .into_iter()
+                .collect::<std::collections::HashMap<_, _>>(),
+        );
+    }
+    Ok(spec
         .version("1.0.2")
         .hostname(input.hostname.to_string())
         .root(
@@ -366,6 +382,7 @@ mod tests {
             cgroups_path: None,
             cmd: None,
             env: &[],
+            seccomp_bpf: None,
         }
     }
 

@@ -397,3 +397,94 @@ async fn a_draining_daemon_refuses_new_connections() {
     assert!(exit.success(), "{exit}\n{}", daemon.log());
     wait_until_gone("sleep 3622").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_squatted_abstract_name_makes_start_exit_non_zero_naming_it() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("xfn-test/{}/squatted", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _rival = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+    let out = unprivileged(NONROOT, std::path::Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .arg("start")
+        .arg("--address")
+        .arg(format!("@{name}"))
+        .arg("--cache-dir")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("@{name}")), "{stderr}");
+    assert!(stderr.contains("already held"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_sharing_the_runners_network_cannot_call_it_but_reaches_loopback() {
+    // A TCP server on 127.0.0.1, in the network namespace xfn runs in.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in server.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            let _ = conn.read(&mut request);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nreached");
+        }
+    });
+    let daemon = Daemon::start(&[]).await;
+    let registry = Registry::start();
+    let script = format!(
+        "cat >/dev/null; /bin/dial '{}'; wget -q -O - http://127.0.0.1:{port}/",
+        daemon.socket
+    );
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox().file("/bin/dial", 0o755, dial_binary()))
+        .entrypoint(["/bin/sh", "-c", &script])
+        .push(&registry, "dialer:v1")
+        .reference;
+    // The probe works: the daemon's own uid, from the host, is served.
+    let host = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("cat > /tmp/xfn-dial-$$ && chmod 755 /tmp/xfn-dial-$$ && echo /tmp/xfn-dial-$$")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    host.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(&dial_binary())
+        .unwrap();
+    let path = String::from_utf8(host.wait_with_output().unwrap().stdout).unwrap();
+    let path = std::path::PathBuf::from(path.trim());
+    let probe = unprivileged(NONROOT, &path)
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "served");
+
+    let mut req = request(&image, FUNCTION_IO);
+    req.run_function_config = Some(xfn::proto::v1alpha1::RunFunctionConfig {
+        network: Some(xfn::proto::v1alpha1::NetworkConfig {
+            policy: xfn::proto::v1alpha1::NetworkPolicy::Runner as i32,
+        }),
+        ..Default::default()
+    });
+    let out = daemon
+        .client()
+        .await
+        .run_function(req)
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    let output = String::from_utf8(out.into_inner().output).unwrap();
+    assert_eq!(output, "refused\nreached", "{}", daemon.log());
+    assert!(
+        daemon.log().contains("runs in a container"),
+        "{}",
+        daemon.log()
+    );
+}

@@ -22,7 +22,34 @@ use nix::sys::socket::{
 };
 use tokio::io::unix::AsyncFd;
 
-use super::peer::CallerPolicy;
+use super::peer::{CallerPolicy, PeerPlace};
+
+/// At most one refusal logged per this long, so a caller retrying in a
+/// loop cannot flood the log; the next line says how many were not logged.
+const REFUSAL_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Rate limit of the refusal log.
+#[derive(Debug, Default)]
+struct Refusals {
+    last_logged: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl Refusals {
+    /// Logs through `log(suppressed so far)` unless one was logged lately.
+    fn note(&mut self, log: impl FnOnce(u64)) {
+        let due = self
+            .last_logged
+            .is_none_or(|at| at.elapsed() >= REFUSAL_LOG_INTERVAL);
+        if due {
+            log(self.suppressed);
+            self.suppressed = 0;
+            self.last_logged = Some(std::time::Instant::now());
+        } else {
+            self.suppressed += 1;
+        }
+    }
+}
 
 /// Errors of the gatekeeper.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +168,7 @@ fn wait(listener: &UnixListener, daemon: &OwnedFd) -> Wake {
 /// The gatekeeper's loop: accept, check, hand over; returns when the daemon
 /// is gone.
 pub fn run(listener: &UnixListener, policy: &CallerPolicy, daemon: &OwnedFd) {
+    let mut refusals = Refusals::default();
     loop {
         if let Wake::DaemonGone = wait(listener, daemon) {
             return;
@@ -160,8 +188,23 @@ pub fn run(listener: &UnixListener, policy: &CallerPolicy, daemon: &OwnedFd) {
                 continue;
             }
         };
+        let place = PeerPlace::of(cred.pid());
+        if !place.may_call() {
+            refusals.note(|suppressed| {
+                tracing::warn!(
+                    uid = cred.uid(),
+                    pid = cred.pid(),
+                    ?place,
+                    suppressed,
+                    "caller refused: it runs in a container (a function may never call the runner)"
+                );
+            });
+            continue;
+        }
         if let Err(refused) = policy.check(cred.uid()) {
-            tracing::warn!(uid = cred.uid(), pid = cred.pid(), reason = %refused, "caller refused");
+            refusals.note(|suppressed| {
+                tracing::warn!(uid = cred.uid(), pid = cred.pid(), reason = %refused, suppressed, "caller refused");
+            });
             continue;
         }
         if !hand_over(daemon, &stream, cred.uid()) {

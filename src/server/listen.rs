@@ -19,6 +19,13 @@ pub enum ListenError {
     /// An empty Unix address.
     #[error("--address is empty")]
     EmptyAddress,
+    /// Another process holds the abstract name: serving behind it would
+    /// leave Crossplane (and its registry credentials) talking to that one.
+    #[error("{address} is already held by another process in this network namespace; refusing to serve behind it (find it with `ss -xlp | grep {address}`)")]
+    Squatted {
+        /// The address.
+        address: String,
+    },
     /// Binding failed.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -100,7 +107,12 @@ pub fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
                 .map_err(fail)?;
             UnixListener::bind_addr(&addr)
                 .map(Listener::Unix)
-                .map_err(fail)
+                .map_err(|source| match source.kind() {
+                    std::io::ErrorKind::AddrInUse => ListenError::Squatted {
+                        address: address.to_string(),
+                    },
+                    _ => fail(source),
+                })
         }
         ListenAddress::Path(path) => {
             use std::os::unix::fs::FileTypeExt;
@@ -174,6 +186,16 @@ mod tests {
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         let _client = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
         listener.accept().unwrap();
+    }
+
+    #[test]
+    fn a_held_abstract_name_is_reported_as_squatted() {
+        let name = format!("xfn-test/squat-{}", std::process::id());
+        let address = ListenAddress::Abstract(name.clone());
+        let _holder = bind(&address).unwrap();
+        let err = bind(&address).unwrap_err();
+        assert!(matches!(err, ListenError::Squatted { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("@{name}")), "{err}");
     }
 
     #[test]

@@ -74,3 +74,73 @@ mod tests {
         assert!(policy.check(65534).is_err());
     }
 }
+
+/// Where a caller's process sits relative to the gatekeeper's PID
+/// namespace, as the pid `SO_PEERCRED` reports tells it.
+///
+/// The kernel reports the peer's pid as seen from the reader's PID
+/// namespace, and 0 when the peer is not visible there (checked on Linux
+/// 6.x: a client in a sibling namespace reads as pid 0, one in a child
+/// namespace as its pid in ours). Every function xfn starts runs in a PID
+/// namespace of its own, a child of xfn's, so a function (with `NetworkPolicy
+/// Runner` it shares the network namespace where the abstract socket lives,
+/// and in the own-id mapping even xfn's uid) always shows up visible and
+/// deeper than us. Crossplane, in another container of the pod, is invisible;
+/// a caller on the same host shares our namespace. Both are judged by uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerPlace {
+    /// Not visible from here (pid 0): another container of the pod.
+    Invisible,
+    /// In the gatekeeper's own PID namespace.
+    OurNamespace,
+    /// Visible, in a namespace below ours: a container. Never allowed.
+    Container,
+    /// Its place could not be read (it exited already). Never allowed.
+    Unknown,
+}
+
+impl PeerPlace {
+    /// Where the process `pid` (as `SO_PEERCRED` reported it here) sits:
+    /// by the depth of its `NSpid` list (world-readable, unlike
+    /// `/proc/PID/ns`) against ours. A visible process at our depth is in
+    /// our namespace; deeper, in one below it.
+    pub fn of(pid: i32) -> Self {
+        if pid == 0 {
+            return Self::Invisible;
+        }
+        match (ns_depth("self"), ns_depth(&pid.to_string())) {
+            (Some(ours), Some(theirs)) if theirs == ours => Self::OurNamespace,
+            (Some(ours), Some(theirs)) if theirs > ours => Self::Container,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Whether a caller from here may be judged by its uid at all.
+    pub fn may_call(self) -> bool {
+        matches!(self, Self::Invisible | Self::OurNamespace)
+    }
+}
+
+/// How many PID namespaces `/proc/<pid>` lists the process in.
+fn ns_depth(pid: &str) -> Option<usize> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .map(|pids| pids.split_whitespace().count())
+}
+
+#[cfg(test)]
+mod place_tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_in_our_namespace_or_invisible_is_judged_by_uid() {
+        assert_eq!(PeerPlace::of(0), PeerPlace::Invisible);
+        let me = std::process::id() as i32;
+        assert_eq!(PeerPlace::of(me), PeerPlace::OurNamespace);
+        assert!(PeerPlace::of(me).may_call());
+        assert!(!PeerPlace::Container.may_call());
+        assert!(!PeerPlace::Unknown.may_call());
+    }
+}

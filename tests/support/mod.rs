@@ -121,3 +121,25 @@ pub fn failure(out: &std::process::Output) -> String {
     );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// `tests/support/dial.c`, linked statically (so any busybox image can carry
+/// it): `dial NAME` connects to the abstract socket `@NAME` and prints
+/// `served`, `refused` or `unreachable: …`. Built once per test process.
+pub fn dial_binary() -> Vec<u8> {
+    static BINARY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let out = dir.path().join("dial");
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/dial.c");
+            let status = Command::new("cc")
+                .args(["-static", "-O2", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .status()
+                .expect("run cc (Debian packages gcc and libc6-dev)");
+            assert!(status.success(), "cc -static {} failed", source.display());
+            std::fs::read(&out).expect("read the dial binary")
+        })
+        .clone()
+}

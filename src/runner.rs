@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::image::{ImageStore, PullPolicy, PulledImage, RegistryAuth};
-use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs};
+use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
 use crate::sandbox::quantity::{Quantity, QuantityError};
 use crate::sandbox::{
     CrunError, Limits, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
@@ -188,6 +188,10 @@ pub struct RunnerOptions {
     /// Most processes a run may have at once (enforced with the other
     /// limits).
     pub pids_limit: i64,
+    /// Size of each run's `/tmp`, in bytes.
+    pub tmp_size_bytes: u64,
+    /// The most a run may write to its rootfs, in bytes.
+    pub rootfs_size_bytes: u64,
 }
 
 impl Default for RunnerOptions {
@@ -198,6 +202,8 @@ impl Default for RunnerOptions {
             require_limits: false,
             rootfs: crate::rootfs::RootfsMode::default(),
             pids_limit: crate::sandbox::spec::PIDS_LIMIT,
+            tmp_size_bytes: crate::sandbox::spec::TMP_SIZE,
+            rootfs_size_bytes: crate::rootfs::DEFAULT_ROOTFS_SIZE,
         }
     }
 }
@@ -208,6 +214,7 @@ pub struct Runner {
     store: ImageStore,
     sandbox: Sandbox,
     rootfs_mode: ResolvedMode,
+    rootfs_options: RootfsOptions,
     rootfs_dir: PathBuf,
 }
 
@@ -226,6 +233,7 @@ impl Runner {
             require_limits: options.require_limits,
             pids_limit: options.pids_limit,
             instance: store.instance().clone(),
+            tmp_size_bytes: options.tmp_size_bytes,
         })?;
         let rootfs_dir = run_dir.join("rootfs");
         std::fs::create_dir_all(&rootfs_dir)
@@ -245,6 +253,10 @@ impl Runner {
             store,
             sandbox,
             rootfs_mode,
+            rootfs_options: RootfsOptions {
+                size_bytes: options.rootfs_size_bytes,
+                ..RootfsOptions::default()
+            },
             rootfs_dir,
         })
     }
@@ -331,10 +343,11 @@ impl Runner {
             ResolvedMode::Overlay => None,
         };
         let layers = image.layers.clone();
+        let options = self.rootfs_options.clone();
         // A copy can take a while: off the async threads. Should this future
         // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
         tokio::task::spawn_blocking(move || {
-            Rootfs::prepare(mode, &layers, flattened.as_deref(), &dir)
+            Rootfs::prepare_with(mode, &layers, flattened.as_deref(), &dir, &options)
         })
         .await
         .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?

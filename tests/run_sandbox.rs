@@ -51,6 +51,7 @@ impl Env {
             require_limits: false,
             pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
             instance: xfn::instance::of_cache(&self.run_dir).expect("claim an instance id"),
+            tmp_size_bytes: xfn::sandbox::spec::TMP_SIZE,
         })
         .unwrap()
     }

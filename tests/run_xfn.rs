@@ -55,8 +55,36 @@ fn script_path(name: &str) -> String {
     format!("/fn-{}.sh", name.split(':').next().unwrap())
 }
 
-/// Runs `cmd` with `input` on stdin.
-fn run_with_input(mut cmd: Command, input: &[u8]) -> Output {
+fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
+    let mut cmd = fx.command();
+    cmd.args(flags).arg(image).arg("-");
+    run_with_input(cmd, input)
+}
+
+/// The pid of a process whose command line (arguments joined by spaces)
+/// passes `test`, as the host sees it.
+fn process_where(test: impl Fn(&str) -> bool) -> Option<u32> {
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        test(
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .trim_end(),
+        )
+        .then_some(pid)
+    })
+}
+
+/// Spawns `cmd` (with `input`), waits until one of its function's
+/// processes runs `sleep <marker>`, reads that process's uid map and real
+/// uid as the host sees them, kills it (the function then goes on) and
+/// returns both with the output of the run.
+fn host_view_of_the_function(
+    mut cmd: Command,
+    input: &[u8],
+    marker: &str,
+) -> (String, u32, Output) {
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -64,13 +92,28 @@ fn run_with_input(mut cmd: Command, input: &[u8]) -> Output {
         .spawn()
         .expect("spawn xfn");
     child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
-    let mut cmd = fx.command();
-    cmd.args(flags).arg(image).arg("-");
-    run_with_input(cmd, input)
+    let pid = loop {
+        let sleep = format!("sleep {marker}");
+        if let Some(pid) = process_where(|cmdline| cmdline == sleep) {
+            break pid;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    (uid_map, uid, child.wait_with_output().unwrap())
 }
 
 /// Nothing of any run is left in the cache dir, and no container process.
@@ -318,16 +361,23 @@ fn as_root_a_range_is_mapped_and_owners_are_right() {
         .entrypoint([
             "/bin/sh",
             "-c",
-            "id -u; stat -c '%u:%g' /home/owned /bin/busybox; cat /proc/self/uid_map",
+            "id -u; stat -c '%u:%g' /home/owned /bin/busybox; cat /proc/self/uid_map; sleep 4715 || true",
         ])
         .push(&fx.registry, "owners:v1")
         .reference;
-    let out = stdout(&run(&fx, &image, b"", &[]));
+    let mut cmd = fx.command();
+    cmd.arg(&image).arg("-");
+    let (host_map, host_uid, out) = host_view_of_the_function(cmd, b"", "4715");
+    let out = stdout(&out);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..3], ["0", "65532:65532", "0:0"], "{out}");
-    // Container uid 0 is host uid 100000 (the default --map-root-uid).
+    // The run's own user namespace maps all of xfn's 65536 ids one to one…
     let map: Vec<&str> = lines[3].split_whitespace().collect();
-    assert_eq!(map, ["0", "100000", "65536"], "{out}");
+    assert_eq!(map, ["0", "0", "65536"], "{out}");
+    // …so container uid 0 is host uid 100000 (the default --map-root-uid).
+    let host_map: Vec<&str> = host_map.split_whitespace().collect();
+    assert_eq!(host_map, ["0", "100000", "65536"]);
+    assert_eq!(host_uid, 100000);
 }
 
 #[test]
@@ -336,7 +386,7 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
     dir_owned_by(&fx.cache, NONROOT);
     let image = fx.script_image(
         "unpriv:v1",
-        "id -u; stat -c '%u' /bin/busybox; cat /proc/self/uid_map; cat",
+        "id -u; stat -c '%u' /bin/busybox; cat /proc/self/uid_map; cat; sleep 4716 || true",
     );
     let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
     cmd.arg("run")
@@ -344,12 +394,18 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
         .arg(&fx.cache)
         .arg(&image)
         .arg("-");
-    let out = stdout(&run_with_input(cmd, b"input\n"));
+    let (host_map, host_uid, out) = host_view_of_the_function(cmd, b"input\n", "4716");
+    let out = stdout(&out);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["0", "0"], "{out}");
+    // The run's own user namespace maps xfn's one id…
     let map: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(map, ["0", "65532", "1"], "{out}");
+    assert_eq!(map, ["0", "0", "1"], "{out}");
     assert_eq!(lines[3], "input", "{out}");
+    // …which is the host's 65532.
+    let host_map: Vec<&str> = host_map.split_whitespace().collect();
+    assert_eq!(host_map, ["0", "65532", "1"]);
+    assert_eq!(host_uid, NONROOT);
     // The runner's network (sysfs bound, not mounted) works unprivileged too.
     let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
     cmd.arg("run")
@@ -358,8 +414,10 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
         .args(["--network-policy", "Runner"])
         .arg(&image)
         .arg("-");
-    let out = stdout(&run_with_input(cmd, b"runner\n"));
+    let (_, host_uid, out) = host_view_of_the_function(cmd, b"runner\n", "4716");
+    let out = stdout(&out);
     assert!(out.ends_with("runner\n"), "{out}");
+    assert_eq!(host_uid, NONROOT);
     assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
 
@@ -457,9 +515,9 @@ fn functions_run_hardened() {
 #[test]
 fn a_static_binary_with_threads_runs_under_the_seccomp_profile() {
     let fx = Fixture::new();
-    let src = fx.dir.path().join("static_fn.rs");
-    std::fs::write(
-        &src,
+    let binary = static_rust_binary(
+        fx.dir.path(),
+        "static_fn",
         r#"use std::io::Read;
 fn main() {
     let mut input = String::new();
@@ -469,20 +527,6 @@ fn main() {
     println!("static: {} bytes in, threads sum {}", input.len(), sum);
 }
 "#,
-    )
-    .unwrap();
-    let binary = fx.dir.path().join("static_fn");
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
-    let built = Command::new(rustc)
-        .args(["-C", "target-feature=+crt-static", "-O", "-o"])
-        .arg(&binary)
-        .arg(&src)
-        .output()
-        .expect("rustc (static glibc needs libc6-dev)");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
     );
     let image = ImageBuilder::new()
         .layer(Layer::new().file("/static_fn", 0o755, std::fs::read(&binary).unwrap()))
@@ -542,18 +586,7 @@ fn sigterm_stops_the_run_and_leaves_nothing() {
         .unwrap();
     // Wait for the function to be running.
     let marker = "sleep 4713";
-    let running = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(marker)
-                })
-                .unwrap_or(false)
-        })
-    };
-    while !running() {
+    while process_where(|cmdline| cmdline.contains(marker)).is_none() {
         assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -151,6 +151,23 @@ pub struct RunnerArgs {
     /// enforced where cpu/memory limits are).
     #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
     pub pids_limit: i64,
+    /// Size of each function's /tmp (a tmpfs), a quantity like 128Mi:
+    /// beyond it, writes fail with ENOSPC.
+    #[arg(long, default_value = "128Mi", value_parser = parse_nonzero_size)]
+    pub tmp_size: u64,
+    /// The most a function may write to its root filesystem, a quantity like
+    /// 256Mi: beyond it, writes fail with ENOSPC.
+    #[arg(long, default_value = "256Mi", value_parser = parse_nonzero_size)]
+    pub rootfs_size: u64,
+}
+
+/// [`parse_size`] for the sizes of a function's tmpfs mounts: never zero
+/// (a tmpfs of `size=0` is unbounded).
+pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err(format!("{text:?}: a size must be more than zero")),
+        bytes => Ok(bytes),
+    }
 }
 
 impl RunnerArgs {
@@ -162,6 +179,8 @@ impl RunnerArgs {
             require_limits: self.require_limits,
             rootfs: self.rootfs,
             pids_limit: self.pids_limit,
+            tmp_size_bytes: self.tmp_size,
+            rootfs_size_bytes: self.rootfs_size,
         }
     }
 }
@@ -265,4 +284,32 @@ pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result
     })
     .context("cannot enter xfn's user namespace")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        runner: RunnerArgs,
+    }
+
+    #[test]
+    fn size_flags_default_to_the_library_defaults() {
+        let flags = Flags::parse_from(["xfn"]);
+        assert_eq!(flags.runner.tmp_size, xfn::sandbox::spec::TMP_SIZE);
+        assert_eq!(flags.runner.rootfs_size, xfn::rootfs::DEFAULT_ROOTFS_SIZE);
+    }
+
+    #[test]
+    fn sizes_are_quantities_and_never_zero() {
+        assert_eq!(parse_nonzero_size("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_nonzero_size("1G"), Ok(1_000_000_000));
+        assert!(parse_nonzero_size("0")
+            .unwrap_err()
+            .contains("more than zero"));
+        assert!(parse_nonzero_size("lots").is_err());
+    }
 }

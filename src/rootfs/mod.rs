@@ -8,7 +8,20 @@
 //!   in a user namespace) whose lower dirs are the cached, read-only layer
 //!   dirs. Writes land in the tmpfs and vanish with it; the layer dirs are
 //!   never written (overlay only ever copies up into the upper dir).
-//! - **copy**: `run_dir/rootfs` is a fresh copy of the flattened rootfs.
+//! - **copy**: `run_dir` becomes a tmpfs, `run_dir/rootfs` a fresh copy of
+//!   the flattened rootfs in it.
+//!
+//! Either way a run can write at most [`RootfsOptions::size_bytes`] (and
+//! create at most [`tmpfs_inodes`] of it files) before it gets ENOSPC; the
+//! disk under the cache is never written by a function.
+//!
+//! Choice: **the copy goes to a tmpfs too**, sized after the copy to what
+//! the copy holds plus the allowance (a remount: tmpfs takes a new size
+//! while mounted). On disk, only a filesystem quota could bound a copy, and
+//! none is available to an unprivileged user namespace. The price is the
+//! image's bytes in memory for the length of each run in copy mode, which
+//! is the fallback for hosts without overlayfs in user namespaces (Linux
+//! before 5.11); overlay mode keeps only what a run writes in memory.
 //!
 //! [`Rootfs::cleanup`] (also run on drop) unmounts (detaching a busy mount)
 //! and removes `run_dir`, on every path, including a `prepare` that failed
@@ -93,12 +106,27 @@ fn io_err<'a>(
     }
 }
 
+/// The default of [`RootfsOptions::size_bytes`] (`--rootfs-size`): room
+/// for what functions write (caches, generated files), a stop for one that
+/// would fill the node's memory.
+pub const DEFAULT_ROOTFS_SIZE: u64 = 256 << 20;
+
+/// How many files a tmpfs of `size_bytes` may hold: one per 8 KiB, at least
+/// 1024. Inodes take kernel memory that `size=` does not count, so a tmpfs
+/// of a bounded size needs a bounded inode count too (millions of empty
+/// files would otherwise fit in any size).
+pub fn tmpfs_inodes(size_bytes: u64) -> u64 {
+    (size_bytes / 8192).max(1024)
+}
+
 /// Tuning of [`Rootfs::prepare_with`].
 #[derive(Debug, Clone)]
 pub struct RootfsOptions {
-    /// Size limit of the per-run tmpfs holding the overlay's upper dir: the
-    /// most a run can write (tmpfs takes memory only as it is used).
-    pub upper_size_bytes: u64,
+    /// The most a run can write to its rootfs, in bytes (and in files:
+    /// [`tmpfs_inodes`] of it): the size of the tmpfs holding the overlay's
+    /// upper dir, or what a copy's tmpfs may hold beyond the copy (tmpfs
+    /// takes memory only as it is used).
+    pub size_bytes: u64,
     /// Mount with `mount(2)` even where the new mount API is available (the
     /// path old kernels take; tests use it).
     pub legacy_mount: bool,
@@ -107,7 +135,7 @@ pub struct RootfsOptions {
 impl Default for RootfsOptions {
     fn default() -> Self {
         Self {
-            upper_size_bytes: 256 * 1024 * 1024,
+            size_bytes: DEFAULT_ROOTFS_SIZE,
             legacy_mount: false,
         }
     }
@@ -168,10 +196,24 @@ impl Rootfs {
                 let src = flattened.ok_or(RootfsError::Input(
                     "copy mode needs the flattened rootfs of the image",
                 ))?;
-                copy_tree(src, &rootfs.path).map_err(io_err("copying into", &rootfs.path))?;
+                rootfs.copy(src, options)?;
             }
         }
         Ok(rootfs)
+    }
+
+    /// Copies `src` into a tmpfs on the run dir, then shrinks the tmpfs to
+    /// the copy plus the allowance of `options`.
+    fn copy(&mut self, src: &Path, options: &RootfsOptions) -> Result<(), RootfsError> {
+        let run_dir = self.run_dir.clone();
+        // Unsized while copying (the kernel's default, half of memory): the
+        // image's size is the cache's business, bounded when it was pulled.
+        overlay::mount_tmpfs(&run_dir, None)
+            .map_err(io_err("mounting the run tmpfs on", &run_dir))?;
+        self.mounts.push(run_dir.clone());
+        copy_tree(src, &self.path).map_err(io_err("copying into", &self.path))?;
+        overlay::bound_tmpfs(&run_dir, options.size_bytes)
+            .map_err(io_err("bounding the run tmpfs on", &run_dir))
     }
 
     fn mount_overlay(
@@ -183,7 +225,7 @@ impl Rootfs {
             return Err(RootfsError::Input("overlay mode needs at least one layer"));
         }
         let run_dir = self.run_dir.clone();
-        overlay::mount_tmpfs(&run_dir, options.upper_size_bytes)
+        overlay::mount_tmpfs(&run_dir, Some(options.size_bytes))
             .map_err(io_err("mounting the run tmpfs on", &run_dir))?;
         self.mounts.push(run_dir.clone());
         let upper = run_dir.join("upper");

@@ -17,6 +17,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::CWD;
+
+use super::tmpfs_inodes;
 use rustix::io::Errno;
 use rustix::mount::{
     fsconfig_create, fsconfig_set_flag, fsconfig_set_string, fsmount, fsopen, move_mount,
@@ -43,15 +45,40 @@ pub(crate) struct OverlaySpec<'a> {
     pub(crate) legacy: bool,
 }
 
-/// Mounts a tmpfs of at most `size` bytes at `target` (nosuid, nodev).
-pub(crate) fn mount_tmpfs(target: &Path, size: u64) -> io::Result<()> {
-    let data = CString::new(format!("size={size},mode=0755")).map_err(io::Error::other)?;
+/// Mounts a tmpfs at `target` (nosuid, nodev) of at most `size` bytes and
+/// [`tmpfs_inodes`]`(size)` files, or of the kernel's default size.
+pub(crate) fn mount_tmpfs(target: &Path, size: Option<u64>) -> io::Result<()> {
+    let data = match size {
+        Some(size) => format!("size={size},nr_inodes={},mode=0755", tmpfs_inodes(size)),
+        None => "mode=0755".to_string(),
+    };
+    let data = CString::new(data).map_err(io::Error::other)?;
     rustix::mount::mount(
         "tmpfs",
         target,
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         Some(data.as_c_str()),
+    )?;
+    Ok(())
+}
+
+/// Resizes the tmpfs at `target` to what it holds now plus `allowance`
+/// bytes, and its inode count to the files it holds plus
+/// [`tmpfs_inodes`]`(allowance)`.
+pub(crate) fn bound_tmpfs(target: &Path, allowance: u64) -> io::Result<()> {
+    let st = rustix::fs::statvfs(target)?;
+    let used_bytes = st.f_blocks.saturating_sub(st.f_bfree) * st.f_frsize;
+    let used_inodes = st.f_files.saturating_sub(st.f_ffree);
+    let data = format!(
+        "size={},nr_inodes={}",
+        used_bytes.saturating_add(allowance),
+        used_inodes.saturating_add(tmpfs_inodes(allowance))
+    );
+    rustix::mount::mount_remount(
+        target,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_str(),
     )?;
     Ok(())
 }

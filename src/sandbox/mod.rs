@@ -10,6 +10,7 @@ pub mod crun;
 pub mod netns;
 pub mod quantity;
 pub mod runtime;
+pub mod seccomp;
 mod seccomp_bpf;
 pub mod served;
 pub mod spec;
@@ -102,6 +103,8 @@ pub struct SandboxOptions {
     /// This process's claim on the cache: names what runs leave behind, so
     /// a later xfn knows whose it is.
     pub instance: std::sync::Arc<crate::instance::Instance>,
+    /// Size of each run's `/tmp`, in bytes.
+    pub tmp_size_bytes: u64,
 }
 
 /// One run's inputs besides the bundle.
@@ -134,6 +137,8 @@ pub struct Sandbox {
     runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
     /// The seccomp profile compiled once (base64 BPF), when it could be.
     seccomp_bpf: Option<String>,
+    /// How many ids xfn's namespace maps (each run's maps the same).
+    mapped_ids: u32,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -158,6 +163,10 @@ impl Sandbox {
             cgroup::run::sweep_stale(delegation, |name| options.instance.is_dead_name(name));
         }
         let limits_unavailable = namespace.cgroups.why_no_limits();
+        let mapped_ids = match namespace.mapping {
+            userns::IdMapping::Own { .. } => 1,
+            userns::IdMapping::Range { .. } => userns::RANGE_SIZE,
+        };
         let mut sandbox = Self {
             crun,
             run_dir,
@@ -166,6 +175,7 @@ impl Sandbox {
             delegation,
             runtime_checked: std::sync::OnceLock::new(),
             seccomp_bpf: None,
+            mapped_ids,
         };
         sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
         Ok(sandbox)
@@ -201,6 +211,8 @@ impl Sandbox {
             cmd: None,
             env: &[],
             seccomp_bpf: None,
+            tmp_size_bytes: self.options.tmp_size_bytes,
+            mapped_ids: self.mapped_ids,
         })?;
         let result = self
             .crun

@@ -55,7 +55,8 @@ impl NetworkNamespace {
             .spawn(move || {
                 let connected = (|| -> std::io::Result<std::net::TcpStream> {
                     // Needs CAP_SYS_ADMIN in the namespace's owning user
-                    // namespace: xfn's own, where it has every capability.
+                    // namespace: the run's, a child of xfn's made by xfn's
+                    // own uid, where xfn has every capability.
                     nix::sched::setns(&*namespace, CloneFlags::CLONE_NEWNET)
                         .map_err(std::io::Error::from)?;
                     let stream = std::net::TcpStream::connect_timeout(&address, CONNECT_TIMEOUT)?;

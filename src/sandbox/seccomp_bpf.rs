@@ -67,7 +67,7 @@ impl Sandbox {
         };
         let mut key = Sha256::new();
         for part in [
-            spec::DEFAULT_SECCOMP_PROFILE.as_bytes(),
+            super::seccomp::PROFILE_JSON.as_bytes(),
             binary.as_os_str().as_encoded_bytes(),
             format!("{} {mtime:?}", meta.len()).as_bytes(),
             kernel("osrelease").as_bytes(),
@@ -112,6 +112,8 @@ impl Sandbox {
                 cmd: None,
                 env: &[],
                 seccomp_bpf: None,
+                tmp_size_bytes: self.options.tmp_size_bytes,
+                mapped_ids: self.mapped_ids,
             })
             .map_err(|e| e.to_string())?;
         // Errors go to a file: the created container keeps crun's stdio

@@ -84,6 +84,8 @@ impl Sandbox {
             cmd: Some(request.cmd),
             env: request.env,
             seccomp_bpf: None,
+            tmp_size_bytes: self.options.tmp_size_bytes,
+            mapped_ids: self.mapped_ids,
         })?;
         let pid_file = bundle.dir.join("container.pid");
         // No stdin: a server reads none; its output is logged.

@@ -5,19 +5,13 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::image::Config as ImageConfig;
 use oci_spec::runtime::{
-    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxMemoryBuilder,
-    LinuxNamespaceBuilder, LinuxNamespaceType, LinuxPidsBuilder, LinuxResourcesBuilder,
-    LinuxSeccomp, Mount, MountBuilder, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder,
-    RootBuilder, Spec, SpecBuilder, UserBuilder,
+    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxIdMappingBuilder,
+    LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, LinuxPidsBuilder,
+    LinuxResourcesBuilder, Mount, MountBuilder, PosixRlimit, PosixRlimitBuilder, PosixRlimitType,
+    ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
 use super::user::{self, UserError};
-
-/// The seccomp profile every function runs under (deny-list, like Docker's
-/// default in spirit: kernel-module, mount, namespace, keyring, tracing and
-/// clock syscalls fail with EPERM; clone3 reports ENOSYS so libcs fall back
-/// to clone, whose CLONE_NEWUSER flag is refused).
-pub const DEFAULT_SECCOMP_PROFILE: &str = include_str!("../../seccomp/default.json");
 
 /// PATH used when the image sets none (Docker's default).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -25,6 +19,11 @@ pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
 /// The default pids limit of a run: enough for any function, a stop for fork
 /// bombs (effective where limits are enforced through cgroups).
 pub const PIDS_LIMIT: i64 = 1024;
+
+/// The default size of a run's `/tmp` (a tmpfs: memory, taken only as
+/// written): room for any function's scratch files, a stop for one that
+/// would fill the node's memory.
+pub const TMP_SIZE: u64 = 128 << 20;
 
 /// Errors of spec building.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +36,7 @@ pub enum SpecError {
     User(#[from] UserError),
     /// The embedded seccomp profile is broken (a build defect).
     #[error("the embedded seccomp profile is invalid: {0}")]
-    Seccomp(serde_json::Error),
+    Seccomp(String),
     /// oci-spec refused a value.
     #[error("cannot build the runtime spec: {0}")]
     Build(#[from] oci_spec::OciSpecError),
@@ -81,6 +80,11 @@ pub struct SpecInput<'a> {
     /// compile the profile again; the profile stays in the spec too, for
     /// runtimes that do not know the annotation.
     pub seccomp_bpf: Option<&'a str>,
+    /// Size of the run's `/tmp` tmpfs, in bytes.
+    pub tmp_size_bytes: u64,
+    /// How many ids xfn's own user namespace maps (1, or a 65536-id range):
+    /// the run's user namespace maps the same ids, one to one.
+    pub mapped_ids: u32,
 }
 
 /// The crun annotation that carries a precompiled seccomp filter.
@@ -127,7 +131,6 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .inheritable(HashSet::new())
         .ambient(HashSet::new())
         .build()?;
-    let nofile = nofile_limit();
     let process = ProcessBuilder::default()
         .terminal(false)
         .user(user)
@@ -136,14 +139,14 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .cwd(PathBuf::from(cwd))
         .capabilities(capabilities)
         .no_new_privileges(true)
-        .rlimits(vec![PosixRlimitBuilder::default()
-            .typ(PosixRlimitType::RlimitNofile)
-            .soft(nofile)
-            .hard(nofile)
-            .build()?])
+        .rlimits(rlimits()?)
         .build()?;
 
+    // A user namespace of its own first, mapping xfn's ids one to one: the
+    // run's capabilities then stop at its own namespaces instead of reaching
+    // xfn's (its mount namespace, where every run's rootfs is mounted).
     let mut namespaces = vec![
+        LinuxNamespaceType::User,
         LinuxNamespaceType::Pid,
         LinuxNamespaceType::Ipc,
         LinuxNamespaceType::Uts,
@@ -158,10 +161,16 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .map(|typ| LinuxNamespaceBuilder::default().typ(typ).build())
         .collect::<Result<Vec<_>, _>>()?;
 
-    let seccomp: LinuxSeccomp =
-        serde_json::from_str(DEFAULT_SECCOMP_PROFILE).map_err(SpecError::Seccomp)?;
+    let seccomp = super::seccomp::profile().map_err(SpecError::Seccomp)?;
+    let ids = LinuxIdMappingBuilder::default()
+        .container_id(0u32)
+        .host_id(0u32)
+        .size(input.mapped_ids)
+        .build()?;
     let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)
+        .uid_mappings(vec![ids])
+        .gid_mappings(vec![ids])
         .masked_paths(masked_paths())
         .readonly_paths(readonly_paths())
         .resources(resources(input.limits, input.pids_limit)?)
@@ -190,7 +199,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
                 .readonly(false)
                 .build()?,
         )
-        .mounts(mounts(input.host_network)?)
+        .mounts(mounts(input.host_network, input.tmp_size_bytes)?)
         .process(process)
         .linux(linux)
         .build()?)
@@ -217,13 +226,38 @@ fn capabilities() -> HashSet<Capability> {
     .collect()
 }
 
-/// RLIMIT_NOFILE for the function: 65536 where xfn's own hard limit allows
-/// (an unprivileged namespace cannot raise a hard limit).
-fn nofile_limit() -> u64 {
-    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map(|(_, hard)| hard)
-        .unwrap_or(1024);
-    hard.min(65536)
+/// The function's resource limits, which hold with or without cgroups:
+/// - `RLIMIT_NOFILE` 65536: plenty of descriptors, not unbounded.
+/// - `RLIMIT_CORE` 0: a crashing function writes no core file, and the
+///   host's core handler (`core_pattern`, which runs outside every
+///   namespace) is never fed a function's memory.
+///
+/// Each is capped at xfn's own hard limit (no namespace can raise one).
+///
+/// RLIMIT_FSIZE is not set: every place a function can write is a sized
+/// tmpfs, which answers ENOSPC; FSIZE would kill with SIGXFSZ instead.
+fn rlimits() -> Result<Vec<PosixRlimit>, SpecError> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let capped = |resource, want: u64| {
+        let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(want);
+        want.min(hard)
+    };
+    [
+        (
+            PosixRlimitType::RlimitNofile,
+            capped(Resource::RLIMIT_NOFILE, 65536),
+        ),
+        (PosixRlimitType::RlimitCore, 0),
+    ]
+    .into_iter()
+    .map(|(typ, limit)| {
+        Ok(PosixRlimitBuilder::default()
+            .typ(typ)
+            .soft(limit)
+            .hard(limit)
+            .build()?)
+    })
+    .collect()
 }
 
 fn masked_paths() -> Vec<String> {
@@ -302,7 +336,12 @@ fn mount(destination: &str, typ: &str, source: &str, options: &[&str]) -> Result
         .build()?)
 }
 
-fn mounts(host_network: bool) -> Result<Vec<Mount>, SpecError> {
+fn mounts(host_network: bool, tmp_size_bytes: u64) -> Result<Vec<Mount>, SpecError> {
+    // Sized in bytes and in inodes: a function filling /tmp with data or
+    // with empty files gets ENOSPC, and the node's memory is not touched
+    // beyond the size.
+    let tmp_size = format!("size={tmp_size_bytes}");
+    let tmp_inodes = format!("nr_inodes={}", crate::rootfs::tmpfs_inodes(tmp_size_bytes));
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"])?,
         mount(
@@ -336,7 +375,12 @@ fn mounts(host_network: bool) -> Result<Vec<Mount>, SpecError> {
             "mqueue",
             &["nosuid", "noexec", "nodev"],
         )?,
-        mount("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"])?,
+        mount(
+            "/tmp",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "nodev", "mode=1777", &tmp_size, &tmp_inodes],
+        )?,
     ];
     if host_network {
         // A sysfs mount needs a network namespace of our own; without one,
@@ -383,6 +427,8 @@ mod tests {
             cmd: None,
             env: &[],
             seccomp_bpf: None,
+            tmp_size_bytes: TMP_SIZE,
+            mapped_ids: 65536,
         }
     }
 
@@ -538,8 +584,88 @@ mod tests {
     }
 
     #[test]
-    fn seccomp_profile_parses() {
-        let profile: LinuxSeccomp = serde_json::from_str(DEFAULT_SECCOMP_PROFILE).unwrap();
-        assert!(profile.syscalls().as_ref().unwrap().len() >= 3);
+    fn the_seccomp_profile_goes_into_the_spec() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let spec = build(&input(dir.path(), &image)).unwrap();
+        let seccomp = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
+        assert_eq!(seccomp, &crate::sandbox::seccomp::profile().unwrap());
+    }
+
+    #[test]
+    fn a_run_has_its_own_user_namespace_mapping_xfns_ids_one_to_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        for ids in [1, 65536] {
+            let spec = build(&SpecInput {
+                mapped_ids: ids,
+                ..input(dir.path(), &image)
+            })
+            .unwrap();
+            let linux = spec.linux().as_ref().unwrap();
+            assert!(linux
+                .namespaces()
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|n| n.typ() == LinuxNamespaceType::User));
+            for maps in [linux.uid_mappings(), linux.gid_mappings()] {
+                let map = &maps.as_ref().unwrap()[..];
+                assert_eq!(map.len(), 1);
+                assert_eq!(
+                    (map[0].container_id(), map[0].host_id(), map[0].size()),
+                    (0, 0, ids)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rlimits_bound_files_and_forbid_core_files() {
+        let limits = rlimits().unwrap();
+        let get = |typ| limits.iter().find(|l| l.typ() == typ).unwrap();
+        let core = get(PosixRlimitType::RlimitCore);
+        assert_eq!((core.soft(), core.hard()), (0, 0));
+        let nofile = get(PosixRlimitType::RlimitNofile);
+        assert!(nofile.hard() <= 65536 && nofile.hard() > 0);
+    }
+
+    #[test]
+    fn tmp_is_a_tmpfs_sized_in_bytes_and_inodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let spec = build(&SpecInput {
+            tmp_size_bytes: 64 << 20,
+            ..input(dir.path(), &image)
+        })
+        .unwrap();
+        let tmp = spec
+            .mounts()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.destination() == Path::new("/tmp"))
+            .unwrap();
+        let options = tmp.options().as_ref().unwrap();
+        assert!(
+            options.contains(&format!("size={}", 64 << 20)),
+            "{options:?}"
+        );
+        assert!(
+            options.contains(&format!(
+                "nr_inodes={}",
+                crate::rootfs::tmpfs_inodes(64 << 20)
+            )),
+            "{options:?}"
+        );
     }
 }

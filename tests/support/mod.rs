@@ -47,8 +47,9 @@ pub mod registry;
 pub mod render;
 pub mod tls;
 
-use std::path::Path;
-use std::process::Command;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 pub use function_server::{function_server_binary, function_server_image, FunctionServer};
 pub use image::{foreign_arch, host_arch, Format, ImageBuilder, IndexBuilder, PushedImage};
@@ -97,6 +98,40 @@ pub fn world_traversable_tempdir() -> tempfile::TempDir {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("chmod temp dir");
     dir
+}
+
+/// Runs `cmd` with `input` on stdin and collects its output.
+pub fn run_with_input(mut cmd: Command, input: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Builds the one-file Rust program `source` into `dir/name`, linked
+/// statically (glibc, `crt-static`) so it runs in an image without a libc,
+/// with the rustc that builds the tests.
+pub fn static_rust_binary(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.rs"));
+    std::fs::write(&src, source).unwrap();
+    let binary = dir.join(name);
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let built = Command::new(rustc)
+        .args(["-C", "target-feature=+crt-static", "-O", "-o"])
+        .arg(&binary)
+        .arg(&src)
+        .output()
+        .expect("rustc (static glibc needs libc6-dev)");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    binary
 }
 
 /// The stdout of an `xfn` command that must have succeeded (its status and

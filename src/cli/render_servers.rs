@@ -26,7 +26,7 @@ pub enum RenderServersCommand {
     Stop(StopArgs),
     /// Run one kept server (started by `xfn render`).
     #[command(hide = true)]
-    Keep(KeepArgs),
+    Keep(Box<KeepArgs>),
 }
 
 /// The cache whose kept servers are meant.

@@ -130,6 +130,11 @@ new_bare_crun() {
 import json, sys
 spec = json.load(open(sys.argv[1]))
 spec["root"]["path"] = "rootfs"
+# Each run has a user namespace of its own mapping xfn's ids one to one:
+# the floor's namespace (--map-root-user) maps one id, so its run maps one.
+for key in ("uidMappings", "gidMappings"):
+    for m in spec.get("linux", {}).get(key, []):
+        m["size"] = 1
 json.dump(spec, open(sys.argv[2], "w"))
 PY
     cat > "$WORK/bare-run" <<SH

@@ -433,6 +433,12 @@ fn ready_condition(unready: &[&str], composite_ready: Option<bool>) -> Value {
         Some(false) => return condition("Ready", "False", "Creating", None),
         None => {}
     }
+    readiness_of(unready)
+}
+
+/// Crossplane's Ready condition for the given unready resources: Available
+/// when none, else Creating naming the first three and how many more.
+pub fn readiness_of(unready: &[&str]) -> Value {
     if unready.is_empty() {
         return condition("Ready", "True", "Available", None);
     }

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::condition_is;
 use crate::compose::inputs::RESOURCE_NAME_ANNOTATION;
-use crate::compose::output::{OutputOptions, COMPOSITE_LABEL, TRANSITION_TIME};
+use crate::compose::output::{readiness_of, OutputOptions, COMPOSITE_LABEL, TRANSITION_TIME};
 use crate::compose::value::{get_str, merge, object_at};
 use crate::compose::{Observed, Outcome, Readiness};
 
@@ -111,32 +111,7 @@ fn ready_condition(observed: &Observed, outcome: &Outcome) -> Value {
         })
         .map(|(name, _)| name.as_str())
         .collect();
-    if unready.is_empty() {
-        json!({
-            "type": "Ready",
-            "status": "True",
-            "reason": "Available",
-            "lastTransitionTime": TRANSITION_TIME,
-        })
-    } else {
-        const FIRST: usize = 3;
-        let listed = if unready.len() > FIRST {
-            format!(
-                "{}, and {} more",
-                unready[..FIRST].join(", "),
-                unready.len() - FIRST
-            )
-        } else {
-            unready.join(", ")
-        };
-        json!({
-            "type": "Ready",
-            "status": "False",
-            "reason": "Creating",
-            "message": format!("Unready resources: {listed}"),
-            "lastTransitionTime": TRANSITION_TIME,
-        })
-    }
+    readiness_of(&unready)
 }
 
 /// A composed resource with the metadata Crossplane sets: generateName from

@@ -224,35 +224,29 @@ fn overlay_probe_fails_without_a_mount_namespace_privilege() {
 }
 
 #[test]
-fn copy_mode_without_any_privilege() {
-    // Copy mode needs no mount at all: it works (and cleans up read-only
-    // directories) as a plain unprivileged user.
+fn copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_nothing() {
+    // The copy goes to a sized tmpfs (so a run's writes are bounded), which
+    // needs the mount privilege xfn has in its namespace. Without it, copy
+    // mode fails up front, naming the mount, instead of writing to disk
+    // unbounded; and it leaves no run dir behind.
     if !extract_support::in_no_privilege_child() {
-        return extract_support::run_without_privilege("copy_mode_without_any_privilege");
+        return extract_support::run_without_privilege(
+            "copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_nothing",
+        );
     }
     let tmp = tempfile::tempdir().unwrap();
     let flat = tmp.path().join("flat");
     std::fs::create_dir(&flat).unwrap();
-    let layer = Layer::new()
-        .dir("ro/", 0o555)
-        .file("ro/f", 0o444, b"f")
-        .build();
+    let layer = Layer::new().file("f", 0o444, b"f").build();
     extract_layer(layer.as_slice(), &flat, WhiteoutMode::Flatten).unwrap();
     let run = tmp.path().join("run");
-    let mut r = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run).unwrap();
-    assert_eq!(
-        comparable(&snapshot(r.path())),
-        comparable(&snapshot(&flat))
-    );
-    let path = r.path().to_path_buf();
-    r.cleanup().unwrap();
-    assert_gone(&path, &run);
-    // Leave the temp dir removable.
-    std::fs::set_permissions(
-        flat.join("ro"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let err = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run)
+        .err()
+        .expect("copy mode mounted a tmpfs without mount privilege");
+    let msg = err.to_string();
+    assert!(msg.contains("tmpfs"), "the error does not name the tmpfs: {msg}");
+    assert!(!run.exists(), "the failed prepare left {}", run.display());
+    assert!(!mounted_under(tmp.path()));
 }
 
 /// `n` layers in dirs with long names (so their paths alone overflow the

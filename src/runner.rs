@@ -75,7 +75,7 @@ pub struct RunOutput {
 pub enum RunError {
     /// Getting the image failed (see `ImageError::kind`).
     #[error(transparent)]
-    Image(#[from] crate::image::store::ImageError),
+    Image(#[from] crate::image::ImageError),
     /// The request or the image config cannot be run: a bad quantity, an
     /// image with nothing to run, an unknown user (InvalidArgument).
     #[error("invalid run configuration: {0}")]

@@ -20,13 +20,14 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::auth::{AuthError, RegistryAuth};
+use super::kind::ImageErrorKind;
 use super::reference::{is_loopback_registry, ImageReference};
-use super::store::ImageErrorKind;
 
 mod manifest;
 
+pub use super::descriptor::{is_sha256_digest, sha256_digest, BlobRef, Manifest};
+pub use manifest::host_platform;
 use manifest::{bad, choose_platform, parse_raw, to_manifest};
-pub use manifest::{host_platform, is_sha256_digest, BlobRef, Manifest};
 
 /// Manifests and indexes this client accepts.
 const ACCEPTED_MANIFESTS: &[&str] = &[
@@ -161,11 +162,6 @@ pub struct ResolvedManifest {
     pub digest: String,
     /// Parsed.
     pub manifest: Manifest,
-}
-
-/// `sha256:<hex>` of `data`.
-pub fn sha256_digest(data: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(data)))
 }
 
 /// One pull's connection to one registry. A client per pull, because

@@ -2,7 +2,7 @@
 //! to read and to adjust as the engine's error variants grow.
 use tonic::{Code, Status};
 
-use crate::image::store::ImageErrorKind;
+use crate::image::ImageErrorKind;
 use crate::runner::RunError;
 
 /// The gRPC code of an image error.

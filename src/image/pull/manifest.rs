@@ -2,31 +2,11 @@
 //! parsed leniently into what the store needs, and choosing the host's
 //! image from an index.
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::PullError;
+use crate::image::descriptor::{is_sha256_digest, BlobRef, Manifest};
 use crate::image::reference::ImageReference;
-
-/// A content descriptor as found in manifests and indexes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlobRef {
-    /// Media type (may be empty in old Docker manifests).
-    #[serde(rename = "mediaType", default)]
-    pub media_type: String,
-    /// `sha256:<hex>`.
-    pub digest: String,
-    /// Size in bytes.
-    pub size: u64,
-}
-
-/// The parts of an image manifest (OCI or Docker schema 2) the store uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Manifest {
-    /// The config blob.
-    pub config: BlobRef,
-    /// Layer blobs, bottom first.
-    pub layers: Vec<BlobRef>,
-}
 
 #[derive(Debug, Deserialize)]
 pub(super) struct RawManifest {
@@ -123,13 +103,6 @@ pub(super) fn to_manifest(
     Ok(Manifest { config, layers })
 }
 
-/// `sha256:` and 64 lower-case hex digits: the digest is also a file name.
-pub fn is_sha256_digest(digest: &str) -> bool {
-    digest.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
-}
-
 /// Picks the host's image from an index: same os and architecture; on arm
 /// the variant too when the index names one (`v8` for arm64 is implied).
 pub(super) fn choose_platform(
@@ -178,7 +151,7 @@ pub(super) fn choose_platform(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::store::ImageErrorKind;
+    use crate::image::ImageErrorKind;
 
     fn reference() -> ImageReference {
         ImageReference::parse("127.0.0.1:5000/fn:v1", "").unwrap()

@@ -32,7 +32,7 @@ fn codec_of_media_type(media_type: &str) -> Option<Codec> {
 
 /// A reader of the uncompressed tar: by media type, else by magic bytes
 /// (gzip `1f 8b`, zstd `28 b5 2f fd`), else plain.
-pub(super) fn decompressor<R: BufRead + Send + 'static>(
+pub(crate) fn decompressor<R: BufRead + Send + 'static>(
     mut reader: R,
     media_type: &str,
 ) -> std::io::Result<Box<dyn Read + Send>> {
@@ -74,13 +74,13 @@ impl<R: Read> Read for HashingReader<R> {
 /// Reads the chunks an async task sends, blocking: the extractor's side of
 /// a download that is extracted as it arrives. The end of the stream is
 /// when the sender is dropped.
-pub(super) struct ChannelReader {
+pub(crate) struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
     current: bytes::Bytes,
 }
 
 impl ChannelReader {
-    pub(super) fn new(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Self {
+    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Self {
         ChannelReader {
             rx,
             current: bytes::Bytes::new(),
@@ -105,7 +105,7 @@ impl Read for ChannelReader {
 /// Extracts a layer blob's bytes into `dest` (overlay whiteouts) and checks
 /// the uncompressed stream against the config's diff id. Every uncompressed
 /// byte, the ones after the tar's end included, is charged to `budget`.
-pub(super) fn extract_verified<R: BufRead + Send + 'static>(
+pub(crate) fn extract_verified<R: BufRead + Send + 'static>(
     blob: R,
     media_type: &str,
     digest: &str,

@@ -14,9 +14,10 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::codec::{decompressor, extract_verified};
-use super::{
-    hex_of, io_err, is_sha256_digest, BlobRef, ImageError, ImageStore, RefEntry, MAX_LAYERS,
-};
+use super::layout::hex_of;
+use super::{io_err, ImageError, Store, MAX_LAYERS};
+use crate::image::descriptor::{is_sha256_digest, BlobRef};
+use crate::image::error::join_err;
 use crate::image::ImageReference;
 
 /// Where an imported image comes from.
@@ -106,32 +107,38 @@ fn host_architecture() -> &'static str {
     }
 }
 
-impl ImageStore {
+impl Store {
     /// Imports the image in `source` into the store as
     /// `<repository>:sha256-<manifest hex>` and returns that reference, to
     /// run it by (with `PullPolicy::Never`). Named by content, so processes
-    /// sharing a cache never run each other's imports.
+    /// sharing a cache never run each other's imports. `default_registry`
+    /// completes a repository that names no registry.
     pub async fn import(
         &self,
         source: ImportSource,
         repository: &str,
+        default_registry: &str,
     ) -> Result<String, ImageError> {
         let store = self.clone();
         let repository = repository.to_string();
-        tokio::task::spawn_blocking(move || store.import_blocking(&source, &repository))
-            .await
-            .map_err(super::join_err)?
+        let default_registry = default_registry.to_string();
+        tokio::task::spawn_blocking(move || {
+            store.import_blocking(&source, &repository, &default_registry)
+        })
+        .await
+        .map_err(join_err)?
     }
 
     fn import_blocking(
         &self,
         source: &ImportSource,
         repository: &str,
+        default_registry: &str,
     ) -> Result<String, ImageError> {
         match source {
             ImportSource::Layout(dir) => {
                 let found = find_in_layout(dir)?;
-                self.commit_found(dir, found, repository)
+                self.commit_found(dir, found, repository, default_registry)
             }
             ImportSource::Tarball(file) => {
                 // Unpacked into the store's tmp/ (removed on drop): the
@@ -155,7 +162,7 @@ impl ImageStore {
                         "neither a docker save archive (manifest.json) nor an OCI layout (index.json)",
                     ));
                 };
-                self.commit_found(file, found, repository)
+                self.commit_found(file, found, repository, default_registry)
             }
         }
     }
@@ -166,6 +173,7 @@ impl ImageStore {
         source: &Path,
         found: Found,
         repository: &str,
+        default_registry: &str,
     ) -> Result<String, ImageError> {
         if found.layers.len() > MAX_LAYERS {
             return Err(ImageError::TooManyLayers {
@@ -205,23 +213,14 @@ impl ImageStore {
             self.import_layer(source, layer, blob_file, diff_id)?;
         }
         let manifest_digest = format!("sha256:{}", hex::encode(Sha256::digest(&found.manifest)));
-        self.write_atomic(&self.blob_path("configs", &config_digest)?, &config_bytes)?;
-        self.write_atomic(
-            &self.blob_path("manifests", &manifest_digest)?,
-            &found.manifest,
-        )?;
+        self.publish_bytes(&self.config_path(&config_digest)?, &config_bytes)?;
+        self.publish_bytes(&self.manifest_path(&manifest_digest)?, &found.manifest)?;
         let reference = format!(
             "{repository}:sha256-{}",
             hex_of(&manifest_digest, &manifest_digest)?
         );
-        let key =
-            ImageReference::parse(&reference, &self.inner.options.default_registry)?.to_string();
-        let entry = serde_json::to_vec(&RefEntry {
-            reference: key.clone(),
-            digest: manifest_digest,
-        })
-        .map_err(|e| corrupt(source, e.to_string()))?;
-        self.write_atomic(&self.ref_path(&key), &entry)?;
+        let key = ImageReference::parse(&reference, default_registry)?.to_string();
+        self.write_ref(&key, &manifest_digest)?;
         Ok(reference)
     }
 
@@ -242,14 +241,11 @@ impl ImageStore {
             ));
         }
         let dest = self.layer_dir(&layer.digest)?;
-        let blob_dest = self.blob_path("blobs/sha256", &layer.digest)?;
+        let blob_dest = self.blob_path(&layer.digest)?;
         if !blob_dest.is_file() {
             let tmp = self.tmp_file("blob")?;
             std::fs::copy(blob_file, &tmp).map_err(io_err(blob_file))?;
-            tmp.persist(&blob_dest).map_err(|e| ImageError::Io {
-                path: blob_dest.clone(),
-                source: e.error,
-            })?;
+            self.publish_file(tmp, &blob_dest)?;
         }
         if dest.is_dir() {
             return Ok(());
@@ -263,12 +259,11 @@ impl ImageStore {
             &layer.digest,
             diff_id,
             work.path(),
-            self.extract_options().bounds,
-            &self.budget(),
+            self.layer_bounds(),
+            &self.budget().0,
         )?;
-        self.commit_dir(work, &dest)?;
-        self.inner
-            .stats
+        self.publish_dir(work, &dest)?;
+        self.stats()
             .layers_extracted
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())

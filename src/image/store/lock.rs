@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex, Weak};
 use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest as _, Sha256};
 
-use super::{io_err, join_err, ImageError};
+use super::{io_err, ImageError};
+use crate::image::error::join_err;
 
 /// Holds a key's in-process mutex and its cross-process flock.
-pub(super) struct KeyGuard {
+pub(crate) struct KeyGuard {
     _flock: Flock<File>,
     _local: tokio::sync::OwnedMutexGuard<()>,
 }

@@ -1,0 +1,133 @@
+//! Refs, manifests and configs: writing them, reading them back, and
+//! finding an image that is whole in the store.
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{io_err, ImageError, Store};
+use crate::image::descriptor::{BlobRef, Manifest};
+
+/// An image that is whole in the store: config read, every layer extracted.
+#[derive(Debug, Clone)]
+pub struct PulledImage {
+    /// The reference it was asked for by.
+    pub reference: String,
+    /// The manifest digest (`sha256:…`).
+    pub digest: String,
+    /// The image config.
+    pub config: oci_spec::image::ImageConfiguration,
+    /// The extracted layer directories, bottom layer first: overlay lower dirs.
+    pub layers: Vec<PathBuf>,
+}
+
+/// The content of a `refs/` file.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct RefEntry {
+    pub(super) reference: String,
+    pub(super) digest: String,
+}
+
+impl Store {
+    /// Points the normalised reference `key` at a manifest digest.
+    pub(crate) fn write_ref(&self, key: &str, digest: &str) -> Result<(), ImageError> {
+        let entry = serde_json::to_vec(&RefEntry {
+            reference: key.to_string(),
+            digest: digest.to_string(),
+        })
+        .map_err(|e| ImageError::Corrupt {
+            image: key.to_string(),
+            reason: e.to_string(),
+        })?;
+        self.publish_bytes(&self.ref_path(key), &entry)
+    }
+
+    /// The manifest digest `key` points at, if it has a readable ref.
+    fn read_ref(&self, key: &str) -> Option<String> {
+        let data = std::fs::read(self.ref_path(key)).ok()?;
+        serde_json::from_slice::<RefEntry>(&data)
+            .ok()
+            .map(|entry| entry.digest)
+    }
+
+    /// The cached image `key` names (or, without a ref, the digest it is
+    /// pinned to, which may have been pulled under another name), or
+    /// `None` when anything is missing.
+    pub(crate) fn cached(
+        &self,
+        key: &str,
+        pinned: Option<&str>,
+        asked: &str,
+    ) -> Result<Option<(PulledImage, Manifest)>, ImageError> {
+        let Some(digest) = self.read_ref(key).or_else(|| pinned.map(str::to_string)) else {
+            return Ok(None);
+        };
+        let Some(manifest) = self.read_manifest(&digest)? else {
+            return Ok(None);
+        };
+        let Some(config_bytes) = self.read_config(&manifest.config.digest)? else {
+            return Ok(None);
+        };
+        let config = parse_config(key, &config_bytes)?;
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for layer in &manifest.layers {
+            let dir = self.layer_dir(&layer.digest)?;
+            if !dir.is_dir() {
+                return Ok(None);
+            }
+            layers.push(dir);
+        }
+        Ok(Some((
+            PulledImage {
+                reference: asked.to_string(),
+                digest,
+                config,
+                layers,
+            },
+            manifest,
+        )))
+    }
+
+    /// The stored manifest `digest` names, parsed for what the store uses.
+    pub(crate) fn read_manifest(&self, digest: &str) -> Result<Option<Manifest>, ImageError> {
+        let path = self.manifest_path(digest)?;
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        #[derive(Deserialize)]
+        struct Stored {
+            config: BlobRef,
+            layers: Vec<BlobRef>,
+        }
+        let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| ImageError::Corrupt {
+            image: digest.to_string(),
+            reason: format!("cached manifest: {e}"),
+        })?;
+        Ok(Some(Manifest {
+            config: stored.config,
+            layers: stored.layers,
+        }))
+    }
+
+    /// The stored config `digest` names, as bytes.
+    pub(crate) fn read_config(&self, digest: &str) -> Result<Option<Vec<u8>>, ImageError> {
+        let path = self.config_path(digest)?;
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+}
+
+/// An image config, parsed.
+pub(crate) fn parse_config(
+    image: &str,
+    bytes: &[u8],
+) -> Result<oci_spec::image::ImageConfiguration, ImageError> {
+    serde_json::from_slice(bytes).map_err(|e| ImageError::Corrupt {
+        image: image.to_string(),
+        reason: format!("image config does not parse: {e}"),
+    })
+}

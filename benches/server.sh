@@ -4,11 +4,19 @@
 #   bare crun run      `crun run` of a prepared bundle (the same rootfs, the
 #                      spec xfn writes) in a fresh user+mount namespace: the
 #                      floor any runner pays per call.
-#   RunFunction (warm) one call to a running `xfn start` over its abstract
-#                      socket, image cached: p50 and p99.
+#   xfn cold path      one call to a running `xfn start --warm-pool 0` over
+#                      its abstract socket, image cached: every call creates
+#                      its container (`crun run`), p50 and p99.
+#   xfn pooled         the same against `xfn start` as it runs by default:
+#                      calls are served by containers created ahead of them
+#                      (src/runner/pool.rs).
 #   podman run         `podman run --rm -i` of the same image (pulled from
 #                      the same registry), as root.
-#   throughput         RunFunction calls/s with 1, 4 and 16 concurrent callers.
+#   throughput         RunFunction calls/s with 1, 4, 16 and 32 concurrent
+#                      callers, for both daemons.
+#   RSS                the daemon and its gatekeeper together, idle (served
+#                      but not yet called) and after the throughput levels;
+#                      for the pooled daemon also its waiting containers.
 #
 # The function is busybox `cat` of a small FunctionIO. The daemon and the load
 # generator run as uid 65532 with no capabilities (the realistic sidecar).
@@ -36,7 +44,7 @@ NONROOT=65532
 AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
 
 cleanup() {
-    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null || true
+    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null && wait "$XFN_PID" 2>/dev/null || true
     [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
     podman rmi -f "127.0.0.1:$PORT/fn:v1" >/dev/null 2>&1 || true
     rm -rf "$WORK"
@@ -90,30 +98,71 @@ hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
     --command-name "bare crun run" "$BARE_RUN" \
     --command-name "podman run" "$PODMAN_NS $WORK/podman-run" >"$WORK/hyperfine.log"
 
-# The sidecar, as uid 65532 without capabilities, on an abstract socket.
-SOCKET="xfn-bench/$$"
-mkdir -p "$WORK/cache"
-chown "$NONROOT:$NONROOT" "$WORK/cache"
-$AS_NONROOT "$XFN" start --cache-dir "$WORK/cache" --address "@$SOCKET" \
-    --max-queued-runs 64 2>"$WORK/xfn.log" &
-XFN_PID=$!
-sleep 1
-$AS_NONROOT "$LOAD" "$SOCKET" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16 >"$WORK/load.txt"
+# The sidecar, as uid 65532 without capabilities, on an abstract socket:
+# once with every call on the cold path, once as it runs by default.
+# rss_of NEEDLE: kB of resident memory of the processes whose command line
+# contains NEEDLE.
+rss_of() {
+    total=0
+    for dir in /proc/[0-9]*; do
+        if tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+            kb=$(awk '/^VmRSS:/ {print $2}' "$dir/status" 2>/dev/null)
+            total=$((total + ${kb:-0}))
+        fi
+    done
+    echo "$total"
+}
 
-python3 - "$WORK/fork.json" "$WORK/load.txt" "$(nproc)" "$PROFILE" <<'PY'
+# measure_daemon NAME FLAGS...: starts `xfn start FLAGS`, records its RSS
+# idle, runs the load generator, records RSS after, stops it (SIGTERM).
+measure_daemon() {
+    name=$1
+    shift
+    socket="xfn-bench/$$/$name"
+    cache="$WORK/cache-$name"
+    mkdir -p "$cache"
+    chown "$NONROOT:$NONROOT" "$cache"
+    $AS_NONROOT "$XFN" start --cache-dir "$cache" --address "@$socket" \
+        --max-queued-runs 64 "$@" 2>"$WORK/xfn-$name.log" &
+    XFN_PID=$!
+    sleep 1
+    # Pull once, then let the daemon settle before its idle figure.
+    $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
+    sleep 2
+    echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
+    $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16,32 >>"$WORK/load-$name.txt"
+    echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
+    echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
+    kill -TERM "$XFN_PID"
+    wait "$XFN_PID"
+    XFN_PID=
+    left=$(find "$cache/run/bundles" "$cache/run/crun" "$cache/run/rootfs" -mindepth 1 -maxdepth 1 | wc -l)
+    [ "$left" -eq 0 ] || { echo "$name: $left run state entries left after SIGTERM" >&2; exit 1; }
+}
+measure_daemon cold --warm-pool 0
+measure_daemon pooled
+
+python3 - "$WORK/fork.json" "$WORK/load-cold.txt" "$WORK/load-pooled.txt" "$(nproc)" "$PROFILE" <<'PY'
 import json, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-load = dict(line.strip().split("=", 1) for line in open(sys.argv[2]) if "=" in line)
+def load(path):
+    return dict(line.strip().split("=", 1) for line in open(path) if "=" in line)
+cold, pooled = load(sys.argv[2]), load(sys.argv[3])
 bare = r["bare crun run"]["median"] * 1000
 podman = r["podman run"]["median"] * 1000
-p50, p99 = float(load["warm_p50_ms"]), float(load["warm_p99_ms"])
-print(f"xfn build profile: {sys.argv[4]}; CPUs: {sys.argv[3]}; max-concurrent-runs: default (CPUs)")
-print(f"bare crun run (median)      : {bare:8.2f} ms")
-print(f"RunFunction warm p50        : {p50:8.2f} ms   ({p50 / bare:.2f}x bare crun)")
-print(f"RunFunction warm p99        : {p99:8.2f} ms   ({p99 / bare:.2f}x bare crun)")
-print(f"podman run --rm -i (median) : {podman:8.2f} ms   ({podman / p50:.1f}x RunFunction p50)")
-for key, value in load.items():
-    if key.startswith("throughput_"):
-        callers = key.split("_")[1]
-        print(f"throughput, {callers:>2} callers        : {float(value):8.1f} calls/s")
+print(f"xfn build profile: {sys.argv[5]}; CPUs: {sys.argv[4]}; max-concurrent-runs: default (CPUs)")
+print(f"bare crun run (median)       : {bare:8.2f} ms")
+print(f"podman run --rm -i (median)  : {podman:8.2f} ms   ({podman / bare:.2f}x bare crun)")
+for name, l in [("xfn cold path", cold), ("xfn pooled", pooled)]:
+    p50, p99 = float(l["warm_p50_ms"]), float(l["warm_p99_ms"])
+    print(f"{name + ' p50':<29}: {p50:8.2f} ms   ({p50 / bare:.2f}x bare crun, podman {podman / p50:.1f}x slower)")
+    print(f"{name + ' p99':<29}: {p99:8.2f} ms   ({p99 / bare:.2f}x bare crun)")
+print("throughput (calls/s)          cold   pooled")
+for key in [k for k in pooled if k.startswith("throughput_")]:
+    callers = key.split("_")[1]
+    print(f"  {callers:>2} callers                 : {float(cold[key]):6.1f}   {float(pooled[key]):6.1f}")
+print("daemon + gatekeeper RSS (MB)  cold   pooled")
+for key, label in [("rss_idle_kb", "idle"), ("rss_after_kb", "after the load")]:
+    print(f"  {label:<27}: {int(cold[key]) / 1024:6.1f}   {int(pooled[key]) / 1024:6.1f}")
+print(f"  waiting containers, after   :    -     {int(pooled['rss_containers_kb']) / 1024:6.1f}")
 PY

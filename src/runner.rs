@@ -4,6 +4,8 @@
 //! Every run is disposable: its rootfs, bundle and container are gone when
 //! [`Runner::run`] returns or its future is dropped.
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::image::{ImageStore, PullPolicy, PulledImage, RegistryAuth};
@@ -15,8 +17,12 @@ use crate::sandbox::{
 };
 
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
+pub use pool::{
+    default_size as default_pool_size, PoolOptions, PoolStats, DEFAULT_IDLE as DEFAULT_POOL_IDLE,
+};
 pub use served::{ServeOptions, ServedFunction};
 
+mod pool;
 mod served;
 
 /// Network policy of a run.
@@ -192,6 +198,10 @@ pub struct RunnerOptions {
     pub tmp_size_bytes: u64,
     /// The most a run may write to its rootfs, in bytes.
     pub rootfs_size_bytes: u64,
+    /// Warm containers created ahead of calls (see `runner/pool.rs`);
+    /// `None`, or a size of 0: every call creates its own (what a one-shot
+    /// `xfn run` wants).
+    pub warm_pool: Option<PoolOptions>,
 }
 
 impl Default for RunnerOptions {
@@ -204,6 +214,7 @@ impl Default for RunnerOptions {
             pids_limit: crate::sandbox::spec::PIDS_LIMIT,
             tmp_size_bytes: crate::sandbox::spec::TMP_SIZE,
             rootfs_size_bytes: crate::rootfs::DEFAULT_ROOTFS_SIZE,
+            warm_pool: None,
         }
     }
 }
@@ -212,10 +223,45 @@ impl Default for RunnerOptions {
 #[derive(Debug)]
 pub struct Runner {
     store: ImageStore,
-    sandbox: Sandbox,
-    rootfs_mode: ResolvedMode,
-    rootfs_options: RootfsOptions,
-    rootfs_dir: PathBuf,
+    sandbox: Arc<Sandbox>,
+    rootfs: Arc<RootfsMaker>,
+    pool: Option<Arc<pool::Pool>>,
+}
+
+/// Makes per-run root filesystems, each under
+/// `<cache>/run/rootfs/<instance>-<n>` (swept with its instance).
+#[derive(Debug)]
+struct RootfsMaker {
+    mode: ResolvedMode,
+    options: RootfsOptions,
+    dir: PathBuf,
+    instance: Arc<crate::instance::Instance>,
+    next: AtomicU64,
+}
+
+impl RootfsMaker {
+    /// A fresh rootfs over `layers` (overlay) or a copy of `flattened`;
+    /// unmounted and removed when dropped.
+    async fn prepare(
+        &self,
+        layers: Vec<PathBuf>,
+        flattened: Option<PathBuf>,
+    ) -> Result<Rootfs, RunError> {
+        let dir = self.dir.join(
+            self.instance
+                .name(self.next.fetch_add(1, Ordering::Relaxed)),
+        );
+        let mode = self.mode;
+        let options = self.options.clone();
+        // A copy can take a while: off the async threads. Should this future
+        // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
+        tokio::task::spawn_blocking(move || {
+            Rootfs::prepare_with(mode, &layers, flattened.as_deref(), &dir, &options)
+        })
+        .await
+        .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
+        .map_err(|e| RunError::Internal(e.to_string()))
+    }
 }
 
 impl Runner {
@@ -249,16 +295,51 @@ impl Runner {
             .resolve(overlay_ok)
             .map_err(|e| RunError::InvalidConfig(e.to_string()))?;
         tracing::debug!(?rootfs_mode, "per-run rootfs mode");
-        Ok(Self {
-            store,
-            sandbox,
-            rootfs_mode,
-            rootfs_options: RootfsOptions {
+        let sandbox = Arc::new(sandbox);
+        let rootfs = Arc::new(RootfsMaker {
+            mode: rootfs_mode,
+            options: RootfsOptions {
                 size_bytes: options.rootfs_size_bytes,
                 ..RootfsOptions::default()
             },
-            rootfs_dir,
+            dir: rootfs_dir,
+            instance: store.instance().clone(),
+            next: AtomicU64::new(0),
+        });
+        let pool = match (options.warm_pool, rootfs_mode) {
+            (Some(pool), ResolvedMode::Overlay) if pool.size > 0 => Some(pool::Pool::new(
+                Arc::clone(&sandbox),
+                Arc::clone(&rootfs),
+                pool,
+            )?),
+            // A warm container in copy mode would hold a whole copy of its
+            // image in memory while it waits: calls copy on demand instead.
+            (Some(pool), ResolvedMode::Copy) if pool.size > 0 => {
+                tracing::info!("no warm containers in copy mode (each would hold a copy of its image in memory)");
+                None
+            }
+            _ => None,
+        };
+        Ok(Self {
+            store,
+            sandbox,
+            rootfs,
+            pool,
         })
+    }
+
+    /// Removes every warm container and waits for teardowns in flight: a
+    /// daemon calls this as it exits (dropping the runner removes them
+    /// too, synchronously).
+    pub async fn shutdown(&self) {
+        if let Some(pool) = &self.pool {
+            pool.shutdown().await;
+        }
+    }
+
+    /// What the warm pool holds and did; `None` without a pool.
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        self.pool.as_ref().map(|pool| pool.stats())
     }
 
     /// Why cpu/memory/pids limits are not enforced, when they are not (log it
@@ -293,6 +374,29 @@ impl Runner {
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
         let pulled_at = started.elapsed();
+        // Counts this call in its key's demand, cold or warm, until it ends.
+        let mut lease = self.pool.as_ref().map(|pool| {
+            pool.lease(pool::PoolKey::of(&pulled.digest, config, limits), || {
+                pool::Recipe {
+                    config: pulled.config.config().clone(),
+                    layers: pulled.layers.clone(),
+                }
+            })
+        });
+        if let Some(warm) = lease.as_mut().and_then(pool::Lease::take) {
+            let output = warm.run(input, config.timeout).await?;
+            tracing::debug!(
+                image,
+                ?pulled_at,
+                done_at = ?started.elapsed(),
+                "warm run phases (cumulative)"
+            );
+            return Ok(RunOutput {
+                stdout: output.stdout,
+                stderr_tail: output.stderr_tail,
+                usage: output.usage,
+            });
+        }
         let rootfs = self.prepare_rootfs(&pulled).await?;
         let rootfs_at = started.elapsed();
         let result = self
@@ -330,28 +434,11 @@ impl Runner {
     /// This run's root filesystem under `<cache>/run/rootfs/<instance>-<n>`;
     /// unmounted and removed when dropped.
     async fn prepare_rootfs(&self, image: &PulledImage) -> Result<Rootfs, RunError> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = self.rootfs_dir.join(
-            self.store
-                .instance()
-                .name(NEXT.fetch_add(1, Ordering::Relaxed)),
-        );
-        let mode = self.rootfs_mode;
-        let flattened = match mode {
+        let flattened = match self.rootfs.mode {
             ResolvedMode::Copy => Some(self.store.flattened_rootfs(image).await?),
             ResolvedMode::Overlay => None,
         };
-        let layers = image.layers.clone();
-        let options = self.rootfs_options.clone();
-        // A copy can take a while: off the async threads. Should this future
-        // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
-        tokio::task::spawn_blocking(move || {
-            Rootfs::prepare_with(mode, &layers, flattened.as_deref(), &dir, &options)
-        })
-        .await
-        .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
-        .map_err(|e| RunError::Internal(e.to_string()))
+        self.rootfs.prepare(image.layers.clone(), flattened).await
     }
 }
 

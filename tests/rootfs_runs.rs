@@ -241,10 +241,12 @@ fn copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_noth
     extract_layer(layer.as_slice(), &flat, WhiteoutMode::Flatten).unwrap();
     let run = tmp.path().join("run");
     let err = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run)
-        .err()
-        .expect("copy mode mounted a tmpfs without mount privilege");
+        .expect_err("copy mode mounted a tmpfs without mount privilege");
     let msg = err.to_string();
-    assert!(msg.contains("tmpfs"), "the error does not name the tmpfs: {msg}");
+    assert!(
+        msg.contains("tmpfs"),
+        "the error does not name the tmpfs: {msg}"
+    );
     assert!(!run.exists(), "the failed prepare left {}", run.display());
     assert!(!mounted_under(tmp.path()));
 }

@@ -181,6 +181,7 @@ impl RunnerArgs {
             pids_limit: self.pids_limit,
             tmp_size_bytes: self.tmp_size,
             rootfs_size_bytes: self.rootfs_size,
+            warm_pool: None,
         }
     }
 }

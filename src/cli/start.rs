@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
-use xfn::runner::Runner;
+use xfn::runner::{PoolOptions, Runner};
 use xfn::server::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{Metrics, MetricsServer};
@@ -68,6 +68,14 @@ pub struct StartArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
+    /// Most warm containers kept ready ahead of calls, over all images and
+    /// settings (default: 2 per CPU); 0 turns them off. Each is created for
+    /// an image and settings in recent demand and serves one call.
+    #[arg(long)]
+    pub warm_pool: Option<usize>,
+    /// Warm containers of an image not called for this long are removed.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub warm_pool_idle: Duration,
 }
 
 /// Parses `StartArgs` alone, for `xfn` with no subcommand.
@@ -125,7 +133,16 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
     // their mount namespace), so a restarted daemon starts clean.
-    let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
+    let options = xfn::runner::RunnerOptions {
+        warm_pool: Some(PoolOptions {
+            size: args
+                .warm_pool
+                .unwrap_or_else(xfn::runner::default_pool_size),
+            idle: args.warm_pool_idle,
+        }),
+        ..args.runner.options()
+    };
+    let runner = Runner::new(store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
     match runner.limits_unavailable() {
@@ -138,6 +155,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         }
     }
     let runner = Arc::new(runner);
+    let pooled = Arc::clone(&runner);
 
     let incoming = PREPARED
         .lock()
@@ -172,7 +190,11 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         grace_period: args.grace_period,
         abort,
     };
-    serve(incoming, service, drain, shutdown_signal()).await?;
+    let served = serve(incoming, service, drain, shutdown_signal()).await;
+    // Runs are drained or cancelled by now: no warm container outlives the
+    // daemon, whatever `serve` returned.
+    pooled.shutdown().await;
+    served?;
 
     if let Some(server) = metrics_server {
         server.stop().await?;
@@ -209,5 +231,8 @@ mod tests {
         assert_eq!(args.default_timeout, Duration::from_secs(25));
         assert_eq!(args.max_input_bytes, 4 << 20);
         assert_eq!(args.grace_period, Duration::from_secs(30));
+        // Warm containers on by default, two per CPU, kept 2 minutes idle.
+        assert_eq!(args.warm_pool, None);
+        assert_eq!(args.warm_pool_idle, xfn::runner::DEFAULT_POOL_IDLE);
     }
 }

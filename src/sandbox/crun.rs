@@ -176,6 +176,97 @@ impl Crun {
         }
     }
 
+    /// `crun create` of `bundle` as `id`, the container's stdio being
+    /// `stdio` (stdin, stdout, stderr), its pid written to `pid_file`. Returns
+    /// crun's exit status once the container waits to be started.
+    pub(super) async fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        pid_file: &Path,
+        stdio: [std::os::fd::OwnedFd; 3],
+    ) -> Result<std::process::ExitStatus, CrunError> {
+        let [stdin, stdout, stderr] = stdio;
+        let mut child = {
+            // Dropped right after the spawn: the container must hold the
+            // only copies of its ends of the pipes, or they never close.
+            let mut cmd = self.command();
+            cmd.arg("create")
+                .arg("--bundle")
+                .arg(bundle)
+                .arg("--no-new-keyring")
+                .arg("--pid-file")
+                .arg(pid_file)
+                .arg(id)
+                .stdin(Stdio::from(stdin))
+                .stdout(Stdio::from(stdout))
+                .stderr(Stdio::from(stderr))
+                .kill_on_drop(true);
+            cmd.spawn().map_err(|source| CrunError::Spawn {
+                runtime: self.binary.clone(),
+                source,
+            })?
+        };
+        Ok(child.wait().await?)
+    }
+
+    /// Starts the created container `id`: what `crun start` does (open the
+    /// container's `exec.fifo` in crun's state dir, unlink it, write a
+    /// byte, on which the container's init execs the function), without
+    /// starting a crun process for it. Where the fifo is not where crun
+    /// 1.x keeps it, `crun start` itself.
+    pub(super) async fn start(&self, id: &str) -> Result<(), CrunError> {
+        use rustix::fs::{Mode, OFlags};
+        let fifo = self.state_root.join(id).join("exec.fifo");
+        // Non-blocking: with no reader (the init is gone) the open fails
+        // with ENXIO instead of waiting for one forever.
+        match rustix::fs::open(
+            &fifo,
+            OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => {
+                let _ = std::fs::remove_file(&fifo);
+                rustix::io::write(&fd, &[0]).map_err(std::io::Error::from)?;
+                Ok(())
+            }
+            Err(rustix::io::Errno::NOENT) => {
+                let output = self
+                    .command()
+                    .arg("start")
+                    .arg(id)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .output()
+                    .await?;
+                if output.status.success() {
+                    Ok(())
+                } else {
+                    Err(CrunError::Failed {
+                        code: exit_code(&output.status),
+                        stderr_tail: output.stderr,
+                    })
+                }
+            }
+            Err(err) => Err(CrunError::Io(std::io::Error::other(format!(
+                "the container is gone before it started ({err})"
+            )))),
+        }
+    }
+
+    /// Removes crun's state of the container `id`, which has exited and
+    /// been reaped: its state dir, as `crun delete` would (with no cgroup of
+    /// crun's to remove: run cgroups are xfn's), without a crun process;
+    /// `crun delete -f` where that fails.
+    pub(super) fn forget(&self, id: &str) {
+        match std::fs::remove_dir_all(self.state_root.join(id)) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => delete_sync(self, id),
+        }
+    }
+
     /// Spawns `crun run` of `bundle` as `id` with `stdin`, stdout and
     /// stderr piped, and the container's pid written to `pid_file` when
     /// given. `crun run` stays in the foreground as the container's parent,
@@ -371,7 +462,7 @@ pub(super) fn exit_code(status: &std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
-async fn read_capped(
+pub(super) async fn read_capped(
     stream: Option<impl AsyncRead + Unpin>,
     cap: usize,
     name: &'static str,
@@ -392,7 +483,7 @@ async fn read_capped(
     Ok(out)
 }
 
-async fn read_tail(
+pub(super) async fn read_tail(
     stream: Option<impl AsyncRead + Unpin>,
     cap: usize,
     name: &'static str,

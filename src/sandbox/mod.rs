@@ -6,6 +6,7 @@
 //! prepared root filesystem.
 pub mod bundle;
 pub mod cgroup;
+pub mod created;
 pub mod crun;
 pub mod netns;
 pub mod quantity;
@@ -200,20 +201,12 @@ impl Sandbox {
         // On every path, cancellation included (then through its Drop,
         // whichever of it and crun's container guard goes first), the run's
         // processes are killed through cgroup.kill and its cgroup removed.
-        let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
-            rootfs: request.rootfs,
-            image: request.image,
-            host_network: request.host_network,
-            limits: request.limits,
-            hostname: "function",
-            pids_limit: self.options.pids_limit,
-            cgroups_path: None,
-            cmd: None,
-            env: &[],
-            seccomp_bpf: None,
-            tmp_size_bytes: self.options.tmp_size_bytes,
-            mapped_ids: self.mapped_ids,
-        })?;
+        let (bundle, run_cgroup) = self.prepare_bundle(&self.run_spec(
+            request.rootfs,
+            request.image,
+            request.host_network,
+            request.limits,
+        ))?;
         let result = self
             .crun
             .run(
@@ -246,6 +239,32 @@ impl Sandbox {
                 request.limits.memory_bytes,
             )),
             (Err(err), _) => Err(err.into()),
+        }
+    }
+
+    /// The spec input of a one-shot run: the same for a run started at once
+    /// (`crun run`) and one created ahead of its call (`created`), so that
+    /// a warm container is exactly the container a cold call would get.
+    fn run_spec<'a>(
+        &'a self,
+        rootfs: &'a Path,
+        image: Option<&'a ImageConfig>,
+        host_network: bool,
+        limits: Limits,
+    ) -> spec::SpecInput<'a> {
+        spec::SpecInput {
+            rootfs,
+            image,
+            host_network,
+            limits,
+            hostname: "function",
+            pids_limit: self.options.pids_limit,
+            cgroups_path: None,
+            cmd: None,
+            env: &[],
+            seccomp_bpf: None,
+            tmp_size_bytes: self.options.tmp_size_bytes,
+            mapped_ids: self.mapped_ids,
         }
     }
 

@@ -1,0 +1,559 @@
+//! Warm containers: for each image and settings in recent demand, a few
+//! containers created ahead of their calls, so that a call only starts one
+//! and feeds it (see `sandbox::created`). What a call no longer waits for:
+//! the rootfs mounts, the spec, crun's exec and set-up (namespaces, mounts,
+//! seccomp, pivot_root, the old root's detach), and afterwards the
+//! teardown, which runs off the reply path.
+//!
+//! # Invariants
+//! - **Each container serves one call.** [`Pool::lease`] removes the one it
+//!   hands out; it runs once (`CreatedContainer::run` takes it by value) and
+//!   is destroyed. Every call still gets a fresh container: its own rootfs
+//!   (a fresh tmpfs upper), mount, pid, IPC, UTS and network namespaces,
+//!   cgroup where limits are enforced. Nothing a call leaves is seen by the
+//!   next.
+//! - **Only exact matches.** A container is used only for a call whose image
+//!   (manifest digest), network policy and cpu/memory limits are those it
+//!   was created with ([`PoolKey`]). The timeout is not part of a container:
+//!   it is enforced by xfn from the start of the call, as on the cold path.
+//!   Anything else takes the cold path (`crun run`), unchanged.
+//! - **Bounded, in count and memory.** At most `size` containers exist at
+//!   once, ready or being created, over all images. Per image and settings
+//!   the pool keeps as many as the most calls seen in flight at once
+//!   lately (at least one while there are calls), so a steady caller finds
+//!   one ready; an image not called for `idle` loses its containers. A
+//!   waiting container holds a stopped process (crun's, before it execs
+//!   the function: its pages are mostly crun's, shared) and its
+//!   namespaces; its rootfs is an empty tmpfs upper over the shared layer
+//!   cache. So `size` bounds memory too, except in copy mode, where each
+//!   would hold a copy of its image: there is no pool there.
+//! - **Named like every run.** A warm container's bundle, crun state, rootfs
+//!   dir and cgroup carry this xfn's instance id (`crate::instance`), so a
+//!   restarted xfn sweeps those of a killed one with the rest of its dead
+//!   instance (`crun kill` + `delete` of its containers, waiting or not).
+//! - **Nothing outlives the pool.** [`Pool::shutdown`] (the daemon's exit)
+//!   removes every waiting container and waits for teardowns in flight; a
+//!   dropped pool removes its containers synchronously.
+//! - **No zombies.** Created containers' inits are this process's children
+//!   (a child subreaper): each is reaped by its container, and any other
+//!   container init orphaned to xfn by the pool's clock
+//!   (`sandbox::created::reap_orphans`).
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use oci_spec::image::Config as ImageConfig;
+use tokio_util::task::TaskTracker;
+
+use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
+use crate::rootfs::Rootfs;
+use crate::sandbox::created::{become_subreaper, reap_orphans, CreateRequest, CreatedContainer};
+use crate::sandbox::{CrunOutput, Limits, Sandbox};
+
+/// What a container must match to serve a call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct PoolKey {
+    /// The image's manifest digest.
+    pub(super) digest: String,
+    /// NetworkPolicy::Runner.
+    pub(super) host_network: bool,
+    /// cpu limit in millicores.
+    pub(super) cpu_millis: Option<u64>,
+    /// memory limit in bytes.
+    pub(super) memory_bytes: Option<u64>,
+}
+
+impl PoolKey {
+    /// The key of a call of the image `digest` with `config`, whose
+    /// cpu/memory quantities parse to `limits`.
+    pub(super) fn of(digest: &str, config: &RunConfig, limits: Limits) -> Self {
+        // Every setting of a call, named: a setting added to RunConfig does
+        // not compile here until it is decided whether containers must
+        // match it.
+        let RunConfig {
+            // How the image is found, not what runs: the digest says what.
+            pull_policy: _,
+            auth: _,
+            // Not part of a container: xfn enforces it from the start of the
+            // call, warm or cold (and it varies per call, by what the
+            // caller's deadline left after queueing).
+            timeout: _,
+            network,
+            // As parsed into `limits`.
+            cpu: _,
+            memory: _,
+        } = config;
+        Self {
+            digest: digest.to_string(),
+            host_network: *network == NetworkPolicy::Runner,
+            cpu_millis: limits.cpu_millis,
+            memory_bytes: limits.memory_bytes,
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            cpu_millis: self.cpu_millis,
+            memory_bytes: self.memory_bytes,
+        }
+    }
+}
+
+/// What a container of a key is made from.
+#[derive(Debug)]
+pub(super) struct Recipe {
+    /// The image config's `config` section.
+    pub(super) config: Option<ImageConfig>,
+    /// The layer dirs (the overlay's lower dirs).
+    pub(super) layers: Vec<PathBuf>,
+}
+
+/// How the pool is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Most containers at once (ready or being created), over all images
+    /// and settings; 0 turns the pool off.
+    pub size: usize,
+    /// Containers of an image and settings not called for this long are
+    /// removed.
+    pub idle: Duration,
+}
+
+/// The default pool size: two containers per CPU. A daemon runs at most
+/// `--max-concurrent-runs` (the CPU count) calls at once, so one key never
+/// needs more ready than that; twice as many let two images (a pipeline's
+/// usual steps) each keep a container per running slot. Each costs a
+/// blocked crun process and an empty tmpfs (benches/PROFILE.md).
+pub fn default_size() -> usize {
+    2 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The default idle expiry: two minutes, past Crossplane's default poll
+/// interval (1m), so that an XR reconciled on that schedule still finds a
+/// container; an image nobody calls costs nothing after it.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self {
+            size: default_size(),
+            idle: DEFAULT_IDLE,
+        }
+    }
+}
+
+/// What the pool holds now and did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Containers ready for a call.
+    pub ready: usize,
+    /// Containers that exist: ready or being created.
+    pub total: usize,
+    /// Calls served by a warm container.
+    pub warm_calls: u64,
+    /// Calls that found none ready for their image and settings (cold).
+    pub cold_calls: u64,
+    /// Containers created.
+    pub created: u64,
+    /// Creations that failed.
+    pub create_failures: u64,
+    /// Containers removed unused (idle, above a key's target, shutdown).
+    pub discarded: u64,
+}
+
+/// A container ready for a call, and its rootfs.
+#[derive(Debug)]
+pub(super) struct Warm {
+    // Field order is drop order: the container dies before its rootfs goes.
+    container: CreatedContainer,
+    rootfs: Rootfs,
+    pool: Arc<Pool>,
+}
+
+impl Warm {
+    /// Runs the call in this container; its teardown goes off the reply
+    /// path (awaited by [`Pool::shutdown`]).
+    pub(super) async fn run(self, input: &[u8], timeout: Duration) -> Result<CrunOutput, RunError> {
+        let Self {
+            container,
+            rootfs,
+            pool,
+        } = self;
+        let (result, finished) = container.run(input, timeout).await;
+        pool.dispose((finished, rootfs));
+        Ok(result?)
+    }
+}
+
+/// The warm containers of every key.
+#[derive(Debug)]
+pub(super) struct Pool {
+    sandbox: Arc<Sandbox>,
+    rootfs: Arc<RootfsMaker>,
+    options: PoolOptions,
+    state: Mutex<State>,
+    /// Creations and teardowns in flight, awaited by `shutdown`.
+    tasks: TaskTracker,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    slots: HashMap<PoolKey, Slot>,
+    /// Containers ready or being created, over all slots.
+    total: usize,
+    closed: bool,
+    stats: PoolStats,
+}
+
+#[derive(Debug)]
+struct Slot {
+    recipe: Arc<Recipe>,
+    ready: Vec<CreatedWarm>,
+    creating: usize,
+    /// Calls of this key in flight now.
+    in_use: usize,
+    /// Most calls in flight at once in this window and the last one.
+    peak: usize,
+    last_peak: usize,
+    last_call: Instant,
+    /// A creation failed then: no more attempts for a while.
+    failed_at: Option<Instant>,
+}
+
+/// A ready container as the pool keeps it (without its pool handle).
+#[derive(Debug)]
+struct CreatedWarm {
+    // Field order is drop order: the container dies before its rootfs goes.
+    container: CreatedContainer,
+    rootfs: Rootfs,
+}
+
+impl Slot {
+    /// How many containers this key should have: as many as its calls in
+    /// flight at once lately, at least one while it is called.
+    fn target(&self, size: usize) -> usize {
+        self.peak.max(self.last_peak).max(1).min(size)
+    }
+}
+
+/// One call's hold on a key: counts it in flight while it lives, and may
+/// carry a warm container for it.
+#[derive(Debug)]
+pub(super) struct Lease {
+    pool: Arc<Pool>,
+    key: PoolKey,
+    warm: Option<CreatedWarm>,
+}
+
+impl Lease {
+    /// The warm container, if one was ready.
+    pub(super) fn take(&mut self) -> Option<Warm> {
+        self.warm.take().map(|warm| Warm {
+            container: warm.container,
+            rootfs: warm.rootfs,
+            pool: Arc::clone(&self.pool),
+        })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        {
+            let mut state = self.pool.lock();
+            if let Some(slot) = state.slots.get_mut(&self.key) {
+                slot.in_use = slot.in_use.saturating_sub(1);
+            }
+        }
+        // A warm container never taken (a call dropped in between) is
+        // removed, never handed to another call.
+        if let Some(warm) = self.warm.take() {
+            self.pool.dispose(warm);
+        }
+    }
+}
+
+/// How long a failed creation keeps a key from trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// How long a zombie container init must have been seen before the orphan
+/// sweep reaps it (see `sandbox::created::reap_orphans`).
+const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
+
+impl Pool {
+    /// A pool creating containers in `sandbox` on rootfs made by `rootfs`.
+    /// Makes this process a child subreaper (created containers become its
+    /// children) and starts the pool's clock and orphan reaper.
+    pub(super) fn new(
+        sandbox: Arc<Sandbox>,
+        rootfs: Arc<RootfsMaker>,
+        options: PoolOptions,
+    ) -> Result<Arc<Self>, RunError> {
+        become_subreaper()?;
+        let pool = Arc::new(Self {
+            sandbox,
+            rootfs,
+            options,
+            state: Mutex::new(State::default()),
+            tasks: TaskTracker::new(),
+        });
+        tokio::spawn(maintain(Arc::downgrade(&pool)));
+        tracing::info!(
+            size = options.size,
+            idle = ?options.idle,
+            "warm containers: created ahead of calls"
+        );
+        Ok(pool)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a call of `key` in flight and hands it a warm container when
+    /// one is ready; starts creating more where recent demand wants them.
+    pub(super) fn lease(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) -> Lease {
+        let warm = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let slot = state.slots.entry(key.clone()).or_insert_with(|| Slot {
+                recipe: Arc::new(recipe()),
+                ready: Vec::new(),
+                creating: 0,
+                in_use: 0,
+                peak: 0,
+                last_peak: 0,
+                last_call: Instant::now(),
+                failed_at: None,
+            });
+            slot.in_use += 1;
+            slot.peak = slot.peak.max(slot.in_use);
+            slot.last_call = Instant::now();
+            let warm = slot.ready.pop();
+            if warm.is_some() {
+                state.total -= 1;
+                state.stats.warm_calls += 1;
+            } else {
+                state.stats.cold_calls += 1;
+            }
+            warm
+        };
+        self.refill(&key);
+        Lease {
+            pool: Arc::clone(self),
+            key,
+            warm,
+        }
+    }
+
+    /// Starts creating containers of `key` up to its target, within the
+    /// pool's size.
+    fn refill(self: &Arc<Self>, key: &PoolKey) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        let room = self.options.size.saturating_sub(state.total);
+        let Some(slot) = state.slots.get_mut(key) else {
+            return;
+        };
+        if slot.failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+            return;
+        }
+        let have = slot.ready.len() + slot.creating;
+        let wanted = slot
+            .target(self.options.size)
+            .saturating_sub(have)
+            .min(room);
+        slot.creating += wanted;
+        let recipe = Arc::clone(&slot.recipe);
+        state.total += wanted;
+        drop(state);
+        for _ in 0..wanted {
+            let pool = Arc::clone(self);
+            let key = key.clone();
+            let recipe = Arc::clone(&recipe);
+            self.tasks.spawn(async move {
+                let created = pool.create(&key, &recipe).await;
+                pool.created(&key, created);
+            });
+        }
+    }
+
+    /// Makes one container of `key`.
+    async fn create(&self, key: &PoolKey, recipe: &Recipe) -> Result<CreatedWarm, RunError> {
+        let rootfs = self.rootfs.prepare(recipe.layers.clone(), None).await?;
+        let container = self
+            .sandbox
+            .create(&CreateRequest {
+                rootfs: rootfs.path(),
+                image: recipe.config.as_ref(),
+                host_network: key.host_network,
+                limits: key.limits(),
+            })
+            .await;
+        match container {
+            Ok(container) => Ok(CreatedWarm { container, rootfs }),
+            Err(err) => {
+                self.dispose(rootfs);
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Puts a created container in its slot, or removes it when the slot no
+    /// longer wants it.
+    fn created(&self, key: &PoolKey, created: Result<CreatedWarm, RunError>) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let closed = state.closed;
+        let size = self.options.size;
+        state.total -= 1;
+        match &created {
+            Ok(_) => state.stats.created += 1,
+            Err(_) => state.stats.create_failures += 1,
+        }
+        let slot = state.slots.get_mut(key);
+        let created = match (created, slot) {
+            (Ok(warm), Some(slot)) => {
+                slot.creating -= 1;
+                if !closed && slot.ready.len() < slot.target(size) {
+                    tracing::debug!(container = warm.container.id(), "warm container ready");
+                    slot.ready.push(warm);
+                    state.total += 1;
+                    return;
+                }
+                Ok(warm)
+            }
+            (Err(err), Some(slot)) => {
+                slot.creating -= 1;
+                slot.failed_at = Some(Instant::now());
+                Err(err)
+            }
+            (created, None) => created,
+        };
+        match created {
+            Ok(warm) => {
+                state.stats.discarded += 1;
+                self.dispose(warm);
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot create a warm container; calls take the cold path");
+            }
+        }
+    }
+
+    /// Removes `remains` (a container, its leftovers, a rootfs) in the
+    /// background: unmounting and removing take milliseconds no call needs
+    /// to wait for. `shutdown` waits for them.
+    fn dispose<T: Send + 'static>(&self, remains: T) {
+        let blocking = tokio::task::spawn_blocking(move || drop(remains));
+        self.tasks.spawn(async move {
+            let _ = blocking.await;
+        });
+    }
+
+    /// Ages demand; removes containers of keys no longer called for, and
+    /// those above a key's target.
+    fn maintain_once(&self) {
+        let mut removed = Vec::new();
+        {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let size = self.options.size;
+            let idle = self.options.idle;
+            state.slots.retain(|_, slot| {
+                if slot.in_use == 0 && slot.creating == 0 && slot.last_call.elapsed() >= idle {
+                    removed.append(&mut slot.ready);
+                    return false;
+                }
+                slot.last_peak = slot.peak;
+                slot.peak = slot.in_use;
+                let target = slot.target(size);
+                while slot.ready.len() > target {
+                    if let Some(warm) = slot.ready.pop() {
+                        removed.push(warm);
+                    }
+                }
+                true
+            });
+            state.total -= removed.len();
+            state.stats.discarded += removed.len() as u64;
+        }
+        if !removed.is_empty() {
+            tracing::debug!(count = removed.len(), "removing idle warm containers");
+            self.dispose(removed);
+        }
+    }
+
+    /// What the pool holds now and did so far.
+    pub(super) fn stats(&self) -> PoolStats {
+        let state = self.lock();
+        PoolStats {
+            ready: state.slots.values().map(|s| s.ready.len()).sum(),
+            total: state.total,
+            ..state.stats
+        }
+    }
+
+    /// Stops creating, removes every waiting container and waits until
+    /// creations and teardowns in flight are done.
+    pub(super) async fn shutdown(&self) {
+        let removed: Vec<CreatedWarm> = {
+            let mut state = self.lock();
+            state.closed = true;
+            let mut removed = Vec::new();
+            for slot in state.slots.values_mut() {
+                removed.append(&mut slot.ready);
+            }
+            state.total -= removed.len();
+            state.stats.discarded += removed.len() as u64;
+            removed
+        };
+        if !removed.is_empty() {
+            tracing::info!(count = removed.len(), "removing warm containers");
+        }
+        self.dispose(removed);
+        self.tasks.close();
+        self.tasks.wait().await;
+        // Creations that were in flight put nothing back (closed): done.
+    }
+}
+
+/// The pool's clock while it lives: ages demand every `idle / 6` (20 s by
+/// default), and reaps orphaned container inits as they exit (SIGCHLD) and
+/// every second.
+async fn maintain(pool: Weak<Pool>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let period = match pool.upgrade() {
+        Some(pool) => (pool.options.idle / 6).max(Duration::from_millis(100)),
+        None => return,
+    };
+    let mut age = tokio::time::interval(period);
+    age.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    age.tick().await;
+    let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut child = signal(SignalKind::child()).ok();
+    let mut seen = HashMap::new();
+    loop {
+        let aging = tokio::select! {
+            _ = age.tick() => true,
+            _ = sweep.tick() => false,
+            Some(()) = async { match child.as_mut() {
+                Some(child) => child.recv().await,
+                None => std::future::pending().await,
+            } } => false,
+        };
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        if pool.lock().closed {
+            return;
+        }
+        if aging {
+            pool.maintain_once();
+        }
+        reap_orphans(&mut seen, ORPHAN_SETTLE);
+    }
+}

@@ -1,0 +1,126 @@
+//! End to end: `xfn start` with its default warm pool, as the sidecar runs
+//! (uid 65532, no capabilities): repeat calls are served by containers
+//! created ahead of them, SIGTERM removes every one of them, and a daemon
+//! killed with warm containers waiting has them swept by the next one.
+mod server_common;
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use server_common::*;
+use support::*;
+
+/// Processes of containers created under `cache` (a waiting container's
+/// init is a crun process whose command line names its bundle).
+fn container_processes(cache: &Path) -> Vec<u32> {
+    processes_with(&format!("{}/run/bundles/", cache.display()))
+}
+
+/// Entries of the per-run state dirs of `cache`.
+fn run_state(cache: &Path) -> Vec<String> {
+    let mut entries = Vec::new();
+    for dir in ["run/bundles", "run/rootfs", "run/crun"] {
+        if let Ok(list) = std::fs::read_dir(cache.join(dir)) {
+            for entry in list.flatten() {
+                entries.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    entries
+}
+
+/// Waits until the daemon logged `needle` `count` times (bounded: a hang
+/// becomes a failure naming what was awaited, not a timing threshold).
+async fn wait_for_log(daemon: &Daemon, needle: &str, count: usize) {
+    for _ in 0..500 {
+        if daemon.log().matches(needle).count() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no {count} x {needle:?} in:\n{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them_all() {
+    let registry = Registry::start();
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "echo:v1")
+        .reference;
+    let mut daemon = Daemon::start(&[]).await;
+    let cache = daemon.cache_dir.clone();
+    let mut client = daemon.client().await;
+    for call in 0..3 {
+        if call > 0 {
+            wait_for_log(&daemon, "warm container ready", call).await;
+        }
+        let out = client
+            .run_function(request(&echo, FUNCTION_IO))
+            .await
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+        assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    }
+    let log = daemon.log();
+    assert_eq!(log.matches("warm run phases").count(), 2, "{log}");
+    wait_for_log(&daemon, "warm container ready", 3).await;
+    assert!(!container_processes(&cache).is_empty(), "a container waits");
+    daemon.sigterm();
+    let status = daemon.wait().await;
+    assert!(status.success(), "{status}\n{}", daemon.log());
+    assert!(daemon.log().contains("removing warm containers"));
+    assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", daemon.log());
+    assert_eq!(container_processes(&cache), Vec::<u32>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_containers_of_a_killed_daemon_are_swept_by_the_next_one() {
+    let registry = Registry::start();
+    let echo = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "echo:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    let mut first = Daemon::start_with_cache(Some(&cache), &[]).await;
+    first
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", first.log()));
+    wait_for_log(&first, "warm container ready", 1).await;
+    // SIGKILL to the daemon alone, as a crash: its waiting container stays
+    // (blocked in crun's init, reparented away from the dead daemon).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    first.wait().await;
+    let orphans = container_processes(&cache);
+    assert!(!orphans.is_empty(), "the killed daemon's container waits");
+    assert!(!run_state(&cache).is_empty());
+
+    let second = Daemon::start_with_cache(Some(&cache), &["--warm-pool", "0"]).await;
+    let left: Vec<u32> = container_processes(&cache)
+        .into_iter()
+        .filter(|pid| orphans.contains(pid))
+        .collect();
+    assert_eq!(left, Vec::<u32>::new(), "{}", second.log());
+    assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());
+    // With the pool off, calls still run (the cold path), and leave nothing.
+    let out = second
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", second.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    assert!(!second.log().contains("warm container"), "{}", second.log());
+    assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());
+}

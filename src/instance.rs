@@ -72,6 +72,23 @@ impl Instance {
         format!("{}-{n}", self.id)
     }
 
+    /// The name of a temp entry of this instance: `.<id>.<what>`. Writers
+    /// of shared state (`<cache>/run/runtime-version`, the seccomp filter, …)
+    /// write it under such a name, then rename it into place; a crash in
+    /// between leaves it to [`Instance::is_dead_temp`].
+    pub fn temp_name(&self, what: &str) -> String {
+        format!(".{}.{what}", self.id)
+    }
+
+    /// Whether `name`, made by [`Instance::temp_name`] (possibly by another
+    /// xfn), belongs to an instance that is gone. Names of another form
+    /// are nobody's to remove: false.
+    pub fn is_dead_temp(&self, name: &str) -> bool {
+        name.strip_prefix('.')
+            .and_then(|rest| rest.split_once('.'))
+            .is_some_and(|(owner, _)| is_id(owner) && self.is_dead(owner))
+    }
+
     /// Whether `name`, made by [`Instance::name`] (possibly by another
     /// xfn), belongs to an instance that is gone. Names of another form
     /// are nobody's to remove: false.
@@ -206,6 +223,11 @@ impl Registry {
     }
 }
 
+/// Whether `text` has the form of an id: 16 lower-case hex digits.
+fn is_id(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// 64 random bits as 16 hex digits.
 fn random_id() -> std::io::Result<String> {
     use std::io::Read;
@@ -238,6 +260,11 @@ mod tests {
         assert!(!a.is_dead_name(&a.name(7)));
         assert!(!a.is_dead_name("no-owner-form".trim_start_matches("no")));
         assert!(!a.is_dead_name("plain"));
+        assert_eq!(a.temp_name("probe"), format!(".{}.probe", a.id()));
+        assert!(a.is_dead_temp(&format!(".{b_id}.probe")));
+        assert!(!a.is_dead_temp(&a.temp_name("probe")));
+        assert!(!a.is_dead_temp(".runtime-version.x"), "not an id");
+        assert!(!a.is_dead_temp(&format!("{b_id}.probe")), "no dot first");
         // Forgetting removes the dead one's file and keeps the live one's.
         registry.forget_dead(a.id());
         assert!(!registry.lock_path(&b_id).exists());

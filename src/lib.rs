@@ -17,6 +17,7 @@ pub mod compose;
 pub mod duration;
 pub mod image;
 pub mod instance;
+pub mod pid1;
 pub mod proto;
 pub mod rootfs;
 pub mod runner;

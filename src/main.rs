@@ -1,5 +1,6 @@
-//! The `xfn` binary: parse flags, enter the user namespace while still
-//! single-threaded, then start the async runtime and dispatch.
+//! The `xfn` binary: as PID 1, fork an init (`xfn::pid1`); parse flags,
+//! enter the user namespace while still single-threaded, then start the
+//! async runtime and dispatch.
 mod cli;
 
 use std::process::ExitCode;
@@ -9,6 +10,10 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // As PID 1 (a container's main process) xfn leaves PID 1 to a tiny init
+    // that reaps orphans and forwards signals: see `xfn::pid1`. First, while
+    // the process has one thread.
+    xfn::pid1::init_if_pid1();
     let cli = Cli::parse_from(cli::render::rewrite_short_flags(std::env::args_os()));
     let command = cli
         .command

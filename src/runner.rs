@@ -501,7 +501,7 @@ fn overlay_supported_cached(
     let _ = std::fs::remove_dir_all(&scratch);
     // Written to a temp name and renamed: concurrent xfn processes never
     // read half a file. Failing to remember only costs the next probe.
-    let temp = run_dir.join(format!(".overlay-probe-{}", instance.id()));
+    let temp = run_dir.join(instance.temp_name("overlay-probe"));
     if std::fs::write(&temp, format!("{key} {ok}\n")).is_ok() {
         let _ = std::fs::rename(&temp, &file);
     }

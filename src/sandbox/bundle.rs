@@ -39,7 +39,8 @@ pub struct RunDir {
 const PREFIX: &str = "xfn-";
 
 impl RunDir {
-    /// Opens `root` (creating it) for `instance`, removing bundles of dead
+    /// Opens `root` (creating it) for `instance`, removing bundles and temp
+    /// entries (`.<instance>.…`, see [`Instance::temp_name`]) of dead
     /// instances.
     pub fn open(root: &Path, instance: Arc<Instance>) -> Result<Self, BundleError> {
         let io = |source| BundleError::Io {
@@ -53,6 +54,17 @@ impl RunDir {
             next: AtomicU64::new(0),
             instance,
         };
+        if let Ok(entries) = std::fs::read_dir(root) {
+            for entry in entries.flatten() {
+                if run_dir
+                    .instance
+                    .is_dead_temp(&entry.file_name().to_string_lossy())
+                {
+                    tracing::info!(path = %entry.path().display(), "removing a temp entry left by an earlier xfn");
+                    let _ = crate::image::extract::fsops::remove_path(&entry.path());
+                }
+            }
+        }
         if let Ok(entries) = std::fs::read_dir(root.join("bundles")) {
             for entry in entries.flatten() {
                 if run_dir.is_stale(&entry.file_name().to_string_lossy()) {

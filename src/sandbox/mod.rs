@@ -187,7 +187,13 @@ impl Sandbox {
     /// call it at start to refuse to serve without a usable runtime.
     pub fn check_runtime(&self) -> Result<runtime::CrunVersion, SandboxError> {
         self.runtime_checked
-            .get_or_init(|| runtime::check(&self.options.runtime, &self.options.run_dir))
+            .get_or_init(|| {
+                runtime::check(
+                    &self.options.runtime,
+                    &self.options.run_dir,
+                    &self.options.instance,
+                )
+            })
             .clone()
             .map_err(SandboxError::from)
     }

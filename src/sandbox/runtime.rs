@@ -111,8 +111,12 @@ pub fn judge(runtime: &Path, version_output: &str) -> Result<CrunVersion, Runtim
 }
 
 /// Checks `runtime` (a path, or a name looked up in PATH), remembering an
-/// accepted version in `run_dir`.
-pub fn check(runtime: &Path, run_dir: &Path) -> Result<CrunVersion, RuntimeError> {
+/// accepted version in `run_dir` (written as `instance`'s temp entry first).
+pub fn check(
+    runtime: &Path,
+    run_dir: &Path,
+    instance: &crate::instance::Instance,
+) -> Result<CrunVersion, RuntimeError> {
     let key = resolve(runtime).and_then(|path| {
         let meta = std::fs::metadata(&path).ok()?;
         Some(format!(
@@ -145,7 +149,7 @@ pub fn check(runtime: &Path, run_dir: &Path) -> Result<CrunVersion, RuntimeError
     if let Some(key) = key {
         // A temp name renamed into place: concurrent xfn processes never
         // read half a file. Failing to remember only costs the next check.
-        let temp = run_dir.join(format!(".runtime-version-{}", std::process::id()));
+        let temp = run_dir.join(instance.temp_name("runtime-version"));
         if std::fs::write(&temp, format!("{key} {version}\n")).is_ok() {
             let _ = std::fs::rename(&temp, &memo);
         }
@@ -169,6 +173,10 @@ mod tests {
     use super::*;
 
     const CRUN_1_8_1: &str = "crun version 1.8.1\ncommit: f8a096be060b22ccd3d5f3ebe44108517fbf6c30\nrundir: /run/crun\nspec: 1.0.0\n+SYSTEMD +SELINUX +APPARMOR +CAP +SECCOMP +EBPF +YAJL\n";
+
+    fn instance(cache: &Path) -> std::sync::Arc<crate::instance::Instance> {
+        crate::instance::of_cache(cache).unwrap()
+    }
 
     fn v(major: u32, minor: u32, patch: u32) -> CrunVersion {
         CrunVersion {
@@ -237,16 +245,24 @@ mod tests {
         std::fs::write(&fake, "#!/bin/sh\necho crun version 1.9.0\n").unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        assert_eq!(check(&fake, dir.path()), Ok(v(1, 9, 0)));
+        assert_eq!(
+            check(&fake, dir.path(), &instance(dir.path())),
+            Ok(v(1, 9, 0))
+        );
         let memo = std::fs::read_to_string(dir.path().join("runtime-version")).unwrap();
         assert!(memo.ends_with(" 1.9.0\n"), "{memo}");
         // Replaced by an older binary (another size and mtime): checked again.
         std::fs::write(&fake, "#!/bin/sh\necho crun version 1.2.3 # older\n").unwrap();
         assert!(matches!(
-            check(&fake, dir.path()),
+            check(&fake, dir.path(), &instance(dir.path())),
             Err(RuntimeError::TooOld { .. })
         ));
-        let missing = check(&dir.path().join("no-such-crun"), dir.path()).unwrap_err();
+        let missing = check(
+            &dir.path().join("no-such-crun"),
+            dir.path(),
+            &instance(dir.path()),
+        )
+        .unwrap_err();
         assert!(
             missing.to_string().contains("cannot run the OCI runtime"),
             "{missing}"

@@ -45,7 +45,7 @@ impl Sandbox {
                         tracing::debug!(%why, "no precompiled seccomp filter; crun compiles it per run")
                     })
                     .ok()?;
-                remember(&cache, &bpf);
+                remember(&cache, &bpf, &self.options.instance.temp_name("seccomp-"));
                 bpf
             }
         };
@@ -86,7 +86,7 @@ impl Sandbox {
     fn compile_with_crun(&self) -> Result<Vec<u8>, String> {
         self.check_runtime().map_err(|e| e.to_string())?;
         let probe = tempfile::Builder::new()
-            .prefix(".seccomp-probe-")
+            .prefix(&self.options.instance.temp_name("seccomp-probe-"))
             .tempdir_in(&self.options.run_dir)
             .map_err(|e| format!("probe dir: {e}"))?;
         let rootfs = probe.path().join("rootfs");
@@ -156,11 +156,14 @@ fn is_bpf(bytes: &[u8]) -> bool {
 
 /// Writes `bpf` to `cache` through a temp file and a rename, so that a
 /// concurrent reader never sees half of it. Failing costs only a probe.
-fn remember(cache: &Path, bpf: &[u8]) {
+fn remember(cache: &Path, bpf: &[u8], temp_prefix: &str) {
     let Some(dir) = cache.parent() else {
         return;
     };
-    let Ok(mut temp) = tempfile::NamedTempFile::new_in(dir) else {
+    let Ok(mut temp) = tempfile::Builder::new()
+        .prefix(temp_prefix)
+        .tempfile_in(dir)
+    else {
         return;
     };
     if temp.write_all(bpf).is_ok() {

@@ -63,6 +63,8 @@ pub struct Daemon {
     log: PathBuf,
     /// The uid clients dial as by default: the daemon's own.
     caller: Option<u32>,
+    /// Started as PID 1 of a fresh PID namespace (under `unshare`).
+    as_pid1: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -180,6 +182,7 @@ impl Daemon {
             cache_dir,
             log,
             caller: user,
+            as_pid1,
             _dir: dir,
         };
         daemon.wait_until_serving().await;
@@ -236,9 +239,49 @@ impl Daemon {
         format!("@{} ", self.socket)
     }
 
-    /// Sends SIGTERM.
+    /// The host pid of PID 1 of the daemon's PID namespace, for a daemon
+    /// started by [`Daemon::start_as_pid1`]: `unshare`'s only child.
+    pub fn pid1(&self) -> u32 {
+        assert!(self.as_pid1, "not started as PID 1");
+        let pid = self.pid();
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("unshare's children");
+        let [child]: [u32; 1] = children
+            .split_whitespace()
+            .map(|c| c.parse().expect("a pid"))
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap_or_else(|c| panic!("unshare has children {c:?}"));
+        child
+    }
+
+    /// The host pid of the xfn process that serves: the daemon itself, or,
+    /// as PID 1, the init's only child (see `xfn::pid1`).
+    pub fn xfn_pid(&self) -> u32 {
+        if !self.as_pid1 {
+            return self.pid();
+        }
+        let init = self.pid1();
+        let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+            .expect("the init's children");
+        let [xfn]: [u32; 1] = children
+            .split_whitespace()
+            .map(|c| c.parse().expect("a pid"))
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap_or_else(|c| panic!("PID 1 has children {c:?}, not xfn alone"));
+        xfn
+    }
+
+    /// Sends SIGTERM to the daemon; under [`Daemon::start_as_pid1`] to
+    /// PID 1 of its namespace, as a container runtime stops a container.
     pub fn sigterm(&self) {
-        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        let pid = if self.as_pid1 {
+            self.pid1()
+        } else {
+            self.pid()
+        };
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     }
 
@@ -479,6 +522,104 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
         }
     }
     pids
+}
+
+/// A cache dir owned by the daemons' unprivileged user, in `dir`.
+pub fn nonroot_cache(dir: &tempfile::TempDir) -> PathBuf {
+    let cache = dir.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    cache
+}
+
+/// Every entry of the per-run state dirs and the temp dir of `cache`, and
+/// the dot-named temp entries of `run/` itself (start-up probes).
+pub fn run_state(cache: &Path) -> Vec<String> {
+    let mut entries = Vec::new();
+    for dir in ["run/bundles", "run/rootfs", "run/crun", "tmp", "run"] {
+        if let Ok(list) = std::fs::read_dir(cache.join(dir)) {
+            for entry in list.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if dir != "run" || name.starts_with('.') {
+                    entries.push(format!("{dir}/{name}"));
+                }
+            }
+        }
+    }
+    entries.sort();
+    entries
+}
+
+/// The instance ids holding (or having held) `cache`.
+pub fn instances(cache: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(cache.join("instances"))
+        .map(|list| {
+            list.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// The mount points under `dir` in the mount namespace of `pid`
+/// (`/proc/PID/mountinfo`, field 5).
+pub fn mounts_under(pid: u32, dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|mount| Path::new(mount).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Host pids of the zombies whose parent is in the PID namespace of `pid`
+/// (a zombie has no command line, so [`processes_with`] does not see it,
+/// and no namespaces of its own any more; its parent, alive, has).
+pub fn zombies_in_pid_namespace_of(pid: u32) -> Vec<u32> {
+    let namespace = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let target = namespace(pid).expect("the PID namespace");
+    let mut zombies = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Some((state, parent)) = state_and_parent(p) else {
+            continue;
+        };
+        if state == 'Z' && namespace(parent).as_ref() == Some(&target) {
+            zombies.push(p);
+        }
+    }
+    zombies
+}
+
+/// The parent (host pid) of `pid`, if it exists.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    state_and_parent(pid).map(|(_, parent)| parent)
+}
+
+/// The state letter and the parent of `pid`, from `/proc/PID/stat`
+/// (`pid (comm) S ppid ...`: the comm may hold anything, so after its last ')').
+fn state_and_parent(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+/// Waits until the PID namespace of `pid` holds no zombie.
+pub async fn wait_until_no_zombies(pid: u32) {
+    for _ in 0..200 {
+        if zombies_in_pid_namespace_of(pid).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "zombies {:?} are never reaped in the PID namespace of {pid}",
+        zombies_in_pid_namespace_of(pid)
+    );
 }
 
 /// Waits until no process has `needle` in its command line.

@@ -1,0 +1,115 @@
+//! xfn as PID 1 of its container (the sidecar in a pod, `podman run`).
+//!
+//! PID 1 has two duties no other process has. Orphans are reparented to
+//! it, and only it can reap them: `crun create` exits and leaves its
+//! container's init to PID 1 (the seccomp probe at start does that), a
+//! `crun run` killed on a timeout leaves its container's processes, an
+//! id-map helper or a render keeper whose parent went away. Unreaped, each
+//! stays a zombie for the life of the pod, holding a pid of the container's
+//! pids limit. And the kernel delivers to PID 1 only the signals it has a
+//! handler for, even from outside its namespace.
+//!
+//! Choice: **when xfn starts as PID 1 it forks first thing; the parent
+//! stays PID 1 as a tiny init, the child is xfn.** The init blocks the
+//! signals it handles, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1
+//! and SIGUSR2 to xfn (so SIGTERM still reaches xfn's drain), reaps every
+//! child with `waitpid(-1)` whenever SIGCHLD is pending, and exits with
+//! xfn's status (128 + the signal when a signal ended it) as soon as xfn is
+//! gone: PID 1 exiting makes the kernel kill whatever else is left in the
+//! namespace.
+//!
+//! Why not reap in xfn itself (a SIGCHLD handler or a thread calling
+//! `waitpid(-1)`, or `PR_SET_CHILD_SUBREAPER`): it would take the exit
+//! statuses of the children xfn waits for by pid — crun's exit code, a
+//! `Command::status()` that then fails with ECHILD. Why not tini or
+//! dumb-init in the image: one more binary to pin, and an `ENTRYPOINT`
+//! users override; this works under any runtime, with its `--init` or
+//! without. Why first thing in `main`: the process is single-threaded then
+//! (the child runs ordinary Rust code after the fork), and everything xfn
+//! sets up afterwards — the gatekeeper, its user namespace, its runs —
+//! belongs to the child. The init costs one sleeping process and nothing
+//! per call; outside PID 1 (`xfn run` on a host, tests) nothing changes.
+use nix::errno::Errno;
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, getpid, ForkResult, Pid};
+
+/// What the init passes on to xfn.
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// When this process is PID 1, forks: returns in the child (xfn goes on),
+/// while the parent becomes the init and never returns. Otherwise returns
+/// at once. Must be called before any thread is started.
+pub fn init_if_pid1() {
+    if getpid().as_raw() != 1 {
+        return;
+    }
+    let mut handled = SigSet::empty();
+    for signal in FORWARDED {
+        handled.add(signal);
+    }
+    handled.add(Signal::SIGCHLD);
+    // Blocked before the fork, so that no signal and no child's exit can
+    // arrive between the fork and the init's first wait.
+    let Ok(previous) = handled.thread_swap_mask(SigmaskHow::SIG_BLOCK) else {
+        return;
+    };
+    // SAFETY: called first thing in main, while xfn has a single thread, so
+    // the child may run ordinary Rust code (no lock can be held by a thread
+    // that does not exist in the child); the parent only waits for signals,
+    // reaps and forwards.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let _ = previous.thread_set_mask();
+        }
+        Ok(ForkResult::Parent { child }) => std::process::exit(supervise(child, &handled)),
+        Err(err) => {
+            // xfn still works as PID 1 without an init; only orphans stay.
+            eprintln!("xfn: cannot fork an init as PID 1 ({err}); orphans will not be reaped");
+            let _ = previous.thread_set_mask();
+        }
+    }
+}
+
+/// The init's loop: forwards signals to `xfn`, reaps every child, and
+/// returns xfn's exit code once it is gone.
+fn supervise(xfn: Pid, handled: &SigSet) -> i32 {
+    loop {
+        match handled.wait() {
+            Ok(Signal::SIGCHLD) => {
+                if let Some(code) = reap_all(xfn) {
+                    return code;
+                }
+            }
+            Ok(signal) => {
+                let _ = kill(xfn, signal);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Reaps every child that has exited (SIGCHLDs coalesce: one may stand for
+/// many); xfn's exit code when xfn was one of them.
+fn reap_all(xfn: Pid) -> Option<i32> {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == xfn => return Some(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == xfn => {
+                return Some(128 + signal as i32)
+            }
+            Ok(WaitStatus::StillAlive) => return None,
+            Ok(_) | Err(Errno::EINTR) => continue,
+            // ECHILD: no children at all, so xfn is gone too.
+            Err(Errno::ECHILD) => return Some(1),
+            Err(_) => return None,
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! End to end: `xfn start` as a pod runs it. PID 1 of its container (its
+//! init reaps orphans and passes SIGTERM on to the drain), killed with
+//! SIGKILL mid-call and started again, PID 1 again, on the same cache (the
+//! new one sweeps everything the dead one left), and next to another xfn on
+//! the same cache (neither touches the other's live work).
+mod server_common;
+mod support;
+
+use std::time::Duration;
+
+use server_common::*;
+use support::*;
+
+/// An image whose function sleeps for `seconds` (a marker to find its
+/// process by) without a shell in between: the container's init is `sleep`.
+fn sleeper(registry: &Registry, name: &str, seconds: u32) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", &format!("exec sleep {seconds}")])
+        .push(registry, name)
+        .reference
+}
+
+fn echo(registry: &Registry) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, "echo:v1")
+        .reference
+}
+
+/// Polls `what` until it holds (a state the test waits for, not a time).
+async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
+    for _ in 0..3000 {
+        if holds() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never: {what}");
+}
+
+async fn call_ok(daemon: &Daemon, image: &str) {
+    let out = daemon
+        .client()
+        .await
+        .run_function(request(image, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
+    let registry = Registry::start();
+    let hang = sleeper(&registry, "hang:v1", 3627);
+    let slow = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "sleep 1; cat"])
+        .push(&registry, "slow:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+
+    // On a fresh cache xfn compiles its seccomp filter with `crun create`,
+    // which exits and leaves the created container's init to PID 1: an
+    // orphan at every start, a zombie for good unless PID 1 reaps it.
+    let mut daemon = Daemon::start_as_pid1(&cache, &[]).await;
+    let init = daemon.pid1();
+    assert_ne!(init, daemon.xfn_pid(), "xfn runs under an init");
+    wait_until_no_zombies(init).await;
+
+    // A `crun run` killed mid-run leaves its container's processes to PID 1.
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&hang, FUNCTION_IO)).await });
+    wait_until("the function runs", || {
+        processes_with("sleep 3627").len() == 1
+    })
+    .await;
+    let [function] = processes_with("sleep 3627").try_into().unwrap();
+    let crun = parent_of(function).expect("the function's parent");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{crun}/cmdline"))
+            .unwrap()
+            .starts_with("crun"),
+        "the function's parent is crun"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(crun as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until("the orphaned function is PID 1's child", || {
+        parent_of(function) == Some(init)
+    })
+    .await;
+    // The caller gives up: xfn kills the container (by crun's state), whose
+    // process, PID 1's child now, must be reaped by it.
+    call.abort();
+    wait_until("the function is reaped", || parent_of(function).is_none()).await;
+    wait_until_no_zombies(init).await;
+    call_ok(&daemon, &echo(&registry)).await;
+
+    // SIGTERM to PID 1, as a container runtime stops the container, reaches
+    // xfn's drain: the run in flight finishes, then everything exits 0.
+    let mut client = daemon.client().await;
+    let call = tokio::spawn(async move { client.run_function(request(&slow, FUNCTION_IO)).await });
+    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    daemon.sigterm();
+    let out = call
+        .await
+        .unwrap()
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    let status = daemon.wait().await;
+    assert!(status.success(), "{status}\n{}", daemon.log());
+    assert!(
+        daemon.log().contains("every run finished"),
+        "{}",
+        daemon.log()
+    );
+}
+
+/// Run cgroups of `instance` next to xfn's own (`<cgroup>/xfn-run-…`),
+/// where limits are enforced.
+fn run_cgroups_of(xfn: u32, instance: &str) -> Vec<String> {
+    let own = std::fs::read_to_string(format!("/proc/{xfn}/cgroup")).unwrap_or_default();
+    let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return Vec::new();
+    };
+    // xfn sits in `<cgroup>/supervisor`; runs are its siblings.
+    let parent = std::path::Path::new("/sys/fs/cgroup")
+        .join(path.trim_start_matches('/'))
+        .join("..");
+    std::fs::read_dir(parent)
+        .map(|list| {
+            list.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("xfn-run-") && name.contains(instance))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
+    let registry = Registry::start();
+    let hang = sleeper(&registry, "hang:v1", 3623);
+    // 32 MiB of incompressible bytes, uncompressed: long enough a pull to be
+    // caught with its download and extraction in tmp/.
+    let big = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(
+            Layer::new()
+                .file("/big", 0o644, pseudo_random_bytes(12, 32 << 20))
+                .compression(Compression::None),
+        )
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "big:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+
+    // The first incarnation, PID 1 as in a pod, is killed with three runs in
+    // flight and a fourth call pulling an image (in a run slot of its own:
+    // a call pulls once admitted).
+    let mut first = Daemon::start_as_pid1(&cache, &["--max-concurrent-runs", "4"]).await;
+    let [dead] = instances(&cache).try_into().expect("one instance");
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        let mut client = first.client().await;
+        let hang = hang.clone();
+        calls.push(tokio::spawn(async move {
+            client.run_function(request(&hang, FUNCTION_IO)).await
+        }));
+    }
+    wait_until("three functions run", || {
+        processes_with("sleep 3623").len() == 3
+    })
+    .await;
+    let mut client = first.client().await;
+    calls.push(tokio::spawn(async move {
+        client.run_function(request(&big, FUNCTION_IO)).await
+    }));
+    let pulling = format!("tmp/{dead}.");
+    wait_until("the pull works in tmp/", || {
+        run_state(&cache).iter().any(|e| e.starts_with(&pulling))
+    })
+    .await;
+    first.kill();
+    for call in calls {
+        assert!(call.await.unwrap().is_err());
+    }
+    wait_until_gone("sleep 3623").await;
+
+    // What the killed xfn really left, named by its instance id (not by its
+    // pid: xfn is PID 2, under its init, in every incarnation): bundles,
+    // crun's state of the three containers, their rootfs dirs, the pull.
+    let left = run_state(&cache);
+    for kind in [
+        format!("run/bundles/xfn-{dead}-"),
+        format!("run/crun/xfn-{dead}-"),
+        format!("run/rootfs/{dead}-"),
+        pulling,
+    ] {
+        assert!(
+            left.iter().filter(|e| e.starts_with(&kind)).count() >= 1,
+            "no {kind}* left: {left:?}"
+        );
+    }
+    // Its mounts (overlay rootfs, sized tmpfs) died with its mount namespace.
+    assert_eq!(
+        mounts_under(std::process::id(), &cache),
+        Vec::<String>::new()
+    );
+    // What a death during the start-up probes leaves (too brief a window to
+    // be caught by a kill here): the probes' temp entries in run/.
+    for probe in [".seccomp-probe-x", ".runtime-version", ".overlay-probe"] {
+        let path = cache.join("run").join(format!(".{dead}{probe}"));
+        std::fs::write(&path, "cut short").unwrap();
+        std::os::unix::fs::chown(&path, Some(NONROOT), Some(NONROOT)).unwrap();
+    }
+
+    // The next incarnation: PID 1 again, same cache.
+    let second = Daemon::start_as_pid1(&cache, &[]).await;
+    let swept = run_state(&cache);
+    assert!(
+        swept.iter().all(|e| !e.contains(&dead)),
+        "left over: {swept:?}\n{}",
+        second.log()
+    );
+    assert!(
+        !instances(&cache).contains(&dead),
+        "{:?}",
+        instances(&cache)
+    );
+    let crun_list = std::process::Command::new("crun")
+        .arg("--root")
+        .arg(cache.join("run/crun"))
+        .arg("list")
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&crun_list.stdout).trim(), "");
+    assert_eq!(
+        mounts_under(second.xfn_pid(), &cache.join("run")),
+        Vec::<String>::new()
+    );
+    if second.metric("xfn_limits_enforced").await == 1.0 {
+        assert_eq!(
+            run_cgroups_of(second.xfn_pid(), &dead),
+            Vec::<String>::new()
+        );
+    } else {
+        eprintln!(
+            "NOT CHECKED here: run cgroups (limits are not enforced on this host; \
+             scripts/vm/run-checks.sh checks that a dead xfn's cgroups are removed)"
+        );
+    }
+    call_ok(&second, &echo(&registry)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
+    let registry = Registry::start();
+    let hang = sleeper(&registry, "hang:v1", 3624);
+    let echo = echo(&registry);
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+    let first = Daemon::start_as_pid1(&cache, &[]).await;
+    let mut client = first.client().await;
+    let running = run_state(&cache);
+    let call = tokio::spawn(async move { client.run_function(request(&hang, FUNCTION_IO)).await });
+    first.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    wait_until("the function runs", || {
+        !processes_with("sleep 3624").is_empty()
+    })
+    .await;
+    let live: Vec<String> = run_state(&cache)
+        .into_iter()
+        .filter(|e| !running.contains(e))
+        .collect();
+    assert!(!live.is_empty());
+    let live_mounts = mounts_under(first.xfn_pid(), &cache.join("run"));
+    assert!(!live_mounts.is_empty(), "the run's rootfs is mounted");
+
+    // Another xfn, PID 1 in its own namespace too, starts on the same cache
+    // and serves: the first one's run state, mounts and process are
+    // untouched, and the first one serves on.
+    let second = Daemon::start_as_pid1(&cache, &[]).await;
+    assert_eq!(instances(&cache).len(), 2);
+    call_ok(&second, &echo).await;
+    let state = run_state(&cache);
+    for entry in &live {
+        assert!(state.contains(entry), "{entry} was removed: {state:?}");
+    }
+    assert_eq!(
+        mounts_under(first.xfn_pid(), &cache.join("run")),
+        live_mounts
+    );
+    assert!(!processes_with("sleep 3624").is_empty());
+    call_ok(&first, &echo).await;
+    call.abort();
+    wait_until_gone("sleep 3624").await;
+}

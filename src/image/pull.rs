@@ -404,6 +404,16 @@ impl Puller {
                 });
             }
         }
+        // A short blob is refused by its length, as a layer is, before its
+        // digest: the cause a user can act on (a truncating proxy or
+        // registry), not "corrupt data".
+        if data.len() as u64 != blob.size {
+            return Err(PullError::SizeMismatch {
+                digest: blob.digest.clone(),
+                expected: blob.size,
+                got: data.len().to_string(),
+            });
+        }
         check_digest("config", &blob.digest, &sha256_digest(&data))?;
         Ok(data)
     }

@@ -4,6 +4,9 @@
 //! - [`registry::Registry`]: a real `docker-registry` (Debian package
 //!   `docker-registry`) on 127.0.0.1 with a random port and its own storage;
 //!   [`registry::Registry::start_with_auth`] adds htpasswd basic auth.
+//! - [`registry::hostile::HostileRegistry`]: a tiny registry of our own on
+//!   127.0.0.1 that serves images from memory with faults (huge manifests,
+//!   blobs longer or shorter than their descriptors, drip-feeding).
 //! - [`layer::Layer`]: deterministic layer tarballs (files, dirs, symlinks,
 //!   hardlinks, FIFOs, whiteouts, opaque dirs; gzip/zstd/plain);
 //!   [`layer::Layer::busybox`] is a ready base layer from `/bin/busybox`

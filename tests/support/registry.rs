@@ -1,6 +1,9 @@
 //! A real Distribution registry (`/usr/bin/docker-registry`, Debian package
 //! `docker-registry`) on 127.0.0.1, one per test, with its own config and
-//! storage in a temp dir. Killed when dropped.
+//! storage in a temp dir. Killed when dropped. [`hostile`] is the other
+//! kind: a registry that misbehaves on purpose.
+pub mod hostile;
+
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -18,10 +18,15 @@
 //! gone: PID 1 exiting makes the kernel kill whatever else is left in the
 //! namespace.
 //!
-//! Why not reap in xfn itself (a SIGCHLD handler or a thread calling
-//! `waitpid(-1)`, or `PR_SET_CHILD_SUBREAPER`): it would take the exit
-//! statuses of the children xfn waits for by pid — crun's exit code, a
-//! `Command::status()` that then fails with ECHILD. Why not tini or
+//! Why not reap everything in xfn itself (a SIGCHLD handler or a thread
+//! calling `waitpid(-1)`): it would take the exit statuses of the children
+//! xfn waits for by pid — crun's exit code, a `Command::status()` that then
+//! fails with ECHILD. `xfn start` with warm containers is a child subreaper
+//! (`sandbox::created`), because it needs its created containers' exit
+//! codes, and reaps only orphaned *container* inits, by pid; orphans below
+//! it go to it, not to PID 1. The init takes the rest: orphans when xfn is
+//! no subreaper (`--warm-pool 0`, copy mode, `xfn run`, `render`, `adapt`
+//! as a Function's main process), and xfn itself. Why not tini or
 //! dumb-init in the image: one more binary to pin, and an `ENTRYPOINT`
 //! users override; this works under any runtime, with its `--init` or
 //! without. Why first thing in `main`: the process is single-threaded then

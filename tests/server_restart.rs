@@ -62,10 +62,13 @@ async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     let dir = world_traversable_tempdir();
     let cache = nonroot_cache(&dir);
 
-    // On a fresh cache xfn compiles its seccomp filter with `crun create`,
-    // which exits and leaves the created container's init to PID 1: an
-    // orphan at every start, a zombie for good unless PID 1 reaps it.
-    let mut daemon = Daemon::start_as_pid1(&cache, &[]).await;
+    // Without warm containers, xfn is no child subreaper (with them it is,
+    // and container inits orphaned below it are its own to reap:
+    // tests/server_pool.rs), so orphans go to PID 1, the init. On a fresh
+    // cache xfn compiles its seccomp filter with `crun create`, which exits
+    // and leaves the created container's init to PID 1: an orphan at every
+    // start, a zombie for good unless PID 1 reaps it.
+    let mut daemon = Daemon::start_as_pid1(&cache, &["--warm-pool", "0"]).await;
     let init = daemon.pid1();
     assert_ne!(init, daemon.xfn_pid(), "xfn runs under an init");
     wait_until_no_zombies(init).await;

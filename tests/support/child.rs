@@ -61,6 +61,32 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// Asserts the program failed with an error naming `cause`, short
+    /// (hostile input is quoted cut, never whole), having peaked under
+    /// `peak_max` bytes of memory; `case` names the case in a failure.
+    pub fn assert_refused(&self, case: &str, cause: &str, peak_max: u64) {
+        assert!(
+            !self.status.success(),
+            "{case}: must fail; stdout {}",
+            self.stdout
+        );
+        assert!(
+            self.stderr.contains(cause),
+            "{case}: the error must name the cause {cause:?}: {}",
+            self.stderr
+        );
+        assert!(
+            self.stderr.len() < 2048,
+            "{case}: the error quotes hostile input whole ({} bytes)",
+            self.stderr.len()
+        );
+        assert!(
+            self.peak_rss < peak_max,
+            "{case}: peak memory {} MiB",
+            self.peak_rss >> 20
+        );
+    }
+
     /// One line for a report: `peak 12.3 MiB, wrote 0.1 MiB`.
     pub fn cost(&self) -> String {
         format!(

@@ -85,6 +85,13 @@ impl Daemon {
         Self::launch(cache, Some(NONROOT), Listen::Abstract, extra, false).await
     }
 
+    /// [`Daemon::start`] without `--debug`, for long runs: a debug log
+    /// grows with every call, and the default log level is what a sidecar
+    /// runs with.
+    pub async fn start_without_debug_log(extra: &[&str]) -> Daemon {
+        Self::launch_with(None, Some(NONROOT), Listen::Abstract, extra, false, false).await
+    }
+
     /// `xfn start` as root (it then maps a whole id range); the client
     /// helpers still dial as 65532 unless told otherwise, so readiness is
     /// probed as root.
@@ -110,6 +117,17 @@ impl Daemon {
         listen: Listen,
         extra: &[&str],
         as_pid1: bool,
+    ) -> Daemon {
+        Self::launch_with(cache, user, listen, extra, as_pid1, true).await
+    }
+
+    async fn launch_with(
+        cache: Option<&Path>,
+        user: Option<u32>,
+        listen: Listen,
+        extra: &[&str],
+        as_pid1: bool,
+        debug: bool,
     ) -> Daemon {
         let dir = world_traversable_tempdir();
         let cache_dir = match cache {
@@ -162,8 +180,10 @@ impl Daemon {
                 .args(["--network", "tcp", "--address"])
                 .arg(addr.to_string()),
         };
+        if debug {
+            command.arg("--debug");
+        }
         let child = command
-            .arg("--debug")
             .arg("--cache-dir")
             .arg(&cache_dir)
             .arg("--metrics-address")
@@ -592,6 +612,42 @@ pub fn zombies_in_pid_namespace_of(pid: u32) -> Vec<u32> {
         }
     }
     zombies
+}
+
+/// Host pids of the children of `pid` (of all its threads; zombies too).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if parent_of(p) == Some(pid) {
+            children.push(p);
+        }
+    }
+    children
+}
+
+/// Whether `pid` is a zombie.
+pub fn is_zombie(pid: u32) -> bool {
+    state_and_parent(pid).is_some_and(|(state, _)| state == 'Z')
+}
+
+/// How many file descriptors `pid` has open.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .count()
+}
+
+/// A number field of `/proc/PID/status` (`Threads`, `VmRSS` in KiB, …).
+pub fn status_field(pid: u32, name: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{status}"))
 }
 
 /// The parent (host pid) of `pid`, if it exists.

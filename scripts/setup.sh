@@ -13,6 +13,7 @@ packages=(
   zstd            # zstd layers in the tests
   hyperfine       # the benchmarks
   util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
+  strace          # tests/image_cache.rs checks each cache entry is fsynced before its rename
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl wget ca-certificates
   libc6-dev binutils # the static test function server (examples/fn_server.rs) links glibc's libc.a; readelf checks it

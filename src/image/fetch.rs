@@ -318,9 +318,10 @@ impl ImageStore {
             .try_collect()
             .await?;
 
-        let manifest_path = store.manifest_path(&resolved.digest)?;
-        if !manifest_path.exists() {
-            store.publish_bytes(&manifest_path, &resolved.bytes)?;
+        // (Re)written unless a whole one is there: a torn one is discarded
+        // by reading it.
+        if store.read_manifest(&resolved.digest)?.is_none() {
+            store.publish_bytes(&store.manifest_path(&resolved.digest)?, &resolved.bytes)?;
         }
         store.write_ref(&key, &resolved.digest)?;
 

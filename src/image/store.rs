@@ -29,8 +29,17 @@
 //!   whole and verified (blob digests while downloading, each layer's
 //!   uncompressed diff id while extracting): a crash leaves at most garbage
 //!   in `tmp/`, which the next `open` removes once its owner (an instance,
-//!   [`crate::instance`]) is gone. An entry that exists is whole. (Renames
-//!   are not fsynced: this survives process crashes, not power loss.)
+//!   [`crate::instance`]) is gone. An entry that exists is whole.
+//! - Durable before published: a file's bytes are fsynced, a layer tree is
+//!   written out by one `syncfs`, before the rename that publishes it, and
+//!   the directory is fsynced after (`publish`); a ref is written only
+//!   after everything it names is. So after a power loss an entry is whole
+//!   or absent, and a ref names nothing missing.
+//! - Read, a content-addressed file (manifest, config, kept blob) is
+//!   checked against its name; one that does not match (torn under an older
+//!   xfn, damaged since) is removed and counts as absent, so the next pull
+//!   fetches it again. A torn entry is never a lasting error. (Layer trees
+//!   are not re-hashed on read: they are published only after `syncfs`.)
 //! - An image is cached when its ref, manifest, config and every layer
 //!   directory exist; `IfNotPresent` and `Never` need nothing else.
 //! - Pulls of one reference, one layer or one flattened rootfs are
@@ -38,6 +47,31 @@
 //!   so concurrent `ensure` calls in one or several processes download
 //!   each blob once; losers of a rename race simply use the winner's entry.
 //! - At most [`MAX_LAYERS`] layers per image.
+//!
+//! # Privacy
+//!
+//! The root and every directory of the store are mode 0700, owned by the
+//! user xfn runs as: in the range mapping that is the mapped root (host
+//! `--map-root-uid`, to which `xfn` hands the cache before entering its
+//! namespace), otherwise xfn's own uid. Layers keep the modes and owners
+//! their image gives them, setuid bits and world-writable dirs included,
+//! and in the range mapping those owners are real host uids.
+//!
+//! Choice: **unreachable, not stripped.** Stripping setuid/setgid bits
+//! would answer one hazard of a reachable cache; it would leave the others:
+//! a world-writable directory of an image (every `/tmp` is 1777) would let
+//! any local user plant files in the lower dir every later run of that
+//! image sees, and files the image keeps readable only to its own users
+//! would be readable to the node. A cache no other user can traverse
+//! answers all three at once, and keeps images faithful. The bits are
+//! inert where they are meant to be used: every function runs with
+//! `no_new_privs` (`sandbox::spec`), so a setuid binary gains nothing there
+//! either. Nothing needs another user to traverse the cache: crun, running
+//! as xfn's namespace root, resolves lower dirs and bind-mount sources
+//! before the function's user exists, and after the mount the kernel
+//! checks the mounted dirs themselves, not the path to them. A root xfn
+//! cannot chmod (a volume owned by someone else) is left with a warning;
+//! the store's own directories below it are private regardless.
 //!
 //! # Files
 //!
@@ -63,6 +97,7 @@ mod rootfs;
 pub(crate) use codec::{extract_verified, ChannelReader};
 pub(crate) use entries::parse_config;
 pub use entries::PulledImage;
+pub(crate) use import::file_digest;
 pub use import::ImportSource;
 pub use listing::CachedImage;
 
@@ -132,7 +167,7 @@ impl Store {
     /// Opens (creating when absent) the store under `cache_dir`, and
     /// removes leftovers of dead processes from `tmp/`.
     pub fn open(cache_dir: &Path, limits: Limits) -> Result<Self, ImageError> {
-        layout::create_dirs(cache_dir)?;
+        layout::create_private_dirs(cache_dir)?;
         let instance = crate::instance::of_cache(cache_dir).map_err(|err| match err {
             crate::instance::InstanceError::Io { path, source } => ImageError::Io { path, source },
         })?;

@@ -2,7 +2,7 @@
 //! while it downloads, verified (blob digest, diff id) and published.
 use std::fs::File;
 use std::io::BufReader;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -12,7 +12,7 @@ use crate::image::error::{io_err, join_err, ImageError};
 use crate::image::extract::Budget;
 use crate::image::pull::Puller;
 use crate::image::reference::ImageReference;
-use crate::image::store::{extract_verified, ChannelReader, Store};
+use crate::image::store::{extract_verified, file_digest, ChannelReader, Store};
 use crate::image::ImageErrorKind;
 
 /// What one pull's layers downloaded, summed.
@@ -63,7 +63,7 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
         job.diff_id.to_string(),
     );
     let (budget, bounds) = (job.budget.clone(), store.layer_bounds());
-    if blob_path.is_file() {
+    if blob_path.is_file() && cached_blob_is_whole(&blob_path, &blob.digest).await? {
         report_cached();
         let blob_path = blob_path.clone();
         tokio::task::spawn_blocking(move || {
@@ -141,4 +141,22 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
         .layers_extracted
         .fetch_add(1, Ordering::Relaxed);
     Ok(dest)
+}
+
+/// Whether a kept blob still hashes to its digest; one that does not (torn
+/// by a power loss before blobs were fsynced, or damaged since) is removed
+/// and downloaded again instead of failing the layer forever.
+async fn cached_blob_is_whole(path: &Path, digest: &str) -> Result<bool, ImageError> {
+    let (path, digest) = (path.to_path_buf(), digest.to_string());
+    tokio::task::spawn_blocking(move || {
+        let actual = file_digest(&path)?;
+        if actual == digest {
+            return Ok(true);
+        }
+        tracing::warn!(path = %path.display(), %actual, "a kept layer blob is torn; downloading it again");
+        let _ = std::fs::remove_file(&path);
+        Ok(false)
+    })
+    .await
+    .map_err(join_err)?
 }

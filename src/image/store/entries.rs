@@ -1,11 +1,11 @@
 //! Refs, manifests and configs: writing them, reading them back, and
 //! finding an image that is whole in the store.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::{io_err, ImageError, Store};
-use crate::image::descriptor::{BlobRef, Manifest};
+use crate::image::descriptor::{sha256_digest, BlobRef, Manifest};
 
 /// An image that is whole in the store: config read, every layer extracted.
 #[derive(Debug, Clone)]
@@ -87,37 +87,59 @@ impl Store {
         )))
     }
 
-    /// The stored manifest `digest` names, parsed for what the store uses.
+    /// The stored manifest `digest` names, parsed for what the store uses;
+    /// `None` when absent or torn (see [`Store::read_verified`]).
     pub(crate) fn read_manifest(&self, digest: &str) -> Result<Option<Manifest>, ImageError> {
         let path = self.manifest_path(digest)?;
-        let bytes = match std::fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path)(e)),
+        let Some(bytes) = self.read_verified(&path, digest)? else {
+            return Ok(None);
         };
         #[derive(Deserialize)]
         struct Stored {
             config: BlobRef,
             layers: Vec<BlobRef>,
         }
-        let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| ImageError::Corrupt {
-            image: digest.to_string(),
-            reason: format!("cached manifest: {e}"),
-        })?;
-        Ok(Some(Manifest {
-            config: stored.config,
-            layers: stored.layers,
-        }))
+        match serde_json::from_slice::<Stored>(&bytes) {
+            Ok(stored) => Ok(Some(Manifest {
+                config: stored.config,
+                layers: stored.layers,
+            })),
+            // Verified bytes that do not parse were never a manifest we
+            // took (resolving parses first): treat them as torn too.
+            Err(e) => {
+                self.discard_torn(&path, &format!("does not parse: {e}"));
+                Ok(None)
+            }
+        }
     }
 
-    /// The stored config `digest` names, as bytes.
+    /// The stored config `digest` names, as bytes; `None` when absent or torn.
     pub(crate) fn read_config(&self, digest: &str) -> Result<Option<Vec<u8>>, ImageError> {
-        let path = self.config_path(digest)?;
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err(&path)(e)),
+        self.read_verified(&self.config_path(digest)?, digest)
+    }
+
+    /// The bytes of a content-addressed file, or `None` when it is absent
+    /// or does not hash to its name: a file torn by a power loss under a
+    /// cache written before entries were fsynced, or damaged since. A torn
+    /// file is removed, so the next pull fetches it again instead of
+    /// failing on it forever.
+    fn read_verified(&self, path: &Path, digest: &str) -> Result<Option<Vec<u8>>, ImageError> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(path)(e)),
+        };
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            self.discard_torn(path, &format!("hashes to {actual}"));
+            return Ok(None);
         }
+        Ok(Some(bytes))
+    }
+
+    fn discard_torn(&self, path: &Path, why: &str) {
+        tracing::warn!(path = %path.display(), "a cached entry is torn ({why}); fetching it again");
+        let _ = std::fs::remove_file(path);
     }
 }
 

@@ -91,7 +91,7 @@ fn corrupt(source: &Path, reason: impl Into<String>) -> ImageError {
 }
 
 /// `sha256:<hex>` of a file's bytes, streamed.
-fn file_digest(path: &Path) -> Result<String, ImageError> {
+pub(crate) fn file_digest(path: &Path) -> Result<String, ImageError> {
     let mut file = File::open(path).map_err(io_err(path))?;
     let mut hasher = Sha256::new();
     std::io::copy(&mut file, &mut hasher).map_err(io_err(path))?;

@@ -17,15 +17,45 @@ pub(super) const ROOTFS: &str = "rootfs";
 pub(super) const LOCKS: &str = "locks";
 pub(super) const TMP: &str = "tmp";
 
-const DIRS: &[&str] = &[REFS, MANIFESTS, CONFIGS, BLOBS, LAYERS, ROOTFS, LOCKS, TMP];
+const DIRS: &[&str] = &[
+    REFS, MANIFESTS, CONFIGS, "blobs", BLOBS, LAYERS, ROOTFS, LOCKS, TMP,
+];
 
-/// Creates the store's directories under `root` where absent.
-pub(super) fn create_dirs(root: &Path) -> Result<(), ImageError> {
+/// Creates the root and the store's directories where absent, all private
+/// (0700): see "Privacy" in the store's header. Existing ones, e.g. of a
+/// cache made by an older xfn, are made private too. A root that is not
+/// ours to change (a volume owned by someone else) is left as it is with a
+/// warning: the store's own directories below it are private regardless.
+pub(super) fn create_private_dirs(root: &Path) -> Result<(), ImageError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true).mode(PRIVATE);
+    builder.create(root).map_err(io_err(root))?;
+    if let Err(err) = make_private(root) {
+        tracing::warn!(
+            cache = %root.display(),
+            "cannot make the cache dir private (mode 0700): {err}; its entries stay private"
+        );
+    }
     for dir in DIRS {
         let path = root.join(dir);
-        std::fs::create_dir_all(&path).map_err(io_err(&path))?;
+        builder.create(&path).map_err(io_err(&path))?;
+        make_private(&path).map_err(io_err(&path))?;
     }
     Ok(())
+}
+
+/// The mode of every directory of the store itself.
+pub(super) const PRIVATE: u32 = 0o700;
+
+/// Sets `dir` to [`PRIVATE`] unless it already is.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    if mode == PRIVATE {
+        return Ok(());
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE))
 }
 
 impl Store {

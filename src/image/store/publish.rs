@@ -1,5 +1,18 @@
-//! The one way into the store: work is written under `tmp/` and renamed
-//! into place whole; leftovers of processes that are gone are swept.
+//! The one way into the store: work is written under `tmp/`, made durable,
+//! and renamed into place whole; leftovers of processes that are gone are
+//! swept.
+//!
+//! Durability, in the order a power loss would otherwise tear it: the
+//! content is on disk *before* the rename that publishes it (a file by
+//! `fsync`, a layer tree by one `syncfs` of the cache's filesystem), and the
+//! rename is on disk (the parent directory `fsync`ed) before the caller
+//! goes on to publish what depends on it (a ref after its manifest, config
+//! and layers). Why `syncfs` for trees: a layer can hold tens of thousands
+//! of files, and one `fsync` each costs a journal commit each; one `syncfs`
+//! writes them in one pass (it also flushes whatever else is dirty on that
+//! filesystem, which on a cache volume is mostly more of the same).
+use std::fs::File;
+use std::io::Write;
 use std::path::Path;
 
 use super::{io_err, ImageError, Store};
@@ -24,27 +37,34 @@ impl Store {
             .map_err(io_err(&tmp))
     }
 
-    /// Writes `data` to `dest` through a temp file and a rename.
+    /// Writes `data` to `dest` through a temp file and a rename, durably.
     pub(crate) fn publish_bytes(&self, dest: &Path, data: &[u8]) -> Result<(), ImageError> {
         let tmp = self.tmp_file("write")?;
-        std::fs::write(&tmp, data).map_err(io_err(&tmp))?;
+        File::create(&tmp)
+            .and_then(|mut file| file.write_all(data))
+            .map_err(io_err(&tmp))?;
         self.publish_file(tmp, dest)
     }
 
-    /// Renames a finished temp file into place.
+    /// Renames a finished temp file into place, its bytes on disk first.
     pub(crate) fn publish_file(
         &self,
         tmp: tempfile::TempPath,
         dest: &Path,
     ) -> Result<(), ImageError> {
+        File::open(&tmp)
+            .and_then(|file| file.sync_all())
+            .map_err(io_err(&tmp))?;
         tmp.persist(dest).map_err(|e| ImageError::Io {
             path: dest.to_path_buf(),
             source: e.error,
-        })
+        })?;
+        sync_parent(dest)
     }
 
-    /// Renames a finished temp dir into place; when another process got
-    /// there first, keeps theirs (the content is the same by construction).
+    /// Renames a finished temp dir into place, its tree on disk first; when
+    /// another process got there first, keeps theirs (the content is the
+    /// same by construction).
     pub(crate) fn publish_dir(
         &self,
         work: tempfile::TempDir,
@@ -52,12 +72,15 @@ impl Store {
     ) -> Result<(), ImageError> {
         use std::os::unix::fs::PermissionsExt;
         // tempdir makes 0700 dirs; an image root is normally 0755 and other
-        // users (the container's) must traverse it.
+        // users (the container's) must traverse it. The store's own 0700
+        // directories above it keep it private (see the store's header).
         let _ = std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755));
+        let tree = File::open(work.path()).map_err(io_err(work.path()))?;
+        nix::unistd::syncfs(&tree).map_err(|errno| io_err(work.path())(errno.into()))?;
         match std::fs::rename(work.path(), dest) {
             Ok(()) => {
                 let _ = work.keep();
-                Ok(())
+                sync_parent(dest)
             }
             Err(_) if dest.is_dir() => Ok(()), // `work` is removed on drop
             Err(e) => Err(io_err(dest)(e)),
@@ -85,4 +108,12 @@ impl Store {
             };
         }
     }
+}
+
+/// Makes a rename into `path`'s directory durable.
+pub(super) fn sync_parent(path: &Path) -> Result<(), ImageError> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io_err(parent))
 }

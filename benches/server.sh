@@ -105,12 +105,17 @@ hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
 rss_of() {
     total=0
     for dir in /proc/[0-9]*; do
-        if tr '\0' ' ' <"$dir/cmdline" 2>/dev/null | grep -qF -- "$1"; then
+        if tr '\0' ' ' 2>/dev/null <"$dir/cmdline" | grep -qF -- "$1"; then
             kb=$(awk '/^VmRSS:/ {print $2}' "$dir/status" 2>/dev/null)
             total=$((total + ${kb:-0}))
         fi
     done
     echo "$total"
+}
+
+# cpu_ticks PID: user + system time of PID and of the children it reaped.
+cpu_ticks() {
+    awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"
 }
 
 # measure_daemon NAME FLAGS...: starts `xfn start FLAGS`, records its RSS
@@ -130,7 +135,12 @@ measure_daemon() {
     $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
     sleep 2
     echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
+    # CPU of the daemon and every process it reaped (crun, containers), per
+    # call: what bounds throughput on this machine's cores.
+    ticks_before=$(cpu_ticks "$XFN_PID")
     $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16,32 >>"$WORK/load-$name.txt"
+    calls=$((10 + LATENCY_CALLS + 4 * CALLS_PER_LEVEL))
+    echo "cpu_ms_per_call=$(( ($(cpu_ticks "$XFN_PID") - ticks_before) * 1000 / $(getconf CLK_TCK) * 100 / calls ))e-2" >>"$WORK/load-$name.txt"
     echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
     echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
     kill -TERM "$XFN_PID"
@@ -142,8 +152,29 @@ measure_daemon() {
 measure_daemon cold --warm-pool 0
 measure_daemon pooled
 
-python3 - "$WORK/fork.json" "$WORK/load-cold.txt" "$WORK/load-pooled.txt" "$(nproc)" "$PROFILE" <<'PY'
-import json, sys
+# Where a call's time goes: the same daemons with -d, whose log gives each
+# call's phases, 100 sequential calls each (not counted above: logging
+# costs a little).
+measure_phases() {
+    name=$1
+    shift
+    socket="xfn-bench/$$/phases-$name"
+    cache="$WORK/cache-phases-$name"
+    mkdir -p "$cache"
+    chown "$NONROOT:$NONROOT" "$cache"
+    $AS_NONROOT "$XFN" -d start --cache-dir "$cache" --address "@$socket" "$@" 2>"$WORK/phases-$name.log" &
+    XFN_PID=$!
+    sleep 1
+    $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 100 1 1 >/dev/null
+    kill -TERM "$XFN_PID"
+    wait "$XFN_PID"
+    XFN_PID=
+}
+measure_phases cold --warm-pool 0
+measure_phases pooled
+
+python3 - "$WORK/fork.json" "$WORK/load-cold.txt" "$WORK/load-pooled.txt" "$(nproc)" "$PROFILE" "$WORK/phases-cold.log" "$WORK/phases-pooled.log" <<'PY'
+import json, re, statistics, sys
 r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
 def load(path):
     return dict(line.strip().split("=", 1) for line in open(path) if "=" in line)
@@ -157,6 +188,8 @@ for name, l in [("xfn cold path", cold), ("xfn pooled", pooled)]:
     p50, p99 = float(l["warm_p50_ms"]), float(l["warm_p99_ms"])
     print(f"{name + ' p50':<29}: {p50:8.2f} ms   ({p50 / bare:.2f}x bare crun, podman {podman / p50:.1f}x slower)")
     print(f"{name + ' p99':<29}: {p99:8.2f} ms   ({p99 / bare:.2f}x bare crun)")
+print(f"CPU per call (daemon + reaped): {float(cold['cpu_ms_per_call']):6.2f} ms cold, {float(pooled['cpu_ms_per_call']):.2f} ms pooled"
+      f" (at most {1000 * int(sys.argv[4]) / float(pooled['cpu_ms_per_call']):.0f} calls/s on {sys.argv[4]} CPUs pooled)")
 print("throughput (calls/s)          cold   pooled")
 for key in [k for k in pooled if k.startswith("throughput_")]:
     callers = key.split("_")[1]
@@ -165,4 +198,20 @@ print("daemon + gatekeeper RSS (MB)  cold   pooled")
 for key, label in [("rss_idle_kb", "idle"), ("rss_after_kb", "after the load")]:
     print(f"  {label:<27}: {int(cold[key]) / 1024:6.1f}   {int(pooled[key]) / 1024:6.1f}")
 print(f"  waiting containers, after   :    -     {int(pooled['rss_containers_kb']) / 1024:6.1f}")
+def duration_ms(text):
+    value, unit = re.fullmatch(r"([0-9.]+)(ns|µs|us|ms|s)", text).groups()
+    return float(value) * {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+def phases(path, message):
+    rows = {}
+    for line in open(path):
+        if message in line:
+            for key, value in re.findall(r"(\w+_at)=([0-9.]+(?:ns|µs|us|ms|s))", line):
+                rows.setdefault(key, []).append(duration_ms(value))
+    return {k: statistics.median(v) for k, v in rows.items()}
+print("where a call's time goes (median ms from the call's start in the runner, cumulative; 100 calls with -d)")
+for name, path, messages in [("cold", sys.argv[6], ["run phases (cumulative)"]),
+                             ("pooled", sys.argv[7], ["warm run phases", "warm container phases"])]:
+    for message in messages:
+        row = phases(path, message)
+        print(f"  {name:<6} {message:<30}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()))
 PY

@@ -302,8 +302,10 @@ impl CreatedContainer {
             timeout,
             max_output_bytes,
         };
+        let began = std::time::Instant::now();
         let outcome = async {
             guard.crun.start(&guard.id).await?;
+            let started_at = began.elapsed();
             let cap = limits.max_output_bytes;
             let writer = async move {
                 let mut stdin = stdin;
@@ -317,7 +319,18 @@ impl CreatedContainer {
                 read_capped(Some(stdout), cap, "stdout"),
                 read_tail(Some(stderr), cap, "stderr"),
             )?;
+            let output_at = began.elapsed();
             let code = wait_exit(&init.pidfd).await?;
+            // Where a warm call's time goes (benches/PROFILE.md): the start,
+            // the function's run until its output ends, its exit (the
+            // kernel tearing its namespaces down before the exit status).
+            tracing::debug!(
+                container = %guard.id,
+                ?started_at,
+                ?output_at,
+                exited_at = ?began.elapsed(),
+                "warm container phases (cumulative)"
+            );
             Ok::<_, CrunError>((code, out, err))
         };
         let result = match tokio::time::timeout(limits.timeout, outcome).await {

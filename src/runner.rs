@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::image::{ImageStore, PullPolicy, PulledImage, RegistryAuth};
+use crate::image::{ImageStore, PulledImage};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
 use crate::sandbox::quantity::{Quantity, QuantityError};
 use crate::sandbox::{
@@ -20,50 +20,12 @@ pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
 pub use pool::{
     default_size as default_pool_size, PoolOptions, PoolStats, DEFAULT_IDLE as DEFAULT_POOL_IDLE,
 };
+pub use config::{NetworkPolicy, RunConfig, UnknownNetworkPolicy};
 pub use served::{ServeOptions, ServedFunction};
 
+mod config;
 mod pool;
 mod served;
-
-/// Network policy of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum NetworkPolicy {
-    /// An own, empty network namespace (also the protocol's UNSPECIFIED).
-    #[default]
-    Isolated,
-    /// The runner's network; /etc/resolv.conf bound read-only.
-    Runner,
-}
-
-/// What one run needs besides the image and input.
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    /// Pull policy for the image.
-    pub pull_policy: PullPolicy,
-    /// Registry credentials.
-    pub auth: RegistryAuth,
-    /// Kill the run after this long.
-    pub timeout: Duration,
-    /// Network policy.
-    pub network: NetworkPolicy,
-    /// CPU limit as a Kubernetes quantity (`100m`), if any.
-    pub cpu: Option<String>,
-    /// Memory limit as a Kubernetes quantity (`128Mi`), if any.
-    pub memory: Option<String>,
-}
-
-impl Default for RunConfig {
-    fn default() -> Self {
-        Self {
-            pull_policy: PullPolicy::IfNotPresent,
-            auth: RegistryAuth::default(),
-            timeout: Duration::from_secs(30),
-            network: NetworkPolicy::Isolated,
-            cpu: None,
-            memory: None,
-        }
-    }
-}
 
 /// What a successful run produced.
 #[derive(Debug, Clone)]

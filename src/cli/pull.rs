@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use xfn::image::{
@@ -21,34 +21,10 @@ pub struct PullArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// When to contact the registry.
-    #[arg(long, value_enum, default_value_t = PolicyArg::IfNotPresent)]
-    pub image_pull_policy: PolicyArg,
+    #[arg(long, value_enum, default_value_t = PullPolicy::IfNotPresent)]
+    pub image_pull_policy: PullPolicy,
     /// The image to pull.
     pub image: String,
-}
-
-/// `--image-pull-policy` values, spelled as in Kubernetes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PolicyArg {
-    /// Pull only when not cached.
-    #[value(name = "IfNotPresent", alias = "if-not-present")]
-    IfNotPresent,
-    /// Re-resolve the tag every time; cached layers are reused.
-    #[value(name = "Always", alias = "always")]
-    Always,
-    /// Never contact the registry.
-    #[value(name = "Never", alias = "never")]
-    Never,
-}
-
-impl From<PolicyArg> for PullPolicy {
-    fn from(p: PolicyArg) -> Self {
-        match p {
-            PolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
-            PolicyArg::Always => PullPolicy::Always,
-            PolicyArg::Never => PullPolicy::Never,
-        }
-    }
 }
 
 impl StoreArgs {
@@ -109,7 +85,7 @@ pub async fn execute(args: PullArgs, global: &super::Global) -> anyhow::Result<E
     let result = store
         .ensure_with(
             &args.image,
-            args.image_pull_policy.into(),
+            args.image_pull_policy,
             &auth,
             bar.as_ref().map(|b| b as &dyn PullProgress),
         )

@@ -20,7 +20,7 @@ use xfn::compose::ComposeError;
 use xfn::image::PullPolicy;
 use xfn::runner::Runner;
 
-use super::run::{parse_duration, PullPolicyArg};
+use super::run::parse_duration;
 use super::UsernsArgs;
 
 /// Flags of `xfn render`, as `crossplane composition render`'s and
@@ -106,7 +106,7 @@ pub struct RenderArgs {
     /// When to pull the images of Docker and Exec Functions that set no pull
     /// policy (alpha steps use their own `imagePullPolicy`).
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicyArg,
+    pub image_pull_policy: PullPolicy,
     /// The plan, read once while the process is single-threaded.
     #[arg(skip)]
     pub plan: OnceLock<Result<RenderPlan, ComposeError>>,
@@ -171,12 +171,7 @@ pub fn start_kept(args: &RenderArgs, global: &super::Global) -> anyhow::Result<(
     let Ok(plan) = args.plan() else {
         return Ok(());
     };
-    let policy = args
-        .image_pull_policy
-        .to_possible_value()
-        .map(|v| v.get_name().to_string())
-        .unwrap_or_else(|| "IfNotPresent".into());
-    plan.start_kept(&keeper_command(args, global)?, &policy)?;
+    plan.start_kept(&keeper_command(args, global)?, args.image_pull_policy)?;
     Ok(())
 }
 
@@ -264,11 +259,7 @@ pub async fn execute(mut args: RenderArgs, global: &super::Global) -> anyhow::Re
     let defaults = ContainerDefaults {
         default_registry: global.registry.clone(),
         timeout,
-        pull_policy: match args.image_pull_policy {
-            PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
-            PullPolicyArg::Always => PullPolicy::Always,
-            PullPolicyArg::Never => PullPolicy::Never,
-        },
+        pull_policy: args.image_pull_policy,
         keeper: Some(keeper_command(&args, global)?),
     };
     let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults))

@@ -13,7 +13,7 @@ use xfn::compose::runtimes::kept::{self, KeptDir, KeptInfo};
 use xfn::image::PullPolicy;
 use xfn::runner::{NetworkPolicy, RunConfig, Runner};
 
-use super::run::{parse_duration, PullPolicyArg};
+use super::run::parse_duration;
 use super::{RunnerArgs, StoreArgs, UsernsArgs};
 
 /// `xfn render-servers`.
@@ -74,7 +74,7 @@ pub struct KeepArgs {
     pub image: String,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicyArg,
+    pub image_pull_policy: PullPolicy,
     /// `KEY=VALUE` added to its environment.
     #[arg(long)]
     pub env: Vec<String>,
@@ -142,11 +142,7 @@ pub async fn execute(
             let store = args.store.open_store(&global.registry)?;
             let runner = Runner::new(store, args.runner.options())?;
             let config = RunConfig {
-                pull_policy: match args.image_pull_policy {
-                    PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
-                    PullPolicyArg::Always => PullPolicy::Always,
-                    PullPolicyArg::Never => PullPolicy::Never,
-                },
+                pull_policy: args.image_pull_policy,
                 auth: super::pull::docker_config_auth(&args.image, &global.registry)
                     .unwrap_or_default(),
                 timeout: args.timeout,

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{NetworkPolicy, RunConfig, Runner};
@@ -29,10 +29,10 @@ pub struct RunArgs {
     pub timeout: Duration,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicyArg,
+    pub image_pull_policy: PullPolicy,
     /// Whether the function may use the network.
     #[arg(long, value_enum, default_value = "Isolated")]
-    pub network_policy: NetworkPolicyArg,
+    pub network_policy: NetworkPolicy,
     /// CPU limit, a Kubernetes quantity (`100m`, `0.5`, `2`).
     #[arg(long)]
     pub cpu: Option<String>,
@@ -42,31 +42,6 @@ pub struct RunArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
-}
-
-/// `--image-pull-policy`, spelled as in Kubernetes.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum PullPolicyArg {
-    /// Pull only when not cached.
-    #[value(name = "IfNotPresent")]
-    IfNotPresent,
-    /// Always resolve the reference.
-    #[value(name = "Always")]
-    Always,
-    /// Never pull.
-    #[value(name = "Never")]
-    Never,
-}
-
-/// `--network-policy`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum NetworkPolicyArg {
-    /// No network.
-    #[value(name = "Isolated")]
-    Isolated,
-    /// The runner's network.
-    #[value(name = "Runner")]
-    Runner,
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
@@ -90,17 +65,10 @@ pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<Ex
     let runner = Runner::new(store, args.runner.options())?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
-        pull_policy: match args.image_pull_policy {
-            PullPolicyArg::IfNotPresent => PullPolicy::IfNotPresent,
-            PullPolicyArg::Always => PullPolicy::Always,
-            PullPolicyArg::Never => PullPolicy::Never,
-        },
+        pull_policy: args.image_pull_policy,
         auth: RegistryAuth::default(),
         timeout: args.timeout,
-        network: match args.network_policy {
-            NetworkPolicyArg::Isolated => NetworkPolicy::Isolated,
-            NetworkPolicyArg::Runner => NetworkPolicy::Runner,
-        },
+        network: args.network_policy,
         cpu: args.cpu.clone(),
         memory: args.memory.clone(),
     };

@@ -25,6 +25,7 @@ use super::v1::V1Pipeline;
 use super::value::{get_str, object_at};
 use super::xrd::{XrSchema, Xrd};
 use super::{names, ComposeError, Observed};
+use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::runner::Runner;
 
 /// What a render is given, as paths and flags: what `xfn render`'s command
@@ -296,7 +297,7 @@ impl RenderPlan {
     pub fn start_kept(
         &self,
         keeper: &KeeperCommand,
-        pull_policy: &str,
+        pull_policy: PullPolicy,
     ) -> Result<(), ComposeError> {
         // Two Functions keeping one server would each lock and start it.
         let mut names: HashMap<&str, &str> = HashMap::new();
@@ -318,7 +319,15 @@ impl RenderPlan {
             if !matches!(function.runtime, RuntimeKind::Docker) {
                 continue;
             }
-            let policy = function.pull_policy.as_deref().unwrap_or(pull_policy);
+            let policy = match function.pull_policy.as_deref() {
+                Some(policy) => policy.parse().map_err(|e: UnknownPullPolicy| {
+                    ComposeError::FunctionInvalid {
+                        function: function.name.clone(),
+                        message: e.to_string(),
+                    }
+                })?,
+                None => pull_policy,
+            };
             let start = kept::prepare(function, function.image(), policy, keeper)?;
             if let Ok(mut kept) = self.kept.lock() {
                 kept.insert(function.name.clone(), start);

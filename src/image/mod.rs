@@ -26,6 +26,6 @@ pub use auth::RegistryAuth;
 pub use error::ImageError;
 pub use fetch::{ImageStore, PullProgress, PullReport, StoreOptions};
 pub use kind::ImageErrorKind;
-pub use policy::PullPolicy;
+pub use policy::{PullPolicy, UnknownPullPolicy};
 pub use reference::ImageReference;
 pub use store::{CachedImage, PulledImage};

@@ -99,19 +99,12 @@ pub fn run_config_of(
         ..RunConfig::default()
     };
     if let Some(pull) = &request.image_pull_config {
-        config.pull_policy = match pb::ImagePullPolicy::try_from(pull.pull_policy) {
-            Ok(pb::ImagePullPolicy::Unspecified | pb::ImagePullPolicy::IfNotPresent) => {
-                PullPolicy::IfNotPresent
-            }
-            Ok(pb::ImagePullPolicy::Always) => PullPolicy::Always,
-            Ok(pb::ImagePullPolicy::Never) => PullPolicy::Never,
-            Err(_) => {
-                return Err(InvalidRequest::UnknownEnum {
-                    field: "image_pull_config.pull_policy",
-                    value: pull.pull_policy,
-                })
-            }
-        };
+        config.pull_policy = pb::ImagePullPolicy::try_from(pull.pull_policy)
+            .map(PullPolicy::from)
+            .map_err(|_| InvalidRequest::UnknownEnum {
+                field: "image_pull_config.pull_policy",
+                value: pull.pull_policy,
+            })?;
         if let Some(auth) = &pull.auth {
             config.auth = RegistryAuth {
                 username: auth.username.clone(),
@@ -134,18 +127,12 @@ pub fn run_config_of(
             }
         }
         if let Some(network) = &run.network {
-            config.network = match pb::NetworkPolicy::try_from(network.policy) {
-                Ok(pb::NetworkPolicy::Unspecified | pb::NetworkPolicy::Isolated) => {
-                    NetworkPolicy::Isolated
-                }
-                Ok(pb::NetworkPolicy::Runner) => NetworkPolicy::Runner,
-                Err(_) => {
-                    return Err(InvalidRequest::UnknownEnum {
-                        field: "run_function_config.network.policy",
-                        value: network.policy,
-                    })
-                }
-            };
+            config.network = pb::NetworkPolicy::try_from(network.policy)
+                .map(NetworkPolicy::from)
+                .map_err(|_| InvalidRequest::UnknownEnum {
+                    field: "run_function_config.network.policy",
+                    value: network.policy,
+                })?;
         }
         if let Some(limits) = run.resources.as_ref().and_then(|r| r.limits.as_ref()) {
             config.cpu = Some(limits.cpu.clone()).filter(|s| !s.is_empty());

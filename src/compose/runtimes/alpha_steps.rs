@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{docker_auth, error_chain, grpc_error, one_line, parse_pull_policy};
+use super::{docker_auth, error_chain, grpc_error, one_line};
 use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
 use crate::compose::alpha::{AlphaStep, ContainerConfig};
 use crate::compose::ComposeError;
-use crate::image::PullPolicy;
+use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::proto::v1alpha1;
-use crate::runner::{NetworkPolicy, RunConfig, Runner};
+use crate::runner::{NetworkPolicy, RunConfig, Runner, UnknownNetworkPolicy};
 
 /// Runs alpha steps' containers: through the runner daemon at the step's
 /// endpoint when it answers, else in-process with `runner`.
@@ -25,17 +25,14 @@ pub struct ContainerSteps {
 #[async_trait::async_trait(?Send)]
 impl AlphaStep for ContainerSteps {
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
-        let pull_policy =
-            parse_pull_policy(Some(&config.pull_policy)).map_err(ComposeError::Call)?;
-        let network = match config.network.as_str() {
-            "Isolated" => NetworkPolicy::Isolated,
-            "Runner" => NetworkPolicy::Runner,
-            other => {
-                return Err(ComposeError::Call(format!(
-                    "unknown network policy {other:?} (Isolated or Runner)"
-                )))
-            }
-        };
+        let pull_policy: PullPolicy = config
+            .pull_policy
+            .parse()
+            .map_err(|e: UnknownPullPolicy| ComposeError::Call(e.to_string()))?;
+        let network: NetworkPolicy = config
+            .network
+            .parse()
+            .map_err(|e: UnknownNetworkPolicy| ComposeError::Call(e.to_string()))?;
         match connect_daemon(&config.endpoint).await {
             Ok(channel) => {
                 tracing::debug!(endpoint = %config.endpoint, "running through the runner daemon");
@@ -154,11 +151,7 @@ async fn run_on_daemon(
         image: config.image.clone(),
         input: input.to_vec(),
         image_pull_config: Some(v1alpha1::ImagePullConfig {
-            pull_policy: match pull_policy {
-                PullPolicy::IfNotPresent => v1alpha1::ImagePullPolicy::IfNotPresent,
-                PullPolicy::Always => v1alpha1::ImagePullPolicy::Always,
-                PullPolicy::Never => v1alpha1::ImagePullPolicy::Never,
-            } as i32,
+            pull_policy: v1alpha1::ImagePullPolicy::from(pull_policy) as i32,
             auth: None,
         }),
         run_function_config: Some(v1alpha1::RunFunctionConfig {
@@ -169,10 +162,7 @@ async fn run_on_daemon(
                 }),
             }),
             network: Some(v1alpha1::NetworkConfig {
-                policy: match network {
-                    NetworkPolicy::Isolated => v1alpha1::NetworkPolicy::Isolated,
-                    NetworkPolicy::Runner => v1alpha1::NetworkPolicy::Runner,
-                } as i32,
+                policy: v1alpha1::NetworkPolicy::from(network) as i32,
             }),
             timeout: prost_types::Duration::try_from(config.timeout).ok(),
         }),

@@ -41,6 +41,7 @@ use super::docker::{serve_function, ServerSpec};
 use crate::compose::inputs::Function;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;
+use crate::image::PullPolicy;
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner};
 
@@ -141,7 +142,7 @@ pub enum KeptStart {
 pub fn prepare(
     function: &Function,
     image: &str,
-    pull_policy: &str,
+    pull_policy: PullPolicy,
     keeper: &KeeperCommand,
 ) -> Result<KeptStart, ComposeError> {
     let Some(name) = &function.keep else {
@@ -195,7 +196,7 @@ pub fn prepare(
         .arg("--image")
         .arg(image)
         .arg("--image-pull-policy")
-        .arg(pull_policy);
+        .arg(pull_policy.as_str());
     for env in &function.env {
         command.arg("--env").arg(env);
     }

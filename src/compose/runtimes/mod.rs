@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::inputs::{Function, RuntimeKind};
 use super::v1::FunctionCaller;
 use super::ComposeError;
-use crate::image::{ImageReference, PullPolicy, RegistryAuth};
+use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
 use crate::runner::{NetworkPolicy, RunConfig, Runner};
 
 mod alpha_steps;
@@ -158,7 +158,9 @@ fn container_of(
         return Err(invalid("it has no spec.package".into()));
     }
     let pull_policy = match function.pull_policy.as_deref() {
-        Some(policy) => parse_pull_policy(Some(policy)).map_err(invalid)?,
+        Some(policy) => policy
+            .parse()
+            .map_err(|e: UnknownPullPolicy| invalid(e.to_string()))?,
         None => defaults.pull_policy,
     };
     let runner = runner
@@ -172,17 +174,6 @@ fn container_of(
         memory: None,
     };
     Ok((Arc::clone(runner), image, config))
-}
-
-fn parse_pull_policy(policy: Option<&str>) -> Result<PullPolicy, String> {
-    match policy.unwrap_or("IfNotPresent") {
-        "IfNotPresent" => Ok(PullPolicy::IfNotPresent),
-        "Always" => Ok(PullPolicy::Always),
-        "Never" => Ok(PullPolicy::Never),
-        other => Err(format!(
-            "unknown pull policy {other:?} (IfNotPresent, Always or Never)"
-        )),
-    }
 }
 
 /// Credentials for `image` from the docker config; anonymous when there are

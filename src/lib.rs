@@ -19,6 +19,7 @@ pub mod image;
 pub mod instance;
 pub mod pid1;
 pub mod proto;
+pub mod quantity;
 pub mod rootfs;
 pub mod runner;
 pub mod sandbox;

@@ -27,10 +27,13 @@ fn main() -> ExitCode {
 
     // Namespaces must be entered before the tokio runtime starts threads:
     // unshare(CLONE_NEWUSER) fails in a multi-threaded process.
-    if let Err(err) = cli::prepare_process(&command, &global) {
-        eprintln!("xfn: {}", one_line(&err));
-        return ExitCode::FAILURE;
-    }
+    let prepared = match cli::prepare_process(command, &global) {
+        Ok(prepared) => prepared,
+        Err(err) => {
+            eprintln!("xfn: {}", one_line(&err));
+            return ExitCode::FAILURE;
+        }
+    };
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -42,18 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async move {
-        match command {
-            Command::Start(args) => cli::start::execute(args, &global).await,
-            Command::Run(args) => cli::run::execute(args, &global).await,
-            Command::Pull(args) => cli::pull::execute(args, &global).await,
-            Command::Cache(command) => cli::cache::execute(command, &global).await,
-            Command::Render(args) => cli::render::execute(args, &global).await,
-            Command::RenderServers(command) => cli::render_servers::execute(command, &global).await,
-            Command::Adapt(args) => cli::adapt::execute(args, &global).await,
-            Command::Wrap(args) => cli::wrap::execute(args, &global).await,
-        }
-    });
+    let result = runtime.block_on(prepared.execute(&global));
     match result {
         Ok(code) => code,
         Err(err) => {

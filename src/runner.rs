@@ -10,17 +10,17 @@ use std::time::Duration;
 
 use crate::image::{ImageStore, PulledImage};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
-use crate::sandbox::quantity::{Quantity, QuantityError};
 use crate::sandbox::{
-    CrunError, Limits, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
+    CrunError, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
     DEFAULT_MAX_OUTPUT_BYTES,
 };
 
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
+pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
+pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
 pub use pool::{
     default_size as default_pool_size, PoolOptions, PoolStats, DEFAULT_IDLE as DEFAULT_POOL_IDLE,
 };
-pub use config::{NetworkPolicy, RunConfig, UnknownNetworkPolicy};
 pub use served::{ServeOptions, ServedFunction};
 
 mod config;
@@ -44,8 +44,8 @@ pub enum RunError {
     /// Getting the image failed (see `ImageError::kind`).
     #[error(transparent)]
     Image(#[from] crate::image::ImageError),
-    /// The request or the image config cannot be run: a bad quantity, an
-    /// image with nothing to run, an unknown user (InvalidArgument).
+    /// The request or the image config cannot be run: an image with
+    /// nothing to run, an unknown user (InvalidArgument).
     #[error("invalid run configuration: {0}")]
     InvalidConfig(String),
     /// The function did not finish in time and was killed (DeadlineExceeded).
@@ -74,7 +74,7 @@ pub enum RunError {
     /// killed it (ResourceExhausted).
     #[error(
         "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
-        crate::sandbox::quantity::format_bytes(*limit_bytes),
+        crate::quantity::format_bytes(*limit_bytes),
         tail_text(stderr_tail)
     )]
     MemoryLimitExceeded {
@@ -104,12 +104,6 @@ fn tail_text(tail: &[u8]) -> String {
         "(no stderr)".to_string()
     } else {
         text.to_string()
-    }
-}
-
-impl From<QuantityError> for RunError {
-    fn from(err: QuantityError) -> Self {
-        RunError::InvalidConfig(err.to_string())
     }
 }
 
@@ -227,22 +221,30 @@ impl RootfsMaker {
 }
 
 impl Runner {
-    /// A runner over `store`. Must be created after xfn entered its user
-    /// namespace (`cli::prepare_process`); runs go under `<store root>/run`.
-    pub fn new(store: ImageStore, options: RunnerOptions) -> Result<Self, RunError> {
+    /// A runner over `store` in `namespace`, which [`enter_namespace`]
+    /// returned while the process was single-threaded; runs go under
+    /// `<store root>/run`.
+    pub fn new(
+        namespace: &Namespace,
+        store: ImageStore,
+        options: RunnerOptions,
+    ) -> Result<Self, RunError> {
         // Absolute: the rootfs path goes into the spec, which crun reads
         // relative to the bundle dir, not to xfn's working dir.
         let run_dir = std::path::absolute(store.root().join("run"))
             .map_err(|e| RunError::Internal(format!("{}: {e}", store.root().display())))?;
-        let sandbox = Sandbox::new(SandboxOptions {
-            runtime: options.runtime.clone(),
-            run_dir: run_dir.clone(),
-            max_output_bytes: options.max_output_bytes,
-            require_limits: options.require_limits,
-            pids_limit: options.pids_limit,
-            instance: store.instance().clone(),
-            tmp_size_bytes: options.tmp_size_bytes,
-        })?;
+        let sandbox = Sandbox::new(
+            namespace,
+            SandboxOptions {
+                runtime: options.runtime.clone(),
+                run_dir: run_dir.clone(),
+                max_output_bytes: options.max_output_bytes,
+                require_limits: options.require_limits,
+                pids_limit: options.pids_limit,
+                instance: store.instance().clone(),
+                tmp_size_bytes: options.tmp_size_bytes,
+            },
+        )?;
         let rootfs_dir = run_dir.join("rootfs");
         std::fs::create_dir_all(&rootfs_dir)
             .map_err(|e| RunError::Internal(format!("{}: {e}", rootfs_dir.display())))?;
@@ -250,7 +252,12 @@ impl Runner {
         // Probed once, inside the namespace runs use, next to the layer cache.
         let overlay_ok = match options.rootfs {
             crate::rootfs::RootfsMode::Copy => false,
-            _ => overlay_supported_cached(&run_dir, &rootfs_dir, store.instance()),
+            _ => overlay_supported_cached(
+                &run_dir,
+                &rootfs_dir,
+                store.instance(),
+                namespace.mapping(),
+            ),
         };
         let rootfs_mode = options
             .rootfs
@@ -329,7 +336,6 @@ impl Runner {
         config: &RunConfig,
     ) -> Result<RunOutput, RunError> {
         self.sandbox.check_limits()?;
-        let limits = limits_of(config)?;
         let started = std::time::Instant::now();
         let pulled = self
             .store
@@ -338,11 +344,9 @@ impl Runner {
         let pulled_at = started.elapsed();
         // Counts this call in its key's demand, cold or warm, until it ends.
         let mut lease = self.pool.as_ref().map(|pool| {
-            pool.lease(pool::PoolKey::of(&pulled.digest, config, limits), || {
-                pool::Recipe {
-                    config: pulled.config.config().clone(),
-                    layers: pulled.layers.clone(),
-                }
+            pool.lease(pool::PoolKey::of(&pulled.digest, config), || pool::Recipe {
+                config: pulled.config.config().clone(),
+                layers: pulled.layers.clone(),
             })
         });
         if let Some(warm) = lease.as_mut().and_then(pool::Lease::take) {
@@ -369,7 +373,7 @@ impl Runner {
                 input,
                 timeout: config.timeout,
                 host_network: config.network == NetworkPolicy::Runner,
-                limits,
+                limits: config.limits,
             })
             .await;
         let ran_at = started.elapsed();
@@ -404,22 +408,6 @@ impl Runner {
     }
 }
 
-/// The cpu and memory limits `config` asks for.
-fn limits_of(config: &RunConfig) -> Result<Limits, RunError> {
-    Ok(Limits {
-        cpu_millis: config
-            .cpu
-            .as_deref()
-            .map(|q| Quantity::parse(q).and_then(|q| q.millis()))
-            .transpose()?,
-        memory_bytes: config
-            .memory
-            .as_deref()
-            .map(|q| Quantity::parse(q).and_then(|q| q.bytes()))
-            .transpose()?,
-    })
-}
-
 /// Removes rootfs dirs of xfn instances that are gone (`<instance>-<n>`);
 /// their mounts died with their mount namespace.
 fn sweep_stale_rootfs(dir: &std::path::Path, instance: &crate::instance::Instance) {
@@ -444,9 +432,9 @@ fn overlay_supported_cached(
     run_dir: &std::path::Path,
     scratch: &std::path::Path,
     instance: &crate::instance::Instance,
+    mapping: crate::sandbox::userns::IdMapping,
 ) -> bool {
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let mapping = crate::sandbox::userns::current().map(|ns| ns.mapping);
     let key = format!("{} {:?}", boot_id.trim(), mapping);
     let file = run_dir.join("overlay-probe");
     if let Ok(text) = std::fs::read_to_string(&file) {

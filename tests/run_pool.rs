@@ -15,9 +15,9 @@ use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::rootfs::RootfsMode;
 use xfn::runner::{
-    NetworkPolicy, PoolOptions, PoolStats, RunConfig, RunError, Runner, RunnerOptions,
+    enter_namespace, Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RunConfig, RunError,
+    Runner, RunnerOptions, UsernsOptions,
 };
-use xfn::sandbox::userns;
 
 /// The busybox layer, built once (uncompressed: gzip in a test build costs
 /// seconds a layer, and these tests are about containers, not pulls).
@@ -33,9 +33,10 @@ fn busybox() -> Layer {
     )
 }
 
-fn pooled_runner(cache: &Path, rootfs: RootfsMode, size: usize) -> Runner {
+fn pooled_runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode, size: usize) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
     Runner::new(
+        ns,
         store,
         RunnerOptions {
             rootfs,
@@ -150,6 +151,7 @@ fn field<'a>(output: &'a str, key: &str) -> &'a str {
 }
 
 async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
+    ns: &Namespace,
     cache: &Path,
     registry: &Registry,
 ) {
@@ -158,7 +160,7 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
         .entrypoint(["/bin/sh", "-c", PROBE])
         .push(registry, "probe:v1")
         .reference;
-    let runner = pooled_runner(cache, RootfsMode::Overlay, 2);
+    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
     let own = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
     let mut outputs = Vec::new();
     for call in 0..4 {
@@ -213,13 +215,17 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
     println!("ok: a warm call gets a fresh rootfs, mount, pid and network namespace and sees nothing of the last");
 }
 
-async fn calls_with_other_settings_take_the_cold_path(cache: &Path, registry: &Registry) {
+async fn calls_with_other_settings_take_the_cold_path(
+    ns: &Namespace,
+    cache: &Path,
+    registry: &Registry,
+) {
     let echo = ImageBuilder::new()
         .layer(busybox())
         .entrypoint(["/bin/cat"])
         .push(registry, "echo:v1")
         .reference;
-    let runner = pooled_runner(cache, RootfsMode::Overlay, 4);
+    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 4);
     let plain = RunConfig::default();
     runner.run(&echo, b"first", &plain).await.unwrap();
     wait_ready(&runner, 1).await;
@@ -229,11 +235,17 @@ async fn calls_with_other_settings_take_the_cold_path(cache: &Path, registry: &R
             ..RunConfig::default()
         },
         RunConfig {
-            cpu: Some("100m".into()),
+            limits: Limits {
+                cpu_millis: Some(100),
+                ..Limits::default()
+            },
             ..RunConfig::default()
         },
         RunConfig {
-            memory: Some("64Mi".into()),
+            limits: Limits {
+                memory_bytes: Some(64 << 20),
+                ..Limits::default()
+            },
             ..RunConfig::default()
         },
     ];
@@ -264,7 +276,11 @@ async fn calls_with_other_settings_take_the_cold_path(cache: &Path, registry: &R
     println!("ok: calls with another network policy or limits take the cold path");
 }
 
-async fn warm_failures_and_timeouts_are_reported_as_cold_ones(cache: &Path, registry: &Registry) {
+async fn warm_failures_and_timeouts_are_reported_as_cold_ones(
+    ns: &Namespace,
+    cache: &Path,
+    registry: &Registry,
+) {
     let fail = ImageBuilder::new()
         .layer(busybox())
         .entrypoint(["/bin/sh", "-c", "cat >/dev/null; echo broken >&2; exit 3"])
@@ -275,7 +291,7 @@ async fn warm_failures_and_timeouts_are_reported_as_cold_ones(cache: &Path, regi
         .entrypoint(["/bin/sh", "-c", "sleep 3626 & sleep 3626"])
         .push(registry, "hang:v1")
         .reference;
-    let runner = pooled_runner(cache, RootfsMode::Overlay, 2);
+    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
     let quick = RunConfig {
         timeout: Duration::from_millis(500),
         ..RunConfig::default()
@@ -309,7 +325,11 @@ async fn warm_failures_and_timeouts_are_reported_as_cold_ones(cache: &Path, regi
     println!("ok: warm failures and timeouts are reported as cold ones and leave nothing");
 }
 
-async fn the_pool_keeps_to_its_size_over_images_and_callers(cache: &Path, registry: &Registry) {
+async fn the_pool_keeps_to_its_size_over_images_and_callers(
+    ns: &Namespace,
+    cache: &Path,
+    registry: &Registry,
+) {
     let images: Vec<String> = (0..3)
         .map(|n| {
             ImageBuilder::new()
@@ -320,7 +340,7 @@ async fn the_pool_keeps_to_its_size_over_images_and_callers(cache: &Path, regist
         })
         .collect();
     let size = 2;
-    let runner = std::sync::Arc::new(pooled_runner(cache, RootfsMode::Overlay, size));
+    let runner = std::sync::Arc::new(pooled_runner(ns, cache, RootfsMode::Overlay, size));
     let crun_containers = || {
         std::fs::read_dir(cache.join("run/crun"))
             .unwrap()
@@ -380,7 +400,7 @@ async fn the_pool_keeps_to_its_size_over_images_and_callers(cache: &Path, regist
     );
 }
 
-async fn idle_containers_expire(cache: &Path, registry: &Registry) {
+async fn idle_containers_expire(ns: &Namespace, cache: &Path, registry: &Registry) {
     let echo = ImageBuilder::new()
         .layer(busybox())
         .entrypoint(["/bin/cat"])
@@ -388,6 +408,7 @@ async fn idle_containers_expire(cache: &Path, registry: &Registry) {
         .reference;
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
     let runner = Runner::new(
+        ns,
         store,
         RunnerOptions {
             rootfs: RootfsMode::Overlay,
@@ -417,8 +438,8 @@ async fn idle_containers_expire(cache: &Path, registry: &Registry) {
     println!("ok: warm containers of an image nobody calls expire");
 }
 
-async fn copy_mode_keeps_no_warm_containers(cache: &Path) {
-    let runner = pooled_runner(cache, RootfsMode::Copy, 2);
+async fn copy_mode_keeps_no_warm_containers(ns: &Namespace, cache: &Path) {
+    let runner = pooled_runner(ns, cache, RootfsMode::Copy, 2);
     assert!(runner.pool_stats().is_none());
     println!("ok: copy mode keeps no warm containers (each would hold an image copy in memory)");
 }
@@ -426,25 +447,26 @@ async fn copy_mode_keeps_no_warm_containers(cache: &Path) {
 fn main() {
     let base = world_traversable_tempdir();
     let cache = base.path().join("cache");
-    let ns = userns::enter(&userns::UsernsOptions {
+    let ns = enter_namespace(&UsernsOptions {
         map_root_uid: 100_000,
         map_root_gid: 100_000,
         cache_dir: cache.clone(),
     })
     .expect("enter the user namespace");
-    println!("entered: {:?}", ns.mapping);
+    println!("entered: {:?}", ns.mapping());
     let registry = Registry::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(&cache, &registry).await;
-        calls_with_other_settings_take_the_cold_path(&cache, &registry).await;
-        warm_failures_and_timeouts_are_reported_as_cold_ones(&cache, &registry).await;
-        the_pool_keeps_to_its_size_over_images_and_callers(&cache, &registry).await;
-        idle_containers_expire(&cache, &registry).await;
-        copy_mode_keeps_no_warm_containers(&cache).await;
+        a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(&ns, &cache, &registry)
+            .await;
+        calls_with_other_settings_take_the_cold_path(&ns, &cache, &registry).await;
+        warm_failures_and_timeouts_are_reported_as_cold_ones(&ns, &cache, &registry).await;
+        the_pool_keeps_to_its_size_over_images_and_callers(&ns, &cache, &registry).await;
+        idle_containers_expire(&ns, &cache, &registry).await;
+        copy_mode_keeps_no_warm_containers(&ns, &cache).await;
     });
     println!("all pool cases passed");
 }

@@ -15,12 +15,14 @@ use std::time::Duration;
 use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::rootfs::RootfsMode;
-use xfn::runner::{RunConfig, RunError, Runner, RunnerOptions};
-use xfn::sandbox::userns;
+use xfn::runner::{
+    enter_namespace, Namespace, RunConfig, RunError, Runner, RunnerOptions, UsernsOptions,
+};
 
-fn runner(cache: &Path, rootfs: RootfsMode) -> Runner {
+fn runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
     Runner::new(
+        ns,
         store,
         RunnerOptions {
             rootfs,
@@ -58,7 +60,7 @@ fn assert_clean(cache: &Path, marker: &str) {
     assert!(processes.is_empty(), "processes left: {processes:?}");
 }
 
-async fn cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
+async fn cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMode) {
     let tag = format!("{mode:?}").to_lowercase();
     let marker = format!("sleep 48{}", tag.len());
     let echo = ImageBuilder::new()
@@ -71,7 +73,7 @@ async fn cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
         .entrypoint(["/bin/sh", "-c", &format!("{marker} & {marker}")])
         .push(registry, &format!("hang-{tag}:v1"))
         .reference;
-    let runner = runner(cache, mode);
+    let runner = runner(ns, cache, mode);
 
     let out = runner
         .run(&echo, b"input", &RunConfig::default())
@@ -111,7 +113,7 @@ async fn cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
 /// `Runner::serve`: a function image kept running as a server, reached only
 /// inside its own network namespace, and gone without a trace when stopped
 /// or dropped.
-async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
+async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMode) {
     use std::net::{Ipv4Addr, SocketAddr};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -126,7 +128,7 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
         .cmd(["--not-this"])
         .push(registry, &format!("serve-echo-{tag}:v1"))
         .reference;
-    let runner = runner(cache, mode);
+    let runner = runner(ns, cache, mode);
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, 9443));
     let config = RunConfig::default();
     let args = ["--insecure".to_string()];
@@ -270,21 +272,21 @@ async fn serve_cases(cache: &Path, registry: &Registry, mode: RootfsMode) {
 fn main() {
     let base = world_traversable_tempdir();
     let cache = base.path().join("cache");
-    let ns = userns::enter(&userns::UsernsOptions {
+    let ns = enter_namespace(&UsernsOptions {
         map_root_uid: 100_000,
         map_root_gid: 100_000,
         cache_dir: cache.clone(),
     })
     .expect("enter the user namespace");
-    println!("entered: {:?}", ns.mapping);
+    println!("entered: {:?}", ns.mapping());
     let registry = Registry::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     for mode in [RootfsMode::Overlay, RootfsMode::Copy] {
-        runtime.block_on(cases(&cache, &registry, mode));
-        runtime.block_on(serve_cases(&cache, &registry, mode));
+        runtime.block_on(cases(&ns, &cache, &registry, mode));
+        runtime.block_on(serve_cases(&ns, &cache, &registry, mode));
     }
     println!("all runner cases passed");
 }

@@ -38,21 +38,25 @@ fn sh(script: &str) -> Config {
 }
 
 struct Env {
+    ns: userns::Namespace,
     run_dir: PathBuf,
     rootfs: PathBuf,
 }
 
 impl Env {
     fn sandbox(&self, max_output_bytes: usize) -> Sandbox {
-        Sandbox::new(SandboxOptions {
-            runtime: PathBuf::from("crun"),
-            run_dir: self.run_dir.clone(),
-            max_output_bytes,
-            require_limits: false,
-            pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
-            instance: xfn::instance::of_cache(&self.run_dir).expect("claim an instance id"),
-            tmp_size_bytes: xfn::sandbox::spec::TMP_SIZE,
-        })
+        Sandbox::new(
+            &self.ns,
+            SandboxOptions {
+                runtime: PathBuf::from("crun"),
+                run_dir: self.run_dir.clone(),
+                max_output_bytes,
+                require_limits: false,
+                pids_limit: xfn::sandbox::spec::PIDS_LIMIT,
+                instance: xfn::instance::of_cache(&self.run_dir).expect("claim an instance id"),
+                tmp_size_bytes: xfn::sandbox::spec::TMP_SIZE,
+            },
+        )
         .unwrap()
     }
 
@@ -219,11 +223,12 @@ fn main() {
         cache_dir: cache.clone(),
     })
     .expect("enter the user namespace");
-    println!("entered: {:?}", ns.mapping);
+    println!("entered: {:?}", ns.mapping());
     // Made inside the namespace so its files are owned by (mapped) root.
     let rootfs = cache.join("rootfs");
     busybox_rootfs(&rootfs);
     let env = Env {
+        ns,
         run_dir: cache.join("run"),
         rootfs,
     };

@@ -15,7 +15,7 @@ use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
 use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
 use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{RunConfig, Runner};
+use xfn::runner::{Namespace, RunConfig, Runner};
 use xfn::server::metrics::{Metrics, MetricsServer};
 
 use super::run::parse_duration;
@@ -77,14 +77,11 @@ pub struct AdaptArgs {
 /// The repository imported images get in the store (tagged by digest).
 const IMPORTED_REPOSITORY: &str = "adapt.xfn.invalid/function";
 
-/// Where `prepare` leaves the transport security for `execute`.
-static PREPARED: std::sync::Mutex<Option<Security>> = std::sync::Mutex::new(None);
-
 /// Reads the TLS files while xfn still has its own uid (before the user
 /// namespace, where a key readable only by that uid is out of reach), and
 /// refuses to go on with neither TLS nor `--insecure`.
-pub fn prepare(args: &AdaptArgs) -> anyhow::Result<()> {
-    let security = match (&args.tls_certs_dir, args.insecure) {
+pub fn prepare(args: &AdaptArgs) -> anyhow::Result<Security> {
+    Ok(match (&args.tls_certs_dir, args.insecure) {
         (Some(dir), _) => mutual_tls(dir).context("cannot load the TLS certificates")?,
         (None, true) => {
             tracing::warn!("serving plaintext gRPC (--insecure)");
@@ -93,18 +90,16 @@ pub fn prepare(args: &AdaptArgs) -> anyhow::Result<()> {
         (None, false) => anyhow::bail!(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR), or --insecure for plaintext"
         ),
-    };
-    *PREPARED.lock().unwrap_or_else(|e| e.into_inner()) = Some(security);
-    Ok(())
+    })
 }
 
 /// Runs `xfn adapt`.
-pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
-    let security = PREPARED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .context("the TLS settings were not read before start (cli::prepare_process)")?;
+pub async fn execute(
+    args: AdaptArgs,
+    security: Security,
+    namespace: &Namespace,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
 
     // Everything that can happen once happens here: the image is whole in
@@ -134,7 +129,8 @@ pub async fn execute(args: AdaptArgs, global: &super::Global) -> anyhow::Result<
     };
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let runner = Runner::new(store, args.runner.options()).context("cannot set up the runner")?;
+    let runner =
+        Runner::new(namespace, store, args.runner.options()).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
     let runner = Arc::new(runner);

@@ -2,6 +2,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use xfn::adaptor::serve::Security;
+use xfn::runner::Namespace;
+use xfn::server::serve::Incoming;
 
 pub mod adapt;
 pub mod cache;
@@ -104,7 +107,7 @@ pub struct PullBoundsArgs {
 
 /// A byte size given as a Kubernetes quantity (`2Gi`, `500M`, `1e9`).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    xfn::sandbox::quantity::Quantity::parse(text)
+    xfn::quantity::Quantity::parse(text)
         .and_then(|q| q.bytes())
         .map_err(|e| e.to_string())
 }
@@ -237,54 +240,118 @@ pub fn init_logging(global: &Global) {
     }
 }
 
+/// A command with what had to be set up for it while the process was still
+/// single-threaded, handed over as values: the namespace token its runner
+/// needs, a bound listener, TLS material read with xfn's own uid.
+#[allow(clippy::large_enum_variant)] // one per process, as `Command`
+pub enum Prepared {
+    /// `xfn start`: its listener (gatekeeper forked) and namespace.
+    Start(start::StartArgs, Incoming, Namespace),
+    /// `xfn run`.
+    Run(run::RunArgs, Namespace),
+    /// `xfn pull`: in the namespace (layers are extracted under its mapping).
+    Pull(pull::PullArgs),
+    /// `xfn cache …`.
+    Cache(cache::CacheCommand),
+    /// `xfn render`: in a namespace when a Function runs a container here.
+    Render(render::RenderArgs, Option<Namespace>),
+    /// `xfn render-servers …`: `keep` in a namespace.
+    RenderServers(render_servers::RenderServersCommand, Option<Namespace>),
+    /// `xfn adapt`: its transport security and namespace.
+    Adapt(adapt::AdaptArgs, Security, Namespace),
+    /// `xfn wrap`.
+    Wrap(wrap::WrapArgs),
+}
+
 /// Whatever must happen while the process is still single-threaded: entering
-/// the user and mount namespace for the commands that run or unpack images.
-/// (Owned by the sandbox work.)
-pub fn prepare_process(command: &Command, global: &Global) -> anyhow::Result<()> {
-    match command {
-        Command::Run(args) => enter_namespace(&args.store, &args.userns),
+/// the user and mount namespace for the commands that run or unpack images,
+/// and what must be done outside it first.
+pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prepared> {
+    Ok(match command {
+        Command::Run(args) => {
+            let namespace = enter_namespace(&args.store, &args.userns)?;
+            Prepared::Run(args, namespace)
+        }
         Command::Render(args) => {
             // Keepers of kept servers start from outside any namespace.
-            render::start_kept(args, global)?;
-            if args.needs_containers() {
-                enter_namespace(&args.store_args(), &args.userns)?;
-            }
-            Ok(())
+            render::start_kept(&args, global)?;
+            let namespace = if args.needs_containers() {
+                Some(enter_namespace(&args.store_args(), &args.userns)?)
+            } else {
+                None
+            };
+            Prepared::Render(args, namespace)
         }
-        Command::RenderServers(render_servers::RenderServersCommand::Keep(args)) => {
-            enter_namespace(&args.store, &args.userns)
+        Command::RenderServers(command) => {
+            let namespace = match &command {
+                render_servers::RenderServersCommand::Keep(args) => {
+                    Some(enter_namespace(&args.store, &args.userns)?)
+                }
+                _ => None,
+            };
+            Prepared::RenderServers(command, namespace)
         }
         Command::Start(args) => {
             // Bind and fork the caller-checking gatekeeper first: it must
             // stay outside the namespace.
-            start::prepare(args)?;
-            enter_namespace(&args.store, &args.userns)
+            let incoming = start::prepare(&args)?;
+            let namespace = enter_namespace(&args.store, &args.userns)?;
+            Prepared::Start(args, incoming, namespace)
         }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
         // (`pull` has no --map-root-* flags yet: the defaults apply.)
-        Command::Pull(args) => enter_namespace(&args.store, &UsernsArgs::default()),
+        Command::Pull(args) => {
+            enter_namespace(&args.store, &UsernsArgs::default())?;
+            Prepared::Pull(args)
+        }
         Command::Adapt(args) => {
             // The TLS key may be readable only by the real uid, not by
             // xfn's mapped root: read it first.
-            adapt::prepare(args)?;
-            enter_namespace(&args.store, &args.userns)
+            let security = adapt::prepare(&args)?;
+            let namespace = enter_namespace(&args.store, &args.userns)?;
+            Prepared::Adapt(args, security, namespace)
         }
-        _ => Ok(()),
+        Command::Cache(command) => Prepared::Cache(command),
+        Command::Wrap(args) => Prepared::Wrap(args),
+    })
+}
+
+impl Prepared {
+    /// Runs the command (on the async runtime, started after preparing).
+    pub async fn execute(self, global: &Global) -> anyhow::Result<std::process::ExitCode> {
+        match self {
+            Prepared::Start(args, incoming, namespace) => {
+                start::execute(args, incoming, &namespace, global).await
+            }
+            Prepared::Run(args, namespace) => run::execute(args, &namespace, global).await,
+            Prepared::Pull(args) => pull::execute(args, global).await,
+            Prepared::Cache(command) => cache::execute(command, global).await,
+            Prepared::Render(args, namespace) => {
+                render::execute(args, namespace.as_ref(), global).await
+            }
+            Prepared::RenderServers(command, namespace) => {
+                render_servers::execute(command, namespace.as_ref(), global).await
+            }
+            Prepared::Adapt(args, security, namespace) => {
+                adapt::execute(args, security, &namespace, global).await
+            }
+            Prepared::Wrap(args) => wrap::execute(args, global).await,
+        }
     }
 }
 
-/// Enters xfn's user and mount namespace (see `xfn::sandbox::userns` for
-/// why in-process and how ids are mapped). Once per process, single-threaded.
-pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<()> {
+/// Enters xfn's user and mount namespace (see `xfn::runner::enter_namespace`
+/// for why in-process and how ids are mapped). Once per process,
+/// single-threaded.
+pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
-    xfn::sandbox::userns::enter(&xfn::sandbox::userns::UsernsOptions {
+    xfn::runner::enter_namespace(&xfn::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
         map_root_gid: userns.map_root_gid,
         cache_dir: store.cache_dir.clone(),
     })
-    .context("cannot enter xfn's user namespace")?;
-    Ok(())
+    .context("cannot enter xfn's user namespace")
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use xfn::compose::output::OutputOptions;
@@ -18,7 +19,7 @@ use xfn::compose::runtimes::kept::KeeperCommand;
 use xfn::compose::runtimes::ContainerDefaults;
 use xfn::compose::ComposeError;
 use xfn::image::PullPolicy;
-use xfn::runner::Runner;
+use xfn::runner::{Namespace, Runner};
 
 use super::run::parse_duration;
 use super::UsernsArgs;
@@ -243,7 +244,11 @@ pub fn rewrite_short_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsSt
 
 /// Runs `xfn render`: 0 when it rendered, 3 (with the partial output)
 /// when a Fatal result cut it short, 1 on any other failure.
-pub async fn execute(mut args: RenderArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub async fn execute(
+    mut args: RenderArgs,
+    namespace: Option<&Namespace>,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
     args.plan();
     let plan = match std::mem::take(&mut args.plan).into_inner() {
         Some(plan) => plan?,
@@ -251,8 +256,13 @@ pub async fn execute(mut args: RenderArgs, global: &super::Global) -> anyhow::Re
     };
     let timeout = args.timeout;
     let runner = if plan.needs_containers() {
+        let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
-        Some(Arc::new(Runner::new(store, args.runner.options())?))
+        Some(Arc::new(Runner::new(
+            namespace,
+            store,
+            args.runner.options(),
+        )?))
     } else {
         None
     };

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
 use xfn::compose::runtimes::kept::{self, KeptDir, KeptInfo};
 use xfn::image::PullPolicy;
-use xfn::runner::{NetworkPolicy, RunConfig, Runner};
+use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
 
 use super::run::parse_duration;
 use super::{RunnerArgs, StoreArgs, UsernsArgs};
@@ -89,6 +89,7 @@ pub struct KeepArgs {
 /// Runs `xfn render-servers …`.
 pub async fn execute(
     command: RenderServersCommand,
+    namespace: Option<&Namespace>,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     match command {
@@ -140,15 +141,15 @@ pub async fn execute(
         }
         RenderServersCommand::Keep(args) => {
             let store = args.store.open_store(&global.registry)?;
-            let runner = Runner::new(store, args.runner.options())?;
+            let namespace = namespace.context("xfn did not enter its user namespace")?;
+            let runner = Runner::new(namespace, store, args.runner.options())?;
             let config = RunConfig {
                 pull_policy: args.image_pull_policy,
                 auth: super::pull::docker_config_auth(&args.image, &global.registry)
                     .unwrap_or_default(),
                 timeout: args.timeout,
                 network: NetworkPolicy::Isolated,
-                cpu: None,
-                memory: None,
+                limits: Limits::default(),
             };
             let dir = KeptDir::new(&args.store.cache_dir, &args.name);
             let info = KeptInfo {

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{NetworkPolicy, RunConfig, Runner};
+use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -34,14 +34,21 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "Isolated")]
     pub network_policy: NetworkPolicy,
     /// CPU limit, a Kubernetes quantity (`100m`, `0.5`, `2`).
-    #[arg(long)]
-    pub cpu: Option<String>,
+    #[arg(long, value_parser = parse_cpu)]
+    pub cpu: Option<u64>,
     /// Memory limit, a Kubernetes quantity (`128Mi`, `1G`).
-    #[arg(long)]
-    pub memory: Option<String>,
+    #[arg(long, value_parser = super::parse_size)]
+    pub memory: Option<u64>,
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
+}
+
+/// `--cpu`: a quantity of cores, in millicores.
+fn parse_cpu(text: &str) -> Result<u64, String> {
+    xfn::quantity::Quantity::parse(text)
+        .and_then(|q| q.millis())
+        .map_err(|e| e.to_string())
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
@@ -58,19 +65,25 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 }
 
 /// Runs `xfn run`.
-pub async fn execute(args: RunArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub async fn execute(
+    args: RunArgs,
+    namespace: &Namespace,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     let input = read_input(&args.input)?;
     let store = args.store.open_store(&global.registry)?;
-    let runner = Runner::new(store, args.runner.options())?;
+    let runner = Runner::new(namespace, store, args.runner.options())?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: args.image_pull_policy,
         auth: RegistryAuth::default(),
         timeout: args.timeout,
         network: args.network_policy,
-        cpu: args.cpu.clone(),
-        memory: args.memory.clone(),
+        limits: Limits {
+            cpu_millis: args.cpu,
+            memory_bytes: args.memory,
+        },
     };
     // Ctrl-C or SIGTERM stop the run: dropping its future kills the
     // container and removes its bundle, state and rootfs before xfn exits.

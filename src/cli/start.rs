@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Parser};
 use tokio_util::sync::CancellationToken;
 
-use xfn::runner::{PoolOptions, Runner};
+use xfn::runner::{Namespace, PoolOptions, Runner};
 use xfn::server::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
 use xfn::server::listen::{self, ListenAddress, Listener, Network};
 use xfn::server::metrics::{Metrics, MetricsServer};
@@ -96,14 +96,11 @@ impl Default for StartArgs {
     }
 }
 
-/// Where `prepare` leaves the bound listener for `execute`.
-static PREPARED: std::sync::Mutex<Option<Incoming>> = std::sync::Mutex::new(None);
-
 /// Binds the listen address and, for Unix sockets, forks the gatekeeper
 /// that checks callers' uids. Runs while xfn is still single-threaded and
 /// outside its user namespace: inside it, callers' uids are unreadable (see
 /// `xfn::server::gate`).
-pub fn prepare(args: &StartArgs) -> anyhow::Result<()> {
+pub fn prepare(args: &StartArgs) -> anyhow::Result<Incoming> {
     let address = ListenAddress::parse(args.network, &args.address)?;
     let incoming = match listen::bind(&address)? {
         Listener::Unix(listener) => {
@@ -116,12 +113,16 @@ pub fn prepare(args: &StartArgs) -> anyhow::Result<()> {
             Incoming::Tcp(listener)
         }
     };
-    *PREPARED.lock().unwrap_or_else(|e| e.into_inner()) = Some(incoming);
-    Ok(())
+    Ok(incoming)
 }
 
 /// Runs `xfn start`.
-pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub async fn execute(
+    args: StartArgs,
+    incoming: Incoming,
+    namespace: &Namespace,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let admission = AdmissionLimits {
         max_running: args.max_concurrent_runs.unwrap_or(cpus).max(1),
@@ -142,7 +143,7 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
         }),
         ..args.runner.options()
     };
-    let runner = Runner::new(store, options).context("cannot set up the runner")?;
+    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
     match runner.limits_unavailable() {
@@ -156,12 +157,6 @@ pub async fn execute(args: StartArgs, global: &super::Global) -> anyhow::Result<
     }
     let runner = Arc::new(runner);
     let pooled = Arc::clone(&runner);
-
-    let incoming = PREPARED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .context("the listener was not bound before start (cli::prepare_process)")?;
 
     let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
     let abort = CancellationToken::new();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::proto::v1alpha1::NetworkPolicy as ProtoNetworkPolicy;
+pub use crate::sandbox::Limits;
 
 /// Network policy of a run, spelled `Isolated` or `Runner` on every wire
 /// (`--network-policy`, an alpha step's `network.policy`).
@@ -67,10 +68,8 @@ pub struct RunConfig {
     pub timeout: Duration,
     /// Network policy.
     pub network: NetworkPolicy,
-    /// CPU limit as a Kubernetes quantity (`100m`), if any.
-    pub cpu: Option<String>,
-    /// Memory limit as a Kubernetes quantity (`128Mi`), if any.
-    pub memory: Option<String>,
+    /// CPU and memory limits, parsed from quantities by the front end.
+    pub limits: Limits,
 }
 
 impl Default for RunConfig {
@@ -80,8 +79,7 @@ impl Default for RunConfig {
             auth: RegistryAuth::default(),
             timeout: Duration::from_secs(30),
             network: NetworkPolicy::Isolated,
-            cpu: None,
-            memory: None,
+            limits: Limits::default(),
         }
     }
 }

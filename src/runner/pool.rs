@@ -65,9 +65,8 @@ pub(super) struct PoolKey {
 }
 
 impl PoolKey {
-    /// The key of a call of the image `digest` with `config`, whose
-    /// cpu/memory quantities parse to `limits`.
-    pub(super) fn of(digest: &str, config: &RunConfig, limits: Limits) -> Self {
+    /// The key of a call of the image `digest` with `config`.
+    pub(super) fn of(digest: &str, config: &RunConfig) -> Self {
         // Every setting of a call, named: a setting added to RunConfig does
         // not compile here until it is decided whether containers must
         // match it.
@@ -80,9 +79,7 @@ impl PoolKey {
             // caller's deadline left after queueing).
             timeout: _,
             network,
-            // As parsed into `limits`.
-            cpu: _,
-            memory: _,
+            limits,
         } = config;
         Self {
             digest: digest.to_string(),

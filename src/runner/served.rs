@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{limits_of, RunConfig, RunError, Runner};
+use super::{RunConfig, RunError, Runner};
 use crate::rootfs::Rootfs;
 use crate::sandbox::cgroup::run::RunUsage;
 use crate::sandbox::netns::NetworkNamespace;
@@ -43,7 +43,6 @@ impl Runner {
         config: &RunConfig,
     ) -> Result<ServedFunction, RunError> {
         self.sandbox.check_limits()?;
-        let limits = limits_of(config)?;
         let pulled = self
             .store
             .ensure(image, config.pull_policy, &config.auth)
@@ -57,7 +56,7 @@ impl Runner {
                 cmd: options.cmd,
                 env: options.env,
                 host_network: options.host_network,
-                limits,
+                limits: config.limits,
                 startup_timeout: config.timeout,
             })
             .await?;

@@ -1,15 +1,14 @@
 //! The sandbox: user namespace entry, cgroup detection, OCI spec building and
 //! crun invocation.
 //!
-//! [`userns::enter`] runs once per process before any thread starts;
-//! [`Sandbox`] then runs any number of containers concurrently, each from a
+//! [`userns::enter`] runs once per process before any thread starts and
+//! returns the [`userns::Namespace`] a [`Sandbox`] is made in; it then runs any number of containers concurrently, each from a
 //! prepared root filesystem.
 pub mod bundle;
 pub mod cgroup;
 pub mod created;
 pub mod crun;
 pub mod netns;
-pub mod quantity;
 pub mod runtime;
 pub mod seccomp;
 mod seccomp_bpf;
@@ -34,11 +33,6 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
 /// Errors of the sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    /// Runs need xfn's user namespace, entered at start.
-    #[error(
-        "xfn has not entered its user namespace; functions can only run after `userns::enter`"
-    )]
-    NotInNamespace,
     /// Limits are required but cannot be enforced here.
     #[error("resource limits are required (--require-limits) but not enforced: {0}")]
     LimitsUnavailable(String),
@@ -61,7 +55,7 @@ pub enum SandboxError {
     /// memory limit.
     #[error(
         "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code})",
-        quantity::format_bytes(*limit_bytes)
+        crate::quantity::format_bytes(*limit_bytes)
     )]
     MemoryLimitExceeded {
         /// The limit, in bytes.
@@ -147,10 +141,12 @@ static LIMITS_WARNING: Once = Once::new();
 impl Sandbox {
     /// A sandbox in the namespace xfn entered. Sweeps what a dead xfn left in
     /// the run dir.
-    pub fn new(options: SandboxOptions) -> Result<Self, SandboxError> {
-        let namespace = userns::current().ok_or(SandboxError::NotInNamespace)?;
+    pub fn new(
+        namespace: &userns::Namespace,
+        options: SandboxOptions,
+    ) -> Result<Self, SandboxError> {
         let run_dir = RunDir::open(&options.run_dir, options.instance.clone())?;
-        let delegation = namespace.cgroups.delegation().cloned();
+        let delegation = namespace.cgroups().delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
             state_root: run_dir.crun_state(),
@@ -163,11 +159,8 @@ impl Sandbox {
             // get killed here with their cgroups.
             cgroup::run::sweep_stale(delegation, |name| options.instance.is_dead_name(name));
         }
-        let limits_unavailable = namespace.cgroups.why_no_limits();
-        let mapped_ids = match namespace.mapping {
-            userns::IdMapping::Own { .. } => 1,
-            userns::IdMapping::Range { .. } => userns::RANGE_SIZE,
-        };
+        let limits_unavailable = namespace.cgroups().why_no_limits();
+        let mapped_ids = namespace.mapped_ids();
         let mut sandbox = Self {
             crun,
             run_dir,

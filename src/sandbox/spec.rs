@@ -12,6 +12,7 @@ use oci_spec::runtime::{
 };
 
 use super::user::{self, UserError};
+use crate::quantity::{Quantity, QuantityError};
 
 /// PATH used when the image sets none (Docker's default).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -43,12 +44,25 @@ pub enum SpecError {
 }
 
 /// Resource limits of a run, already parsed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// CPU in millicores.
     pub cpu_millis: Option<u64>,
     /// Memory in bytes.
     pub memory_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// The limits given as Kubernetes quantities (`cpu`: `100m`, `0.5`, `2`;
+    /// `memory`: `128Mi`, `1G`), either left out for none. Front ends call
+    /// it where they read a request, so a bad quantity is refused there and
+    /// no run ever sees text.
+    pub fn parse(cpu: Option<&str>, memory: Option<&str>) -> Result<Self, QuantityError> {
+        Ok(Self {
+            cpu_millis: cpu.map(|q| Quantity::parse(q)?.millis()).transpose()?,
+            memory_bytes: memory.map(|q| Quantity::parse(q)?.bytes()).transpose()?,
+        })
+    }
 }
 
 /// Everything a spec is built from.

@@ -10,10 +10,18 @@
 //! pipe, writes `/proc/<xfn>/{uid,gid}_map` and exits; xfn reaps it. Without
 //! CAP_SETUID/CAP_SETGID only the own id can be mapped, which xfn does itself
 //! (`setgroups` denied first, as user_namespaces(7) demands).
+//!
+//! Choice: **the entry hands back a token, no global.** [`enter`] returns
+//! the [`Namespace`] it made, and `Runner::new` takes it: a runner cannot be
+//! built before the process entered (the compiler says so, not a run-time
+//! `NotInNamespace`), and what a runner knows of its namespace (the id
+//! mapping, cgroup support) is handed to it, not read from a `static` that
+//! tests and commands share. Only "entered already" is process-wide, as the
+//! kernel's namespace is: an atomic flag refuses a second entry.
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -106,21 +114,36 @@ pub enum IdMapping {
     },
 }
 
-/// The namespace xfn entered: what the runner needs to know about it.
+/// The namespace xfn entered: what the runner needs to know about it, and
+/// the proof that the process is in it (only [`enter`] makes one).
 #[derive(Debug, Clone)]
 pub struct Namespace {
+    mapping: IdMapping,
+    cgroups: CgroupSupport,
+}
+
+impl Namespace {
     /// The id mapping.
-    pub mapping: IdMapping,
+    pub fn mapping(&self) -> IdMapping {
+        self.mapping
+    }
+
     /// cgroup support, detected before entering.
-    pub cgroups: CgroupSupport,
+    pub fn cgroups(&self) -> &CgroupSupport {
+        &self.cgroups
+    }
+
+    /// How many ids it maps (each run's namespace maps the same).
+    pub fn mapped_ids(&self) -> u32 {
+        match self.mapping {
+            IdMapping::Own { .. } => 1,
+            IdMapping::Range { .. } => RANGE_SIZE,
+        }
+    }
 }
 
-static ENTERED: OnceLock<Namespace> = OnceLock::new();
-
-/// The namespace entered by [`enter`], if any.
-pub fn current() -> Option<&'static Namespace> {
-    ENTERED.get()
-}
+/// Whether this process entered already (the one process-wide fact).
+static ENTERED: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process may map a range: root, or CAP_SETUID and CAP_SETGID.
 fn can_map_range() -> bool {
@@ -130,9 +153,9 @@ fn can_map_range() -> bool {
 }
 
 /// Enters a new user and mount namespace. Must be called while the process
-/// is single-threaded.
-pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError> {
-    if ENTERED.get().is_some() {
+/// is single-threaded. The namespace it returns is what `Runner::new` needs.
+pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
+    if ENTERED.swap(true, Ordering::SeqCst) {
         return Err(UsernsError::AlreadyEntered);
     }
     let cgroups = CgroupSupport::detect();
@@ -216,7 +239,7 @@ pub fn enter(options: &UsernsOptions) -> Result<&'static Namespace, UsernsError>
         .map_err(sys("cover /sys/fs/cgroup with a tmpfs"))?;
     }
     tracing::debug!(?mapping, ?cgroups, "entered the user and mount namespace");
-    Ok(ENTERED.get_or_init(|| Namespace { mapping, cgroups }))
+    Ok(Namespace { mapping, cgroups })
 }
 
 /// With a range mapped, ids outside it (host root included) are unmapped

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::proto::v1alpha1 as pb;
-use crate::runner::{NetworkPolicy, RunConfig};
+use crate::quantity::QuantityError;
+use crate::runner::{Limits, NetworkPolicy, RunConfig};
 
 /// The apiVersions a FunctionIO may carry (the alpha and its renamed group).
 pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
@@ -38,6 +39,9 @@ pub enum InvalidRequest {
     /// A negative timeout.
     #[error("run_function_config.timeout is negative")]
     NegativeTimeout,
+    /// A cpu or memory limit that is no Kubernetes quantity.
+    #[error("run_function_config.resources.limits: {0}")]
+    Quantity(#[from] QuantityError),
     /// An enum value this server does not know.
     #[error("unknown {field} value {value}")]
     UnknownEnum {
@@ -135,11 +139,15 @@ pub fn run_config_of(
                 })?;
         }
         if let Some(limits) = run.resources.as_ref().and_then(|r| r.limits.as_ref()) {
-            config.cpu = Some(limits.cpu.clone()).filter(|s| !s.is_empty());
-            config.memory = Some(limits.memory.clone()).filter(|s| !s.is_empty());
+            config.limits = Limits::parse(set(&limits.cpu), set(&limits.memory))?;
         }
     }
     Ok(config)
+}
+
+/// A proto3 string field, `None` when empty ("not set").
+fn set(field: &str) -> Option<&str> {
+    Some(field).filter(|f| !f.is_empty())
 }
 
 #[cfg(test)]
@@ -222,7 +230,7 @@ mod tests {
         assert_eq!(config.timeout, Duration::from_secs(25));
         assert_eq!(config.pull_policy, PullPolicy::IfNotPresent);
         assert_eq!(config.network, NetworkPolicy::Isolated);
-        assert_eq!(config.cpu, None);
+        assert_eq!(config.limits, Limits::default());
     }
 
     #[test]
@@ -256,8 +264,30 @@ mod tests {
         assert_eq!(config.auth.username, "u");
         assert_eq!(config.network, NetworkPolicy::Runner);
         assert_eq!(config.timeout, Duration::from_secs(3));
-        assert_eq!(config.memory.as_deref(), Some("128Mi"));
-        assert_eq!(config.cpu, None);
+        assert_eq!(config.limits.memory_bytes, Some(128 << 20));
+        assert_eq!(config.limits.cpu_millis, None);
+    }
+
+    #[test]
+    fn limits_that_are_no_quantities_are_refused_naming_the_field() {
+        let mut req = request(IO);
+        req.run_function_config = Some(pb::RunFunctionConfig {
+            resources: Some(pb::ResourceConfig {
+                limits: Some(pb::ResourceLimits {
+                    memory: "".into(),
+                    cpu: "1x".into(),
+                }),
+            }),
+            ..Default::default()
+        });
+        let err = run_config_of(&req, Duration::from_secs(1), 1 << 20).unwrap_err();
+        assert!(matches!(err, InvalidRequest::Quantity(_)), "{err:?}");
+        assert!(
+            err.to_string().starts_with(
+                "run_function_config.resources.limits: \"1x\" is not a Kubernetes quantity"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::compose::alpha::{AlphaStep, ContainerConfig};
 use crate::compose::ComposeError;
 use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::proto::v1alpha1;
-use crate::runner::{NetworkPolicy, RunConfig, Runner, UnknownNetworkPolicy};
+use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner, UnknownNetworkPolicy};
 
 /// Runs alpha steps' containers: through the runner daemon at the step's
 /// endpoint when it answers, else in-process with `runner`.
@@ -33,6 +33,10 @@ impl AlphaStep for ContainerSteps {
             .network
             .parse()
             .map_err(|e: UnknownNetworkPolicy| ComposeError::Call(e.to_string()))?;
+        // Checked here whichever runs it; the daemon gets the step's text.
+        let limits = Limits::parse(Some(&config.cpu), Some(&config.memory)).map_err(|e| {
+            ComposeError::Call(format!("{}: invalid run configuration: {e}", config.image))
+        })?;
         match connect_daemon(&config.endpoint).await {
             Ok(channel) => {
                 tracing::debug!(endpoint = %config.endpoint, "running through the runner daemon");
@@ -53,8 +57,7 @@ impl AlphaStep for ContainerSteps {
             auth: docker_auth(&config.image, &self.defaults.default_registry),
             timeout: config.timeout,
             network,
-            cpu: Some(config.cpu.clone()),
-            memory: Some(config.memory.clone()),
+            limits,
         };
         let output = runner
             .run(&config.image, input, &run_config)

@@ -16,7 +16,7 @@ use super::inputs::{Function, RuntimeKind};
 use super::v1::FunctionCaller;
 use super::ComposeError;
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
-use crate::runner::{NetworkPolicy, RunConfig, Runner};
+use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner};
 
 mod alpha_steps;
 mod development;
@@ -170,8 +170,7 @@ fn container_of(
         auth: docker_auth(&image, &defaults.default_registry),
         timeout: defaults.timeout,
         network: NetworkPolicy::Isolated,
-        cpu: None,
-        memory: None,
+        limits: Limits::default(),
     };
     Ok((Arc::clone(runner), image, config))
 }

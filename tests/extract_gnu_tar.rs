@@ -1,12 +1,12 @@
 //! Layers written by GNU tar (its own header flavours: GNU long names,
 //! PAX records, hardlinks as link entries) extract to the very tree they were
 //! made from.
-mod extract_support;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use extract_support::{comparable, snapshot};
+use support::tree::{comparable, snapshot};
 use xfn::image::extract::{extract_layer, WhiteoutMode};
 
 fn make_source(root: &std::path::Path) {

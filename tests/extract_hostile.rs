@@ -1,13 +1,14 @@
 //! Hostile layers: every attempt to write, link or delete outside the
 //! destination is refused with an error naming the entry, and nothing outside
 //! changes (checked against a sentinel directory beside the destination).
-mod extract_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use extract_support::{snapshot, Kind, Layer, Node};
+use support::tree::{snapshot, Kind, Node};
+use support::Layer;
 use xfn::image::extract::{
     extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
 };
@@ -120,17 +121,17 @@ fn check(case: &str, build: impl Fn(&str) -> Vec<u8>, entry: &str, strictly_unsa
 fn dotdot_paths_are_refused() {
     check(
         "../x",
-        |_| Layer::new().file("../x", 0o644, b"evil").build(),
+        |_| Layer::verbatim().file("../x", 0o644, b"evil").tar(),
         "../x",
         true,
     );
     check(
         "a/../../x",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .dir("a/", 0o755)
                 .file("a/../../x", 0o644, b"evil")
-                .build()
+                .tar()
         },
         "a/../../x",
         true,
@@ -138,16 +139,16 @@ fn dotdot_paths_are_refused() {
     check(
         "../../outside/victim",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .file("../../outside/victim", 0o644, b"evil")
-                .build()
+                .tar()
         },
         "../../outside/victim",
         true,
     );
     check(
         "dir ../../outside/new",
-        |_| Layer::new().dir("../../outside/new/", 0o755).build(),
+        |_| Layer::verbatim().dir("../../outside/new/", 0o755).tar(),
         "../../outside/new/",
         true,
     );
@@ -158,10 +159,10 @@ fn writing_through_a_symlink_of_the_same_layer_is_refused() {
     check(
         "a -> / then a/etc/x",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", "/")
                 .file(&format!("a/{HOST_PROBE}"), 0o644, b"evil")
-                .build()
+                .tar()
         },
         &format!("a/{HOST_PROBE}"),
         true,
@@ -169,10 +170,10 @@ fn writing_through_a_symlink_of_the_same_layer_is_refused() {
     check(
         "a -> ../.. then a/x",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", "../..")
                 .file("a/x", 0o644, b"evil")
-                .build()
+                .tar()
         },
         "a/x",
         true,
@@ -180,33 +181,33 @@ fn writing_through_a_symlink_of_the_same_layer_is_refused() {
     check(
         "a -> outside then a/victim",
         |o| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", o)
                 .file("a/victim", 0o644, b"evil")
-                .build()
+                .tar()
         },
         "a/victim",
         true,
     );
     check(
         "a -> outside then dir a/new",
-        |o| Layer::new().symlink("a", o).dir("a/new/", 0o755).build(),
+        |o| Layer::verbatim().symlink("a", o).dir("a/new/", 0o755).tar(),
         "a/new/",
         true,
     );
     check(
         "a -> outside then symlink a/l",
-        |o| Layer::new().symlink("a", o).symlink("a/l", "/").build(),
+        |o| Layer::verbatim().symlink("a", o).symlink("a/l", "/").tar(),
         "a/l",
         true,
     );
     check(
         "a -> outside/dir then a/sub/x (deeper)",
         |o| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", &format!("{o}/dir"))
                 .file("a/sub/x", 0o644, b"evil")
-                .build()
+                .tar()
         },
         "a/sub/x",
         true,
@@ -217,29 +218,33 @@ fn writing_through_a_symlink_of_the_same_layer_is_refused() {
 fn hostile_hardlinks_are_refused() {
     check(
         "hardlink to /etc/passwd",
-        |_| Layer::new().hardlink("passwd", "/etc/passwd").build(),
+        |_| Layer::verbatim().hardlink("passwd", "/etc/passwd").tar(),
         "passwd",
         false,
     );
     check(
         "hardlink to ../x",
-        |_| Layer::new().hardlink("x", "../x").build(),
+        |_| Layer::verbatim().hardlink("x", "../x").tar(),
         "x",
         true,
     );
     check(
         "hardlink to ../../outside/victim",
-        |_| Layer::new().hardlink("v", "../../outside/victim").build(),
+        |_| {
+            Layer::verbatim()
+                .hardlink("v", "../../outside/victim")
+                .tar()
+        },
         "v",
         true,
     );
     check(
         "hardlink through a symlinked dir",
         |o| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("d", o)
                 .hardlink("v", "d/victim")
-                .build()
+                .tar()
         },
         "v",
         true,
@@ -247,10 +252,10 @@ fn hostile_hardlinks_are_refused() {
     check(
         "hardlink through a symlink to /",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("r", "/")
                 .hardlink("p", "r/etc/passwd")
-                .build()
+                .tar()
         },
         "p",
         true,
@@ -261,16 +266,16 @@ fn hostile_hardlinks_are_refused() {
 fn hostile_whiteouts_are_refused() {
     check(
         "whiteout ../.wh.x",
-        |_| Layer::new().file("../.wh.x", 0o644, b"").build(),
+        |_| Layer::verbatim().file("../.wh.x", 0o644, b"").tar(),
         "../.wh.x",
         true,
     );
     check(
         "whiteout ../../outside/.wh.victim",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .file("../../outside/.wh.victim", 0o644, b"")
-                .build()
+                .tar()
         },
         "../../outside/.wh.victim",
         true,
@@ -278,10 +283,10 @@ fn hostile_whiteouts_are_refused() {
     check(
         "whiteout through a symlink of the same layer",
         |o| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", o)
                 .file("a/.wh.victim", 0o644, b"")
-                .build()
+                .tar()
         },
         "a/.wh.victim",
         true,
@@ -289,10 +294,10 @@ fn hostile_whiteouts_are_refused() {
     check(
         "opaque through a symlink of the same layer",
         |o| {
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", o)
                 .file("a/.wh..wh..opq", 0o644, b"")
-                .build()
+                .tar()
         },
         "a/.wh..wh..opq",
         true,
@@ -300,10 +305,10 @@ fn hostile_whiteouts_are_refused() {
     check(
         "whiteout of ..",
         |_| {
-            Layer::new()
+            Layer::verbatim()
                 .dir("a/", 0o755)
                 .file("a/.wh...", 0o644, b"")
-                .build()
+                .tar()
         },
         "a/.wh...",
         true,
@@ -318,21 +323,21 @@ fn lower_layer_symlinks_are_never_followed_in_flatten_mode() {
     let sb = Sandbox::new();
     let dest = sb.dest();
     let o = sb.outside();
-    let lower = Layer::new()
+    let lower = Layer::verbatim()
         .symlink("a", &o)
         .symlink("b", &o)
         .symlink("c", &o)
         .symlink("f", &format!("{o}/victim"))
         .symlink("lnk", &o)
-        .build();
+        .tar();
     extract_layer(lower.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
     let before = sb.around();
-    let upper = Layer::new()
+    let upper = Layer::verbatim()
         .file("a/victim", 0o644, b"evil")
         .file("b/.wh.victim", 0o644, b"")
         .file("c/.wh..wh..opq", 0o644, b"")
         .file("f", 0o644, b"replaces the link")
-        .build();
+        .tar();
     extract_layer(upper.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
     assert_eq!(sb.around(), before, "something outside dest changed");
     let t = snapshot(&dest);
@@ -342,7 +347,7 @@ fn lower_layer_symlinks_are_never_followed_in_flatten_mode() {
     assert_eq!(t["c"].kind, Kind::Dir);
     assert_eq!(t["f"].kind, Kind::File(b"replaces the link".to_vec()));
     // A hardlink through a lower symlink is refused, not followed.
-    let link = Layer::new().hardlink("h", "lnk/victim").build();
+    let link = Layer::verbatim().hardlink("h", "lnk/victim").tar();
     assert_unsafe(
         extract_layer(link.as_slice(), &dest, WhiteoutMode::Flatten),
         "h",
@@ -357,14 +362,14 @@ fn entries_replace_symlinks_instead_of_writing_through_them() {
         let sb = Sandbox::new();
         let before = sb.around();
         let o = sb.outside();
-        let layer = Layer::new()
+        let layer = Layer::verbatim()
             .symlink("f", &format!("{o}/victim"))
             .file("f", 0o644, b"new")
             .symlink("d", &format!("{o}/dir"))
             .dir("d/", 0o755)
             .symlink("p", &format!("{o}/victim"))
             .fifo("p", 0o600)
-            .build();
+            .tar();
         extract_layer(layer.as_slice(), &sb.dest(), mode).unwrap();
         assert_eq!(
             sb.around(),
@@ -383,10 +388,10 @@ fn a_hardlink_to_an_escaping_symlink_links_the_symlink_itself() {
     for mode in MODES {
         let sb = Sandbox::new();
         let passwd = std::fs::metadata("/etc/passwd").unwrap();
-        let layer = Layer::new()
+        let layer = Layer::verbatim()
             .symlink("s", "/etc/passwd")
             .hardlink("h", "s")
-            .build();
+            .tar();
         extract_layer(layer.as_slice(), &sb.dest(), mode).unwrap();
         let t = snapshot(&sb.dest());
         assert_eq!(t["h"].kind, Kind::Symlink("/etc/passwd".into()), "{mode:?}");
@@ -402,7 +407,7 @@ fn a_hardlink_to_an_escaping_symlink_links_the_symlink_itself() {
 #[test]
 fn malformed_tar_is_an_error_not_a_panic() {
     let sb = Sandbox::new();
-    let mut layer = Layer::new().file("a", 0o644, &[7u8; 2000]).build();
+    let mut layer = Layer::verbatim().file("a", 0o644, [7u8; 2000]).tar();
     layer.truncate(1000);
     let res = extract_layer(layer.as_slice(), &sb.dest(), WhiteoutMode::Flatten);
     assert!(res.is_err(), "a truncated tar must fail: {res:?}");
@@ -443,7 +448,7 @@ fn deep_and_long_paths_have_limits() {
             "path over PATH_MAX",
         );
         // Whiteouts of deep trees (Flatten) remove them without recursing.
-        let wh = Layer::new().whiteout("a").build();
+        let wh = Layer::verbatim().whiteout("a").tar();
         extract_layer(wh.as_slice(), &sb.dest(), mode).unwrap();
     }
 }

@@ -1,11 +1,12 @@
 //! Layer extraction per the OCI layer spec, in both whiteout modes, and the
 //! overlay of Overlay-mode layer dirs compared with the Flatten result.
-mod extract_support;
+mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use extract_support::{comparable, snapshot, Kind, Layer};
+use support::tree::{comparable, snapshot, Kind};
+use support::Layer;
 use xfn::image::extract::{
     extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
 };
@@ -43,7 +44,7 @@ fn content(root: &Path, rel: &str) -> Vec<u8> {
 #[test]
 fn files_dirs_links_fifos_modes_and_times() {
     let tmp = tempfile::tempdir().unwrap();
-    let layer = Layer::new()
+    let layer = Layer::verbatim()
         .mtime(1_500_000_000)
         .dir("bin/", 0o755)
         .file("bin/tool", 0o4755, b"#!/bin/sh\n")
@@ -54,13 +55,13 @@ fn files_dirs_links_fifos_modes_and_times() {
         .symlink("rel", "bin/tool")
         .hardlink("bin/tool2", "bin/tool")
         .fifo("run.fifo", 0o620)
-        .raw(tar::EntryType::Char, "dev-null", "", 0o666, b"")
+        .entry(tar::EntryType::Char, "dev-null", "", 0o666, b"")
         .mtime(1_400_000_000)
         .file("bin/later", 0o600, b"x")
         // Bits the usual umask (022) takes away must come back.
         .file("bin/shared", 0o666, b"w")
         .file("bin/all", 0o777, b"w")
-        .build();
+        .tar();
     let dest = tmp.path().join("root");
     std::fs::create_dir(&dest).unwrap();
     let stats = extract_layer(layer.as_slice(), &dest, WhiteoutMode::Flatten).unwrap();
@@ -98,12 +99,12 @@ fn ownership_is_kept_as_root() {
         "this test checks ownership as root: run the tests as root"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let layer = Layer::new()
+    let layer = Layer::verbatim()
         .owner(1234, 5678)
         .dir("home/", 0o755)
         .file("home/f", 0o2755, b"setgid")
         .symlink("home/l", "f")
-        .build();
+        .tar();
     apply(&layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
     let t = snapshot(tmp.path());
     for p in ["home", "home/f", "home/l"] {
@@ -115,11 +116,14 @@ fn ownership_is_kept_as_root() {
     // A file owned by us, in a setgid directory of a lower layer, still
     // gets the group its entry says (not the directory's).
     let tmp = tempfile::tempdir().unwrap();
-    let lower = Layer::new().owner(0, 5678).dir("shared/", 0o2775).build();
-    let upper = Layer::new()
+    let lower = Layer::verbatim()
+        .owner(0, 5678)
+        .dir("shared/", 0o2775)
+        .tar();
+    let upper = Layer::verbatim()
         .owner(0, 0)
         .file("shared/f", 0o644, b"x")
-        .build();
+        .tar();
     apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
     apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
     let t = snapshot(tmp.path());
@@ -130,20 +134,20 @@ fn ownership_is_kept_as_root() {
 
 #[test]
 fn unmapped_owners_are_tolerated_unprivileged() {
-    if !extract_support::in_unprivileged_child() {
-        extract_support::run_unprivileged("unmapped_owners_are_tolerated_unprivileged");
+    if !support::reexec::in_unprivileged_child() {
+        support::reexec::run_unprivileged("unmapped_owners_are_tolerated_unprivileged");
         return;
     }
     // In a user namespace mapping only our own id to 0: owner 1234 cannot
     // be set, extraction goes on and the file is ours.
     let tmp = tempfile::tempdir().unwrap();
-    let layer = Layer::new()
+    let layer = Layer::verbatim()
         .owner(1234, 5678)
         .dir("d/", 0o755)
         .file("d/f", 0o640, b"x")
         .owner(0, 0)
         .file("d/g", 0o600, b"y")
-        .build();
+        .tar();
     apply(&layer, tmp.path(), WhiteoutMode::Overlay).unwrap();
     let md = std::fs::metadata(tmp.path().join("d/f")).unwrap();
     assert_eq!(md.uid(), 0);
@@ -161,7 +165,7 @@ type Case = (
 );
 
 fn whiteout_cases() -> Vec<Case> {
-    let base = Layer::new()
+    let base = Layer::verbatim()
         .dir("a/", 0o755)
         .file("a/x", 0o644, b"old")
         .file("a/y", 0o644, b"keep")
@@ -171,13 +175,13 @@ fn whiteout_cases() -> Vec<Case> {
         .file("d/sub/old2", 0o644, b"2")
         .dir("gone/", 0o755)
         .file("gone/f", 0o644, b"f")
-        .build();
+        .tar();
     vec![
         (
             "whiteout deletes a lower file",
             vec![
                 base.clone(),
-                Layer::new().dir("a/", 0o755).whiteout("a/x").build(),
+                Layer::verbatim().dir("a/", 0o755).whiteout("a/x").tar(),
             ],
             vec![("a/x", None), ("a/y", Some(b"keep"))],
         ),
@@ -185,11 +189,11 @@ fn whiteout_cases() -> Vec<Case> {
             "whiteout before the file it hides in the same layer",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("a/", 0o755)
                     .whiteout("a/x")
                     .file("a/x", 0o644, b"new")
-                    .build(),
+                    .tar(),
             ],
             vec![("a/x", Some(b"new")), ("a/y", Some(b"keep"))],
         ),
@@ -197,28 +201,28 @@ fn whiteout_cases() -> Vec<Case> {
             "whiteout after the file it hides in the same layer",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("a/", 0o755)
                     .file("a/x", 0o644, b"new")
                     .whiteout("a/x")
-                    .build(),
+                    .tar(),
             ],
             vec![("a/x", Some(b"new")), ("a/y", Some(b"keep"))],
         ),
         (
             "whiteout of a lower directory",
-            vec![base.clone(), Layer::new().whiteout("gone").build()],
+            vec![base.clone(), Layer::verbatim().whiteout("gone").tar()],
             vec![("gone", None), ("gone/f", None)],
         ),
         (
             "whiteout of a directory re-created after it in the same layer",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .whiteout("gone")
                     .dir("gone/", 0o755)
                     .file("gone/g", 0o644, b"g")
-                    .build(),
+                    .tar(),
             ],
             vec![("gone/f", None), ("gone/g", Some(b"g"))],
         ),
@@ -226,11 +230,11 @@ fn whiteout_cases() -> Vec<Case> {
             "whiteout of a directory re-created before it in the same layer",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("gone/", 0o755)
                     .file("gone/g", 0o644, b"g")
                     .whiteout("gone")
-                    .build(),
+                    .tar(),
             ],
             vec![("gone/f", None), ("gone/g", Some(b"g"))],
         ),
@@ -238,13 +242,13 @@ fn whiteout_cases() -> Vec<Case> {
             "opaque marker before the new content",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("d/", 0o755)
                     .opaque("d")
                     .file("d/new", 0o644, b"n")
                     .dir("d/sub/", 0o755)
                     .file("d/sub/new2", 0o644, b"n2")
-                    .build(),
+                    .tar(),
             ],
             vec![
                 ("d/old1", None),
@@ -257,13 +261,13 @@ fn whiteout_cases() -> Vec<Case> {
             "opaque marker after the new content",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("d/", 0o755)
                     .file("d/new", 0o644, b"n")
                     .dir("d/sub/", 0o755)
                     .file("d/sub/new2", 0o644, b"n2")
                     .opaque("d")
-                    .build(),
+                    .tar(),
             ],
             vec![
                 ("d/old1", None),
@@ -276,7 +280,7 @@ fn whiteout_cases() -> Vec<Case> {
             "directory replaced by a file",
             vec![
                 base.clone(),
-                Layer::new().file("d", 0o600, b"now a file").build(),
+                Layer::verbatim().file("d", 0o600, b"now a file").tar(),
             ],
             vec![("d", Some(b"now a file")), ("d/old1", None)],
         ),
@@ -284,11 +288,11 @@ fn whiteout_cases() -> Vec<Case> {
             "file replaced by a directory",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("a/", 0o755)
                     .dir("a/x/", 0o700)
                     .file("a/x/inner", 0o644, b"i")
-                    .build(),
+                    .tar(),
             ],
             vec![("a/x/inner", Some(b"i")), ("a/y", Some(b"keep"))],
         ),
@@ -296,7 +300,7 @@ fn whiteout_cases() -> Vec<Case> {
             "file replaced by a symlink",
             vec![
                 base.clone(),
-                Layer::new().dir("a/", 0o755).symlink("a/x", "y").build(),
+                Layer::verbatim().dir("a/", 0o755).symlink("a/x", "y").tar(),
             ],
             // Read through the link: a/x now shows a/y's content.
             vec![("a/x", Some(b"keep"))],
@@ -305,15 +309,15 @@ fn whiteout_cases() -> Vec<Case> {
             "three layers stacked",
             vec![
                 base.clone(),
-                Layer::new()
+                Layer::verbatim()
                     .dir("a/", 0o755)
                     .file("a/x", 0o644, b"v2")
-                    .build(),
-                Layer::new()
+                    .tar(),
+                Layer::verbatim()
                     .dir("a/", 0o755)
                     .file("a/x", 0o644, b"v3")
                     .whiteout("a/y")
-                    .build(),
+                    .tar(),
             ],
             vec![("a/x", Some(b"v3")), ("a/y", None)],
         ),
@@ -363,13 +367,13 @@ fn whiteout_cases_flatten() {
 #[test]
 fn overlay_mode_makes_overlay_whiteouts() {
     let tmp = tempfile::tempdir().unwrap();
-    let layer = Layer::new()
+    let layer = Layer::verbatim()
         .dir("a/", 0o755)
         .whiteout("a/x")
         .dir("d/", 0o755)
         .opaque("d")
         .file("d/new", 0o644, b"n")
-        .build();
+        .tar();
     apply(&layer, tmp.path(), WhiteoutMode::Overlay).unwrap();
     let t = snapshot(tmp.path());
     assert_eq!(
@@ -417,30 +421,30 @@ fn overlay_xattrs_from_the_layer_are_not_applied() {
 #[test]
 fn flatten_of_n_layers_equals_expected_tree() {
     let layers = vec![
-        Layer::new()
+        Layer::verbatim()
             .dir("etc/", 0o755)
             .file("etc/os", 0o644, b"base")
             .dir("usr/", 0o755)
             .dir("usr/lib/", 0o755)
             .file("usr/lib/a.so", 0o755, b"a")
             .symlink("lib", "usr/lib")
-            .build(),
-        Layer::new()
+            .tar(),
+        Layer::verbatim()
             .dir("etc/", 0o755)
             .file("etc/app.conf", 0o600, b"conf")
             .dir("usr/", 0o755)
             .dir("usr/lib/", 0o755)
             .whiteout("usr/lib/a.so")
             .file("usr/lib/b.so", 0o755, b"b")
-            .build(),
-        Layer::new()
+            .tar(),
+        Layer::verbatim()
             .mtime(1_700_000_000)
             .dir("etc/", 0o750)
             .whiteout("etc/os")
             .dir("app/", 0o755)
             .file("app/run", 0o755, b"run")
             .hardlink("app/run2", "app/run")
-            .build(),
+            .tar(),
     ];
     let tmp = tempfile::tempdir().unwrap();
     flatten(&layers, tmp.path());
@@ -507,22 +511,22 @@ fn overlay_equals_flatten() {
     cases.push((
         "lower symlink replaced by a directory on the way",
         vec![
-            Layer::new()
+            Layer::verbatim()
                 .symlink("a", "/")
                 .dir("b/", 0o755)
                 .file("b/f", 0o644, b"f")
-                .build(),
+                .tar(),
             // The directories' own entries come after the files that go
             // through them (so those meet the lower non-directories first),
             // and give them definite mtimes.
-            Layer::new()
+            Layer::verbatim()
                 .file("a/etc/x", 0o644, b"x")
-                .raw(tar::EntryType::Regular, "b/f/g", "", 0o644, b"g")
+                .entry(tar::EntryType::Regular, "b/f/g", "", 0o644, b"g")
                 .dir("a/", 0o755)
                 .dir("a/etc/", 0o755)
                 .dir("b/", 0o755)
                 .dir("b/f/", 0o755)
-                .build(),
+                .tar(),
         ],
         vec![],
     ));
@@ -542,22 +546,22 @@ fn overlay_equals_flatten() {
 
 #[test]
 fn overlay_equals_flatten_as_root() {
-    if extract_support::in_mount_namespace_child() {
+    if support::reexec::in_mount_namespace_child() {
         return overlay_equals_flatten();
     }
     assert!(
         rustix::process::geteuid().is_root(),
         "this test mounts overlays as real root: run the tests as root"
     );
-    extract_support::run_in_mount_namespace("overlay_equals_flatten_as_root");
+    support::reexec::run_in_mount_namespace("overlay_equals_flatten_as_root");
 }
 
 #[test]
 fn overlay_equals_flatten_unprivileged() {
-    if extract_support::in_unprivileged_child() {
+    if support::reexec::in_unprivileged_child() {
         return overlay_equals_flatten();
     }
-    extract_support::run_unprivileged("overlay_equals_flatten_unprivileged");
+    support::reexec::run_unprivileged("overlay_equals_flatten_unprivileged");
 }
 
 #[test]
@@ -602,20 +606,20 @@ fn long_names_and_link_targets() {
 fn read_only_lower_dirs_without_privilege() {
     // No user namespace, no capabilities: deleting from a lower 0555 dir
     // needs it writable for a moment; its mode must come back.
-    if !extract_support::in_no_privilege_child() {
-        return extract_support::run_without_privilege("read_only_lower_dirs_without_privilege");
+    if !support::reexec::in_no_privilege_child() {
+        return support::reexec::run_without_privilege("read_only_lower_dirs_without_privilege");
     }
     let tmp = tempfile::tempdir().unwrap();
-    let lower = Layer::new()
+    let lower = Layer::verbatim()
         .owner(65532, 65532)
         .dir("ro/", 0o555)
         .file("ro/f", 0o444, b"f")
         .file("ro/g", 0o444, b"g")
-        .build();
-    let upper = Layer::new()
+        .tar();
+    let upper = Layer::verbatim()
         .whiteout("ro/f")
         .file("ro/g", 0o644, b"new")
-        .build();
+        .tar();
     apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
     apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
     let t = snapshot(tmp.path());

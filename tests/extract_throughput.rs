@@ -1,18 +1,18 @@
 //! Extraction throughput on ~50 MB layers: many small files, and a few big
 //! ones. Prints MB/s (run with `--nocapture`); checks only correctness, never
 //! a time.
-mod extract_support;
+mod support;
 
 use std::time::Instant;
 
-use extract_support::Layer;
+use support::Layer;
 use xfn::image::extract::{extract_layer, WhiteoutMode};
 
 const MB: f64 = 1024.0 * 1024.0;
 
 fn small_files_layer() -> (Vec<u8>, usize) {
     // 12,800 files of 4 KiB in 128 directories: 50 MiB of content.
-    let mut layer = Layer::new();
+    let mut layer = Layer::verbatim();
     let data = vec![b's'; 4096];
     let mut n = 0;
     for d in 0..128 {
@@ -22,17 +22,17 @@ fn small_files_layer() -> (Vec<u8>, usize) {
             n += 1;
         }
     }
-    (layer.dir("usr/", 0o755).dir("usr/share/", 0o755).build(), n)
+    (layer.dir("usr/", 0o755).dir("usr/share/", 0o755).tar(), n)
 }
 
 fn big_files_layer() -> (Vec<u8>, usize) {
     // 5 files of 10 MiB.
-    let mut layer = Layer::new().dir("opt/", 0o755);
+    let mut layer = Layer::verbatim().dir("opt/", 0o755);
     let data: Vec<u8> = (0..10 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
     for f in 0..5 {
         layer = layer.file(&format!("opt/blob{f}"), 0o755, &data);
     }
-    (layer.build(), 5)
+    (layer.tar(), 5)
 }
 
 /// CPU seconds (user + system) this thread has used: unlike wall time, not

@@ -2,11 +2,13 @@
 //! and from each other, cleanup on every path, many layers. Each test runs
 //! twice: as real root in a private mount namespace, and as uid 65532 with no
 //! capabilities in its own user + mount namespace (the rootless path).
-mod extract_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 
-use extract_support::{comparable, mounted_under, snapshot, Kind, Layer};
+use support::reexec::mounted_under;
+use support::tree::{comparable, snapshot, Kind};
+use support::Layer;
 use xfn::image::extract::{extract_layer, WhiteoutMode};
 use xfn::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsMode, RootfsOptions};
 
@@ -16,29 +18,29 @@ macro_rules! in_both_namespaces {
     ($root:ident, $unpriv:ident, $body:ident) => {
         #[test]
         fn $root() {
-            if extract_support::in_mount_namespace_child() {
+            if support::reexec::in_mount_namespace_child() {
                 return $body();
             }
             assert!(
                 rustix::process::geteuid().is_root(),
                 "this test mounts as real root: run the tests as root"
             );
-            extract_support::run_in_mount_namespace(stringify!($root));
+            support::reexec::run_in_mount_namespace(stringify!($root));
         }
 
         #[test]
         fn $unpriv() {
-            if extract_support::in_unprivileged_child() {
+            if support::reexec::in_unprivileged_child() {
                 return $body();
             }
-            extract_support::run_unprivileged(stringify!($unpriv));
+            support::reexec::run_unprivileged(stringify!($unpriv));
         }
     };
 }
 
 fn image_layers() -> Vec<Vec<u8>> {
     vec![
-        Layer::new()
+        Layer::verbatim()
             .dir("bin/", 0o755)
             .file("bin/app", 0o755, b"v1")
             .dir("etc/", 0o755)
@@ -47,8 +49,8 @@ fn image_layers() -> Vec<Vec<u8>> {
             .dir("data/", 0o755)
             .file("data/old", 0o644, b"old")
             .symlink("sh", "bin/app")
-            .build(),
-        Layer::new()
+            .tar(),
+        Layer::verbatim()
             .dir("bin/", 0o755)
             .file("bin/app", 0o755, b"v2")
             .hardlink("bin/app2", "bin/app")
@@ -58,7 +60,7 @@ fn image_layers() -> Vec<Vec<u8>> {
             .opaque("data")
             .file("data/new", 0o600, b"new")
             .fifo("pipe", 0o644)
-            .build(),
+            .tar(),
     ]
 }
 
@@ -206,8 +208,8 @@ in_both_namespaces!(
 fn overlay_probe_fails_without_a_mount_namespace_privilege() {
     // Outside any namespace, unprivileged: no mount is possible, Auto falls
     // back to copy and Overlay is refused.
-    if !extract_support::in_no_privilege_child() {
-        return extract_support::run_without_privilege(
+    if !support::reexec::in_no_privilege_child() {
+        return support::reexec::run_without_privilege(
             "overlay_probe_fails_without_a_mount_namespace_privilege",
         );
     }
@@ -229,15 +231,15 @@ fn copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_noth
     // needs the mount privilege xfn has in its namespace. Without it, copy
     // mode fails up front, naming the mount, instead of writing to disk
     // unbounded; and it leaves no run dir behind.
-    if !extract_support::in_no_privilege_child() {
-        return extract_support::run_without_privilege(
+    if !support::reexec::in_no_privilege_child() {
+        return support::reexec::run_without_privilege(
             "copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_nothing",
         );
     }
     let tmp = tempfile::tempdir().unwrap();
     let flat = tmp.path().join("flat");
     std::fs::create_dir(&flat).unwrap();
-    let layer = Layer::new().file("f", 0o444, b"f").build();
+    let layer = Layer::verbatim().file("f", 0o444, b"f").tar();
     extract_layer(layer.as_slice(), &flat, WhiteoutMode::Flatten).unwrap();
     let run = tmp.path().join("run");
     let err = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run)
@@ -261,10 +263,10 @@ fn many_layers(n: usize, legacy: bool) {
     for i in 0..n {
         let d = store.join(format!("{i:064x}"));
         std::fs::create_dir(&d).unwrap();
-        let layer = Layer::new()
+        let layer = Layer::verbatim()
             .file(&format!("f{i}"), 0o644, format!("{i}").as_bytes())
             .file("common", 0o644, format!("top is {i}").as_bytes())
-            .build();
+            .tar();
         extract_layer(layer.as_slice(), &d, WhiteoutMode::Overlay).unwrap();
         dirs.push(d);
     }
@@ -364,10 +366,10 @@ fn odd_layer_paths() {
         for (i, name) in ["low:er,0", "up,per:1"].iter().enumerate() {
             let d = tmp.path().join(name);
             std::fs::create_dir(&d).unwrap();
-            let layer = Layer::new()
+            let layer = Layer::verbatim()
                 .file(&format!("f{i}"), 0o644, b"x")
                 .file("top", 0o644, name.as_bytes())
-                .build();
+                .tar();
             extract_layer(layer.as_slice(), &d, WhiteoutMode::Overlay).unwrap();
             dirs.push(d);
         }

@@ -1,7 +1,11 @@
 //! Deterministic layer tarballs built in Rust: files, dirs, symlinks,
 //! hardlinks, FIFOs, whiteouts and opaque markers, compressed with gzip,
-//! zstd or not at all. Every header has mtime 0 and the owner you set, so the
-//! same builder calls always give the same digest.
+//! zstd or not at all. Every header has mtime 0 (unless set) and the owner
+//! you set, so the same builder calls always give the same digest.
+//! [`Layer::verbatim`] writes every entry byte by byte instead, its names
+//! as given, so the extractor tests can build the hostile entries (`../x`,
+//! absolute links) the `tar` crate's builder refuses; [`Layer::entry`]
+//! adds one of any type.
 use std::io::Write;
 
 use sha2::{Digest, Sha256};
@@ -96,6 +100,7 @@ struct Entry {
     mode: u32,
     uid: u64,
     gid: u64,
+    mtime: u64,
     kind: Kind,
 }
 
@@ -107,6 +112,9 @@ pub struct Layer {
     entries: Vec<Entry>,
     uid: u64,
     gid: u64,
+    mtime: u64,
+    /// Names kept as given and every entry forged (see [`Layer::verbatim`]).
+    verbatim: bool,
     compression: Compression,
     media_type: Option<String>,
     /// A blob made elsewhere (a bomb streamed into its compressor): used
@@ -132,9 +140,69 @@ impl Layer {
             entries: Vec::new(),
             uid: 0,
             gid: 0,
+            mtime: 0,
+            verbatim: false,
             compression: Compression::Gzip,
             media_type: None,
             prebuilt: None,
+        }
+    }
+
+    /// A layer whose entries are written byte by byte as ustar headers,
+    /// names and link targets exactly as given (absolute, `..`, empty:
+    /// nothing is checked or normalised), mtime 1_600_000_000 unless set.
+    /// For the extractor's tests; [`Layer::tar`] is the layer.
+    pub fn verbatim() -> Layer {
+        Layer {
+            verbatim: true,
+            mtime: 1_600_000_000,
+            ..Layer::new()
+        }
+    }
+
+    /// Entries added after this have modification time `mtime` (seconds).
+    pub fn mtime(mut self, mtime: u64) -> Layer {
+        self.mtime = mtime;
+        self
+    }
+
+    /// Appends one forged entry of `kind` (any type, devices included):
+    /// `path` and `link` go into the header as they are, `data` is its body.
+    pub fn entry(
+        mut self,
+        kind: tar::EntryType,
+        path: &str,
+        link: &str,
+        mode: u32,
+        data: &[u8],
+    ) -> Layer {
+        let bytes = raw_entry(
+            kind,
+            path,
+            link,
+            mode,
+            (self.uid, self.gid),
+            self.mtime,
+            data,
+        );
+        self.entries.push(Entry {
+            path: String::new(),
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            mtime: 0,
+            kind: Kind::Raw(bytes),
+        });
+        self
+    }
+
+    /// A path as this layer writes it: as given when verbatim, else
+    /// relative to the rootfs.
+    fn name(&self, path: &str) -> String {
+        if self.verbatim {
+            path.to_string()
+        } else {
+            rel(path)
         }
     }
 
@@ -160,6 +228,7 @@ impl Layer {
             mode: 0,
             uid: 0,
             gid: 0,
+            mtime: 0,
             kind: Kind::Raw(bytes),
         });
         self
@@ -222,10 +291,11 @@ impl Layer {
 
     fn push(mut self, path: &str, mode: u32, kind: Kind) -> Layer {
         self.entries.push(Entry {
-            path: rel(path),
+            path: self.name(path),
             mode,
             uid: self.uid,
             gid: self.gid,
+            mtime: self.mtime,
             kind,
         });
         self
@@ -250,7 +320,8 @@ impl Layer {
     /// A hardlink `path` to the earlier entry `target` (absolute or relative
     /// to the root; stored relative, as tar does).
     pub fn hardlink(self, path: &str, target: &str) -> Layer {
-        self.push(path, 0o644, Kind::Hardlink(rel(target)))
+        let target = self.name(target);
+        self.push(path, 0o644, Kind::Hardlink(target))
     }
 
     /// A named pipe.
@@ -260,7 +331,7 @@ impl Layer {
 
     /// A whiteout deleting `path` from the layers below (`.wh.NAME`).
     pub fn whiteout(self, path: &str) -> Layer {
-        let path = rel(path);
+        let path = self.name(path);
         let (parent, name) = match path.rsplit_once('/') {
             Some((parent, name)) => (format!("{parent}/"), name.to_string()),
             None => (String::new(), path.clone()),
@@ -275,7 +346,7 @@ impl Layer {
     /// An opaque marker: `dir` hides everything below it in lower layers
     /// (`DIR/.wh..wh..opq`).
     pub fn opaque(self, dir: &str) -> Layer {
-        let dir = rel(dir);
+        let dir = self.name(dir);
         self.push(
             &format!("{dir}/.wh..wh..opq"),
             0o644,
@@ -288,11 +359,17 @@ impl Layer {
         let mut builder = tar::Builder::new(Vec::new());
         builder.mode(tar::HeaderMode::Deterministic);
         for entry in &self.entries {
+            if self.verbatim {
+                if let Some(bytes) = self.forged(entry) {
+                    builder.get_mut().extend_from_slice(&bytes);
+                    continue;
+                }
+            }
             let mut header = tar::Header::new_gnu();
             header.set_mode(entry.mode);
             header.set_uid(entry.uid);
             header.set_gid(entry.gid);
-            header.set_mtime(0);
+            header.set_mtime(entry.mtime);
             header.set_size(0);
             let result = match &entry.kind {
                 Kind::Dir => {
@@ -324,6 +401,29 @@ impl Layer {
             result.expect("append tar entry");
         }
         builder.into_inner().expect("finish tar")
+    }
+
+    /// A verbatim layer's entry, byte by byte (`None` for raw bytes,
+    /// which go in as they are anyway).
+    fn forged(&self, entry: &Entry) -> Option<Vec<u8>> {
+        use tar::EntryType as T;
+        let (kind, link, data): (T, &str, &[u8]) = match &entry.kind {
+            Kind::Dir => (T::Directory, "", b""),
+            Kind::File(data) => (T::Regular, "", data),
+            Kind::Symlink(target) => (T::Symlink, target, b""),
+            Kind::Hardlink(target) => (T::Link, target, b""),
+            Kind::Fifo => (T::Fifo, "", b""),
+            Kind::Raw(_) => return None,
+        };
+        Some(raw_entry(
+            kind,
+            &entry.path,
+            link,
+            entry.mode,
+            (entry.uid, entry.gid),
+            entry.mtime,
+            data,
+        ))
     }
 
     /// The compressed blob, its media type for `format`, and the diff id.
@@ -379,6 +479,41 @@ pub fn default_media_type(format: super::image::Format, compression: Compression
         (Format::Docker, Compression::None) => "application/vnd.docker.image.rootfs.diff.tar",
         (Format::Docker, Compression::Gzip) => "application/vnd.docker.image.rootfs.diff.tar.gzip",
     }
+}
+
+/// One whole entry as tar bytes, unchecked: a ustar header of `kind` with
+/// `name` and `link` copied in as they are (absolute, `..`, anything under
+/// 100 bytes), `mode`, `owner`, `mtime`, then `data` padded to whole blocks.
+pub fn raw_entry(
+    kind: tar::EntryType,
+    name: &str,
+    link: &str,
+    mode: u32,
+    owner: (u64, u64),
+    mtime: u64,
+    data: &[u8],
+) -> Vec<u8> {
+    assert!(
+        name.len() <= 100 && link.len() <= 100,
+        "raw names fit the header"
+    );
+    let mut h = tar::Header::new_ustar();
+    {
+        let ustar = h.as_ustar_mut().expect("ustar header");
+        ustar.name[..name.len()].copy_from_slice(name.as_bytes());
+        ustar.linkname[..link.len()].copy_from_slice(link.as_bytes());
+    }
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_uid(owner.0);
+    h.set_gid(owner.1);
+    h.set_mtime(mtime);
+    h.set_size(data.len() as u64);
+    h.set_cksum();
+    let mut bytes = h.as_bytes().to_vec();
+    bytes.extend_from_slice(data);
+    bytes.resize(bytes.len().next_multiple_of(512), 0);
+    bytes
 }
 
 /// `sha256:<hex>` of `data`.

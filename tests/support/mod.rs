@@ -9,6 +9,8 @@
 //!   blobs longer or shorter than their descriptors, drip-feeding).
 //! - [`layer::Layer`]: deterministic layer tarballs (files, dirs, symlinks,
 //!   hardlinks, FIFOs, whiteouts, opaque dirs; gzip/zstd/plain);
+//!   [`layer::Layer::verbatim`] forges every entry with its names as given
+//!   (hostile `../` and absolute paths) for the extractor's tests;
 //!   [`layer::Layer::busybox`] is a ready base layer from `/bin/busybox`
 //!   (Debian package `busybox-static`).
 //! - [`image::ImageBuilder`] / [`image::IndexBuilder`]: config + manifest
@@ -21,6 +23,9 @@
 //!   image, or a running server.
 //! - [`hostile`]: layer blobs too big to build in memory (bombs, huge
 //!   headers), as streams of forged tar blocks and runs of one byte.
+//! - [`tree::snapshot`]: a directory tree's types, contents and metadata,
+//!   to compare; [`reexec`]: re-runs one test as an unprivileged user, in
+//!   a user or mount namespace of its own.
 //! - [`child::ChildGuard`] kills a child when a test ends;
 //!   [`child::measure`] runs one and reports its peak memory and the bytes
 //!   it wrote.
@@ -46,9 +51,11 @@ pub mod hostile;
 pub mod http;
 pub mod image;
 pub mod layer;
+pub mod reexec;
 pub mod registry;
 pub mod render;
 pub mod tls;
+pub mod tree;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

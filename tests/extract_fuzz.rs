@@ -26,18 +26,6 @@ const BUDGET: u64 = 4096;
 /// Entries a layer may hold: fewer than the longest layers generated.
 const MAX_ENTRIES: u64 = 10;
 
-/// The cases of one property: `PROPTEST_CASES` when set (the long run of
-/// `scripts/fuzz.sh`), else `quick`.
-fn config(quick: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::default();
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = quick;
-    }
-    // A failure is reported with the smallest layer that shows it.
-    config.failure_persistence = None;
-    config
-}
-
 /// A path of 1–4 components, the hostile ones often, sometimes absolute.
 fn path() -> impl Strategy<Value = String> {
     let component = prop_oneof![
@@ -226,7 +214,7 @@ fn modes() -> impl Strategy<Value = (WhiteoutMode, bool)> {
 }
 
 proptest! {
-    #![proptest_config(config(128))]
+    #![proptest_config(support::fuzz::config(128))]
 
     #[test]
     fn arbitrary_layers_stay_inside_and_within_bounds(tar in layer(), (mode, openat2) in modes()) {

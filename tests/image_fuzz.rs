@@ -3,17 +3,10 @@
 //! fixpoint whose parts are safe to name files and URLs by. Manifests and
 //! configs are fuzzed where they are parsed (`src/image/pull/manifest.rs`).
 //! `scripts/fuzz.sh` runs these with many more cases (`PROPTEST_CASES`).
+mod support;
+
 use proptest::prelude::*;
 use xfn::image::ImageReference;
-
-fn config(quick: u32) -> ProptestConfig {
-    let mut config = ProptestConfig::default();
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = quick;
-    }
-    config.failure_persistence = None;
-    config
-}
 
 /// Strings made of what references are made of, hostile parts often.
 fn reference_like() -> impl Strategy<Value = String> {
@@ -66,7 +59,7 @@ fn check(s: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(support::fuzz::config(512))]
 
     #[test]
     fn reference_like_strings_parse_to_a_safe_fixpoint(s in reference_like()) {

@@ -169,31 +169,15 @@ impl Layer {
     /// Appends one forged entry of `kind` (any type, devices included):
     /// `path` and `link` go into the header as they are, `data` is its body.
     pub fn entry(
-        mut self,
+        self,
         kind: tar::EntryType,
         path: &str,
         link: &str,
         mode: u32,
         data: &[u8],
     ) -> Layer {
-        let bytes = raw_entry(
-            kind,
-            path,
-            link,
-            mode,
-            (self.uid, self.gid),
-            self.mtime,
-            data,
-        );
-        self.entries.push(Entry {
-            path: String::new(),
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            mtime: 0,
-            kind: Kind::Raw(bytes),
-        });
-        self
+        let (owner, mtime) = ((self.uid, self.gid), self.mtime);
+        self.raw(raw_entry(kind, path, link, mode, owner, mtime, data))
     }
 
     /// A path as this layer writes it: as given when verbatim, else

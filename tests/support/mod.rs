@@ -47,6 +47,7 @@
 
 pub mod child;
 pub mod function_server;
+pub mod fuzz;
 pub mod hostile;
 pub mod http;
 pub mod image;

@@ -65,13 +65,7 @@ pub fn run_unprivileged(name: &str) {
         .env("TMPDIR", "/tmp")
         .output()
         .expect("setpriv (util-linux) must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "unprivileged run of {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    passed("unprivileged", name, &out);
 }
 
 /// Re-runs the test `name` of this test binary as root in a new, private
@@ -87,13 +81,7 @@ pub fn run_in_mount_namespace(name: &str) {
         .env("XFN_TEST_MOUNTNS_CHILD", "1")
         .output()
         .expect("unshare (util-linux) must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "mount-namespace run of {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    passed("mount-namespace", name, &out);
 }
 
 /// Whether this process is the copy re-executed in a private mount namespace.
@@ -121,18 +109,23 @@ pub fn run_without_privilege(name: &str) {
         .env("TMPDIR", "/tmp")
         .output()
         .expect("setpriv (util-linux) must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "unprivileged run of {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
-    );
+    passed("unprivileged", name, &out);
 }
 
 /// Whether this process is the copy re-executed by [`run_without_privilege`].
 pub fn in_no_privilege_child() -> bool {
     std::env::var_os("XFN_TEST_NOPRIV_CHILD").is_some()
+}
+
+/// Panics unless the re-run `name` (`what` run) passed its one test.
+fn passed(what: &str, name: &str, out: &std::process::Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{what} run of {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
 }
 
 /// Whether anything is mounted at or under `path` (per /proc/self/mountinfo).

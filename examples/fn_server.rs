@@ -144,7 +144,7 @@ async fn serve(address: SocketAddr, versions: Serve) -> Result<(), String> {
         .add_service(reflection)
         .add_optional_service(v1)
         .add_optional_service(v1beta1)
-        .serve_with_incoming_shutdown(xfn::server::listen::tcp_incoming(listener), async move {
+        .serve_with_incoming_shutdown(xfn::serving::listen::tcp_incoming(listener), async move {
             let _ = stopped.await;
         });
     eprintln!("fn_server: serving {versions:?} (plaintext) on {local}");

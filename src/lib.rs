@@ -11,7 +11,10 @@
 //! ```
 //!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
-//! `xfn start`, `xfn render`, `xfn adapt`) calls.
+//! `xfn start`, `xfn render`, `xfn adapt`) calls. The two gRPC front ends,
+//! [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`), are thin services
+//! over one [`serving`] layer (listen, admission, deadlines, drain, metrics,
+//! status mapping).
 pub mod adaptor;
 pub mod compose;
 pub mod duration;
@@ -24,3 +27,4 @@ pub mod rootfs;
 pub mod runner;
 pub mod sandbox;
 pub mod server;
+pub mod serving;

@@ -93,6 +93,21 @@ impl Adapt {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    fn sigterm(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+
+    /// Waits for xfn adapt to exit (off the async runtime's threads).
+    async fn wait(mut self) -> (std::process::ExitStatus, String) {
+        tokio::task::spawn_blocking(move || {
+            let status = self.child.wait().unwrap();
+            (status, self.log_text())
+        })
+        .await
+        .unwrap()
+    }
+
     /// The value of `xfn_runs_total{outcome="OUTCOME"}` (0 when absent).
     fn runs(&self, outcome: &str) -> u64 {
         self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
@@ -603,4 +618,95 @@ async fn an_unprivileged_user_without_capabilities_serves_calls() {
         &["--insecure"],
     );
     call_ok(&adapt).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thirty_two_concurrent_callers_with_default_flags_are_all_served() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    // A connection per caller, as many reconcilers would dial; far more
+    // callers than the CPUs the adaptor runs at once by default.
+    let mut calls = Vec::new();
+    for i in 0..32 {
+        let mut client = V1Client::new(plain_channel(adapt.port).await);
+        let tag = format!("caller-{i}");
+        let mut req = tonic::Request::new(request("ok", &tag));
+        req.set_timeout(Duration::from_secs(120));
+        calls.push(tokio::spawn(async move {
+            (tag, client.run_function(req).await)
+        }));
+    }
+    for call in calls {
+        let (tag, result) = call.await.unwrap();
+        let response = result
+            .unwrap_or_else(|s| panic!("{tag}: {s:?}\n{}", adapt.log_text()))
+            .into_inner();
+        assert_eq!(response.results[0].message, "hello from the container");
+        assert_eq!(response.meta.unwrap().tag, tag);
+    }
+    assert_eq!(adapt.runs("ok"), 32, "{}", adapt.log_text());
+    assert_eq!(adapt.metric("xfn_runs_queued"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(
+        dir.path(),
+        &[
+            "--image",
+            &image,
+            "--max-concurrent-runs",
+            "1",
+            "--max-queued-runs",
+            "1",
+        ],
+        &["--insecure"],
+    );
+    let channel = plain_channel(adapt.port).await;
+    let call = |tag: &'static str| {
+        let mut client = V1Client::new(channel.clone());
+        tokio::spawn(async move { client.run_function(request("slow", tag)).await })
+    };
+    let running = call("running");
+    wait_for("one run in flight", &adapt, || {
+        adapt.metric("xfn_runs_in_flight") == 1
+    });
+    let queued = call("queued");
+    wait_for("the second call queued", &adapt, || {
+        adapt.metric("xfn_runs_queued") == 1
+    });
+    // The queue is bounded: past its cap, the caller is told at once.
+    let refused = V1Client::new(channel.clone())
+        .run_function(request("slow", "refused"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("--max-queued-runs"),
+        "{refused:?}"
+    );
+
+    // SIGTERM: no new calls, but the run in flight and the queued call both
+    // finish within the grace period, and the adaptor exits 0.
+    adapt.sigterm();
+    for (call, tag) in [(running, "running"), (queued, "queued")] {
+        let response = call
+            .await
+            .unwrap()
+            .unwrap_or_else(|s| panic!("{tag}: {s:?}\n{}", adapt.log_text()))
+            .into_inner();
+        assert_eq!(response.meta.unwrap().tag, tag);
+    }
+    let (status, log) = adapt.wait().await;
+    assert!(status.success(), "{status}\n{log}");
+    assert!(log.contains("every run finished"), "{log}");
 }

@@ -373,6 +373,64 @@ async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_deadline_the_queue_cannot_meet_is_refused_at_once_while_ample_ones_are_all_served() {
+    let registry = Registry::start();
+    // Runs that take a while: a queue of them is seconds deep.
+    let slow = script_image(&registry, "slow:v1", "sleep 0.5; cat");
+    let daemon = Daemon::start(&["--max-concurrent-runs", "1"]).await;
+    let client = daemon.client().await;
+    let calls: Vec<_> = (0..14)
+        .map(|i| {
+            let mut client = client.clone();
+            let input = format!("{FUNCTION_IO}# call {i}\n");
+            let mut req = tonic::Request::new(request(&slow, &input));
+            req.set_timeout(Duration::from_secs(120));
+            tokio::spawn(async move { (input, client.run_function(req).await) })
+        })
+        .collect();
+    // The daemon has seen the runs it estimates from (8), and 5 calls
+    // still wait behind the one running: seconds of whole runs.
+    daemon
+        .wait_for_metric("xfn_runs_total{outcome=\"ok\"}", 8.0)
+        .await;
+
+    // A caller that can wait 200 ms is told now, not at its deadline (the
+    // daemon's own answer: this client sets no timer of its own).
+    let mut raw = daemon.raw_client().await;
+    let mut req = tonic::Request::new(request(&slow, FUNCTION_IO));
+    req.set_timeout(Duration::from_millis(200));
+    let status = raw.run_function(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    for part in [
+        "calls are queued for 1 run slots",
+        "would wait at least",
+        "past its deadline",
+    ] {
+        assert!(status.message().contains(part), "{part}: {status:?}");
+    }
+
+    // Everyone with an ample deadline is served.
+    for call in calls {
+        let (input, result) = call.await.unwrap();
+        let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+        assert_eq!(out.into_inner().output, input.as_bytes());
+    }
+    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 14.0);
+    assert_eq!(
+        daemon
+            .metric("xfn_runs_total{outcome=\"resource_exhausted\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        daemon
+            .metric("xfn_runs_total{outcome=\"deadline_exceeded\"}")
+            .await,
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_runs_by_outcome() {
     let registry = Registry::start();
     let echo = echo_image(&registry, "echo:v1");

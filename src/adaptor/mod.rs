@@ -3,9 +3,13 @@
 //! modern Crossplane Function (`FunctionRunnerService`, v1 and v1beta1).
 //!
 //! ```text
-//! gRPC call ─► response cache? ─► run slot ─► Runner::run(image, request JSON)
+//! gRPC call ─► response cache? ─► serving::Calls (run slot, deadline, drain)
+//!           ─► Runner::run(image, request JSON)
 //!           ─► RunFunctionResponse from stdout ─► meta.tag ─► cache (meta.ttl)
 //! ```
+//!
+//! Listening, admission, draining, metrics and status mapping are the
+//! serving layer's ([`crate::serving`]), shared with `xfn start`.
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
@@ -17,15 +21,13 @@ pub mod wrap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
 use tonic::Status;
 
 use crate::compose::json::{request_to_json, response_from_json};
 use crate::proto::v1 as pb;
 use crate::runner::{RunConfig, Runner};
-use crate::server::metrics::Metrics;
-use crate::server::service::outcome_label;
-use crate::server::status_of;
+use crate::serving::deadline::effective_timeout;
+use crate::serving::{status_of, Calls};
 use cache::{ttl_of, CacheKey, ResponseCache};
 
 /// Errors of setting the adaptor up.
@@ -39,9 +41,6 @@ pub enum AdaptorError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The gRPC server failed.
-    #[error(transparent)]
-    Serve(#[from] crate::server::serve::ServeError),
 }
 
 /// How the adaptor runs calls.
@@ -52,8 +51,6 @@ pub struct AdaptorOptions {
     pub name: String,
     /// The run configuration of every call (timeout, pull policy, limits).
     pub run: RunConfig,
-    /// Runs at once; later calls wait.
-    pub max_concurrent_runs: usize,
     /// Responses kept for their `meta.ttl`, or `None` for no cache.
     pub response_cache_size: Option<usize>,
 }
@@ -64,26 +61,8 @@ pub struct Adaptor {
     runner: Arc<Runner>,
     image: String,
     options: AdaptorOptions,
-    slots: Semaphore,
     cache: Option<ResponseCache>,
-    metrics: Arc<Metrics>,
-}
-
-/// Counts one in a gauge while alive: a call whose future is dropped (the
-/// client went away) still leaves the gauge right.
-struct Counted<'a>(&'a prometheus_client::metrics::gauge::Gauge);
-
-impl<'a> Counted<'a> {
-    fn new(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> Self {
-        gauge.inc();
-        Self(gauge)
-    }
-}
-
-impl Drop for Counted<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
+    calls: Arc<Calls>,
 }
 
 /// The tail of a function's stderr as text for an error message.
@@ -98,20 +77,23 @@ fn stderr_text(tail: &[u8]) -> String {
 }
 
 impl Adaptor {
-    /// An adaptor running `image` (already in the runner's store) per call.
+    /// An adaptor running `image` (already in the runner's store) per call,
+    /// its calls going through `calls`.
     pub fn new(
         runner: Arc<Runner>,
         image: String,
         options: AdaptorOptions,
-        metrics: Arc<Metrics>,
+        calls: Arc<Calls>,
     ) -> Self {
+        calls
+            .metrics()
+            .set_limits_enforced(runner.limits_unavailable().is_none());
         Self {
-            slots: Semaphore::new(options.max_concurrent_runs.max(1)),
             cache: options.response_cache_size.map(ResponseCache::new),
             runner,
             image,
             options,
-            metrics,
+            calls,
         }
     }
 
@@ -120,62 +102,58 @@ impl Adaptor {
         &self.image
     }
 
-    /// Answers one call: from the cache, or by running the container.
+    /// Answers one call due by `deadline`: from the cache, or by running the
+    /// container.
     pub async fn run_function(
         &self,
         request: pb::RunFunctionRequest,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::RunFunctionResponse, Status> {
-        let started = Instant::now();
-        let result = self.answer(request, started).await;
-        match &result {
-            Ok((_, true)) => self.metrics.record_run("cache_hit", started.elapsed()),
-            Ok((_, false)) => self.metrics.record_run("ok", started.elapsed()),
-            Err(status) => self
-                .metrics
-                .record_run(outcome_label(status.code()), started.elapsed()),
-        }
-        result.map(|(response, _)| response)
+        self.calls
+            .answer(&self.options.name, self.answer(request, deadline))
+            .await
     }
 
-    /// The response and whether it came from the cache.
+    /// The response and its outcome label (`ok` or `cache_hit`).
     async fn answer(
         &self,
         request: pb::RunFunctionRequest,
-        started: Instant,
-    ) -> Result<(pb::RunFunctionResponse, bool), Status> {
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
         let input = request_to_json(&request)
             .map_err(|e| Status::internal(format!("cannot encode the request as JSON: {e}")))?;
         let key = self.cache.as_ref().map(|_| CacheKey::of(&request, &input));
         if let (Some(cache), Some(key)) = (&self.cache, &key) {
-            if let Some(response) = cache.get(key, started) {
+            if let Some(response) = cache.get(key, Instant::now()) {
                 tracing::debug!(?key, "answered from the response cache");
-                return Ok((response, true));
+                return Ok((response, "cache_hit"));
             }
         }
-        let output = {
-            let closed = |_| Status::unavailable("the adaptor is shutting down");
-            // Calls that really wait are counted as queued (as `xfn start` does).
-            let _slot = match self.slots.try_acquire() {
-                Ok(slot) => slot,
-                Err(tokio::sync::TryAcquireError::Closed) => return Err(closed(())),
-                Err(tokio::sync::TryAcquireError::NoPermits) => {
-                    let _queued = Counted::new(self.metrics.queued());
-                    self.slots.acquire().await.map_err(|_| closed(()))?
+        let output = self
+            .calls
+            .run(input.len(), deadline, |caller_left| {
+                let config = RunConfig {
+                    timeout: effective_timeout(self.options.run.timeout, caller_left),
+                    ..self.options.run.clone()
+                };
+                let input = &input;
+                async move {
+                    self.runner
+                        .run(&self.image, input, &config)
+                        .await
+                        .map_err(|err| {
+                            let status = status_of(&err);
+                            Status::new(
+                                status.code(),
+                                format!("function {}: {}", self.options.name, status.message()),
+                            )
+                        })
                 }
-            };
-            let _in_flight = Counted::new(self.metrics.in_flight());
-            self.runner
-                .run(&self.image, &input, &self.options.run)
-                .await
-        };
-        let output = output.map_err(|err| {
-            let status = status_of(&err);
-            tracing::info!(function = %self.options.name, %err, "call failed");
-            Status::new(
-                status.code(),
-                format!("function {}: {}", self.options.name, status.message()),
-            )
-        })?;
+            })
+            .await?;
+        if let Some(usage) = &output.usage {
+            self.calls.metrics().record_usage(usage);
+        }
         let mut response = response_from_json(&output.stdout).map_err(|e| {
             Status::internal(format!(
                 "function {} wrote something that is not a RunFunctionResponse to stdout ({e}); its stderr: {}",
@@ -191,7 +169,7 @@ impl Adaptor {
         if let (Some(cache), Some(key), Some(ttl)) = (&self.cache, key, ttl_of(&response)) {
             cache.insert(key, response.clone(), ttl, Instant::now());
         }
-        Ok((response, false))
+        Ok((response, "ok"))
     }
 
     /// The per-call timeout.

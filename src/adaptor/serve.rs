@@ -1,17 +1,16 @@
-//! Serving the adaptor on TCP: mTLS (client certificates required, as
-//! Crossplane's function SDKs serve) or plaintext, plus health and reflection.
-use std::future::Future;
+//! What the adaptor serves over the serving layer: both service versions,
+//! with mTLS (client certificates required, as Crossplane's function SDKs
+//! serve) or plaintext.
 use std::path::Path;
 use std::sync::Arc;
 
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use super::service::{V1Service, V1beta1Service};
 use super::{Adaptor, AdaptorError};
 use crate::proto::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
 use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
-use crate::server::listen::tcp_incoming;
-use crate::server::serve::ServeError;
+use crate::serving::serve::Services;
 
 /// Transport security.
 #[derive(Debug, Clone)]
@@ -39,49 +38,22 @@ pub fn mutual_tls(dir: &Path) -> Result<Security, AdaptorError> {
     Ok(Security::MutualTls(config))
 }
 
-/// How the server is set up.
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    /// Transport security.
-    pub security: Security,
-    /// Largest request accepted, in bytes.
-    pub max_recv_message_size: usize,
-}
-
-/// Serves both service versions, health and reflection on `listener` until
-/// `shutdown` resolves (calls in flight then finish; the caller's process
-/// exit bounds how long).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+/// v1 and v1beta1 over `adaptor`, refusing requests over
+/// `max_recv_message_size` bytes, under `security`.
+pub fn services(
     adaptor: Arc<Adaptor>,
-    options: ServeOptions,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), AdaptorError> {
+    max_recv_message_size: usize,
+    security: Security,
+) -> Services {
     let v1 = V1Server::new(V1Service(adaptor.clone()))
-        .max_decoding_message_size(options.max_recv_message_size)
+        .max_decoding_message_size(max_recv_message_size)
         .max_encoding_message_size(usize::MAX);
     let v1beta1 = V1beta1Server::new(V1beta1Service(adaptor))
-        .max_decoding_message_size(options.max_recv_message_size)
+        .max_decoding_message_size(max_recv_message_size)
         .max_encoding_message_size(usize::MAX);
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<V1Server<V1Service>>().await;
-    health.set_serving::<V1beta1Server<V1beta1Service>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(ServeError::from)?;
-    let mut builder = Server::builder();
-    if let Security::MutualTls(tls) = options.security {
-        builder = builder.tls_config(tls).map_err(ServeError::from)?;
+    let services = Services::new().with_service(v1).with_service(v1beta1);
+    match security {
+        Security::MutualTls(tls) => services.with_tls(tls),
+        Security::Insecure => services,
     }
-    builder
-        .add_service(health_service)
-        .add_service(reflection)
-        .add_service(v1)
-        .add_service(v1beta1)
-        .serve_with_incoming_shutdown(tcp_incoming(listener), shutdown)
-        .await
-        .map_err(ServeError::from)?;
-    Ok(())
 }

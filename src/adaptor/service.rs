@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::Adaptor;
 use crate::proto::{v1, v1beta1};
+use crate::serving::deadline::deadline_of;
 
 /// The v1 service over an [`Adaptor`].
 #[derive(Debug, Clone)]
@@ -23,8 +24,9 @@ impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
         &self,
         request: Request<v1::RunFunctionRequest>,
     ) -> Result<Response<v1::RunFunctionResponse>, Status> {
+        let deadline = deadline_of(&request);
         self.0
-            .run_function(request.into_inner())
+            .run_function(request.into_inner(), deadline)
             .await
             .map(Response::new)
     }
@@ -42,8 +44,9 @@ impl v1beta1::function_runner_service_server::FunctionRunnerService for V1beta1S
         &self,
         request: Request<v1beta1::RunFunctionRequest>,
     ) -> Result<Response<v1beta1::RunFunctionResponse>, Status> {
+        let deadline = deadline_of(&request);
         let request: v1::RunFunctionRequest = convert(request.get_ref())?;
-        let response = self.0.run_function(request).await?;
+        let response = self.0.run_function(request, deadline).await?;
         convert(&response).map(Response::new)
     }
 }

@@ -11,12 +11,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use xfn::adaptor::serve::{mutual_tls, serve, Security, ServeOptions};
+use xfn::adaptor::serve::{mutual_tls, services, Security};
 use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
 use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{Namespace, RunConfig, Runner};
-use xfn::server::metrics::{Metrics, MetricsServer};
+use xfn::serving::metrics::Metrics;
+use xfn::serving::serve::Incoming;
+use xfn::serving::Calls;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -54,15 +56,13 @@ pub struct AdaptArgs {
     /// Largest request accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_recv_message_size: usize,
-    /// Serve Prometheus metrics at http://ADDRESS/metrics.
-    #[arg(long)]
-    pub metrics_address: Option<SocketAddr>,
-    /// Kill a run after this long (e.g. `20s`, `500ms`).
+    /// Kill a run after this long (e.g. `20s`, `500ms`); a caller's
+    /// shorter deadline (grpc-timeout) wins.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Runs at once (default: the number of CPUs); later calls wait.
-    #[arg(long)]
-    pub max_concurrent_runs: Option<usize>,
+    /// Admission, drain and metrics (as `xfn start`).
+    #[command(flatten)]
+    pub serving: super::serving::ServingArgs,
     /// Do not answer identical requests from responses that set `meta.ttl`.
     #[arg(long)]
     pub no_response_cache: bool,
@@ -135,9 +135,7 @@ pub async fn execute(
     tracing::info!(%crun, "OCI runtime");
     let runner = Arc::new(runner);
     let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
-    metrics.set_limits_enforced(runner.limits_unavailable().is_none());
-
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let adaptor = Arc::new(Adaptor::new(
         runner,
         image,
@@ -149,36 +147,22 @@ pub async fn execute(
                 timeout: args.timeout,
                 ..RunConfig::default()
             },
-            max_concurrent_runs: args.max_concurrent_runs.unwrap_or(cpus).max(1),
             response_cache_size: (!args.no_response_cache).then_some(args.response_cache_size),
         },
-        metrics.clone(),
+        calls.clone(),
     ));
 
-    let metrics_server = MetricsServer::start(args.metrics_address, metrics).await?;
-
-    let listener = tokio::net::TcpListener::bind(args.address)
-        .await
+    let listener = std::net::TcpListener::bind(args.address)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
         .with_context(|| format!("cannot listen on {}", args.address))?;
     tracing::info!(
         address = %listener.local_addr()?,
         tls = !matches!(security, Security::Insecure),
         "serving the function API (v1, v1beta1)"
     );
-    serve(
-        listener,
-        adaptor,
-        ServeOptions {
-            security,
-            max_recv_message_size: args.max_recv_message_size,
-        },
-        super::start::shutdown_signal(),
-    )
-    .await?;
-
-    if let Some(server) = metrics_server {
-        server.stop().await?;
-    }
-    tracing::info!("stopped");
+    let services = services(adaptor, args.max_recv_message_size, security);
+    args.serving
+        .serve(Incoming::Tcp(listener), services, &calls, metrics)
+        .await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use xfn::adaptor::serve::Security;
 use xfn::runner::Namespace;
-use xfn::server::serve::Incoming;
 
 pub mod adapt;
 pub mod cache;
@@ -12,6 +11,7 @@ pub mod pull;
 pub mod render;
 pub mod render_servers;
 pub mod run;
+pub mod serving;
 pub mod start;
 pub mod wrap;
 
@@ -246,7 +246,7 @@ pub fn init_logging(global: &Global) {
 #[allow(clippy::large_enum_variant)] // one per process, as `Command`
 pub enum Prepared {
     /// `xfn start`: its listener (gatekeeper forked) and namespace.
-    Start(start::StartArgs, Incoming, Namespace),
+    Start(start::StartArgs, start::Bound, Namespace),
     /// `xfn run`.
     Run(run::RunArgs, Namespace),
     /// `xfn pull`: in the namespace (layers are extracted under its mapping).

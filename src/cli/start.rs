@@ -1,22 +1,21 @@
 //! `xfn start`: the sidecar. Serves Crossplane's alpha runner API
 //! (`ContainerizedFunctionRunnerService`) from one long-lived process that
 //! already sits in its user namespace, so a call costs no re-exec of xfn.
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser};
-use tokio_util::sync::CancellationToken;
 
 use xfn::runner::{Namespace, PoolOptions, Runner};
-use xfn::server::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
-use xfn::server::listen::{self, ListenAddress, Listener, Network};
-use xfn::server::metrics::{Metrics, MetricsServer};
+use xfn::server::gate::GateReceiver;
 use xfn::server::peer::CallerPolicy;
-use xfn::server::serve::{serve, Drain, Incoming};
 use xfn::server::{RunnerService, ServiceOptions};
+use xfn::serving::listen::{self, ListenAddress, Listener, Network};
+use xfn::serving::metrics::Metrics;
+use xfn::serving::serve::Incoming;
+use xfn::serving::Calls;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -36,20 +35,9 @@ pub struct StartArgs {
     /// Address to listen on: `@name` is a Linux abstract socket.
     #[arg(long, default_value = "@crossplane/fn/default.sock")]
     pub address: String,
-    /// Runs at once (default: the number of CPUs); later callers wait in
-    /// FIFO order, each until its own deadline (grpc-timeout).
-    #[arg(long)]
-    pub max_concurrent_runs: Option<usize>,
-    /// Callers that may wait for a run slot; past it, ResourceExhausted.
-    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_RUNS)]
-    pub max_queued_runs: usize,
-    /// Input bytes the waiting callers may hold together; past it,
-    /// ResourceExhausted.
-    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_BYTES)]
-    pub max_queued_bytes: usize,
-    /// Serve Prometheus metrics at http://ADDRESS/metrics.
-    #[arg(long)]
-    pub metrics_address: Option<SocketAddr>,
+    /// Admission, drain and metrics.
+    #[command(flatten)]
+    pub serving: super::serving::ServingArgs,
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub default_timeout: Duration,
@@ -61,10 +49,6 @@ pub struct StartArgs {
     /// closed at accept (they see a transport error, not a gRPC status).
     #[arg(long = "allow-uid")]
     pub allow_uids: Vec<u32>,
-    /// After SIGTERM/SIGINT, how long runs in flight may take to finish
-    /// before they are cancelled.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub grace_period: Duration,
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
@@ -96,40 +80,43 @@ impl Default for StartArgs {
     }
 }
 
+/// What `prepare` bound, for `execute` (which needs the async runtime to
+/// take connections from it).
+#[derive(Debug)]
+pub enum Bound {
+    /// The gatekeeper's channel (Unix sockets).
+    Gate(GateReceiver),
+    /// TCP.
+    Tcp(std::net::TcpListener),
+}
+
 /// Binds the listen address and, for Unix sockets, forks the gatekeeper
 /// that checks callers' uids. Runs while xfn is still single-threaded and
 /// outside its user namespace: inside it, callers' uids are unreadable (see
 /// `xfn::server::gate`).
-pub fn prepare(args: &StartArgs) -> anyhow::Result<Incoming> {
+pub fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
     let address = ListenAddress::parse(args.network, &args.address)?;
-    let incoming = match listen::bind(&address)? {
+    let bound = match listen::bind(&address)? {
         Listener::Unix(listener) => {
             let policy = CallerPolicy::for_self(&args.allow_uids);
             tracing::info!(%address, allowed_uids = ?policy.allowed(), "listening");
-            Incoming::Gate(xfn::server::gate::spawn(listener, policy)?)
+            Bound::Gate(xfn::server::gate::spawn(listener, policy)?)
         }
         Listener::Tcp(listener) => {
             tracing::warn!(%address, "listening on TCP: callers cannot be checked (no peer credentials)");
-            Incoming::Tcp(listener)
+            Bound::Tcp(listener)
         }
     };
-    Ok(incoming)
+    Ok(bound)
 }
 
 /// Runs `xfn start`.
 pub async fn execute(
     args: StartArgs,
-    incoming: Incoming,
+    bound: Bound,
     namespace: &Namespace,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let admission = AdmissionLimits {
-        max_running: args.max_concurrent_runs.unwrap_or(cpus).max(1),
-        max_queued: args.max_queued_runs,
-        max_queued_bytes: args.max_queued_bytes,
-    };
-
     let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
@@ -158,60 +145,35 @@ pub async fn execute(
     let runner = Arc::new(runner);
     let pooled = Arc::clone(&runner);
 
+    let incoming = match bound {
+        Bound::Gate(gate) => gate.incoming()?,
+        Bound::Tcp(listener) => Incoming::Tcp(listener),
+    };
+
     let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
-    let abort = CancellationToken::new();
+    let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let service = RunnerService::new(
         runner,
         ServiceOptions {
             default_timeout: args.default_timeout,
             max_input_bytes: args.max_input_bytes,
-            admission,
         },
-        metrics.clone(),
-        abort.clone(),
+        calls.clone(),
     );
-
-    let metrics_server = MetricsServer::start(args.metrics_address, metrics).await?;
-
     tracing::info!(
         address = %args.address,
-        max_concurrent_runs = admission.max_running,
-        max_queued_runs = admission.max_queued,
-        max_queued_bytes = admission.max_queued_bytes,
         cache_dir = %args.store.cache_dir.display(),
         "serving the function runner API"
     );
-    let drain = Drain {
-        grace_period: args.grace_period,
-        abort,
-    };
-    let served = serve(incoming, service, drain, shutdown_signal()).await;
+    let served = args
+        .serving
+        .serve(incoming, service.into_services(), &calls, metrics)
+        .await;
     // Runs are drained or cancelled by now: no warm container outlives the
-    // daemon, whatever `serve` returned.
+    // daemon, whatever serving returned.
     pooled.shutdown().await;
     served?;
-
-    if let Some(server) = metrics_server {
-        server.stop().await?;
-    }
-    tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on the first SIGTERM or SIGINT.
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop xfn with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
 }
 
 #[cfg(test)]
@@ -225,7 +187,10 @@ mod tests {
         assert_eq!(args.address, "@crossplane/fn/default.sock");
         assert_eq!(args.default_timeout, Duration::from_secs(25));
         assert_eq!(args.max_input_bytes, 4 << 20);
-        assert_eq!(args.grace_period, Duration::from_secs(30));
+        assert_eq!(args.serving.grace_period, Duration::from_secs(25));
+        assert_eq!(args.serving.max_queued_runs, 1024);
+        assert_eq!(args.serving.max_queued_bytes, 256 << 20);
+        assert_eq!(args.serving.max_concurrent_runs, None);
         // Warm containers on by default, two per CPU, kept 2 minutes idle.
         assert_eq!(args.warm_pool, None);
         assert_eq!(args.warm_pool_idle, xfn::runner::DEFAULT_POOL_IDLE);

@@ -268,9 +268,16 @@ fn receive(channel: &OwnedFd) -> std::io::Result<Option<(UnixStream, u32)>> {
 }
 
 impl GateReceiver {
-    /// The connections the gatekeeper hands over. Ends when the gatekeeper
-    /// exits (after logging an error: no new caller can connect then).
-    pub fn incoming(
+    /// The connections the gatekeeper hands over, for the serving layer.
+    /// Ends when the gatekeeper exits (after logging an error: no new caller
+    /// can connect then). Needs the async runtime.
+    pub fn incoming(self) -> Result<crate::serving::serve::Incoming, GateError> {
+        Ok(crate::serving::serve::Incoming::Unix(Box::pin(
+            self.connections()?,
+        )))
+    }
+
+    fn connections(
         self,
     ) -> Result<impl Stream<Item = std::io::Result<tokio::net::UnixStream>>, GateError> {
         nix::fcntl::fcntl(
@@ -335,7 +342,7 @@ mod tests {
         let gate = std::thread::spawn(move || {
             run(&listener, &CallerPolicy::new(me, &[]), &gate_end);
         });
-        let mut incoming = Box::pin(receiver.incoming().unwrap());
+        let mut incoming = Box::pin(receiver.connections().unwrap());
 
         let client = UnixStream::connect(&path).unwrap();
         let server = incoming.next().await.unwrap().unwrap();
@@ -357,7 +364,7 @@ mod tests {
     #[tokio::test]
     async fn incoming_ends_when_the_gatekeeper_exits() {
         let (gate_end, receiver) = channel().unwrap();
-        let mut incoming = Box::pin(receiver.incoming().unwrap());
+        let mut incoming = Box::pin(receiver.connections().unwrap());
         drop(gate_end);
         assert!(incoming.next().await.is_none());
     }

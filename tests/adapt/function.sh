@@ -5,6 +5,7 @@
 #   garbage not JSON on stdout, a clue on stderr
 #   crash   a message on stderr and exit code 3
 #   sleep   sleeps a minute (for --timeout)
+#   slow    sleeps two seconds, then answers as ok (for queueing and drain)
 IN=$(cat)
 case "$IN" in
 *'"mode":"garbage"'*)
@@ -17,6 +18,10 @@ case "$IN" in
   ;;
 *'"mode":"sleep"'*)
   sleep 60
+  ;;
+*'"mode":"slow"'*)
+  sleep 2
+  echo '{"results":[{"severity":"SEVERITY_NORMAL","message":"hello from the container"}]}'
   ;;
 *'"mode":"ttl"'*)
   NONCE=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')

@@ -5,6 +5,9 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::runner::{RunConfig, RunError, RunOutput};
+use crate::serving::admission::AdmissionLimits;
+use crate::serving::metrics::Metrics;
+use tonic::Code;
 
 const IO: &[u8] = b"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\n";
 
@@ -52,20 +55,19 @@ impl FunctionRunner for FakeRunner {
 fn service(
     runner: FakeRunner,
     options: ServiceOptions,
-) -> (
-    Arc<RunnerService<FakeRunner>>,
-    Arc<FakeRunner>,
-    CancellationToken,
-) {
+) -> (Arc<RunnerService<FakeRunner>>, Arc<FakeRunner>) {
+    service_limited(runner, options, AdmissionLimits::with_runs(1))
+}
+
+fn service_limited(
+    runner: FakeRunner,
+    options: ServiceOptions,
+    limits: AdmissionLimits,
+) -> (Arc<RunnerService<FakeRunner>>, Arc<FakeRunner>) {
     let runner = Arc::new(runner);
-    let abort = CancellationToken::new();
-    let svc = RunnerService::new(
-        runner.clone(),
-        options,
-        Arc::new(Metrics::new()),
-        abort.clone(),
-    );
-    (Arc::new(svc), runner, abort)
+    let calls = Arc::new(Calls::new(limits, Arc::new(Metrics::new())));
+    let svc = RunnerService::new(runner.clone(), options, calls);
+    (Arc::new(svc), runner)
 }
 
 fn request(image: &str, input: &[u8]) -> Request<pb::RunFunctionRequest> {
@@ -78,18 +80,18 @@ fn request(image: &str, input: &[u8]) -> Request<pb::RunFunctionRequest> {
 
 #[tokio::test]
 async fn runs_and_returns_stdout() {
-    let (svc, runner, _) = service(FakeRunner::default(), ServiceOptions::default());
+    let (svc, runner) = service(FakeRunner::default(), ServiceOptions::default());
     let out = svc.run_function(request("fn:v1", IO)).await.unwrap();
     assert_eq!(out.into_inner().output, IO);
     let configs = runner.configs.lock().unwrap();
     assert_eq!(configs[0].timeout, Duration::from_secs(25));
-    let text = svc.metrics.render();
+    let text = svc.calls.metrics().render();
     assert!(text.contains("xfn_runs_total{outcome=\"ok\"} 1"), "{text}");
 }
 
 #[tokio::test]
 async fn invalid_requests_never_reach_the_runner() {
-    let (svc, runner, _) = service(FakeRunner::default(), ServiceOptions::default());
+    let (svc, runner) = service(FakeRunner::default(), ServiceOptions::default());
     for (image, input) in [
         ("", IO),
         ("fn:v1", b"- not a mapping".as_slice()),
@@ -102,7 +104,7 @@ async fn invalid_requests_never_reach_the_runner() {
         max_input_bytes: 8,
         ..Default::default()
     };
-    let (small, _, _) = service(FakeRunner::default(), options);
+    let (small, _) = service(FakeRunner::default(), options);
     let status = small.run_function(request("fn:v1", IO)).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(
@@ -115,14 +117,14 @@ async fn invalid_requests_never_reach_the_runner() {
 
 #[tokio::test]
 async fn run_errors_go_through_status_of() {
-    let (svc, _, _) = service(FakeRunner::default(), ServiceOptions::default());
+    let (svc, _) = service(FakeRunner::default(), ServiceOptions::default());
     let status = svc.run_function(request("fail", IO)).await.unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded);
 }
 
 #[tokio::test]
 async fn the_caller_deadline_caps_the_run_timeout() {
-    let (svc, runner, _) = service(FakeRunner::default(), ServiceOptions::default());
+    let (svc, runner) = service(FakeRunner::default(), ServiceOptions::default());
     let mut req = request("fn:v1", IO);
     req.metadata_mut()
         .insert("grpc-timeout", "2S".parse().unwrap());
@@ -140,14 +142,12 @@ async fn callers_past_the_queue_are_turned_away() {
         delay: Duration::from_secs(3600),
         ..Default::default()
     };
-    let options = ServiceOptions {
-        admission: AdmissionLimits {
-            max_queued: 1,
-            ..AdmissionLimits::with_runs(1)
-        },
-        ..Default::default()
+    let limits = AdmissionLimits {
+        max_queued: 1,
+        ..AdmissionLimits::with_runs(1)
     };
-    let (svc, runner, abort) = service(fake, options);
+    let (svc, runner) = service_limited(fake, ServiceOptions::default(), limits);
+    let abort = svc.calls.drain(Duration::ZERO).abort;
     let running = tokio::spawn({
         let svc = svc.clone();
         async move { svc.run_function(request("fn:v1", IO)).await }
@@ -156,7 +156,7 @@ async fn callers_past_the_queue_are_turned_away() {
         let svc = svc.clone();
         async move { svc.run_function(request("fn:v1", IO)).await }
     });
-    while svc.admission.queued() == 0 {
+    while svc.calls.queued() == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let status = svc.run_function(request("fn:v1", IO)).await.unwrap_err();
@@ -176,7 +176,7 @@ async fn dropping_the_call_drops_the_run() {
         delay: Duration::from_secs(3600),
         ..Default::default()
     };
-    let (svc, runner, _) = service(fake, ServiceOptions::default());
+    let (svc, runner) = service(fake, ServiceOptions::default());
     let call = tokio::spawn({
         let svc = svc.clone();
         async move { svc.run_function(request("fn:v1", IO)).await }
@@ -187,7 +187,7 @@ async fn dropping_the_call_drops_the_run() {
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     assert!(runner.dropped.load(Ordering::SeqCst));
-    let text = svc.metrics.render();
+    let text = svc.calls.metrics().render();
     assert!(
         text.contains("xfn_runs_total{outcome=\"cancelled\"} 1"),
         "{text}"
@@ -201,7 +201,7 @@ async fn a_call_queued_past_its_deadline_is_deadline_exceeded_and_never_runs() {
         delay: Duration::from_secs(3600),
         ..Default::default()
     };
-    let (svc, runner, _) = service(fake, ServiceOptions::default());
+    let (svc, runner) = service(fake, ServiceOptions::default());
     let running = tokio::spawn({
         let svc = svc.clone();
         async move { svc.run_function(request("fn:v1", IO)).await }
@@ -216,6 +216,6 @@ async fn a_call_queued_past_its_deadline_is_deadline_exceeded_and_never_runs() {
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("did not run"), "{status:?}");
     assert_eq!(runner.configs.lock().unwrap().len(), 1, "it never ran");
-    assert_eq!(svc.admission.queued(), 0);
+    assert_eq!(svc.calls.queued(), 0);
     running.abort();
 }

@@ -14,6 +14,10 @@
 //!   exhaust the sidecar's memory. Past either cap: `RESOURCE_EXHAUSTED`;
 //! - the caller going away: its future is dropped and it leaves the queue.
 //!
+//! A call whose deadline the queue ahead of it cannot clear in time is
+//! refused at once (`RESOURCE_EXHAUSTED`, see [`super::wait`] and the rule
+//! in [`crate::serving`]) rather than queued to time out.
+//!
 //! The queue is FIFO: tokio's semaphore hands permits out in request order.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,6 +26,8 @@ use std::time::Duration;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+
+use super::wait::{least_wait, RunTimes};
 
 /// Calls allowed to wait by default: more than Crossplane's reconcilers
 /// call at once on a busy control plane (each composite resource kind
@@ -50,6 +56,25 @@ pub enum AdmissionError {
         max_queued: usize,
         /// The cap on their input bytes.
         max_queued_bytes: usize,
+    },
+    /// The queue ahead cannot clear before the caller's deadline.
+    #[error(
+        "{queued} calls are queued for {running} run slots and a run takes about {}ms lately, so this call would wait at least {}ms, past its deadline in {}ms; refused now rather than left to time out (try again later, or with a longer deadline)",
+        typical.as_millis(),
+        least_wait.as_millis(),
+        deadline_in.as_millis()
+    )]
+    WouldMissDeadline {
+        /// Calls queued ahead of this one.
+        queued: usize,
+        /// Runs allowed at once.
+        running: usize,
+        /// The median time recent runs held their slot.
+        typical: Duration,
+        /// The least wait that predicts.
+        least_wait: Duration,
+        /// Time left before the caller's deadline.
+        deadline_in: Duration,
     },
     /// The caller's deadline passed before a run slot freed.
     #[error("the caller's deadline passed after {waited:?} waiting for a run slot ({running} runs in flight); the function did not run")]
@@ -92,12 +117,23 @@ pub struct Admission {
     waiting_bytes: AtomicUsize,
     /// Mirrors `waiting` for the metrics endpoint.
     waiting_gauge: Gauge,
+    /// How long recent runs held their slot.
+    run_times: Arc<RunTimes>,
 }
 
-/// A held run slot; the slot frees when it drops.
+/// A held run slot; the slot frees when it drops, and how long it was held
+/// goes into the run times the wait estimate reads.
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
+    taken: Instant,
+    run_times: Arc<RunTimes>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.run_times.record(self.taken.elapsed());
+    }
 }
 
 /// One call's place in the queue: counted while alive, however the wait
@@ -131,6 +167,15 @@ impl Admission {
             waiting: AtomicUsize::new(0),
             waiting_bytes: AtomicUsize::new(0),
             waiting_gauge,
+            run_times: Arc::default(),
+        }
+    }
+
+    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        Slot {
+            _permit: permit,
+            taken: Instant::now(),
+            run_times: self.run_times.clone(),
         }
     }
 
@@ -146,17 +191,20 @@ impl Admission {
 
     /// Takes a slot for a call holding `bytes` of input, waiting in FIFO
     /// order when none is free, until `deadline` at the latest. Refuses at
-    /// once when the queue is at a cap. Cancel-safe: dropping the future
-    /// leaves the queue.
+    /// once when the queue is at a cap or cannot clear before `deadline`.
+    /// Cancel-safe: dropping the future leaves the queue.
     pub async fn admit(
         &self,
         bytes: usize,
         deadline: Option<Instant>,
     ) -> Result<Slot, AdmissionError> {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Ok(Slot { _permit: permit });
+            return Ok(self.slot(permit));
         }
         let started = Instant::now();
+        if let Some(deadline) = deadline {
+            self.check_reachable(deadline.saturating_duration_since(started))?;
+        }
         let place = self.enqueue(bytes)?;
         let acquire = self.slots.clone().acquire_owned();
         let permit = match deadline {
@@ -174,9 +222,29 @@ impl Admission {
         drop(place);
         // The semaphore is never closed, so acquiring cannot fail.
         match permit {
-            Ok(permit) => Ok(Slot { _permit: permit }),
+            Ok(permit) => Ok(self.slot(permit)),
             Err(_closed) => Err(self.full()),
         }
+    }
+
+    /// Refuses a call that would have to wait longer than `deadline_in`
+    /// behind the calls queued now, as recent runs predict.
+    fn check_reachable(&self, deadline_in: Duration) -> Result<(), AdmissionError> {
+        let Some(typical) = self.run_times.typical() else {
+            return Ok(());
+        };
+        let queued = self.queued();
+        let least_wait = least_wait(queued, self.limits.max_running, typical);
+        if least_wait > deadline_in {
+            return Err(AdmissionError::WouldMissDeadline {
+                queued,
+                running: self.limits.max_running,
+                typical,
+                least_wait,
+                deadline_in,
+            });
+        }
+        Ok(())
     }
 
     /// Takes a place in the queue, or says which cap is reached.
@@ -327,5 +395,109 @@ mod tests {
         let admission = Admission::new(limits(1, 0), Gauge::default());
         let _first = admission.admit(0, None).await.unwrap();
         assert!(admission.admit(0, None).await.is_err());
+    }
+
+    /// Gives the estimate `MIN_RUNS` runs that held their slot `each`.
+    fn seen_runs(admission: &Admission, each: Duration) {
+        for _ in 0..crate::serving::wait::MIN_RUNS {
+            admission.run_times.record(each);
+        }
+    }
+
+    /// Spawns `n` callers without deadline that queue behind a held slot.
+    async fn queue_behind(
+        admission: &Arc<Admission>,
+        n: usize,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut waiters = Vec::new();
+        for i in 0..n {
+            let waiter = admission.clone();
+            waiters.push(tokio::spawn(async move {
+                let _slot = waiter.admit(0, None).await.unwrap();
+            }));
+            until_queued(admission, i + 1).await;
+        }
+        waiters
+    }
+
+    #[tokio::test]
+    async fn a_deadline_the_queue_cannot_meet_is_refused_at_once_naming_why() {
+        let admission = Arc::new(Admission::new(limits(1, 16), Gauge::default()));
+        seen_runs(&admission, Duration::from_millis(100));
+        let first = admission.admit(0, None).await.unwrap();
+        let _waiters = queue_behind(&admission, 3).await;
+
+        let deadline = Instant::now() + Duration::from_millis(250);
+        let err = admission.admit(0, Some(deadline)).await.unwrap_err();
+        let AdmissionError::WouldMissDeadline {
+            queued: 3,
+            running: 1,
+            typical,
+            least_wait,
+            deadline_in,
+        } = err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!(typical, Duration::from_millis(100));
+        assert_eq!(least_wait, Duration::from_millis(300));
+        assert!(deadline_in <= Duration::from_millis(250), "{deadline_in:?}");
+        let text = err.to_string();
+        for part in [
+            "3 calls are queued",
+            "1 run slots",
+            "100ms",
+            "300ms",
+            "past its deadline in",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // It never took a place in the queue.
+        assert_eq!(admission.queued(), 3);
+        drop(first);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_the_queue_can_meet_waits_its_turn() {
+        let admission = Arc::new(Admission::new(limits(1, 16), Gauge::default()));
+        seen_runs(&admission, Duration::from_millis(100));
+        let first = admission.admit(0, None).await.unwrap();
+        let waiters = queue_behind(&admission, 3).await;
+        // 300ms of whole runs ahead, 5s left: it waits.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let last = {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit(0, Some(deadline)).await.map(|_| ()) })
+        };
+        until_queued(&admission, 4).await;
+        drop(first);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        last.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn nothing_is_refused_for_its_deadline_before_enough_runs_or_without_one() {
+        let admission = Arc::new(Admission::new(limits(1, 16), Gauge::default()));
+        let first = admission.admit(0, None).await.unwrap();
+        let _waiters = queue_behind(&admission, 3).await;
+        // No runs seen yet: a tiny deadline waits (and passes in the queue).
+        let soon = Instant::now() + Duration::from_millis(1);
+        let err = admission.admit(0, Some(soon)).await.unwrap_err();
+        assert!(
+            matches!(err, AdmissionError::DeadlinePassed { .. }),
+            "{err}"
+        );
+        drop(first);
+
+        let admission = Arc::new(Admission::new(limits(1, 16), Gauge::default()));
+        seen_runs(&admission, Duration::from_secs(10));
+        let _first = admission.admit(0, None).await.unwrap();
+        let _waiters = queue_behind(&admission, 3).await;
+        // No deadline: it waits however long the queue is.
+        let waiter = admission.admit(0, None);
+        let waited = tokio::time::timeout(Duration::from_millis(10), waiter).await;
+        assert!(waited.is_err(), "still waiting, not refused");
     }
 }

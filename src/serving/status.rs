@@ -1,7 +1,9 @@
-//! The one place a run's error becomes a gRPC status, so the mapping is easy
-//! to read and to adjust as the engine's error variants grow.
+//! The one place a run's or an admission's error becomes a gRPC status
+//! (for both front ends), so the mapping is easy to read and to adjust as
+//! the engine's error variants grow; and the metric label of each code.
 use tonic::{Code, Status};
 
+use super::admission::AdmissionError;
 use crate::image::ImageErrorKind;
 use crate::runner::RunError;
 
@@ -41,6 +43,39 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::Internal(_) => Code::Internal,
     };
     Status::new(code, err.to_string())
+}
+
+/// The status of a call that was not admitted.
+pub fn admission_status(err: &AdmissionError) -> Status {
+    match err {
+        AdmissionError::QueueFull { .. } | AdmissionError::WouldMissDeadline { .. } => {
+            Status::resource_exhausted(err.to_string())
+        }
+        AdmissionError::DeadlinePassed { .. } => Status::deadline_exceeded(err.to_string()),
+    }
+}
+
+/// A metric label for a status code.
+pub fn outcome_label(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
 }
 
 #[cfg(test)]

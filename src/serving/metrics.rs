@@ -1,5 +1,5 @@
-//! Prometheus metrics of the runner service and the tiny HTTP server that
-//! exposes them at `/metrics`.
+//! Prometheus metrics of both front ends (`xfn start`, `xfn adapt`) and the
+//! tiny HTTP server that exposes them at `/metrics`.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,83 @@
+//! The flags of the serving layer, shared by `xfn start` and `xfn adapt`
+//! (one set of defaults for both front ends; see `xfn::serving`), and the
+//! serve-and-drain sequence both run.
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
+use xfn::serving::metrics::{Metrics, MetricsServer};
+use xfn::serving::serve::{serve, shutdown_signal, Incoming, Services};
+use xfn::serving::Calls;
+
+use super::run::parse_duration;
+
+/// Admission, drain and metrics flags.
+#[derive(Debug, Clone, Args)]
+pub struct ServingArgs {
+    /// Runs at once (default: the number of CPUs); later callers wait in
+    /// FIFO order, each until its own deadline (grpc-timeout).
+    #[arg(long)]
+    pub max_concurrent_runs: Option<usize>,
+    /// Callers that may wait for a run slot; past it, ResourceExhausted.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_RUNS)]
+    pub max_queued_runs: usize,
+    /// Input bytes the waiting callers may hold together; past it,
+    /// ResourceExhausted.
+    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_BYTES)]
+    pub max_queued_bytes: usize,
+    /// After SIGTERM/SIGINT, how long calls in flight may take to finish
+    /// before they are cancelled. The default ends inside Kubernetes' 30 s
+    /// termination grace, leaving time to cancel and exit before SIGKILL.
+    #[arg(long, default_value = "25s", value_parser = parse_duration)]
+    pub grace_period: Duration,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics.
+    #[arg(long)]
+    pub metrics_address: Option<SocketAddr>,
+}
+
+impl ServingArgs {
+    /// The admission limits these flags give.
+    pub fn limits(&self) -> AdmissionLimits {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        AdmissionLimits {
+            max_running: self.max_concurrent_runs.unwrap_or(cpus).max(1),
+            max_queued: self.max_queued_runs,
+            max_queued_bytes: self.max_queued_bytes,
+        }
+    }
+
+    /// Serves `services` on `incoming` (and the metrics endpoint) until
+    /// SIGTERM/SIGINT, then drains `calls` within the grace period.
+    pub async fn serve(
+        &self,
+        incoming: Incoming,
+        services: Services,
+        calls: &Calls,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<()> {
+        let limits = calls.limits();
+        let metrics_server = MetricsServer::start(self.metrics_address, metrics).await?;
+        tracing::info!(
+            max_concurrent_runs = limits.max_running,
+            max_queued_runs = limits.max_queued,
+            max_queued_bytes = limits.max_queued_bytes,
+            grace_period = ?self.grace_period,
+            "admission and drain"
+        );
+        serve(
+            incoming,
+            services,
+            calls.drain(self.grace_period),
+            shutdown_signal(),
+        )
+        .await?;
+        if let Some(server) = metrics_server {
+            server.stop().await?;
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}

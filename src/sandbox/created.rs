@@ -190,9 +190,7 @@ impl Sandbox {
         &self,
         request: &CreateRequest<'_>,
     ) -> Result<CreatedContainer, SandboxError> {
-        self.check_runtime()?;
-        self.check_limits()?;
-        self.warn_unenforced(&request.limits);
+        self.ready_for(&request.limits)?;
         // The spec a cold run of the same request gets (`Sandbox::run_spec`).
         let (bundle, run_cgroup) = self.prepare_bundle(&self.run_spec(
             request.rootfs,

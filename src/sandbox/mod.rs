@@ -194,9 +194,7 @@ impl Sandbox {
     /// Builds the spec, writes the bundle and runs the container; the bundle
     /// and crun's state are gone when this returns or is dropped.
     pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
-        self.check_runtime()?;
-        self.check_limits()?;
-        self.warn_unenforced(&request.limits);
+        self.ready_for(&request.limits)?;
         // On every path, cancellation included (then through its Drop,
         // whichever of it and crun's container guard goes first), the run's
         // processes are killed through cgroup.kill and its cgroup removed.
@@ -239,6 +237,16 @@ impl Sandbox {
             )),
             (Err(err), _) => Err(err.into()),
         }
+    }
+
+    /// What every container start checks first: the runtime is usable,
+    /// limits are enforced where they are required, and (once per process)
+    /// a warning when the requested limits cannot be.
+    fn ready_for(&self, limits: &Limits) -> Result<(), SandboxError> {
+        self.check_runtime()?;
+        self.check_limits()?;
+        self.warn_unenforced(limits);
+        Ok(())
     }
 
     /// The spec input of a one-shot run: the same for a run started at once

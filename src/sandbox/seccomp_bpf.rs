@@ -101,20 +101,7 @@ impl Sandbox {
             .build()
             .map_err(|e| e.to_string())?;
         let (bundle, run_cgroup) = self
-            .prepare_bundle(&spec::SpecInput {
-                rootfs: &rootfs,
-                image: Some(&image),
-                host_network: false,
-                limits: spec::Limits::default(),
-                hostname: "function",
-                pids_limit: self.options.pids_limit,
-                cgroups_path: None,
-                cmd: None,
-                env: &[],
-                seccomp_bpf: None,
-                tmp_size_bytes: self.options.tmp_size_bytes,
-                mapped_ids: self.mapped_ids,
-            })
+            .prepare_bundle(&self.run_spec(&rootfs, Some(&image), false, spec::Limits::default()))
             .map_err(|e| e.to_string())?;
         // Errors go to a file: the created container keeps crun's stdio
         // open, so a pipe would never reach its end.

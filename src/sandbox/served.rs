@@ -70,22 +70,17 @@ impl Sandbox {
     /// Starts a container that keeps running, and returns once its process
     /// exists (not once it serves: see [`ServedContainer::wait_listening`]).
     pub async fn serve(&self, request: &ServeRequest<'_>) -> Result<ServedContainer, SandboxError> {
-        self.check_runtime()?;
-        self.check_limits()?;
-        self.warn_unenforced(&request.limits);
+        self.ready_for(&request.limits)?;
+        // A one-shot run's spec, with the server's command and environment.
         let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
-            rootfs: request.rootfs,
-            image: request.image,
-            host_network: request.host_network,
-            limits: request.limits,
-            hostname: "function",
-            pids_limit: self.options.pids_limit,
-            cgroups_path: None,
             cmd: Some(request.cmd),
             env: request.env,
-            seccomp_bpf: None,
-            tmp_size_bytes: self.options.tmp_size_bytes,
-            mapped_ids: self.mapped_ids,
+            ..self.run_spec(
+                request.rootfs,
+                request.image,
+                request.host_network,
+                request.limits,
+            )
         })?;
         let pid_file = bundle.dir.join("container.pid");
         // No stdin: a server reads none; its output is logged.

@@ -149,22 +149,7 @@ async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
         .push(&registry, "slow:v1")
         .reference;
     let mut daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
-    daemon.sigterm();
-    let out = call
-        .await
-        .unwrap()
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
-    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
-    let status = daemon.wait().await;
-    assert!(status.success(), "{status}\n{}", daemon.log());
-    assert!(
-        daemon.log().contains("every run finished"),
-        "{}",
-        daemon.log()
-    );
+    daemon.sigterm_drains_a_call_in_flight(&image).await;
     // The gatekeeper left with it.
     wait_until_gone(&daemon.cmdline_marker()).await;
 }

@@ -106,22 +106,7 @@ async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
 
     // SIGTERM to PID 1, as a container runtime stops the container, reaches
     // xfn's drain: the run in flight finishes, then everything exits 0.
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&slow, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
-    daemon.sigterm();
-    let out = call
-        .await
-        .unwrap()
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
-    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
-    let status = daemon.wait().await;
-    assert!(status.success(), "{status}\n{}", daemon.log());
-    assert!(
-        daemon.log().contains("every run finished"),
-        "{}",
-        daemon.log()
-    );
+    daemon.sigterm_drains_a_call_in_flight(&slow).await;
 }
 
 /// Run cgroups of `instance` next to xfn's own (`<cgroup>/xfn-run-…`),

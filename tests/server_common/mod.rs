@@ -393,6 +393,26 @@ impl Daemon {
             self.log()
         );
     }
+
+    /// SIGTERM while a call of `slow_image` (a function slower than the
+    /// signal) is in flight: the call still gets its full output, and the
+    /// daemon exits 0 after saying every run finished.
+    pub async fn sigterm_drains_a_call_in_flight(&mut self, slow_image: &str) {
+        let mut client = self.client().await;
+        let image = slow_image.to_string();
+        let call =
+            tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
+        self.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+        self.sigterm();
+        let out = call
+            .await
+            .unwrap()
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", self.log()));
+        assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+        let status = self.wait().await;
+        assert!(status.success(), "{status}\n{}", self.log());
+        assert!(self.log().contains("every run finished"), "{}", self.log());
+    }
 }
 
 /// SIGKILLs the children of `pid`: under `unshare`, the daemon itself (PID 1

@@ -565,6 +565,30 @@ fn wait_for(what: &str, adapt: &Adapt, condition: impl Fn() -> bool) {
     }
 }
 
+/// With one run slot: starts a call of `mode` tagged `tags[0]`, waits until
+/// it runs, then a second tagged `tags[1]`, and waits until that one queues
+/// behind it. Returns both calls, running first.
+async fn one_running_one_queued(
+    adapt: &Adapt,
+    channel: &Channel,
+    mode: &'static str,
+    tags: [&'static str; 2],
+) -> [tokio::task::JoinHandle<Result<tonic::Response<v1::RunFunctionResponse>, tonic::Status>>; 2] {
+    let call = |tag: &'static str| {
+        let mut client = V1Client::new(channel.clone());
+        tokio::spawn(async move { client.run_function(request(mode, tag)).await })
+    };
+    let running = call(tags[0]);
+    wait_for("one run in flight", adapt, || {
+        adapt.metric("xfn_runs_in_flight") == 1
+    });
+    let queued = call(tags[1]);
+    wait_for("the second call queued", adapt, || {
+        adapt.metric("xfn_runs_queued") == 1
+    });
+    [running, queued]
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn max_concurrent_runs_makes_later_calls_wait() {
     let registry = Registry::start();
@@ -583,18 +607,8 @@ async fn max_concurrent_runs_makes_later_calls_wait() {
         &["--insecure"],
     );
     let channel = plain_channel(adapt.port).await;
-    let call = |tag: &'static str| {
-        let mut client = V1Client::new(channel.clone());
-        tokio::spawn(async move { client.run_function(request("sleep", tag)).await })
-    };
-    let first = call("first");
-    wait_for("one run in flight", &adapt, || {
-        adapt.metric("xfn_runs_in_flight") == 1
-    });
-    let second = call("second");
-    wait_for("the second call queued", &adapt, || {
-        adapt.metric("xfn_runs_queued") == 1
-    });
+    let [first, second] =
+        one_running_one_queued(&adapt, &channel, "sleep", ["first", "second"]).await;
     // Still one run: the second waits for the first's slot.
     assert_eq!(adapt.metric("xfn_runs_in_flight"), 1);
     for call in [first, second] {
@@ -668,18 +682,8 @@ async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
         &["--insecure"],
     );
     let channel = plain_channel(adapt.port).await;
-    let call = |tag: &'static str| {
-        let mut client = V1Client::new(channel.clone());
-        tokio::spawn(async move { client.run_function(request("slow", tag)).await })
-    };
-    let running = call("running");
-    wait_for("one run in flight", &adapt, || {
-        adapt.metric("xfn_runs_in_flight") == 1
-    });
-    let queued = call("queued");
-    wait_for("the second call queued", &adapt, || {
-        adapt.metric("xfn_runs_queued") == 1
-    });
+    let [running, queued] =
+        one_running_one_queued(&adapt, &channel, "slow", ["running", "queued"]).await;
     // The queue is bounded: past its cap, the caller is told at once.
     let refused = V1Client::new(channel.clone())
         .run_function(request("slow", "refused"))

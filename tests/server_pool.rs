@@ -42,14 +42,19 @@ async fn wait_for_log(daemon: &Daemon, needle: &str, count: usize) {
     panic!("no {count} x {needle:?} in:\n{}", daemon.log());
 }
 
+/// An image whose function echoes its input (busybox `cat`).
+fn echo_image(registry: &Registry) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, "echo:v1")
+        .reference
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them_all() {
     let registry = Registry::start();
-    let echo = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "echo:v1")
-        .reference;
+    let echo = echo_image(&registry);
     let mut daemon = Daemon::start(&[]).await;
     let cache = daemon.cache_dir.clone();
     let mut client = daemon.client().await;
@@ -66,6 +71,15 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     let log = daemon.log();
     assert_eq!(log.matches("warm run phases").count(), 2, "{log}");
     wait_for_log(&daemon, "warm container ready", 3).await;
+    // The metrics endpoint tells the same story: one cold call, two warm
+    // ones, three containers made, one waiting.
+    assert_eq!(pool_calls(&daemon).await, (1.0, 2.0));
+    assert_eq!(
+        daemon.metric("xfn_warm_containers_created_total").await,
+        3.0
+    );
+    assert_eq!(daemon.metric("xfn_warm_containers_ready").await, 1.0);
+    assert_eq!(daemon.metric("xfn_warm_pool_size").await, 2.0 * cpus());
     assert!(!container_processes(&cache).is_empty(), "a container waits");
     daemon.sigterm();
     let status = daemon.wait().await;
@@ -75,14 +89,58 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     assert_eq!(container_processes(&cache), Vec::<u32>::new());
 }
 
+/// The daemon's calls as its pool counted them: (cold, warm).
+async fn pool_calls(daemon: &Daemon) -> (f64, f64) {
+    let calls = |path| format!("xfn_warm_pool_calls_total{{path=\"{path}\"}}");
+    (
+        daemon.metric(&calls("cold")).await,
+        daemon.metric(&calls("warm")).await,
+    )
+}
+
+/// The CPU count, as the daemon sees it.
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_container_not_called_for_expires_and_the_metrics_say_so() {
+    let registry = Registry::start();
+    let echo = echo_image(&registry);
+    let daemon = Daemon::start(&["--warm-pool-idle", "1s"]).await;
+    let cache = daemon.cache_dir.clone();
+    let out = daemon
+        .client()
+        .await
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    // The cold call's refill makes one container, which then waits for a
+    // call that never comes, and is removed.
+    daemon
+        .wait_for_metric("xfn_warm_containers_created_total", 1.0)
+        .await;
+    daemon
+        .wait_for_metric("xfn_warm_containers_discarded_total", 1.0)
+        .await;
+    daemon.wait_for_metric("xfn_warm_containers", 0.0).await;
+    assert_eq!(daemon.metric("xfn_warm_containers_ready").await, 0.0);
+    assert_eq!(pool_calls(&daemon).await, (1.0, 0.0));
+    for _ in 0..250 {
+        if container_processes(&cache).is_empty() && run_state(&cache).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(container_processes(&cache), Vec::<u32>::new());
+    assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", daemon.log());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn warm_containers_of_a_killed_daemon_are_swept_by_the_next_one() {
     let registry = Registry::start();
-    let echo = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "echo:v1")
-        .reference;
+    let echo = echo_image(&registry);
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);

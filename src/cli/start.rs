@@ -150,7 +150,14 @@ pub async fn execute(
         Bound::Tcp(listener) => Incoming::Tcp(listener),
     };
 
-    let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
+    let metrics = Arc::new(
+        Metrics::new()
+            .with_store(runner.store().clone())
+            .with_pool({
+                let runner = Arc::clone(&runner);
+                move || runner.pool_stats()
+            }),
+    );
     let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let service = RunnerService::new(
         runner,

@@ -143,6 +143,8 @@ impl Default for PoolOptions {
 /// What the pool holds now and did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PoolStats {
+    /// Most containers at once (`PoolOptions::size`).
+    pub size: usize,
     /// Containers ready for a call.
     pub ready: usize,
     /// Containers that exist: ready or being created.
@@ -487,6 +489,7 @@ impl Pool {
     pub(super) fn stats(&self) -> PoolStats {
         let state = self.lock();
         PoolStats {
+            size: self.options.size,
             ready: state.slots.values().map(|s| s.ready.len()).sum(),
             total: state.total,
             ..state.stats

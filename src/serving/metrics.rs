@@ -152,6 +152,19 @@ impl Metrics {
         self
     }
 
+    /// Also exports the warm pool's gauges and counters (read at each
+    /// scrape from `stats`; nothing while it returns `None`, a runner without
+    /// a pool).
+    pub fn with_pool(
+        mut self,
+        stats: impl Fn() -> Option<crate::runner::PoolStats> + Send + Sync + 'static,
+    ) -> Self {
+        self.registry.register_collector(Box::new(PoolCollector {
+            stats: Box::new(stats),
+        }));
+        self
+    }
+
     /// The OpenMetrics text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -200,6 +213,88 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 "image_layers_extracted",
                 "Layers extracted into the cache",
                 stats.layers_extracted.load(Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The warm pool's figures (`runner/pool.rs`): whether calls find a
+/// container ready, how many wait, how many were made and thrown away.
+struct PoolCollector {
+    stats: Box<dyn Fn() -> Option<crate::runner::PoolStats> + Send + Sync>,
+}
+
+impl std::fmt::Debug for PoolCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolCollector").finish_non_exhaustive()
+    }
+}
+
+impl prometheus_client::collector::Collector for PoolCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let Some(stats) = (self.stats)() else {
+            return Ok(());
+        };
+        let gauges = [
+            (
+                "warm_pool_size",
+                "Most warm containers at once, ready or being created (--warm-pool)",
+                stats.size,
+            ),
+            (
+                "warm_containers_ready",
+                "Warm containers ready for a call",
+                stats.ready,
+            ),
+            (
+                "warm_containers",
+                "Warm containers that exist: ready or being created",
+                stats.total,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        let calls = ConstCounter::new(0u64);
+        let mut family = encoder.encode_descriptor(
+            "warm_pool_calls",
+            "Calls by whether a warm container was ready for their image and settings (warm) or not (cold: crun run)",
+            None,
+            calls.metric_type(),
+        )?;
+        for (path, value) in [("warm", stats.warm_calls), ("cold", stats.cold_calls)] {
+            let labels = [("path", path)];
+            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+        }
+        let counters = [
+            (
+                "warm_containers_created",
+                "Warm containers created (the pool's refills)",
+                stats.created,
+            ),
+            (
+                "warm_container_create_failures",
+                "Warm container creations that failed (calls of that image take the cold path for a while)",
+                stats.create_failures,
+            ),
+            (
+                "warm_containers_discarded",
+                "Warm containers removed unused: idle past --warm-pool-idle, above their image's recent demand, or at shutdown",
+                stats.discarded,
             ),
         ];
         for (name, help, value) in counters {
@@ -337,6 +432,35 @@ mod tests {
             text.contains("xfn_image_manifests_resolved_total 0"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn exports_the_warm_pool_figures_when_there_is_a_pool() {
+        let stats = crate::runner::PoolStats {
+            size: 4,
+            ready: 2,
+            total: 3,
+            warm_calls: 7,
+            cold_calls: 1,
+            created: 9,
+            create_failures: 0,
+            discarded: 5,
+        };
+        let text = Metrics::new().with_pool(move || Some(stats)).render();
+        for line in [
+            "xfn_warm_pool_size 4",
+            "xfn_warm_containers_ready 2",
+            "xfn_warm_containers 3",
+            "xfn_warm_pool_calls_total{path=\"warm\"} 7",
+            "xfn_warm_pool_calls_total{path=\"cold\"} 1",
+            "xfn_warm_containers_created_total 9",
+            "xfn_warm_container_create_failures_total 0",
+            "xfn_warm_containers_discarded_total 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+        let without = Metrics::new().with_pool(|| None).render();
+        assert!(!without.contains("warm"), "{without}");
     }
 
     #[tokio::test]

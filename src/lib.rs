@@ -18,6 +18,7 @@
 pub mod adaptor;
 pub mod compose;
 pub mod duration;
+pub mod fork_lock;
 pub mod image;
 pub mod instance;
 pub mod pid1;

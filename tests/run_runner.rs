@@ -108,6 +108,23 @@ async fn cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMo
     }
     assert_clean(cache, &marker);
     println!("ok ({tag}): a dropped call leaves nothing");
+
+    // Twenty at once: in copy mode each run writes its image's executables
+    // while the others spawn crun (see `xfn::fork_lock`).
+    let runs = (0..20).map(|i| {
+        let (runner, echo, tag) = (&runner, &echo, &tag);
+        async move {
+            let input = format!("run {i}");
+            let out = runner
+                .run(echo, input.as_bytes(), &RunConfig::default())
+                .await
+                .unwrap_or_else(|err| panic!("run {i} of 20 at once ({tag}): {err}"));
+            assert_eq!(out.stdout, input.as_bytes());
+        }
+    });
+    futures::future::join_all(runs).await;
+    assert_clean(cache, &marker);
+    println!("ok ({tag}): 20 runs at once all succeed and leave nothing");
 }
 
 /// `Runner::serve`: a function image kept running as a server, reached only

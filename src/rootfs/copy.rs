@@ -136,6 +136,10 @@ impl Copier {
             }
             self.links.insert(key, rel);
         }
+        // Declared before `to`, dropped after it: no child may be forked
+        // holding a copy of the descriptor of a file a run is about to
+        // execute (`crate::fork_lock`).
+        let _writing = (st.st_mode & 0o111 != 0).then(crate::fork_lock::writing_executable);
         let from = rustix::fs::openat(
             src,
             name,

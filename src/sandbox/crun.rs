@@ -202,7 +202,7 @@ impl Crun {
                 .stdout(Stdio::from(stdout))
                 .stderr(Stdio::from(stderr))
                 .kill_on_drop(true);
-            cmd.spawn().map_err(|source| CrunError::Spawn {
+            crate::fork_lock::spawn_async(&mut cmd).map_err(|source| CrunError::Spawn {
                 runtime: self.binary.clone(),
                 source,
             })?
@@ -231,15 +231,9 @@ impl Crun {
                 Ok(())
             }
             Err(rustix::io::Errno::NOENT) => {
-                let output = self
-                    .command()
-                    .arg("start")
-                    .arg(id)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .output()
-                    .await?;
+                let mut start = self.command();
+                start.arg("start").arg(id).stdin(Stdio::null());
+                let output = crate::fork_lock::output_async(&mut start).await?;
                 if output.status.success() {
                     Ok(())
                 } else {
@@ -292,12 +286,11 @@ impl Crun {
             .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| CrunError::Spawn {
-                runtime: self.binary.clone(),
-                source,
-            })
+            .kill_on_drop(true);
+        crate::fork_lock::spawn_async(&mut cmd).map_err(|source| CrunError::Spawn {
+            runtime: self.binary.clone(),
+            source,
+        })
     }
 
     /// Kills the container and waits for `crun run` to return, then deletes
@@ -306,15 +299,13 @@ impl Crun {
         // The container may not exist yet (crun still setting it up): retry
         // while crun runs, then fall back to killing crun itself.
         for _ in 0..50 {
-            let killed = self
-                .command()
-                .args(["kill", id, "KILL"])
+            let mut kill = self.command();
+            kill.args(["kill", id, "KILL"])
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
+                .stderr(Stdio::null());
+            let killed = crate::fork_lock::status_async(&mut kill)
                 .await
-                .map(|s| s.success())
-                .unwrap_or(false);
+                .is_ok_and(|s| s.success());
             if killed || !matches!(child.try_wait(), Ok(None)) {
                 break;
             }
@@ -327,13 +318,12 @@ impl Crun {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
-        let _ = self
-            .command()
+        let mut delete = self.command();
+        delete
             .args(["delete", "-f", id])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
+            .stderr(Stdio::null());
+        let _ = crate::fork_lock::status_async(&mut delete).await;
     }
 
     /// Makes the crun binary read-only where xfn's containers see it, so
@@ -425,12 +415,12 @@ fn pin_read_only(path: &Path) -> std::io::Result<bool> {
 
 pub(super) fn delete_sync(crun: &Crun, id: &str) {
     let run = |args: &[&str]| {
-        let _ = crun
-            .std_command()
+        let mut command = crun.std_command();
+        command
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+            .stderr(Stdio::null());
+        let _ = crate::fork_lock::status(&mut command);
     };
     run(&["kill", id, "KILL"]);
     run(&["delete", "-f", id]);

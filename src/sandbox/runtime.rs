@@ -137,14 +137,15 @@ pub fn check(
             return Ok(version);
         }
     }
-    let output = std::process::Command::new(runtime)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| RuntimeError::Missing {
-            runtime: runtime.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+    let output = crate::fork_lock::output(
+        std::process::Command::new(runtime)
+            .arg("--version")
+            .stdin(std::process::Stdio::null()),
+    )
+    .map_err(|e| RuntimeError::Missing {
+        runtime: runtime.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let version = judge(runtime, &String::from_utf8_lossy(&output.stdout))?;
     if let Some(key) = key {
         // A temp name renamed into place: concurrent xfn processes never

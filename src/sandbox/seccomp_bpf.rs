@@ -107,19 +107,19 @@ impl Sandbox {
         // open, so a pipe would never reach its end.
         let log_path = probe.path().join("crun.log");
         let log = std::fs::File::create(&log_path).map_err(|e| format!("probe log: {e}"))?;
-        let created = self
-            .crun
-            .std_command()
-            .arg("create")
-            .arg("--bundle")
-            .arg(&bundle.dir)
-            .arg("--no-new-keyring")
-            .arg(&bundle.id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .status()
-            .map_err(|e| format!("crun create: {e}"))?;
+        let created = crate::fork_lock::status(
+            self.crun
+                .std_command()
+                .arg("create")
+                .arg("--bundle")
+                .arg(&bundle.dir)
+                .arg("--no-new-keyring")
+                .arg(&bundle.id)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .map_err(|e| format!("crun create: {e}"))?;
         let bpf = std::fs::read(self.crun.state_root.join(&bundle.id).join("seccomp.bpf"));
         super::crun::delete_sync(&self.crun, &bundle.id);
         drop(run_cgroup);

@@ -204,14 +204,14 @@ pub fn prepare(
         command.arg("--host-network");
     }
     use std::os::unix::process::CommandExt;
-    let child = command
+    command
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
         // Its own process group: a Ctrl-C meant for the render does not
         // reach the server it leaves running.
-        .process_group(0)
-        .spawn()
+        .process_group(0);
+    let child = crate::fork_lock::spawn(&mut command)
         .map_err(|e| failed(format!("cannot start its keeper: {e}")))?;
     tracing::info!(server = %name, pid = child.id(), "starting a kept function server");
     Ok(KeptStart::Spawned(child, lock))

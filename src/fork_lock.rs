@@ -1,0 +1,124 @@
+//! No child process is forked while this process has a file that may be
+//! executed open for writing.
+//!
+//! The race: copy mode writes each run's copy of its image (`rootfs::copy`)
+//! while other calls spawn crun. A fork copies every descriptor, the
+//! close-on-exec ones included, and the child holds them until its exec
+//! closes them. If a run's copy of its function's executable is open for
+//! writing at that moment, the forked child holds a writer too; should the
+//! run get to exec that file before the child execs crun (on two busy
+//! cores, easily), the kernel refuses the exec with `ETXTBSY` ("Text file
+//! busy"). Seen with 20 concurrent runs in copy mode
+//! (`tests/run_runner.rs`).
+//!
+//! Choice: **a process-wide read-write lock, as Go's `syscall.ForkLock`.**
+//! A writer of a file that may be executed holds it shared from opening the
+//! file until its last descriptor is closed ([`writing_executable`]); every
+//! spawn holds it exclusively until the child has exec'd ([`spawn`],
+//! [`spawn_async`]: std's spawn returns only then, its child reporting
+//! exec through a close-on-exec pipe, or with `posix_spawn` the parent
+//! waiting for it). So no child ever starts with such a descriptor, and
+//! writers never wait for each other. A spawn waits at most for the files
+//! being written to finish (one file each; std's lock lets no new reader in
+//! while a writer waits). Why not the alternatives: closing descriptors in
+//! the child (`close_range` before exec) leaves the window between fork and
+//! that call; copying in a helper process keeps the descriptors out of
+//! xfn's forks, but costs a process per run and a protocol; retrying an
+//! exec that failed with `ETXTBSY` is crun's, not ours, and would only make
+//! the race rarer.
+//!
+//! Layer extraction does not take the lock: its files are read from a
+//! download, and a stalled registry would hold every spawn behind it. Its
+//! files are not executed until the whole layer is published (renamed into
+//! place), long after the fork that may have copied a descriptor has exec'd.
+//! A run's copy, in contrast, is executed as soon as it is complete.
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+static FORK_LOCK: RwLock<()> = RwLock::new(());
+
+/// Held while a file that may be executed is open for writing: no child is
+/// spawned meanwhile. Drop it after the file's last descriptor is closed.
+#[derive(Debug)]
+pub struct WritingExecutable {
+    _shared: RwLockReadGuard<'static, ()>,
+}
+
+/// Takes the fork lock shared, for writing a file that may be executed.
+pub fn writing_executable() -> WritingExecutable {
+    WritingExecutable {
+        // Poisoned only by a panic while it was held; the lock guards no
+        // data, so it is as good as ever.
+        _shared: FORK_LOCK.read().unwrap_or_else(|e| e.into_inner()),
+    }
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    FORK_LOCK.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `command.spawn()`, with no executable open for writing in this process.
+pub fn spawn(command: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    let _exclusive = exclusive();
+    command.spawn()
+}
+
+/// [`spawn`] for tokio's `Command`, whose `spawn` is std's underneath (it
+/// returns once the child has exec'd, and never awaits).
+pub fn spawn_async(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let _exclusive = exclusive();
+    command.spawn()
+}
+
+/// `command.status()` through [`spawn`] (stdio inherited unless set).
+pub fn status(command: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
+    spawn(command)?.wait()
+}
+
+/// `command.output()` through [`spawn`]: stdout and stderr captured, stdin
+/// from /dev/null unless set.
+pub fn output(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+    use std::process::Stdio;
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    spawn(command)?.wait_with_output()
+}
+
+/// [`output`] for tokio's `Command`.
+pub async fn output_async(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<std::process::Output> {
+    use std::process::Stdio;
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    spawn_async(command)?.wait_with_output().await
+}
+
+/// `command.status()` through [`spawn_async`] (stdio inherited unless set).
+pub async fn status_async(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<std::process::ExitStatus> {
+    spawn_async(command)?.wait().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_spawn_while_an_executable_is_written_and_writers_share() {
+        let writing = writing_executable();
+        // A spawn's exclusive hold cannot be had while the file is open...
+        assert!(matches!(
+            FORK_LOCK.try_write(),
+            Err(std::sync::TryLockError::WouldBlock)
+        ));
+        // ...while another writer goes ahead.
+        let other = std::thread::spawn(|| FORK_LOCK.try_read().is_ok());
+        assert!(other.join().unwrap());
+        drop(writing);
+        // Closed: spawns proceed.
+        assert!(status(&mut std::process::Command::new("true"))
+            .unwrap()
+            .success());
+    }
+}

@@ -6,6 +6,9 @@
 //!   function filling them gets ENOSPC, in bytes and in files; the defaults
 //!   are the documented ones.
 //! - No core files, a bounded number of open files.
+//! - Processes: a fork bomb stops at `--pids-limit` (RLIMIT_NPROC, counted
+//!   per run's user namespace) while a neighbour of the same uid forks
+//!   freely, and nothing of it outlives its run.
 //! - The seccomp allow-list: refused syscalls fail with EPERM, syscalls it
 //!   does not name with ENOSYS; busybox and a static Rust binary run.
 //!
@@ -13,7 +16,7 @@
 //! libc6-dev (a static test program); root.
 mod support;
 
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
 
 use support::*;
 
@@ -52,6 +55,11 @@ impl Fixture {
 
     /// `xfn run FLAGS IMAGE -` as `who`, each with a cache of its own.
     fn run(&self, who: Who, image: &str, flags: &[&str]) -> Output {
+        run_with_input(self.command(who, image, flags), b"")
+    }
+
+    /// The command [`Fixture::run`] runs, with its stdio piped.
+    fn command(&self, who: Who, image: &str, flags: &[&str]) -> Command {
         let (mut cmd, cache) = match who {
             Who::Root => (xfn_command(), self.dir.path().join("cache-root")),
             Who::Nonroot => {
@@ -65,7 +73,10 @@ impl Fixture {
         };
         cmd.arg("run").arg("--cache-dir").arg(&cache);
         cmd.args(flags).arg(image).arg("-");
-        run_with_input(cmd, b"")
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
     }
 }
 
@@ -153,6 +164,91 @@ fn functions_may_not_write_core_files_and_have_bounded_files() {
         let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
         assert_eq!(lines[0], "Max core file size 0 0 bytes", "{who:?}");
         assert!(lines[1].starts_with("Max open files "), "{who:?}: {out}");
+    }
+}
+
+/// A fork bomb that cannot run away if the bound is missing: forks
+/// sleepers (`sleep 3631`) until fork fails, at most 2048, from a subshell,
+/// which busybox sh leaves with "can't fork: …" on stderr; then the
+/// function's shell becomes `sleep 3632` (exec: no fork) and holds every
+/// process the bomb got.
+const FORK_BOMB: &str =
+    "(i=0; while [ $i -lt 2048 ]; do sleep 3631 </dev/null >/dev/null 2>&1 & i=$((i+1)); done; \
+                          echo forked 2048 times >&2); exec sleep 3632";
+
+/// A function's first process, seen from the host: killed (SIGKILL, which
+/// ends its PID namespace) when dropped, also when the test fails, so that
+/// no bomb outlives its test.
+struct KilledOnDrop(u32);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[test]
+fn a_fork_bomb_stops_at_the_pids_limit_while_a_neighbour_of_the_same_uid_forks_freely() {
+    let fx = Fixture::new();
+    let bomb = fx.script_image("fork-bomb:v1", FORK_BOMB);
+    // 200 processes at once, waited for.
+    let neighbour = fx.script_image(
+        "neighbour:v1",
+        "for i in $(seq 200); do sleep 1 & done; wait && echo forked 200",
+    );
+    let pids_limit = xfn::sandbox::spec::PIDS_LIMIT as usize;
+    for who in EVERYONE {
+        // The default --pids-limit; no cgroup enforces it on this machine
+        // (xfn says limits are not enforced), so RLIMIT_NPROC is what holds.
+        let mut running =
+            support::child::ChildGuard::spawn(&mut fx.command(who, &bomb, &["--timeout", "5m"]));
+        let holder = loop {
+            if let Some(pid) = process_where(|cmdline| cmdline == "sleep 3632") {
+                break KilledOnDrop(pid);
+            }
+            assert!(
+                running.child().try_wait().unwrap().is_none(),
+                "{who:?}: the bomb's run ended before it held its processes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        // Its shell and the sleepers, below the limit; the subshell that
+        // hit it is gone, and a few of the run's tasks counted while the
+        // bomb forked (crun's own, setting the container up: 7 or 8 here
+        // with any limit) are gone too.
+        let sleepers = processes_where(|cmdline| cmdline == "sleep 3631").len();
+        assert!(
+            sleepers < pids_limit && sleepers >= pids_limit - 16,
+            "{who:?}: the bomb holds {sleepers} processes, the limit is {pids_limit}"
+        );
+        // All of the same uid on the host as the bomb's: per-uid counting
+        // would refuse its first fork.
+        assert_eq!(
+            stdout(&fx.run(who, &neighbour, &[])),
+            "forked 200\n",
+            "{who:?}"
+        );
+        assert!(
+            running.child().try_wait().unwrap().is_none(),
+            "{who:?}: the bomb held its processes all along"
+        );
+        drop(holder);
+        let out = running.into_inner().wait_with_output().unwrap();
+        let error = failure(&out);
+        assert!(
+            error.contains("can't fork: Resource temporarily unavailable"),
+            "{who:?}: {error}"
+        );
+        // Killing the function's first process ends its run, and with it
+        // every process the bomb made.
+        assert_eq!(
+            processes_where(|cmdline| cmdline.starts_with("sleep 363")),
+            Vec::<u32>::new(),
+            "{who:?}: left behind"
+        );
     }
 }
 

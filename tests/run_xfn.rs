@@ -61,21 +61,6 @@ fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
     run_with_input(cmd, input)
 }
 
-/// The pid of a process whose command line (arguments joined by spaces)
-/// passes `test`, as the host sees it.
-fn process_where(test: impl Fn(&str) -> bool) -> Option<u32> {
-    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-        let pid = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        test(
-            String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .trim_end(),
-        )
-        .then_some(pid)
-    })
-}
-
 /// Spawns `cmd` (with `input`), waits until one of its function's
 /// processes runs `sleep <marker>`, reads that process's uid map and real
 /// uid as the host sees them, kills it (the function then goes on) and

@@ -150,8 +150,9 @@ pub struct RunnerArgs {
     /// (over gRPC: ResourceExhausted).
     #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
     pub max_output_bytes: usize,
-    /// Most processes a function may have at once (a stop for fork bombs;
-    /// enforced where cpu/memory limits are).
+    /// Most processes and threads a function may have at once (a stop for
+    /// fork bombs): pids.max where cgroup limits are enforced,
+    /// RLIMIT_NPROC where they are not.
     #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
     pub pids_limit: i64,
     /// Size of each function's /tmp (a tmpfs), a quantity like 128Mi:

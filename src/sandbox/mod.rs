@@ -93,7 +93,8 @@ pub struct SandboxOptions {
     pub max_output_bytes: usize,
     /// Refuse runs when limits are not enforced.
     pub require_limits: bool,
-    /// Most processes a run may have at once.
+    /// Most processes (and threads) a run may have at once: `pids.max`, or
+    /// `RLIMIT_NPROC` where no cgroup enforces that.
     pub pids_limit: i64,
     /// This process's claim on the cache: names what runs leave behind, so
     /// a later xfn knows whose it is.

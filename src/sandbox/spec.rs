@@ -17,8 +17,13 @@ use crate::quantity::{Quantity, QuantityError};
 /// PATH used when the image sets none (Docker's default).
 pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The default pids limit of a run: enough for any function, a stop for fork
-/// bombs (effective where limits are enforced through cgroups).
+/// The default pids limit of a run (processes and threads at once): a
+/// function is one process, maybe a shell and a few helpers, with a thread
+/// pool of one thread per CPU and tokio's or Go's blocking threads on top
+/// (tokio caps those at 512), so 1024 fits every real function, even on a
+/// 128-CPU node, and stops a fork bomb at a thousand sleeping tasks. It
+/// holds with and without cgroups: `pids.max` where limits are enforced,
+/// `RLIMIT_NPROC` where they are not (see [`rlimits`]).
 pub const PIDS_LIMIT: i64 = 1024;
 
 /// The default size of a run's `/tmp` (a tmpfs: memory, taken only as
@@ -153,7 +158,9 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .cwd(PathBuf::from(cwd))
         .capabilities(capabilities)
         .no_new_privileges(true)
-        .rlimits(rlimits()?)
+        .rlimits(rlimits(
+            input.cgroups_path.is_none().then_some(input.pids_limit),
+        )?)
         .build()?;
 
     // A user namespace of its own first, mapping xfn's ids one to one: the
@@ -245,17 +252,43 @@ fn capabilities() -> HashSet<Capability> {
 /// - `RLIMIT_CORE` 0: a crashing function writes no core file, and the
 ///   host's core handler (`core_pattern`, which runs outside every
 ///   namespace) is never fed a function's memory.
+/// - `RLIMIT_NPROC` the pids limit (`nproc`), given where no cgroup
+///   enforces `pids.max` (hybrid and v1 hosts, a read-only cgroupfs in a
+///   pod): there this is what stops a fork bomb. Where a cgroup does,
+///   `pids.max` alone holds, as it is exact (all uids, only the run's
+///   tasks) while this count also holds a few tasks of crun's setting the
+///   container up (6 to 8 here), which would make it bite first and hide
+///   the cgroup's limit. It bounds this run alone, not every function of
+///   xfn's user: the kernel (5.14+) counts tasks per *(user namespace,
+///   uid)*, and every run gets a user namespace of its own, so a run's
+///   count holds only its own tasks, and fork fails with `EAGAIN` at the
+///   limit however many tasks its neighbours, all the same uid outside,
+///   have. Nothing in the container can lift it: the only exemptions are
+///   `CAP_SYS_RESOURCE`/`CAP_SYS_ADMIN` in the *initial* namespace and the
+///   host's root uid, which no function holds or is mapped to. It is per
+///   uid inside the run: with a 65536-id range mapped (xfn with
+///   CAP_SETUID), a function switching uids gets this many per uid; with
+///   xfn's own id mapped (no capabilities, the sidecar) it holds one uid.
 ///
 /// Each is capped at xfn's own hard limit (no namespace can raise one).
 ///
 /// RLIMIT_FSIZE is not set: every place a function can write is a sized
 /// tmpfs, which answers ENOSPC; FSIZE would kill with SIGXFSZ instead.
-fn rlimits() -> Result<Vec<PosixRlimit>, SpecError> {
+fn rlimits(nproc: Option<i64>) -> Result<Vec<PosixRlimit>, SpecError> {
     use nix::sys::resource::{getrlimit, Resource};
     let capped = |resource, want: u64| {
         let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(want);
         want.min(hard)
     };
+    let nproc = nproc.map(|limit| {
+        (
+            PosixRlimitType::RlimitNproc,
+            capped(
+                Resource::RLIMIT_NPROC,
+                u64::try_from(limit).unwrap_or(1).max(1),
+            ),
+        )
+    });
     [
         (
             PosixRlimitType::RlimitNofile,
@@ -264,6 +297,7 @@ fn rlimits() -> Result<Vec<PosixRlimit>, SpecError> {
         (PosixRlimitType::RlimitCore, 0),
     ]
     .into_iter()
+    .chain(nproc)
     .map(|(typ, limit)| {
         Ok(PosixRlimitBuilder::default()
             .typ(typ)
@@ -641,13 +675,43 @@ mod tests {
     }
 
     #[test]
-    fn rlimits_bound_files_and_forbid_core_files() {
-        let limits = rlimits().unwrap();
+    fn rlimits_bound_files_and_processes_and_forbid_core_files() {
+        let limits = rlimits(Some(PIDS_LIMIT)).unwrap();
         let get = |typ| limits.iter().find(|l| l.typ() == typ).unwrap();
         let core = get(PosixRlimitType::RlimitCore);
         assert_eq!((core.soft(), core.hard()), (0, 0));
         let nofile = get(PosixRlimitType::RlimitNofile);
         assert!(nofile.hard() <= 65536 && nofile.hard() > 0);
+        let nproc = get(PosixRlimitType::RlimitNproc);
+        assert_eq!(nproc.soft(), nproc.hard());
+        assert!(nproc.hard() <= PIDS_LIMIT as u64 && nproc.hard() > 0);
+        let nproc = |spec: &Spec| {
+            let rlimits = spec.process().as_ref().unwrap().rlimits().clone();
+            rlimits
+                .unwrap()
+                .into_iter()
+                .find(|l| l.typ() == PosixRlimitType::RlimitNproc)
+                .map(|l| (l.soft(), l.hard()))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let without_cgroups = SpecInput {
+            pids_limit: 7,
+            ..input(dir.path(), &image)
+        };
+        assert_eq!(nproc(&build(&without_cgroups).unwrap()), Some((7, 7)));
+        let with_cgroups = SpecInput {
+            cgroups_path: Some("/a/xfn-run-1-0/container"),
+            ..without_cgroups
+        };
+        assert_eq!(
+            nproc(&build(&with_cgroups).unwrap()),
+            None,
+            "pids.max alone"
+        );
     }
 
     #[test]

@@ -91,6 +91,32 @@ pub fn unprivileged(uid: u32, program: &Path) -> Command {
     cmd
 }
 
+/// The pids of the processes whose command line (arguments joined by
+/// spaces) passes `test`, as the host sees them: a test's view of what its
+/// functions run, and of what they left.
+pub fn processes_where(test: impl Fn(&str) -> bool) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            test(
+                String::from_utf8_lossy(&cmdline)
+                    .replace('\0', " ")
+                    .trim_end(),
+            )
+            .then_some(pid)
+        })
+        .collect()
+}
+
+/// The pid of a process whose command line passes `test` (see
+/// [`processes_where`]).
+pub fn process_where(test: impl Fn(&str) -> bool) -> Option<u32> {
+    processes_where(test).first().copied()
+}
+
 /// Creates `path` (and parents) owned by `uid:gid`, for an unprivileged
 /// user's cache dir. Panics unless run as root, which it needs.
 pub fn dir_owned_by(path: &Path, uid: u32) {

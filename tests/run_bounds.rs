@@ -10,10 +10,12 @@
 //!   per run's user namespace) while a neighbour of the same uid forks
 //!   freely, and nothing of it outlives its run.
 //! - The seccomp allow-list: refused syscalls fail with EPERM, syscalls it
-//!   does not name with ENOSYS; busybox and a static Rust binary run.
+//!   does not name with ENOSYS; busybox, a static Rust binary and Python
+//!   (the host's Debian python3, copied into an image) run.
 //!
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv),
-//! libc6-dev (a static test program); root.
+//! libc6-dev (a static test program), python3 at /usr/bin/python3 (Debian's,
+//! which scripts/setup.sh installs); root.
 mod support;
 
 use std::process::{Command, Output, Stdio};
@@ -350,6 +352,95 @@ fn busybox_applets_and_a_static_rust_binary_work_under_the_profile() {
         assert_eq!(
             stdout(&fx.run(who, &fn_server, &[])),
             "listening\n",
+            "{who:?}"
+        );
+    }
+}
+
+/// Debian's interpreter (scripts/setup.sh installs it); not one from PATH,
+/// which may be a pyenv shim.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// A layer with the host's python3 at its own path, the shared libraries
+/// it and its extension modules load (as `ldd` names them), and the
+/// standard library files `program` imports: found by running `program`
+/// on the host with `LIST_FILES` (see tests/python/everyday.py), in
+/// isolated mode without `site` (`-I -S`), as the image runs it.
+fn python_layer(dir: &std::path::Path, program: &str) -> Layer {
+    assert!(
+        std::path::Path::new(PYTHON).exists(),
+        "{PYTHON} is missing: run scripts/setup.sh (Debian's python3 comes with python3-yaml)"
+    );
+    let list = dir.join("python-files");
+    let host_run = Command::new(PYTHON)
+        .args(["-I", "-S", program])
+        .env("LIST_FILES", &list)
+        .output()
+        .unwrap();
+    assert!(
+        host_run.status.success(),
+        "{program} fails on the host: {}",
+        String::from_utf8_lossy(&host_run.stderr)
+    );
+    let interpreter = std::fs::canonicalize(PYTHON).unwrap();
+    let modules: Vec<String> = std::fs::read_to_string(&list)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let mut files: std::collections::BTreeSet<String> = modules.iter().cloned().collect();
+    for object in std::iter::once(interpreter.to_str().unwrap()).chain(
+        modules
+            .iter()
+            .map(String::as_str)
+            .filter(|m| m.ends_with(".so")),
+    ) {
+        let ldd = Command::new("ldd").arg(object).output().unwrap();
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            // "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x…)" or
+            // "/lib64/ld-linux-x86-64.so.2 (0x…)".
+            let path = line.split("=>").last().unwrap_or("").trim();
+            let path = path.split(" (").next().unwrap_or("");
+            if path.starts_with('/') {
+                files.insert(path.to_string());
+            }
+        }
+    }
+    let mut dirs = std::collections::BTreeSet::new();
+    for file in &files {
+        let mut parent = std::path::Path::new(file).parent();
+        while let Some(dir) = parent.filter(|d| d != &std::path::Path::new("/")) {
+            dirs.insert(dir.to_str().unwrap().to_string());
+            parent = dir.parent();
+        }
+    }
+    let mut layer = Layer::new();
+    for dir in &dirs {
+        layer = layer.dir(dir, 0o755);
+    }
+    layer = layer.file(PYTHON, 0o755, std::fs::read(&interpreter).unwrap());
+    for file in &files {
+        // Shared libraries through their links: the file they name.
+        layer = layer.file(file, 0o755, std::fs::read(file).unwrap());
+    }
+    layer
+}
+
+#[test]
+fn python_reads_and_writes_files_runs_threads_and_a_subprocess_under_the_profile() {
+    let fx = Fixture::new();
+    let program = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/everyday.py");
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(python_layer(fx.dir.path(), program))
+        .layer(Layer::new().file("/everyday.py", 0o644, std::fs::read(program).unwrap()))
+        .entrypoint([PYTHON, "-I", "-S", "/everyday.py"])
+        .push(&fx.registry, "python:v1")
+        .reference;
+    for who in EVERYONE {
+        assert_eq!(
+            stdout(&fx.run(who, &image, &[])),
+            "json 10\nthreads 140\nsubprocess 42\n",
             "{who:?}"
         );
     }

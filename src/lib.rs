@@ -22,6 +22,7 @@ pub mod fork_lock;
 pub mod image;
 pub mod instance;
 pub mod pid1;
+pub mod pidns;
 pub mod proto;
 pub mod quantity;
 pub mod rootfs;

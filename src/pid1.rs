@@ -33,7 +33,11 @@
 //! (the child runs ordinary Rust code after the fork), and everything xfn
 //! sets up afterwards — the gatekeeper, its user namespace, its runs —
 //! belongs to the child. The init costs one sleeping process and nothing
-//! per call; outside PID 1 (`xfn run` on a host, tests) nothing changes.
+//! per call. Outside PID 1, `xfn start` and `xfn adapt` make a PID
+//! namespace of their own with this init as its PID 1 (`crate::pidns`);
+//! `xfn run` and `render` are left as they are.
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use nix::errno::Errno;
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -49,6 +53,10 @@ const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
 ];
 
+/// Set once an init of this module supervises xfn: PID 1 of xfn's PID
+/// namespace is then that init, and the namespace ends with xfn.
+static UNDER_INIT: AtomicBool = AtomicBool::new(false);
+
 /// When this process is PID 1, forks: returns in the child (xfn goes on),
 /// while the parent becomes the init and never returns. Otherwise returns
 /// at once. Must be called before any thread is started.
@@ -56,31 +64,62 @@ pub fn init_if_pid1() {
     if getpid().as_raw() != 1 {
         return;
     }
+    match fork_under_supervisor() {
+        Ok(()) => UNDER_INIT.store(true, Ordering::SeqCst),
+        // xfn still works as PID 1 without an init; only orphans stay.
+        Err(err) => {
+            eprintln!("xfn: cannot fork an init as PID 1 ({err}); orphans will not be reaped")
+        }
+    }
+}
+
+/// Whether xfn runs under an init of this module ([`init_if_pid1`]).
+pub fn under_init() -> bool {
+    UNDER_INIT.load(Ordering::SeqCst)
+}
+
+/// Forks: returns in the child, while the parent becomes its supervisor
+/// and never returns. The supervisor forwards [`FORWARDED`] signals to the
+/// child, reaps every child of its own and exits with the child's status
+/// (128 + the signal when a signal ended it) once the child is gone. It
+/// keeps only stdin, stdout and stderr open: a listening socket xfn closes
+/// to stop taking callers must not stay open in it. Must be called while
+/// the process has a single thread.
+pub fn fork_under_supervisor() -> nix::Result<()> {
     let mut handled = SigSet::empty();
     for signal in FORWARDED {
         handled.add(signal);
     }
     handled.add(Signal::SIGCHLD);
     // Blocked before the fork, so that no signal and no child's exit can
-    // arrive between the fork and the init's first wait.
-    let Ok(previous) = handled.thread_swap_mask(SigmaskHow::SIG_BLOCK) else {
-        return;
-    };
-    // SAFETY: called first thing in main, while xfn has a single thread, so
-    // the child may run ordinary Rust code (no lock can be held by a thread
-    // that does not exist in the child); the parent only waits for signals,
-    // reaps and forwards.
+    // arrive between the fork and the supervisor's first wait.
+    let previous = handled.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+    // SAFETY: callers run this while xfn has a single thread (first thing
+    // in main, or before the async runtime starts), so the child may run
+    // ordinary Rust code (no lock can be held by a thread that does not
+    // exist in the child); the parent only closes descriptors, waits for
+    // signals, reaps and forwards.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
             let _ = previous.thread_set_mask();
+            Ok(())
         }
-        Ok(ForkResult::Parent { child }) => std::process::exit(supervise(child, &handled)),
+        Ok(ForkResult::Parent { child }) => {
+            close_all_but_stdio();
+            std::process::exit(supervise(child, &handled))
+        }
         Err(err) => {
-            // xfn still works as PID 1 without an init; only orphans stay.
-            eprintln!("xfn: cannot fork an init as PID 1 ({err}); orphans will not be reaped");
             let _ = previous.thread_set_mask();
+            Err(err)
         }
     }
+}
+
+/// Closes every descriptor above stderr (`close_range(2)`).
+fn close_all_but_stdio() {
+    // SAFETY: close_range takes plain integers and only closes descriptors
+    // of this process; the supervisor owns no Rust object that uses them.
+    unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
 }
 
 /// The init's loop: forwards signals to `xfn`, reaps every child, and

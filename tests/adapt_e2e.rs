@@ -39,7 +39,7 @@ fn function_image(registry: &Registry) -> String {
         .reference
 }
 
-/// `xfn adapt`, killed on drop.
+/// `xfn adapt`, stopped on drop (`support::child::stop`).
 struct Adapt {
     child: Child,
     port: u16,
@@ -131,8 +131,7 @@ impl Adapt {
 
 impl Drop for Adapt {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        support::child::stop(&mut self.child);
     }
 }
 
@@ -553,7 +552,7 @@ fn reorder_layers(from: &Path, to: &Path) {
 
 /// Polls until `condition` holds; fails after a minute (a hang, not a
 /// performance threshold).
-fn wait_for(what: &str, adapt: &Adapt, condition: impl Fn() -> bool) {
+fn wait_for(what: &str, adapt: &Adapt, mut condition: impl FnMut() -> bool) {
     let started = Instant::now();
     while !condition() {
         assert!(
@@ -713,4 +712,39 @@ async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
     let (status, log) = adapt.wait().await;
     assert!(status.success(), "{status}\n{log}");
     assert!(log.contains("every run finished"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigkilled_adaptor_takes_its_run_in_flight_with_it() {
+    use support::child::{descendants, still_running_after_grace};
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    dir_owned_by(&dir.path().join("cache"), NONROOT);
+    let mut adapt = Adapt::start_as(
+        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
+        dir.path(),
+        &["--image", &image],
+        &["--insecure"],
+    );
+    let mut client = V1Client::new(plain_channel(adapt.port).await);
+    let call = tokio::spawn(async move { client.run_function(request("sleep", "killed")).await });
+    // Everything below the adaptor once the function itself runs: its
+    // supervisor's init and xfn (`xfn::pidns`), crun run, the function.
+    let pid = adapt.child.id();
+    let mut tree = Vec::new();
+    wait_for("the function running", &adapt, || {
+        tree = descendants(pid);
+        tree.iter().any(|(_, cmdline)| cmdline == "sleep 60")
+    });
+    // SIGKILL to the adaptor alone: xfn gets no chance to kill its run.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    adapt.child.wait().unwrap();
+    let left = still_running_after_grace(&tree);
+    assert_eq!(left, Vec::new(), "left running after SIGKILL to xfn adapt");
+    assert!(call.await.unwrap().is_err(), "the call in flight fails");
 }

@@ -169,7 +169,7 @@ status:
     status: \"True\"
 ";
 
-/// `xfn start` on an abstract socket, killed on drop.
+/// `xfn start` on an abstract socket, stopped on drop (`support::child::stop`).
 struct RunnerDaemon {
     child: Child,
     socket: String,
@@ -212,8 +212,7 @@ impl RunnerDaemon {
 
 impl Drop for RunnerDaemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        support::child::stop(&mut self.child);
     }
 }
 

@@ -90,11 +90,22 @@ async fn a_root_daemon_with_a_mapped_range_serves_root_and_refuses_others() {
     assert!(in_user_namespace(daemon.pid()));
     call_as(&daemon, None).await.unwrap();
     assert_refused(&call_as(&daemon, Some(NONROOT)).await.unwrap_err());
-    // Its gatekeeper (host root, outside) dies with it even after a crash.
+    // Its gatekeeper (host root, outside) dies with it even after a crash,
+    // and so do the supervisor, the init of its PID namespace and xfn
+    // (`xfn::pidns`), though the mapped root may not signal host root.
     let mut daemon = daemon;
     let marker = daemon.cmdline_marker();
-    assert_eq!(processes_with(&marker).len(), 2, "daemon and gatekeeper");
-    daemon.kill();
+    assert_eq!(
+        processes_with(&marker).len(),
+        4,
+        "supervisor, init, xfn and gatekeeper"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait().await;
     wait_until_gone(&marker).await;
 }
 

@@ -1,7 +1,8 @@
 //! End to end: `xfn start` with its default warm pool, as the sidecar runs
 //! (uid 65532, no capabilities): repeat calls are served by containers
 //! created ahead of them, SIGTERM removes every one of them, and a daemon
-//! killed with warm containers waiting has them swept by the next one.
+//! SIGKILLed with warm containers waiting (or xfn in it) takes them with it,
+//! leaving their state on disk to the next one's sweep.
 mod server_common;
 mod support;
 
@@ -138,12 +139,13 @@ async fn a_warm_container_not_called_for_expires_and_the_metrics_say_so() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn warm_containers_of_a_killed_daemon_are_swept_by_the_next_one() {
+async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweeps_their_state() {
     let registry = Registry::start();
     let echo = echo_image(&registry);
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
+    // Default flags, not PID 1: as on a laptop, in CI or under systemd.
     let mut first = Daemon::start_with_cache(Some(&cache), &[]).await;
     first
         .client()
@@ -152,24 +154,24 @@ async fn warm_containers_of_a_killed_daemon_are_swept_by_the_next_one() {
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", first.log()));
     wait_for_log(&first, "warm container ready", 1).await;
-    // SIGKILL to the daemon alone, as a crash: its waiting container stays
-    // (blocked in crun's init, reparented away from the dead daemon).
+    assert!(!container_processes(&cache).is_empty(), "a container waits");
+    // SIGKILL to the process that was started, alone, as `kill -9`, a CI
+    // timeout or systemd's last resort sends it: the kernel ends its PID
+    // namespace, the waiting container's init (blocked in crun's
+    // exec.fifo) included, and the gatekeeper follows.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(first.pid() as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
     first.wait().await;
-    let orphans = container_processes(&cache);
-    assert!(!orphans.is_empty(), "the killed daemon's container waits");
+    // No process names the cache: not the daemon's (its flags), nor its
+    // containers' (crun's state root and bundle are under it).
+    wait_until_gone(&cache.display().to_string()).await;
+    // Its state on disk is left to the next xfn on the cache.
     assert!(!run_state(&cache).is_empty());
 
     let second = Daemon::start_with_cache(Some(&cache), &["--warm-pool", "0"]).await;
-    let left: Vec<u32> = container_processes(&cache)
-        .into_iter()
-        .filter(|pid| orphans.contains(pid))
-        .collect();
-    assert_eq!(left, Vec::<u32>::new(), "{}", second.log());
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());
     // With the pool off, calls still run (the cold path), and leave nothing.
     let out = second
@@ -181,4 +183,44 @@ async fn warm_containers_of_a_killed_daemon_are_swept_by_the_next_one() {
     assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
     assert!(!second.log().contains("warm container"), "{}", second.log());
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn when_xfn_itself_is_sigkilled_its_runs_and_warm_containers_end_and_the_daemon_exits_137() {
+    let registry = Registry::start();
+    let echo = echo_image(&registry);
+    let marker = "sleep 4747";
+    let slow = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", &format!("cat >/dev/null; {marker}")])
+        .push(&registry, "slow:v1")
+        .reference;
+    let mut daemon = Daemon::start(&[]).await;
+    let cache = daemon.cache_dir.clone();
+    let mut client = daemon.client().await;
+    client
+        .run_function(request(&echo, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    wait_for_log(&daemon, "warm container ready", 1).await;
+    // A cold run in flight too: its crun and function must end as well.
+    let call = tokio::spawn(async move { client.run_function(request(&slow, FUNCTION_IO)).await });
+    while processes_with(marker).is_empty() {
+        assert!(!call.is_finished(), "the slow call ended: {:?}", call.await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // As the OOM killer would pick it: xfn, not the process that was
+    // started (its supervisor, outside the namespace).
+    let xfn = daemon.xfn_pid();
+    assert_ne!(xfn, daemon.pid());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(xfn as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let status = daemon.wait().await;
+    assert_eq!(status.code(), Some(137), "{status}\n{}", daemon.log());
+    wait_until_gone(&cache.display().to_string()).await;
+    assert_eq!(processes_with(marker), Vec::<u32>::new());
+    assert!(call.await.unwrap().is_err(), "the call in flight fails");
 }

@@ -139,7 +139,15 @@ impl Soaked {
         let now = self.sample();
         let warm = self.warm();
         let cache = &self.daemon.cache_dir;
-        for &p in children_of(self.xfn).iter().chain(&children_of(self.gate)) {
+        // The daemon's own processes: the supervisor that was started and
+        // the init of its PID namespace (`xfn::pidns`), xfn, the gatekeeper.
+        let own = [
+            self.daemon.pid(),
+            self.daemon.own_namespace_init(),
+            self.xfn,
+            self.gate,
+        ];
+        for p in own.iter().flat_map(|&p| children_of(p)) {
             if is_zombie(p) {
                 leaks.push(format!("zombie {p}"));
             }
@@ -198,10 +206,10 @@ impl Soaked {
         for mount in mounts_under(std::process::id(), cache) {
             leaks.push(format!("mount {mount} on the host"));
         }
-        // Every process naming the cache is xfn, its gatekeeper or a warm
+        // Every process naming the cache is the daemon's own or a warm
         // container.
         for p in processes_with(&cache.display().to_string()) {
-            if p != self.xfn && p != self.gate && !warm.contains(&p) {
+            if !own.contains(&p) && !warm.contains(&p) {
                 leaks.push(format!("stray process {p}"));
             }
         }
@@ -230,13 +238,7 @@ async fn calls_from_32_callers_with_default_flags_all_succeed_and_leak_nothing()
         .reference;
     let daemon = Arc::new(Daemon::start_without_debug_log(&[]).await);
     let xfn = daemon.xfn_pid();
-    let marker = daemon.cmdline_marker();
-    let [gate] = children_of(xfn)
-        .into_iter()
-        .filter(|p| processes_with(&marker).contains(p))
-        .collect::<Vec<_>>()
-        .try_into()
-        .expect("one gatekeeper");
+    let gate = daemon.gatekeeper_pid();
     let soak = Soaked { daemon, xfn, gate };
 
     // Warm-up at full concurrency: the image is cached, the warm pool sized

@@ -297,6 +297,7 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // stay outside the namespace.
             let incoming = start::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
+            enter_pid_namespace()?;
             Prepared::Start(args, incoming, namespace)
         }
         // Layers must be extracted inside the same mapping runs use, or the
@@ -311,6 +312,7 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // xfn's mapped root: read it first.
             let security = adapt::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
+            enter_pid_namespace()?;
             Prepared::Adapt(args, security, namespace)
         }
         Command::Cache(command) => Prepared::Cache(command),
@@ -353,6 +355,26 @@ pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result
         cache_dir: store.cache_dir.clone(),
     })
     .context("cannot enter xfn's user namespace")
+}
+
+/// Puts the servers (`start`, `adapt`) under PID 1 of a PID namespace of
+/// their own, so that a SIGKILLed xfn takes every container with it (see
+/// `xfn::pidns`). In the namespace already entered; single-threaded. Where
+/// the kernel refuses the namespace, xfn serves anyway and says what that
+/// costs.
+fn enter_pid_namespace() -> anyhow::Result<()> {
+    use anyhow::Context;
+    match xfn::pidns::enter() {
+        Ok(entered) => {
+            tracing::debug!(?entered, "containers end with xfn");
+            Ok(())
+        }
+        Err(err @ xfn::pidns::PidnsError::Unavailable(_)) => {
+            tracing::warn!(%err, "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
+            Ok(())
+        }
+        Err(err) => Err(err).context("cannot tie the containers' lifetime to xfn's"),
+    }
 }
 
 #[cfg(test)]

@@ -49,7 +49,8 @@ pub enum Listen {
     Tcp,
 }
 
-/// A running `xfn start`, killed when dropped.
+/// A running `xfn start`, stopped when dropped (SIGTERM, then SIGKILL if
+/// it does not exit: `support::child::STOP_GRACE`).
 pub struct Daemon {
     child: Option<Child>,
     /// The abstract socket name (without `@`).
@@ -233,7 +234,9 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The daemon's pid.
+    /// The pid of the process the test started: outside PID-1 mode the
+    /// supervisor `xfn start` leaves outside its PID namespace
+    /// (`xfn::pidns`; [`Daemon::xfn_pid`] is xfn), under `unshare` unshare.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
@@ -253,8 +256,9 @@ impl Daemon {
         child.wait().expect("wait");
     }
 
-    /// A command-line fragment only this daemon's processes (the daemon and
-    /// its gatekeeper) carry.
+    /// A command-line fragment only this daemon's processes (the process
+    /// that was started, its gatekeeper and, outside PID-1 mode, the init
+    /// and xfn in its PID namespace) carry.
     pub fn cmdline_marker(&self) -> String {
         format!("@{} ", self.socket)
     }
@@ -275,13 +279,54 @@ impl Daemon {
         child
     }
 
-    /// The host pid of the xfn process that serves: the daemon itself, or,
-    /// as PID 1, the init's only child (see `xfn::pid1`).
+    /// The host pid of PID 1 of the PID namespace `xfn start` makes for
+    /// itself outside PID-1 mode (`xfn::pidns`): the child of the daemon
+    /// that lives in another PID namespace (the other is the gatekeeper).
+    pub fn own_namespace_init(&self) -> u32 {
+        assert!(!self.as_pid1, "started as PID 1: no namespace of its own");
+        let pid = self.pid();
+        let namespace = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+        let children = children_of(pid);
+        children
+            .iter()
+            .copied()
+            .find(|&child| namespace(child) != namespace(pid))
+            .unwrap_or_else(|| {
+                panic!("no child of {pid} in a PID namespace of its own: {children:?}")
+            })
+    }
+
+    /// The host pid of the gatekeeper: a child of the process that forked
+    /// it before entering any namespace, xfn under `unshare`, else the
+    /// supervisor, the daemon's process (beside the init of its namespace).
+    pub fn gatekeeper_pid(&self) -> u32 {
+        let forker = if self.as_pid1 {
+            self.xfn_pid()
+        } else {
+            self.pid()
+        };
+        let marker = self.cmdline_marker();
+        let init = (!self.as_pid1).then(|| self.own_namespace_init());
+        let gates: Vec<u32> = children_of(forker)
+            .into_iter()
+            .filter(|&p| Some(p) != init && processes_with(&marker).contains(&p))
+            .collect();
+        let [gate]: [u32; 1] = gates
+            .clone()
+            .try_into()
+            .unwrap_or_else(|_| panic!("not one gatekeeper among {gates:?}"));
+        gate
+    }
+
+    /// The host pid of the xfn process that serves: the only child of the
+    /// init of its PID namespace (see `xfn::pid1`, `xfn::pidns`), which is
+    /// PID 1 under `unshare` or the one the daemon made for itself.
     pub fn xfn_pid(&self) -> u32 {
-        if !self.as_pid1 {
-            return self.pid();
-        }
-        let init = self.pid1();
+        let init = if self.as_pid1 {
+            self.pid1()
+        } else {
+            self.own_namespace_init()
+        };
         let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
             .expect("the init's children");
         let [xfn]: [u32; 1] = children
@@ -432,8 +477,19 @@ fn kill_children(pid: u32) {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            kill_children(child.id());
-            let _ = child.kill();
+            // As a supervisor stops it, so that it removes its warm
+            // containers and run state; killed only if it does not exit.
+            // Under `unshare` the signal goes to PID 1, as `sigterm` sends it.
+            let started = child.id();
+            let term = match self.as_pid1 {
+                true => children_of(started).first().copied(),
+                false => None,
+            }
+            .unwrap_or(started);
+            if !crate::support::child::sigterm_and_wait(&mut child, term) {
+                kill_children(child.id());
+                let _ = child.kill();
+            }
             let _ = child.wait();
         }
     }
@@ -706,8 +762,12 @@ pub async fn wait_until_gone(needle: &str) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let left: Vec<String> = processes_with(needle)
+        .into_iter()
+        .map(|pid| format!("{pid}: {}", crate::support::child::cmdline(pid)))
+        .collect();
     panic!(
-        "processes {:?} with {needle:?} outlived their run",
-        processes_with(needle)
+        "processes with {needle:?} still running:\n{}",
+        left.join("\n")
     );
 }

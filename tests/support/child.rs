@@ -45,6 +45,94 @@ impl Drop for ChildGuard {
     }
 }
 
+/// How long a server a test started gets to exit after SIGTERM before it
+/// is SIGKILLed: xfn's drain removes its warm containers and run state at
+/// once when no call is in flight, and a test that ends with calls running
+/// should not wait out their timeouts.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends SIGTERM to `pid` (the child, or what stands for it, e.g. PID 1
+/// under `unshare`) and waits up to [`STOP_GRACE`] for `child` to exit.
+/// Whether it did (reaped then); if not, the caller kills what is left.
+pub fn sigterm_and_wait(child: &mut Child, pid: u32) -> bool {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let started = std::time::Instant::now();
+    while started.elapsed() < STOP_GRACE {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Stops a server a test started as its supervisor would: SIGTERM, up to
+/// [`STOP_GRACE`], then SIGKILL; reaped. So a test's daemon removes what it
+/// made instead of leaving it on the machine.
+pub fn stop(child: &mut Child) {
+    if !sigterm_and_wait(child, child.id()) {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// `pid`'s descendants, each with its command line, children before their
+/// own (from `/proc/PID/task/TID/children`).
+pub fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push((child, cmdline(child)));
+                next.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// The command line of `pid`, arguments joined by spaces (empty for a
+/// zombie or a process gone).
+pub fn cmdline(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw)
+        .replace('\0', " ")
+        .trim_end()
+        .to_string()
+}
+
+/// Those of `processes` still running (not gone, not zombies), waiting up
+/// to [`STOP_GRACE`] for them to go: empty when they all did.
+pub fn still_running_after_grace(processes: &[(u32, String)]) -> Vec<(u32, String)> {
+    let running = || {
+        processes
+            .iter()
+            .filter(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().next())
+                        .is_some_and(|state| state != "Z")
+                })
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let started = std::time::Instant::now();
+    while started.elapsed() < STOP_GRACE && !running().is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    running()
+}
+
 /// A finished child and its cost.
 #[derive(Debug)]
 pub struct Measured {

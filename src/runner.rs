@@ -347,6 +347,7 @@ impl Runner {
             pool.lease(pool::PoolKey::of(&pulled.digest, config), || pool::Recipe {
                 config: pulled.config.config().clone(),
                 layers: pulled.layers.clone(),
+                pin: pulled.pin.clone(),
             })
         });
         if let Some(warm) = lease.as_mut().and_then(pool::Lease::take) {

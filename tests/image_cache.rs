@@ -21,6 +21,7 @@ const STORE_DIRS: &[&str] = &[
     "rootfs",
     "locks",
     "tmp",
+    "pins",
 ];
 /// A local user who is neither root, xfn's user nor in xfn's range.
 const OTHER_USER: u32 = 4242;

@@ -31,18 +31,6 @@ fn run_state(cache: &Path) -> Vec<String> {
     entries
 }
 
-/// Waits until the daemon logged `needle` `count` times (bounded: a hang
-/// becomes a failure naming what was awaited, not a timing threshold).
-async fn wait_for_log(daemon: &Daemon, needle: &str, count: usize) {
-    for _ in 0..500 {
-        if daemon.log().matches(needle).count() >= count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("no {count} x {needle:?} in:\n{}", daemon.log());
-}
-
 /// An image whose function echoes its input (busybox `cat`).
 fn echo_image(registry: &Registry) -> String {
     ImageBuilder::new()
@@ -61,7 +49,7 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     let mut client = daemon.client().await;
     for call in 0..3 {
         if call > 0 {
-            wait_for_log(&daemon, "warm container ready", call).await;
+            daemon.wait_for_log("warm container ready", call).await;
         }
         let out = client
             .run_function(request(&echo, FUNCTION_IO))
@@ -71,7 +59,7 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     }
     let log = daemon.log();
     assert_eq!(log.matches("warm run phases").count(), 2, "{log}");
-    wait_for_log(&daemon, "warm container ready", 3).await;
+    daemon.wait_for_log("warm container ready", 3).await;
     // The metrics endpoint tells the same story: one cold call, two warm
     // ones, three containers made, one waiting.
     assert_eq!(pool_calls(&daemon).await, (1.0, 2.0));
@@ -153,7 +141,7 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
         .run_function(request(&echo, FUNCTION_IO))
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", first.log()));
-    wait_for_log(&first, "warm container ready", 1).await;
+    first.wait_for_log("warm container ready", 1).await;
     assert!(!container_processes(&cache).is_empty(), "a container waits");
     // SIGKILL to the process that was started, alone, as `kill -9`, a CI
     // timeout or systemd's last resort sends it: the kernel ends its PID
@@ -202,7 +190,7 @@ async fn when_xfn_itself_is_sigkilled_its_runs_and_warm_containers_end_and_the_d
         .run_function(request(&echo, FUNCTION_IO))
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
-    wait_for_log(&daemon, "warm container ready", 1).await;
+    daemon.wait_for_log("warm container ready", 1).await;
     // A cold run in flight too: its crun and function must end as well.
     let call = tokio::spawn(async move { client.run_function(request(&slow, FUNCTION_IO)).await });
     while processes_with(marker).is_empty() {

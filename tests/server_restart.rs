@@ -40,16 +40,6 @@ async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
     panic!("never: {what}");
 }
 
-async fn call_ok(daemon: &Daemon, image: &str) {
-    let out = daemon
-        .client()
-        .await
-        .run_function(request(image, FUNCTION_IO))
-        .await
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
-    assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     let registry = Registry::start();
@@ -102,7 +92,7 @@ async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     call.abort();
     wait_until("the function is reaped", || parent_of(function).is_none()).await;
     wait_until_no_zombies(init).await;
-    call_ok(&daemon, &echo(&registry)).await;
+    daemon.call_ok(&echo(&registry)).await;
 
     // SIGTERM to PID 1, as a container runtime stops the container, reaches
     // xfn's drain: the run in flight finishes, then everything exits 0.
@@ -245,7 +235,7 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
              scripts/vm/run-checks.sh checks that a dead xfn's cgroups are removed)"
         );
     }
-    call_ok(&second, &echo(&registry)).await;
+    second.call_ok(&echo(&registry)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -277,7 +267,7 @@ async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
     // untouched, and the first one serves on.
     let second = Daemon::start_as_pid1(&cache, &[]).await;
     assert_eq!(instances(&cache).len(), 2);
-    call_ok(&second, &echo).await;
+    second.call_ok(&echo).await;
     let state = run_state(&cache);
     for entry in &live {
         assert!(state.contains(entry), "{entry} was removed: {state:?}");
@@ -287,7 +277,7 @@ async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
         live_mounts
     );
     assert!(!processes_with("sleep 3624").is_empty());
-    call_ok(&first, &echo).await;
+    first.call_ok(&echo).await;
     call.abort();
     wait_until_gone("sleep 3624").await;
 }

@@ -127,6 +127,13 @@ pub async fn execute(
         }
         (None, None, None) => anyhow::bail!("one of --image-tarball, --image-layout, --image"),
     };
+    // Held for the adaptor's life: a collection of this cache (`xfn cache
+    // gc` from a shell, a daemon's budget) never takes its one image, which
+    // its calls, pull policy Never, could not fetch again.
+    let _in_use = store
+        .ensure(&image, PullPolicy::Never, &RegistryAuth::default())
+        .await
+        .with_context(|| format!("cannot find {image} in the cache"))?;
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
     let runner =

@@ -1,16 +1,24 @@
-//! `xfn cache`: inspect the image cache.
+//! `xfn cache`: inspect the image cache, remove images, collect garbage.
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use xfn::image::GcReport;
 
 use super::pull::human_bytes;
-use super::StoreArgs;
+use super::{parse_size, StoreArgs};
 
 /// `xfn cache` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
     /// List cached images with digest and size.
     Ls(LsArgs),
+    /// Remove images (their references); their layers and blobs go when no
+    /// other cached image uses them.
+    Rm(RmArgs),
+    /// Remove what no cached image uses and, with --max-size, the least
+    /// recently used images until the cache fits. Images in use by a run or
+    /// a pull are never removed.
+    Gc(GcArgs),
 }
 
 /// Flags of `xfn cache ls`.
@@ -21,11 +29,46 @@ pub struct LsArgs {
     pub store: StoreArgs,
 }
 
+/// Flags of `xfn cache rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Cache flags.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The images to remove, as they were pulled (tag or digest).
+    #[arg(required = true)]
+    pub images: Vec<String>,
+}
+
+/// Flags of `xfn cache gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Cache flags.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Evict least recently used images until the cache takes at most this
+    /// much disk (a quantity: `5Gi`, `500M`); without it only what no image
+    /// uses is removed.
+    #[arg(long, value_parser = parse_size)]
+    pub max_size: Option<u64>,
+}
+
+impl CacheCommand {
+    /// The cache flags of any subcommand.
+    pub fn store(&self) -> &StoreArgs {
+        match self {
+            CacheCommand::Ls(args) => &args.store,
+            CacheCommand::Rm(args) => &args.store,
+            CacheCommand::Gc(args) => &args.store,
+        }
+    }
+}
+
 /// Runs `xfn cache`.
 pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::Result<ExitCode> {
+    let store = command.store().open_store(&global.registry)?;
     match command {
-        CacheCommand::Ls(args) => {
-            let store = args.store.open_store(&global.registry)?;
+        CacheCommand::Ls(_) => {
             let images = store.list()?;
             let width = images
                 .iter()
@@ -45,5 +88,46 @@ pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::R
             }
             Ok(ExitCode::SUCCESS)
         }
+        CacheCommand::Rm(args) => {
+            let report = store.remove_images(&args.images).await?;
+            for reference in &report.removed {
+                println!("removed {reference}");
+            }
+            println!("{}", summary(&report));
+            for reference in &report.missing {
+                eprintln!("xfn: {reference} is not in the cache");
+            }
+            Ok(if report.missing.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        CacheCommand::Gc(args) => {
+            let report = store.collect(args.max_size).await?;
+            for reference in &report.evicted {
+                println!("evicted {reference} (least recently used)");
+            }
+            println!("{}", summary(&report));
+            if let Some(max) = args.max_size.filter(|max| report.bytes_after > *max) {
+                println!(
+                    "still above {}: {} image(s) in use by runs or pulls are kept",
+                    human_bytes(max),
+                    report.kept_in_use
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `freed 12.3 MB (2 layers); the cache takes 40.1 MB`.
+fn summary(report: &GcReport) -> String {
+    let layers = report.layers_removed;
+    format!(
+        "freed {} ({layers} layer{}); the cache takes {}",
+        human_bytes(report.freed()),
+        if layers == 1 { "" } else { "s" },
+        human_bytes(report.bytes_after)
+    )
 }

@@ -307,6 +307,12 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             enter_namespace(&args.store, &UsernsArgs::default())?;
             Prepared::Pull(args)
         }
+        // Removing layers takes the namespace's root: their files belong to
+        // the image's (mapped) owners and their dirs may be read-only.
+        Command::Cache(command @ (cache::CacheCommand::Rm(_) | cache::CacheCommand::Gc(_))) => {
+            enter_namespace(command.store(), &UsernsArgs::default())?;
+            Prepared::Cache(command)
+        }
         Command::Adapt(args) => {
             // The TLS key may be readable only by the real uid, not by
             // xfn's mapped root: read it first.

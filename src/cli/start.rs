@@ -60,6 +60,78 @@ pub struct StartArgs {
     /// Warm containers of an image not called for this long are removed.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub warm_pool_idle: Duration,
+    /// Disk the image cache may take (a quantity): past it, the least
+    /// recently used images not in use are removed, after each pull that
+    /// downloaded layers and every few minutes. See DEFAULT_CACHE_MAX_SIZE.
+    #[arg(long, default_value = DEFAULT_CACHE_MAX_SIZE, value_parser = super::parse_size)]
+    pub cache_max_size: u64,
+}
+
+/// Default of `--cache-max-size`. The cache lives on a shared node (an
+/// emptyDir or the node's disk, counted against the pod's ephemeral storage
+/// and watched by the kubelet's eviction), so it gets a budget rather than
+/// the disk: 10 GiB holds a control plane's functions many times over
+/// (function images are tens to a few hundred MB, unpacked plus their kept
+/// blobs) and more than twice the largest image `--max-image-size` admits
+/// by default (4 GiB), so one big image never evicts itself.
+pub const DEFAULT_CACHE_MAX_SIZE: &str = "10Gi";
+
+/// How often the daemon's collector looks when no pull woke it: a cached
+/// image's last use only moves once a minute, and nothing grows without a
+/// pull; this catches what other processes sharing the cache pulled.
+const COLLECT_EVERY: Duration = Duration::from_secs(300);
+
+/// How soon it looks again when images in use kept the cache over its
+/// budget: a run holds its image for seconds, so the budget is met soon
+/// after, not minutes later.
+const COLLECT_AGAIN_OVER_BUDGET: Duration = Duration::from_secs(30);
+
+/// Keeps the cache under `max_size`: at start, after each pull that
+/// downloaded layers, and every [`COLLECT_EVERY`] (sooner while over it).
+fn spawn_collector(store: xfn::image::ImageStore, max_size: u64) {
+    tokio::spawn(async move {
+        let mut was_over = false;
+        loop {
+            let over = match store.collect(Some(max_size)).await {
+                Ok(report) => {
+                    if report.freed() > 0 || !report.evicted.is_empty() {
+                        tracing::info!(
+                            evicted = ?report.evicted,
+                            freed_bytes = report.freed(),
+                            cache_bytes = report.bytes_after,
+                            max_bytes = max_size,
+                            "image cache collected"
+                        );
+                    }
+                    let over = report.bytes_after > max_size;
+                    if over && !was_over {
+                        tracing::warn!(
+                            cache_bytes = report.bytes_after,
+                            max_bytes = max_size,
+                            in_use = report.kept_in_use,
+                            "the image cache is over --cache-max-size with the images in use; \
+                             it is collected again when they are done"
+                        );
+                    }
+                    over
+                }
+                Err(err) => {
+                    tracing::warn!("collecting the image cache failed: {err}");
+                    false
+                }
+            };
+            was_over = over;
+            let wait = if over {
+                COLLECT_AGAIN_OVER_BUDGET
+            } else {
+                COLLECT_EVERY
+            };
+            tokio::select! {
+                () = store.pulled() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    });
 }
 
 /// Parses `StartArgs` alone, for `xfn` with no subcommand.
@@ -130,6 +202,7 @@ pub async fn execute(
         }),
         ..args.runner.options()
     };
+    spawn_collector(store.clone(), args.cache_max_size);
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
@@ -170,6 +243,7 @@ pub async fn execute(
     tracing::info!(
         address = %args.address,
         cache_dir = %args.store.cache_dir.display(),
+        cache_max_bytes = args.cache_max_size,
         "serving the function runner API"
     );
     let served = args
@@ -201,5 +275,7 @@ mod tests {
         // Warm containers on by default, two per CPU, kept 2 minutes idle.
         assert_eq!(args.warm_pool, None);
         assert_eq!(args.warm_pool_idle, xfn::runner::DEFAULT_POOL_IDLE);
+        // The image cache's budget on a shared node.
+        assert_eq!(args.cache_max_size, 10 << 30);
     }
 }

@@ -10,12 +10,13 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 
 use super::descriptor::Manifest;
-use super::error::ImageError;
+use super::error::{join_err, ImageError};
 use super::policy::PullPolicy;
 use super::pull::{ConnectOptions, Puller};
 use super::reference::ImageReference;
 use super::store::{
-    parse_config, CachedImage, ImportSource, Limits, PulledImage, Store, StoreStats, MAX_LAYERS,
+    parse_config, CachedImage, GcReport, ImportSource, Limits, PulledImage, Store, StoreStats,
+    MAX_LAYERS,
 };
 use super::RegistryAuth;
 
@@ -95,6 +96,8 @@ struct Inner {
     store: Store,
     options: StoreOptions,
     connect: ConnectOptions,
+    /// Told after each pull that downloaded layers (the daemon's collector).
+    pulled: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for ImageStore {
@@ -125,6 +128,7 @@ impl ImageStore {
                 store: Store::open(cache_dir, limits)?,
                 options,
                 connect,
+                pulled: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -168,6 +172,37 @@ impl ImageStore {
         self.store()
             .import(source, repository, &self.inner.options.default_registry)
             .await
+    }
+
+    /// Removes the images `references` name (their refs), then what no
+    /// image left uses (see [`Store::remove_images`]).
+    pub async fn remove_images(&self, references: &[String]) -> Result<GcReport, ImageError> {
+        let keys = references
+            .iter()
+            .map(|r| {
+                ImageReference::parse(r, &self.inner.options.default_registry)
+                    .map(|r| r.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let store = self.store().clone();
+        tokio::task::spawn_blocking(move || store.remove_images(&keys))
+            .await
+            .map_err(join_err)?
+    }
+
+    /// Collects garbage, evicting least recently used images past
+    /// `max_size` (see [`Store::collect`]).
+    pub async fn collect(&self, max_size: Option<u64>) -> Result<GcReport, ImageError> {
+        let store = self.store().clone();
+        tokio::task::spawn_blocking(move || store.collect(max_size))
+            .await
+            .map_err(join_err)?
+    }
+
+    /// Resolves after a pull that downloaded layers (once per such pull
+    /// while nobody waits): when the daemon's collector looks again.
+    pub async fn pulled(&self) {
+        self.inner.pulled.notified().await
     }
 
     /// Makes `image` whole in the store under `policy` and returns it.
@@ -251,6 +286,9 @@ impl ImageStore {
             .stats()
             .manifests_resolved
             .fetch_add(1, Ordering::Relaxed);
+        // Pinned, with its manifest, before any layer is looked at: a
+        // collection now keeps every layer this image needs.
+        let pin = store.pin(&resolved.digest, Some(&resolved.bytes))?;
         let manifest = &resolved.manifest;
         if manifest.layers.len() > MAX_LAYERS {
             return Err(ImageError::TooManyLayers {
@@ -324,6 +362,9 @@ impl ImageStore {
             store.publish_bytes(&store.manifest_path(&resolved.digest)?, &resolved.bytes)?;
         }
         store.write_ref(&key, &resolved.digest)?;
+        if counters.layers.load(Ordering::Relaxed) > 0 {
+            self.inner.pulled.notify_one();
+        }
 
         let report = PullReport {
             resolved_remotely: true,
@@ -338,6 +379,7 @@ impl ImageStore {
                 digest: resolved.digest,
                 config,
                 layers: fetched,
+                pin,
             },
             report,
         ))

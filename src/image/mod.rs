@@ -28,4 +28,4 @@ pub use fetch::{ImageStore, PullProgress, PullReport, StoreOptions};
 pub use kind::ImageErrorKind;
 pub use policy::{PullPolicy, UnknownPullPolicy};
 pub use reference::ImageReference;
-pub use store::{CachedImage, PulledImage};
+pub use store::{CachedImage, GcReport, ImagePin, PulledImage};

@@ -15,6 +15,8 @@
 //!   layers/<hex>/              each layer extracted once (overlay whiteouts): an overlay lower dir
 //!   rootfs/<manifest hex>/     all layers applied in order (copy mode), built on first request
 //!   locks/<hex>.lock           flock files serialising pulls across processes
+//!   locks/gc.gate, gc.run      the collector's gate (see `pin`) and its one-at-a-time lock
+//!   pins/<manifest hex>        shared flocks held by whoever uses an image (see `pin`)
 //!   tmp/<instance>.<what>.<random>  work in progress; same filesystem, so renames are atomic
 //! ```
 //!
@@ -47,6 +49,11 @@
 //!   so concurrent `ensure` calls in one or several processes download
 //!   each blob once; losers of a rename race simply use the winner's entry.
 //! - At most [`MAX_LAYERS`] layers per image.
+//! - Collected, never from under a user: whoever uses an image (a run, a
+//!   pull, an import, a warm container) pins it first, and a collection
+//!   removes only what no ref and no pin needs; a blob or layer shared by
+//!   several images goes with the last of them. Eviction for a budget is
+//!   least recently used first (`gc`, `pin`).
 //!
 //! # Privacy
 //!
@@ -80,26 +87,33 @@
 //! finds a cached image; `rootfs` builds flattened rootfs; `listing` is
 //! `xfn cache ls`; `import` fills the store from files instead of a
 //! registry; `codec` decompresses and verifies layer streams; `lock` is
-//! the per-key lock table.
-use std::path::Path;
+//! the per-key lock table; `pin` the holds on images in use; `gc` removes
+//! images and collects garbage.
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 mod codec;
 mod entries;
+mod gc;
 mod import;
 mod layout;
 mod listing;
 mod lock;
+mod pin;
 mod publish;
 mod rootfs;
 
 pub(crate) use codec::{extract_verified, ChannelReader};
 pub(crate) use entries::parse_config;
 pub use entries::PulledImage;
+pub use gc::GcReport;
 pub(crate) use import::file_digest;
 pub use import::ImportSource;
 pub use listing::CachedImage;
+pub use pin::ImagePin;
 
 use lock::{KeyGuard, KeyLocks};
 
@@ -147,12 +161,16 @@ pub struct Store {
 }
 
 struct Inner {
-    root: std::path::PathBuf,
+    root: PathBuf,
     limits: Limits,
     locks: KeyLocks,
     stats: StoreStats,
     /// Names this process's temp entries, so a later xfn knows whose they are.
     instance: Arc<crate::instance::Instance>,
+    /// Disk usage of published dirs, measured once (see `gc`).
+    sizes: Mutex<HashMap<PathBuf, u64>>,
+    /// When this process last marked each ref used (see `entries`).
+    touched: Mutex<HashMap<PathBuf, Instant>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -178,6 +196,8 @@ impl Store {
                 locks: KeyLocks::new(cache_dir.join(layout::LOCKS)),
                 stats: StoreStats::default(),
                 instance,
+                sizes: Mutex::default(),
+                touched: Mutex::default(),
             }),
         };
         store.clean_tmp();
@@ -217,6 +237,14 @@ impl Store {
             max_entries: self.inner.limits.max_layer_entries,
             ..Default::default()
         }
+    }
+
+    fn sizes_memo(&self) -> MutexGuard<'_, HashMap<PathBuf, u64>> {
+        self.inner.sizes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touched_memo(&self) -> MutexGuard<'_, HashMap<PathBuf, Instant>> {
+        self.inner.touched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn extract_options(&self) -> ExtractOptions {

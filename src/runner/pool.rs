@@ -34,6 +34,10 @@
 //! - **Nothing outlives the pool.** [`Pool::shutdown`] (the daemon's exit)
 //!   removes every waiting container and waits for teardowns in flight; a
 //!   dropped pool removes its containers synchronously.
+//! - **Never under the cache's collector.** A key's recipe and each of its
+//!   containers hold a pin on the image (`image::store::pin`) until the
+//!   container's teardown is done, so the layer dirs under a waiting or
+//!   running container's overlay are never collected.
 //! - **No zombies.** Created containers' inits are this process's children
 //!   (a child subreaper): each is reaped by its container, and any other
 //!   container init orphaned to xfn by the pool's clock
@@ -47,6 +51,7 @@ use oci_spec::image::Config as ImageConfig;
 use tokio_util::task::TaskTracker;
 
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
+use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
 use crate::sandbox::created::{become_subreaper, reap_orphans, CreateRequest, CreatedContainer};
 use crate::sandbox::{CrunOutput, Limits, Sandbox};
@@ -104,6 +109,10 @@ pub(super) struct Recipe {
     pub(super) config: Option<ImageConfig>,
     /// The layer dirs (the overlay's lower dirs).
     pub(super) layers: Vec<PathBuf>,
+    /// Keeps the image's layers from the cache's collector while its
+    /// containers may be made (see `image::store::pin`); each container
+    /// holds a clone until its teardown is done.
+    pub(super) pin: ImagePin,
 }
 
 /// How the pool is sized.
@@ -164,9 +173,12 @@ pub struct PoolStats {
 /// A container ready for a call, and its rootfs.
 #[derive(Debug)]
 pub(super) struct Warm {
-    // Field order is drop order: the container dies before its rootfs goes.
+    // Field order is drop order: the container dies before its rootfs
+    // goes, and the rootfs (an overlay of the image's layer dirs) before
+    // the pin that keeps those dirs from the cache's collector.
     container: CreatedContainer,
     rootfs: Rootfs,
+    pin: ImagePin,
     pool: Arc<Pool>,
 }
 
@@ -177,10 +189,12 @@ impl Warm {
         let Self {
             container,
             rootfs,
+            pin,
             pool,
         } = self;
         let (result, finished) = container.run(input, timeout).await;
-        pool.dispose((finished, rootfs));
+        // A tuple drops in order: the pin goes last, after the unmount.
+        pool.dispose((finished, rootfs, pin));
         Ok(result?)
     }
 }
@@ -223,9 +237,10 @@ struct Slot {
 /// A ready container as the pool keeps it (without its pool handle).
 #[derive(Debug)]
 struct CreatedWarm {
-    // Field order is drop order: the container dies before its rootfs goes.
+    // Field order is drop order (see `Warm`).
     container: CreatedContainer,
     rootfs: Rootfs,
+    pin: ImagePin,
 }
 
 impl Slot {
@@ -251,6 +266,7 @@ impl Lease {
         self.warm.take().map(|warm| Warm {
             container: warm.container,
             rootfs: warm.rootfs,
+            pin: warm.pin,
             pool: Arc::clone(&self.pool),
         })
     }
@@ -392,9 +408,13 @@ impl Pool {
             })
             .await;
         match container {
-            Ok(container) => Ok(CreatedWarm { container, rootfs }),
+            Ok(container) => Ok(CreatedWarm {
+                container,
+                rootfs,
+                pin: recipe.pin.clone(),
+            }),
             Err(err) => {
-                self.dispose(rootfs);
+                self.dispose((rootfs, recipe.pin.clone()));
                 Err(err.into())
             }
         }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{RunConfig, RunError, Runner};
+use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
 use crate::sandbox::cgroup::run::RunUsage;
 use crate::sandbox::netns::NetworkNamespace;
@@ -14,9 +15,12 @@ use crate::sandbox::served::{ServeRequest, ServedContainer};
 /// Killed, and its rootfs removed, by [`ServedFunction::stop`] or on drop.
 #[derive(Debug)]
 pub struct ServedFunction {
-    // Field order is drop order: the container dies before its rootfs goes.
+    // Field order is drop order: the container dies before its rootfs
+    // goes, and the rootfs before the pin that keeps its image's layers
+    // from the cache's collector (see `image::store::pin`).
     container: ServedContainer,
     rootfs: Rootfs,
+    pin: ImagePin,
 }
 
 /// How a function image is served.
@@ -61,7 +65,11 @@ impl Runner {
             })
             .await?;
         tracing::debug!(image, container = container.id(), "function serving");
-        Ok(ServedFunction { container, rootfs })
+        Ok(ServedFunction {
+            container,
+            rootfs,
+            pin: pulled.pin,
+        })
     }
 }
 
@@ -94,10 +102,15 @@ impl ServedFunction {
     /// Kills the server and removes its container, cgroup and rootfs.
     /// Returns what its cgroup measured, where it had one.
     pub async fn stop(self) -> Option<RunUsage> {
-        let Self { container, rootfs } = self;
+        let Self {
+            container,
+            rootfs,
+            pin,
+        } = self;
         let usage = container.stop().await;
         // Unmounting takes milliseconds: off the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+        drop(pin);
         usage
     }
 }

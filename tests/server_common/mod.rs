@@ -234,6 +234,31 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the daemon logged `needle` `count` times (bounded: a
+    /// hang becomes a failure naming what was awaited, not a timing
+    /// threshold).
+    pub async fn wait_for_log(&self, needle: &str, count: usize) {
+        for _ in 0..500 {
+            if self.log().matches(needle).count() >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("no {count} x {needle:?} in:\n{}", self.log());
+    }
+
+    /// Calls `image`, a function that echoes its input, and checks that it
+    /// did (the daemon's log in the panic otherwise).
+    pub async fn call_ok(&self, image: &str) {
+        let out = self
+            .client()
+            .await
+            .run_function(request(image, FUNCTION_IO))
+            .await
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", self.log()));
+        assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    }
+
     /// The pid of the process the test started: outside PID-1 mode the
     /// supervisor `xfn start` leaves outside its PID namespace
     /// (`xfn::pidns`; [`Daemon::xfn_pid`] is xfn), under `unshare` unshare.

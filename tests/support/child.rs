@@ -1,5 +1,6 @@
 //! Child processes of tests: [`ChildGuard`] kills and reaps a child when the
-//! test ends, however it ends; [`measure`] runs one to completion and reports
+//! test ends, however it ends, and waits for one with a bound
+//! ([`output_within`]); [`measure`] runs one to completion and reports
 //! what it cost: the peak resident memory (`VmHWM`) of the program it runs
 //! and the bytes it wrote to files.
 //!
@@ -14,7 +15,8 @@
 //! included; tmpfs does not count, so point caches at a disk).
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Kills (SIGKILL) and reaps the child when dropped, unless it was waited for.
 pub struct ChildGuard(Option<Child>);
@@ -34,6 +36,62 @@ impl ChildGuard {
     pub fn into_inner(mut self) -> Child {
         self.0.take().expect("child already reaped")
     }
+
+    /// Waits for the child to end, at most `limit`, collecting what it
+    /// writes to its piped stdout and stderr; kills it and panics, with
+    /// what it wrote so far, past `limit`: a hang becomes a failure naming
+    /// `what`, never a hung test.
+    pub fn output_within(mut self, what: &str, limit: Duration) -> Output {
+        let child = self.child();
+        let out = child.stdout.take().map(read_in_background);
+        let err = child.stderr.take().map(read_in_background);
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.0 = None;
+        let collect = |reader: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            reader.map_or_else(Vec::new, |r| r.join().expect("pipe reader"))
+        };
+        let (stdout, stderr) = (collect(out), collect(err));
+        let Some(status) = status else {
+            panic!(
+                "{what} did not end within {limit:?}; stdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        };
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// Runs `cmd` (stdin closed, stdout and stderr captured) to its end, for at
+/// most `limit` (see [`ChildGuard::output_within`]).
+pub fn output_within(cmd: &mut Command, what: &str, limit: Duration) -> Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    ChildGuard::spawn(cmd).output_within(what, limit)
+}
+
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
 }
 
 impl Drop for ChildGuard {
@@ -195,19 +253,11 @@ pub fn measure(cmd: &mut Command, program: &std::path::Path) -> Measured {
         .stderr(Stdio::piped());
     let mut guard = ChildGuard::spawn(cmd);
     let child = guard.child();
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
+    let out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take().expect("stderr");
     let pid = child.id() as libc::pid_t;
-    let out_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = out.read_to_end(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err.read_to_end(&mut s);
-        s
-    });
+    let out_reader = read_in_background(out);
+    let err_reader = read_in_background(err);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let done = done.clone();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{io_err, ImageError, Store};
+use super::{io_err, ImageError, ImagePin, Store};
 use crate::image::descriptor::{sha256_digest, BlobRef, Manifest};
 
 /// An image that is whole in the store: config read, every layer extracted.
@@ -18,6 +18,8 @@ pub struct PulledImage {
     pub config: oci_spec::image::ImageConfiguration,
     /// The extracted layer directories, bottom layer first: overlay lower dirs.
     pub layers: Vec<PathBuf>,
+    /// Keeps the image from being collected while this (or a clone) lives.
+    pub pin: ImagePin,
 }
 
 /// The content of a `refs/` file.
@@ -61,6 +63,8 @@ impl Store {
         let Some(digest) = self.read_ref(key).or_else(|| pinned.map(str::to_string)) else {
             return Ok(None);
         };
+        // Pinned before looking: a collection cannot take it from under us.
+        let pin = self.pin(&digest, None)?;
         let Some(manifest) = self.read_manifest(&digest)? else {
             return Ok(None);
         };
@@ -76,15 +80,33 @@ impl Store {
             }
             layers.push(dir);
         }
+        self.mark_used(key);
         Ok(Some((
             PulledImage {
                 reference: asked.to_string(),
                 digest,
                 config,
                 layers,
+                pin,
             },
             manifest,
         )))
+    }
+
+    /// Marks the ref `key` used now (its mtime: the collector's last use),
+    /// at most once a minute per process: a run costs no write.
+    fn mark_used(&self, key: &str) {
+        const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+        let path = self.ref_path(key);
+        {
+            let mut touched = self.touched_memo();
+            if touched.get(&path).is_some_and(|at| at.elapsed() < EVERY) {
+                return;
+            }
+            touched.insert(path.clone(), std::time::Instant::now());
+        }
+        // No ref (a digest found under another name): nothing to mark.
+        let _ = filetime::set_file_mtime(&path, filetime::FileTime::now());
     }
 
     /// The stored manifest `digest` names, parsed for what the store uses;
@@ -94,16 +116,8 @@ impl Store {
         let Some(bytes) = self.read_verified(&path, digest)? else {
             return Ok(None);
         };
-        #[derive(Deserialize)]
-        struct Stored {
-            config: BlobRef,
-            layers: Vec<BlobRef>,
-        }
-        match serde_json::from_slice::<Stored>(&bytes) {
-            Ok(stored) => Ok(Some(Manifest {
-                config: stored.config,
-                layers: stored.layers,
-            })),
+        match parse_manifest(&bytes) {
+            Ok(manifest) => Ok(Some(manifest)),
             // Verified bytes that do not parse were never a manifest we
             // took (resolving parses first): treat them as torn too.
             Err(e) => {
@@ -141,6 +155,19 @@ impl Store {
         tracing::warn!(path = %path.display(), "a cached entry is torn ({why}); fetching it again");
         let _ = std::fs::remove_file(path);
     }
+}
+
+/// A manifest's bytes, parsed for what the store uses.
+pub(super) fn parse_manifest(bytes: &[u8]) -> Result<Manifest, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Stored {
+        config: BlobRef,
+        layers: Vec<BlobRef>,
+    }
+    serde_json::from_slice::<Stored>(bytes).map(|stored| Manifest {
+        config: stored.config,
+        layers: stored.layers,
+    })
 }
 
 /// An image config, parsed.

@@ -182,6 +182,9 @@ impl Store {
                 max: MAX_LAYERS,
             });
         }
+        let manifest_digest = format!("sha256:{}", hex::encode(Sha256::digest(&found.manifest)));
+        // Pinned from the start, so a collection keeps what is imported.
+        let _pin = self.pin(&manifest_digest, Some(&found.manifest))?;
         let config_bytes = std::fs::read(&found.config_file).map_err(io_err(&found.config_file))?;
         let config_digest = format!("sha256:{}", hex::encode(Sha256::digest(&config_bytes)));
         if config_digest != found.config.digest {
@@ -212,7 +215,6 @@ impl Store {
         {
             self.import_layer(source, layer, blob_file, diff_id)?;
         }
-        let manifest_digest = format!("sha256:{}", hex::encode(Sha256::digest(&found.manifest)));
         self.publish_bytes(&self.config_path(&config_digest)?, &config_bytes)?;
         self.publish_bytes(&self.manifest_path(&manifest_digest)?, &found.manifest)?;
         let reference = format!(

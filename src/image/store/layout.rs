@@ -16,9 +16,14 @@ pub(super) const LAYERS: &str = "layers";
 pub(super) const ROOTFS: &str = "rootfs";
 pub(super) const LOCKS: &str = "locks";
 pub(super) const TMP: &str = "tmp";
+pub(super) const PINS: &str = "pins";
+/// The lock ordering pins against collections (see `pin`).
+pub(super) const GATE: &str = "locks/gc.gate";
+/// The lock one collection at a time holds.
+pub(super) const COLLECTOR: &str = "locks/gc.run";
 
 const DIRS: &[&str] = &[
-    REFS, MANIFESTS, CONFIGS, "blobs", BLOBS, LAYERS, ROOTFS, LOCKS, TMP,
+    REFS, MANIFESTS, CONFIGS, "blobs", BLOBS, LAYERS, ROOTFS, LOCKS, TMP, PINS,
 ];
 
 /// Creates the root and the store's directories where absent, all private

@@ -166,7 +166,8 @@ impl HostileRegistry {
         self.state.lock().unwrap().faults.insert(target, fault);
     }
 
-    /// From now on, every request is answered honestly.
+    /// From now on, every request is answered honestly, and a drip in
+    /// progress sends the rest of its response at once.
     pub fn heal(&self) {
         self.state.lock().unwrap().faults.clear();
     }
@@ -309,12 +310,14 @@ fn serve(
         Some(Fault::Drip { every }) => {
             counters.drips_started.fetch_add(1, Ordering::SeqCst);
             counters.drips_open.fetch_add(1, Ordering::SeqCst);
+            let healed = || !state.lock().unwrap().faults.contains_key(&target);
             let result = drip(
                 &mut conn,
                 &media_type,
                 &headers,
                 &body,
                 every,
+                &healed,
                 counters,
                 stop,
             );
@@ -406,21 +409,28 @@ fn huge(
     conn.flush()
 }
 
-/// The honest response, one byte per `every`; an error once the client
-/// has gone (a write to a closed connection fails).
+/// The honest response, one byte per `every` until `healed` (then the
+/// rest at once); an error once the client has gone (a write to a closed
+/// connection fails).
+#[allow(clippy::too_many_arguments)]
 fn drip(
     conn: &mut TcpStream,
     media_type: &str,
     headers: &[(&str, &str)],
     body: &[u8],
     every: Duration,
+    healed: &dyn Fn() -> bool,
     counters: &Counters,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
     write_head(conn, 200, media_type, headers, Some(body.len() as u64))?;
-    for byte in body {
+    for (sent, byte) in body.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        if healed() {
+            conn.write_all(&body[sent..])?;
+            return conn.flush();
         }
         conn.write_all(std::slice::from_ref(byte))?;
         conn.flush()?;

@@ -26,6 +26,7 @@ pub use served::{ServeOptions, ServedFunction};
 mod config;
 mod pool;
 mod served;
+mod teardown;
 
 /// What a successful run produced.
 #[derive(Debug, Clone)]

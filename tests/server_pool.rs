@@ -212,3 +212,51 @@ async fn when_xfn_itself_is_sigkilled_its_runs_and_warm_containers_end_and_the_d
     assert_eq!(processes_with(marker), Vec::<u32>::new());
     assert!(call.await.unwrap().is_err(), "the call in flight fails");
 }
+
+/// (nice, scheduling policy) of a `/proc/<pid>/stat` line (fields 19 and
+/// 41; the command name, field 2, has no spaces here).
+fn nice_and_policy(stat: &str) -> (i64, u32) {
+    let fields: Vec<&str> = stat.split_whitespace().collect();
+    (
+        fields[18].parse().expect("nice"),
+        fields[40].parse().expect("policy"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn functions_from_warm_containers_run_at_normal_priority_while_teardowns_run_idle() {
+    let registry = Registry::start();
+    // The function prints its own scheduling state.
+    let stat = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat", "/proc/self/stat"])
+        .push(&registry, "stat:v1")
+        .reference;
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    for call in 0..3 {
+        if call > 0 {
+            daemon.wait_for_log("warm container ready", call).await;
+        }
+        let out = client
+            .run_function(request(&stat, FUNCTION_IO))
+            .await
+            .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+        let out = String::from_utf8(out.into_inner().output).expect("utf-8");
+        // SCHED_OTHER at nice 0, warm or cold.
+        assert_eq!(nice_and_policy(&out), (0, 0), "call {call}: {out}");
+    }
+    assert_eq!(pool_calls(&daemon).await, (1.0, 2.0));
+    // The daemon's teardown thread, and it alone, is SCHED_IDLE (5).
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", daemon.xfn_pid())).unwrap() {
+        let task = task.unwrap().path();
+        let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        if !stat.is_empty() {
+            policies.push((name.trim().to_string(), nice_and_policy(&stat).1));
+        }
+    }
+    let idle: Vec<_> = policies.iter().filter(|(_, policy)| *policy == 5).collect();
+    assert_eq!(idle, [&("xfn-teardown".to_string(), 5)], "{policies:?}");
+}

@@ -3,7 +3,8 @@
 //! and feeds it (see `sandbox::created`). What a call no longer waits for:
 //! the rootfs mounts, the spec, crun's exec and set-up (namespaces, mounts,
 //! seccomp, pivot_root, the old root's detach), and afterwards the
-//! teardown, which runs off the reply path.
+//! teardown, which runs off the reply path at idle CPU priority
+//! (`runner/teardown.rs`, which also says why `crun create` cannot).
 //!
 //! # Invariants
 //! - **Each container serves one call.** [`Pool::lease`] removes the one it
@@ -50,6 +51,7 @@ use std::time::{Duration, Instant};
 use oci_spec::image::Config as ImageConfig;
 use tokio_util::task::TaskTracker;
 
+use super::teardown::Teardown;
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
 use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
@@ -208,6 +210,8 @@ pub(super) struct Pool {
     state: Mutex<State>,
     /// Creations and teardowns in flight, awaited by `shutdown`.
     tasks: TaskTracker,
+    /// Where teardowns run: at idle priority (`runner/teardown.rs`).
+    teardown: Teardown,
 }
 
 #[derive(Debug, Default)]
@@ -311,6 +315,7 @@ impl Pool {
             options,
             state: Mutex::new(State::default()),
             tasks: TaskTracker::new(),
+            teardown: Teardown::start(),
         });
         tokio::spawn(maintain(Arc::downgrade(&pool)));
         tracing::info!(
@@ -463,13 +468,11 @@ impl Pool {
     }
 
     /// Removes `remains` (a container, its leftovers, a rootfs) in the
-    /// background: unmounting and removing take milliseconds no call needs
-    /// to wait for. `shutdown` waits for them.
+    /// background, at idle priority: unmounting and removing take
+    /// milliseconds no call needs to wait for, nor share its CPU with.
+    /// `shutdown` waits for them.
     fn dispose<T: Send + 'static>(&self, remains: T) {
-        let blocking = tokio::task::spawn_blocking(move || drop(remains));
-        self.tasks.spawn(async move {
-            let _ = blocking.await;
-        });
+        self.tasks.spawn(self.teardown.drop_later(remains));
     }
 
     /// Ages demand; removes containers of keys no longer called for, and

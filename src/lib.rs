@@ -11,10 +11,12 @@
 //! ```
 //!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
-//! `xfn start`, `xfn render`, `xfn adapt`) calls. The two gRPC front ends,
-//! [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`), are thin services
-//! over one [`serving`] layer (listen, admission, deadlines, drain, metrics,
-//! status mapping).
+//! `xfn start`, `xfn render`, `xfn adapt`) calls: `sandbox` is private to
+//! the crate, and what front ends need of it and of `rootfs` (the namespace
+//! entry, defaults, usage and version types) the runner re-exports. The two
+//! gRPC front ends, [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`),
+//! are thin services over one [`serving`] layer (listen, admission,
+//! deadlines, drain, metrics, status mapping).
 pub mod adaptor;
 pub mod compose;
 pub mod duration;
@@ -27,6 +29,6 @@ pub mod proto;
 pub mod quantity;
 pub mod rootfs;
 pub mod runner;
-pub mod sandbox;
+pub(crate) mod sandbox;
 pub mod server;
 pub mod serving;

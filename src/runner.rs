@@ -10,13 +10,19 @@ use std::time::Duration;
 
 use crate::image::{ImageStore, PulledImage};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
-use crate::sandbox::{
-    CrunError, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError,
-    DEFAULT_MAX_OUTPUT_BYTES,
-};
+use crate::sandbox::{CrunError, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError};
 
+// What front ends need of the private `rootfs` and `sandbox` modules.
+pub use crate::rootfs::{RootfsMode, DEFAULT_ROOTFS_SIZE};
+pub use crate::sandbox::cgroup::run::RunUsage;
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
-pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
+pub use crate::sandbox::netns::NetworkNamespace;
+pub use crate::sandbox::runtime::CrunVersion;
+pub use crate::sandbox::spec::{PIDS_LIMIT as DEFAULT_PIDS_LIMIT, TMP_SIZE as DEFAULT_TMP_SIZE};
+pub use crate::sandbox::userns::{
+    enter as enter_namespace, IdMapping, Namespace, UsernsError, UsernsOptions,
+};
+pub use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
 pub use pool::{
     default_size as default_pool_size, PoolOptions, PoolStats, DEFAULT_IDLE as DEFAULT_POOL_IDLE,
@@ -36,7 +42,7 @@ pub struct RunOutput {
     /// The tail of what it wrote to stderr.
     pub stderr_tail: Vec<u8>,
     /// CPU time and peak memory, where the run had a cgroup of its own.
-    pub usage: Option<crate::sandbox::cgroup::run::RunUsage>,
+    pub usage: Option<RunUsage>,
 }
 
 /// Errors of a run. The server maps each to a gRPC status.
@@ -320,7 +326,7 @@ impl Runner {
 
     /// Checks that the OCI runtime is crun, new enough: daemons call it at
     /// start (runs check it before their first container anyway).
-    pub fn check_runtime(&self) -> Result<crate::sandbox::runtime::CrunVersion, RunError> {
+    pub fn check_runtime(&self) -> Result<CrunVersion, RunError> {
         Ok(self.sandbox.check_runtime()?)
     }
 

@@ -201,7 +201,7 @@ fn a_fork_bomb_stops_at_the_pids_limit_while_a_neighbour_of_the_same_uid_forks_f
         "neighbour:v1",
         "for i in $(seq 200); do sleep 1 & done; wait && echo forked 200",
     );
-    let pids_limit = xfn::sandbox::spec::PIDS_LIMIT as usize;
+    let pids_limit = xfn::runner::DEFAULT_PIDS_LIMIT as usize;
     for who in EVERYONE {
         // The default --pids-limit; no cgroup enforces it on this machine
         // (xfn says limits are not enforced), so RLIMIT_NPROC is what holds.

@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use support::*;
 use xfn::image::{ImageStore, StoreOptions};
-use xfn::rootfs::RootfsMode;
 use xfn::runner::{
-    enter_namespace, Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RunConfig, RunError,
-    Runner, RunnerOptions, UsernsOptions,
+    enter_namespace, Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RootfsMode,
+    RunConfig, RunError, Runner, RunnerOptions, UsernsOptions,
 };
 
 /// The busybox layer, built once (uncompressed: gzip in a test build costs

@@ -138,7 +138,7 @@ pub fn default_cache_dir() -> PathBuf {
 pub struct RunnerArgs {
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: xfn::rootfs::RootfsMode,
+    pub rootfs: xfn::runner::RootfsMode,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
@@ -148,12 +148,12 @@ pub struct RunnerArgs {
     pub require_limits: bool,
     /// Kill a function that writes more than this to stdout or stderr
     /// (over gRPC: ResourceExhausted).
-    #[arg(long, default_value_t = xfn::sandbox::DEFAULT_MAX_OUTPUT_BYTES)]
+    #[arg(long, default_value_t = xfn::runner::DEFAULT_MAX_OUTPUT_BYTES)]
     pub max_output_bytes: usize,
     /// Most processes and threads a function may have at once (a stop for
     /// fork bombs): pids.max where cgroup limits are enforced,
     /// RLIMIT_NPROC where they are not.
-    #[arg(long, default_value_t = xfn::sandbox::spec::PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, default_value_t = xfn::runner::DEFAULT_PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
     pub pids_limit: i64,
     /// Size of each function's /tmp (a tmpfs), a quantity like 128Mi:
     /// beyond it, writes fail with ENOSPC.
@@ -396,8 +396,8 @@ mod tests {
     #[test]
     fn size_flags_default_to_the_library_defaults() {
         let flags = Flags::parse_from(["xfn"]);
-        assert_eq!(flags.runner.tmp_size, xfn::sandbox::spec::TMP_SIZE);
-        assert_eq!(flags.runner.rootfs_size, xfn::rootfs::DEFAULT_ROOTFS_SIZE);
+        assert_eq!(flags.runner.tmp_size, xfn::runner::DEFAULT_TMP_SIZE);
+        assert_eq!(flags.runner.rootfs_size, xfn::runner::DEFAULT_ROOTFS_SIZE);
     }
 
     #[test]

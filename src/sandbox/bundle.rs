@@ -82,11 +82,6 @@ impl RunDir {
             .is_some_and(|name| self.instance.is_dead_name(name))
     }
 
-    /// The instance whose ids this run dir gives out.
-    pub fn instance(&self) -> &Arc<Instance> {
-        &self.instance
-    }
-
     /// crun's `--root`.
     pub fn crun_state(&self) -> PathBuf {
         self.root.join("crun")

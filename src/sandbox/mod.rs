@@ -300,11 +300,6 @@ impl Sandbox {
         Ok((bundle, run_cgroup))
     }
 
-    /// Whether runs get cgroups of their own with enforced limits.
-    pub fn limits_enforced(&self) -> bool {
-        self.delegation.is_some()
-    }
-
     /// Fails when limits are required but not enforced.
     pub fn check_limits(&self) -> Result<(), SandboxError> {
         match (self.options.require_limits, &self.limits_unavailable) {

@@ -129,12 +129,12 @@ impl Namespace {
     }
 
     /// cgroup support, detected before entering.
-    pub fn cgroups(&self) -> &CgroupSupport {
+    pub(crate) fn cgroups(&self) -> &CgroupSupport {
         &self.cgroups
     }
 
     /// How many ids it maps (each run's namespace maps the same).
-    pub fn mapped_ids(&self) -> u32 {
+    pub(crate) fn mapped_ids(&self) -> u32 {
         match self.mapping {
             IdMapping::Own { .. } => 1,
             IdMapping::Range { .. } => RANGE_SIZE,

@@ -103,12 +103,10 @@ pub fn run_config_of(
         ..RunConfig::default()
     };
     if let Some(pull) = &request.image_pull_config {
-        config.pull_policy = pb::ImagePullPolicy::try_from(pull.pull_policy)
-            .map(PullPolicy::from)
-            .map_err(|_| InvalidRequest::UnknownEnum {
-                field: "image_pull_config.pull_policy",
-                value: pull.pull_policy,
-            })?;
+        config.pull_policy = proto_enum::<pb::ImagePullPolicy, PullPolicy>(
+            "image_pull_config.pull_policy",
+            pull.pull_policy,
+        )?;
         if let Some(auth) = &pull.auth {
             config.auth = RegistryAuth {
                 username: auth.username.clone(),
@@ -131,18 +129,27 @@ pub fn run_config_of(
             }
         }
         if let Some(network) = &run.network {
-            config.network = pb::NetworkPolicy::try_from(network.policy)
-                .map(NetworkPolicy::from)
-                .map_err(|_| InvalidRequest::UnknownEnum {
-                    field: "run_function_config.network.policy",
-                    value: network.policy,
-                })?;
+            config.network = proto_enum::<pb::NetworkPolicy, NetworkPolicy>(
+                "run_function_config.network.policy",
+                network.policy,
+            )?;
         }
         if let Some(limits) = run.resources.as_ref().and_then(|r| r.limits.as_ref()) {
             config.limits = Limits::parse(set(&limits.cpu), set(&limits.memory))?;
         }
     }
     Ok(config)
+}
+
+/// A protobuf enum field as the engine's type (its `From`, next to that
+/// type); a value this server does not know is refused naming the field.
+fn proto_enum<P: TryFrom<i32>, T: From<P>>(
+    field: &'static str,
+    value: i32,
+) -> Result<T, InvalidRequest> {
+    P::try_from(value)
+        .map(T::from)
+        .map_err(|_| InvalidRequest::UnknownEnum { field, value })
 }
 
 /// A proto3 string field, `None` when empty ("not set").

@@ -123,7 +123,7 @@ impl Metrics {
     }
 
     /// Records what a run's cgroup measured.
-    pub fn record_usage(&self, usage: &crate::sandbox::cgroup::run::RunUsage) {
+    pub fn record_usage(&self, usage: &crate::runner::RunUsage) {
         self.run_cpu_seconds.inc_by(usage.cpu_usec as f64 / 1e6);
         if let Some(peak) = usage.memory_peak_bytes {
             self.run_memory_peak.observe(peak as f64);
@@ -394,7 +394,7 @@ mod tests {
         metrics.record_run("not_found", Duration::from_millis(1));
         metrics.in_flight().inc();
         metrics.set_limits_enforced(true);
-        metrics.record_usage(&crate::sandbox::cgroup::run::RunUsage {
+        metrics.record_usage(&crate::runner::RunUsage {
             cpu_usec: 250_000,
             memory_peak_bytes: Some(3 << 20),
             ..Default::default()

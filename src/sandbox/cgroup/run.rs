@@ -81,11 +81,6 @@ impl RunCgroup {
         &self.container_cgroup
     }
 
-    /// The run cgroup's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// What the run used so far (the counters are hierarchical).
     pub fn usage(&self) -> RunUsage {
         let file = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();

@@ -452,6 +452,9 @@ fn main() {
         cache_dir: cache.clone(),
     })
     .expect("enter the user namespace");
+    // As `xfn start` does: whatever a failing case leaves running (a warm
+    // container, a run) dies with this process.
+    xfn::pidns::enter().expect("a PID namespace of the test's own");
     println!("entered: {:?}", ns.mapping());
     let registry = Registry::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()

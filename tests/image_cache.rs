@@ -326,3 +326,76 @@ fn every_entry_is_on_disk_before_the_rename_that_publishes_it_and_the_rename_aft
     // config, manifest, ref, two blobs and two layers.
     assert_eq!(published, 7, "renames seen: {published}");
 }
+
+#[test]
+fn a_copy_mode_run_killed_while_it_flattens_its_image_leaves_no_rootfs_and_the_next_run_builds_it_whole(
+) {
+    let registry = Registry::start();
+    // 16 MiB in a plain tar layer: flattening (writing it, then syncfs)
+    // takes long enough to be caught at it, however fast the disk.
+    let mut data = Layer::new().compression(Compression::None);
+    for i in 0..4 {
+        data = data.file(
+            &format!("/data/{i}"),
+            0o644,
+            pseudo_random_bytes(i, 4 << 20),
+        );
+    }
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(data)
+        .layer(Layer::new().file("/fn.sh", 0o755, "#!/bin/sh\ncat\n"))
+        .entrypoint(["/fn.sh"])
+        .push(&registry, "flat:v1");
+    let cache = tempfile::tempdir().unwrap();
+    let cache = cache.path();
+    stdout(&pull(cache, &image.reference, &[]));
+    let copy_run = || {
+        let mut cmd = xfn_command();
+        cmd.args(["run", "--rootfs", "copy", "--cache-dir"])
+            .arg(cache)
+            .args([&image.reference, "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut run = support::child::ChildGuard::spawn(&mut cmd);
+        let mut stdin = run.child().stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, b"flat\n").unwrap();
+        run
+    };
+    let flattening = || {
+        std::fs::read_dir(cache.join("tmp")).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".rootfs.")
+        })
+    };
+
+    // Killed (SIGKILL, as a crash) while its flattened rootfs is being built.
+    let mut run = copy_run();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !flattening() {
+        assert!(
+            run.child().try_wait().unwrap().is_none(),
+            "the run ended before it was seen flattening"
+        );
+        assert!(std::time::Instant::now() < deadline, "never flattening");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    run.child().kill().unwrap();
+    let _ = run.output_within("the killed run", std::time::Duration::from_secs(60));
+    let published: Vec<_> = std::fs::read_dir(cache.join("rootfs")).unwrap().collect();
+    assert!(
+        published.is_empty(),
+        "a partial rootfs was published: {published:?}"
+    );
+
+    // The next run builds it whole, runs, and sweeps the dead one's work.
+    let out = copy_run().output_within("the next run", std::time::Duration::from_secs(300));
+    assert_eq!(stdout(&out), "flat\n");
+    assert!(entry(cache, "rootfs", &image.digest)
+        .join("data/3")
+        .is_file());
+    assert!(!flattening(), "the killed run's work is left in tmp/");
+}

@@ -14,9 +14,13 @@
 #                      the same registry), as root.
 #   throughput         RunFunction calls/s with 1, 4, 16 and 32 concurrent
 #                      callers, for both daemons.
-#   RSS                the daemon and its gatekeeper together, idle (served
-#                      but not yet called) and after the throughput levels;
-#                      for the pooled daemon also its waiting containers.
+#   RSS                xfn's processes together (the daemon, its gatekeeper,
+#                      the supervisor and PID 1 of its PID namespace), idle
+#                      (after one call) and after the throughput levels, as
+#                      the sum of their RSS (which counts a page of the
+#                      binary once per process mapping it) and of their PSS
+#                      (which shares it out); for the pooled daemon also its
+#                      waiting containers.
 #
 # The function is busybox `cat` of a small FunctionIO. The daemon and the load
 # generator run as uid 65532 with no capabilities (the realistic sidecar).
@@ -100,17 +104,28 @@ hyperfine --warmup 5 --runs "$RUNS" --export-json "$WORK/fork.json" -N \
 
 # The sidecar, as uid 65532 without capabilities, on an abstract socket:
 # once with every call on the cold path, once as it runs by default.
-# rss_of NEEDLE: kB of resident memory of the processes whose command line
-# contains NEEDLE.
+# rss_of NEEDLE [Rss|Pss]: kB of resident memory (default) or of its
+# proportional share of the processes whose command line contains NEEDLE.
 rss_of() {
     total=0
     for dir in /proc/[0-9]*; do
         if tr '\0' ' ' 2>/dev/null <"$dir/cmdline" | grep -qF -- "$1"; then
-            kb=$(awk '/^VmRSS:/ {print $2}' "$dir/status" 2>/dev/null)
+            kb=$(awk -v field="${2:-Rss}:" '$1 == field {print $2}' "$dir/smaps_rollup" 2>/dev/null)
             total=$((total + ${kb:-0}))
         fi
     done
     echo "$total"
+}
+
+# xfn_of PID: the xfn daemon under the process `xfn start` was started as
+# (src/pidns.rs: that one stays outside as a supervisor, its child PID 1 of
+# xfn's own PID namespace, whose child is xfn; the gatekeeper is the
+# supervisor's other child). The daemon reaps crun and the containers.
+xfn_of() {
+    for child in $(cat "/proc/$1/task/$1/children"); do
+        grep -q '^NSpid:.*[[:space:]]1$' "/proc/$child/status" && cat "/proc/$child/task/$child/children" && return
+    done
+    echo "$1" # as PID 1 already: no namespace of its own
 }
 
 # cpu_ticks PID: user + system time of PID and of the children it reaped.
@@ -135,13 +150,16 @@ measure_daemon() {
     $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
     sleep 2
     echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
+    echo "pss_idle_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     # CPU of the daemon and every process it reaped (crun, containers), per
     # call: what bounds throughput on this machine's cores.
-    ticks_before=$(cpu_ticks "$XFN_PID")
+    daemon=$(xfn_of "$XFN_PID")
+    ticks_before=$(cpu_ticks "$daemon")
     $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16,32 >>"$WORK/load-$name.txt"
     calls=$((10 + LATENCY_CALLS + 4 * CALLS_PER_LEVEL))
-    echo "cpu_ms_per_call=$(( ($(cpu_ticks "$XFN_PID") - ticks_before) * 1000 / $(getconf CLK_TCK) * 100 / calls ))e-2" >>"$WORK/load-$name.txt"
+    echo "cpu_ms_per_call=$(( ($(cpu_ticks "$daemon") - ticks_before) * 1000 / $(getconf CLK_TCK) * 100 / calls ))e-2" >>"$WORK/load-$name.txt"
     echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
+    echo "pss_after_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
     kill -TERM "$XFN_PID"
     wait "$XFN_PID"
@@ -194,8 +212,9 @@ print("throughput (calls/s)          cold   pooled")
 for key in [k for k in pooled if k.startswith("throughput_")]:
     callers = key.split("_")[1]
     print(f"  {callers:>2} callers                 : {float(cold[key]):6.1f}   {float(pooled[key]):6.1f}")
-print("daemon + gatekeeper RSS (MB)  cold   pooled")
-for key, label in [("rss_idle_kb", "idle"), ("rss_after_kb", "after the load")]:
+print("xfn's processes (MB)          cold   pooled")
+for key, label in [("rss_idle_kb", "RSS idle"), ("rss_after_kb", "RSS after the load"),
+                   ("pss_idle_kb", "PSS idle"), ("pss_after_kb", "PSS after the load")]:
     print(f"  {label:<27}: {int(cold[key]) / 1024:6.1f}   {int(pooled[key]) / 1024:6.1f}")
 print(f"  waiting containers, after   :    -     {int(pooled['rss_containers_kb']) / 1024:6.1f}")
 def duration_ms(text):

@@ -27,6 +27,7 @@ pub mod pid1;
 pub mod pidns;
 pub mod proto;
 pub mod quantity;
+pub mod resident;
 pub mod rootfs;
 pub mod runner;
 pub(crate) mod sandbox;

@@ -106,6 +106,8 @@ pub fn fork_under_supervisor() -> nix::Result<()> {
         }
         Ok(ForkResult::Parent { child }) => {
             close_all_but_stdio();
+            // It only waits from here on: the start-up's pages can go.
+            crate::resident::release_file_pages();
             std::process::exit(supervise(child, &handled))
         }
         Err(err) => {

@@ -246,6 +246,10 @@ pub async fn execute(
         cache_max_bytes = args.cache_max_size,
         "serving the function runner API"
     );
+    // Start-up (flags, probes, sweeps) is done: its code pages go, what the
+    // calls run comes back as they run (xfn::resident).
+    let released_kb = xfn::resident::release_file_pages();
+    tracing::debug!(released_kb, "start-up pages released");
     let served = args
         .serving
         .serve(incoming, service.into_services(), &calls, metrics)

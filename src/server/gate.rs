@@ -109,6 +109,9 @@ pub fn spawn(listener: UnixListener, policy: CallerPolicy) -> Result<GateReceive
             {
                 std::process::exit(1);
             }
+            // Only the accept loop runs from here on: the start-up's pages
+            // can go.
+            crate::resident::release_file_pages();
             run(&listener, &policy, &gate_end);
             std::process::exit(0);
         }

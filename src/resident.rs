@@ -1,0 +1,185 @@
+//! Giving back the resident pages of xfn's binary that a process no longer
+//! runs.
+//!
+//! xfn is one binary forked into up to four long-lived processes (the
+//! supervisor, the gatekeeper, PID 1 of its namespace, the daemon). Each
+//! counts in its resident set every page of the binary it has touched, and
+//! the kernel maps a file's pages 64 KiB at a time around each fault, so a
+//! process that once parsed flags, set up logging, probed crun and swept the
+//! cache keeps most of the 20 MB of code mapped while it sleeps in a wait
+//! loop or serves calls that use a fraction of it (benches/PROFILE.md: file
+//! pages were about three quarters of the daemon's and gatekeeper's RSS).
+//!
+//! Choice: **once a process is past its start-up, drop its page-table
+//! entries of read-only file mappings that hold no private page**
+//! (`madvise(MADV_DONTNEED)`). For such a mapping that is invisible: the
+//! pages stay in the page cache (shared with the other processes), and the
+//! next access faults them back in unchanged, so only what the process
+//! runs from then on comes back. Mappings that are writable, or hold a
+//! private copy of a page (`Anonymous` above 0 in `smaps`: relocated
+//! read-only data, written before it was made read-only), are never
+//! touched, since dropping those would lose their contents. Not
+//! `MADV_PAGEOUT`, which would evict pages other processes use.
+
+/// Drops this process's resident pages of read-only, file-backed mappings
+/// without private pages (see the module doc); returns the kB released.
+/// Harmless to call at any time, from any thread.
+pub fn release_file_pages() -> u64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    let mut released = 0;
+    for mapping in parse(&smaps) {
+        if !mapping.droppable() {
+            continue;
+        }
+        // SAFETY: the range is one whole mapping of this process as the
+        // kernel listed it; it is read-only, file-backed and holds no private
+        // page, so dropping its page-table entries loses nothing: the next
+        // access faults the same file pages back in. If the mapping changed
+        // meanwhile, madvise fails or acts on what is there now under the
+        // same rules of the kernel (never on locked or special mappings).
+        let rc = unsafe {
+            libc::madvise(
+                mapping.start as *mut libc::c_void,
+                mapping.end - mapping.start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc == 0 {
+            released += mapping.rss_kb;
+        }
+    }
+    released
+}
+
+/// One mapping of `/proc/self/smaps`, with what decides whether its pages
+/// may be dropped.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Mapping {
+    start: usize,
+    end: usize,
+    writable: bool,
+    /// Backed by a file (an inode), not anonymous or `[vdso]`-like.
+    file: bool,
+    rss_kb: u64,
+    anonymous_kb: u64,
+    /// `VmFlags` names a locked, I/O or pfn mapping.
+    special: bool,
+}
+
+impl Mapping {
+    fn droppable(&self) -> bool {
+        self.file && !self.writable && !self.special && self.anonymous_kb == 0 && self.rss_kb > 0
+    }
+}
+
+fn parse(smaps: &str) -> Vec<Mapping> {
+    let mut mappings: Vec<Mapping> = Vec::new();
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else {
+            continue;
+        };
+        if let Some((start, end)) = first.split_once('-').and_then(|(s, e)| {
+            Some((
+                usize::from_str_radix(s, 16).ok()?,
+                usize::from_str_radix(e, 16).ok()?,
+            ))
+        }) {
+            // A header: range, perms, offset, dev, inode, [path].
+            let perms = words.next().unwrap_or("");
+            let inode = words.nth(2).unwrap_or("0");
+            mappings.push(Mapping {
+                start,
+                end,
+                writable: perms.contains('w'),
+                file: inode != "0",
+                ..Mapping::default()
+            });
+            continue;
+        }
+        let Some(mapping) = mappings.last_mut() else {
+            continue;
+        };
+        let kb = || words.clone().next().and_then(|v| v.parse::<u64>().ok());
+        match first {
+            "Rss:" => mapping.rss_kb = kb().unwrap_or(0),
+            // Unknown counts as private: never dropped.
+            "Anonymous:" => mapping.anonymous_kb = kb().unwrap_or(u64::MAX),
+            "VmFlags:" => {
+                mapping.special = words
+                    .clone()
+                    .any(|flag| matches!(flag, "lo" | "io" | "pf" | "dd" | "ht"))
+            }
+            _ => {}
+        }
+    }
+    mappings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = "\
+55d0c0000000-55d0c0200000 r--p 00000000 fe:01 1234 /usr/bin/xfn
+Rss:                 800 kB
+Anonymous:             0 kB
+VmFlags: rd mr mw me sd
+55d0c0200000-55d0c1000000 r-xp 00200000 fe:01 1234 /usr/bin/xfn
+Rss:                9000 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me sd
+55d0c1000000-55d0c1100000 r--p 01000000 fe:01 1234 /usr/bin/xfn
+Rss:                 600 kB
+Anonymous:           600 kB
+VmFlags: rd mr mw me ac sd
+55d0c1100000-55d0c1200000 rw-p 01100000 fe:01 1234 /usr/bin/xfn
+Rss:                 100 kB
+Anonymous:           100 kB
+VmFlags: rd wr mr mw me ac sd
+55d0c2000000-55d0c2100000 rw-p 00000000 00:00 0 [heap]
+Rss:                 500 kB
+Anonymous:           500 kB
+VmFlags: rd wr mr mw me ac sd
+7f0000000000-7f0000100000 r-xp 00000000 fe:01 99 /usr/lib/libc.so.6
+Rss:                 900 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me lo sd
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]
+Rss:                   8 kB
+Anonymous:             0 kB
+VmFlags: rd ex mr mw me de sd
+";
+
+    #[test]
+    fn only_read_only_file_mappings_without_private_pages_are_dropped() {
+        let dropped: Vec<(usize, u64)> = parse(SMAPS)
+            .into_iter()
+            .filter(Mapping::droppable)
+            .map(|m| (m.start, m.rss_kb))
+            .collect();
+        // The binary's read-only data and code; not its relocated data
+        // (private pages), its writable data, the heap, a locked mapping
+        // or the vdso.
+        assert_eq!(dropped, [(0x55d0c0000000, 800), (0x55d0c0200000, 9000)]);
+    }
+
+    #[test]
+    fn this_process_keeps_running_after_giving_its_code_pages_back() {
+        let before = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+        release_file_pages();
+        // Code and read-only data fault back in as they are used.
+        let text = format!("{:?}", parse(SMAPS));
+        assert!(text.contains("rss_kb: 9000"));
+        let after = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+        let rss = |text: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Rss:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap()
+        };
+        assert!(rss(&after) < rss(&before), "{before}\n{after}");
+    }
+}

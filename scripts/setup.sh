@@ -14,6 +14,7 @@ packages=(
   hyperfine       # the benchmarks
   util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
   strace          # tests/image_cache.rs checks each cache entry is fsynced before its rename
+  eatmydata       # benches/pull-durability.sh: a pull without its fsyncs, for the ratio
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl wget ca-certificates
   libc6-dev binutils # the static test function server (examples/fn_server.rs) links glibc's libc.a; readelf checks it

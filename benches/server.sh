@@ -123,7 +123,11 @@ rss_of() {
 # supervisor's other child). The daemon reaps crun and the containers.
 xfn_of() {
     for child in $(cat "/proc/$1/task/$1/children"); do
-        grep -q '^NSpid:.*[[:space:]]1$' "/proc/$child/status" && cat "/proc/$child/task/$child/children" && return
+        if grep -q '^NSpid:.*[[:space:]]1$' "/proc/$child/status"; then
+            # shellcheck disable=SC2046 # one pid, without the file's trailing space
+            echo $(cat "/proc/$child/task/$child/children")
+            return
+        fi
     done
     echo "$1" # as PID 1 already: no namespace of its own
 }

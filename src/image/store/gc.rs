@@ -319,12 +319,7 @@ fn disk_usage(path: &Path) -> u64 {
 
 /// Removes a file or a whole tree moved aside.
 fn remove_entry(path: &Path) {
-    let result = if path.is_dir() {
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    };
-    if let Err(err) = result {
+    if let Err(err) = super::publish::remove_file_or_tree(path) {
         tracing::warn!(path = %path.display(), "cannot remove a collected cache entry: {err}");
     }
 }

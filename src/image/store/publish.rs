@@ -100,13 +100,18 @@ impl Store {
             if owner.is_empty() || self.instance().is_live(owner) {
                 continue;
             }
-            let path = entry.path();
-            let _ = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
+            let _ = remove_file_or_tree(&entry.path());
         }
+    }
+}
+
+/// Removes a file, or a directory with everything under it: what is left
+/// in `tmp/` is either.
+pub(super) fn remove_file_or_tree(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
     }
 }
 

@@ -7,7 +7,8 @@ use std::io::Write;
 
 use sha2::{Digest, Sha256};
 
-use super::layer::{default_media_type, sha256_digest, Compression, LayerBlob};
+use super::format::Format;
+use super::layer::{sha256_digest, Compression, LayerBlob};
 
 /// A piece of an uncompressed layer tar.
 #[derive(Debug, Clone)]
@@ -196,7 +197,7 @@ pub fn blob(parts: &[Part], compression: Compression, real_diff_id: bool) -> Lay
     LayerBlob {
         digest: sha256_digest(&data),
         data,
-        media_type: default_media_type(super::image::Format::Oci, compression).to_string(),
+        media_type: Format::Oci.layer_type(compression).to_string(),
         diff_id,
     }
 }

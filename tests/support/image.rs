@@ -12,40 +12,10 @@
 //! ```
 use serde_json::{json, Value};
 
+use super::format::Format;
 use super::http;
 use super::layer::{sha256_digest, Layer, LayerBlob};
 use super::registry::Registry;
-
-/// Manifest flavour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Format {
-    /// OCI image manifest / index.
-    #[default]
-    Oci,
-    /// Docker image manifest v2 schema 2 / manifest list.
-    Docker,
-}
-
-impl Format {
-    fn manifest_type(self) -> &'static str {
-        match self {
-            Format::Oci => "application/vnd.oci.image.manifest.v1+json",
-            Format::Docker => "application/vnd.docker.distribution.manifest.v2+json",
-        }
-    }
-    fn config_type(self) -> &'static str {
-        match self {
-            Format::Oci => "application/vnd.oci.image.config.v1+json",
-            Format::Docker => "application/vnd.docker.container.image.v1+json",
-        }
-    }
-    fn index_type(self) -> &'static str {
-        match self {
-            Format::Oci => "application/vnd.oci.image.index.v1+json",
-            Format::Docker => "application/vnd.docker.distribution.manifest.list.v2+json",
-        }
-    }
-}
 
 /// The host's architecture in OCI terms (`amd64`, `arm64`, …).
 pub fn host_arch() -> &'static str {

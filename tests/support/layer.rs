@@ -411,7 +411,7 @@ impl Layer {
     }
 
     /// The compressed blob, its media type for `format`, and the diff id.
-    pub fn blob(&self, format: super::image::Format) -> LayerBlob {
+    pub fn blob(&self, format: super::format::Format) -> LayerBlob {
         if let Some(blob) = &self.prebuilt {
             return blob.clone();
         }
@@ -430,7 +430,7 @@ impl Layer {
         let media_type = self
             .media_type
             .clone()
-            .unwrap_or_else(|| default_media_type(format, self.compression).to_string());
+            .unwrap_or_else(|| format.layer_type(self.compression).to_string());
         LayerBlob {
             digest: sha256_digest(&data),
             data,
@@ -451,18 +451,6 @@ pub struct LayerBlob {
     pub media_type: String,
     /// `sha256:<hex>` of the uncompressed tar.
     pub diff_id: String,
-}
-
-pub fn default_media_type(format: super::image::Format, compression: Compression) -> &'static str {
-    use super::image::Format;
-    match (format, compression) {
-        (Format::Oci, Compression::None) => "application/vnd.oci.image.layer.v1.tar",
-        (Format::Oci, Compression::Gzip) => "application/vnd.oci.image.layer.v1.tar+gzip",
-        // Docker schema 2 has no zstd type; everyone uses the OCI one.
-        (_, Compression::Zstd) => "application/vnd.oci.image.layer.v1.tar+zstd",
-        (Format::Docker, Compression::None) => "application/vnd.docker.image.rootfs.diff.tar",
-        (Format::Docker, Compression::Gzip) => "application/vnd.docker.image.rootfs.diff.tar.gzip",
-    }
 }
 
 /// One whole entry as tar bytes, unchecked: a ustar header of `kind` with

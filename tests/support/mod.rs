@@ -16,6 +16,8 @@
 //! - [`image::ImageBuilder`] / [`image::IndexBuilder`]: config + manifest
 //!   (OCI or Docker schema 2) and multi-platform indexes, pushed over plain
 //!   HTTP by a tiny client ([`http`]).
+//! - [`format::Format`]: OCI or Docker schema 2, and the media types of
+//!   each.
 //! - [`function_server::function_server_binary`] /
 //!   [`function_server::function_server_image`] /
 //!   [`function_server::FunctionServer`]: `examples/fn_server.rs`, a gRPC
@@ -46,6 +48,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod child;
+pub mod format;
 pub mod function_server;
 pub mod fuzz;
 pub mod hostile;
@@ -62,8 +65,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+pub use format::Format;
 pub use function_server::{function_server_binary, function_server_image, FunctionServer};
-pub use image::{foreign_arch, host_arch, Format, ImageBuilder, IndexBuilder, PushedImage};
+pub use image::{foreign_arch, host_arch, ImageBuilder, IndexBuilder, PushedImage};
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
 pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 

@@ -11,9 +11,10 @@
 //! ```
 //!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
-//! `xfn start`, `xfn render`, `xfn adapt`) calls: `sandbox` is private to
-//! the crate, and what front ends need of it and of `rootfs` (the namespace
-//! entry, defaults, usage and version types) the runner re-exports. The two
+//! `xfn start`, `xfn render`, `xfn adapt`) calls: `rootfs` and `sandbox`
+//! are private to the crate, and what front ends need of them (the
+//! namespace entry, the rootfs mode, defaults, usage and version types) the
+//! runner re-exports. The two
 //! gRPC front ends, [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`),
 //! are thin services over one [`serving`] layer (listen, admission,
 //! deadlines, drain, metrics, status mapping).
@@ -28,8 +29,23 @@ pub mod pidns;
 pub mod proto;
 pub mod quantity;
 pub mod resident;
-pub mod rootfs;
+pub(crate) mod rootfs;
 pub mod runner;
 pub(crate) mod sandbox;
 pub mod server;
 pub mod serving;
+
+/// The parts of the integration tests' kit (`tests/support`) the crate's
+/// own tests use too (layer tarballs, tree snapshots, re-running a test as
+/// uid 65532 or in a mount namespace): the same files, included by path.
+#[cfg(test)]
+#[path = "../tests/support"]
+#[allow(dead_code)]
+mod support {
+    pub mod format;
+    pub mod layer;
+    pub mod reexec;
+    pub mod tree;
+
+    pub use layer::Layer;
+}

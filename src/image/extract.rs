@@ -19,6 +19,8 @@ pub(crate) mod fsops;
 mod meta;
 mod paths;
 mod seen;
+#[cfg(test)]
+mod throughput;
 mod tree;
 
 use std::io::Read;

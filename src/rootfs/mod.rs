@@ -35,10 +35,12 @@
 //! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
-pub use copy::{copy_tree, CopyStats};
+pub use copy::copy_tree;
 
 /// `--rootfs`: how runs get their root filesystem.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -146,7 +148,6 @@ impl Default for RootfsOptions {
 pub struct Rootfs {
     run_dir: PathBuf,
     path: PathBuf,
-    mode: ResolvedMode,
     /// Mounts made, in order (unmounted in reverse).
     mounts: Vec<PathBuf>,
     /// Whether run_dir was created (and so is ours to remove).
@@ -178,7 +179,6 @@ impl Rootfs {
         let mut rootfs = Rootfs {
             run_dir: run_dir.to_path_buf(),
             path: run_dir.join("rootfs"),
-            mode,
             mounts: Vec::new(),
             created: false,
             cleaned: false,
@@ -249,11 +249,6 @@ impl Rootfs {
     /// The root filesystem's directory (an OCI bundle's `root.path`).
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The mode this rootfs was made with.
-    pub fn mode(&self) -> ResolvedMode {
-        self.mode
     }
 
     /// Unmounts and removes everything of this run. Idempotent; also run on

@@ -3,7 +3,10 @@
 //! user + mount namespace of its own ([`run_unprivileged`]), without any
 //! namespace ([`run_without_privilege`]), or as root in a private mount
 //! namespace ([`run_in_mount_namespace`]); the child knows it is one by an
-//! environment variable.
+//! environment variable. A test is named as libtest lists it (the re-run
+//! selects it with `--exact`): in an integration test its function's name,
+//! in the crate's unit tests its module path without the crate's name
+//! (`rootfs::tests::…`).
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

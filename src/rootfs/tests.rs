@@ -1,16 +1,25 @@
 //! Per-run rootfs: overlay and copy modes, isolation of runs from the cache
 //! and from each other, cleanup on every path, many layers. Each test runs
 //! twice: as real root in a private mount namespace, and as uid 65532 with no
-//! capabilities in its own user + mount namespace (the rootless path).
-mod support;
-
+//! capabilities in its own user + mount namespace (the rootless path). Unit
+//! tests, as the module is private to the crate; the kit's re-runs select
+//! them by [`test_name`].
 use std::path::{Path, PathBuf};
 
-use support::reexec::mounted_under;
-use support::tree::{comparable, snapshot, Kind};
-use support::Layer;
-use xfn::image::extract::{extract_layer, WhiteoutMode};
-use xfn::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsMode, RootfsOptions};
+use nix::sys::statfs::{statfs, FsType, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC};
+
+use super::{copy_tree, overlay_supported, ResolvedMode, Rootfs, RootfsMode, RootfsOptions};
+use crate::image::extract::{extract_layer, WhiteoutMode};
+use crate::support::reexec::{self, mounted_under};
+use crate::support::tree::{comparable, snapshot, Kind};
+use crate::support::Layer;
+
+/// The name libtest knows the test `f` of this module by (its module path
+/// without the crate's name), for a re-run to select it with `--exact`.
+fn test_name(f: &str) -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+    format!("{module}::{f}")
+}
 
 /// Defines `$root` (real root, private mount namespace) and `$unpriv`
 /// (uid 65532, `unshare -r -m`) tests running `$body`.
@@ -18,22 +27,22 @@ macro_rules! in_both_namespaces {
     ($root:ident, $unpriv:ident, $body:ident) => {
         #[test]
         fn $root() {
-            if support::reexec::in_mount_namespace_child() {
+            if reexec::in_mount_namespace_child() {
                 return $body();
             }
             assert!(
                 rustix::process::geteuid().is_root(),
                 "this test mounts as real root: run the tests as root"
             );
-            support::reexec::run_in_mount_namespace(stringify!($root));
+            reexec::run_in_mount_namespace(&test_name(stringify!($root)));
         }
 
         #[test]
         fn $unpriv() {
-            if support::reexec::in_unprivileged_child() {
+            if reexec::in_unprivileged_child() {
                 return $body();
             }
-            support::reexec::run_unprivileged(stringify!($unpriv));
+            reexec::run_unprivileged(&test_name(stringify!($unpriv)));
         }
     };
 }
@@ -94,6 +103,11 @@ fn scribble(root: &Path) {
     .unwrap();
 }
 
+/// The type of the filesystem `path` is on.
+fn filesystem_of(path: &Path) -> FsType {
+    statfs(path).unwrap().filesystem_type()
+}
+
 fn assert_gone(rootfs_path: &Path, run_dir: &Path) {
     assert!(
         !mounted_under(run_dir),
@@ -114,7 +128,14 @@ fn isolation(mode: ResolvedMode) {
     let run2 = tmp.path().join("run2");
     let mut a = Rootfs::prepare(mode, &layers, Some(&flat), &run1).unwrap();
     let b = Rootfs::prepare(mode, &layers, Some(&flat), &run2).unwrap();
-    assert_eq!(a.mode(), mode);
+    assert_eq!(
+        filesystem_of(a.path()),
+        match mode {
+            ResolvedMode::Overlay => OVERLAYFS_SUPER_MAGIC,
+            ResolvedMode::Copy => TMPFS_MAGIC,
+        },
+        "{mode:?}: the rootfs is not on the filesystem of its mode"
+    );
     assert_eq!(
         comparable(&snapshot(a.path())),
         expected,
@@ -208,10 +229,10 @@ in_both_namespaces!(
 fn overlay_probe_fails_without_a_mount_namespace_privilege() {
     // Outside any namespace, unprivileged: no mount is possible, Auto falls
     // back to copy and Overlay is refused.
-    if !support::reexec::in_no_privilege_child() {
-        return support::reexec::run_without_privilege(
+    if !reexec::in_no_privilege_child() {
+        return reexec::run_without_privilege(&test_name(
             "overlay_probe_fails_without_a_mount_namespace_privilege",
-        );
+        ));
     }
     let tmp = tempfile::tempdir().unwrap();
     assert!(!overlay_supported(tmp.path()));
@@ -231,10 +252,10 @@ fn copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_noth
     // needs the mount privilege xfn has in its namespace. Without it, copy
     // mode fails up front, naming the mount, instead of writing to disk
     // unbounded; and it leaves no run dir behind.
-    if !support::reexec::in_no_privilege_child() {
-        return support::reexec::run_without_privilege(
+    if !reexec::in_no_privilege_child() {
+        return reexec::run_without_privilege(&test_name(
             "copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_nothing",
-        );
+        ));
     }
     let tmp = tempfile::tempdir().unwrap();
     let flat = tmp.path().join("flat");
@@ -461,7 +482,7 @@ fn copy_into_its_own_source_ends() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join("d")).unwrap();
     std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
-    let stats = xfn::rootfs::copy_tree(tmp.path(), &tmp.path().join("copy")).unwrap();
+    let stats = copy_tree(tmp.path(), &tmp.path().join("copy")).unwrap();
     assert_eq!(stats.entries, 2);
     assert!(!tmp.path().join("copy/copy").exists());
     assert_eq!(std::fs::read(tmp.path().join("copy/d/f")).unwrap(), b"x");

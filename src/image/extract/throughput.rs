@@ -1,12 +1,12 @@
 //! Extraction throughput on ~50 MB layers: many small files, and a few big
-//! ones. Prints MB/s (run with `--nocapture`); checks only correctness, never
-//! a time.
-mod support;
-
+//! ones, and of the copy a copy-mode rootfs makes of the flattened tree.
+//! Prints MB/s (`cargo test --lib throughput -- --nocapture`); checks only
+//! correctness, never a time. A unit test because the rootfs copy is private
+//! to the crate.
 use std::time::Instant;
 
-use support::Layer;
-use xfn::image::extract::{extract_layer, WhiteoutMode};
+use super::{extract_layer, WhiteoutMode};
+use crate::support::Layer;
 
 const MB: f64 = 1024.0 * 1024.0;
 
@@ -75,7 +75,7 @@ fn measure(name: &str, tar: &[u8], files: usize) {
             // The copy-mode rootfs of a run: a copy of the flattened tree.
             let start = Instant::now();
             let runs = tempfile::tempdir().unwrap();
-            let copy = xfn::rootfs::copy_tree(tmp.path(), &runs.path().join("copy")).unwrap();
+            let copy = crate::rootfs::copy_tree(tmp.path(), &runs.path().join("copy")).unwrap();
             let secs = start.elapsed().as_secs_f64();
             assert_eq!(copy.bytes, stats.bytes);
             println!(

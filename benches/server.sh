@@ -10,13 +10,20 @@
 #   xfn pooled         the same against `xfn start` as it runs by default:
 #                      calls are served by containers created ahead of them
 #                      (src/runner/pool.rs).
+#                      Both one caller at a time three ways
+#                      (benches/server_load.rs): paced 50 ms apart (a warm
+#                      call on a quiet daemon, as hyperfine runs the floor),
+#                      back to back (one caller saturating the daemon), and
+#                      the first call after 6.5 s idle (code paged back in).
 #   podman run         `podman run --rm -i` of the same image (pulled from
 #                      the same registry), as root.
 #   throughput         RunFunction calls/s with 1, 4, 16 and 32 concurrent
 #                      callers, for both daemons.
 #   RSS                xfn's processes together (the daemon, its gatekeeper,
 #                      the supervisor and PID 1 of its PID namespace), idle
-#                      (after one call) and after the throughput levels, as
+#                      (12 s after one call: xfn gives code pages back after
+#                      5 s without calls, src/resident.rs), right after the
+#                      throughput levels and idle again after them, as
 #                      the sum of their RSS (which counts a page of the
 #                      binary once per process mapping it) and of their PSS
 #                      (which shares it out); for the pooled daemon also its
@@ -151,8 +158,10 @@ measure_daemon() {
     XFN_PID=$!
     sleep 1
     # Pull once, then let the daemon settle before its idle figure.
-    $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
-    sleep 2
+    $AS_NONROOT env IDLE_CALLS=0 "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
+    # Idle: past two of xfn::resident's looks (IDLE_AFTER, 5 s), so the
+    # daemon and the gatekeeper have given the calls' code pages back.
+    sleep 12
     echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
     echo "pss_idle_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     # CPU of the daemon and every process it reaped (crun, containers), per
@@ -160,11 +169,14 @@ measure_daemon() {
     daemon=$(xfn_of "$XFN_PID")
     ticks_before=$(cpu_ticks "$daemon")
     $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" "$LATENCY_CALLS" "$CALLS_PER_LEVEL" 1,4,16,32 >>"$WORK/load-$name.txt"
-    calls=$((10 + LATENCY_CALLS + 4 * CALLS_PER_LEVEL))
+    calls=$((10 + 2 * LATENCY_CALLS + 3 + 4 * CALLS_PER_LEVEL))
     echo "cpu_ms_per_call=$(( ($(cpu_ticks "$daemon") - ticks_before) * 1000 / $(getconf CLK_TCK) * 100 / calls ))e-2" >>"$WORK/load-$name.txt"
     echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
     echo "pss_after_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
+    sleep 12
+    echo "rss_settled_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
+    echo "pss_settled_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     kill -TERM "$XFN_PID"
     wait "$XFN_PID"
     XFN_PID=
@@ -187,7 +199,7 @@ measure_phases() {
     $AS_NONROOT "$XFN" -d start --cache-dir "$cache" --address "@$socket" "$@" 2>"$WORK/phases-$name.log" &
     XFN_PID=$!
     sleep 1
-    $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 100 1 1 >/dev/null
+    $AS_NONROOT env IDLE_CALLS=0 PACE_MS=0 "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 100 1 1 >/dev/null
     kill -TERM "$XFN_PID"
     wait "$XFN_PID"
     XFN_PID=
@@ -206,10 +218,13 @@ podman = r["podman run"]["median"] * 1000
 print(f"xfn build profile: {sys.argv[5]}; CPUs: {sys.argv[4]}; max-concurrent-runs: default (CPUs)")
 print(f"bare crun run (median)       : {bare:8.2f} ms")
 print(f"podman run --rm -i (median)  : {podman:8.2f} ms   ({podman / bare:.2f}x bare crun)")
-for name, l in [("xfn cold path", cold), ("xfn pooled", pooled)]:
-    p50, p99 = float(l["warm_p50_ms"]), float(l["warm_p99_ms"])
-    print(f"{name + ' p50':<29}: {p50:8.2f} ms   ({p50 / bare:.2f}x bare crun, podman {podman / p50:.1f}x slower)")
-    print(f"{name + ' p99':<29}: {p99:8.2f} ms   ({p99 / bare:.2f}x bare crun)")
+print("xfn, one caller (ms)          p50 (x bare crun; podman x slower)      p99 (x bare crun)")
+for name, l in [("cold path", cold), ("pooled", pooled)]:
+    for kind, label in [("paced", "paced (50 ms apart)"), ("b2b", "back to back"), ("idle", "first call after idle")]:
+        if f"{kind}_p50_ms" not in l:
+            continue
+        p50, p99 = float(l[f"{kind}_p50_ms"]), float(l[f"{kind}_p99_ms"])
+        print(f"  {name + ', ' + label:<33}: {p50:7.2f} ({p50 / bare:.2f}x; {podman / p50:5.1f}x)   {p99:7.2f} ({p99 / bare:.2f}x)")
 print(f"CPU per call (daemon + reaped): {float(cold['cpu_ms_per_call']):6.2f} ms cold, {float(pooled['cpu_ms_per_call']):.2f} ms pooled"
       f" (at most {1000 * int(sys.argv[4]) / float(pooled['cpu_ms_per_call']):.0f} calls/s on {sys.argv[4]} CPUs pooled)")
 print("throughput (calls/s)          cold   pooled")
@@ -217,8 +232,10 @@ for key in [k for k in pooled if k.startswith("throughput_")]:
     callers = key.split("_")[1]
     print(f"  {callers:>2} callers                 : {float(cold[key]):6.1f}   {float(pooled[key]):6.1f}")
 print("xfn's processes (MB)          cold   pooled")
-for key, label in [("rss_idle_kb", "RSS idle"), ("rss_after_kb", "RSS after the load"),
-                   ("pss_idle_kb", "PSS idle"), ("pss_after_kb", "PSS after the load")]:
+for key, label in [("rss_idle_kb", "RSS idle"), ("rss_after_kb", "RSS right after the load"),
+                   ("rss_settled_kb", "RSS idle after the load"),
+                   ("pss_idle_kb", "PSS idle"), ("pss_after_kb", "PSS right after the load"),
+                   ("pss_settled_kb", "PSS idle after the load")]:
     print(f"  {label:<27}: {int(cold[key]) / 1024:6.1f}   {int(pooled[key]) / 1024:6.1f}")
 print(f"  waiting containers, after   :    -     {int(pooled['rss_containers_kb']) / 1024:6.1f}")
 def duration_ms(text):

@@ -4,6 +4,18 @@
 //!
 //! Usage: server_load SOCKET_NAME IMAGE INPUT_FILE [LATENCY_CALLS] [CALLS_PER_LEVEL] [LEVELS]
 //! (`cargo bench` adds a `--bench` argument, which is ignored.)
+//!
+//! Latency is measured three ways, one caller each:
+//! - `paced`: LATENCY_CALLS calls, each PACE_MS (env, default 50) after the
+//!   last one's answer: a warm call on an otherwise quiet daemon, as a
+//!   sidecar sees a reconciler's steps (and as `hyperfine` runs the bare
+//!   floor, one run at a time with nothing else on the machine);
+//! - `back to back`: LATENCY_CALLS calls with no pause: one caller
+//!   saturating the daemon, so each call shares the CPUs with the work the
+//!   last one left (the next warm container's creation, teardown);
+//! - `after idle`: IDLE_CALLS (env, default 3) calls, each after IDLE_GAP_MS
+//!   (env, default 6500: past `xfn::resident::IDLE_AFTER`) without calls,
+//!   so each is the first after the daemon gave its code pages back.
 use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
@@ -85,16 +97,34 @@ async fn main() -> Result<(), AnyError> {
     for _ in 0..10 {
         call(&mut client, image, &input).await?;
     }
-    let mut latencies = Vec::with_capacity(latency_calls);
-    for _ in 0..latency_calls {
-        latencies.push(call(&mut client, image, &input).await?);
+    let env_ms = |name: &str, default: u64| -> Result<Duration, AnyError> {
+        Ok(Duration::from_millis(
+            std::env::var(name).map_or(Ok(default), |v| v.parse())?,
+        ))
+    };
+    let pace = env_ms("PACE_MS", 50)?;
+    let idle_gap = env_ms("IDLE_GAP_MS", 6500)?;
+    let idle_calls: usize = std::env::var("IDLE_CALLS").map_or(Ok(3), |v| v.parse())?;
+    for (name, calls, gap) in [
+        ("paced", latency_calls, pace),
+        ("b2b", latency_calls, Duration::ZERO),
+        ("idle", idle_calls, idle_gap),
+    ] {
+        let mut latencies = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            tokio::time::sleep(gap).await;
+            latencies.push(call(&mut client, image, &input).await?);
+        }
+        if latencies.is_empty() {
+            continue;
+        }
+        latencies.sort();
+        let mean = latencies.iter().sum::<Duration>() / latencies.len() as u32;
+        println!("{name}_calls={calls}");
+        println!("{name}_p50_ms={:.3}", ms(percentile(&latencies, 0.50)));
+        println!("{name}_p99_ms={:.3}", ms(percentile(&latencies, 0.99)));
+        println!("{name}_mean_ms={:.3}", ms(mean));
     }
-    latencies.sort();
-    let mean = latencies.iter().sum::<Duration>() / latencies.len() as u32;
-    println!("warm_calls={latency_calls}");
-    println!("warm_p50_ms={:.3}", ms(percentile(&latencies, 0.50)));
-    println!("warm_p99_ms={:.3}", ms(percentile(&latencies, 0.99)));
-    println!("warm_mean_ms={:.3}", ms(mean));
 
     for callers in levels {
         let started = Instant::now();

@@ -335,3 +335,65 @@ async fn a_function_sharing_the_runners_network_cannot_call_it_but_reaches_loopb
         daemon.log()
     );
 }
+
+/// The kB a `released_kb=N ... MESSAGE` line of the daemon's log gave back,
+/// for each such line.
+fn released_kb(log: &str, message: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|line| line.contains(message))
+        .filter_map(|line| {
+            let rest = line.split("released_kb=").nth(1)?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_daemon_and_gatekeeper_give_back_the_code_pages_their_calls_ran() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "echo:v1")
+        .reference;
+    // Default flags: the release is not a flag, it is what a sidecar does.
+    let daemon = Daemon::start(&[]).await;
+    let (xfn, gate) = (daemon.xfn_pid(), daemon.gatekeeper_pid());
+    daemon.call_ok(&image).await;
+    daemon.call_ok(&image).await;
+    let (xfn_busy, gate_busy) = (status_field(xfn, "VmRSS"), status_field(gate, "VmRSS"));
+    let daemon_released = |log: &str| released_kb(log, "idle daemon: file pages released");
+    let gate_released = |log: &str| released_kb(log, "idle gatekeeper: file pages released");
+    // Both look every 5 s (xfn::resident::IDLE_AFTER); bounded, so that a
+    // release that never comes fails naming it.
+    let started_with = daemon_released(&daemon.log()).len();
+    for _ in 0..300 {
+        let log = daemon.log();
+        if daemon_released(&log).len() > started_with && !gate_released(&log).is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let log = daemon.log();
+    let (daemon_kb, gate_kb) = (daemon_released(&log), gate_released(&log));
+    assert!(
+        daemon_kb.len() > started_with && !gate_kb.is_empty(),
+        "no idle release after the calls:\n{log}"
+    );
+    let (xfn_idle, gate_idle) = (status_field(xfn, "VmRSS"), status_field(gate, "VmRSS"));
+    // What the calls brought back went again: megabytes of the daemon's
+    // code, and what the gatekeeper ran to accept the connections.
+    assert!(
+        daemon_kb.last().is_some_and(|&kb| kb >= 1024) && xfn_idle < xfn_busy,
+        "xfn: {xfn_busy} kB after the calls, {xfn_idle} kB idle, released {daemon_kb:?}\n{log}"
+    );
+    assert!(
+        gate_idle < gate_busy,
+        "gatekeeper: {gate_busy} kB after the calls, {gate_idle} kB idle, released {gate_kb:?}\n{log}"
+    );
+    // And it still serves, faulting back in what it runs.
+    daemon.call_ok(&image).await;
+}

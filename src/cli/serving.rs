@@ -67,13 +67,18 @@ impl ServingArgs {
             grace_period = ?self.grace_period,
             "admission and drain"
         );
-        serve(
+        let served = serve(
             incoming,
             services,
             calls.drain(self.grace_period),
             shutdown_signal(),
-        )
-        .await?;
+        );
+        // Between bursts of calls, the code they ran goes (xfn::resident).
+        let idle = xfn::resident::release_when_idle(|| calls.activity());
+        tokio::select! {
+            served = served => served?,
+            () = idle => {}
+        }
         if let Some(server) = metrics_server {
             server.stop().await?;
         }

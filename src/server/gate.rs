@@ -130,12 +130,18 @@ enum Wake {
     Caller,
     /// The daemon's end closed: it exited.
     DaemonGone,
+    /// Nothing happened for the time asked.
+    Quiet,
 }
 
-/// Waits for a caller or the daemon's exit. The parent-death signal is not
-/// enough on its own: a daemon that mapped an id range is no longer allowed
-/// to signal its (host-uid) gatekeeper, and the kernel drops the signal.
-fn wait(listener: &UnixListener, daemon: &OwnedFd) -> Wake {
+/// Waits for a caller or the daemon's exit, or `quiet` (for ever without).
+/// The parent-death signal is not enough on its own: a daemon that mapped
+/// an id range is no longer allowed to signal its (host-uid) gatekeeper,
+/// and the kernel drops the signal.
+fn wait(listener: &UnixListener, daemon: &OwnedFd, quiet: Option<std::time::Duration>) -> Wake {
+    let timeout_ms = quiet.map_or(-1, |d| {
+        libc::c_int::try_from(d.as_millis()).unwrap_or(libc::c_int::MAX)
+    });
     loop {
         let mut fds = [
             libc::pollfd {
@@ -151,12 +157,15 @@ fn wait(listener: &UnixListener, daemon: &OwnedFd) -> Wake {
         ];
         // SAFETY: `fds` is a valid array of two initialised pollfd structs
         // that outlives the call; both descriptors are owned by the callers.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if rc < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             return Wake::DaemonGone;
+        }
+        if rc == 0 {
+            return Wake::Quiet;
         }
         // The daemon never writes to the gatekeeper: any event is its exit.
         if fds[1].revents != 0 {
@@ -172,9 +181,19 @@ fn wait(listener: &UnixListener, daemon: &OwnedFd) -> Wake {
 /// is gone.
 pub fn run(listener: &UnixListener, policy: &CallerPolicy, daemon: &OwnedFd) {
     let mut refusals = Refusals::default();
+    // A connection was handled since the last release of the code it ran
+    // (crate::resident): released once the gatekeeper has been idle again.
+    let mut ran = false;
     loop {
-        if let Wake::DaemonGone = wait(listener, daemon) {
-            return;
+        match wait(listener, daemon, ran.then_some(crate::resident::IDLE_AFTER)) {
+            Wake::DaemonGone => return,
+            Wake::Quiet => {
+                let released_kb = crate::resident::release_file_pages();
+                tracing::debug!(released_kb, "idle gatekeeper: file pages released");
+                ran = false;
+                continue;
+            }
+            Wake::Caller => ran = true,
         }
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,

@@ -24,6 +24,9 @@ pub struct Calls {
     /// Cancelled when the grace period after SIGTERM is over: every call
     /// still queued or running then ends (dropping its run, which kills it).
     abort: CancellationToken,
+    /// Calls begun so far (admitted or not): what an idle daemon's page
+    /// release watches (`crate::resident`).
+    begun: std::sync::atomic::AtomicU64,
 }
 
 /// Keeps a gauge raised while alive: a call whose future is dropped (the
@@ -69,7 +72,15 @@ impl Calls {
             admission: Admission::new(limits, metrics.queued().clone()),
             metrics,
             abort: CancellationToken::new(),
+            begun: Default::default(),
         }
+    }
+
+    /// Calls begun so far, and whether any is queued or running now.
+    pub fn activity(&self) -> (u64, bool) {
+        let begun = self.begun.load(std::sync::atomic::Ordering::Relaxed);
+        let busy = self.metrics.in_flight().get() > 0 || self.queued() > 0;
+        (begun, busy)
     }
 
     /// The limits in force.
@@ -110,6 +121,8 @@ impl Calls {
         F: FnOnce(Option<Duration>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
+        self.begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Biased to the abort: a slot freed by the abort itself must not
         // start a run.
         let slot = tokio::select! {

@@ -21,7 +21,7 @@
 #                      callers, for both daemons.
 #   RSS                xfn's processes together (the daemon, its gatekeeper,
 #                      the supervisor and PID 1 of its PID namespace), idle
-#                      (12 s after one call: xfn gives code pages back after
+#                      (17 s after one call: xfn gives code pages back after
 #                      5 s without calls, src/resident.rs), right after the
 #                      throughput levels and idle again after them, as
 #                      the sum of their RSS (which counts a page of the
@@ -159,9 +159,9 @@ measure_daemon() {
     sleep 1
     # Pull once, then let the daemon settle before its idle figure.
     $AS_NONROOT env IDLE_CALLS=0 "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 1 1 1 >/dev/null
-    # Idle: past two of xfn::resident's looks (IDLE_AFTER, 5 s), so the
+    # Idle: past three of xfn::resident's looks (IDLE_AFTER, 5 s), so the
     # daemon and the gatekeeper have given the calls' code pages back.
-    sleep 12
+    sleep 17
     echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
     echo "pss_idle_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     # CPU of the daemon and every process it reaped (crun, containers), per
@@ -174,7 +174,7 @@ measure_daemon() {
     echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
     echo "pss_after_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
-    sleep 12
+    sleep 17
     echo "rss_settled_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
     echo "pss_settled_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     kill -TERM "$XFN_PID"

@@ -38,29 +38,39 @@
 /// reconciles (Crossplane polls every minute) holds only what idling needs.
 pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A release that gives back less than this finds the process settled:
+/// what idling itself runs (timers, the warm pool's clock) is about this
+/// much, and releasing it again on every look would only fault it back.
+const SETTLED_KB: u64 = 512;
+
 /// Decides, looked at once per [`IDLE_AFTER`], when a process that serves
 /// work is idle enough to release its file pages again.
 #[derive(Debug, Default)]
 pub struct IdleWatch {
     /// Work begun as of the last look.
     seen: u64,
-    /// Work begun as of the last release.
-    released_at: Option<u64>,
+    /// Work begun as of the release that found the process settled.
+    settled_at: Option<u64>,
 }
 
 impl IdleWatch {
     /// Given how much work has begun so far and whether any is in flight:
-    /// whether to release now. Yes when nothing began since the last look,
-    /// nothing runs, and something ran since the last release (an idle
-    /// process releases once, not on every look).
+    /// whether to release now. Yes when nothing began since the last look
+    /// and nothing runs, until a release finds the process settled
+    /// ([`IdleWatch::released`]): work that trails the calls (a warm
+    /// container's teardown, its replacement's creation) brings code back
+    /// after the first idle release, and the next looks take it.
     pub fn due(&mut self, begun: u64, busy: bool) -> bool {
         let quiet = !busy && begun == self.seen;
         self.seen = begun;
-        if quiet && self.released_at != Some(begun) {
-            self.released_at = Some(begun);
-            return true;
+        quiet && self.settled_at != Some(begun)
+    }
+
+    /// What the release [`IdleWatch::due`] asked for gave back, in kB.
+    pub fn released(&mut self, kb: u64) {
+        if kb < SETTLED_KB {
+            self.settled_at = Some(self.seen);
         }
-        false
     }
 }
 
@@ -77,6 +87,7 @@ pub async fn release_when_idle(activity: impl Fn() -> (u64, bool)) {
         if watch.due(begun, busy) {
             let released_kb = release_file_pages();
             trim_heap();
+            watch.released(released_kb);
             tracing::debug!(released_kb, "idle daemon: file pages released");
         }
     }
@@ -240,21 +251,33 @@ VmFlags: rd ex mr mw me de sd
     }
 
     #[test]
-    fn an_idle_process_releases_once_per_quiet_spell_and_never_while_busy() {
+    fn an_idle_process_releases_until_settled_and_never_while_busy() {
         let mut watch = IdleWatch::default();
-        // Start-up: nothing begun, quiet: one release, then no more.
+        // Start-up: nothing begun, quiet: releases until one gives back
+        // little, then no more.
         assert!(watch.due(0, false));
+        watch.released(9000);
+        assert!(watch.due(0, false));
+        watch.released(100);
+        assert!(!watch.due(0, false));
         assert!(!watch.due(0, false));
         // A call begins and is still running at the next look, then ends.
         assert!(!watch.due(1, true));
         assert!(!watch.due(1, true));
-        // Released at the first look that finds it over, nothing new begun.
+        // Released at the first look that finds it over, nothing new begun;
+        // work trailing the call brought 1 MB back, taken at the next look.
         assert!(watch.due(1, false));
+        watch.released(12000);
+        assert!(watch.due(1, false));
+        watch.released(1000);
+        assert!(watch.due(1, false));
+        watch.released(0);
         assert!(!watch.due(1, false));
         // Calls begun between two looks keep the pages for one more spell,
         // even if none is in flight at the look.
         assert!(!watch.due(5, false));
         assert!(watch.due(5, false));
+        watch.released(0);
         // A queued call counts as busy.
         assert!(!watch.due(6, true));
         assert!(!watch.due(6, true));

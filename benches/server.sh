@@ -21,9 +21,10 @@
 #                      callers, for both daemons.
 #   RSS                xfn's processes together (the daemon, its gatekeeper,
 #                      the supervisor and PID 1 of its PID namespace), idle
-#                      (17 s after one call: xfn gives code pages back after
-#                      5 s without calls, src/resident.rs), right after the
-#                      throughput levels and idle again after them, as
+#                      (the median of 5 readings from 17 s after one call:
+#                      xfn gives code pages back after 5 s without calls,
+#                      src/resident.rs), right after the throughput levels
+#                      and idle again after them, as
 #                      the sum of their RSS (which counts a page of the
 #                      binary once per process mapping it) and of their PSS
 #                      (which shares it out); for the pooled daemon also its
@@ -124,6 +125,13 @@ rss_of() {
     echo "$total"
 }
 
+# rss_settled NEEDLE [Rss|Pss]: the median of five rss_of readings a second
+# apart (an idle daemon's background work, such as the warm pool's clock,
+# brings a little code back between its releases).
+rss_settled() {
+    for _ in 1 2 3 4 5; do rss_of "$@"; sleep 1; done | sort -n | sed -n 3p
+}
+
 # xfn_of PID: the xfn daemon under the process `xfn start` was started as
 # (src/pidns.rs: that one stays outside as a supervisor, its child PID 1 of
 # xfn's own PID namespace, whose child is xfn; the gatekeeper is the
@@ -162,8 +170,8 @@ measure_daemon() {
     # Idle: past three of xfn::resident's looks (IDLE_AFTER, 5 s), so the
     # daemon and the gatekeeper have given the calls' code pages back.
     sleep 17
-    echo "rss_idle_kb=$(rss_of "@$socket ")" >"$WORK/load-$name.txt"
-    echo "pss_idle_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
+    echo "rss_idle_kb=$(rss_settled "@$socket ")" >"$WORK/load-$name.txt"
+    echo "pss_idle_kb=$(rss_settled "@$socket " Pss)" >>"$WORK/load-$name.txt"
     # CPU of the daemon and every process it reaped (crun, containers), per
     # call: what bounds throughput on this machine's cores.
     daemon=$(xfn_of "$XFN_PID")
@@ -175,8 +183,8 @@ measure_daemon() {
     echo "pss_after_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
     echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
     sleep 17
-    echo "rss_settled_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
-    echo "pss_settled_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
+    echo "rss_settled_kb=$(rss_settled "@$socket ")" >>"$WORK/load-$name.txt"
+    echo "pss_settled_kb=$(rss_settled "@$socket " Pss)" >>"$WORK/load-$name.txt"
     kill -TERM "$XFN_PID"
     wait "$XFN_PID"
     XFN_PID=

@@ -39,9 +39,11 @@
 pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A release that gives back less than this finds the process settled:
-/// what idling itself runs (timers, the warm pool's clock) is about this
-/// much, and releasing it again on every look would only fault it back.
-const SETTLED_KB: u64 = 512;
+/// what idling itself runs (the warm pool's clock each second, timers)
+/// comes back within a second, 2–3 MB of code at 64 KiB per fault
+/// (measured, release build), so releasing it again on every look would
+/// only fault it back.
+const SETTLED_KB: u64 = 4096;
 
 /// Decides, looked at once per [`IDLE_AFTER`], when a process that serves
 /// work is idle enough to release its file pages again.
@@ -265,13 +267,14 @@ VmFlags: rd ex mr mw me de sd
         assert!(!watch.due(1, true));
         assert!(!watch.due(1, true));
         // Released at the first look that finds it over, nothing new begun;
-        // work trailing the call brought 1 MB back, taken at the next look.
+        // work trailing the call brought 5 MB back, taken at the next look;
+        // then only what idling runs comes back: settled.
         assert!(watch.due(1, false));
         watch.released(12000);
         assert!(watch.due(1, false));
-        watch.released(1000);
+        watch.released(5000);
         assert!(watch.due(1, false));
-        watch.released(0);
+        watch.released(2400);
         assert!(!watch.due(1, false));
         // Calls begun between two looks keep the pages for one more spell,
         // even if none is in flight at the look.

@@ -280,16 +280,25 @@ impl Rootfs {
 /// Detaches whatever is still mounted under `run_dir`, then removes it. It
 /// never deletes through a mount: if one stays, it fails instead.
 fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
-    for mp in overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))? {
-        overlay::unmount(&mp).map_err(io_err("unmounting", &mp))?;
-    }
-    let left = overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))?;
-    if let Some(mp) = left.first() {
-        return Err(RootfsError::Io {
-            step: "unmounting",
-            path: mp.clone(),
-            source: std::io::Error::other("still mounted after detaching"),
-        });
+    // Read once when nothing is mounted, a run's usual end (its own mounts
+    // are gone by now): `mountinfo` lists every mount of xfn's namespace,
+    // two per warm container, and parsing it twice per run was about 1.5 %
+    // of a loaded daemon's CPU (benches/PROFILE.md).
+    let mounted =
+        overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))?;
+    if !mounted.is_empty() {
+        for mp in mounted {
+            overlay::unmount(&mp).map_err(io_err("unmounting", &mp))?;
+        }
+        let left =
+            overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))?;
+        if let Some(mp) = left.first() {
+            return Err(RootfsError::Io {
+                step: "unmounting",
+                path: mp.clone(),
+                source: std::io::Error::other("still mounted after detaching"),
+            });
+        }
     }
     crate::image::extract::fsops::remove_path(run_dir).map_err(io_err("removing", run_dir))
 }

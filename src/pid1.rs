@@ -94,6 +94,15 @@ pub fn fork_under_supervisor() -> nix::Result<()> {
     // Blocked before the fork, so that no signal and no child's exit can
     // arrive between the fork and the supervisor's first wait.
     let previous = handled.thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+    // The parent only waits from here on: the start-up's pages can go
+    // (crate::resident). Before the fork, not after: under `xfn::pidns`
+    // the child, PID 1 of a new namespace, mounts that namespace's `proc`
+    // on the `/proc` the parent shares, and from then on the parent's
+    // `/proc/self` names nobody, so a release after the fork read no
+    // `smaps` whenever the child won the race (the supervisor then kept
+    // ~10 MB of start-up pages for its whole life). The child faults back
+    // what the rest of its start-up runs.
+    crate::resident::release_file_pages();
     // SAFETY: callers run this while xfn has a single thread (first thing
     // in main, or before the async runtime starts), so the child may run
     // ordinary Rust code (no lock can be held by a thread that does not
@@ -106,8 +115,6 @@ pub fn fork_under_supervisor() -> nix::Result<()> {
         }
         Ok(ForkResult::Parent { child }) => {
             close_all_but_stdio();
-            // It only waits from here on: the start-up's pages can go.
-            crate::resident::release_file_pages();
             std::process::exit(supervise(child, &handled))
         }
         Err(err) => {

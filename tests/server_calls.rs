@@ -11,15 +11,6 @@ use support::*;
 use tonic::Code;
 use xfn::proto::v1alpha1 as pb;
 
-/// A function that echoes its input.
-fn echo_image(registry: &Registry, name: &str) -> String {
-    ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, name)
-        .reference
-}
-
 /// A function running `script` under `/bin/sh -c`.
 fn script_image(registry: &Registry, name: &str, script: &str) -> String {
     ImageBuilder::new()

@@ -354,11 +354,7 @@ fn released_kb(log: &str, message: &str) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_daemon_and_gatekeeper_give_back_the_code_pages_their_calls_ran() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "echo:v1")
-        .reference;
+    let image = echo_image(&registry, "echo:v1");
     // Default flags: the release is not a flag, it is what a sidecar does.
     let daemon = Daemon::start(&[]).await;
     let (xfn, gate) = (daemon.xfn_pid(), daemon.gatekeeper_pid());

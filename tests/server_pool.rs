@@ -31,19 +31,10 @@ fn run_state(cache: &Path) -> Vec<String> {
     entries
 }
 
-/// An image whose function echoes its input (busybox `cat`).
-fn echo_image(registry: &Registry) -> String {
-    ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, "echo:v1")
-        .reference
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them_all() {
     let registry = Registry::start();
-    let echo = echo_image(&registry);
+    let echo = echo_image(&registry, "echo:v1");
     let mut daemon = Daemon::start(&[]).await;
     let cache = daemon.cache_dir.clone();
     let mut client = daemon.client().await;
@@ -95,7 +86,7 @@ fn cpus() -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_warm_container_not_called_for_expires_and_the_metrics_say_so() {
     let registry = Registry::start();
-    let echo = echo_image(&registry);
+    let echo = echo_image(&registry, "echo:v1");
     let daemon = Daemon::start(&["--warm-pool-idle", "1s"]).await;
     let cache = daemon.cache_dir.clone();
     let out = daemon
@@ -129,7 +120,7 @@ async fn a_warm_container_not_called_for_expires_and_the_metrics_say_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweeps_their_state() {
     let registry = Registry::start();
-    let echo = echo_image(&registry);
+    let echo = echo_image(&registry, "echo:v1");
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
@@ -176,7 +167,7 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
 #[tokio::test(flavor = "multi_thread")]
 async fn when_xfn_itself_is_sigkilled_its_runs_and_warm_containers_end_and_the_daemon_exits_137() {
     let registry = Registry::start();
-    let echo = echo_image(&registry);
+    let echo = echo_image(&registry, "echo:v1");
     let marker = "sleep 4747";
     let slow = ImageBuilder::new()
         .layer(Layer::busybox())

@@ -21,14 +21,6 @@ fn sleeper(registry: &Registry, name: &str, seconds: u32) -> String {
         .reference
 }
 
-fn echo(registry: &Registry) -> String {
-    ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, "echo:v1")
-        .reference
-}
-
 /// Polls `what` until it holds (a state the test waits for, not a time).
 async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
     for _ in 0..3000 {
@@ -92,7 +84,7 @@ async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     call.abort();
     wait_until("the function is reaped", || parent_of(function).is_none()).await;
     wait_until_no_zombies(init).await;
-    daemon.call_ok(&echo(&registry)).await;
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
 
     // SIGTERM to PID 1, as a container runtime stops the container, reaches
     // xfn's drain: the run in flight finishes, then everything exits 0.
@@ -235,14 +227,14 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
              scripts/vm/run-checks.sh checks that a dead xfn's cgroups are removed)"
         );
     }
-    second.call_ok(&echo(&registry)).await;
+    second.call_ok(&echo_image(&registry, "echo:v1")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
     let registry = Registry::start();
     let hang = sleeper(&registry, "hang:v1", 3624);
-    let echo = echo(&registry);
+    let echo = echo_image(&registry, "echo:v1");
     let dir = world_traversable_tempdir();
     let cache = nonroot_cache(&dir);
     let first = Daemon::start_as_pid1(&cache, &[]).await;

@@ -231,11 +231,7 @@ async fn calls_from_32_callers_with_default_flags_all_succeed_and_leak_nothing()
     let calls = env_or("XFN_SOAK_CALLS", 500);
     let callers = env_or("XFN_SOAK_CALLERS", 32);
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "echo:v1")
-        .reference;
+    let image = echo_image(&registry, "echo:v1");
     let daemon = Arc::new(Daemon::start_without_debug_log(&[]).await);
     let xfn = daemon.xfn_pid();
     let gate = daemon.gatekeeper_pid();

@@ -605,6 +605,16 @@ async fn connect_unix_as(
     tokio::net::UnixStream::from_std(std_stream)
 }
 
+/// Pushes `name`, a function that echoes its input (busybox `cat`), to
+/// `registry`; returns its reference.
+pub fn echo_image(registry: &crate::support::Registry, name: &str) -> String {
+    crate::support::ImageBuilder::new()
+        .layer(crate::support::Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, name)
+        .reference
+}
+
 /// A request for `image` with `input`.
 pub fn request(image: &str, input: &str) -> pb::RunFunctionRequest {
     pb::RunFunctionRequest {

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::image::{ImageStore, PulledImage};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
-use crate::sandbox::{CrunError, RunRequest, Sandbox, SandboxError, SandboxOptions, SpecError};
+use crate::sandbox::{CrunError, Sandbox, SandboxError, SandboxOptions, SpecError};
+use container::{FunctionContainer, Recipe, Settings};
 
 // What front ends need of the private `rootfs` and `sandbox` modules.
 pub use crate::rootfs::{RootfsMode, DEFAULT_ROOTFS_SIZE};
@@ -25,11 +26,13 @@ pub use crate::sandbox::userns::{
 pub use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
 pub use pool::{
-    default_size as default_pool_size, PoolOptions, PoolStats, DEFAULT_IDLE as DEFAULT_POOL_IDLE,
+    default_size as default_pool_size, PoolOptions, PoolStats, WarmStart,
+    DEFAULT_IDLE as DEFAULT_POOL_IDLE,
 };
 pub use served::{ServeOptions, ServedFunction};
 
 mod config;
+mod container;
 mod pool;
 mod served;
 mod teardown;
@@ -272,6 +275,11 @@ impl Runner {
             .map_err(|e| RunError::InvalidConfig(e.to_string()))?;
         tracing::debug!(?rootfs_mode, "per-run rootfs mode");
         let sandbox = Arc::new(sandbox);
+        // The sandbox made this process a child subreaper: whatever is
+        // orphaned to it must be reaped, pool or not.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(sweep_orphans(Arc::downgrade(&sandbox)));
+        }
         let rootfs = Arc::new(RootfsMaker {
             mode: rootfs_mode,
             options: RootfsOptions {
@@ -351,9 +359,10 @@ impl Runner {
         let pulled_at = started.elapsed();
         // Counts this call in its key's demand, cold or warm, until it ends.
         let mut lease = self.pool.as_ref().map(|pool| {
-            pool.lease(pool::PoolKey::of(&pulled.digest, config), || pool::Recipe {
+            pool.lease(pool::PoolKey::of(&pulled.digest, config), || Recipe {
                 config: pulled.config.config().clone(),
                 layers: pulled.layers.clone(),
+                flattened: None,
                 pin: pulled.pin.clone(),
             })
         });
@@ -365,54 +374,98 @@ impl Runner {
                 done_at = ?started.elapsed(),
                 "warm run phases (cumulative)"
             );
-            return Ok(RunOutput {
-                stdout: output.stdout,
-                stderr_tail: output.stderr_tail,
-                usage: output.usage,
-            });
+            return Ok(output.into());
         }
-        let rootfs = self.prepare_rootfs(&pulled).await?;
-        let rootfs_at = started.elapsed();
-        let result = self
-            .sandbox
-            .run(&RunRequest {
-                rootfs: rootfs.path(),
-                image: pulled.config.config().as_ref(),
-                input,
-                timeout: config.timeout,
-                host_network: config.network == NetworkPolicy::Runner,
-                limits: config.limits,
-            })
-            .await;
+        let recipe = self.recipe(&pulled).await?;
+        let settings = Settings {
+            host_network: config.network == NetworkPolicy::Runner,
+            limits: config.limits,
+            ..Settings::default()
+        };
+        // The call's timeout bounds the container's creation too.
+        let since = std::time::Instant::now();
+        let created = tokio::time::timeout(
+            config.timeout,
+            FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings),
+        )
+        .await;
+        let created = match created {
+            Ok(Ok(created)) => created,
+            Ok(Err((err, rootfs))) => {
+                let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+                return Err(err);
+            }
+            Err(_) => return Err(RunError::Timeout(config.timeout)),
+        };
+        let created_at = started.elapsed();
+        let (result, remains) = created.run(input, config.timeout, since).await;
         let ran_at = started.elapsed();
         // Unmounting takes milliseconds: off the async threads, but awaited,
         // so the rootfs is gone when this call returns. (Dropped mid-run, the
-        // rootfs is cleaned by its own Drop instead.)
-        let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+        // container and rootfs are cleaned by their own Drop instead.)
+        let _ = tokio::task::spawn_blocking(move || drop(remains)).await;
         let output = result?;
         tracing::debug!(
             image,
             ?pulled_at,
-            ?rootfs_at,
+            ?created_at,
             ?ran_at,
             done_at = ?started.elapsed(),
             "run phases (cumulative)"
         );
-        Ok(RunOutput {
-            stdout: output.stdout,
-            stderr_tail: output.stderr_tail,
-            usage: output.usage,
-        })
+        Ok(output.into())
     }
 
-    /// This run's root filesystem under `<cache>/run/rootfs/<instance>-<n>`;
-    /// unmounted and removed when dropped.
-    async fn prepare_rootfs(&self, image: &PulledImage) -> Result<Rootfs, RunError> {
+    /// What a container of `image` is made from: in copy mode, with the
+    /// image's flattened copy (made once per image, shared).
+    async fn recipe(&self, image: &PulledImage) -> Result<Recipe, RunError> {
         let flattened = match self.rootfs.mode {
             ResolvedMode::Copy => Some(self.store.flattened_rootfs(image).await?),
             ResolvedMode::Overlay => None,
         };
-        self.rootfs.prepare(image.layers.clone(), flattened).await
+        Ok(Recipe {
+            config: image.config.config().clone(),
+            layers: image.layers.clone(),
+            flattened,
+            pin: image.pin.clone(),
+        })
+    }
+}
+
+impl From<crate::sandbox::CrunOutput> for RunOutput {
+    fn from(output: crate::sandbox::CrunOutput) -> Self {
+        Self {
+            stdout: output.stdout,
+            stderr_tail: output.stderr_tail,
+            usage: output.usage,
+        }
+    }
+}
+
+/// How long a zombie container init must have been seen before the orphan
+/// sweep reaps it (see `sandbox::reaper::reap_orphans`).
+const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
+
+/// Reaps container inits orphaned to this process (a child subreaper) as
+/// they exit (SIGCHLD) and every second, while the sandbox lives.
+async fn sweep_orphans(sandbox: std::sync::Weak<Sandbox>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut child = signal(SignalKind::child()).ok();
+    let mut seen = std::collections::HashMap::new();
+    loop {
+        tokio::select! {
+            _ = sweep.tick() => {},
+            Some(()) = async { match child.as_mut() {
+                Some(child) => child.recv().await,
+                None => std::future::pending().await,
+            } } => {},
+        }
+        if sandbox.strong_count() == 0 {
+            return;
+        }
+        crate::sandbox::reaper::reap_orphans(&mut seen, ORPHAN_SETTLE);
     }
 }
 

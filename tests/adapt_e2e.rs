@@ -661,6 +661,46 @@ async fn thirty_two_concurrent_callers_with_default_flags_are_all_served() {
     }
     assert_eq!(adapt.runs("ok"), 32, "{}", adapt.log_text());
     assert_eq!(adapt.metric("xfn_runs_queued"), 0);
+    // Under load the pool serves: callers beyond the first runs found
+    // containers started ahead of them, and every call was counted.
+    let (cold, warm) = pool_calls(&adapt);
+    assert_eq!(cold + warm, 32, "{}", adapt.log_text());
+    assert!(
+        warm > 0,
+        "no call found a warm container\n{}",
+        adapt.log_text()
+    );
+}
+
+/// The adaptor's calls as its warm pool counted them: (cold, warm).
+fn pool_calls(adapt: &Adapt) -> (u64, u64) {
+    let calls = |path| format!("xfn_warm_pool_calls_total{{path=\"{path}\"}}");
+    (adapt.metric(&calls("cold")), adapt.metric(&calls("warm")))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_the_adaptor_keeps_a_container_started_ahead_for_the_next_call() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    call_ok(&adapt).await;
+    wait_for("a warm container ready", &adapt, || {
+        adapt.metric("xfn_warm_containers_ready") == 1
+    });
+    call_ok(&adapt).await;
+    assert_eq!(pool_calls(&adapt), (1, 1), "{}", adapt.log_text());
+    // Same flags and defaults as `xfn start`: two per CPU.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(adapt.metric("xfn_warm_pool_size"), 2 * cpus);
+    // SIGTERM removes the container waiting for the next call.
+    wait_for("the next warm container ready", &adapt, || {
+        adapt.metric("xfn_warm_containers_ready") == 1
+    });
+    adapt.sigterm();
+    let (status, log) = adapt.wait().await;
+    assert!(status.success(), "{status}\n{log}");
+    assert!(log.contains("removing warm containers"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,7 +15,7 @@ use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::runner::{
     enter_namespace, Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RootfsMode,
-    RunConfig, RunError, Runner, RunnerOptions, UsernsOptions,
+    RunConfig, RunError, Runner, RunnerOptions, UsernsOptions, WarmStart,
 };
 
 /// The busybox layer, built once (uncompressed: gzip in a test build costs
@@ -32,7 +32,19 @@ fn busybox() -> Layer {
     )
 }
 
+/// A runner whose pool takes containers as far as the default does
+/// (started ahead).
 fn pooled_runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode, size: usize) -> Runner {
+    runner_with(ns, cache, rootfs, size, WarmStart::default())
+}
+
+fn runner_with(
+    ns: &Namespace,
+    cache: &Path,
+    rootfs: RootfsMode,
+    size: usize,
+    start: WarmStart,
+) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
     Runner::new(
         ns,
@@ -42,6 +54,7 @@ fn pooled_runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode, size: usize) 
             warm_pool: Some(PoolOptions {
                 size,
                 idle: Duration::from_secs(120),
+                start,
             }),
             ..RunnerOptions::default()
         },
@@ -136,10 +149,16 @@ echo "pidns=$(readlink /proc/self/ns/pid)"
 echo "net=$(readlink /proc/self/ns/net)"
 echo "netdevs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
 echo "leftovers=$(grep -l '36[2]5' /proc/[0-9]*/cmdline 2>/dev/null | wc -l)"
-echo "seen=$(cat /left-behind /tmp/left-behind 2>/dev/null | tr '\n' ,)"
-echo "$input" > /left-behind
-echo "$input" > /tmp/left-behind
+echo "seen=$(cat /left-behind /tmp/left-behind /dev/shm/left-behind 2>/dev/null | tr '\n' ,)"
+echo "env=$(env | grep -c LEFT_BEHIND)"
+listening() { cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | grep -c ':1E61 0*:0000 0A'; }
+echo "listening=$(listening)"
+echo "$input" > /left-behind && echo "$input" > /tmp/left-behind && echo "$input" > /dev/shm/left-behind && echo "wrote=3"
+export LEFT_BEHIND="$input"
 n=36; sleep ${n}25 &
+nc -l -p 7777 >/dev/null 2>&1 &
+for i in 1 2 3 4 5 6 7 8 9 10; do [ "$(listening)" = 1 ] && break; sleep 0.05; done
+echo "own_listening=$(listening)"
 "#;
 
 fn field<'a>(output: &'a str, key: &str) -> &'a str {
@@ -153,13 +172,14 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
     ns: &Namespace,
     cache: &Path,
     registry: &Registry,
+    start: WarmStart,
 ) {
     let probe = ImageBuilder::new()
         .layer(busybox())
         .entrypoint(["/bin/sh", "-c", PROBE])
         .push(registry, "probe:v1")
         .reference;
-    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
+    let runner = runner_with(ns, cache, RootfsMode::Overlay, 2, start);
     let own = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
     let mut outputs = Vec::new();
     for call in 0..4 {
@@ -197,7 +217,16 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
         assert_eq!(
             field(&text, "seen"),
             "",
-            "a fresh rootfs upper and /tmp: {text}"
+            "a fresh rootfs upper, /tmp and /dev/shm: {text}"
+        );
+        // What each call leaves, so that the next one could see it.
+        assert_eq!(field(&text, "wrote"), "3", "{text}");
+        assert_eq!(field(&text, "own_listening"), "1", "{text}");
+        assert_eq!(field(&text, "env"), "0", "the image's environment: {text}");
+        assert_eq!(
+            field(&text, "listening"),
+            "0",
+            "no socket an earlier call listened on: {text}"
         );
         for (key, ns) in [("mnt", "mnt"), ("pidns", "pid"), ("net", "net")] {
             assert_ne!(
@@ -211,7 +240,7 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
     assert_eq!(outputs.len(), 4);
     runner.shutdown().await;
     assert_nothing_left(cache);
-    println!("ok: a warm call gets a fresh rootfs, mount, pid and network namespace and sees nothing of the last");
+    println!("ok ({start:?}): a warm call gets a fresh rootfs, mount, pid and network namespace and sees nothing of the last");
 }
 
 async fn calls_with_other_settings_take_the_cold_path(
@@ -414,6 +443,7 @@ async fn idle_containers_expire(ns: &Namespace, cache: &Path, registry: &Registr
             warm_pool: Some(PoolOptions {
                 size: 2,
                 idle: Duration::from_millis(600),
+                start: WarmStart::default(),
             }),
             ..RunnerOptions::default()
         },
@@ -435,6 +465,95 @@ async fn idle_containers_expire(ns: &Namespace, cache: &Path, registry: &Registr
     runner.shutdown().await;
     assert_nothing_left(cache);
     println!("ok: warm containers of an image nobody calls expire");
+}
+
+/// Waits for the pool's ready containers to be started ahead (by default)
+/// and lets them wait a while before their call.
+async fn wait_ready_a_while(runner: &Runner, ready: usize) {
+    wait_ready(runner, ready).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn a_function_started_ahead_may_write_or_exit_before_its_input_arrives(
+    ns: &Namespace,
+    cache: &Path,
+    registry: &Registry,
+) {
+    let early_stderr = ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/sh", "-c", "echo starting >&2; cat; echo done >&2"])
+        .push(registry, "early-stderr:v1")
+        .reference;
+    let early_exit = ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/sh", "-c", "echo constant; echo gone >&2"])
+        .push(registry, "early-exit:v1")
+        .reference;
+    let early_failure = ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/sh", "-c", "echo cannot start >&2; exit 5"])
+        .push(registry, "early-failure:v1")
+        .reference;
+    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 3);
+    let config = RunConfig::default();
+    for image in [&early_stderr, &early_exit, &early_failure] {
+        let _ = runner.run(image, b"warming", &config).await;
+    }
+    // What it wrote before its input is the call's, in order.
+    wait_ready_a_while(&runner, 3).await;
+    let before = stats(&runner);
+    let out = runner.run(&early_stderr, b"input", &config).await.unwrap();
+    assert_eq!(out.stdout, b"input");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr_tail),
+        "starting\ndone\n"
+    );
+    // Gone before its input arrived: the call gets what it wrote and its
+    // exit, as a cold call of the same function does.
+    let out = runner.run(&early_exit, b"ignored", &config).await.unwrap();
+    assert_eq!(out.stdout, b"constant\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr_tail), "gone\n");
+    let err = runner
+        .run(&early_failure, b"ignored", &config)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RunError::FunctionFailed { code: 5, stderr_tail } if stderr_tail == b"cannot start\n"),
+        "{err}"
+    );
+    assert_eq!(stats(&runner).warm_calls, before.warm_calls + 3);
+    runner.shutdown().await;
+    assert_nothing_left(cache);
+    println!("ok: a function started ahead may write to stderr or exit before its input arrives");
+}
+
+async fn a_call_timeout_starts_at_the_call_not_at_the_container_start(
+    ns: &Namespace,
+    cache: &Path,
+    registry: &Registry,
+) {
+    let echo = ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, "late-call:v1")
+        .reference;
+    let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
+    let short = RunConfig {
+        timeout: Duration::from_millis(800),
+        ..RunConfig::default()
+    };
+    runner.run(&echo, b"first", &short).await.unwrap();
+    wait_ready(&runner, 1).await;
+    // The started function waits longer than the call's timeout before
+    // its call comes.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = stats(&runner);
+    let out = runner.run(&echo, b"late", &short).await.unwrap();
+    assert_eq!(out.stdout, b"late");
+    assert_eq!(stats(&runner).warm_calls, before.warm_calls + 1);
+    runner.shutdown().await;
+    assert_nothing_left(cache);
+    println!("ok: a call's timeout starts at the call, not when its container was started");
 }
 
 async fn copy_mode_keeps_no_warm_containers(ns: &Namespace, cache: &Path) {
@@ -462,8 +581,15 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(&ns, &cache, &registry)
+        for start in [WarmStart::Started, WarmStart::Created] {
+            a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
+                &ns, &cache, &registry, start,
+            )
             .await;
+        }
+        a_function_started_ahead_may_write_or_exit_before_its_input_arrives(&ns, &cache, &registry)
+            .await;
+        a_call_timeout_starts_at_the_call_not_at_the_container_start(&ns, &cache, &registry).await;
         calls_with_other_settings_take_the_cold_path(&ns, &cache, &registry).await;
         warm_failures_and_timeouts_are_reported_as_cold_ones(&ns, &cache, &registry).await;
         the_pool_keeps_to_its_size_over_images_and_callers(&ns, &cache, &registry).await;

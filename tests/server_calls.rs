@@ -11,7 +11,11 @@ use support::*;
 use tonic::Code;
 use xfn::proto::v1alpha1 as pb;
 
-/// A function running `script` under `/bin/sh -c`.
+/// A function running `script` under `/bin/sh -c`. A warm container's
+/// function is started ahead of its call (`--warm-pool-start`, by default):
+/// scripts whose processes a test looks for read their input first, and
+/// spell the command line it looks for only once run (`n=36; sleep ${n}11`
+/// is looked for as `sleep 3611`), so that only a call's run matches.
 fn script_image(registry: &Registry, name: &str, script: &str) -> String {
     ImageBuilder::new()
         .layer(Layer::busybox())
@@ -158,7 +162,7 @@ async fn a_failing_function_is_aborted_with_exit_code_and_stderr() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_past_its_timeout_is_deadline_exceeded_and_killed() {
     let registry = Registry::start();
-    let image = script_image(&registry, "hang:v1", "sleep 3611");
+    let image = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}11");
     let daemon = Daemon::start(&[]).await;
     let mut client = daemon.client().await;
     let status = client
@@ -177,7 +181,7 @@ async fn a_function_past_its_timeout_is_deadline_exceeded_and_killed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_callers_grpc_deadline_is_honoured() {
     let registry = Registry::start();
-    let image = script_image(&registry, "hang:v1", "sleep 3612");
+    let image = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}12");
     // The daemon's own default would let the run go on for an hour: only the
     // caller's deadline can end it.
     let daemon = Daemon::start(&["--default-timeout", "1h"]).await;
@@ -201,7 +205,7 @@ async fn the_callers_grpc_deadline_is_honoured() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_call_kills_its_run() {
     let registry = Registry::start();
-    let image = script_image(&registry, "hang:v1", "sleep 3613");
+    let image = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}13");
     let daemon = Daemon::start(&[]).await;
     let mut client = daemon.client().await;
     let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
@@ -222,7 +226,7 @@ async fn a_cancelled_call_kills_its_run() {
 #[tokio::test(flavor = "multi_thread")]
 async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
     let registry = Registry::start();
-    let hang = script_image(&registry, "hang:v1", "sleep 3614");
+    let hang = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}14");
     let echo = echo_image(&registry, "echo:v1");
     let daemon = Daemon::start(&["--max-concurrent-runs", "1", "--max-queued-runs", "1"]).await;
     // Pull the echo image first so the queued call needs only its run.
@@ -325,7 +329,7 @@ async fn sixty_four_concurrent_callers_with_default_flags_all_succeed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs() {
     let registry = Registry::start();
-    let hang = script_image(&registry, "hang:v1", "sleep 3615");
+    let hang = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}15");
     let echo = echo_image(&registry, "echo:v1");
     let daemon = Daemon::start(&["--max-concurrent-runs", "1"]).await;
     let mut client = daemon.client().await;
@@ -367,7 +371,11 @@ async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs
 async fn a_deadline_the_queue_cannot_meet_is_refused_at_once_while_ample_ones_are_all_served() {
     let registry = Registry::start();
     // Runs that take a while: a queue of them is seconds deep.
-    let slow = script_image(&registry, "slow:v1", "sleep 0.5; cat");
+    let slow = script_image(
+        &registry,
+        "slow:v1",
+        "input=$(cat); sleep 0.5; echo \"$input\"",
+    );
     let daemon = Daemon::start(&["--max-concurrent-runs", "1"]).await;
     let client = daemon.client().await;
     let calls: Vec<_> = (0..14)
@@ -465,7 +473,7 @@ async fn metrics_count_runs_by_outcome() {
 #[tokio::test(flavor = "multi_thread")]
 async fn output_over_the_cap_is_resource_exhausted() {
     let registry = Registry::start();
-    let image = script_image(&registry, "flood:v1", "cat >/dev/null; yes xfn-flood");
+    let image = script_image(&registry, "flood:v1", "cat >/dev/null; f=flood; yes xfn-$f");
     let daemon = Daemon::start(&["--max-output-bytes", "65536"]).await;
     let mut client = daemon.client().await;
     let status = client

@@ -15,7 +15,7 @@ use support::*;
 /// Processes of containers created under `cache` (a waiting container's
 /// init is a crun process whose command line names its bundle).
 fn container_processes(cache: &Path) -> Vec<u32> {
-    processes_with(&format!("{}/run/bundles/", cache.display()))
+    processes_rooted_under(cache)
 }
 
 /// Entries of the per-run state dirs of `cache`.

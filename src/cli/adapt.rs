@@ -16,7 +16,6 @@ use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
 use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{Namespace, RunConfig, Runner};
-use xfn::serving::metrics::Metrics;
 use xfn::serving::serve::Incoming;
 use xfn::serving::Calls;
 
@@ -72,6 +71,9 @@ pub struct AdaptArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
+    /// Warm containers (as `xfn start`).
+    #[command(flatten)]
+    pub warm_pool: super::WarmPoolArgs,
 }
 
 /// The repository imported images get in the store (tagged by digest).
@@ -136,12 +138,16 @@ pub async fn execute(
         .with_context(|| format!("cannot find {image} in the cache"))?;
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let runner =
-        Runner::new(namespace, store, args.runner.options()).context("cannot set up the runner")?;
+    let options = xfn::runner::RunnerOptions {
+        warm_pool: Some(args.warm_pool.options()),
+        ..args.runner.options()
+    };
+    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
     let runner = Arc::new(runner);
-    let metrics = Arc::new(Metrics::new().with_store(runner.store().clone()));
+    let metrics = Arc::new(super::daemon_metrics(&runner));
+    let pooled = Arc::clone(&runner);
     let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let adaptor = Arc::new(Adaptor::new(
         runner,
@@ -168,8 +174,13 @@ pub async fn execute(
         "serving the function API (v1, v1beta1)"
     );
     let services = services(adaptor, args.max_recv_message_size, security);
-    args.serving
+    let served = args
+        .serving
         .serve(Incoming::Tcp(listener), services, &calls, metrics)
-        .await?;
+        .await;
+    // Runs are drained or cancelled by now: no warm container outlives the
+    // adaptor, whatever serving returned.
+    pooled.shutdown().await;
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -190,6 +190,50 @@ impl RunnerArgs {
     }
 }
 
+/// Flags of the warm containers a daemon keeps ahead of its calls (`xfn
+/// start`, `xfn adapt`): one definition, one set of defaults.
+#[derive(Debug, Clone, Args)]
+pub struct WarmPoolArgs {
+    /// Most warm containers kept ready ahead of calls, over all images and
+    /// settings (default: 2 per CPU); 0 turns them off. Each is made for an
+    /// image and settings in recent demand and serves one call.
+    #[arg(long)]
+    pub warm_pool: Option<usize>,
+    /// Warm containers of an image not called for this long are removed.
+    #[arg(long, default_value = "2m", value_parser = run::parse_duration)]
+    pub warm_pool_idle: std::time::Duration,
+    /// How far warm containers are taken before their call: `started` (the
+    /// function runs, blocked reading its stdin, so a call pays only for
+    /// its work on the input) or `created` (it starts when its call
+    /// arrives: for functions that must not start before their input).
+    #[arg(long, value_enum, default_value_t = xfn::runner::WarmStart::Started)]
+    pub warm_pool_start: xfn::runner::WarmStart,
+}
+
+impl WarmPoolArgs {
+    /// The pool these flags give.
+    pub fn options(&self) -> xfn::runner::PoolOptions {
+        xfn::runner::PoolOptions {
+            size: self
+                .warm_pool
+                .unwrap_or_else(xfn::runner::default_pool_size),
+            idle: self.warm_pool_idle,
+            start: self.warm_pool_start,
+        }
+    }
+}
+
+/// The metrics of a daemon over `runner`: the serving layer's, the image
+/// cache's and the warm pool's (`xfn start`, `xfn adapt`).
+pub fn daemon_metrics(
+    runner: &std::sync::Arc<xfn::runner::Runner>,
+) -> xfn::serving::metrics::Metrics {
+    let pooled = std::sync::Arc::clone(runner);
+    xfn::serving::metrics::Metrics::new()
+        .with_store(runner.store().clone())
+        .with_pool(move || pooled.pool_stats())
+}
+
 /// Flags of the user namespace xfn enters before anything else.
 #[derive(Debug, Clone, Args)]
 pub struct UsernsArgs {

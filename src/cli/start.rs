@@ -8,12 +8,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser};
 
-use xfn::runner::{Namespace, PoolOptions, Runner};
+use xfn::runner::{Namespace, Runner};
 use xfn::server::gate::GateReceiver;
 use xfn::server::peer::CallerPolicy;
 use xfn::server::{RunnerService, ServiceOptions};
 use xfn::serving::listen::{self, ListenAddress, Listener, Network};
-use xfn::serving::metrics::Metrics;
 use xfn::serving::serve::Incoming;
 use xfn::serving::Calls;
 
@@ -52,14 +51,9 @@ pub struct StartArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
-    /// Most warm containers kept ready ahead of calls, over all images and
-    /// settings (default: 2 per CPU); 0 turns them off. Each is created for
-    /// an image and settings in recent demand and serves one call.
-    #[arg(long)]
-    pub warm_pool: Option<usize>,
-    /// Warm containers of an image not called for this long are removed.
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
-    pub warm_pool_idle: Duration,
+    /// Warm containers.
+    #[command(flatten)]
+    pub warm_pool: super::WarmPoolArgs,
     /// Disk the image cache may take (a quantity): past it, the least
     /// recently used images not in use are removed, after each pull that
     /// downloaded layers and every few minutes. See DEFAULT_CACHE_MAX_SIZE.
@@ -194,12 +188,7 @@ pub async fn execute(
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
     // their mount namespace), so a restarted daemon starts clean.
     let options = xfn::runner::RunnerOptions {
-        warm_pool: Some(PoolOptions {
-            size: args
-                .warm_pool
-                .unwrap_or_else(xfn::runner::default_pool_size),
-            idle: args.warm_pool_idle,
-        }),
+        warm_pool: Some(args.warm_pool.options()),
         ..args.runner.options()
     };
     spawn_collector(store.clone(), args.cache_max_size);
@@ -223,14 +212,7 @@ pub async fn execute(
         Bound::Tcp(listener) => Incoming::Tcp(listener),
     };
 
-    let metrics = Arc::new(
-        Metrics::new()
-            .with_store(runner.store().clone())
-            .with_pool({
-                let runner = Arc::clone(&runner);
-                move || runner.pool_stats()
-            }),
-    );
+    let metrics = Arc::new(super::daemon_metrics(&runner));
     let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let service = RunnerService::new(
         runner,
@@ -276,9 +258,12 @@ mod tests {
         assert_eq!(args.serving.max_queued_runs, 1024);
         assert_eq!(args.serving.max_queued_bytes, 256 << 20);
         assert_eq!(args.serving.max_concurrent_runs, None);
-        // Warm containers on by default, two per CPU, kept 2 minutes idle.
-        assert_eq!(args.warm_pool, None);
-        assert_eq!(args.warm_pool_idle, xfn::runner::DEFAULT_POOL_IDLE);
+        // Warm containers on by default, two per CPU, kept 2 minutes idle,
+        // started ahead of their calls.
+        assert_eq!(
+            args.warm_pool.options(),
+            xfn::runner::PoolOptions::default()
+        );
         // The image cache's budget on a shared node.
         assert_eq!(args.cache_max_size, 10 << 30);
     }

@@ -39,24 +39,20 @@
 //!   containers hold a pin on the image (`image::store::pin`) until the
 //!   container's teardown is done, so the layer dirs under a waiting or
 //!   running container's overlay are never collected.
-//! - **No zombies.** Created containers' inits are this process's children
-//!   (a child subreaper): each is reaped by its container, and any other
-//!   container init orphaned to xfn by the pool's clock
-//!   (`sandbox::created::reap_orphans`).
+//! - **No zombies.** Containers' inits are this process's children (a
+//!   child subreaper): each is reaped by its container, and any other
+//!   container init orphaned to xfn by the runner's sweep
+//!   (`sandbox::reaper::reap_orphans`).
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use oci_spec::image::Config as ImageConfig;
 use tokio_util::task::TaskTracker;
 
+use super::container::{FunctionContainer, Recipe, Settings};
 use super::teardown::Teardown;
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
-use crate::image::ImagePin;
-use crate::rootfs::Rootfs;
-use crate::sandbox::created::{become_subreaper, reap_orphans, CreateRequest, CreatedContainer};
-use crate::sandbox::{CrunOutput, Limits, Sandbox};
+use crate::sandbox::{Created, CrunOutput, Limits, Sandbox, Started};
 
 /// What a container must match to serve a call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -104,19 +100,6 @@ impl PoolKey {
     }
 }
 
-/// What a container of a key is made from.
-#[derive(Debug)]
-pub(super) struct Recipe {
-    /// The image config's `config` section.
-    pub(super) config: Option<ImageConfig>,
-    /// The layer dirs (the overlay's lower dirs).
-    pub(super) layers: Vec<PathBuf>,
-    /// Keeps the image's layers from the cache's collector while its
-    /// containers may be made (see `image::store::pin`); each container
-    /// holds a clone until its teardown is done.
-    pub(super) pin: ImagePin,
-}
-
 /// How the pool is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolOptions {
@@ -126,6 +109,23 @@ pub struct PoolOptions {
     /// Containers of an image and settings not called for this long are
     /// removed.
     pub idle: Duration,
+    /// How far a container is taken before its call.
+    pub start: WarmStart,
+}
+
+/// How far a warm container is taken before its call
+/// (`--warm-pool-start`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WarmStart {
+    /// Started: the function's process runs, blocked reading its stdin, so
+    /// a call pays only for the function's own work on its input (what
+    /// it does at start, an interpreter's start included, is done before).
+    #[default]
+    Started,
+    /// Created only: the process waits before it execs the function, which
+    /// starts when its call arrives (for functions that must not start
+    /// before their input).
+    Created,
 }
 
 /// The default pool size: two containers per CPU. A daemon runs at most
@@ -147,6 +147,7 @@ impl Default for PoolOptions {
         Self {
             size: default_size(),
             idle: DEFAULT_IDLE,
+            start: WarmStart::default(),
         }
     }
 }
@@ -172,32 +173,41 @@ pub struct PoolStats {
     pub discarded: u64,
 }
 
-/// A container ready for a call, and its rootfs.
+/// A container ready for a call (its rootfs and pin with it), created or
+/// started ahead as [`PoolOptions::start`] says.
+#[derive(Debug)]
+enum Waiting {
+    Created(FunctionContainer<Created>),
+    Started(FunctionContainer<Started>),
+}
+
+impl Waiting {
+    fn id(&self) -> &str {
+        match self {
+            Waiting::Created(c) => c.container.id(),
+            Waiting::Started(c) => c.container.id(),
+        }
+    }
+}
+
+/// A container handed to a call.
 #[derive(Debug)]
 pub(super) struct Warm {
-    // Field order is drop order: the container dies before its rootfs
-    // goes, and the rootfs (an overlay of the image's layer dirs) before
-    // the pin that keeps those dirs from the cache's collector.
-    container: CreatedContainer,
-    rootfs: Rootfs,
-    pin: ImagePin,
+    waiting: Waiting,
     pool: Arc<Pool>,
 }
 
 impl Warm {
-    /// Runs the call in this container; its teardown goes off the reply
+    /// Runs the call in this container (starting it first unless it was
+    /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
     pub(super) async fn run(self, input: &[u8], timeout: Duration) -> Result<CrunOutput, RunError> {
-        let Self {
-            container,
-            rootfs,
-            pin,
-            pool,
-        } = self;
-        let (result, finished) = container.run(input, timeout).await;
-        // A tuple drops in order: the pin goes last, after the unmount.
-        pool.dispose((finished, rootfs, pin));
-        Ok(result?)
+        let (result, remains) = match self.waiting {
+            Waiting::Created(created) => created.run(input, timeout, Instant::now()).await,
+            Waiting::Started(started) => started.feed(input, timeout).await,
+        };
+        self.pool.dispose(remains);
+        result
     }
 }
 
@@ -226,7 +236,7 @@ struct State {
 #[derive(Debug)]
 struct Slot {
     recipe: Arc<Recipe>,
-    ready: Vec<CreatedWarm>,
+    ready: Vec<Waiting>,
     creating: usize,
     /// Calls of this key in flight now.
     in_use: usize,
@@ -236,15 +246,6 @@ struct Slot {
     last_call: Instant,
     /// A creation failed then: no more attempts for a while.
     failed_at: Option<Instant>,
-}
-
-/// A ready container as the pool keeps it (without its pool handle).
-#[derive(Debug)]
-struct CreatedWarm {
-    // Field order is drop order (see `Warm`).
-    container: CreatedContainer,
-    rootfs: Rootfs,
-    pin: ImagePin,
 }
 
 impl Slot {
@@ -261,16 +262,14 @@ impl Slot {
 pub(super) struct Lease {
     pool: Arc<Pool>,
     key: PoolKey,
-    warm: Option<CreatedWarm>,
+    warm: Option<Waiting>,
 }
 
 impl Lease {
     /// The warm container, if one was ready.
     pub(super) fn take(&mut self) -> Option<Warm> {
-        self.warm.take().map(|warm| Warm {
-            container: warm.container,
-            rootfs: warm.rootfs,
-            pin: warm.pin,
+        self.warm.take().map(|waiting| Warm {
+            waiting,
             pool: Arc::clone(&self.pool),
         })
     }
@@ -295,20 +294,14 @@ impl Drop for Lease {
 /// How long a failed creation keeps a key from trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-/// How long a zombie container init must have been seen before the orphan
-/// sweep reaps it (see `sandbox::created::reap_orphans`).
-const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
-
 impl Pool {
-    /// A pool creating containers in `sandbox` on rootfs made by `rootfs`.
-    /// Makes this process a child subreaper (created containers become its
-    /// children) and starts the pool's clock and orphan reaper.
+    /// A pool creating containers in `sandbox` on rootfs made by `rootfs`;
+    /// starts the pool's clock.
     pub(super) fn new(
         sandbox: Arc<Sandbox>,
         rootfs: Arc<RootfsMaker>,
         options: PoolOptions,
     ) -> Result<Arc<Self>, RunError> {
-        become_subreaper()?;
         let pool = Arc::new(Self {
             sandbox,
             rootfs,
@@ -321,7 +314,8 @@ impl Pool {
         tracing::info!(
             size = options.size,
             idle = ?options.idle,
-            "warm containers: created ahead of calls"
+            start = ?options.start,
+            "warm containers: made ahead of calls"
         );
         Ok(pool)
     }
@@ -400,34 +394,34 @@ impl Pool {
         }
     }
 
-    /// Makes one container of `key`.
-    async fn create(&self, key: &PoolKey, recipe: &Recipe) -> Result<CreatedWarm, RunError> {
-        let rootfs = self.rootfs.prepare(recipe.layers.clone(), None).await?;
-        let container = self
-            .sandbox
-            .create(&CreateRequest {
-                rootfs: rootfs.path(),
-                image: recipe.config.as_ref(),
-                host_network: key.host_network,
-                limits: key.limits(),
-            })
-            .await;
-        match container {
-            Ok(container) => Ok(CreatedWarm {
-                container,
-                rootfs,
-                pin: recipe.pin.clone(),
-            }),
-            Err(err) => {
+    /// Makes one container of `key`, started ahead where the pool says so.
+    async fn create(&self, key: &PoolKey, recipe: &Recipe) -> Result<Waiting, RunError> {
+        let settings = Settings {
+            host_network: key.host_network,
+            limits: key.limits(),
+            ..Settings::default()
+        };
+        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
+            .await
+            .map_err(|(err, rootfs)| {
                 self.dispose((rootfs, recipe.pin.clone()));
-                Err(err.into())
-            }
+                err
+            })?;
+        match self.options.start {
+            WarmStart::Created => Ok(Waiting::Created(created)),
+            WarmStart::Started => match created.start().await {
+                Ok(started) => Ok(Waiting::Started(started)),
+                Err((err, rootfs)) => {
+                    self.dispose((rootfs, recipe.pin.clone()));
+                    Err(err)
+                }
+            },
         }
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
     /// longer wants it.
-    fn created(&self, key: &PoolKey, created: Result<CreatedWarm, RunError>) {
+    fn created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
         let mut state = self.lock();
         let state = &mut *state;
         let closed = state.closed;
@@ -442,7 +436,7 @@ impl Pool {
             (Ok(warm), Some(slot)) => {
                 slot.creating -= 1;
                 if !closed && slot.ready.len() < slot.target(size) {
-                    tracing::debug!(container = warm.container.id(), "warm container ready");
+                    tracing::debug!(container = warm.id(), "warm container ready");
                     slot.ready.push(warm);
                     state.total += 1;
                     return;
@@ -522,7 +516,7 @@ impl Pool {
     /// Stops creating, removes every waiting container and waits until
     /// creations and teardowns in flight are done.
     pub(super) async fn shutdown(&self) {
-        let removed: Vec<CreatedWarm> = {
+        let removed: Vec<Waiting> = {
             let mut state = self.lock();
             state.closed = true;
             let mut removed = Vec::new();
@@ -544,10 +538,8 @@ impl Pool {
 }
 
 /// The pool's clock while it lives: ages demand every `idle / 6` (20 s by
-/// default), and reaps orphaned container inits as they exit (SIGCHLD) and
-/// every second.
+/// default).
 async fn maintain(pool: Weak<Pool>) {
-    use tokio::signal::unix::{signal, SignalKind};
     let period = match pool.upgrade() {
         Some(pool) => (pool.options.idle / 6).max(Duration::from_millis(100)),
         None => return,
@@ -555,28 +547,14 @@ async fn maintain(pool: Weak<Pool>) {
     let mut age = tokio::time::interval(period);
     age.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     age.tick().await;
-    let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut child = signal(SignalKind::child()).ok();
-    let mut seen = HashMap::new();
     loop {
-        let aging = tokio::select! {
-            _ = age.tick() => true,
-            _ = sweep.tick() => false,
-            Some(()) = async { match child.as_mut() {
-                Some(child) => child.recv().await,
-                None => std::future::pending().await,
-            } } => false,
-        };
+        age.tick().await;
         let Some(pool) = pool.upgrade() else {
             return;
         };
         if pool.lock().closed {
             return;
         }
-        if aging {
-            pool.maintain_once();
-        }
-        reap_orphans(&mut seen, ORPHAN_SETTLE);
+        pool.maintain_once();
     }
 }

@@ -1,27 +1,20 @@
 //! Function images started as long-running servers (the `Docker` runtime of
-//! `xfn render`): the same pull, rootfs and sandbox as a run, but the
-//! container keeps running until [`ServedFunction::stop`].
+//! `xfn render`): the same pull, rootfs and container lifecycle as a run
+//! (`container.rs`: create, start), but served until
+//! [`ServedFunction::stop`] instead of fed once.
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use super::container::{FunctionContainer, Settings};
 use super::{RunConfig, RunError, Runner};
-use crate::image::ImagePin;
-use crate::rootfs::Rootfs;
 use crate::sandbox::cgroup::run::RunUsage;
 use crate::sandbox::netns::NetworkNamespace;
-use crate::sandbox::served::{ServeRequest, ServedContainer};
+use crate::sandbox::served::Serving;
 
 /// A function image running as a server in its own network namespace.
 /// Killed, and its rootfs removed, by [`ServedFunction::stop`] or on drop.
 #[derive(Debug)]
-pub struct ServedFunction {
-    // Field order is drop order: the container dies before its rootfs
-    // goes, and the rootfs before the pin that keeps its image's layers
-    // from the cache's collector (see `image::store::pin`).
-    container: ServedContainer,
-    rootfs: Rootfs,
-    pin: ImagePin,
-}
+pub struct ServedFunction(FunctionContainer<Serving>);
 
 /// How a function image is served.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,32 +44,52 @@ impl Runner {
             .store
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
-        let rootfs = self.prepare_rootfs(&pulled).await?;
-        let container = self
-            .sandbox
-            .serve(&ServeRequest {
-                rootfs: rootfs.path(),
-                image: pulled.config.config().as_ref(),
-                cmd: options.cmd,
-                env: options.env,
-                host_network: options.host_network,
-                limits: config.limits,
-                startup_timeout: config.timeout,
-            })
-            .await?;
-        tracing::debug!(image, container = container.id(), "function serving");
-        Ok(ServedFunction {
+        let recipe = self.recipe(&pulled).await?;
+        let settings = Settings {
+            host_network: options.host_network,
+            limits: config.limits,
+            cmd: Some(options.cmd),
+            env: options.env,
+        };
+        let started = tokio::time::timeout(config.timeout, async {
+            let created =
+                FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings).await;
+            let created = match created {
+                Ok(created) => created,
+                Err((err, rootfs)) => {
+                    let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+                    return Err(err);
+                }
+            };
+            match created.start().await {
+                Ok(started) => Ok(started),
+                Err((err, rootfs)) => {
+                    let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
+                    Err(err)
+                }
+            }
+        })
+        .await
+        .map_err(|_| RunError::Timeout(config.timeout))??;
+        let FunctionContainer {
             container,
             rootfs,
-            pin: pulled.pin,
-        })
+            pin,
+        } = started;
+        let container = container.serve(options.host_network)?;
+        tracing::debug!(image, container = container.id(), "function serving");
+        Ok(ServedFunction(FunctionContainer {
+            container,
+            rootfs,
+            pin,
+        }))
     }
 }
 
 impl ServedFunction {
     /// The container's own network namespace, to connect in.
     pub fn network(&self) -> &NetworkNamespace {
-        self.container.network()
+        self.0.container.network()
     }
 
     /// Waits until the server listens on `address` inside its namespace;
@@ -86,27 +99,27 @@ impl ServedFunction {
         address: SocketAddr,
         timeout: Duration,
     ) -> Result<(), RunError> {
-        Ok(self.container.wait_listening(address, timeout).await?)
+        Ok(self.0.container.wait_listening(address, timeout).await?)
     }
 
     /// Why the server is gone, if it is (exit code, OOM kill, output tail).
     pub fn exited(&mut self) -> Option<RunError> {
-        self.container.exited().map(RunError::from)
+        self.0.container.exited().map(RunError::from)
     }
 
     /// The last bytes the server wrote to stdout and stderr.
     pub fn output_tail(&self) -> Vec<u8> {
-        self.container.output_tail()
+        self.0.container.output_tail()
     }
 
     /// Kills the server and removes its container, cgroup and rootfs.
     /// Returns what its cgroup measured, where it had one.
     pub async fn stop(self) -> Option<RunUsage> {
-        let Self {
+        let FunctionContainer {
             container,
             rootfs,
             pin,
-        } = self;
+        } = self.0;
         let usage = container.stop().await;
         // Unmounting takes milliseconds: off the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;

@@ -1,12 +1,11 @@
-//! Running one container with crun: stdin in, stdout and stderr out (read
-//! concurrently, each capped), a timeout that kills every process of the
-//! container, and cleanup of crun's state on every path, including when the
-//! caller drops the future.
+//! crun, the OCI runtime: `crun create` and what `crun start` does (the
+//! lifecycle around them is `container.rs`), removal of crun's state on
+//! every path, and the capped readers of a container's stdout and stderr.
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 /// How much of stderr an error carries.
@@ -71,15 +70,6 @@ pub struct Crun {
     pub cgroups: bool,
 }
 
-/// One run's parameters.
-#[derive(Debug, Clone, Copy)]
-pub struct RunLimits {
-    /// Kill after this long.
-    pub timeout: Duration,
-    /// Cap on stdout and on stderr, each.
-    pub max_output_bytes: usize,
-}
-
 impl Crun {
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.binary);
@@ -105,74 +95,6 @@ impl Crun {
             "--cgroup-manager=cgroupfs"
         } else {
             "--cgroup-manager=disabled"
-        }
-    }
-
-    /// Runs the container of `bundle` as `id`, feeding `input` on stdin.
-    pub async fn run(
-        &self,
-        id: &str,
-        bundle: &Path,
-        input: &[u8],
-        limits: RunLimits,
-    ) -> Result<CrunOutput, CrunError> {
-        let mut child = self.spawn_run(id, bundle, None, Stdio::piped())?;
-        // Declared after `child`, so dropped before it: kills the container
-        // (all of it, through its pid namespace) and deletes crun's state
-        // even when this future is dropped mid-run.
-        let mut guard = ContainerGuard {
-            crun: self.clone(),
-            id: id.to_string(),
-            armed: true,
-        };
-
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let cap = limits.max_output_bytes;
-        let body = async {
-            let writer = async {
-                if let Some(mut stdin) = stdin {
-                    // A function may exit without reading its input: a broken
-                    // pipe here is not an error of the run.
-                    let _ = stdin.write_all(input).await;
-                }
-                Ok::<(), CrunError>(())
-            };
-            let (_, out, err) = tokio::try_join!(
-                writer,
-                read_capped(stdout, cap, "stdout"),
-                read_tail(stderr, cap, "stderr"),
-            )?;
-            let status = child.wait().await?;
-            Ok::<_, CrunError>((status, out, err))
-        };
-        let result = tokio::time::timeout(limits.timeout, body).await;
-        match result {
-            Ok(Ok((status, stdout, stderr_tail))) => {
-                // crun run removes a container it saw exit; nothing left to kill.
-                guard.armed = false;
-                let code = exit_code(&status);
-                if code == 0 {
-                    Ok(CrunOutput {
-                        stdout,
-                        stderr_tail,
-                        usage: None,
-                    })
-                } else {
-                    Err(CrunError::Failed { code, stderr_tail })
-                }
-            }
-            Ok(Err(err)) => {
-                self.kill(id, &mut child).await;
-                guard.armed = false;
-                Err(err)
-            }
-            Err(_) => {
-                self.kill(id, &mut child).await;
-                guard.armed = false;
-                Err(CrunError::Timeout(limits.timeout))
-            }
         }
     }
 
@@ -259,71 +181,6 @@ impl Crun {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
             Err(_) => delete_sync(self, id),
         }
-    }
-
-    /// Spawns `crun run` of `bundle` as `id` with `stdin`, stdout and
-    /// stderr piped, and the container's pid written to `pid_file` when
-    /// given. `crun run` stays in the foreground as the container's parent,
-    /// so the child's exit is the container's; it is killed if dropped.
-    pub(super) fn spawn_run(
-        &self,
-        id: &str,
-        bundle: &Path,
-        pid_file: Option<&Path>,
-        stdin: Stdio,
-    ) -> Result<tokio::process::Child, CrunError> {
-        let mut cmd = self.command();
-        cmd.arg("run")
-            .arg("--bundle")
-            .arg(bundle)
-            // A session keyring per container is useless to a function and
-            // costs time.
-            .arg("--no-new-keyring");
-        if let Some(pid_file) = pid_file {
-            cmd.arg("--pid-file").arg(pid_file);
-        }
-        cmd.arg(id)
-            .stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        crate::fork_lock::spawn_async(&mut cmd).map_err(|source| CrunError::Spawn {
-            runtime: self.binary.clone(),
-            source,
-        })
-    }
-
-    /// Kills the container and waits for `crun run` to return, then deletes
-    /// whatever state is left.
-    pub(super) async fn kill(&self, id: &str, child: &mut tokio::process::Child) {
-        // The container may not exist yet (crun still setting it up): retry
-        // while crun runs, then fall back to killing crun itself.
-        for _ in 0..50 {
-            let mut kill = self.command();
-            kill.args(["kill", id, "KILL"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let killed = crate::fork_lock::status_async(&mut kill)
-                .await
-                .is_ok_and(|s| s.success());
-            if killed || !matches!(child.try_wait(), Ok(None)) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        if tokio::time::timeout(Duration::from_secs(5), child.wait())
-            .await
-            .is_err()
-        {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-        }
-        let mut delete = self.command();
-        delete
-            .args(["delete", "-f", id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let _ = crate::fork_lock::status_async(&mut delete).await;
     }
 
     /// Makes the crun binary read-only where xfn's containers see it, so

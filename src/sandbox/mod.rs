@@ -2,13 +2,16 @@
 //! crun invocation.
 //!
 //! [`userns::enter`] runs once per process before any thread starts and
-//! returns the [`userns::Namespace`] a [`Sandbox`] is made in; it then runs any number of containers concurrently, each from a
-//! prepared root filesystem.
+//! returns the [`userns::Namespace`] a [`Sandbox`] is made in; it then makes
+//! any number of containers concurrently, each from a prepared root
+//! filesystem, all through one lifecycle ([`container`]: create, start,
+//! feed or serve, teardown).
 pub mod bundle;
 pub mod cgroup;
-pub mod created;
+pub mod container;
 pub mod crun;
 pub mod netns;
+pub mod reaper;
 pub mod runtime;
 pub mod seccomp;
 mod seccomp_bpf;
@@ -17,14 +20,13 @@ pub mod spec;
 pub mod user;
 pub mod userns;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Once;
 use std::time::Duration;
 
-use oci_spec::image::Config as ImageConfig;
-
 pub use bundle::{Bundle, RunDir};
-pub use crun::{Crun, CrunError, CrunOutput, RunLimits};
+pub use container::{Container, ContainerRequest, Created, Finished, Started};
+pub use crun::{Crun, CrunError, CrunOutput};
 pub use spec::{Limits, SpecError};
 
 /// The default cap on stdout and on stderr of a run: 100 MiB.
@@ -103,23 +105,6 @@ pub struct SandboxOptions {
     pub tmp_size_bytes: u64,
 }
 
-/// One run's inputs besides the bundle.
-#[derive(Debug, Clone)]
-pub struct RunRequest<'a> {
-    /// The prepared, per-run root filesystem.
-    pub rootfs: &'a Path,
-    /// The image config's `config` section.
-    pub image: Option<&'a ImageConfig>,
-    /// stdin of the function.
-    pub input: &'a [u8],
-    /// Kill after this long.
-    pub timeout: Duration,
-    /// Share xfn's network (NetworkPolicy::Runner).
-    pub host_network: bool,
-    /// cpu and memory limits (pids: [`SandboxOptions::pids_limit`]).
-    pub limits: Limits,
-}
-
 /// Runs containers; shared by every call.
 #[derive(Debug)]
 pub struct Sandbox {
@@ -141,7 +126,8 @@ static LIMITS_WARNING: Once = Once::new();
 
 impl Sandbox {
     /// A sandbox in the namespace xfn entered. Sweeps what a dead xfn left in
-    /// the run dir.
+    /// the run dir. Makes this process a child subreaper: every container's
+    /// init becomes its child (`container.rs`).
     pub fn new(
         namespace: &userns::Namespace,
         options: SandboxOptions,
@@ -173,6 +159,9 @@ impl Sandbox {
             mapped_ids,
         };
         sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
+        // After the seccomp probe, whose container crun deletes without
+        // anyone of xfn's waiting for its init.
+        reaper::become_subreaper()?;
         Ok(sandbox)
     }
 
@@ -192,54 +181,6 @@ impl Sandbox {
             .map_err(SandboxError::from)
     }
 
-    /// Builds the spec, writes the bundle and runs the container; the bundle
-    /// and crun's state are gone when this returns or is dropped.
-    pub async fn run(&self, request: &RunRequest<'_>) -> Result<CrunOutput, SandboxError> {
-        self.ready_for(&request.limits)?;
-        // On every path, cancellation included (then through its Drop,
-        // whichever of it and crun's container guard goes first), the run's
-        // processes are killed through cgroup.kill and its cgroup removed.
-        let (bundle, run_cgroup) = self.prepare_bundle(&self.run_spec(
-            request.rootfs,
-            request.image,
-            request.host_network,
-            request.limits,
-        ))?;
-        let result = self
-            .crun
-            .run(
-                &bundle.id,
-                &bundle.dir,
-                request.input,
-                RunLimits {
-                    timeout: request.timeout,
-                    max_output_bytes: self.options.max_output_bytes,
-                },
-            )
-            .await;
-        let usage = run_cgroup.as_ref().map(|c| c.usage());
-        // Kill what is left and remove the cgroup now, off the async threads
-        // (removal waits for killed processes to leave).
-        if let Some(run_cgroup) = run_cgroup {
-            let _ = tokio::task::spawn_blocking(move || drop(run_cgroup)).await;
-        }
-        drop(bundle);
-        log_usage(usage.as_ref(), &request.limits, &result);
-        match (result, usage) {
-            (Ok(mut output), usage) => {
-                output.usage = usage;
-                Ok(output)
-            }
-            (Err(CrunError::Failed { code, stderr_tail }), usage) => Err(failure(
-                code,
-                stderr_tail,
-                usage.as_ref(),
-                request.limits.memory_bytes,
-            )),
-            (Err(err), _) => Err(err.into()),
-        }
-    }
-
     /// What every container start checks first: the runtime is usable,
     /// limits are enforced where they are required, and (once per process)
     /// a warning when the requested limits cannot be.
@@ -250,26 +191,20 @@ impl Sandbox {
         Ok(())
     }
 
-    /// The spec input of a one-shot run: the same for a run started at once
-    /// (`crun run`) and one created ahead of its call (`created`), so that
-    /// a warm container is exactly the container a cold call would get.
-    fn run_spec<'a>(
-        &'a self,
-        rootfs: &'a Path,
-        image: Option<&'a ImageConfig>,
-        host_network: bool,
-        limits: Limits,
-    ) -> spec::SpecInput<'a> {
+    /// The spec input of a container: the same for every path (run at
+    /// once, created ahead, started ahead, served), so that a warm container
+    /// is exactly the container a cold call would get.
+    fn spec_input<'a>(&'a self, request: &ContainerRequest<'a>) -> spec::SpecInput<'a> {
         spec::SpecInput {
-            rootfs,
-            image,
-            host_network,
-            limits,
+            rootfs: request.rootfs,
+            image: request.image,
+            host_network: request.host_network,
+            limits: request.limits,
             hostname: "function",
             pids_limit: self.options.pids_limit,
             cgroups_path: None,
-            cmd: None,
-            env: &[],
+            cmd: request.cmd,
+            env: request.env,
             seccomp_bpf: None,
             tmp_size_bytes: self.options.tmp_size_bytes,
             mapped_ids: self.mapped_ids,
@@ -313,6 +248,17 @@ impl Sandbox {
     pub fn limits_unavailable(&self) -> Option<&str> {
         self.limits_unavailable.as_deref()
     }
+
+    /// Warns, once per process, when limits were asked for but are not
+    /// enforced here.
+    fn warn_unenforced(&self, limits: &Limits) {
+        if let (Some(why), true) = (&self.limits_unavailable, *limits != Limits::default()) {
+            // Once per process, not per run: a daemon must not flood its log.
+            LIMITS_WARNING.call_once(|| {
+                tracing::warn!("cpu and memory limits are NOT enforced: {why}");
+            });
+        }
+    }
 }
 
 /// How a container that exited with `code` failed: past its memory limit
@@ -338,16 +284,17 @@ fn failure(
 fn log_usage(
     usage: Option<&cgroup::run::RunUsage>,
     limits: &Limits,
-    result: &Result<CrunOutput, CrunError>,
+    result: &Result<CrunOutput, SandboxError>,
 ) {
     let Some(usage) = usage else {
         return;
     };
     let outcome = match result {
         Ok(_) => "ok".to_string(),
-        Err(CrunError::Failed { code, .. }) => format!("exit {code}"),
-        Err(CrunError::Timeout(_)) => "timeout".to_string(),
-        Err(CrunError::OutputTooLarge { .. }) => "output too large".to_string(),
+        Err(SandboxError::Crun(CrunError::Failed { code, .. }))
+        | Err(SandboxError::MemoryLimitExceeded { code, .. }) => format!("exit {code}"),
+        Err(SandboxError::Crun(CrunError::Timeout(_))) => "timeout".to_string(),
+        Err(SandboxError::Crun(CrunError::OutputTooLarge { .. })) => "output too large".to_string(),
         Err(_) => "error".to_string(),
     };
     tracing::info!(

@@ -101,7 +101,14 @@ impl Sandbox {
             .build()
             .map_err(|e| e.to_string())?;
         let (bundle, run_cgroup) = self
-            .prepare_bundle(&self.run_spec(&rootfs, Some(&image), false, spec::Limits::default()))
+            .prepare_bundle(&self.spec_input(&super::ContainerRequest {
+                rootfs: &rootfs,
+                image: Some(&image),
+                host_network: false,
+                limits: spec::Limits::default(),
+                cmd: None,
+                env: &[],
+            }))
             .map_err(|e| e.to_string())?;
         // Errors go to a file: the created container keeps crun's stdio
         // open, so a pipe would never reach its end.

@@ -1,185 +1,124 @@
 //! Containers that keep running: a function image started as a gRPC server
 //! for as long as its caller needs it (the `Docker` runtime of `xfn
-//! render`), instead of one run per input.
+//! render`), instead of one run per input: a [`Container`] started and then
+//! served (`container.rs` draws the lifecycle).
 //!
 //! The container gets everything a run gets (rootfs, spec, seccomp, own
 //! network namespace, cgroup limits where enforced); only its lifetime
-//! differs. It is reached through [`ServedContainer::network`], never through
-//! a port on the host. Whatever happens, nothing outlives the
-//! [`ServedContainer`]: [`ServedContainer::stop`] kills it and removes its
-//! state, and so does dropping it.
+//! differs. It is reached through [`Container::network`], never through a
+//! port on the host. Whatever happens, nothing outlives it:
+//! [`Container::stop`] kills it and removes its state, and so does dropping
+//! it.
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oci_spec::image::Config as ImageConfig;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::bundle::Bundle;
 use super::cgroup::run::{RunCgroup, RunUsage};
-use super::crun::{exit_code, ContainerGuard, CrunError, STDERR_TAIL_BYTES};
+use super::container::{try_reap, wait_exit, Container, Started};
+use super::crun::STDERR_TAIL_BYTES;
 use super::netns::NetworkNamespace;
-use super::{spec, Limits, Sandbox, SandboxError};
+use super::SandboxError;
 
-/// What a served container is started from.
-#[derive(Debug, Clone)]
-pub struct ServeRequest<'a> {
-    /// The prepared root filesystem, which must outlive the container.
-    pub rootfs: &'a Path,
-    /// The image config's `config` section.
-    pub image: Option<&'a ImageConfig>,
-    /// Replaces the image's `Cmd` (the entrypoint stays).
-    pub cmd: &'a [String],
-    /// Added to the image's environment.
-    pub env: &'a [String],
-    /// Share xfn's network (egress) instead of an empty namespace of its own.
-    pub host_network: bool,
-    /// cpu and memory limits.
-    pub limits: Limits,
-    /// Give up when the container has not started within this long.
-    pub startup_timeout: Duration,
-}
-
-/// A running container. Killed and removed by [`ServedContainer::stop`], or
-/// when dropped.
+/// A container serving: its output is logged, its tail kept for errors.
 #[derive(Debug)]
-pub struct ServedContainer {
-    process: Process,
-    network: NetworkNamespace,
-}
-
-/// The container's process and everything that must go with it.
-#[derive(Debug)]
-struct Process {
-    // Field order is drop order: the container is killed (synchronously)
-    // before its cgroup and bundle are removed.
-    guard: ContainerGuard,
-    child: tokio::process::Child,
-    run_cgroup: Option<RunCgroup>,
-    bundle: Bundle,
+pub struct Serving {
     output: Arc<Output>,
-    memory_limit: Option<u64>,
-    /// The container's init, to kill without a round trip through crun.
-    init: Option<std::os::fd::OwnedFd>,
+    network: NetworkNamespace,
+    /// The init's exit code, once it was reaped.
+    exit_code: Option<i32>,
 }
 
-impl Sandbox {
-    /// Starts a container that keeps running, and returns once its process
-    /// exists (not once it serves: see [`ServedContainer::wait_listening`]).
-    pub async fn serve(&self, request: &ServeRequest<'_>) -> Result<ServedContainer, SandboxError> {
-        self.ready_for(&request.limits)?;
-        // A one-shot run's spec, with the server's command and environment.
-        let (bundle, run_cgroup) = self.prepare_bundle(&spec::SpecInput {
-            cmd: Some(request.cmd),
-            env: request.env,
-            ..self.run_spec(
-                request.rootfs,
-                request.image,
-                request.host_network,
-                request.limits,
-            )
-        })?;
-        let pid_file = bundle.dir.join("container.pid");
-        // No stdin: a server reads none; its output is logged.
-        let mut child =
-            self.crun
-                .spawn_run(&bundle.id, &bundle.dir, Some(&pid_file), Stdio::null())?;
+impl Container<Started> {
+    /// Leaves the function running as a server: its stdin is closed (a
+    /// server reads none), its stdout and stderr go to xfn's log (at debug
+    /// level) and to a tail kept for errors.
+    pub fn serve(self, host_network: bool) -> Result<Container<Serving>, SandboxError> {
+        let Self { state, mut parts } = self;
+        let stdio = state.stdio;
+        drop(stdio.stdin);
         let output = Arc::new(Output::default());
-        for stream in [
-            child.stdout.take().map(boxed),
-            child.stderr.take().map(boxed),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for stream in [boxed(stdio.stdout), boxed(stdio.stderr)] {
             output.open_streams.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(forward_output(
                 stream,
-                bundle.id.clone(),
+                parts.bundle.id.clone(),
                 Arc::clone(&output),
             ));
         }
-        // From here on, an early return drops `process`, which kills the
-        // container and removes what it had.
-        let mut process = Process {
-            guard: ContainerGuard {
-                crun: self.crun.clone(),
-                id: bundle.id.clone(),
-                armed: true,
-            },
-            child,
-            run_cgroup,
-            bundle,
-            output,
-            memory_limit: request.limits.memory_bytes,
-            init: None,
-        };
-        let pid = process
-            .wait_for_pid(&pid_file, request.startup_timeout)
-            .await?;
-        // A pidfd names this process for good, even once its pid is reused.
-        process.init = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .and_then(|pid| {
-                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-            });
-        let network = match if request.host_network {
+        let network = if host_network {
             Ok(NetworkNamespace::own())
         } else {
-            NetworkNamespace::of_pid(pid)
-        } {
+            u32::try_from(parts.init.pid)
+                .map_err(std::io::Error::other)
+                .and_then(NetworkNamespace::of_pid)
+        };
+        let network = match network {
             Ok(network) => network,
             Err(err) => {
-                // Gone already (a server that fails at once): crun returns
-                // in a moment, and its exit says more than ENOENT.
-                let _ = tokio::time::timeout(Duration::from_secs(5), process.child.wait()).await;
-                return Err(process
-                    .exit_error()
-                    .await
-                    .unwrap_or(SandboxError::Crun(CrunError::Io(err))));
+                // Gone already (a server that fails at once): its exit says
+                // more than ENOENT.
+                if let Ok(Some(code)) = try_reap(&parts.init.pidfd) {
+                    parts.init.reaped = true;
+                    return Err(parts.failure(code, output.tail()));
+                }
+                return Err(SandboxError::Crun(super::crun::CrunError::Io(err)));
             }
         };
-        tracing::debug!(container = %process.bundle.id, pid, "served container started");
-        Ok(ServedContainer { process, network })
-    }
-
-    /// Warns, once per process, when limits were asked for but are not
-    /// enforced here.
-    pub(super) fn warn_unenforced(&self, limits: &Limits) {
-        if let (Some(why), true) = (&self.limits_unavailable, *limits != Limits::default()) {
-            // Once per process, not per run: a daemon must not flood its log.
-            super::LIMITS_WARNING.call_once(|| {
-                tracing::warn!("cpu and memory limits are NOT enforced: {why}");
-            });
-        }
+        tracing::debug!(container = %parts.bundle.id, pid = parts.init.pid, "served container started");
+        Ok(Container {
+            state: Serving {
+                output,
+                network,
+                exit_code: None,
+            },
+            parts,
+        })
     }
 }
 
-impl ServedContainer {
-    /// The container id.
-    pub fn id(&self) -> &str {
-        &self.process.bundle.id
-    }
-
+impl Container<Serving> {
     /// The container's own network namespace, to connect in.
     pub fn network(&self) -> &NetworkNamespace {
-        &self.network
+        &self.state.network
     }
 
     /// The last bytes the container wrote (stdout and stderr, interleaved).
     pub fn output_tail(&self) -> Vec<u8> {
-        self.process.output.tail()
+        self.state.output.tail()
+    }
+
+    /// The exit code, once the container is gone (reaping it).
+    fn exit_code(&mut self) -> Option<i32> {
+        if self.state.exit_code.is_none() {
+            if let Ok(Some(code)) = try_reap(&self.parts.init.pidfd) {
+                self.parts.init.reaped = true;
+                self.state.exit_code = Some(code);
+            }
+        }
+        self.state.exit_code
     }
 
     /// Why the container is gone, if it is: its exit code (and an OOM kill
     /// where its cgroup saw one) with the tail of its output so far.
     pub fn exited(&mut self) -> Option<SandboxError> {
-        let code = self.process.exit_code()?;
-        Some(self.process.error_for(code))
+        let code = self.exit_code()?;
+        Some(self.parts.failure(code, self.output_tail()))
+    }
+
+    /// [`Container::exited`] after the container's last output was read
+    /// (the readers may lag behind its exit).
+    async fn exit_error(&mut self) -> Option<SandboxError> {
+        let code = self.exit_code()?;
+        let started = Instant::now();
+        while self.state.output.open_streams.load(Ordering::SeqCst) > 0
+            && started.elapsed() < Duration::from_millis(500)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Some(self.parts.failure(code, self.output_tail()))
     }
 
     /// Waits until something listens on `address` inside the container
@@ -197,11 +136,11 @@ impl ServedContainer {
         // a refused connect: microseconds.
         let mut pause = Duration::from_millis(1);
         loop {
-            let last_error = match self.network.connect(address).await {
+            let last_error = match self.state.network.connect(address).await {
                 Ok(_) => return Ok(()),
                 Err(err) => err,
             };
-            if let Some(err) = self.process.exit_error().await {
+            if let Some(err) = self.exit_error().await {
                 return Err(err);
             }
             if started.elapsed() >= timeout {
@@ -220,82 +159,21 @@ impl ServedContainer {
     /// Kills the container, waits for it and removes its state and cgroup.
     /// Returns what its cgroup measured, where it had one.
     pub async fn stop(self) -> Option<RunUsage> {
-        let mut process = self.process;
-        // SIGKILL to the container's init ends its pid namespace, and with
-        // it every process of the container; `crun run` then sees it exit and
-        // deletes the container itself. That saves the two crun processes
-        // (kill, delete) of the general path, which remains the fallback.
-        let killed = process.init.as_ref().is_some_and(|init| {
-            rustix::process::pidfd_send_signal(init, rustix::process::Signal::KILL).is_ok()
-        });
-        let exited = killed
-            && tokio::time::timeout(Duration::from_secs(5), process.child.wait())
-                .await
-                .is_ok_and(|status| status.is_ok());
-        if !exited {
-            let crun = process.guard.crun.clone();
-            crun.kill(&process.guard.id, &mut process.child).await;
+        let Self { mut parts, .. } = self;
+        // SIGKILL to the init ends its pid namespace, and with it every
+        // process of the container.
+        if !parts.init.reaped && parts.init.kill() {
+            parts.init.reaped =
+                tokio::time::timeout(Duration::from_secs(5), wait_exit(&parts.init.pidfd))
+                    .await
+                    .is_ok_and(|code| code.is_ok());
         }
-        process.guard.armed = false;
-        let usage = process.run_cgroup.as_ref().map(RunCgroup::usage);
+        let usage = parts.run_cgroup.as_ref().map(RunCgroup::usage);
         // Removing the cgroup waits for killed processes to leave; removing
         // the bundle is file I/O: both off the async threads.
-        let _ = tokio::task::spawn_blocking(move || drop(process)).await;
+        let finished = parts.finish();
+        let _ = tokio::task::spawn_blocking(move || drop(finished)).await;
         usage
-    }
-}
-
-impl Process {
-    /// The exit code, once the container is gone.
-    fn exit_code(&mut self) -> Option<i32> {
-        let status = self.child.try_wait().ok().flatten()?;
-        Some(exit_code(&status))
-    }
-
-    /// Why a container that exited with `code` is gone: an OOM kill where
-    /// its cgroup saw one, else its exit code; with the tail of its output.
-    fn error_for(&self, code: i32) -> SandboxError {
-        let usage = self.run_cgroup.as_ref().map(RunCgroup::usage);
-        super::failure(code, self.output.tail(), usage.as_ref(), self.memory_limit)
-    }
-
-    /// [`Process::error_for`] once the container is gone, after its last
-    /// output was read (the readers may lag behind its exit).
-    async fn exit_error(&mut self) -> Option<SandboxError> {
-        let code = self.exit_code()?;
-        let started = Instant::now();
-        while self.output.open_streams.load(Ordering::SeqCst) > 0
-            && started.elapsed() < Duration::from_millis(500)
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        Some(self.error_for(code))
-    }
-
-    /// Waits for crun to write the container's pid.
-    async fn wait_for_pid(
-        &mut self,
-        pid_file: &Path,
-        timeout: Duration,
-    ) -> Result<u32, SandboxError> {
-        let started = Instant::now();
-        loop {
-            // crun writes the file once the container process exists; a
-            // partial write does not parse and is read again.
-            if let Some(pid) = std::fs::read_to_string(pid_file)
-                .ok()
-                .and_then(|text| text.trim().parse::<u32>().ok())
-            {
-                return Ok(pid);
-            }
-            if let Some(err) = self.exit_error().await {
-                return Err(err);
-            }
-            if started.elapsed() >= timeout {
-                return Err(SandboxError::Crun(CrunError::Timeout(timeout)));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
     }
 }
 

@@ -655,6 +655,30 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
     pids
 }
 
+/// Pids of the container processes of the xfn on `cache`, whatever state
+/// their container is in (created and blocked before the function's exec,
+/// started, running a call): those whose root mount is an overlay of
+/// `cache`'s layers (its mount options name them). Neither the daemon (its
+/// root is the host's) nor another cache's containers match.
+pub fn processes_rooted_under(cache: &Path) -> Vec<u32> {
+    let cache = cache.display().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mounts = std::fs::read_to_string(entry.path().join("mountinfo")).unwrap_or_default();
+        // `id parent major:minor root mount-point options … - type source super`
+        let rooted = mounts
+            .lines()
+            .any(|line| line.split_whitespace().nth(4) == Some("/") && line.contains(&cache));
+        if rooted {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// A cache dir owned by the daemons' unprivileged user, in `dir`.
 pub fn nonroot_cache(dir: &tempfile::TempDir) -> PathBuf {
     let cache = dir.path().join("cache");

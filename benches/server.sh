@@ -6,10 +6,10 @@
 #                      floor any runner pays per call.
 #   xfn cold path      one call to a running `xfn start --warm-pool 0` over
 #                      its abstract socket, image cached: every call creates
-#                      its container (`crun run`), p50 and p99.
+#                      and starts its container, p50 and p99.
 #   xfn pooled         the same against `xfn start` as it runs by default:
-#                      calls are served by containers created ahead of them
-#                      (src/runner/pool.rs).
+#                      calls are served by containers created and started
+#                      ahead of them (src/runner/pool.rs).
 #                      Both one caller at a time three ways
 #                      (benches/server_load.rs): paced 50 ms apart (a warm
 #                      call on a quiet daemon, as hyperfine runs the floor),
@@ -125,6 +125,22 @@ rss_of() {
     echo "$total"
 }
 
+# rss_containers CACHE: kB of resident memory of the containers of the xfn
+# on CACHE, whatever their state (created, or started ahead and running
+# the function): the processes whose root mount is an overlay of CACHE's
+# layers (tests/server_common's processes_rooted_under, in shell).
+rss_containers() {
+    total=0
+    for dir in /proc/[0-9]*; do
+        if awk -v cache="$1" '$5 == "/" && index($0, cache) { found = 1 } END { exit !found }' \
+            "$dir/mountinfo" 2>/dev/null; then
+            kb=$(awk '$1 == "Rss:" {print $2}' "$dir/smaps_rollup" 2>/dev/null)
+            total=$((total + ${kb:-0}))
+        fi
+    done
+    echo "$total"
+}
+
 # rss_settled NEEDLE [Rss|Pss]: the median of five rss_of readings a second
 # apart (an idle daemon's background work, such as the warm pool's clock,
 # brings a little code back between its releases).
@@ -181,7 +197,7 @@ measure_daemon() {
     echo "cpu_ms_per_call=$(( ($(cpu_ticks "$daemon") - ticks_before) * 1000 / $(getconf CLK_TCK) * 100 / calls ))e-2" >>"$WORK/load-$name.txt"
     echo "rss_after_kb=$(rss_of "@$socket ")" >>"$WORK/load-$name.txt"
     echo "pss_after_kb=$(rss_of "@$socket " Pss)" >>"$WORK/load-$name.txt"
-    echo "rss_containers_kb=$(rss_of "$cache/run/bundles/")" >>"$WORK/load-$name.txt"
+    echo "rss_containers_kb=$(rss_containers "$cache/")" >>"$WORK/load-$name.txt"
     sleep 17
     echo "rss_settled_kb=$(rss_settled "@$socket ")" >>"$WORK/load-$name.txt"
     echo "pss_settled_kb=$(rss_settled "@$socket " Pss)" >>"$WORK/load-$name.txt"

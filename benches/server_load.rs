@@ -5,6 +5,12 @@
 //! Usage: server_load SOCKET_NAME IMAGE INPUT_FILE [LATENCY_CALLS] [CALLS_PER_LEVEL] [LEVELS]
 //! (`cargo bench` adds a `--bench` argument, which is ignored.)
 //!
+//! Each call's output must be its input (an echo function), or the bytes
+//! of the file `EXPECT` (env) names. With SOCKET_NAME `tcp:HOST:PORT` it
+//! calls an `xfn adapt` instead: v1 `RunFunction` over plaintext TCP, IMAGE
+//! and INPUT_FILE unused, each response checked to carry the request's tag
+//! and a desired resource named `EXPECT_RESOURCE` (env, default `bucket`).
+//!
 //! Latency is measured three ways, one caller each:
 //! - `paced`: LATENCY_CALLS calls, each PACE_MS (env, default 50) after the
 //!   last one's answer: a warm call on an otherwise quiet daemon, as a
@@ -20,10 +26,64 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Endpoint, Uri};
+use xfn::proto::v1;
+use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
 use xfn::proto::v1alpha1 as pb;
 use xfn::proto::v1alpha1::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient as Client;
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Who is called, and what a call sends and expects.
+#[derive(Clone)]
+enum Caller {
+    /// `xfn start`: a FunctionIO on the runner API.
+    Runner {
+        client: Client<tonic::transport::Channel>,
+        image: String,
+        input: Vec<u8>,
+        expect: Vec<u8>,
+    },
+    /// `xfn adapt`: the function API.
+    Function {
+        client: V1Client<tonic::transport::Channel>,
+        resource: String,
+    },
+}
+
+impl Caller {
+    async fn call(&mut self) -> Result<Duration, AnyError> {
+        match self {
+            Caller::Runner {
+                client,
+                image,
+                input,
+                expect,
+            } => call(client, image, input, expect).await,
+            Caller::Function { client, resource } => {
+                let started = Instant::now();
+                let out = client
+                    .run_function(v1::RunFunctionRequest {
+                        meta: Some(v1::RequestMeta {
+                            tag: "bench".to_string(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                let elapsed = started.elapsed();
+                let tagged = out.meta.is_some_and(|m| m.tag == "bench");
+                let has = out
+                    .desired
+                    .is_some_and(|d| d.resources.contains_key(resource.as_str()));
+                if !tagged || !has {
+                    return Err(format!("the response lacks the tag or the {resource}").into());
+                }
+                Ok(elapsed)
+            }
+        }
+    }
+}
 
 async fn connect(name: String) -> Result<Client<tonic::transport::Channel>, AnyError> {
     let channel = Endpoint::try_from("http://xfn.invalid")?
@@ -45,6 +105,7 @@ async fn call(
     client: &mut Client<tonic::transport::Channel>,
     image: &str,
     input: &[u8],
+    expect: &[u8],
 ) -> Result<Duration, AnyError> {
     let started = Instant::now();
     let out = client
@@ -56,8 +117,12 @@ async fn call(
         .await?
         .into_inner();
     let elapsed = started.elapsed();
-    if out.output != input {
-        return Err("the function's output is not its input".into());
+    if out.output != expect {
+        return Err(format!(
+            "unexpected output: {}",
+            String::from_utf8_lossy(&out.output)
+        )
+        .into());
     }
     Ok(elapsed)
 }
@@ -89,13 +154,31 @@ async fn main() -> Result<(), AnyError> {
         .get(2)
         .map_or("1,4,16", String::as_str)
         .split(',')
+        .filter(|level| !level.is_empty())
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let input = std::fs::read(input_file)?;
-    let mut client = connect(socket.clone()).await?;
+    let mut caller = match socket.strip_prefix("tcp:") {
+        Some(address) => Caller::Function {
+            client: V1Client::connect(format!("http://{address}")).await?,
+            resource: std::env::var("EXPECT_RESOURCE").unwrap_or_else(|_| "bucket".into()),
+        },
+        None => {
+            let input = std::fs::read(input_file)?;
+            let expect = match std::env::var_os("EXPECT") {
+                Some(file) => std::fs::read(file)?,
+                None => input.clone(),
+            };
+            Caller::Runner {
+                client: connect(socket.clone()).await?,
+                image: image.clone(),
+                input,
+                expect,
+            }
+        }
+    };
 
     for _ in 0..10 {
-        call(&mut client, image, &input).await?;
+        caller.call().await?;
     }
     let env_ms = |name: &str, default: u64| -> Result<Duration, AnyError> {
         Ok(Duration::from_millis(
@@ -113,7 +196,7 @@ async fn main() -> Result<(), AnyError> {
         let mut latencies = Vec::with_capacity(calls);
         for _ in 0..calls {
             tokio::time::sleep(gap).await;
-            latencies.push(call(&mut client, image, &input).await?);
+            latencies.push(caller.call().await?);
         }
         if latencies.is_empty() {
             continue;
@@ -130,13 +213,11 @@ async fn main() -> Result<(), AnyError> {
         let started = Instant::now();
         let tasks: Vec<_> = (0..callers)
             .map(|i| {
-                let mut client = client.clone();
-                let image = image.clone();
-                let input = input.clone();
+                let mut caller = caller.clone();
                 let share = calls_per_level / callers + usize::from(i < calls_per_level % callers);
                 tokio::spawn(async move {
                     for _ in 0..share {
-                        call(&mut client, &image, &input).await?;
+                        caller.call().await?;
                     }
                     Ok::<_, AnyError>(())
                 })

@@ -416,6 +416,30 @@ impl Runner {
         Ok(output.into())
     }
 
+    /// Prepares a warm container of `image` with `config`'s settings ahead
+    /// of a call that will come (a render prepares every step's container
+    /// before the first step runs, so that no step waits for its own):
+    /// pulls the image under the pull policy and, with a pool, waits until
+    /// the container is made (and started, by default). Without a pool it
+    /// only pulls. A container that cannot be made is no error here: the
+    /// call takes the cold path and reports why.
+    pub async fn prewarm(&self, image: &str, config: &RunConfig) -> Result<(), RunError> {
+        let pulled = self
+            .store
+            .ensure(image, config.pull_policy, &config.auth)
+            .await?;
+        if let Some(pool) = &self.pool {
+            pool.prepare(pool::PoolKey::of(&pulled.digest, config), || Recipe {
+                config: pulled.config.config().clone(),
+                layers: pulled.layers.clone(),
+                flattened: None,
+                pin: pulled.pin.clone(),
+            })
+            .await;
+        }
+        Ok(())
+    }
+
     /// What a container of `image` is made from: in copy mode, with the
     /// image's flattened copy (made once per image, shared).
     async fn recipe(&self, image: &PulledImage) -> Result<Recipe, RunError> {

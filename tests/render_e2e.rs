@@ -68,6 +68,23 @@ fn v1_pipeline_of_exec_functions_renders_the_golden_output() {
 }
 
 #[test]
+fn every_exec_step_runs_in_a_container_made_before_the_first_step() {
+    let fx = Fixture::new();
+    v1_exec_pipeline(&fx);
+    let mut args = V1_EXEC_ARGS.to_vec();
+    args.push("--debug");
+    let out = fx.render(&args);
+    assert_golden("v1-exec.yaml", &stdout(&out));
+    // Each Function's container was made (and started) while the render
+    // prepared its Functions, so each step found its own ready: five warm
+    // calls at least (a step asked again with what it required may find
+    // the refill of its container, or not).
+    let log = String::from_utf8_lossy(&out.stderr);
+    let warm = log.matches("warm run phases").count();
+    assert!(warm >= 5, "{warm} warm calls of 5 steps:\n{log}");
+}
+
+#[test]
 fn an_unprivileged_user_without_capabilities_renders_the_same() {
     let fx = Fixture::new();
     v1_exec_pipeline(&fx);

@@ -213,10 +213,16 @@ pub struct WarmPoolArgs {
 impl WarmPoolArgs {
     /// The pool these flags give.
     pub fn options(&self) -> xfn::runner::PoolOptions {
+        self.options_for_at_least(0)
+    }
+
+    /// The pool these flags give, whose default size holds at least
+    /// `containers` (a render's per-call containers, all made ahead).
+    pub fn options_for_at_least(&self, containers: usize) -> xfn::runner::PoolOptions {
         xfn::runner::PoolOptions {
             size: self
                 .warm_pool
-                .unwrap_or_else(xfn::runner::default_pool_size),
+                .unwrap_or_else(|| xfn::runner::default_pool_size().max(containers)),
             idle: self.warm_pool_idle,
             start: self.warm_pool_start,
         }

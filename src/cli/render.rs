@@ -104,6 +104,12 @@ pub struct RenderArgs {
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
+    /// Warm containers (as `xfn start`): each Exec Function's and alpha
+    /// step's container is made, and started, before the first step runs
+    /// (by default the pool holds 2 per CPU, or all of them where a render
+    /// has more).
+    #[command(flatten)]
+    pub warm_pool: super::WarmPoolArgs,
     /// When to pull the images of Docker and Exec Functions that set no pull
     /// policy (alpha steps use their own `imagePullPolicy`).
     #[arg(long, value_enum, default_value = "IfNotPresent")]
@@ -258,11 +264,14 @@ pub async fn execute(
     let runner = if plan.needs_containers() {
         let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
-        Some(Arc::new(Runner::new(
-            namespace,
-            store,
-            args.runner.options(),
-        )?))
+        let options = xfn::runner::RunnerOptions {
+            warm_pool: Some(
+                args.warm_pool
+                    .options_for_at_least(plan.per_call_containers()),
+            ),
+            ..args.runner.options()
+        };
+        Some(Arc::new(Runner::new(namespace, store, options)?))
     } else {
         None
     };
@@ -272,11 +281,16 @@ pub async fn execute(
         pull_policy: args.image_pull_policy,
         keeper: Some(keeper_command(&args, global)?),
     };
-    let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
-        })??;
+    let pooled = runner.clone();
+    let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults)).await;
+    // Warm containers the render made and did not use (a step's refill)
+    // go before xfn exits, whatever the render's outcome.
+    if let Some(runner) = pooled {
+        runner.shutdown().await;
+    }
+    let rendered = rendered.map_err(|_| {
+        anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
+    })??;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(rendered.stream.as_bytes())?;
     stdout.flush()?;

@@ -290,6 +290,26 @@ impl RenderPlan {
         }
     }
 
+    /// How many containers the render runs per call in-process (Exec
+    /// Functions, alpha steps no daemon runs): each is made ahead in the
+    /// runner's warm pool, which should hold them all.
+    pub fn per_call_containers(&self) -> usize {
+        match &self.subject {
+            Subject::Alpha { functions, .. } => functions
+                .iter()
+                .filter(|f| {
+                    let spec = f.container.clone().unwrap_or_default();
+                    ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
+                })
+                .count(),
+            _ => self
+                .functions
+                .iter()
+                .filter(|f| matches!(f.runtime, RuntimeKind::Exec))
+                .count(),
+        }
+    }
+
     /// Gets every kept server ready (reused, or its keeper started), while
     /// the process is single-threaded and outside any namespace: keepers
     /// enter their own, as any xfn does. `pull_policy` is the default for

@@ -218,6 +218,8 @@ pub(super) struct Pool {
     rootfs: Arc<RootfsMaker>,
     options: PoolOptions,
     state: Mutex<State>,
+    /// Told when a creation ends (ready or failed), for [`Pool::prepare`].
+    created_one: tokio::sync::Notify,
     /// Creations and teardowns in flight, awaited by `shutdown`.
     tasks: TaskTracker,
     /// Where teardowns run: at idle priority (`runner/teardown.rs`).
@@ -249,6 +251,19 @@ struct Slot {
 }
 
 impl Slot {
+    fn new(recipe: Recipe) -> Self {
+        Self {
+            recipe: Arc::new(recipe),
+            ready: Vec::new(),
+            creating: 0,
+            in_use: 0,
+            peak: 0,
+            last_peak: 0,
+            last_call: Instant::now(),
+            failed_at: None,
+        }
+    }
+
     /// How many containers this key should have: as many as its calls in
     /// flight at once lately, at least one while it is called.
     fn target(&self, size: usize) -> usize {
@@ -288,6 +303,8 @@ impl Drop for Lease {
         if let Some(warm) = self.warm.take() {
             self.pool.dispose(warm);
         }
+        // The call is done: its container's replacement may take the CPU.
+        self.pool.refill(&self.key);
     }
 }
 
@@ -307,6 +324,7 @@ impl Pool {
             rootfs,
             options,
             state: Mutex::new(State::default()),
+            created_one: tokio::sync::Notify::new(),
             tasks: TaskTracker::new(),
             teardown: Teardown::start(),
         });
@@ -330,16 +348,10 @@ impl Pool {
         let warm = {
             let mut state = self.lock();
             let state = &mut *state;
-            let slot = state.slots.entry(key.clone()).or_insert_with(|| Slot {
-                recipe: Arc::new(recipe()),
-                ready: Vec::new(),
-                creating: 0,
-                in_use: 0,
-                peak: 0,
-                last_peak: 0,
-                last_call: Instant::now(),
-                failed_at: None,
-            });
+            let slot = state
+                .slots
+                .entry(key.clone())
+                .or_insert_with(|| Slot::new(recipe()));
             slot.in_use += 1;
             slot.peak = slot.peak.max(slot.in_use);
             slot.last_call = Instant::now();
@@ -352,11 +364,47 @@ impl Pool {
             }
             warm
         };
-        self.refill(&key);
+        // A call that found none ready has another made now, for the calls
+        // behind it. A warm call's replacement is made when it is done
+        // (`Lease`'s drop): made now, it would take CPU from the call it
+        // replaces (crun's set-up, the next function's start: an
+        // interpreter's start and imports take more CPU than many calls).
+        if warm.is_none() {
+            self.refill(&key);
+        }
         Lease {
             pool: Arc::clone(self),
             key,
             warm,
+        }
+    }
+
+    /// Has a container of `key` made ahead of a call that will come,
+    /// without counting a call (a render prepares every step's container
+    /// before its first step runs), and waits until one is ready or its
+    /// creation failed (the call then takes the cold path and says why).
+    pub(super) async fn prepare(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) {
+        self.lock()
+            .slots
+            .entry(key.clone())
+            .or_insert_with(|| Slot::new(recipe()))
+            .last_call = Instant::now();
+        self.refill(&key);
+        loop {
+            // Registered before the look, so that a creation ending in
+            // between still wakes this.
+            let created = self.created_one.notified();
+            tokio::pin!(created);
+            created.as_mut().enable();
+            {
+                let state = self.lock();
+                match state.slots.get(&key) {
+                    Some(slot) if slot.ready.is_empty() && slot.creating > 0 => {}
+                    // Ready; or none being made (failed, no room, closed).
+                    _ => return,
+                }
+            }
+            created.await;
         }
     }
 
@@ -422,6 +470,11 @@ impl Pool {
     /// Puts a created container in its slot, or removes it when the slot no
     /// longer wants it.
     fn created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
+        self.put_created(key, created);
+        self.created_one.notify_waiters();
+    }
+
+    fn put_created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
         let mut state = self.lock();
         let state = &mut *state;
         let closed = state.closed;

@@ -26,6 +26,13 @@ pub use function_io::*;
 // on one task, so it need not be.
 #[async_trait::async_trait(?Send)]
 pub trait AlphaStep: Send + Sync {
+    /// Gets ready to run a step's container (pulls its image, makes its
+    /// container ahead), so that every step's is prepared at once before
+    /// the first runs. Running without it works too.
+    async fn prepare(&self, _config: &ContainerConfig) -> Result<(), ComposeError> {
+        Ok(())
+    }
+
     /// Runs the container once.
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError>;
 }
@@ -56,6 +63,16 @@ pub async fn run_alpha(
         },
         ..Default::default()
     };
+    // Every step's container prepared at once, before the first runs.
+    let prepared = functions.iter().map(|function| async move {
+        let spec = function.container.clone().unwrap_or_default();
+        match ContainerConfig::from_spec(&spec) {
+            Ok(config) => executor.prepare(&config).await,
+            // Said by the step itself when it runs.
+            Err(_) => Ok(()),
+        }
+    });
+    futures::future::try_join_all(prepared).await?;
     // Which step first returned each result (results carry no step).
     let mut result_steps: Vec<String> = Vec::new();
     for function in functions {

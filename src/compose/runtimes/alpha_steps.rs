@@ -24,7 +24,58 @@ pub struct ContainerSteps {
 
 #[async_trait::async_trait(?Send)]
 impl AlphaStep for ContainerSteps {
+    /// In-process, the step's container is made (and started) ahead in the
+    /// runner's warm pool; a daemon at the endpoint has its own.
+    async fn prepare(&self, config: &ContainerConfig) -> Result<(), ComposeError> {
+        if connect_daemon(&config.endpoint).await.is_ok() {
+            return Ok(());
+        }
+        let (Some(runner), Ok(run_config)) = (self.runner.as_ref(), self.run_config(config)) else {
+            // Said by the step itself when it runs.
+            return Ok(());
+        };
+        runner
+            .prewarm(&config.image, &run_config)
+            .await
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))
+    }
+
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
+        let run_config = self.run_config(config)?;
+        match connect_daemon(&config.endpoint).await {
+            Ok(channel) => {
+                tracing::debug!(endpoint = %config.endpoint, "running through the runner daemon");
+                return run_on_daemon(
+                    channel,
+                    input,
+                    config,
+                    run_config.pull_policy,
+                    run_config.network,
+                )
+                .await;
+            }
+            Err(why) => {
+                tracing::debug!(endpoint = %config.endpoint, %why, "no runner daemon; running in-process");
+            }
+        }
+        let runner = self.runner.as_ref().ok_or_else(|| {
+            ComposeError::Call(format!(
+                "no runner daemon answers at {} and there is no in-process runner",
+                config.endpoint
+            ))
+        })?;
+        let output = runner
+            .run(&config.image, input, &run_config)
+            .await
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
+        Ok(output.stdout)
+    }
+}
+
+impl ContainerSteps {
+    /// How a step's container runs, from its spec: checked here whichever
+    /// runs it (the daemon gets the step's text).
+    fn run_config(&self, config: &ContainerConfig) -> Result<RunConfig, ComposeError> {
         let pull_policy: PullPolicy = config
             .pull_policy
             .parse()
@@ -37,33 +88,13 @@ impl AlphaStep for ContainerSteps {
         let limits = Limits::parse(Some(&config.cpu), Some(&config.memory)).map_err(|e| {
             ComposeError::Call(format!("{}: invalid run configuration: {e}", config.image))
         })?;
-        match connect_daemon(&config.endpoint).await {
-            Ok(channel) => {
-                tracing::debug!(endpoint = %config.endpoint, "running through the runner daemon");
-                return run_on_daemon(channel, input, config, pull_policy, network).await;
-            }
-            Err(why) => {
-                tracing::debug!(endpoint = %config.endpoint, %why, "no runner daemon; running in-process");
-            }
-        }
-        let runner = self.runner.as_ref().ok_or_else(|| {
-            ComposeError::Call(format!(
-                "no runner daemon answers at {} and there is no in-process runner",
-                config.endpoint
-            ))
-        })?;
-        let run_config = RunConfig {
+        Ok(RunConfig {
             pull_policy,
             auth: docker_auth(&config.image, &self.defaults.default_registry),
             timeout: config.timeout,
             network,
             limits,
-        };
-        let output = runner
-            .run(&config.image, input, &run_config)
-            .await
-            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
-        Ok(output.stdout)
+        })
     }
 }
 

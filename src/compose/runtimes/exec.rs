@@ -1,4 +1,6 @@
-//! The `Exec` runtime: one container run per call, the adaptor convention.
+//! The `Exec` runtime: one container run per call, the adaptor convention;
+//! each Function's container is made (and started) before the pipeline's
+//! first step, in the runner's warm pool.
 use std::sync::Arc;
 
 use super::one_line;
@@ -22,6 +24,15 @@ pub struct Exec {
 
 #[async_trait::async_trait(?Send)]
 impl FunctionCaller for Exec {
+    /// Pulls the image and has a container ready for the Function's step,
+    /// while the other Functions' are made too.
+    async fn start(&self) -> Result<(), ComposeError> {
+        self.runner
+            .prewarm(&self.image, &self.config)
+            .await
+            .map_err(|e| ComposeError::Call(format!("{}: {}", self.image, one_line(&e))))
+    }
+
     async fn run_function(
         &self,
         request: v1::RunFunctionRequest,

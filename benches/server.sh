@@ -274,7 +274,7 @@ def phases(path, message):
     return {k: statistics.median(v) for k, v in rows.items()}
 print("where a call's time goes (median ms from the call's start in the runner, cumulative; 100 calls with -d)")
 for name, path, messages in [("cold", sys.argv[6], ["run phases (cumulative)"]),
-                             ("pooled", sys.argv[7], ["warm run phases", "warm container phases"])]:
+                             ("pooled", sys.argv[7], ["warm run phases", "container feed phases"])]:
     for message in messages:
         row = phases(path, message)
         print(f"  {name:<6} {message:<30}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()))

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command};
+use cli::Cli;
 
 fn main() -> ExitCode {
     // As PID 1 (a container's main process) xfn leaves PID 1 to a tiny init
@@ -15,9 +15,7 @@ fn main() -> ExitCode {
     // the process has one thread.
     xfn::pid1::init_if_pid1();
     let cli = Cli::parse_from(cli::render::rewrite_short_flags(std::env::args_os()));
-    let command = cli
-        .command
-        .unwrap_or_else(|| Command::Start(Default::default()));
+    let command = cli.command;
     let global = cli::Global {
         registry: cli.registry,
         debug: cli.debug,

@@ -95,6 +95,10 @@ pub enum RunError {
         /// The last [`STDERR_TAIL_BYTES`] of its stderr.
         stderr_tail: Vec<u8>,
     },
+    /// The OCI runtime is missing, not crun, or too old: nothing can run
+    /// until the set-up is fixed (FailedPrecondition).
+    #[error(transparent)]
+    Runtime(#[from] crate::sandbox::runtime::RuntimeError),
     /// Limits were required but are not enforced here (FailedPrecondition).
     #[error("resource limits are required but not enforced: {0}")]
     LimitsUnavailable(String),
@@ -140,6 +144,7 @@ impl From<SandboxError> for RunError {
                 code,
                 stderr_tail,
             },
+            SandboxError::Runtime(err) => RunError::Runtime(err),
             err @ SandboxError::NotServing { .. } => RunError::NotServing(err.to_string()),
             other => RunError::Internal(other.to_string()),
         }

@@ -63,6 +63,37 @@ fn pull_then_cache_ls() {
         .unwrap_or_else(|| panic!("no row for {} in:\n{listing}", pushed.reference));
     assert!(row.contains(&pushed.digest), "{row}");
     assert!(row.contains("MB"), "{row}");
+
+    // For scripts: the same listing as JSON.
+    let out = xfn_command()
+        .args(["cache", "ls", "--format", "json", "--cache-dir"])
+        .arg(cache.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let image = rows
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|r| r["reference"] == pushed.reference.as_str())
+        })
+        .unwrap_or_else(|| panic!("no {} in {rows}", pushed.reference));
+    assert_eq!(image["digest"], pushed.digest.as_str(), "{image}");
+    assert!(
+        image["size"].as_u64().is_some_and(|size| size > 0),
+        "{image}"
+    );
+    assert_eq!(image["complete"], true, "{image}");
+}
+
+#[test]
+fn xfn_alone_prints_its_help_instead_of_starting_a_daemon() {
+    let out = xfn_command().output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let help = stderr(&out);
+    assert!(help.contains("Usage: xfn"), "{help}");
+    assert!(help.contains("start"), "{help}");
 }
 
 #[test]

@@ -109,12 +109,8 @@ fn assert_no_leftovers(cache: &Path, marker: &str) {
             .collect();
         assert!(left.is_empty(), "{sub} not empty: {left:?}");
     }
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(!cmdline.contains(marker), "process left: {cmdline}");
+    if let Some(pid) = process_where(|cmdline| cmdline.contains(marker)) {
+        panic!("process {pid} of {marker:?} is left");
     }
 }
 
@@ -297,6 +293,33 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert_no_leftovers(&fx.cache, &script_path("fail"));
+}
+
+#[test]
+fn xfn_run_exits_with_the_function_s_exit_code_and_124_on_a_timeout() {
+    let fx = Fixture::new();
+    let image = fx.script_image("exit-code:v1", "exit 7");
+    assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(7));
+    let image = fx.script_image("killed:v1", "sh -c 'kill -KILL $$'");
+    assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(137));
+    let image = fx.script_image("slow:v1", "sleep 4715");
+    let out = run(&fx, &image, b"", &["--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(124), "{}", failure(&out));
+}
+
+#[test]
+fn a_missing_runtime_is_named_as_missing_before_anything_is_pulled() {
+    let fx = Fixture::new();
+    let err = failure(&run(
+        &fx,
+        "127.0.0.1:1/never-pulled:v1",
+        b"",
+        &["--runtime", "no-such-runtime"],
+    ));
+    assert!(
+        err.contains("cannot run the OCI runtime no-such-runtime: not found in PATH"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -577,7 +600,10 @@ fn sigterm_stops_the_run_and_leaves_nothing() {
     }
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let err = failure(&child.wait_with_output().unwrap());
+    let out = child.wait_with_output().unwrap();
+    // The shell's code for SIGTERM, as any command a script runs.
+    assert_eq!(out.status.code(), Some(143));
+    let err = failure(&out);
     assert!(err.contains("terminated; the run was stopped"), "{err}");
     assert_no_leftovers(&fx.cache, marker);
 }

@@ -52,8 +52,8 @@ pub struct AdaptArgs {
     /// Serve plaintext gRPC (no TLS).
     #[arg(long, conflicts_with = "tls_certs_dir")]
     pub insecure: bool,
-    /// Largest request accepted, in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
+    /// Largest request accepted, a quantity like 4Mi.
+    #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
     pub max_recv_message_size: usize,
     /// Kill a run after this long (e.g. `20s`, `500ms`); a caller's
     /// shorter deadline (grpc-timeout) wins.

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use xfn::image::GcReport;
 
 use super::pull::human_bytes;
-use super::{parse_size, StoreArgs};
+use super::{parse_size, print_json, ListFormat, StoreArgs};
 
 /// `xfn cache` subcommands.
 #[derive(Debug, Subcommand)]
@@ -27,6 +27,9 @@ pub struct LsArgs {
     /// Cache flags.
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ListFormat::Text)]
+    pub format: ListFormat,
 }
 
 /// Flags of `xfn cache rm`.
@@ -68,8 +71,23 @@ impl CacheCommand {
 pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::Result<ExitCode> {
     let store = command.store().open_store(&global.registry)?;
     match command {
-        CacheCommand::Ls(_) => {
+        CacheCommand::Ls(args) => {
             let images = store.list()?;
+            if args.format == ListFormat::Json {
+                let rows: Vec<_> = images
+                    .iter()
+                    .map(|image| {
+                        serde_json::json!({
+                            "reference": image.reference,
+                            "digest": image.digest,
+                            "size": image.size,
+                            "complete": image.complete,
+                        })
+                    })
+                    .collect();
+                print_json(&rows)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let width = images
                 .iter()
                 .map(|i| i.reference.len())

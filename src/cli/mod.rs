@@ -17,7 +17,7 @@ pub mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
 #[derive(Debug, Parser)]
-#[command(name = "xfn", version, about)]
+#[command(name = "xfn", version, about, arg_required_else_help = true)]
 pub struct Cli {
     /// Registry for image references that name none.
     #[arg(
@@ -34,9 +34,11 @@ pub struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
-    /// The subcommand; `start` when none is given, as Crossplane's runner.
+    /// The subcommand. `xfn` alone prints this help: a daemon started by
+    /// typing a bare command surprises a newcomer; the image's CMD is
+    /// `start`, so the sidecar is unchanged.
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub command: Command,
 }
 
 /// Log output format.
@@ -52,7 +54,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
-    /// Serve the runner API for Crossplane (the default).
+    /// Serve the runner API for Crossplane (the runner image's command).
     Start(start::StartArgs),
     /// Run one function once.
     Run(run::RunArgs),
@@ -71,6 +73,24 @@ pub enum Command {
     Adapt(adapt::AdaptArgs),
     /// Build an adaptor image (a Function package) from a function image tarball.
     Wrap(wrap::WrapArgs),
+}
+
+/// How a listing (`cache ls`, `render-servers ls`) is printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    /// Aligned columns for a person.
+    #[default]
+    Text,
+    /// One JSON array of objects, for scripts.
+    Json,
+}
+
+/// Prints `rows` as one JSON array (`--format json`).
+pub fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut stdout, rows)?;
+    std::io::Write::write_all(&mut stdout, b"\n")?;
+    Ok(())
 }
 
 /// Flags every command that touches the image store shares.
@@ -112,6 +132,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A byte count given as a quantity (`4Mi`, `100M`, or plain bytes), for
+/// the caps held in memory as `usize`: every size flag takes the same form.
+pub fn parse_byte_count(text: &str) -> Result<usize, String> {
+    let bytes = parse_size(text)?;
+    usize::try_from(bytes).map_err(|_| format!("{text:?}: too large for this machine"))
+}
+
 /// `/xfn` where it exists (Crossplane's sidecar mounts its cache there);
 /// for root `/var/cache/xfn`, because root maps a 65536-id range whose root
 /// cannot search `/root` (mode 0700); else the user's cache dir, so `xfn run`
@@ -146,9 +173,9 @@ pub struct RunnerArgs {
     /// without enforced cpu/memory/pids limits.
     #[arg(long)]
     pub require_limits: bool,
-    /// Kill a function that writes more than this to stdout or stderr
-    /// (over gRPC: ResourceExhausted).
-    #[arg(long, default_value_t = xfn::runner::DEFAULT_MAX_OUTPUT_BYTES)]
+    /// Kill a function that writes more than this to stdout or stderr, a
+    /// quantity like 100Mi (over gRPC: ResourceExhausted).
+    #[arg(long, default_value = "100Mi", value_parser = parse_byte_count)]
     pub max_output_bytes: usize,
     /// Most processes and threads a function may have at once (a stop for
     /// fork bombs): pids.max where cgroup limits are enforced,
@@ -448,6 +475,18 @@ mod tests {
         let flags = Flags::parse_from(["xfn"]);
         assert_eq!(flags.runner.tmp_size, xfn::runner::DEFAULT_TMP_SIZE);
         assert_eq!(flags.runner.rootfs_size, xfn::runner::DEFAULT_ROOTFS_SIZE);
+        assert_eq!(
+            flags.runner.max_output_bytes,
+            xfn::runner::DEFAULT_MAX_OUTPUT_BYTES
+        );
+    }
+
+    #[test]
+    fn byte_caps_take_quantities_and_plain_byte_counts() {
+        assert_eq!(parse_byte_count("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_byte_count("4194304"), Ok(4 << 20));
+        assert_eq!(parse_byte_count("1k"), Ok(1000));
+        assert!(parse_byte_count("4 MB").is_err());
     }
 
     #[test]

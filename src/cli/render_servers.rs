@@ -21,7 +21,7 @@ use super::{RunnerArgs, StoreArgs, UsernsArgs};
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum RenderServersCommand {
     /// List kept function servers: name, Function, image, keeper pid, age.
-    Ls(CacheArg),
+    Ls(LsArgs),
     /// Stop kept function servers (and remove everything of them).
     Stop(StopArgs),
     /// Run one kept server (started by `xfn render`).
@@ -35,6 +35,17 @@ pub struct CacheArg {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
     pub cache_dir: PathBuf,
+}
+
+/// `xfn render-servers ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// The cache.
+    #[command(flatten)]
+    pub cache: CacheArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = super::ListFormat::Text)]
+    pub format: super::ListFormat,
 }
 
 /// `xfn render-servers stop`.
@@ -97,6 +108,23 @@ pub async fn execute(
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
+            let servers = kept::list(&args.cache.cache_dir);
+            if args.format == super::ListFormat::Json {
+                let rows: Vec<_> = servers
+                    .iter()
+                    .map(|server| {
+                        serde_json::json!({
+                            "name": server.name,
+                            "function": server.function,
+                            "image": server.image,
+                            "pid": server.pid,
+                            "ageSeconds": now.saturating_sub(server.started),
+                        })
+                    })
+                    .collect();
+                super::print_json(&rows)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             println!("NAME\tFUNCTION\tIMAGE\tPID\tAGE");
             for KeptInfo {
                 name,
@@ -104,7 +132,7 @@ pub async fn execute(
                 image,
                 pid,
                 started,
-            } in kept::list(&args.cache_dir)
+            } in servers
             {
                 println!(
                     "{name}\t{function}\t{image}\t{pid}\t{}s",

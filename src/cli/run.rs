@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
+use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -74,6 +74,8 @@ pub async fn execute(
     let input = read_input(&args.input)?;
     let store = args.store.open_store(&global.registry)?;
     let runner = Runner::new(namespace, store, args.runner.options())?;
+    // Before the pull: a missing or wrong runtime is the first thing to say.
+    runner.check_runtime()?;
     tracing::debug!(elapsed = ?started.elapsed(), "runner ready");
     let config = RunConfig {
         pull_policy: args.image_pull_policy,
@@ -86,13 +88,14 @@ pub async fn execute(
         },
     };
     // Ctrl-C or SIGTERM stop the run: dropping its future kills the
-    // container and removes its bundle, state and rootfs before xfn exits.
+    // container and removes its bundle, state and rootfs before xfn exits,
+    // with the shell's code for the signal.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
     let result = tokio::select! {
         result = runner.run(&args.image, &input, &config) => result,
-        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the run was stopped"),
-        _ = terminate.recv() => anyhow::bail!("terminated; the run was stopped"),
+        _ = tokio::signal::ctrl_c() => return Ok(stopped_by("interrupted", libc::SIGINT)),
+        _ = terminate.recv() => return Ok(stopped_by("terminated", libc::SIGTERM)),
     };
     match result {
         Ok(output) => {
@@ -101,13 +104,40 @@ pub async fn execute(
             stdout.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        // One line: the function's stderr tail may span many.
-        Err(err) => Err(anyhow::anyhow!(
-            "running {}: {}",
-            args.image,
-            err.to_string().trim().replace('\n', " | ")
-        )),
+        Err(err) => {
+            // One line: the function's stderr tail may span many.
+            eprintln!(
+                "xfn: running {}: {}",
+                args.image,
+                err.to_string().trim().replace('\n', " | ")
+            );
+            Ok(exit_code_of(&err))
+        }
     }
+}
+
+/// Exit code for the error `xfn run` got, as a shell would give it: the
+/// function's own code when it failed (128 + n when signal n killed it),
+/// 124 when it timed out (as `timeout(1)`), 1 for xfn's own failures. A
+/// script or CI step can then tell a failing function from a broken set-up.
+fn exit_code_of(err: &RunError) -> ExitCode {
+    let code = match err {
+        RunError::FunctionFailed { code, .. } | RunError::MemoryLimitExceeded { code, .. } => {
+            u8::try_from(*code)
+                .ok()
+                .filter(|code| *code != 0)
+                .unwrap_or(1)
+        }
+        RunError::Timeout(_) => 124,
+        _ => 1,
+    };
+    ExitCode::from(code)
+}
+
+/// A run stopped by `signal`: said on stderr, exit code 128 + signal.
+fn stopped_by(what: &str, signal: i32) -> ExitCode {
+    eprintln!("xfn: {what}; the run was stopped");
+    ExitCode::from(u8::try_from(128 + signal).unwrap_or(1))
 }
 
 fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
@@ -125,6 +155,25 @@ fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_function_s_exit_code_is_passed_through() {
+        let failed = |code| RunError::FunctionFailed {
+            code,
+            stderr_tail: Vec::new(),
+        };
+        assert_eq!(exit_code_of(&failed(3)), ExitCode::from(3));
+        assert_eq!(exit_code_of(&failed(137)), ExitCode::from(137));
+        assert_eq!(exit_code_of(&failed(300)), ExitCode::from(1));
+        assert_eq!(
+            exit_code_of(&RunError::Timeout(Duration::from_secs(1))),
+            ExitCode::from(124)
+        );
+        assert_eq!(
+            exit_code_of(&RunError::Internal("crun".into())),
+            ExitCode::from(1)
+        );
+    }
 
     #[test]
     fn durations() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_BYTES, DEFAULT_MAX_QUEUED_RUNS};
+use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
 use xfn::serving::metrics::{Metrics, MetricsServer};
 use xfn::serving::serve::{serve, shutdown_signal, Incoming, Services};
 use xfn::serving::Calls;
@@ -24,9 +24,9 @@ pub struct ServingArgs {
     /// Callers that may wait for a run slot; past it, ResourceExhausted.
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_RUNS)]
     pub max_queued_runs: usize,
-    /// Input bytes the waiting callers may hold together; past it,
-    /// ResourceExhausted.
-    #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_BYTES)]
+    /// Input the waiting callers may hold together, a quantity like
+    /// 256Mi; past it, ResourceExhausted.
+    #[arg(long, default_value = "256Mi", value_parser = super::parse_byte_count)]
     pub max_queued_bytes: usize,
     /// After SIGTERM/SIGINT, how long calls in flight may take to finish
     /// before they are cancelled. The default ends inside Kubernetes' 30 s

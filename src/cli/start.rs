@@ -40,8 +40,8 @@ pub struct StartArgs {
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub default_timeout: Duration,
-    /// Largest accepted FunctionIO input, in bytes.
-    #[arg(long, default_value_t = 4 << 20)]
+    /// Largest accepted FunctionIO input, a quantity like 4Mi.
+    #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
     pub max_input_bytes: usize,
     /// Also accept Unix callers with this uid (repeatable); the daemon's own
     /// uid and root always are. Others are logged and their connection is
@@ -128,7 +128,7 @@ fn spawn_collector(store: xfn::image::ImageStore, max_size: u64) {
     });
 }
 
-/// Parses `StartArgs` alone, for `xfn` with no subcommand.
+/// Parses `StartArgs` alone, for their defaults.
 #[derive(Debug, Parser)]
 struct StartOnly {
     #[command(flatten)]
@@ -256,7 +256,10 @@ mod tests {
         assert_eq!(args.max_input_bytes, 4 << 20);
         assert_eq!(args.serving.grace_period, Duration::from_secs(25));
         assert_eq!(args.serving.max_queued_runs, 1024);
-        assert_eq!(args.serving.max_queued_bytes, 256 << 20);
+        assert_eq!(
+            args.serving.max_queued_bytes,
+            xfn::serving::admission::DEFAULT_MAX_QUEUED_BYTES
+        );
         assert_eq!(args.serving.max_concurrent_runs, None);
         // Warm containers on by default, two per CPU, kept 2 minutes idle,
         // started ahead of their calls.

@@ -117,16 +117,27 @@ pub fn check(
     run_dir: &Path,
     instance: &crate::instance::Instance,
 ) -> Result<CrunVersion, RuntimeError> {
-    let key = resolve(runtime).and_then(|path| {
-        let meta = std::fs::metadata(&path).ok()?;
-        Some(format!(
+    // Named as missing when it is: spawning a name PATH lacks can fail with
+    // EACCES instead (a PATH dir the mapped uid cannot search).
+    let Some(path) = super::crun::resolve_binary(runtime) else {
+        return Err(RuntimeError::Missing {
+            runtime: runtime.to_path_buf(),
+            reason: if runtime.as_os_str().as_encoded_bytes().contains(&b'/') {
+                "no such file".to_string()
+            } else {
+                "not found in PATH".to_string()
+            },
+        });
+    };
+    let key = std::fs::metadata(&path).ok().map(|meta| {
+        format!(
             "{} {} {} {}.{}",
             path.display(),
             meta.ino(),
             meta.size(),
             meta.mtime(),
             meta.mtime_nsec()
-        ))
+        )
     });
     let memo = run_dir.join("runtime-version");
     if let (Some(key), Ok(text)) = (&key, std::fs::read_to_string(&memo)) {
@@ -156,17 +167,6 @@ pub fn check(
         }
     }
     Ok(version)
-}
-
-/// The file `runtime` names: itself when it has a slash, else the first
-/// match in PATH (as `Command` finds it).
-fn resolve(runtime: &Path) -> Option<PathBuf> {
-    if runtime.as_os_str().to_string_lossy().contains('/') {
-        return Some(runtime.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(runtime))
-        .find(|candidate| candidate.is_file())
 }
 
 #[cfg(test)]
@@ -265,8 +265,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            missing.to_string().contains("cannot run the OCI runtime"),
+            missing.to_string().contains("cannot run the OCI runtime")
+                && missing.to_string().contains("no such file"),
             "{missing}"
+        );
+        let unknown = check(
+            Path::new("no-such-runtime-in-path"),
+            dir.path(),
+            &instance(dir.path()),
+        )
+        .unwrap_err();
+        assert!(
+            unknown.to_string().contains("not found in PATH"),
+            "{unknown}"
         );
     }
 }

@@ -38,7 +38,7 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::FunctionFailed { .. } => Code::Aborted,
         RunError::OutputTooLarge { .. } => Code::ResourceExhausted,
         RunError::MemoryLimitExceeded { .. } => Code::ResourceExhausted,
-        RunError::LimitsUnavailable(_) => Code::FailedPrecondition,
+        RunError::LimitsUnavailable(_) | RunError::Runtime(_) => Code::FailedPrecondition,
         RunError::NotServing(_) => Code::Unavailable,
         RunError::Internal(_) => Code::Internal,
     };

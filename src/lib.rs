@@ -17,13 +17,15 @@
 //! runner re-exports. The two
 //! gRPC front ends, [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`),
 //! are thin services over one [`serving`] layer (listen, admission,
-//! deadlines, drain, metrics, status mapping).
+//! deadlines, drain, metrics, status mapping). Every YAML or JSON input
+//! they parse is first bounded in depth by [`nesting`].
 pub mod adaptor;
 pub mod compose;
 pub mod duration;
 pub mod fork_lock;
 pub mod image;
 pub mod instance;
+pub mod nesting;
 pub mod pid1;
 pub mod pidns;
 pub mod proto;

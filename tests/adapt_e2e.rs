@@ -788,3 +788,79 @@ async fn a_sigkilled_adaptor_takes_its_run_in_flight_with_it() {
     assert_eq!(left, Vec::new(), "left running after SIGKILL to xfn adapt");
     assert!(call.await.unwrap().is_err(), "the call in flight fails");
 }
+
+/// A request whose `input` nests `depth` list values, padded with a string
+/// field to about `size` bytes.
+fn deep_request(depth: usize, size: usize) -> v1::RunFunctionRequest {
+    use prost_types::value::Kind;
+    let mut value = prost_types::Value {
+        kind: Some(Kind::NullValue(0)),
+    };
+    for _ in 0..depth {
+        value = prost_types::Value {
+            kind: Some(Kind::ListValue(prost_types::ListValue {
+                values: vec![value],
+            })),
+        };
+    }
+    let mut req = request("ok", "deep");
+    let padding = prost_types::Value {
+        kind: Some(Kind::StringValue("x".repeat(size))),
+    };
+    req.input = Some(prost_types::Struct {
+        fields: [
+            ("deep".to_string(), value),
+            ("padding".to_string(), padding),
+        ]
+        .into(),
+    });
+    req
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deep_requests_and_deep_output_are_refused_while_other_calls_are_served() {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    dir_owned_by(&dir.path().join("cache"), NONROOT);
+    let adapt = Adapt::start_as(
+        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
+        dir.path(),
+        &["--image", &image],
+        &["--insecure"],
+    );
+    call_ok(&adapt).await;
+    // Protobuf nests no deeper than prost decodes (100 messages), refused
+    // while the request is decoded: tonic's INTERNAL, gRPC's code for a
+    // message that does not decode. Padded to just under the 4 MiB cap.
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+        calls.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = v1
+                .run_function(deep_request(500, (4 << 20) - 200_000))
+                .await;
+            (answer, started.elapsed())
+        }));
+    }
+    for _ in 0..4 {
+        call_ok(&adapt).await;
+    }
+    for call in calls {
+        let (answer, took) = call.await.unwrap();
+        let status = answer.expect_err("a deep request is refused");
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+        assert!(status.message().contains("recursion limit"), "{status:?}");
+        eprintln!("deep request refused after {took:?}");
+    }
+    // A function's output nests no deeper than the inputs' bound.
+    let mut v1 = V1Client::new(plain_channel(adapt.port).await);
+    let status = v1.run_function(request("deep", "d")).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains("nested more than 64 levels deep"),
+        "{status:?}"
+    );
+    call_ok(&adapt).await;
+}

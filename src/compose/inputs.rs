@@ -42,9 +42,30 @@ pub fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
     Ok(objects)
 }
 
+/// Refuses `text` from `path` when it nests deeper than
+/// [`crate::nesting::MAX_DEPTH`], before a parser reads it.
+fn check_nesting(path: &Path, text: &str) -> Result<(), ComposeError> {
+    crate::nesting::check_depth(text.as_bytes(), crate::nesting::MAX_DEPTH).map_err(|e| {
+        ComposeError::Invalid {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    })
+}
+
+/// Parses one YAML (or JSON) value of any kind, its nesting bounded first.
+pub fn parse_value(path: &Path, text: &str) -> Result<Value, ComposeError> {
+    check_nesting(path, text)?;
+    yaml_serde::from_str::<Value>(text).map_err(|e| ComposeError::Invalid {
+        path: path.to_path_buf(),
+        message: format!("not JSON or YAML: {e}"),
+    })
+}
+
 /// Parses a YAML stream; empty documents are skipped, anything but an
-/// object is an error.
+/// object is an error. Its nesting is bounded before it is parsed.
 pub fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
+    check_nesting(path, text)?;
     let mut objects = Vec::new();
     for document in yaml_serde::Deserializer::from_str(text) {
         let value = Value::deserialize(document).map_err(|e| ComposeError::Invalid {
@@ -690,6 +711,21 @@ mod tests {
     }
 
     const XR: &str = "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: demo}\n";
+
+    #[test]
+    fn deep_files_are_refused_naming_the_file_before_parsing() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{XR}---\nspec: {}", "[".repeat(4 << 20));
+        let err = read_objects(&write(dir.path(), "xr.yaml", &deep)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("xr.yaml"), "{text}");
+        assert!(
+            text.contains("nested more than 64 levels deep (at line 5"),
+            "{text}"
+        );
+        let err = parse_value(Path::new("ctx.json"), &"{\"a\":".repeat(100)).unwrap_err();
+        assert!(err.to_string().contains("nested more than 64"), "{err}");
+    }
 
     #[test]
     fn functions_come_from_a_directory_with_their_runtimes() {

@@ -32,8 +32,12 @@ pub fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, Comp
 }
 
 /// A `RunFunctionResponse` from protobuf JSON. Unknown fields are ignored so
-/// functions built against newer protocol versions still work.
+/// functions built against newer protocol versions still work. Its nesting
+/// is bounded first ([`crate::nesting`]), as every input's.
 pub fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ComposeError> {
+    crate::nesting::check_depth(json, crate::nesting::MAX_DEPTH).map_err(|e| {
+        ComposeError::Protocol(format!("the output is not a RunFunctionResponse: {e}"))
+    })?;
     let desc = descriptor("apiextensions.fn.proto.v1.RunFunctionResponse")?;
     let mut deserializer = serde_json::Deserializer::from_slice(json);
     let dynamic = DynamicMessage::deserialize_with_options(
@@ -84,5 +88,12 @@ mod tests {
         assert_eq!(a.ready, pb::Ready::True as i32);
         assert_eq!(response.results[0].severity, pb::Severity::Warning as i32);
         assert!(response_from_json(b"not json").is_err());
+    }
+
+    #[test]
+    fn deep_output_is_refused_before_parsing() {
+        let deep = format!("{{\"output\": {}", "[".repeat(1 << 20));
+        let err = response_from_json(deep.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("nested more than 64"), "{err}");
     }
 }

@@ -600,10 +600,7 @@ fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>,
                 path: PathBuf::from(file),
                 source,
             })?;
-            yaml_serde::from_str::<Value>(&text).map_err(|e| ComposeError::Invalid {
-                path: PathBuf::from(file),
-                message: format!("not JSON or YAML: {e}"),
-            })
+            super::inputs::parse_value(Path::new(file), &text)
         })?;
         fields.insert(key.to_string(), value);
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::validate::run_config_of;
+use super::validate::checked;
 use super::FunctionRunner;
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
@@ -81,12 +81,12 @@ impl<R: FunctionRunner> RunnerService<R> {
         request: Request<pb::RunFunctionRequest>,
     ) -> Result<(Vec<u8>, &'static str), Status> {
         let deadline = deadline_of(&request);
-        let request = request.into_inner();
-        let mut config = run_config_of(
-            &request,
+        let (request, mut config) = checked(
+            request.into_inner(),
             self.options.default_timeout,
             self.options.max_input_bytes,
         )
+        .await
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let output = self
             .calls

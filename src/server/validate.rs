@@ -1,8 +1,10 @@
 //! Checking a `RunFunctionRequest` before any work is done, and turning it
 //! into the engine's [`RunConfig`].
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::image::{PullPolicy, RegistryAuth};
+use crate::nesting::{check_depth_until, off_thread, NestingError, MAX_DEPTH};
 use crate::proto::v1alpha1 as pb;
 use crate::quantity::QuantityError;
 use crate::runner::{Limits, NetworkPolicy, RunConfig};
@@ -27,6 +29,12 @@ pub enum InvalidRequest {
         /// The limit.
         limit: usize,
     },
+    /// The input nests too deep to be parsed.
+    #[error("input is not a FunctionIO: {0}")]
+    TooDeep(#[from] NestingError),
+    /// The check of the input panicked (a parser bug): nothing ran.
+    #[error("input could not be checked: its parser failed")]
+    Unchecked,
     /// The input is not YAML.
     #[error("input is not a FunctionIO: not YAML: {0}")]
     NotYaml(String),
@@ -56,12 +64,23 @@ pub enum InvalidRequest {
 /// kind, where present, name FunctionIO (Crossplane's runner sent them; older
 /// hand-written inputs omit them).
 pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
+    check_function_io_until(input, limit, &AtomicBool::new(false))
+}
+
+/// [`check_function_io`], its nesting bounded before the parser runs
+/// ([`crate::nesting`]) and that check stopped once `stop` is set.
+fn check_function_io_until(
+    input: &[u8],
+    limit: usize,
+    stop: &AtomicBool,
+) -> Result<(), InvalidRequest> {
     if input.len() > limit {
         return Err(InvalidRequest::InputTooLarge {
             size: input.len(),
             limit,
         });
     }
+    check_depth_until(input, MAX_DEPTH, stop)?;
     let value: yaml_serde::Value =
         yaml_serde::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
     let map = value.as_mapping().ok_or(InvalidRequest::NotMapping)?;
@@ -85,6 +104,24 @@ pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidReques
     Ok(())
 }
 
+/// [`run_config_of`] on a blocking thread: the input is up to
+/// `--max-input-bytes` of YAML, and parsing it must hold none of the async
+/// threads every other call needs. Dropping the future (the caller went
+/// away) stops the input's nesting check; what could run after it is
+/// bounded by it. The request comes back with its configuration.
+pub async fn checked(
+    request: pb::RunFunctionRequest,
+    default_timeout: Duration,
+    max_input_bytes: usize,
+) -> Result<(pb::RunFunctionRequest, RunConfig), InvalidRequest> {
+    off_thread(move |abandoned| {
+        run_config_until(&request, default_timeout, max_input_bytes, abandoned.flag())
+            .map(|config| (request, config))
+    })
+    .await
+    .unwrap_or(Err(InvalidRequest::Unchecked))
+}
+
 /// Validates `request` and returns the image and run configuration; the
 /// timeout is the request's, else `default_timeout` (before the caller's
 /// deadline caps it).
@@ -93,10 +130,24 @@ pub fn run_config_of(
     default_timeout: Duration,
     max_input_bytes: usize,
 ) -> Result<RunConfig, InvalidRequest> {
+    run_config_until(
+        request,
+        default_timeout,
+        max_input_bytes,
+        &AtomicBool::new(false),
+    )
+}
+
+fn run_config_until(
+    request: &pb::RunFunctionRequest,
+    default_timeout: Duration,
+    max_input_bytes: usize,
+    stop: &AtomicBool,
+) -> Result<RunConfig, InvalidRequest> {
     if request.image.trim().is_empty() {
         return Err(InvalidRequest::EmptyImage);
     }
-    check_function_io(&request.input, max_input_bytes)?;
+    check_function_io_until(&request.input, max_input_bytes, stop)?;
 
     let mut config = RunConfig {
         timeout: default_timeout,
@@ -208,6 +259,35 @@ mod tests {
             ),
             Err(InvalidRequest::WrongType(_))
         ));
+    }
+
+    #[test]
+    fn refuses_deep_input_before_parsing() {
+        let deep = format!("observed: {}", "[".repeat(4 << 20));
+        let err = check_function_io(deep.as_bytes(), 8 << 20).unwrap_err();
+        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("nested more than 64 levels deep"),
+            "{err}"
+        );
+        // Deep block nesting too.
+        let deep = format!("observed:\n{}x", "- ".repeat(100));
+        let err = check_function_io(deep.as_bytes(), 8 << 20).unwrap_err();
+        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn checked_gives_the_request_back_with_its_config() {
+        let (back, config) = checked(request(IO), Duration::from_secs(7), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(back.input, IO);
+        assert_eq!(config.timeout, Duration::from_secs(7));
+        let deep = format!("observed: {}", "{a: ".repeat(1000));
+        let err = checked(request(deep.as_bytes()), Duration::from_secs(1), 1 << 20)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #   crash   a message on stderr and exit code 3
 #   sleep   sleeps a minute (for --timeout)
 #   slow    sleeps two seconds, then answers as ok (for queueing and drain)
+#   deep    a response whose results open 1 MiB of flow sequences
 IN=$(cat)
 case "$IN" in
 *'"mode":"garbage"'*)
@@ -15,6 +16,10 @@ case "$IN" in
 *'"mode":"crash"'*)
   echo "boom: cannot frobnicate the widget" >&2
   exit 3
+  ;;
+*'"mode":"deep"'*)
+  printf '{"results":'
+  head -c 1048576 /dev/zero | tr '\0' '['
   ;;
 *'"mode":"sleep"'*)
   sleep 60

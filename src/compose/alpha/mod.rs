@@ -91,6 +91,8 @@ pub async fn run_alpha(
                 ComposeError::StepFailed { .. } => e,
                 other => failed(other.to_string()),
             })?;
+        crate::nesting::check_depth(&output, crate::nesting::MAX_DEPTH)
+            .map_err(|e| failed(format!("its output is not a FunctionIO: {e}")))?;
         let out: FunctionIo = yaml_serde::from_slice(&output)
             .map_err(|e| failed(format!("its output is not a FunctionIO: {e}")))?;
         // Only desired and results flow on; observed stays what was observed.

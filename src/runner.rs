@@ -357,9 +357,10 @@ impl Runner {
     ) -> Result<RunOutput, RunError> {
         self.sandbox.check_limits()?;
         let started = std::time::Instant::now();
+        // The call's timeout bounds its pull too, not only --pull-timeout.
         let pulled = self
             .store
-            .ensure(image, config.pull_policy, &config.auth)
+            .ensure_within(image, config.pull_policy, &config.auth, config.timeout)
             .await?;
         let pulled_at = started.elapsed();
         // Counts this call in its key's demand, cold or warm, until it ends.

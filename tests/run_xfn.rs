@@ -48,6 +48,24 @@ impl Fixture {
         cmd.arg("run").arg("--cache-dir").arg(&self.cache);
         cmd
     }
+
+    /// Pulls `image` into the cache first: `--timeout` bounds a run's pull
+    /// too, and a test of the function's own timeout must not spend its
+    /// second pulling on a busy machine.
+    fn pull(&self, image: &str) {
+        let out = xfn_command()
+            .arg("pull")
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .arg(image)
+            .output()
+            .expect("run xfn pull");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Where [`Fixture::script_image`] puts the script of image `name`.
@@ -273,6 +291,7 @@ fn network_isolated_cannot_reach_the_host_runner_can() {
 fn a_function_that_never_exits_is_killed_at_the_timeout() {
     let fx = Fixture::new();
     let image = fx.script_image("hang:v1", "sleep 4711 & sleep 4711");
+    fx.pull(&image);
     let err = failure(&run(&fx, &image, b"", &["--timeout", "1s"]));
     assert!(err.contains("timed out after 1s"), "{err}");
     assert_no_leftovers(&fx.cache, "sleep 4711");
@@ -303,6 +322,7 @@ fn xfn_run_exits_with_the_function_s_exit_code_and_124_on_a_timeout() {
     let image = fx.script_image("killed:v1", "sh -c 'kill -KILL $$'");
     assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(137));
     let image = fx.script_image("slow:v1", "sleep 4715");
+    fx.pull(&image);
     let out = run(&fx, &image, b"", &["--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(124), "{}", failure(&out));
 }

@@ -1,12 +1,18 @@
 //! What callers and functions cannot do to the real `xfn start` (as uid
 //! 65532, no capabilities): deep input is refused before it is parsed
-//! while other calls are served.
+//! while other calls are served, a function's stderr cannot write lines of
+//! its own into the daemon's log, a bad image and a full cache get the
+//! codes that say so, a call's pull ends with the call, and a cache dir
+//! another user owns is refused at start.
 mod server_common;
 mod support;
 
-use std::time::Instant;
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use server_common::*;
+use support::registry::hostile::{Fault, HostileRegistry, Target};
 use support::*;
 use tonic::Code;
 
@@ -80,4 +86,311 @@ async fn deep_input_at_the_cap_is_refused_before_parsing_while_other_calls_are_s
         8.0
     );
     assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 5.0);
+}
+
+/// A JSON value whose objects never repeat a key (serde_json would keep
+/// the last of two silently).
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("key {key:?} twice")));
+            }
+            map.next_value::<UniqueKeys>()?;
+        }
+        Ok(UniqueKeys)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(UniqueKeys)
+    }
+}
+
+/// A function that fails after writing to its stderr what would be log
+/// lines of its own: a newline, a forged record, CR, NUL and a terminal
+/// escape.
+fn forging_image(registry: &Registry) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            r"cat >/dev/null; printf 'oops\n2026-11-25T00:00:00.000000Z ERROR xfn: FORGED-LINE\r\000\033[2Jend' >&2; exit 3",
+        ])
+        .push(registry, "forger:v1")
+        .reference
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_function_s_stderr_cannot_write_lines_into_the_text_log() {
+    let registry = Registry::start();
+    let image = forging_image(&registry);
+    let daemon = Daemon::start(&[]).await;
+    let status = daemon
+        .client()
+        .await
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    // The caller gets the stderr as it was written.
+    assert!(status.message().contains("oops\n2026"), "{status:?}");
+    assert!(status.message().contains("FORGED-LINE\r\0"), "{status:?}");
+    daemon.wait_for_log("call failed", 1).await;
+    let log = daemon.log();
+    assert!(log.contains("FORGED-LINE"), "{log}");
+    assert!(
+        log.lines()
+            .all(|line| !line.contains("ERROR xfn: FORGED-LINE") || line.contains("call failed")),
+        "a forged line:\n{log}"
+    );
+    assert!(!log.contains(['\r', '\0', '\u{1b}']), "{log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_json_log_has_one_message_key_and_the_error_beside_it() {
+    let registry = Registry::start();
+    let image = forging_image(&registry);
+    let daemon = Daemon::start(&["--log-format", "json"]).await;
+    daemon
+        .client()
+        .await
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    daemon.wait_for_log("call failed", 1).await;
+    let log = daemon.log();
+    let mut failed = 0;
+    for line in log.lines() {
+        serde_json::from_str::<UniqueKeys>(line).unwrap_or_else(|e| panic!("{e}: {line}\n{log}"));
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
+        if record["fields"]["message"] == "call failed" {
+            failed += 1;
+            let error = record["fields"]["error"].as_str().unwrap_or_default();
+            assert!(error.contains("oops\n2026"), "{line}");
+            assert!(error.contains("FORGED-LINE\r\0"), "{line}");
+        }
+    }
+    assert_eq!(failed, 1, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_image_is_an_invalid_argument() {
+    let registry = Registry::start();
+    let escaping = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::verbatim().entry(tar::EntryType::Regular, "../escape", "", 0o644, b"x"))
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "escaping:v1")
+        .reference;
+    let not_a_tar = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::verbatim().raw(vec![0xab; 512]))
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "not-a-tar:v1")
+        .reference;
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    for (image, says) in [
+        (&escaping, "refused"),
+        (&not_a_tar, "reading the layer tar"),
+    ] {
+        let status = client
+            .run_function(request(image, FUNCTION_IO))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+    }
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+}
+
+/// A tmpfs of `size` mounted at `dir` for uid 65532, unmounted when dropped.
+struct SmallDisk<'a>(&'a Path);
+
+impl<'a> SmallDisk<'a> {
+    fn mount(dir: &'a Path, size: &str) -> Self {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "mounting a small cache disk needs root (the tests run as root)"
+        );
+        std::fs::create_dir_all(dir).unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size},mode=0700,uid={NONROOT},gid={NONROOT}").as_str()),
+        )
+        .expect("mount a tmpfs");
+        SmallDisk(dir)
+    }
+}
+
+impl Drop for SmallDisk<'_> {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_cache_is_resource_exhausted() {
+    let registry = Registry::start();
+    let big = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/big", 0o644, pseudo_random_bytes(7, 24 << 20)))
+        .entrypoint(["/bin/cat"])
+        .push(&registry, "big:v1")
+        .reference;
+    let base = world_traversable_tempdir();
+    let cache = base.path().join("cache");
+    let _disk = SmallDisk::mount(&cache, "16m");
+    let daemon = Daemon::start_with_cache(Some(&cache), &[]).await;
+    let status = daemon
+        .client()
+        .await
+        .run_function(request(&big, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("No space left on device"),
+        "{status:?}"
+    );
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_s_pull_ends_with_the_call_s_timeout() {
+    let registry = HostileRegistry::start();
+    let image = registry.serve(
+        &ImageBuilder::new()
+            .layer(Layer::busybox())
+            .entrypoint(["/bin/cat"]),
+        "fn:v1",
+    );
+    let layer = image.image.layers[0].digest.clone();
+    registry.fault(
+        Target::Blob(layer),
+        Fault::Drip {
+            every: Duration::from_secs(1),
+        },
+    );
+    // --pull-timeout stays at its default, 10 minutes.
+    let daemon = Daemon::start(&[]).await;
+    let status = daemon
+        .client()
+        .await
+        .run_function(request_with_timeout(
+            &image.reference,
+            FUNCTION_IO,
+            Duration::from_secs(3),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(
+        status.message().contains("took longer than 3s")
+            && status.message().contains("the time the call had"),
+        "{status:?}"
+    );
+    // The pull let go of its connection when the call ended.
+    let r = &registry;
+    tokio::task::block_in_place(|| {
+        r.wait_until("the drip's client hung up", Duration::from_secs(60), |r| {
+            r.drips_abandoned() == 1
+        })
+    });
+}
+
+/// `xfn start` as uid 65532 on `cache`, which must exit: its exit status
+/// and stderr (a daemon that serves instead is killed, and the test fails).
+fn start_refused(cache: &Path) -> (std::process::ExitStatus, String) {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .arg("start")
+        .arg("--address")
+        .arg(format!("@xfn-test/{}/owner", std::process::id()))
+        .arg("--metrics-address")
+        .arg("127.0.0.1:0")
+        .arg("--cache-dir")
+        .arg(cache)
+        .stdin(std::process::Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .expect("spawn xfn start");
+    for _ in 0..300 {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, std::fs::read_to_string(log.path()).unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "xfn start served on {}:\n{}",
+        cache.display(),
+        std::fs::read_to_string(log.path()).unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cache_dir_another_user_owns_is_refused_at_start_and_root_s_is_not() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = world_traversable_tempdir();
+    // Writable by xfn, so nothing but the check keeps xfn from using it.
+    let foreign = base.path().join("foreign");
+    dir_owned_by(&foreign, 4322);
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (status, stderr) = start_refused(&foreign);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is owned by uid 4322, not by xfn (uid 65532) or root"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&foreign).unwrap().count(),
+        0,
+        "nothing is put in it"
+    );
+
+    // A Kubernetes emptyDir: root's, mode 0777.
+    let empty_dir = base.path().join("empty-dir");
+    std::fs::create_dir(&empty_dir).unwrap();
+    std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let registry = Registry::start();
+    let daemon = Daemon::start_with_cache(Some(&empty_dir), &[]).await;
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
 }

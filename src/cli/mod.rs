@@ -7,6 +7,7 @@ use xfn::runner::Namespace;
 
 pub mod adapt;
 pub mod cache;
+pub mod logging;
 pub mod pull;
 pub mod render;
 pub mod render_servers;
@@ -300,7 +301,8 @@ pub struct Global {
 }
 
 /// Sets up tracing to stderr: `info` by default, `debug` with `-d`, or
-/// whatever `RUST_LOG` says.
+/// whatever `RUST_LOG` says. Text lines escape what their fields carry
+/// (see [`logging`]); JSON escapes by itself.
 pub fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
     let default = if global.debug { "debug" } else { "info" };
@@ -313,7 +315,7 @@ pub fn init_logging(global: &Global) {
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match global.log_format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(logging::EscapedFields).init(),
         LogFormat::Json => builder.json().init(),
     }
 }
@@ -432,12 +434,42 @@ impl Prepared {
 /// single-threaded.
 pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
+    check_cache_owner(&store.cache_dir, userns)?;
     xfn::runner::enter_namespace(&xfn::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
         map_root_gid: userns.map_root_gid,
         cache_dir: store.cache_dir.clone(),
     })
     .context("cannot enter xfn's user namespace")
+}
+
+/// Refuses a cache dir that another user owns, before anything is put in
+/// it. Its owner can rename and replace the entries of a directory it owns
+/// whatever their own modes, so that user could swap layers under running
+/// functions or break every call. Root may own it (a Kubernetes emptyDir is
+/// root's, mode 0777, reachable only inside the pod); as root, or allowed
+/// to map a range, xfn hands the dir to the mapped root itself.
+fn check_cache_owner(dir: &std::path::Path, userns: &UsernsArgs) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        // Absent: xfn creates it, owned by itself.
+        return Ok(());
+    };
+    let (owner, own) = (meta.uid(), nix::unistd::geteuid().as_raw());
+    let may_map_range = || {
+        use caps::{has_cap, CapSet, Capability};
+        let has = |cap| has_cap(None, CapSet::Effective, cap).unwrap_or(false);
+        has(Capability::CAP_SETUID) && has(Capability::CAP_SETGID)
+    };
+    if own == 0 || owner == own || owner == 0 || (owner == userns.map_root_uid && may_map_range()) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "the cache dir {} is owned by uid {owner}, not by xfn (uid {own}) or root: that user \
+         could rename or replace the cache's entries under running functions. Give xfn a \
+         cache dir of its own (--cache-dir), or chown this one to uid {own}",
+        dir.display()
+    )
 }
 
 /// Puts the servers (`start`, `adapt`) under PID 1 of a PID namespace of

@@ -50,12 +50,14 @@ pub enum ImageError {
         source: ExtractError,
     },
     /// The pull did not finish in time.
-    #[error("pulling {image} took longer than {timeout:?} (the --pull-timeout bound)")]
+    #[error("pulling {image} took longer than {timeout:?} ({bound})")]
     Timeout {
         /// The reference.
         image: String,
         /// The bound.
         timeout: Duration,
+        /// Whose bound it was.
+        bound: PullBound,
     },
     /// Local file system trouble.
     #[error("{path}: {source}")]
@@ -67,12 +69,36 @@ pub enum ImageError {
     },
 }
 
+/// What ended a pull that took too long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullBound {
+    /// `--pull-timeout`, the bound of every pull.
+    PullTimeout,
+    /// The time the call it served had left (its timeout, or its caller's
+    /// deadline).
+    Call,
+}
+
+impl std::fmt::Display for PullBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PullBound::PullTimeout => "the --pull-timeout bound",
+            PullBound::Call => {
+                "the time the call had; the layers fetched so far are kept for the next call"
+            }
+        })
+    }
+}
+
 impl ImageError {
     /// How to classify this error (e.g. for a gRPC status).
     pub fn kind(&self) -> ImageErrorKind {
         match self {
             ImageError::InvalidReference(_) => ImageErrorKind::InvalidArgument,
             ImageError::NotPresent { .. } => ImageErrorKind::NotPresent,
+            ImageError::Pull(PullError::Io { source, .. }) if no_space(source) => {
+                ImageErrorKind::NoSpace
+            }
             ImageError::Pull(e) => e.kind(),
             ImageError::TooManyLayers { .. } => ImageErrorKind::TooManyLayers,
             ImageError::Corrupt { .. } => ImageErrorKind::Corrupt,
@@ -80,11 +106,29 @@ impl ImageError {
                 source: ExtractError::Bound { .. },
                 ..
             } => ImageErrorKind::TooLarge,
+            // A layer that is no tar, or whose entries would escape: a bad
+            // image, whoever asks for it.
+            ImageError::Extract {
+                source: ExtractError::Unsafe { .. } | ExtractError::Read { .. },
+                ..
+            } => ImageErrorKind::InvalidArgument,
+            ImageError::Extract {
+                source: ExtractError::Io { source, .. },
+                ..
+            } if no_space(source) => ImageErrorKind::NoSpace,
             ImageError::Extract { .. } => ImageErrorKind::Extract,
             ImageError::Timeout { .. } => ImageErrorKind::Timeout,
+            ImageError::Io { source, .. } if no_space(source) => ImageErrorKind::NoSpace,
             ImageError::Io { .. } => ImageErrorKind::Io,
         }
     }
+}
+
+/// Whether `err` says the file system is full (ENOSPC) or the user's quota
+/// is (EDQUOT).
+fn no_space(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || err.kind() == std::io::ErrorKind::StorageFull
 }
 
 /// Maps an I/O error on `path` to [`ImageError::Io`].
@@ -106,6 +150,56 @@ pub(crate) fn join_err(e: tokio::task::JoinError) -> ImageError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_layer_is_the_image_s_fault_and_a_full_disk_is_no_space() {
+        use std::io::{Error, ErrorKind};
+        let extract = |source| ImageError::Extract {
+            digest: "sha256:ab".into(),
+            source,
+        };
+        let unsafe_entry = extract(ExtractError::Unsafe {
+            entry: "../x".into(),
+            reason: "outside the rootfs".into(),
+        });
+        assert_eq!(unsafe_entry.kind(), ImageErrorKind::InvalidArgument);
+        let not_a_tar = extract(ExtractError::Read {
+            after: String::new(),
+            source: Error::new(ErrorKind::InvalidData, "not a tar"),
+        });
+        assert_eq!(not_a_tar.kind(), ImageErrorKind::InvalidArgument);
+        let full = || Error::from_raw_os_error(libc::ENOSPC);
+        let entry_io = |source| ExtractError::Io {
+            entry: "a".into(),
+            source,
+        };
+        assert_eq!(extract(entry_io(full())).kind(), ImageErrorKind::NoSpace);
+        assert_eq!(
+            extract(entry_io(Error::from_raw_os_error(libc::EIO))).kind(),
+            ImageErrorKind::Extract
+        );
+        let stored = ImageError::Io {
+            path: PathBuf::from("/cache/tmp/x"),
+            source: full(),
+        };
+        assert_eq!(stored.kind(), ImageErrorKind::NoSpace);
+        let blob = ImageError::Pull(PullError::Io {
+            digest: "sha256:ab".into(),
+            source: Error::from_raw_os_error(libc::EDQUOT),
+        });
+        assert_eq!(blob.kind(), ImageErrorKind::NoSpace);
+    }
+
+    #[test]
+    fn a_pull_past_its_call_s_time_says_so() {
+        let e = ImageError::Timeout {
+            image: "r/x:v1".into(),
+            timeout: Duration::from_secs(2),
+            bound: PullBound::Call,
+        };
+        assert_eq!(e.kind(), ImageErrorKind::Timeout);
+        assert!(e.to_string().contains("the time the call had"), "{e}");
+    }
 
     #[test]
     fn errors_name_their_image_and_kind() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 
 use super::descriptor::Manifest;
-use super::error::{join_err, ImageError};
+use super::error::{join_err, ImageError, PullBound};
 use super::policy::PullPolicy;
 use super::pull::{ConnectOptions, Puller};
 use super::reference::ImageReference;
@@ -217,6 +217,22 @@ impl ImageStore {
             .map(|(image, _)| image)
     }
 
+    /// [`ensure`](Self::ensure) for a call that has `call_time` left: its
+    /// pull ends by then too, not only by `--pull-timeout`. What such a
+    /// pull leaves behind is kept: layers are published one by one as they
+    /// are whole, so a later call goes on where this one stopped.
+    pub async fn ensure_within(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        auth: &RegistryAuth,
+        call_time: Duration,
+    ) -> Result<PulledImage, ImageError> {
+        self.ensure_bounded(image, policy, auth, None, Some(call_time))
+            .await
+            .map(|(image, _)| image)
+    }
+
     /// [`ensure`](Self::ensure), reporting progress and what was fetched.
     pub async fn ensure_with(
         &self,
@@ -224,6 +240,20 @@ impl ImageStore {
         policy: PullPolicy,
         auth: &RegistryAuth,
         progress: Option<&dyn PullProgress>,
+    ) -> Result<(PulledImage, PullReport), ImageError> {
+        self.ensure_bounded(image, policy, auth, progress, None)
+            .await
+    }
+
+    /// [`ensure_with`](Self::ensure_with), the pull ending by `call_time`
+    /// where given, else by `--pull-timeout`, whichever comes first.
+    async fn ensure_bounded(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        auth: &RegistryAuth,
+        progress: Option<&dyn PullProgress>,
+        call_time: Option<Duration>,
     ) -> Result<(PulledImage, PullReport), ImageError> {
         let reference = ImageReference::parse(image, &self.inner.options.default_registry)?;
         let key = reference.to_string();
@@ -249,7 +279,10 @@ impl ImageStore {
                 return Err(ImageError::NotPresent { image: key });
             }
         }
-        let timeout = self.inner.options.pull_timeout;
+        let (timeout, bound) = match call_time {
+            Some(call) if call < self.inner.options.pull_timeout => (call, PullBound::Call),
+            _ => (self.inner.options.pull_timeout, PullBound::PullTimeout),
+        };
         let locked_pull = async {
             let _guard = self.store().lock(&format!("ref {key}")).await?;
             if policy != PullPolicy::Always {
@@ -267,6 +300,7 @@ impl ImageStore {
             .map_err(|_| ImageError::Timeout {
                 image: key.clone(),
                 timeout,
+                bound,
             })?
     }
 

@@ -22,13 +22,19 @@ pub enum ImageErrorKind {
     /// More than [`MAX_LAYERS`](super::store::MAX_LAYERS) layers
     /// (`ResourceExhausted`/`InvalidArgument`).
     TooManyLayers,
-    /// A layer could not be extracted (`Internal`, or `InvalidArgument` for hostile tars).
+    /// A layer could not be extracted for a local reason (`Internal`);
+    /// layers that are no readable tar, or whose entries are refused, are
+    /// the image's fault (`InvalidArgument`).
     Extract,
     /// The image breaks a bound: unpacked size, entries, header sizes,
     /// manifest or blob sizes (`ResourceExhausted`).
     TooLarge,
-    /// The pull took longer than `--pull-timeout` (`DeadlineExceeded`).
+    /// The pull took longer than `--pull-timeout` or the call it serves
+    /// has time for (`DeadlineExceeded`).
     Timeout,
+    /// The cache's file system is full or over its quota: no bound of the
+    /// image's, a shortage of the daemon's (`ResourceExhausted`).
+    NoSpace,
     /// Local I/O failed (`Internal`).
     Io,
 }

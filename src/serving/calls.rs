@@ -186,7 +186,9 @@ impl Calls {
             Err(status) => {
                 self.metrics
                     .record_run(outcome_label(status.code()), elapsed);
-                tracing::warn!(%subject, ?elapsed, code = ?status.code(), message = status.message(), "call failed");
+                // `error`, not `message`: that is the event's own key, and JSON
+                // lines would carry it twice.
+                tracing::warn!(%subject, ?elapsed, code = ?status.code(), error = status.message(), "call failed");
             }
         }
         result.map(|(answer, _)| answer)

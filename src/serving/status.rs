@@ -22,6 +22,9 @@ fn image_code(kind: ImageErrorKind) -> Code {
         // Past a bound the daemon sets (size, entries, header sizes).
         ImageErrorKind::TooLarge => Code::ResourceExhausted,
         ImageErrorKind::Timeout => Code::DeadlineExceeded,
+        // The cache's disk is full: the daemon's shortage, which a caller
+        // may retry after the collector made room.
+        ImageErrorKind::NoSpace => Code::ResourceExhausted,
         ImageErrorKind::Extract | ImageErrorKind::Io => Code::Internal,
     }
 }
@@ -162,5 +165,6 @@ mod tests {
             image_code(ImageErrorKind::NotPresent),
             Code::FailedPrecondition
         );
+        assert_eq!(image_code(ImageErrorKind::NoSpace), Code::ResourceExhausted);
     }
 }

@@ -135,11 +135,16 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         Some(dir) if !dir.is_empty() => dir.to_string(),
         _ => "/".to_string(),
     };
-    let resolved = user::resolve(image.user().as_deref().unwrap_or(""), input.rootfs)?;
+    let user_field = image.user().as_deref().unwrap_or("");
+    let mapped = user::map(
+        user_field,
+        user::resolve(user_field, input.rootfs)?,
+        input.mapped_ids,
+    )?;
     let user = UserBuilder::default()
-        .uid(resolved.uid)
-        .gid(resolved.gid)
-        .additional_gids(resolved.additional_gids)
+        .uid(mapped.user.uid)
+        .gid(mapped.user.gid)
+        .additional_gids(mapped.user.additional_gids)
         .build()?;
 
     let caps = capabilities();
@@ -163,9 +168,10 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         )?)
         .build()?;
 
-    // A user namespace of its own first, mapping xfn's ids one to one: the
-    // run's capabilities then stop at its own namespaces instead of reaching
-    // xfn's (its mount namespace, where every run's rootfs is mounted).
+    // A user namespace of its own first, over xfn's ids (one to one, or
+    // xfn's one id as the image's user: user.rs): the run's capabilities
+    // then stop at its own namespaces instead of reaching xfn's (its mount
+    // namespace, where every run's rootfs is mounted).
     let mut namespaces = vec![
         LinuxNamespaceType::User,
         LinuxNamespaceType::Pid,
@@ -183,15 +189,17 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .collect::<Result<Vec<_>, _>>()?;
 
     let seccomp = super::seccomp::profile().map_err(SpecError::Seccomp)?;
-    let ids = LinuxIdMappingBuilder::default()
-        .container_id(0u32)
-        .host_id(0u32)
-        .size(input.mapped_ids)
-        .build()?;
+    let map = |container_id: u32| {
+        LinuxIdMappingBuilder::default()
+            .container_id(container_id)
+            .host_id(0u32)
+            .size(mapped.size)
+            .build()
+    };
     let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)
-        .uid_mappings(vec![ids])
-        .gid_mappings(vec![ids])
+        .uid_mappings(vec![map(mapped.uid_base)?])
+        .gid_mappings(vec![map(mapped.gid_base)?])
         .masked_paths(masked_paths())
         .readonly_paths(readonly_paths())
         .resources(resources(input.limits, input.pids_limit)?)

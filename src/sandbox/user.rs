@@ -1,5 +1,29 @@
 //! Resolving an image config's `User` (`name`, `uid`, `name:group`,
-//! `uid:gid`, …) against the image's own /etc/passwd and /etc/group.
+//! `uid:gid`, …) against the image's own /etc/passwd and /etc/group, and
+//! mapping the ids it names into the run's user namespace.
+//!
+//! Choice: **the image's ids are mapped onto the ids xfn has.** Each run
+//! has a user namespace of its own whose ids are xfn's (spec.rs). With a
+//! 65536-id range (xfn with CAP_SETUID) the image's ids are mapped one to
+//! one, so `User: 65532` is container uid 65532, and an id past the range
+//! is refused. Without capabilities (the unprivileged sidecar) xfn has one
+//! id: the run's namespace then maps the *image's* uid and gid onto it
+//! rather than 0, so a `nonroot` image (distroless `65532:65532`, `1000`)
+//! runs as the user it names instead of failing with "cannot setresgid".
+//!
+//! What such a function sees: `id` prints the image's uid and gid; every
+//! file of its image (extracted by xfn, so owned by xfn's uid) is owned by
+//! that uid and gid, as are `/tmp` and the rootfs's writable upper; root
+//! (uid 0) and every other id are unmapped (they show as 65534, and
+//! `setuid(0)` fails with `EINVAL`); it has no capabilities (a non-root
+//! uid loses them at `execve`); supplementary groups are dropped, as the
+//! one id cannot carry them (the function can then reach less, never
+//! more). Its host uid is still xfn's: the mapping changes the name of the
+//! one id, not who it is outside.
+//!
+//! An id of 4294967295 (`(uid_t)-1`) is refused, never passed on:
+//! `setresuid(-1, …)` means "leave unchanged", so the function would keep
+//! the runtime's root.
 use std::path::Path;
 
 /// Errors of user resolution.
@@ -20,6 +44,24 @@ pub enum UserError {
     /// The User field is malformed.
     #[error("image user {0:?} is malformed; expected user, uid, user:group or uid:gid")]
     Malformed(String),
+    /// An id is `(uid_t)-1`, which the kernel reads as "unchanged".
+    #[error("image user {user:?}: {id} is not a user or group id ((uid_t)-1 means \"leave unchanged\" to the kernel, so the function would keep root)")]
+    InvalidId {
+        /// The User field.
+        user: String,
+        /// The id.
+        id: u32,
+    },
+    /// An id is outside the range xfn's namespace maps.
+    #[error("image user {user:?}: id {id} is outside the {mapped} ids xfn maps (0-{}); rebuild the image with an id below {mapped}", mapped - 1)]
+    Unmappable {
+        /// The User field.
+        user: String,
+        /// The id.
+        id: u32,
+        /// How many ids xfn maps.
+        mapped: u32,
+    },
 }
 
 /// The ids a container process runs as.
@@ -90,10 +132,71 @@ pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
             }
         }
     }
+    for id in [uid, gid]
+        .into_iter()
+        .chain(additional_gids.iter().copied())
+    {
+        if id == u32::MAX {
+            return Err(UserError::InvalidId {
+                user: spec.to_string(),
+                id,
+            });
+        }
+    }
     Ok(ResolvedUser {
         uid,
         gid,
         additional_gids,
+    })
+}
+
+/// A resolved user as the run's namespace sees it: the ids the process
+/// takes and the uid and gid maps that make them exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedUser {
+    /// The ids the function runs as (supplementary groups dropped where
+    /// they cannot be mapped).
+    pub user: ResolvedUser,
+    /// The container uid that xfn's first id (0 in its namespace) is.
+    pub uid_base: u32,
+    /// The container gid that xfn's first id is.
+    pub gid_base: u32,
+    /// How many ids each map maps (xfn's ids from 0).
+    pub size: u32,
+}
+
+/// Maps `resolved` into a run's namespace over the `mapped_ids` ids of
+/// xfn's own namespace (1: xfn's own id; more: a range from 0), as the
+/// module header says. `spec` is the User field, for errors.
+pub fn map(spec: &str, resolved: ResolvedUser, mapped_ids: u32) -> Result<MappedUser, UserError> {
+    if mapped_ids <= 1 {
+        return Ok(MappedUser {
+            uid_base: resolved.uid,
+            gid_base: resolved.gid,
+            size: 1,
+            user: ResolvedUser {
+                additional_gids: Vec::new(),
+                ..resolved
+            },
+        });
+    }
+    let ids = [resolved.uid, resolved.gid];
+    if let Some(&id) = ids
+        .iter()
+        .chain(&resolved.additional_gids)
+        .find(|&&id| id >= mapped_ids)
+    {
+        return Err(UserError::Unmappable {
+            user: spec.trim().to_string(),
+            id,
+            mapped: mapped_ids,
+        });
+    }
+    Ok(MappedUser {
+        uid_base: 0,
+        gid_base: 0,
+        size: mapped_ids,
+        user: resolved,
     })
 }
 
@@ -213,6 +316,66 @@ mod tests {
             assert!(
                 matches!(resolve(bad, dir.path()), Err(UserError::Malformed(_))),
                 "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_id_of_minus_one_is_refused_not_read_as_unchanged() {
+        let dir = rootfs();
+        for spec in [
+            "4294967295",
+            "4294967295:0",
+            "0:4294967295",
+            "fn:4294967295",
+        ] {
+            assert!(
+                matches!(
+                    resolve(spec, dir.path()),
+                    Err(UserError::InvalidId { id: u32::MAX, .. })
+                ),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn xfns_one_id_becomes_the_image_user_and_its_groups_are_dropped() {
+        let fn_user = resolve("fn", rootfs().path()).unwrap();
+        let mapped = map("fn", fn_user, 1).unwrap();
+        assert_eq!(
+            (mapped.uid_base, mapped.gid_base, mapped.size),
+            (1000, 1001, 1)
+        );
+        assert_eq!(
+            (
+                mapped.user.uid,
+                mapped.user.gid,
+                mapped.user.additional_gids
+            ),
+            (1000, 1001, vec![])
+        );
+        let root = map("", resolve("", rootfs().path()).unwrap(), 1).unwrap();
+        assert_eq!((root.uid_base, root.gid_base, root.size), (0, 0, 1));
+    }
+
+    #[test]
+    fn a_range_maps_image_users_one_to_one_and_refuses_ids_past_it() {
+        let fn_user = resolve("fn", rootfs().path()).unwrap();
+        let mapped = map("fn", fn_user.clone(), 65536).unwrap();
+        assert_eq!(
+            (mapped.uid_base, mapped.gid_base, mapped.size),
+            (0, 0, 65536)
+        );
+        assert_eq!(mapped.user, fn_user);
+        for spec in ["65536", "0:70000", "fn:65536"] {
+            let resolved = resolve(spec, rootfs().path()).unwrap();
+            assert!(
+                matches!(
+                    map(spec, resolved, 65536),
+                    Err(UserError::Unmappable { mapped: 65536, .. })
+                ),
+                "{spec}"
             );
         }
     }

@@ -1,0 +1,175 @@
+//! Image users (`User` in the image config) end to end: the unprivileged
+//! daemon (`xfn start` as uid 65532, no capabilities) and `xfn run`, both
+//! unprivileged and as root (a 65536-id range), with images built here.
+//! `src/sandbox/user.rs` says how the ids are mapped and what a function
+//! sees.
+//!
+//! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root.
+mod server_common;
+mod support;
+
+use std::path::Path;
+
+use server_common::*;
+use support::*;
+use tonic::Code;
+
+/// What each test function prints: its ids, the owner of its image's
+/// files, its uid map and its effective capabilities, then its input.
+const WHO_AM_I: &str = "id -u; id -g; stat -c %u:%g /bin/busybox; \
+    cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'; \
+    grep CapEff /proc/self/status | cut -f2; cat";
+
+fn user_image(registry: &Registry, name: &str, user: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", WHO_AM_I])
+        .user(user)
+        .push(registry, name)
+        .reference
+}
+
+/// The users that run, and what the unprivileged daemon's function prints
+/// for each (uid, gid, owner of its files, uid map): xfn's one id is the
+/// image's user, so its files are the user's own, and (not root) it has
+/// no capabilities.
+const RUNNABLE: [(&str, &str, &str); 4] = [
+    (
+        "u65532g65532",
+        "65532:65532",
+        "65532\n65532\n65532:65532\n65532 0 1\n",
+    ),
+    (
+        "u1000g1000",
+        "1000:1000",
+        "1000\n1000\n1000:1000\n1000 0 1\n",
+    ),
+    // A uid not in /etc/passwd runs with gid 0, as Docker does.
+    ("u1000", "1000", "1000\n0\n1000:0\n1000 0 1\n"),
+    // A name from the image's /etc/passwd (Layer::busybox: nonroot 65532).
+    (
+        "byname",
+        "nonroot",
+        "65532\n65532\n65532:65532\n65532 0 1\n",
+    ),
+];
+
+/// The users that are refused, and what the refusal must say.
+const REFUSED: [(&str, &str, &str); 2] = [
+    (
+        "unknown",
+        "nosuchuser",
+        "image user \"nosuchuser\" is not in the image's /etc/passwd",
+    ),
+    (
+        "overflow",
+        "4294967295",
+        "4294967295 is not a user or group id",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_unprivileged_daemon_runs_image_users_as_themselves_and_refuses_unknown_ones() {
+    let registry = Registry::start();
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    for (name, user, expected) in RUNNABLE {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        // Twice: the first call may be cold, the second finds a warm
+        // container made for the image (the pool builds the same spec).
+        for _ in 0..2 {
+            let out = client
+                .run_function(request(&image, FUNCTION_IO))
+                .await
+                .unwrap_or_else(|s| panic!("{user}: {s:?}\n{}", daemon.log()));
+            let out = String::from_utf8(out.into_inner().output).unwrap();
+            assert_eq!(
+                out,
+                format!("{expected}0000000000000000\n{FUNCTION_IO}"),
+                "{user}"
+            );
+        }
+    }
+    for (name, user, reason) in REFUSED {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        let status = client
+            .run_function(request(&image, FUNCTION_IO))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{user}: {status:?}");
+        assert!(status.message().contains(reason), "{user}: {status:?}");
+    }
+    // The daemon keeps serving after the refusals.
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+}
+
+fn xfn_run(cache: &Path, uid: Option<u32>, image: &str) -> std::process::Output {
+    let mut cmd = match uid {
+        Some(uid) => unprivileged(uid, Path::new(env!("CARGO_BIN_EXE_xfn"))),
+        None => xfn_command(),
+    };
+    cmd.arg("run")
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg(image)
+        .arg("-");
+    run_with_input(cmd, b"input\n")
+}
+
+#[test]
+fn xfn_run_unprivileged_runs_image_users_as_themselves_and_refuses_unknown_ones() {
+    let registry = Registry::start();
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    for (name, user, expected) in RUNNABLE {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        let out = stdout(&xfn_run(&cache, Some(NONROOT), &image));
+        assert_eq!(
+            out,
+            format!("{expected}0000000000000000\ninput\n"),
+            "{user}"
+        );
+    }
+    for (name, user, reason) in REFUSED {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        let err = failure(&xfn_run(&cache, Some(NONROOT), &image));
+        assert!(err.contains(reason), "{user}: {err}");
+    }
+}
+
+/// As root xfn maps 65536 ids one to one: the image's ids are themselves
+/// (files keep their owners: root's), and an id past the range is refused
+/// with the range named, as is `(uid_t)-1`.
+#[test]
+fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it() {
+    let registry = Registry::start();
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("cache");
+    for (name, user, uid_gid) in [
+        ("u65532g65532", "65532:65532", "65532\n65532\n"),
+        ("u1000", "1000", "1000\n0\n"),
+        ("byname", "nonroot", "65532\n65532\n"),
+    ] {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        let out = stdout(&xfn_run(&cache, None, &image));
+        assert_eq!(
+            out,
+            format!("{uid_gid}0:0\n0 0 65536\n0000000000000000\ninput\n"),
+            "{user}"
+        );
+    }
+    for (name, user, reason) in [
+        REFUSED[0],
+        REFUSED[1],
+        (
+            "u100000",
+            "100000",
+            "id 100000 is outside the 65536 ids xfn maps",
+        ),
+    ] {
+        let image = user_image(&registry, &format!("{name}:v1"), user);
+        let err = failure(&xfn_run(&cache, None, &image));
+        assert!(err.contains(reason), "{user}: {err}");
+    }
+}

@@ -5,16 +5,12 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use cli::Cli;
-
 fn main() -> ExitCode {
     // As PID 1 (a container's main process) xfn leaves PID 1 to a tiny init
     // that reaps orphans and forwards signals: see `xfn::pid1`. First, while
     // the process has one thread.
     xfn::pid1::init_if_pid1();
-    let cli = Cli::parse_from(cli::render::rewrite_short_flags(std::env::args_os()));
+    let cli = cli::render::parse_cli(std::env::args_os());
     let command = cli.command;
     let global = cli::Global {
         registry: cli.registry,

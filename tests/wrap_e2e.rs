@@ -73,9 +73,12 @@ fn check_wrapped(layout: &Path, base: &PushedImage, function_tar: &[u8]) {
     assert_eq!(files.len(), 1);
     assert_eq!(files[0].0, "package.yaml");
     let package: yaml_serde::Value = yaml_serde::from_slice(&files[0].1).unwrap();
-    assert_eq!(package["apiVersion"], "meta.pkg.crossplane.io/v1beta1");
+    assert_eq!(package["apiVersion"], "meta.pkg.crossplane.io/v1");
     assert_eq!(package["kind"], "Function");
     assert_eq!(package["metadata"]["name"], "my-function");
+    // Crossplane uses a Function in an Operation only with `operation`.
+    assert_eq!(package["spec"]["capabilities"][0], "composition");
+    assert_eq!(package["spec"]["capabilities"][1], "operation");
     assert_eq!(
         package["metadata"]["annotations"]["meta.crossplane.io/maintainer"],
         "Team <team@example.com>"
@@ -118,7 +121,11 @@ fn wrapped_images_push_and_write_with_their_package_metadata() {
         .push(&registry, "wrap-fn:v1");
     let base = ImageBuilder::new()
         .layer(Layer::busybox())
-        .layer(Layer::new().file("/usr/local/bin/xfn", 0o755, "#!/bin/sh\n"))
+        .layer(
+            Layer::new()
+                .file("/usr/local/bin/xfn", 0o755, "#!/bin/sh\n")
+                .file("/usr/local/bin/crun", 0o755, "#!/bin/sh\n"),
+        )
         .env(["PATH=/usr/local/bin:/bin"])
         .cmd(["/bin/sh"])
         .push(&registry, "adaptor-base:v1");
@@ -172,4 +179,156 @@ fn wrapped_images_push_and_write_with_their_package_metadata() {
         &format!("oci:{}:wrapped", unpacked.display()),
     ]);
     check_wrapped(&unpacked, &base, &function_bytes);
+}
+
+/// The manifest digest `tag` has in `registry` (skopeo inspect), if any.
+fn digest_of(tag: &str) -> Option<String> {
+    let out = Command::new("skopeo")
+        .args(["inspect", "--tls-verify=false", &format!("docker://{tag}")])
+        .output()
+        .expect("run skopeo");
+    out.status.success().then(|| {
+        let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+        info["Digest"].as_str().unwrap().to_string()
+    })
+}
+
+#[test]
+fn a_wrong_function_or_base_fails_before_the_good_tag_is_overwritten() {
+    let registry = Registry::start();
+    let dir = world_traversable_tempdir();
+    let function = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "cat"])
+        .push(&registry, "wrap-fn:v1");
+    let good_base = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(
+            Layer::new()
+                .file("/usr/bin/xfn", 0o755, "#!/bin/sh\n")
+                .file("/usr/bin/crun", 0o755, "#!/bin/sh\n"),
+        )
+        .push(&registry, "adaptor-base:v1");
+    // busybox alone: no xfn, no crun.
+    let function_as_base = function.reference.clone();
+    let function_tar = dir.path().join("function.tar");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{}", function.reference),
+        &format!("docker-archive:{}", function_tar.display()),
+    ]);
+    let script = dir.path().join("fn.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat\n").unwrap();
+    let metadata = dir.path().join("crossplane.yaml");
+    std::fs::write(
+        &metadata,
+        "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: theirs\n  \
+         annotations: {meta.crossplane.io/source: github.com/me/fn}\nspec:\n  \
+         crossplane: {version: '>=v2.0.0'}\n",
+    )
+    .unwrap();
+    let target = format!("{}/wrapped:v1", registry.host());
+    let wrap = |function: &Path, base: &str, extra: &[&str]| {
+        xfn_command()
+            .args(["wrap", "--function"])
+            .arg(function)
+            .args(["--base", base, "--tag", &target, "--push"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+
+    // A good wrap, from the user's package metadata, composition only.
+    let out = wrap(
+        &function_tar,
+        &good_base.reference,
+        &[
+            "--package-metadata",
+            metadata.to_str().unwrap(),
+            "--capability",
+            "composition",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let good = digest_of(&target).expect("pushed");
+    let pulled = dir.path().join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{target}"),
+        &format!("oci:{}:wrapped", pulled.display()),
+    ]);
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(pulled.join("index.json")).unwrap()).unwrap();
+    let manifest: Value = serde_json::from_slice(&blob(
+        &pulled,
+        index["manifests"][0]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let layers = manifest["layers"].as_array().unwrap();
+    let package_layer = layers
+        .iter()
+        .find(|l| l["annotations"]["io.crossplane.xpkg"] == "base")
+        .unwrap();
+    let files = files_of(&blob(&pulled, package_layer["digest"].as_str().unwrap()));
+    let package: Value = yaml_serde::from_slice(&files[0].1).unwrap();
+    assert_eq!(package["metadata"]["name"], "theirs");
+    assert_eq!(
+        package["metadata"]["annotations"]["meta.crossplane.io/source"],
+        "github.com/me/fn"
+    );
+    assert_eq!(package["spec"]["crossplane"]["version"], ">=v2.0.0");
+    assert_eq!(
+        package["spec"]["capabilities"],
+        serde_json::json!(["composition"])
+    );
+
+    // Each wrong input fails naming it, and the tag keeps the good image.
+    for (function, base, expected) in [
+        (
+            script.as_path(),
+            good_base.reference.as_str(),
+            "not an image tarball",
+        ),
+        (
+            metadata.as_path(),
+            good_base.reference.as_str(),
+            "not an image tarball",
+        ),
+        (
+            function_tar.as_path(),
+            function_as_base.as_str(),
+            "holds no xfn and no crun on its PATH",
+        ),
+    ] {
+        let out = wrap(function, base, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{function:?} {base}: {err}"
+        );
+        assert_eq!(digest_of(&target).as_deref(), Some(good.as_str()), "{err}");
+    }
+    // A package metadata file that is not a Function's.
+    std::fs::write(
+        &metadata,
+        "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\n",
+    )
+    .unwrap();
+    let out = wrap(
+        &function_tar,
+        &good_base.reference,
+        &["--package-metadata", metadata.to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("expected a meta.pkg.crossplane.io Function"),
+        "{err}"
+    );
+    assert_eq!(digest_of(&target).as_deref(), Some(good.as_str()));
 }

@@ -65,19 +65,31 @@ pub struct RenderArgs {
     /// Print the whole Operation, not only its identity and status.
     #[arg(long)]
     pub include_full_operation: bool,
-    /// Context for the first step: `key=file` (JSON or YAML), repeatable or comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    /// Context for the first step: `key=file` (the file JSON or YAML),
+    /// `;`-separated and repeatable, as upstream's map flag.
+    #[arg(long, value_name = "KEY=FILE;…")]
     pub context_files: Vec<String>,
-    /// Context for the first step: `key=json`, repeatable.
-    #[arg(long)]
+    /// Context for the first step: `key=value` (the value JSON or YAML;
+    /// these win over --context-files), `;`-separated and repeatable.
+    #[arg(long, value_name = "KEY=VALUE;…")]
     pub context_values: Vec<String>,
-    /// Print the results functions returned (also `-r` after `render`).
+    /// Print the results functions returned as `Result` objects (`-r`
+    /// here; before `render`, `-r` is --registry).
     #[arg(long = "include-function-results")]
     pub include_function_results: bool,
+    /// Print the observed composed resources Crossplane would delete, as
+    /// `DeletedResource` objects (the engine's deleted resources; xfn only).
+    #[arg(long)]
+    pub include_deleted_resources: bool,
+    /// Print what the pipeline required, as a `Requirements` object (the
+    /// engine's required resources and schemas; xfn only).
+    #[arg(long)]
+    pub include_requirements: bool,
     /// Print the whole XR, not only its status.
     #[arg(short = 'x', long)]
     pub include_full_xr: bool,
-    /// Print the context after the last step.
+    /// Print the context after the last step (`-c` here; the cache
+    /// directory is --cache-dir).
     #[arg(short = 'c', long)]
     pub include_context: bool,
     /// Secrets steps take credentials from, a YAML stream or a directory.
@@ -154,6 +166,8 @@ impl RenderArgs {
                 include_full: self.include_full_xr || self.include_full_operation,
                 include_results: self.include_function_results,
                 include_context: self.include_context,
+                include_deleted: self.include_deleted_resources,
+                include_requirements: self.include_requirements,
             },
         }
     }
@@ -227,34 +241,86 @@ fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<K
 }
 
 /// Exit code of a render cut short by a Fatal result (its partial output
-/// is printed), as Crossplane's render engine.
+/// is printed), as `crossplane internal render` (the CLI exits 1).
 pub const EXIT_FATAL: u8 = 3;
 
-/// `-r` means `--include-function-results` after `render`, as in
-/// `crossplane render`, but it is xfn's global `--registry` everywhere else;
-/// clap cannot have both, so it is rewritten before parsing.
-pub fn rewrite_short_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let mut seen_render = false;
-    args.into_iter()
-        .map(|arg| {
-            if seen_render && arg == "-r" {
-                return OsString::from("--include-function-results");
+/// What `-c` and `-r` mean after `render`, for errors that may come from
+/// reading them as they mean elsewhere.
+const SHORT_FLAGS_NOTE: &str = "note: in `xfn render`, -c is --include-context and -r \
+     --include-function-results, as in `crossplane render`; the cache directory is \
+     --cache-dir and the registry --registry (or -r before `render`)";
+
+/// Parses xfn's command line. `-r` is xfn's global `--registry`, but after
+/// `render` it is `--include-function-results` (and `-c`
+/// `--include-context`, where elsewhere it is the cache dir), as in
+/// `crossplane render`: render gets `--registry` without its short form,
+/// so its help and its errors say what its `-r` is. A usage error of a
+/// render that used `-c` or `-r` says what they mean there.
+pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> super::Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<OsString> = args.into_iter().collect();
+    let command = super::Cli::command();
+    let registry = command
+        .get_arguments()
+        .find(|a| a.get_id() == "registry")
+        .cloned();
+    let command = command.mut_subcommand("render", |render| {
+        let render = render.mut_arg("include_function_results", |a| a.short('r'));
+        // An arg of the subcommand's own is not propagated over.
+        match registry {
+            Some(registry) => render.arg(registry.short(None)),
+            None => render,
+        }
+    });
+    let in_render = |flags: &[&str]| {
+        args.iter()
+            .skip_while(|a| *a != "render")
+            .any(|a| flags.iter().any(|f| a == f))
+    };
+    let parsed = command
+        .try_get_matches_from(&args)
+        .and_then(|matches| super::Cli::from_arg_matches(&matches));
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(err) => {
+            let usage = !matches!(
+                err.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            );
+            if usage && in_render(&["-c", "-r"]) {
+                let _ = err.print();
+                eprintln!("\n{SHORT_FLAGS_NOTE}");
+                std::process::exit(err.exit_code());
             }
-            if arg == "render" {
-                seen_render = true;
-            }
-            arg
-        })
-        .collect()
+            err.exit()
+        }
+    };
+    // `xfn render -c DIR XR COMPOSITION`: DIR became the XR.
+    if let super::Command::Render(render) = &cli.command {
+        if render.include_context && render.composite_resource.is_dir() {
+            eprintln!(
+                "error: the XR {} is a directory\n\n{SHORT_FLAGS_NOTE}",
+                render.composite_resource.display()
+            );
+            std::process::exit(2);
+        }
+    }
+    cli
 }
 
 /// Runs `xfn render`: 0 when it rendered, 3 (with the partial output)
-/// when a Fatal result cut it short, 1 on any other failure.
+/// when a Fatal result cut it short, 1 on any other failure, 128 + the
+/// signal's number on SIGINT or SIGTERM (every function server and
+/// container the render started is killed and removed first).
 pub async fn execute(
     mut args: RenderArgs,
     namespace: Option<&Namespace>,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
+    // Before anything starts: from here on a signal stops the render.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
     args.plan();
     let plan = match std::mem::take(&mut args.plan).into_inner() {
         Some(plan) => plan?,
@@ -282,12 +348,28 @@ pub async fn execute(
         keeper: Some(keeper_command(&args, global)?),
     };
     let pooled = runner.clone();
-    let rendered = tokio::time::timeout(timeout, plan.run(runner, defaults)).await;
+    let mut render = Box::pin(tokio::time::timeout(timeout, plan.run(runner, defaults)));
+    let rendered = tokio::select! {
+        biased;
+        _ = interrupt.recv() => Err(nix::sys::signal::Signal::SIGINT),
+        _ = terminate.recv() => Err(nix::sys::signal::Signal::SIGTERM),
+        rendered = &mut render => Ok(rendered),
+    };
+    // Dropping the render kills and removes, synchronously, every server
+    // and container it started (a kept server stays: it is its keeper's).
+    drop(render);
     // Warm containers the render made and did not use (a step's refill)
     // go before xfn exits, whatever the render's outcome.
     if let Some(runner) = pooled {
         runner.shutdown().await;
     }
+    let rendered = match rendered {
+        Ok(rendered) => rendered,
+        Err(signal) => {
+            eprintln!("xfn: the render was stopped by {signal}; its function servers are removed");
+            return Ok(ExitCode::from(128 + signal as u8));
+        }
+    };
     let rendered = rendered.map_err(|_| {
         anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
     })??;
@@ -307,14 +389,21 @@ pub async fn execute(
 mod tests {
     use super::*;
 
+    fn parse(args: &[&str]) -> super::super::Cli {
+        parse_cli(args.iter().map(OsString::from))
+    }
+
     #[test]
-    fn short_r_after_render_means_include_results() {
-        let args: Vec<OsString> = ["xfn", "-r", "reg", "render", "-r", "a"]
-            .into_iter()
-            .map(OsString::from)
-            .collect();
-        let rewritten = rewrite_short_flags(args);
-        assert_eq!(rewritten[1], "-r");
-        assert_eq!(rewritten[4], "--include-function-results");
+    fn short_r_after_render_means_include_results_and_before_it_the_registry() {
+        let cli = parse(&["xfn", "-r", "reg.example", "render", "-r", "-c", "a", "b"]);
+        assert_eq!(cli.registry, "reg.example");
+        let super::super::Command::Render(render) = cli.command else {
+            panic!("not a render");
+        };
+        assert!(render.include_function_results && render.include_context);
+        let cli = parse(&["xfn", "render", "--registry", "other.example", "a", "b"]);
+        assert_eq!(cli.registry, "other.example");
+        let cli = parse(&["xfn", "pull", "-r", "third.example", "img"]);
+        assert_eq!(cli.registry, "third.example");
     }
 }

@@ -1,6 +1,7 @@
 //! `xfn wrap`: build an adaptor image (a Crossplane Function package) from a
 //! function image tarball and a base image holding xfn and crun, without
-//! Docker; push it or write it as an OCI layout tarball.
+//! Docker; push it or write it as an OCI layout tarball. Everything is
+//! checked before anything is pushed (see `xfn::adaptor::wrap`).
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,13 +31,22 @@ pub struct WrapArgs {
     /// Write the result to FILE as an OCI image layout in a tar.
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// The package's `metadata.name` (default: the last path segment of
-    /// `--tag`'s repository).
+    /// The package's `metadata.name` (default: the metadata file's, else
+    /// the last path segment of `--tag`'s repository).
     #[arg(long)]
     pub name: Option<String>,
     /// A package annotation `KEY=VALUE` (repeatable).
     #[arg(long = "annotation", value_parser = parse_annotation)]
     pub annotations: Vec<(String, String)>,
+    /// What the Function serves, Crossplane's package capabilities
+    /// (repeatable; default: the metadata file's, else both).
+    #[arg(long = "capability", value_parser = ["composition", "operation"])]
+    pub capabilities: Vec<String>,
+    /// Package metadata to start from: a `crossplane.yaml` holding a
+    /// `meta.pkg.crossplane.io` Function (dependencies, Crossplane version,
+    /// annotations); --name, --annotation and --capability are set over it.
+    #[arg(long, value_name = "FILE")]
+    pub package_metadata: Option<PathBuf>,
     /// Registries reached over plain HTTP (loopback registries always are).
     #[arg(long = "insecure-registry")]
     pub insecure_registries: Vec<String>,
@@ -54,15 +64,6 @@ fn parse_annotation(text: &str) -> Result<(String, String), String> {
 /// Runs `xfn wrap`.
 pub async fn execute(args: WrapArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let target = ImageReference::parse(&args.tag, &global.registry)?;
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => target
-            .repository
-            .rsplit('/')
-            .next()
-            .unwrap_or(&target.repository)
-            .to_string(),
-    };
     let mut connect = ConnectOptions {
         insecure_registries: args.insecure_registries.clone(),
         ..Default::default()
@@ -74,8 +75,10 @@ pub async fn execute(args: WrapArgs, global: &super::Global) -> anyhow::Result<E
         function: args.function.clone(),
         base: args.base.clone(),
         tag: args.tag.clone(),
-        name,
+        name: args.name.clone(),
         annotations: args.annotations.clone(),
+        capabilities: args.capabilities.clone(),
+        package_metadata: args.package_metadata.clone(),
         // The docker config's entry for the target registry (anonymous
         // without one); the base is usually in the same registry.
         auth: RegistryAuth::from_docker_config(&target.registry)?,

@@ -352,7 +352,21 @@ pub const COMPOSITION_NAME_LABEL: &str = "crossplane.io/composition-name";
 impl Composition {
     /// Reads the Composition at `path` and checks it composes `xr`.
     pub fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
-        let object = read_one(path)?;
+        Self::from_object(path, read_one(path)?, xr)
+    }
+
+    /// The `compositeTypeRef` (`apiVersion`, `kind`) of a Composition
+    /// object, empty where it has none (then [`Composition::from_object`]
+    /// says so).
+    pub fn composite_type(object: &Value) -> (&str, &str) {
+        let field =
+            |name: &str| get_str(object, &["spec", "compositeTypeRef", name]).unwrap_or_default();
+        (field("apiVersion"), field("kind"))
+    }
+
+    /// Checks the Composition `object` read from `path` and that it
+    /// composes `xr`.
+    pub fn from_object(path: &Path, object: Value, xr: &Composite) -> Result<Self, ComposeError> {
         let invalid = |message: String| ComposeError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -506,9 +520,10 @@ pub struct Function {
     /// the server's environment (pairs without `=` are ignored, as in
     /// Crossplane).
     pub env: Vec<String>,
-    /// `render.crossplane.io/runtime-docker-network: host`: the server
-    /// shares the host's network (egress), listening on a loopback port xfn
-    /// picks; by default it has a network namespace of its own, with none.
+    /// Egress, as upstream gives every function server (a Docker network):
+    /// the server shares the host's network, listening on a loopback port
+    /// xfn picks. `render.crossplane.io/runtime-docker-network: none` gives
+    /// it a network namespace of its own, with no network at all.
     pub host_network: bool,
     /// `render.crossplane.io/runtime-docker-cleanup: Orphan` with
     /// `render.crossplane.io/runtime-docker-name` (default: the Function's
@@ -534,7 +549,7 @@ pub const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pu
 pub const IMAGE_ANNOTATION: &str = "render.crossplane.io/runtime-docker-image";
 /// Annotation giving the server's environment.
 pub const ENV_ANNOTATION: &str = "render.crossplane.io/runtime-docker-env";
-/// Annotation choosing the server's network (`host` for egress).
+/// Annotation naming the server's Docker network (`none`: no network).
 pub const NETWORK_ANNOTATION: &str = "render.crossplane.io/runtime-docker-network";
 /// Annotation saying what happens to the server after the render.
 pub const CLEANUP_ANNOTATION: &str = "render.crossplane.io/runtime-docker-cleanup";
@@ -618,16 +633,12 @@ pub fn read_functions(
             })
             .map(str::to_string)
             .collect();
-        let host_network = match annotation(NETWORK_ANNOTATION) {
-            None | Some("") | Some("none") => false,
-            Some("host") => true,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "{NETWORK_ANNOTATION} {other:?}: xfn runs no Docker networks; use host for \
-                     network egress, or leave it out for none"
-                )))
-            }
-        };
+        // Upstream every function server has egress: it joins a temporary
+        // bridge network, or the Docker network the annotation names (a CI
+        // job's network, so that a render in a container reaches it). xfn
+        // runs no Docker networks and no slirp: any name means egress
+        // through the host's network, and Docker's own `none` means none.
+        let host_network = annotation(NETWORK_ANNOTATION) != Some("none");
         let keep = match annotation(CLEANUP_ANNOTATION).unwrap_or("Remove") {
             "Remove" | "Stop" => None,
             "Orphan" => Some(
@@ -829,12 +840,19 @@ mod tests {
             )
         };
         let functions = read_functions(
-            &f("render.crossplane.io/runtime-docker-env: 'A=1,bad,B=2', render.crossplane.io/runtime-docker-network: host, render.crossplane.io/runtime-docker-cleanup: Orphan"),
+            &f("render.crossplane.io/runtime-docker-env: 'A=1,bad,B=2', render.crossplane.io/runtime-docker-network: ci-job-network, render.crossplane.io/runtime-docker-cleanup: Orphan"),
             &[],
         )
         .unwrap();
         assert_eq!(functions[0].env, ["A=1", "B=2"]);
-        assert!(functions[0].host_network);
+        assert!(functions[0].host_network, "a CI job's network name: egress");
+        for (network, egress) in [("", true), ("host", true), ("none", false)] {
+            let annotation = format!("render.crossplane.io/runtime-docker-network: '{network}'");
+            let functions = read_functions(&f(&annotation), &[]).unwrap();
+            assert_eq!(functions[0].host_network, egress, "{network:?}");
+        }
+        let plain = read_functions(&f(""), &[]).unwrap();
+        assert!(plain[0].host_network, "egress by default, as upstream");
         assert_eq!(
             functions[0].keep.as_deref(),
             Some("kcl"),
@@ -850,7 +868,6 @@ mod tests {
         .unwrap();
         assert_eq!(overridden[0].keep.as_deref(), Some("shared"));
         for bad in [
-            "render.crossplane.io/runtime-docker-network: my-net",
             "render.crossplane.io/runtime-docker-cleanup: Later",
             "render.crossplane.io/runtime-docker-cleanup: Orphan, render.crossplane.io/runtime-docker-name: Not_Valid",
         ] {

@@ -25,10 +25,19 @@ fn descriptor(name: &str) -> Result<MessageDescriptor, ComposeError> {
 
 /// A `RunFunctionRequest` as protobuf JSON.
 pub fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ComposeError> {
-    let desc = descriptor("apiextensions.fn.proto.v1.RunFunctionRequest")?;
-    let dynamic = DynamicMessage::decode(desc, request.encode_to_vec().as_slice())
-        .map_err(|e| ComposeError::Protocol(e.to_string()))?;
+    let dynamic = dynamic("RunFunctionRequest", request)?;
     serde_json::to_vec(&dynamic).map_err(|e| ComposeError::Protocol(e.to_string()))
+}
+
+/// The v1 message `name` (`ResourceSelector`, …) as a protobuf JSON value.
+pub fn to_json(name: &str, message: &impl Message) -> Result<serde_json::Value, ComposeError> {
+    serde_json::to_value(dynamic(name, message)?).map_err(|e| ComposeError::Protocol(e.to_string()))
+}
+
+fn dynamic(name: &str, message: &impl Message) -> Result<DynamicMessage, ComposeError> {
+    let desc = descriptor(&format!("apiextensions.fn.proto.v1.{name}"))?;
+    DynamicMessage::decode(desc, message.encode_to_vec().as_slice())
+        .map_err(|e| ComposeError::Protocol(e.to_string()))
 }
 
 /// A `RunFunctionResponse` from protobuf JSON. Unknown fields are ignored so

@@ -6,7 +6,8 @@
 //!   reuses and stops function servers, and serves composition and
 //!   operation renders alike.
 //! - [`inputs`]: the XR, Composition, Functions and resources read from files;
-//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations).
+//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations),
+//!   [`claim`] (a claim given as the XR).
 //! - [`v1`]: `mode: Pipeline` Compositions, one `RunFunctionRequest` per step,
 //!   through a [`v1::FunctionCaller`] per Function.
 //! - [`alpha`]: `spec.functions[]` Compositions, one FunctionIO per step,
@@ -23,6 +24,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 pub mod alpha;
+pub mod claim;
 pub mod inputs;
 pub mod json;
 pub mod names;
@@ -222,4 +224,9 @@ pub struct Outcome {
     pub outputs: Vec<(String, Value)>,
     /// The XR's readiness, when the pipeline set it explicitly.
     pub composite_ready: Option<bool>,
+    /// What the steps' last calls required (protobuf JSON
+    /// `ResourceSelector`s), once each: the engine's `required_resources`.
+    pub required_resources: Vec<Value>,
+    /// The schemas they required (`SchemaSelector`s).
+    pub required_schemas: Vec<Value>,
 }

@@ -36,6 +36,13 @@ pub struct OutputOptions {
     pub include_results: bool,
     /// `-c`: the context.
     pub include_context: bool,
+    /// `--include-deleted-resources` (xfn): the observed composed
+    /// resources Crossplane would garbage collect, as the engine's
+    /// `deleted_resources`.
+    pub include_deleted: bool,
+    /// `--include-requirements` (xfn): what the pipeline required, as the
+    /// engine's `required_resources` and `required_schemas`.
+    pub include_requirements: bool,
 }
 
 /// An event of the reconcile: what `-r` prints as a Result.
@@ -189,7 +196,8 @@ impl CompositeOutput<'_> {
             conditions.push(condition("Synced", "False", "ReconcileError", Some(&error)));
             let mut xr = self.identity();
             object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));
-            return Ok(self.assemble(xr, Vec::new(), &events));
+            // Nothing is garbage collected after a failed pipeline.
+            return Ok(self.assemble(xr, Vec::new(), Vec::new(), &events));
         }
 
         let mut composed = Vec::new();
@@ -236,12 +244,44 @@ impl CompositeOutput<'_> {
             merge(&mut xr, &json!({ "status": status }));
         }
         object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));
-        Ok(self.assemble(xr, composed, &events))
+        Ok(self.assemble(xr, composed, self.deleted(), &events))
+    }
+
+    /// The observed composed resources Crossplane's garbage collector
+    /// deletes: those the pipeline no longer desires and the XR controls
+    /// (one it does not control is left alone, as Crossplane leaves it).
+    fn deleted(&self) -> Vec<Value> {
+        let uid = self.xr_str(&["metadata", "uid"]);
+        self.observed
+            .resources
+            .iter()
+            .filter(|(name, _)| !self.outcome.resources.contains_key(name))
+            .filter(|(_, object)| {
+                object
+                    .get("metadata")
+                    .and_then(|m| m.get("ownerReferences"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter().any(|r| {
+                            r.get("controller") == Some(&json!(true))
+                                && get_str(r, &["uid"]) == Some(uid)
+                        })
+                    })
+            })
+            .map(|(_, object)| object.clone())
+            .collect()
     }
 
     /// The XR (merged over the input with `-x`), the composed resources,
-    /// the results (`-r`) and the context (`-c`).
-    fn assemble(&self, xr: Value, composed: Vec<Value>, events: &[Event]) -> Vec<Value> {
+    /// the deleted ones (`--include-deleted-resources`), the results (`-r`),
+    /// the requirements (`--include-requirements`) and the context (`-c`).
+    fn assemble(
+        &self,
+        xr: Value,
+        composed: Vec<Value>,
+        deleted: Vec<Value>,
+        events: &[Event],
+    ) -> Vec<Value> {
         let xr = if self.options.include_full {
             let mut full = self.input_xr.clone();
             merge(&mut full, &xr);
@@ -251,8 +291,20 @@ impl CompositeOutput<'_> {
         };
         let mut out = vec![xr];
         out.extend(composed);
+        if self.options.include_deleted {
+            out.extend(deleted.into_iter().map(|resource| {
+                json!({
+                    "apiVersion": RENDER_API_VERSION,
+                    "kind": "DeletedResource",
+                    "resource": resource,
+                })
+            }));
+        }
         if self.options.include_results {
             out.extend(events.iter().map(Event::to_object));
+        }
+        if self.options.include_requirements {
+            out.push(requirements_object(self.outcome));
         }
         if self.options.include_context {
             out.push(context_object(self.outcome));
@@ -401,6 +453,17 @@ impl CompositeOutput<'_> {
         }
         Value::Object(r)
     }
+}
+
+/// The Requirements object `--include-requirements` prints: every
+/// resource and schema the pipeline's steps required in their last call.
+pub fn requirements_object(outcome: &Outcome) -> Value {
+    json!({
+        "apiVersion": RENDER_API_VERSION,
+        "kind": "Requirements",
+        "requiredResources": outcome.required_resources,
+        "requiredSchemas": outcome.required_schemas,
+    })
 }
 
 /// The Context object `-c` prints.

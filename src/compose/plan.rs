@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::alpha::{run_alpha, ContainerConfig};
+use super::claim;
 use super::inputs::{
     observed_by_name, parse_annotation_overrides, read_functions, read_objects, read_one,
     AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep, RuntimeKind,
@@ -154,6 +155,8 @@ impl RenderPlan {
                     "-o/--observed-resources",
                     inputs.observed_resources.is_some(),
                 ),
+                ("--include-deleted-resources", inputs.output.include_deleted),
+                ("--include-requirements", inputs.output.include_requirements),
             ] {
                 if given {
                     return Err(usage(
@@ -191,14 +194,32 @@ impl RenderPlan {
                     "--watched-resource is for WatchOperations",
                 ));
             }
-            let composite = Composite::from_object(&inputs.subject, first)?;
             let Some(composition_path) = &inputs.second else {
                 return Err(usage(
                     &inputs.subject,
                     "an XR render takes XR COMPOSITION [FUNCTIONS]",
                 ));
             };
-            let composition = Composition::read(composition_path, &composite)?;
+            let composition_object = read_one(composition_path)?;
+            let (composite_api, composite_kind) = Composition::composite_type(&composition_object);
+            let composite_type = (composite_api.to_string(), composite_kind.to_string());
+            // A claim is rendered as the XR Crossplane creates for it.
+            let claim_kind = claim::is_claim_of(&first, (&composite_type.0, &composite_type.1))
+                .then(|| get_str(&first, &["kind"]).unwrap_or_default().to_string());
+            let first = match &claim_kind {
+                Some(kind) => {
+                    tracing::info!(
+                        claim = kind,
+                        xr = composite_type.1,
+                        "rendering the claim as the XR Crossplane creates for it"
+                    );
+                    claim::composite_of(&first, (&composite_type.0, &composite_type.1))
+                }
+                None => first,
+            };
+            let composite = Composite::from_object(&inputs.subject, first)?;
+            let composition =
+                Composition::from_object(composition_path, composition_object, &composite)?;
             let observed = match &inputs.observed_resources {
                 Some(path) => observed_by_name(path, read_objects(path)?)?,
                 None => Vec::new(),
@@ -217,16 +238,37 @@ impl RenderPlan {
                         Some(path) => Some((path, Xrd::read(path, &composite)?)),
                         None => None,
                     };
-                    let schema = xrd.as_ref().map(|(_, x)| x.schema).unwrap_or_default();
+                    if let (Some((path, xrd)), Some(kind)) = (&xrd, &claim_kind) {
+                        if xrd.claim_kind() != Some(kind.as_str()) {
+                            return Err(usage(
+                                path,
+                                &format!(
+                                    "the XR input is a {kind} (a claim of {}), but the XRD \
+                                     names no such claim (spec.claimNames.kind)",
+                                    composite.kind()
+                                ),
+                            ));
+                        }
+                    }
+                    // Claims exist only for Legacy (v1 LegacyCluster) XRs.
+                    let schema = match (&xrd, &claim_kind) {
+                        (Some((_, x)), _) => x.schema,
+                        (None, Some(_)) => XrSchema::Legacy,
+                        (None, None) => XrSchema::default(),
+                    };
                     let mut xr = composite.object.clone();
                     if let Some((path, xrd)) = &xrd {
                         check_scope(path, xrd, &xr)?;
                         xrd.apply_defaults(&mut xr, path)?;
                     }
+                    // What `-x` merges the output into: the XR as given with
+                    // the XRD's defaults, as the CLI (`ApplyXRDDefaults`,
+                    // then the merge) and as the API server would hold it.
+                    let input_xr = xr.clone();
                     configure(&mut xr, schema, &composition, &observed);
                     check_observed(composition_path, &xr, &observed)?;
                     plan.subject = Subject::Composite {
-                        input_xr: composite.object,
+                        input_xr,
                         xr,
                         schema,
                         composition,
@@ -580,7 +622,9 @@ fn check_observed(
 }
 
 /// The context from `--context-files` (JSON or YAML files) and
-/// `--context-values` (JSON; these win).
+/// `--context-values` (JSON or YAML; these win). Each flag is a kong map
+/// flag as upstream's: repeatable, each value `key=value` entries separated
+/// by `;` (`\;` is a literal `;`).
 fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>, ComposeError> {
     if files.is_empty() && values.is_empty() {
         return Ok(None);
@@ -590,30 +634,86 @@ fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>,
         message,
     };
     let mut fields = serde_json::Map::new();
-    for entry in files {
-        let (key, file) = entry
-            .split_once('=')
-            .ok_or_else(|| flag("--context-files", format!("{entry:?}: expected key=file")))?;
-        let value = read_one(Path::new(file)).or_else(|_| {
-            // A context value need not be an object: any JSON or YAML.
-            let text = std::fs::read_to_string(file).map_err(|source| ComposeError::Read {
-                path: PathBuf::from(file),
-                source,
-            })?;
-            super::inputs::parse_value(Path::new(file), &text)
+    for (key, file) in map_entries("--context-files", files)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| ComposeError::Read {
+            path: PathBuf::from(&file),
+            source,
         })?;
-        fields.insert(key.to_string(), value);
+        // A context value need not be an object: any JSON or YAML, its
+        // nesting bounded before it is parsed.
+        fields.insert(key, super::inputs::parse_value(Path::new(&file), &text)?);
     }
-    for entry in values {
-        let (key, text) = entry
-            .split_once('=')
-            .ok_or_else(|| flag("--context-values", format!("{entry:?}: expected key=json")))?;
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| flag("--context-values", format!("{key}: not JSON: {text}: {e}")))?;
-        fields.insert(key.to_string(), value);
+    for (key, text) in map_entries("--context-values", values)? {
+        let value = super::inputs::parse_value(Path::new("--context-values"), &text).map_err(
+            |e| match e {
+                ComposeError::Invalid { message, .. } => {
+                    flag("--context-values", format!("{key}={text}: {message}"))
+                }
+                other => other,
+            },
+        )?;
+        fields.insert(key, value);
     }
     Ok(Some(Value::Object(fields)))
 }
 
+/// The `key=value` entries of a kong map flag's values: each value split
+/// at every `;` not escaped by a backslash, each entry at its first `=`.
+fn map_entries(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, ComposeError> {
+    let mut entries = Vec::new();
+    for value in values {
+        let mut entry = String::new();
+        let mut chars = value.chars().peekable();
+        let mut tokens = Vec::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&';') => entry.push(chars.next().unwrap_or(';')),
+                ';' => tokens.push(std::mem::take(&mut entry)),
+                c => entry.push(c),
+            }
+        }
+        tokens.push(entry);
+        for token in tokens.into_iter().filter(|t| !t.is_empty()) {
+            let (key, value) = token.split_once('=').ok_or_else(|| ComposeError::Invalid {
+                path: PathBuf::from(flag),
+                message: format!("expected \"<key>=<value>\" but got {token:?}"),
+            })?;
+            entries.push((key.to_string(), value.to_string()));
+        }
+    }
+    Ok(entries)
+}
+
 /// The Functions' callers by name.
 pub type CallerMap = HashMap<String, Arc<dyn super::v1::FunctionCaller>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_flags_split_as_kong_maps() {
+        let values = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let entries = map_entries(
+            "--context-values",
+            &values(&["a=1;b=x=y", r"c=p\;q;", "d="]),
+        )
+        .unwrap();
+        let expected = [("a", "1"), ("b", "x=y"), ("c", "p;q"), ("d", "")];
+        assert_eq!(
+            entries,
+            expected.map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        let err = map_entries("--context-files", &values(&["a=f;b"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected \"<key>=<value>\" but got \"b\""),
+            "{err}"
+        );
+        let context = initial_context(&[], &values(&["n=3;s=hello;o={\"a\": true}"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(context, json!({"n": 3, "s": "hello", "o": {"a": true}}));
+    }
+}

@@ -60,6 +60,34 @@ pub struct V1Pipeline<'a> {
     pub context: Option<Value>,
 }
 
+/// Adds what a step's last call asked for to the pipeline's requirements
+/// (once each, in the order of their names), as the engine's output has
+/// them: protobuf JSON `ResourceSelector`s and `SchemaSelector`s.
+fn record_requirements(
+    outcome: &mut Outcome,
+    requirements: &pb::Requirements,
+) -> Result<(), ComposeError> {
+    let resources: BTreeMap<_, _> = requirements
+        .extra_resources
+        .iter()
+        .chain(&requirements.resources)
+        .collect();
+    for selector in resources.values() {
+        let json = super::json::to_json("ResourceSelector", *selector)?;
+        if !outcome.required_resources.contains(&json) {
+            outcome.required_resources.push(json);
+        }
+    }
+    let schemas: BTreeMap<_, _> = requirements.schemas.iter().collect();
+    for selector in schemas.values() {
+        let json = super::json::to_json("SchemaSelector", *selector)?;
+        if !outcome.required_schemas.contains(&json) {
+            outcome.required_schemas.push(json);
+        }
+    }
+    Ok(())
+}
+
 impl V1Pipeline<'_> {
     /// Fails on a step whose `functionRef` names no known Function.
     pub fn check_function_refs(&self) -> Result<(), ComposeError> {
@@ -100,6 +128,9 @@ impl V1Pipeline<'_> {
                 ..Default::default()
             };
             let response = self.call_with_requirements(step, caller, request).await?;
+            if let Some(requirements) = &response.requirements {
+                record_requirements(&mut outcome, requirements)?;
+            }
             outcome
                 .conditions
                 .extend(response.conditions.iter().map(xr_condition));

@@ -93,6 +93,11 @@ impl Xrd {
         Ok(Self { schema, object })
     }
 
+    /// The kind of the XRD's claims (`spec.claimNames.kind`), if it offers them.
+    pub fn claim_kind(&self) -> Option<&str> {
+        get_str(&self.object, &["spec", "claimNames", "kind"]).filter(|k| !k.is_empty())
+    }
+
     /// The scope the XRD gives its XRs (`Namespaced`, `Cluster` or
     /// `LegacyCluster`).
     pub fn scope(&self) -> &str {

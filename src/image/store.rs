@@ -96,6 +96,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 mod codec;
+/// For `xfn wrap`'s checks of tarballs and layers, decompressed as a pull does.
+pub(crate) use codec::decompressor;
 mod entries;
 mod gc;
 mod import;

@@ -3,10 +3,13 @@
 //! runner as a server for the length of the render, started as `crossplane
 //! render` starts it (its entrypoint with `--insecure`, listening on 9443).
 //!
-//! Nothing is published on the host: the server listens in the container's
-//! own, empty network namespace and xfn connects from inside that namespace
-//! (see [`crate::sandbox::netns`]), so no other process on the machine can
-//! call it and no port can clash.
+//! By default the server has egress, as upstream's (which joins a Docker
+//! bridge network): it shares the host's network and listens on a loopback
+//! port xfn picks, never 9443 of the host, so ports never clash. With
+//! `runtime-docker-network: none` nothing is published at all: the server
+//! listens in the container's own, empty network namespace and xfn connects
+//! from inside that namespace (see [`crate::sandbox::netns`]), so no other
+//! process on the machine can call it.
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -50,7 +53,7 @@ pub struct Docker {
     pub(super) config: RunConfig,
     /// `runtime-docker-env`.
     pub(super) env: Vec<String>,
-    /// `runtime-docker-network: host`.
+    /// Egress (any `runtime-docker-network` but `none`).
     pub(super) host_network: bool,
     /// The running server, once started.
     pub(super) serving: tokio::sync::OnceCell<Serving>,
@@ -117,7 +120,7 @@ pub struct ServerSpec<'a> {
     pub config: &'a RunConfig,
     /// `runtime-docker-env`.
     pub env: &'a [String],
-    /// `runtime-docker-network: host`.
+    /// Egress (any `runtime-docker-network` but `none`).
     pub host_network: bool,
 }
 

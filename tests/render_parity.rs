@@ -1,0 +1,439 @@
+//! `xfn render` against what `crossplane composition render` (crossplane/cli
+//! release-2.5) does, item by item of issue 23, each through both function
+//! runtimes: the real Python-SDK function of tests/render/function.py
+//! (Development) and the static twin of it in an image served rootless
+//! (Docker), both rendering the same golden file. Also what xfn adds
+//! where the CLI has nothing (claims as input, the engine's deleted
+//! resources and requirements), and a render stopped by a signal.
+//!
+//! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON),
+//! crun, docker-registry, busybox-static; root.
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::function_server::function_server_image;
+use support::render::*;
+use support::*;
+
+/// The Functions file of Function `name` for each runtime: the Python SDK
+/// function (Development) and the function image (Docker). The Python
+/// server lives as long as the returned guard.
+fn each_runtime(fx: &Fixture, name: &str) -> Vec<(&'static str, String, Option<PythonFunction>)> {
+    let python = PythonFunction::start();
+    let development = development_function(name, &python.address);
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    vec![
+        ("Development", development, Some(python)),
+        ("Docker", function_object(name, &image, &[]), None),
+    ]
+}
+
+/// A pipeline of Function `name` with these `(step, input)` steps.
+fn steps(name: &str, steps: &[(&str, &str)]) -> String {
+    let mut text = String::new();
+    for (step, input) in steps {
+        text += &format!(
+            "  - step: {step}
+    functionRef: {{name: {name}}}
+    input: {{apiVersion: test.xfn.dev/v1, kind: Input, {input}}}
+"
+        );
+    }
+    pipeline_composition(&text)
+}
+
+#[test]
+fn the_full_xr_carries_the_xrds_defaults_as_the_cli_prints_it() {
+    let fx = Fixture::new();
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        v2_pipeline(&fx, "fn", &functions, XR_NAMESPACED, XRD_V2);
+        let mut args = V2_ARGS.to_vec();
+        args.push("-x");
+        let out = fx.render(&args);
+        let text = stdout(&out);
+        // spec.count as given, region and storage.class from the XRD.
+        assert!(
+            text.contains("  count: 2\n") && text.contains("region: eu-west-1"),
+            "{runtime}: {text}"
+        );
+        assert_golden("parity-full-xr-defaults.yaml", &text);
+    }
+}
+
+#[test]
+fn context_flags_are_maps_separated_by_semicolons_of_json_or_yaml() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write("region.yaml", "name: eu-west-1\nzones: [a, b]\n");
+    fx.write("team.json", "\"platform\"");
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        fx.write("functions.yaml", &functions);
+        fx.write(
+            "composition.yaml",
+            &steps("fn", &[("read", "action: context, read: plain")]),
+        );
+        let out = fx.render(&[
+            "xr.yaml",
+            "composition.yaml",
+            "functions.yaml",
+            "-c",
+            "--context-files",
+            "region=region.yaml;team=team.json",
+            "--context-values",
+            "plain=hello;count=3",
+            "--context-values",
+            r#"object={"a": [1, 2]};semi=x\;y"#,
+        ]);
+        let text = stdout(&out);
+        // A YAML scalar as the CLI parses it (a string), read by the step.
+        assert!(text.contains("fromContext: hello"), "{runtime}: {text}");
+        assert_golden("parity-context-flags.yaml", &text);
+    }
+    // An entry without `=` is refused as kong refuses it.
+    let err = failure(&fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "--context-values",
+        "a=1;oops",
+    ]));
+    assert!(
+        err.contains("expected \"<key>=<value>\" but got \"oops\""),
+        "{err}"
+    );
+}
+
+/// Observed resources of the golden pipeline's XR: `bucket-1` (still
+/// desired), `retired` (no longer desired, controlled by the XR: deleted),
+/// `adopted` (no longer desired, no controller: left alone).
+const OBSERVED: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: demo-bucket-1
+  annotations: {crossplane.io/composition-resource-name: bucket-1}
+  ownerReferences:
+  - {apiVersion: example.org/v1, kind: XBucket, name: demo, uid: 0b7d5c1e-0000-4000-8000-000000000001, controller: true}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: demo-retired
+  annotations: {crossplane.io/composition-resource-name: retired}
+  ownerReferences:
+  - {apiVersion: example.org/v1, kind: XBucket, name: demo, uid: 0b7d5c1e-0000-4000-8000-000000000001, controller: true}
+data: {old: 'true'}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: adopted
+  annotations: {crossplane.io/composition-resource-name: adopted}
+";
+
+#[test]
+fn deleted_resources_and_requirements_are_printed_as_the_engine_returns_them() {
+    let fx = Fixture::new();
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        golden_pipeline(&fx, "fn", &functions);
+        fx.write("observed.yaml", OBSERVED);
+        let schema_step = steps(
+            "fn",
+            &[
+                ("create", "action: create"),
+                ("require-settings", "action: require, name: settings"),
+                ("schema", "action: schema, apiVersion: v1, kind: ConfigMap"),
+            ],
+        );
+        fx.write("composition.yaml", &schema_step);
+        let out = fx.render(&[
+            "xr.yaml",
+            "composition.yaml",
+            "functions.yaml",
+            "-e",
+            "required.yaml",
+            "-o",
+            "observed.yaml",
+            "--include-deleted-resources",
+            "--include-requirements",
+        ]);
+        let text = stdout(&out);
+        assert!(
+            text.contains("kind: DeletedResource") && text.contains("name: demo-retired"),
+            "{runtime}: {text}"
+        );
+        assert!(!text.contains("name: adopted"), "{runtime}: {text}");
+        assert_golden("parity-deleted-requirements.yaml", &text);
+    }
+}
+
+/// A claim of XBucket, bound to no XR yet.
+const CLAIM: &str = "apiVersion: example.org/v1
+kind: Bucket
+metadata:
+  name: mine
+  namespace: team-a
+  labels: {app: web}
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: '{}'
+spec:
+  count: 1
+  compositionRef: {name: buckets}
+  writeConnectionSecretToRef: {name: bucket-secret}
+";
+
+#[test]
+fn a_claim_renders_as_the_xr_crossplane_creates_for_it() {
+    let fx = Fixture::new();
+    // The Legacy XRD, offering the claim.
+    let xrd = xrd_v1_legacy().replace(
+        "  names: {kind: XBucket, plural: xbuckets}\n",
+        "  names: {kind: XBucket, plural: xbuckets}\n  claimNames: {kind: Bucket, plural: buckets}\n",
+    );
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        fx.write("claim.yaml", CLAIM);
+        fx.write("functions.yaml", &functions);
+        fx.write("xrd.yaml", &xrd);
+        fx.write(
+            "composition.yaml",
+            &steps(
+                "fn",
+                &[("create", "action: create"), ("observe", "action: observe")],
+            ),
+        );
+        let args = ["claim.yaml", "composition.yaml", "functions.yaml", "-c"];
+        let text = stdout(&fx.render(&args));
+        // What the function observed: the XR, with the claim's labels.
+        assert!(
+            text.contains("crossplane.io/claim-name: mine") && text.contains("kind: XBucket"),
+            "{runtime}: {text}"
+        );
+        assert_golden("parity-claim.yaml", &text);
+        // The same with the XRD that names the claim.
+        let mut with_xrd = args.to_vec();
+        with_xrd.extend(["--xrd", "xrd.yaml"]);
+        let text = stdout(&fx.render(&with_xrd));
+        assert!(
+            text.contains("compositionUpdatePolicy"),
+            "{runtime}: {text}"
+        );
+    }
+    // An XRD offering no such claim says so.
+    fx.write("xrd.yaml", &xrd_v1_legacy());
+    let err = failure(&fx.render(&[
+        "claim.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "--xrd",
+        "xrd.yaml",
+    ]));
+    assert!(err.contains("names no such claim"), "{err}");
+}
+
+#[test]
+fn render_help_and_errors_say_what_its_short_flags_mean() {
+    let help = xfn_command()
+        .args(["render", "-h"])
+        .output()
+        .expect("spawn xfn");
+    let help = stdout(&help);
+    assert!(help.contains("-r, --include-function-results"), "{help}");
+    assert!(help.contains("-c, --include-context"), "{help}");
+    assert!(
+        help.contains("      --registry") && !help.contains("-r, --registry"),
+        "{help}"
+    );
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write("composition.yaml", &steps("fn", &[("a", "action: create")]));
+    // `-c DIR` as another command's cache dir: DIR becomes the XR.
+    std::fs::create_dir_all(fx.path("cache-dir")).unwrap();
+    for args in [
+        vec!["-c", "cache-dir", "xr.yaml", "composition.yaml"],
+        vec![
+            "-c",
+            "cache-dir",
+            "xr.yaml",
+            "composition.yaml",
+            "fns",
+            "extra",
+        ],
+    ] {
+        let out = fx.render(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("-c is --include-context") && err.contains("--cache-dir"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// The processes whose parent chain leads to `root` (its descendants), with
+/// their start times (so a reused pid is not taken for one of them).
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let stat_of = |pid: u32| -> Option<(u32, u64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command (which may hold spaces) in parentheses.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        Some((fields[1].parse().ok()?, fields[19].parse().ok()?))
+    };
+    let all: Vec<(u32, u32, u64)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| stat_of(pid).map(|(ppid, start)| (pid, ppid, start)))
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            all.iter()
+                .filter(|(_, p, _)| *p == parent)
+                .map(|(pid, _, _)| *pid),
+        );
+        i += 1;
+    }
+    all.iter()
+        .filter(|(pid, _, _)| *pid != root && found.contains(pid))
+        .map(|(pid, _, start)| (*pid, *start))
+        .collect()
+}
+
+fn alive(pid: u32, start: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split(' ').nth(19)?.parse::<u64>().ok()
+        })
+        .is_some_and(|s| s == start)
+}
+
+#[test]
+fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
+    let fx = Fixture::new();
+    let serving = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    // A server that never listens keeps the render waiting (up to 30 s)
+    // while the other already serves.
+    let silent = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", "exec sleep 3600", "sh"])
+        .push(&fx.registry, "silent:v1")
+        .reference;
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "functions.yaml",
+        &(function_object("serving", &serving, &[]) + &function_object("silent", &silent, &[])),
+    );
+    fx.write(
+        "composition.yaml",
+        &pipeline_composition(
+            "  - step: a
+    functionRef: {name: serving}
+    input: {apiVersion: test.xfn.dev/v1, kind: Input, action: create}
+  - step: b
+    functionRef: {name: silent}
+",
+        ),
+    );
+    let cache = fx.path("cache");
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let mut child = xfn_command()
+            .args(["render", "--timeout", "2m", "--cache-dir"])
+            .arg(&cache)
+            .args(["xr.yaml", "composition.yaml", "functions.yaml"])
+            .current_dir(fx.dir.path())
+            .env("RUST_LOG", "xfn::compose=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn xfn");
+        let pid = child.id();
+        // Both containers run (two bundles) and one server listens.
+        let started = Instant::now();
+        let mut log = String::new();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut { stderr }, &mut text).ok();
+            text
+        });
+        loop {
+            let bundles = std::fs::read_dir(cache.join("run/bundles"))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            let servers = descendants(pid);
+            if bundles >= 2 && servers.len() >= 2 {
+                // Let the serving one listen.
+                std::thread::sleep(Duration::from_secs(2));
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "the servers never started"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let before = descendants(pid);
+        assert!(!before.is_empty());
+        // SAFETY: kill(2) of the child this test spawned.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+        let status = child.wait().unwrap();
+        log.push_str(&reader.join().unwrap());
+        assert_eq!(status.code(), Some(code), "{log}");
+        assert!(log.contains("the render was stopped by"), "{log}");
+        let left: Vec<_> = before.iter().filter(|(p, s)| alive(*p, *s)).collect();
+        assert!(left.is_empty(), "processes left: {left:?}\n{log}");
+        for sub in ["bundles", "crun", "rootfs"] {
+            let dir = cache.join("run").join(sub);
+            let entries: Vec<_> = std::fs::read_dir(&dir)
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(entries.is_empty(), "{} left: {entries:?}", dir.display());
+        }
+    }
+}
+
+/// The README's example function (example/function/fn.sh) in an alpha
+/// Composition, which passes it `desired: {}`.
+#[test]
+fn the_readmes_example_function_renders_in_an_alpha_composition() {
+    let fx = Fixture::new();
+    let script =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("example/function/fn.sh"))
+            .unwrap();
+    let example = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/fn.sh", 0o755, script))
+        .entrypoint(["/bin/sh", "/fn.sh"])
+        .push(&fx.registry, "example/add-bucket:v1")
+        .reference;
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &format!(
+            "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets-alpha
+spec:
+  compositeTypeRef: {{apiVersion: example.org/v1, kind: XBucket}}
+  functions:
+  - name: add-bucket
+    type: Container
+    container: {{image: {example}}}
+"
+        ),
+    );
+    let out = fx.render(&["xr.yaml", "composition.yaml"]);
+    let text = stdout(&out);
+    assert!(text.contains("name: demo-bucket"), "{text}");
+    assert_golden("parity-alpha-example.yaml", &text);
+}

@@ -32,7 +32,9 @@
 //!
 //! The scan holds no thread it cannot give back: [`check_depth_until`]
 //! stops when told to (its caller went away), and [`off_thread`] runs
-//! parsing on a blocking thread that a dropped call stops.
+//! parsing on a blocking thread that a dropped call stops, within a budget
+//! of bytes parsed at once ([`PARSE_BUDGET_BYTES`]) that bounds the
+//! parsers' memory.
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -217,21 +219,58 @@ impl Drop for RaiseOnDrop {
     }
 }
 
-/// Runs `work` (checking and parsing an input) on a blocking thread, so a
-/// large input never holds one of the few async threads every other call
-/// needs. Dropping the returned future (the caller went away) raises the
-/// flag `work` is given, which [`check_depth_until`] obeys; what runs after
-/// the check is bounded by it. `None` when `work` panicked.
-pub async fn off_thread<T, F>(work: F) -> Option<T>
+/// Bytes of input parsed at once, over all calls. yaml_serde holds a whole
+/// document's events, then the value: about 80 times the input (a 4 MiB
+/// FunctionIO peaks at 316–346 MiB), so eight inputs at the cap parsed at
+/// once would take more than the 2 GiB a sidecar is given. Within this
+/// budget (about 700 MiB of parser memory) parsing waits its turn; calls
+/// with small inputs, Crossplane's kind, hardly ever wait.
+pub const PARSE_BUDGET_BYTES: usize = 8 << 20;
+
+/// One permit per KiB of [`PARSE_BUDGET_BYTES`].
+const PERMIT_BYTES: usize = 1 << 10;
+
+static PARSE_BUDGET: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| {
+        Arc::new(tokio::sync::Semaphore::new(
+            PARSE_BUDGET_BYTES / PERMIT_BYTES,
+        ))
+    });
+
+/// The permits an input of `bytes` takes: at least one, at most the whole
+/// budget (an input past it is parsed alone).
+fn permits_for(bytes: usize) -> u32 {
+    let total = PARSE_BUDGET_BYTES / PERMIT_BYTES;
+    bytes.div_ceil(PERMIT_BYTES).clamp(1, total) as u32
+}
+
+/// Runs `work` (checking and parsing an input of `bytes`) on a blocking
+/// thread, so a large input never holds one of the few async threads every
+/// other call needs, and within [`PARSE_BUDGET_BYTES`], so concurrent large
+/// inputs cannot take the daemon's memory. Dropping the returned future
+/// (the caller went away) while it waits for its share of the budget runs
+/// nothing; while `work` runs, it raises the flag `work` is given, which
+/// [`check_depth_until`] obeys, and what runs after the check is bounded
+/// by it. `None` when `work` panicked.
+pub async fn off_thread<T, F>(bytes: usize, work: F) -> Option<T>
 where
     T: Send + 'static,
     F: FnOnce(&Abandoned) -> T + Send + 'static,
 {
+    let permit = PARSE_BUDGET
+        .clone()
+        .acquire_many_owned(permits_for(bytes))
+        .await
+        .ok()?;
     let abandoned = Abandoned::default();
     let _raise = RaiseOnDrop(abandoned.clone());
-    tokio::task::spawn_blocking(move || work(&abandoned))
-        .await
-        .ok()
+    tokio::task::spawn_blocking(move || {
+        // Held until the work is done, whether or not anyone still waits.
+        let _permit = permit;
+        work(&abandoned)
+    })
+    .await
+    .ok()
 }
 
 #[cfg(test)]
@@ -332,11 +371,42 @@ mod tests {
         );
     }
 
+    #[test]
+    fn inputs_take_their_share_of_the_parse_budget_and_never_more_than_all() {
+        assert_eq!(permits_for(0), 1);
+        assert_eq!(permits_for(100), 1);
+        assert_eq!(permits_for(4 << 20), 4096);
+        assert_eq!(permits_for(64 << 20), 8192);
+    }
+
+    #[tokio::test]
+    async fn a_caller_gone_while_waiting_for_the_budget_runs_nothing() {
+        // The whole budget is taken, by an input past it.
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let big = tokio::spawn(off_thread(PARSE_BUDGET_BYTES * 2, move |_: &Abandoned| {
+            release_rx.recv().unwrap();
+        }));
+        while PARSE_BUDGET.available_permits() != 0 {
+            tokio::task::yield_now().await;
+        }
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let waiting = tokio::spawn(off_thread(1, move |_: &Abandoned| {
+            flag.store(true, Ordering::Relaxed);
+        }));
+        tokio::task::yield_now().await;
+        waiting.abort();
+        assert!(waiting.await.unwrap_err().is_cancelled());
+        release_tx.send(()).unwrap();
+        big.await.unwrap().unwrap();
+        assert!(!ran.load(Ordering::Relaxed));
+    }
+
     #[tokio::test]
     async fn a_dropped_caller_raises_the_flag_its_work_sees() {
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-        let call = off_thread(move |abandoned: &Abandoned| {
+        let call = off_thread(1, move |abandoned: &Abandoned| {
             started_tx.send(()).unwrap();
             while !abandoned.flag().load(Ordering::Relaxed) {
                 std::thread::yield_now();

@@ -88,6 +88,59 @@ async fn deep_input_at_the_cap_is_refused_before_parsing_while_other_calls_are_s
     assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 5.0);
 }
 
+/// A FunctionIO of [`INPUT_CAP`] bytes that is plain YAML: many small
+/// objects, as a large composite's observed resources are.
+fn large_input() -> String {
+    let mut text = String::from("observed:\n");
+    let mut i = 0;
+    while text.len() < INPUT_CAP - 64 {
+        text += &format!("  r{i}: {{a: [1, 2, {{b: c}}], d: text}}\n");
+        i += 1;
+    }
+    let pad = "#".repeat(INPUT_CAP - text.len());
+    text + &pad
+}
+
+/// The peak resident memory of a process, in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib << 10
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
+    let daemon = Daemon::start(&[]).await;
+    let input = large_input();
+    assert_eq!(input.len(), INPUT_CAP);
+    // Never pulled: each call ends once its input is checked and parsed.
+    let mut req = request("registry.invalid/absent:v1", &input);
+    req.image_pull_config = Some(xfn::proto::v1alpha1::ImagePullConfig {
+        pull_policy: xfn::proto::v1alpha1::ImagePullPolicy::Never as i32,
+        auth: None,
+    });
+    let mut calls = Vec::new();
+    for _ in 0..6 {
+        let mut client = daemon.client().await;
+        let req = req.clone();
+        calls.push(tokio::spawn(async move { client.run_function(req).await }));
+    }
+    for call in calls {
+        let status = call.await.unwrap().unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    }
+    // yaml_serde holds about 80 times a document while it parses it: six
+    // at once would peak past 1.9 GiB; the budget lets 8 MiB of input be
+    // parsed at a time.
+    let peak = peak_memory(daemon.xfn_pid());
+    eprintln!("peak resident memory of xfn: {} MiB", peak >> 20);
+    assert!(peak < 1 << 30, "xfn peaked at {} MiB", peak >> 20);
+}
+
 /// A JSON value whose objects never repeat a key (serde_json would keep
 /// the last of two silently).
 struct UniqueKeys;

@@ -114,7 +114,7 @@ pub async fn checked(
     default_timeout: Duration,
     max_input_bytes: usize,
 ) -> Result<(pb::RunFunctionRequest, RunConfig), InvalidRequest> {
-    off_thread(move |abandoned| {
+    off_thread(request.input.len(), move |abandoned| {
         run_config_until(&request, default_timeout, max_input_bytes, abandoned.flag())
             .map(|config| (request, config))
     })

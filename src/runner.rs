@@ -326,6 +326,21 @@ impl Runner {
         }
     }
 
+    /// Drops the warm containers of the images `digests` (manifest
+    /// digests) that no call uses, and waits until they are gone and
+    /// their pins with them (`GcReport::over_budget_in_use` names the
+    /// images: a daemon's collector calls this so that idle warm
+    /// containers never keep the cache over its budget). Returns how many
+    /// of the pool's keys (image and settings) went.
+    pub async fn release_idle_images(&self, digests: &[String]) -> usize {
+        let Some(pool) = &self.pool else {
+            return 0;
+        };
+        let (count, done) = pool.release_idle(digests);
+        done.await;
+        count
+    }
+
     /// What the warm pool holds and did; `None` without a pool.
     pub fn pool_stats(&self) -> Option<PoolStats> {
         self.pool.as_ref().map(|pool| pool.stats())

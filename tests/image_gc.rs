@@ -398,27 +398,62 @@ fn cache_gc_never_removes_what_a_run_or_a_pull_in_flight_uses_and_both_finish_wh
     assert_eq!(layers(&cache), Vec::<String>::new());
 }
 
+/// The log lines of the daemon's collections that evicted something.
+fn collections(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("image cache collected") && !l.contains("evicted=[]"))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn xfn_start_evicts_past_cache_max_size_but_never_the_image_of_its_warm_containers() {
+async fn xfn_start_drops_idle_warm_containers_of_images_over_its_budget_and_evicts_them() {
     let registry = Registry::start();
-    let old = function_image("", 1, 256).push(&registry, "old:v1");
+    // Two images, each fitting the budget alone, not together: each has
+    // 2 MiB of its own (4 MiB in the cache: its blob and its layer dir).
+    let first = function_image("", 2, 2048).push(&registry, "first:v1");
+    let second = function_image("", 3, 2048).push(&registry, "second:v1");
+    let (_base, cache) = sidecar_cache();
+    tokio::task::block_in_place(|| stdout(&xfn(&cache, &["pull", &first.reference])));
+    let budget = store_bytes(&cache) + 2 * MIB;
+    let daemon =
+        Daemon::start_with_cache(Some(&cache), &["--cache-max-size", &budget.to_string()]).await;
+
+    // The first image gets a warm container, waiting and idle.
+    daemon.call_ok(&first.reference).await;
+    daemon.wait_for_log("warm container ready", 1).await;
+    // A call of the second pulls it, over the budget with the first: the
+    // first's idle warm container goes, and the first with it, while the
+    // second's call is served.
+    daemon.call_ok(&second.reference).await;
+    daemon.wait_for_log("image cache collected", 1).await;
+    let log = daemon.log();
+    let evicted = collections(&log);
+    assert!(
+        evicted.len() == 1 && evicted[0].contains(&first.reference),
+        "{log}"
+    );
+    assert!(!layers(&cache).contains(&own_layer(&first)), "{log}");
+    assert!(layers(&cache).contains(&own_layer(&second)), "{log}");
+    let held = store_bytes(&cache);
+    assert!(held <= budget, "{held} bytes held, budget {budget}\n{log}");
+    assert!(
+        !log.contains("over --cache-max-size with the images in use"),
+        "{log}"
+    );
+    // Both images still serve: the first is pulled again.
+    daemon.call_ok(&second.reference).await;
+    daemon.call_ok(&first.reference).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_by_another_process_never_removes_the_image_of_a_daemons_warm_containers() {
+    let registry = Registry::start();
     let warm = function_image("", 2, 256).push(&registry, "warm:v1");
     let (_base, cache) = sidecar_cache();
-    tokio::task::block_in_place(|| stdout(&xfn(&cache, &["pull", &old.reference])));
-
-    // Collected at start: nothing uses the old image.
-    let daemon = Daemon::start_with_cache(Some(&cache), &["--cache-max-size", "1Mi"]).await;
-    daemon.wait_for_log("image cache collected", 1).await;
-    assert!(daemon.log().contains(&old.reference), "{}", daemon.log());
-    assert!(!layers(&cache).contains(&own_layer(&old)));
-
-    // A call pulls another; its warm containers keep it, over the budget.
+    // The daemon's own budget (10Gi) holds: its warm container stays.
+    let daemon = Daemon::start_with_cache(Some(&cache), &[]).await;
     daemon.call_ok(&warm.reference).await;
     daemon.wait_for_log("warm container ready", 1).await;
-    daemon
-        .wait_for_log("over --cache-max-size with the images in use", 1)
-        .await;
-    // So does a collection by another process.
     let out =
         tokio::task::block_in_place(|| stdout(&xfn(&cache, &["cache", "gc", "--max-size", "0"])));
     assert_eq!(evicted(&out), Vec::<String>::new(), "{out}");

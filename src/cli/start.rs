@@ -82,11 +82,28 @@ const COLLECT_AGAIN_OVER_BUDGET: Duration = Duration::from_secs(30);
 
 /// Keeps the cache under `max_size`: at start, after each pull that
 /// downloaded layers, and every [`COLLECT_EVERY`] (sooner while over it).
-fn spawn_collector(store: xfn::image::ImageStore, max_size: u64) {
+/// Where images in use keep it over, the idle warm containers of those
+/// images go and it collects again at once: only runs and pulls in flight
+/// hold it over its budget.
+fn spawn_collector(runner: Arc<Runner>, max_size: u64) {
+    let store = runner.store().clone();
     tokio::spawn(async move {
         let mut was_over = false;
         loop {
-            let over = match store.collect(Some(max_size)).await {
+            let mut report = store.collect(Some(max_size)).await;
+            if let Ok(over) = &report {
+                if !over.over_budget_in_use.is_empty()
+                    && runner.release_idle_images(&over.over_budget_in_use).await > 0
+                {
+                    let first = over.clone();
+                    report = store.collect(Some(max_size)).await.map(|mut again| {
+                        again.evicted.splice(0..0, first.evicted);
+                        again.bytes_before = first.bytes_before;
+                        again
+                    });
+                }
+            }
+            let over = match report {
                 Ok(report) => {
                     if report.freed() > 0 || !report.evicted.is_empty() {
                         tracing::info!(
@@ -191,7 +208,6 @@ pub async fn execute(
         warm_pool: Some(args.warm_pool.options()),
         ..args.runner.options()
     };
-    spawn_collector(store.clone(), args.cache_max_size);
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
@@ -206,6 +222,7 @@ pub async fn execute(
     }
     let runner = Arc::new(runner);
     let pooled = Arc::clone(&runner);
+    spawn_collector(Arc::clone(&runner), args.cache_max_size);
 
     let incoming = match bound {
         Bound::Gate(gate) => gate.incoming()?,

@@ -39,6 +39,10 @@
 //!   containers hold a pin on the image (`image::store::pin`) until the
 //!   container's teardown is done, so the layer dirs under a waiting or
 //!   running container's overlay are never collected.
+//! - **Never holding the cache over its budget.** When images in use keep
+//!   the cache over `--cache-max-size`, the daemon's collector has the pool
+//!   drop the keys of those images that no call uses ([`Pool::release_idle`])
+//!   and collects again: only runs and pulls in flight keep it over.
 //! - **No zombies.** Containers' inits are this process's children (a
 //!   child subreaper): each is reaped by its container, and any other
 //!   container init orphaned to xfn by the runner's sweep
@@ -553,6 +557,53 @@ impl Pool {
             tracing::debug!(count = removed.len(), "removing idle warm containers");
             self.dispose(removed);
         }
+    }
+
+    /// Removes the keys of the images `digests` that no call uses and no
+    /// creation is making a container for: their waiting containers and
+    /// their recipe, so that once the returned future is done (teardowns at
+    /// idle priority) nothing of the pool pins those images. How the cache
+    /// budget holds with warm containers: the collector asks for this when
+    /// images in use keep the cache over its budget. Returns how many
+    /// containers went; a later call of such an image makes its key again.
+    pub(super) fn release_idle(
+        &self,
+        digests: &[String],
+    ) -> (
+        usize,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let mut removed: Vec<Waiting> = Vec::new();
+        let mut recipes = Vec::new();
+        {
+            let mut state = self.lock();
+            let state = &mut *state;
+            state.slots.retain(|key, slot| {
+                let idle = slot.in_use == 0 && slot.creating == 0;
+                if !idle || !digests.contains(&key.digest) {
+                    return true;
+                }
+                removed.append(&mut slot.ready);
+                recipes.push(Arc::clone(&slot.recipe));
+                false
+            });
+            state.total -= removed.len();
+            state.stats.discarded += removed.len() as u64;
+        }
+        let count = recipes.len();
+        if count > 0 {
+            tracing::debug!(
+                containers = removed.len(),
+                keys = count,
+                "removing idle warm containers: their images keep the cache over its budget"
+            );
+        }
+        let done = self
+            .tasks
+            .spawn(self.teardown.drop_later((removed, recipes)));
+        (count, async move {
+            let _ = done.await;
+        })
     }
 
     /// What the pool holds now and did so far.

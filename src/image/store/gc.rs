@@ -43,6 +43,11 @@ pub struct GcReport {
     /// Images in use (pinned by a run, a pull or a warm container), kept
     /// whatever the budget.
     pub kept_in_use: usize,
+    /// When images in use keep the cache over the budget: those of them
+    /// whose release would let it fit, least recently used first (manifest
+    /// digests). A daemon drops its idle warm containers of these, so that
+    /// only runs and pulls in flight hold the cache over its budget.
+    pub over_budget_in_use: Vec<String>,
     /// Bytes on disk before and after (the store's entries; not `tmp/`, `run/`).
     pub bytes_before: u64,
     /// After.
@@ -171,6 +176,33 @@ impl Store {
             }
             let live = live_of(&kept);
             report.bytes_after = size_of(&live, &sizes);
+            if let Some(max) = max_size.filter(|max| report.bytes_after > *max) {
+                // Released in this order, each pinned image would be
+                // evicted next (every image not in use is gone by now):
+                // the ones without a ref first (garbage once released),
+                // then the least recently used.
+                let last_used = |digest: &String| {
+                    kept.get(digest)
+                        .and_then(|refs| refs.iter().map(|r| r.used).max())
+                };
+                let mut holding: Vec<&String> = pinned.keys().collect();
+                holding.sort_by_key(|digest| last_used(digest));
+                let mut rest: HashSet<&String> = kept.keys().chain(pinned.keys()).collect();
+                for digest in holding {
+                    let size = size_of(
+                        &needed(
+                            rest.iter()
+                                .map(|d| (*d, manifests.get(*d).and_then(Option::as_ref))),
+                        ),
+                        &sizes,
+                    );
+                    if size <= max {
+                        break;
+                    }
+                    rest.remove(digest);
+                    report.over_budget_in_use.push(digest.clone());
+                }
+            }
             report.kept_in_use = pinned.values().filter(|m| m.is_some()).count();
             for dir in KINDS {
                 for hex in self.present(dir) {

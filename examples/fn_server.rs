@@ -13,9 +13,10 @@
 //!            `from-settings`
 //!   context  write `input.write` into the context; copy context key
 //!            `input.read` into the XR's desired status
-//!   observe, schema, env, operate: as function.py (what the reconciler
-//!            gave the XR, a required schema's properties, an environment
-//!            variable, an Operation's applied resource and output)
+//!   observe, schema, env, mirror, operate: as function.py (what the
+//!            reconciler gave the XR, a required schema's properties, an
+//!            environment variable, observed composed resources' data in the
+//!            XR's status, an Operation's applied resource and output)
 //!
 //! Run: fn_server --insecure [--address 127.0.0.1:PORT] [--serve v1|v1beta1|both]
 //!
@@ -392,6 +393,39 @@ fn run(
                     );
             }
             rsp.context = Some(context);
+        }
+        Some("mirror") => {
+            // `resource.update(rsp.desired.composite, {"status": {"mirrored":
+            // {name: data}}})`: the whole `status` key is replaced.
+            let mirrored: Map<String, Value> = req
+                .observed
+                .as_ref()
+                .map(|o| {
+                    o.resources
+                        .iter()
+                        .map(|(name, r)| {
+                            let object = r.resource.as_ref().map_or_else(|| json!({}), from_struct);
+                            (
+                                name.clone(),
+                                object.get("data").cloned().unwrap_or_else(|| json!({})),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let status = to_struct(&json!({"mirrored": mirrored})).unwrap_or_default();
+            desired
+                .composite
+                .get_or_insert_default()
+                .resource
+                .get_or_insert_default()
+                .fields
+                .insert(
+                    "status".into(),
+                    prost_types::Value {
+                        kind: Some(Kind::StructValue(status)),
+                    },
+                );
         }
         Some("observe") => {
             let xr = req

@@ -437,3 +437,38 @@ spec:
     assert!(text.contains("name: demo-bucket"), "{text}");
     assert_golden("parity-alpha-example.yaml", &text);
 }
+
+#[test]
+fn iterations_feed_the_output_back_until_it_is_stable() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        fx.write("functions.yaml", &functions);
+        fx.write(
+            "composition.yaml",
+            &steps(
+                "fn",
+                &[("create", "action: create"), ("mirror", "action: mirror")],
+            ),
+        );
+        let args = ["xr.yaml", "composition.yaml", "functions.yaml"];
+        // Once, as the CLI: nothing is observed yet.
+        let once = stdout(&fx.render(&args));
+        assert!(once.contains("mirrored: {}"), "{runtime}: {once}");
+        // The second render observes the buckets, the third changes nothing.
+        let out = fx.render(&[&args[..], &["--iterations", "5"]].concat());
+        let text = stdout(&out);
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            log.contains("the output is stable") && log.contains("renders=3"),
+            "{runtime}: {log}"
+        );
+        assert!(text.contains("index: '1'"), "{runtime}: {text}");
+        assert_golden("parity-iterations.yaml", &text);
+        // Two renders are too few to tell: said so, the second printed.
+        let out = fx.render(&[&args[..], &["--iterations", "2"]].concat());
+        assert_eq!(stdout(&out), text, "{runtime}");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(log.contains("still changing"), "{runtime}: {log}");
+    }
+}

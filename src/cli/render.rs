@@ -88,6 +88,12 @@ pub struct RenderArgs {
     /// Print the whole XR, not only its status.
     #[arg(short = 'x', long)]
     pub include_full_xr: bool,
+    /// Render the XR up to N times, each render observing what the
+    /// previous one composed, until the output is stable (bi-directional
+    /// patching); xfn only.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub iterations: u32,
     /// Print the context after the last step (`-c` here; the cache
     /// directory is --cache-dir).
     #[arg(short = 'c', long)]
@@ -169,6 +175,7 @@ impl RenderArgs {
                 include_deleted: self.include_deleted_resources,
                 include_requirements: self.include_requirements,
             },
+            iterations: self.iterations,
         }
     }
 

@@ -60,6 +60,10 @@ pub struct RenderInputs {
     pub context_values: Vec<String>,
     /// What to print.
     pub output: OutputOptions,
+    /// `--iterations N`: render an XR up to N times, each time observing
+    /// what the previous render composed, until its output is stable (0
+    /// and 1: once).
+    pub iterations: u32,
 }
 
 /// What is rendered.
@@ -95,6 +99,8 @@ pub struct RenderPlan {
     credentials: Vec<Value>,
     context: Option<Value>,
     output: OutputOptions,
+    /// How many times at most an XR is rendered (`--iterations`).
+    iterations: u32,
     /// Kept servers got ready by [`RenderPlan::start_kept`], by Function.
     kept: std::sync::Mutex<HashMap<String, KeptStart>>,
 }
@@ -140,6 +146,7 @@ impl RenderPlan {
             credentials,
             context,
             output: inputs.output,
+            iterations: inputs.iterations.max(1),
             kept: Default::default(),
         };
         let (functions_path, steps) = if is_operation(&first) {
@@ -157,6 +164,7 @@ impl RenderPlan {
                 ),
                 ("--include-deleted-resources", inputs.output.include_deleted),
                 ("--include-requirements", inputs.output.include_requirements),
+                ("--iterations", inputs.iterations > 1),
             ] {
                 if given {
                     return Err(usage(
@@ -225,6 +233,12 @@ impl RenderPlan {
                 None => Vec::new(),
             };
             match composition.pipeline.clone() {
+                Pipeline::Alpha(_) if inputs.iterations > 1 => {
+                    return Err(usage(
+                        composition_path,
+                        "--iterations is for mode Pipeline Compositions",
+                    ));
+                }
                 Pipeline::Alpha(functions) => {
                     plan.subject = Subject::Alpha {
                         xr: composite.object,
@@ -444,46 +458,139 @@ impl RenderPlan {
             .map(|mut k| std::mem::take(&mut *k))
             .unwrap_or_default();
         let callers = Callers::new(&self.functions, runner.as_ref(), &defaults, kept)?;
-        let pipeline = V1Pipeline {
-            steps,
-            callers: callers.map(),
-            observed: observed.as_ref(),
-            required: &self.required,
-            schemas: &self.schemas,
-            credentials: &self.credentials,
-            context: self.context.clone(),
-        };
-        let outcome = callers.around(pipeline.run()).await?;
+        let (outcome, observed) = callers
+            .around(self.renders(steps, callers.map(), observed))
+            .await?;
         let fatal = outcome.fatal.as_ref().map(|f| {
             format!(
                 "pipeline step {:?} returned a fatal result: {}",
                 f.step, f.message
             )
         });
-        let objects = match &self.subject {
-            Subject::Composite {
-                input_xr,
-                xr,
-                schema,
-                composition,
-                ..
-            } => CompositeOutput {
-                xr,
-                input_xr,
-                schema: *schema,
-                composition: (&composition.name, composition.revision.as_deref()),
-                observed: observed.as_ref().expect("a composite render observes"),
-                outcome: &outcome,
-                options: self.output,
-            }
-            .objects()?,
-            Subject::Operation(operation) => operation.objects(&outcome, self.output),
-            Subject::Alpha { .. } => unreachable!("returned above"),
+        let objects = match (&self.subject, &observed) {
+            (Subject::Operation(operation), _) => operation.objects(&outcome, self.output),
+            (_, Some(observed)) => self.composite_objects(&outcome, observed)?,
+            (_, None) => unreachable!("a composite render observes"),
         };
         Ok(Rendered {
             stream: to_yaml_stream(&objects)?,
             fatal,
         })
+    }
+
+    /// Runs the pipeline once, or for `--iterations N` up to N times: each
+    /// render observes what the previous one composed (its composed
+    /// resources as observed resources, the XR with its status and
+    /// references), as Crossplane's next reconcile would, until the output
+    /// is the same twice (bi-directional patching settles) or a Fatal
+    /// result ends it. Returns the last outcome and what it observed.
+    async fn renders(
+        &self,
+        steps: &[PipelineStep],
+        callers: &CallerMap,
+        mut observed: Option<Observed>,
+    ) -> Result<(super::Outcome, Option<Observed>), ComposeError> {
+        let mut previous: Option<Vec<Value>> = None;
+        for round in 1..=self.iterations {
+            let outcome = V1Pipeline {
+                steps,
+                callers,
+                observed: observed.as_ref(),
+                required: &self.required,
+                schemas: &self.schemas,
+                credentials: &self.credentials,
+                context: self.context.clone(),
+            }
+            .run()
+            .await?;
+            let again = round < self.iterations && outcome.fatal.is_none();
+            let Some(current) = observed.as_ref().filter(|_| self.iterations > 1) else {
+                return Ok((outcome, observed));
+            };
+            let objects = self.composite_objects(&outcome, current)?;
+            if previous.as_ref() == Some(&objects) {
+                tracing::info!(renders = round, "the output is stable");
+                return Ok((outcome, observed));
+            }
+            if !again {
+                if outcome.fatal.is_none() {
+                    tracing::warn!(
+                        renders = round,
+                        "the output was still changing after --iterations renders"
+                    );
+                }
+                return Ok((outcome, observed));
+            }
+            observed = Some(fed_back(current, &objects, outcome.resources.len()));
+            previous = Some(objects);
+        }
+        unreachable!("the last round returns")
+    }
+
+    /// A composite render's output objects for `outcome`, which observed
+    /// `observed`.
+    fn composite_objects(
+        &self,
+        outcome: &super::Outcome,
+        observed: &Observed,
+    ) -> Result<Vec<Value>, ComposeError> {
+        let Subject::Composite {
+            input_xr,
+            xr,
+            schema,
+            composition,
+            ..
+        } = &self.subject
+        else {
+            unreachable!("only composite renders have composite output")
+        };
+        CompositeOutput {
+            xr,
+            input_xr,
+            schema: *schema,
+            composition: (&composition.name, composition.revision.as_deref()),
+            observed,
+            outcome,
+            options: self.output,
+        }
+        .objects()
+    }
+}
+
+/// What the next reconcile observes after a render printed `objects` (the
+/// XR, then its `composed` composed resources): the XR with the printed
+/// status and references, the composed resources as applied.
+fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed {
+    let mut composite = observed.composite.clone();
+    if let Some(printed) = objects.first() {
+        let mut without_status = printed.clone();
+        let status = without_status
+            .as_object_mut()
+            .and_then(|o| o.remove("status"));
+        super::value::merge(&mut composite, &without_status);
+        if let (Some(object), Some(status)) = (composite.as_object_mut(), status) {
+            object.insert("status".into(), status);
+        }
+    }
+    let resources = objects
+        .iter()
+        .skip(1)
+        .take(composed)
+        .filter_map(|object| {
+            let name = get_str(
+                object,
+                &[
+                    "metadata",
+                    "annotations",
+                    super::inputs::RESOURCE_NAME_ANNOTATION,
+                ],
+            )?;
+            Some((name.to_string(), object.clone()))
+        })
+        .collect();
+    Observed {
+        composite,
+        resources,
     }
 }
 

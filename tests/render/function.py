@@ -16,6 +16,9 @@ Each pipeline step says what to do in its input's `action`:
            given, put its top-level property names into the context
            (`schemaProperties`, null when there is none)
   env      put environment variable `input.name` into the context (`env`)
+  mirror   copy each observed composed resource's `data` into the XR's
+           desired status (`mirrored`, by resource name): a composed
+           resource's state patched back to the XR
   operate  (Operations) apply ConfigMap `input.name` holding the watched
            resource's name and the required `settings` data, if any; set
            the step's output
@@ -94,6 +97,12 @@ class Function(grpcv1.FunctionRunnerServiceServicer):
                 schema = request.get_required_schema(req, "schema")
                 names = sorted(schema.get("properties", {})) if schema else None
                 rsp.context.update({"schemaProperties": names})
+        elif action == "mirror":
+            mirrored = {
+                name: resource.struct_to_dict(r.resource).get("data", {})
+                for name, r in req.observed.resources.items()
+            }
+            resource.update(rsp.desired.composite, {"status": {"mirrored": mirrored}})
         elif action == "env":
             rsp.context.update({"env": os.environ.get(inp["name"])})
         elif action == "operate":

@@ -48,6 +48,11 @@ if ! python3 -c 'import crossplane.function' 2>/dev/null; then
     || python3 -m pip install --quiet --break-system-packages crossplane-function-sdk-python==0.15.1
 fi
 
+# grpcio (gRPC C-core's Python client): tests/server_lifecycle.rs calls
+# `xfn start` on its default socket with it. The SDK above brings it along.
+python3 -c 'import grpc' 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check grpcio \
+  || python3 -m pip install --quiet --break-system-packages grpcio
+
 # kubernetes-validate: tests/deploy/validate.py checks deploy/ against the
 # Kubernetes schemas offline.
 if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then

@@ -393,3 +393,238 @@ async fn an_idle_daemon_and_gatekeeper_give_back_the_code_pages_their_calls_ran(
     // And it still serves, faulting back in what it runs.
     daemon.call_ok(&image).await;
 }
+
+/// What an HTTP/2 client sends first: the preface and an empty SETTINGS.
+const HTTP2_HELLO: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// The frame types in what the server sent on `conn` until it closed it
+/// (bounded: a connection never closed fails the test, not hangs it).
+async fn frames_until_closed(conn: &mut tokio::net::UnixStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        conn.read_to_end(&mut bytes),
+    )
+    .await
+    .expect("the daemon never closed the connection");
+    // A cut connection may also end in a reset.
+    if let Err(err) = read {
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    }
+    let mut kinds = Vec::new();
+    let mut rest = bytes.as_slice();
+    while rest.len() >= 9 {
+        let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
+        kinds.push(rest[3]);
+        rest = &rest[(9 + len).min(rest.len())..];
+    }
+    kinds
+}
+
+const GOAWAY: u8 = 0x7;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_past_the_default_cap_make_room_and_new_callers_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    // Defaults: --max-connections 1024.
+    let daemon = Daemon::start(&[]).await;
+    daemon.call_ok(&image).await;
+    // An allowed caller opens connections, says hello, and goes quiet.
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        let mut conn = daemon.connect_raw(Some(NONROOT)).await.expect("connect");
+        conn.write_all(HTTP2_HELLO).await.expect("hello");
+        idle.push(conn);
+    }
+    // Past the cap, each newcomer made the longest idle one close (or cut
+    // one already asked to): 76 closed in all.
+    let made_room = || async {
+        daemon
+            .metric(r#"xfn_connections_closed_total{reason="evicted"}"#)
+            .await
+            + daemon
+                .metric(r#"xfn_connections_closed_total{reason="unresponsive"}"#)
+                .await
+    };
+    for _ in 0..600 {
+        if made_room().await >= 76.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(made_room().await >= 76.0, "{}", daemon.metrics_text().await);
+    // Other callers, on new connections, are served.
+    for _ in 0..5 {
+        daemon.call_ok(&image).await;
+    }
+    // What was closed is gone: the open connections are back under the cap.
+    for _ in 0..600 {
+        if daemon.metric("xfn_connections_open").await <= 1024.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let open = daemon.metric("xfn_connections_open").await;
+    assert!(open <= 1024.0, "{open} connections open");
+    // The oldest one is gone.
+    frames_until_closed(&mut idle[0]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_idle_past_the_idle_timeout_is_sent_goaway_and_closed() {
+    use tokio::io::AsyncWriteExt;
+    let daemon = Daemon::start(&["--idle-connection-timeout", "1s"]).await;
+    let mut conn = daemon.connect_raw(Some(NONROOT)).await.expect("connect");
+    conn.write_all(HTTP2_HELLO).await.expect("hello");
+    assert!(frames_until_closed(&mut conn).await.contains(&GOAWAY));
+    let closed = r#"xfn_connections_closed_total{reason="idle_timeout"}"#;
+    assert!(daemon.metric(closed).await >= 1.0);
+    // The daemon goes on serving.
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_that_never_handshake_are_cut_while_other_callers_are_served() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&["--max-connections", "16", "--handshake-timeout", "2s"]).await;
+    daemon.call_ok(&image).await;
+    // More silent connections than the cap.
+    let mut silent = Vec::new();
+    for _ in 0..40 {
+        silent.push(daemon.connect_raw(Some(NONROOT)).await.expect("connect"));
+    }
+    for _ in 0..3 {
+        daemon.call_ok(&image).await;
+    }
+    // Every silent one is closed: evicted for newcomers, or cut at its
+    // handshake timeout.
+    for conn in &mut silent {
+        frames_until_closed(conn).await;
+    }
+    let cut = r#"xfn_connections_closed_total{reason="handshake_timeout"}"#;
+    assert!(
+        daemon.metric(cut).await >= 1.0,
+        "{}",
+        daemon.metrics_text().await
+    );
+    daemon.call_ok(&image).await;
+}
+
+/// Loops `connect()` to `@name` as `uid` until `stop` (or 5 million
+/// attempts), closing each connection at once: a neighbour's flood.
+fn flood_connects(
+    name: String,
+    uid: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::sync::atomic::Ordering::Relaxed;
+    std::thread::spawn(move || {
+        let keep = libc::uid_t::MAX;
+        // SAFETY: raw setresgid/setresuid change this thread's credentials
+        // only; the thread runs nothing but the loop below.
+        let rc = unsafe { libc::syscall(libc::SYS_setresgid, keep, uid, keep) };
+        assert_eq!(rc, 0, "setresgid");
+        // SAFETY: as above.
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, keep, uid, keep) };
+        assert_eq!(rc, 0, "setresuid");
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        while !stop.load(Relaxed) && attempts.load(Relaxed) < 5_000_000 {
+            // Blocking: it fills the listen queue whenever it can.
+            let _ = std::os::unix::net::UnixStream::connect_addr(&addr);
+            attempts.fetch_add(1, Relaxed);
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_neighbours_connect_flood_leaves_every_allowed_call_served_and_is_counted() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    let daemon = Daemon::start(&[]).await;
+    daemon.call_ok(&image).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts = Arc::new(AtomicU64::new(0));
+    let flood = flood_connects(daemon.socket.clone(), 65531, stop.clone(), attempts.clone());
+    for _ in 0..600 {
+        if attempts.load(Relaxed) >= 10_000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        attempts.load(Relaxed) >= 10_000,
+        "the flood did not get going"
+    );
+    // Thirty calls, each on a new connection made as gRPC clients make
+    // them (non-blocking: a full listen queue fails the connect).
+    let mut failed = Vec::new();
+    for _ in 0..30 {
+        let result = match daemon.channel_as(Some(NONROOT)).await {
+            Ok(channel) => Client::new(channel)
+                .run_function(request(&image, FUNCTION_IO))
+                .await
+                .map(|_| ()),
+            Err(err) => Err(tonic::Status::unavailable(err.to_string())),
+        };
+        if let Err(status) = result {
+            failed.push(status);
+        }
+    }
+    stop.store(true, Relaxed);
+    flood.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of 30 calls failed during the flood: {failed:?}\n{}",
+        failed.len(),
+        daemon.log()
+    );
+    let refused = daemon
+        .metric(r#"xfn_callers_refused_total{reason="uid"}"#)
+        .await;
+    assert!(refused >= 10_000.0, "{}", daemon.metrics_text().await);
+    // Logged at most once per interval, each line saying how many it skipped.
+    let lines = daemon.log().matches("caller refused").count();
+    assert!(
+        lines >= 1 && (lines as f64) * 1000.0 <= refused,
+        "{lines} lines for {refused} refusals"
+    );
+    assert!(daemon.log().contains("suppressed"), "{}", daemon.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_grpcio_client_calls_run_function_on_the_default_socket() {
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    // The daemon's network namespace reaches no registry: pull first.
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+    let pulled = unprivileged(NONROOT, std::path::Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .args(["pull", "--cache-dir"])
+        .arg(&cache)
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(pulled.status.success(), "{pulled:?}");
+    let daemon = Daemon::start_on_the_default_socket(&cache, &[]).await;
+    // grpcio's own :authority for this target is
+    // "crossplane%2Ffn%2Fdefault.sock", which h2 alone refuses.
+    let target = format!("unix-abstract:{DEFAULT_SOCKET}");
+    for _ in 0..2 {
+        let response = grpcio_run_function(&daemon, &target, &request(&image, FUNCTION_IO))
+            .unwrap_or_else(|status| panic!("{status}\n{}", daemon.log()));
+        assert_eq!(response.output, FUNCTION_IO.as_bytes());
+    }
+    assert!(
+        daemon.log().contains("crossplane%2Ffn%2Fdefault.sock"),
+        "{}",
+        daemon.log()
+    );
+}

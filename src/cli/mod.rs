@@ -300,12 +300,19 @@ pub struct Global {
     pub log_format: LogFormat,
 }
 
-/// Sets up tracing to stderr: `info` by default, `debug` with `-d`, or
-/// whatever `RUST_LOG` says. Text lines escape what their fields carry
-/// (see [`logging`]); JSON escapes by itself.
+/// Sets up tracing to stderr: `info` (and why h2 reset a stream) by
+/// default, `debug` with `-d`, or whatever `RUST_LOG` says. Text lines
+/// escape what their fields carry (see [`logging`]); JSON escapes by itself.
 pub fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
-    let default = if global.debug { "debug" } else { "info" };
+    // h2 says at debug level only why it reset a caller's stream or
+    // connection (a malformed header, a bad preface): the caller sees
+    // INTERNAL or a reset and nothing else, so its reasons always show.
+    let default = if global.debug {
+        "debug"
+    } else {
+        "info,h2::server=debug"
+    };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // Colours only for a person at a terminal: escapes in a CI log or a
     // file make it harder to read and to grep.

@@ -8,6 +8,9 @@ use std::time::Duration;
 use clap::Args;
 
 use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
+use xfn::serving::connections::{
+    raise_fd_limit, ConnectionLimits, Connections, DEFAULT_MAX_CONNECTIONS,
+};
 use xfn::serving::metrics::{Metrics, MetricsServer};
 use xfn::serving::serve::{serve, shutdown_signal, Incoming, Services};
 use xfn::serving::Calls;
@@ -36,6 +39,17 @@ pub struct ServingArgs {
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
     #[arg(long)]
     pub metrics_address: Option<SocketAddr>,
+    /// Most client connections open at once (at most the descriptor limit
+    /// less 1024): a new one past it closes the connection idle the longest.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// A connection that has not sent its HTTP/2 preface by then is cut.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+    /// A connection with no call in flight this long is closed (GOAWAY:
+    /// gRPC clients reconnect on their next call).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub idle_connection_timeout: Duration,
 }
 
 impl ServingArgs {
@@ -49,6 +63,27 @@ impl ServingArgs {
         }
     }
 
+    /// The connection bounds these flags give, fitted under the descriptor
+    /// limit (raised to its hard limit first).
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        let asked = ConnectionLimits {
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_connection_timeout,
+            max_connections: self.max_connections.max(1),
+        };
+        let fd_limit = raise_fd_limit();
+        let (limits, shrunk) = asked.fitted_to(fd_limit);
+        if shrunk {
+            tracing::warn!(
+                asked = asked.max_connections,
+                max_connections = limits.max_connections,
+                fd_limit,
+                "--max-connections lowered to fit the descriptor limit (RLIMIT_NOFILE) less 1024 kept for runs"
+            );
+        }
+        limits
+    }
+
     /// Serves `services` on `incoming` (and the metrics endpoint) until
     /// SIGTERM/SIGINT, then drains `calls` within the grace period.
     pub async fn serve(
@@ -59,17 +94,22 @@ impl ServingArgs {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<()> {
         let limits = calls.limits();
-        let metrics_server = MetricsServer::start(self.metrics_address, metrics).await?;
+        let metrics_server = MetricsServer::start(self.metrics_address, metrics.clone()).await?;
+        let connection_limits = self.connection_limits();
         tracing::info!(
             max_concurrent_runs = limits.max_running,
             max_queued_runs = limits.max_queued,
             max_queued_bytes = limits.max_queued_bytes,
             grace_period = ?self.grace_period,
-            "admission and drain"
+            max_connections = connection_limits.max_connections,
+            handshake_timeout = ?connection_limits.handshake_timeout,
+            idle_connection_timeout = ?connection_limits.idle_timeout,
+            "admission, connections and drain"
         );
         let served = serve(
             incoming,
             services,
+            Connections::new(connection_limits, metrics),
             calls.drain(self.grace_period),
             shutdown_signal(),
         );

@@ -224,12 +224,14 @@ pub async fn execute(
     let pooled = Arc::clone(&runner);
     spawn_collector(Arc::clone(&runner), args.cache_max_size);
 
-    let incoming = match bound {
-        Bound::Gate(gate) => gate.incoming()?,
-        Bound::Tcp(listener) => Incoming::Tcp(listener),
+    let (incoming, metrics) = match bound {
+        Bound::Gate(gate) => {
+            let metrics = super::daemon_metrics(&runner).with_gate(gate.counters());
+            (gate.incoming()?, metrics)
+        }
+        Bound::Tcp(listener) => (Incoming::Tcp(listener), super::daemon_metrics(&runner)),
     };
-
-    let metrics = Arc::new(super::daemon_metrics(&runner));
+    let metrics = Arc::new(metrics);
     let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
     let service = RunnerService::new(
         runner,

@@ -11,6 +11,30 @@
 //!
 //! Refused callers are logged and their connection closed before any gRPC
 //! byte is exchanged: they see a transport error, not a gRPC status.
+//!
+//! # Under a flood
+//!
+//! A neighbour that is refused can still loop `connect()`: every attempt
+//! lands in the listen queue the allowed callers share, and a caller whose
+//! non-blocking `connect()` (every gRPC client's) finds the queue full gets
+//! EAGAIN, i.e. UNAVAILABLE. So the gatekeeper must take connections off the
+//! queue faster than any one process can put them there:
+//!
+//! - it accepts on one thread per CPU (at most [`MAX_ACCEPTORS`]), each
+//!   draining the whole queue on each wake-up (a non-blocking listener),
+//!   not one connection per `poll`: one flooding process cannot out-run
+//!   it (measured: a C loop of `connect()` as a refused uid, ~50,000 a
+//!   second, leaves the queue of 4096 empty with two acceptors; two such
+//!   loops on a 2-CPU machine fill it: this is a race for CPU, and a
+//!   function's is bounded by its limits where they are enforced);
+//! - a refusal costs `accept`, one `getsockopt(SO_PEERCRED)` and `close`:
+//!   the uid is judged first, and only an allowed uid's process is looked
+//!   up in `/proc` (where it sits: [`PeerPlace`]);
+//! - the listen queue is the kernel's largest (`somaxconn`; std's
+//!   `listen` asks for it), so bursts wait rather than fail;
+//! - refusals are logged at most once per [`REFUSAL_LOG_INTERVAL`] (the line
+//!   says how many were not) and counted by reason in shared memory the
+//!   daemon exports as `xfn_callers_refused_total` ([`GateCounters`]).
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -71,10 +95,94 @@ fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> GateError {
     move |source| GateError::Sys { what, source }
 }
 
+/// The refusal counts, one per reason (see [`GateCounters::refused`]).
+#[derive(Debug, Default)]
+#[repr(C)]
+struct Counts {
+    uid: std::sync::atomic::AtomicU64,
+    container: std::sync::atomic::AtomicU64,
+    credentials: std::sync::atomic::AtomicU64,
+}
+
+/// Counters the gatekeeper adds to and the daemon reads: one page of
+/// memory shared by the two processes (mapped `MAP_SHARED` before the
+/// fork, so both see the same atomics). A channel message per refusal
+/// would cost the flood path a system call; this costs an atomic add.
+#[derive(Debug, Clone)]
+pub struct GateCounters(std::sync::Arc<SharedPage>);
+
+/// The shared mapping of [`Counts`]; unmapped (in this process) on drop.
+#[derive(Debug)]
+struct SharedPage(std::ptr::NonNull<Counts>);
+
+// SAFETY: the mapping holds only atomics, which any thread may access
+// through a shared reference; it stays mapped until the page is dropped.
+unsafe impl Send for SharedPage {}
+// SAFETY: as above.
+unsafe impl Sync for SharedPage {}
+
+impl Drop for SharedPage {
+    fn drop(&mut self) {
+        // SAFETY: the pointer and size are those `mmap` returned and took;
+        // no reference into the page outlives `self`.
+        unsafe {
+            libc::munmap(self.0.as_ptr().cast(), std::mem::size_of::<Counts>());
+        }
+    }
+}
+
+impl GateCounters {
+    fn new() -> Result<Self, GateError> {
+        // SAFETY: an anonymous shared mapping of a fresh page: no file, no
+        // address hint; the result is checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                std::mem::size_of::<Counts>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(GateError::Sys {
+                what: "map the refusal counters",
+                source: nix::Error::last(),
+            });
+        }
+        // A fresh anonymous mapping is zero-filled and page-aligned: valid
+        // (zeroed) atomics.
+        let page = std::ptr::NonNull::new(ptr.cast::<Counts>()).ok_or(GateError::Sys {
+            what: "map the refusal counters",
+            source: nix::Error::EINVAL,
+        })?;
+        Ok(Self(std::sync::Arc::new(SharedPage(page))))
+    }
+
+    fn counts(&self) -> &Counts {
+        // SAFETY: the page is mapped and initialised for as long as `self`
+        // (which holds it) lives; only atomics are accessed through it.
+        unsafe { self.0 .0.as_ref() }
+    }
+
+    /// Refusals so far, by reason label.
+    pub fn refused(&self) -> [(&'static str, u64); 3] {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = self.counts();
+        [
+            ("uid", c.uid.load(Relaxed)),
+            ("container", c.container.load(Relaxed)),
+            ("credentials", c.credentials.load(Relaxed)),
+        ]
+    }
+}
+
 /// The daemon's end of the channel from the gatekeeper.
 #[derive(Debug)]
 pub struct GateReceiver {
     channel: OwnedFd,
+    counters: GateCounters,
 }
 
 /// The connected pair: (gatekeeper's end, daemon's end).
@@ -88,7 +196,13 @@ fn channel() -> Result<(OwnedFd, GateReceiver), GateError> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(sys("socketpair"))?;
-    Ok((gate, GateReceiver { channel: daemon }))
+    Ok((
+        gate,
+        GateReceiver {
+            channel: daemon,
+            counters: GateCounters::new()?,
+        },
+    ))
 }
 
 /// Forks the gatekeeper for `listener` under `policy` and returns the
@@ -96,6 +210,7 @@ fn channel() -> Result<(OwnedFd, GateReceiver), GateError> {
 /// (before the async runtime starts), and before entering the namespace.
 pub fn spawn(listener: UnixListener, policy: CallerPolicy) -> Result<GateReceiver, GateError> {
     let (gate_end, receiver) = channel()?;
+    let counters = receiver.counters.clone();
     let parent = nix::unistd::getpid();
     // SAFETY: xfn is single-threaded here (main calls this before building
     // the tokio runtime), so the child may run ordinary Rust code: no lock
@@ -112,7 +227,7 @@ pub fn spawn(listener: UnixListener, policy: CallerPolicy) -> Result<GateReceive
             // Only the accept loop runs from here on: the start-up's pages
             // can go.
             crate::resident::release_file_pages();
-            run(&listener, &policy, &gate_end);
+            run(&listener, &policy, &gate_end, &counters);
             std::process::exit(0);
         }
         nix::unistd::ForkResult::Parent { child } => {
@@ -177,10 +292,109 @@ fn wait(listener: &UnixListener, daemon: &OwnedFd, quiet: Option<std::time::Dura
     }
 }
 
-/// The gatekeeper's loop: accept, check, hand over; returns when the daemon
-/// is gone.
-pub fn run(listener: &UnixListener, policy: &CallerPolicy, daemon: &OwnedFd) {
-    let mut refusals = Refusals::default();
+/// Why a caller was refused.
+enum Refusal {
+    /// Its credentials could not be read.
+    Credentials(nix::Error),
+    /// Its uid is not allowed.
+    Uid {
+        pid: i32,
+        refused: super::peer::Refused,
+    },
+    /// It runs in a container (a function).
+    Container {
+        uid: u32,
+        pid: i32,
+        place: PeerPlace,
+    },
+}
+
+/// Judges a caller: its uid if it may call. The uid goes first: a refusal
+/// then costs one `getsockopt`, and only allowed callers are looked up in
+/// `/proc`.
+fn judge(stream: &UnixStream, policy: &CallerPolicy) -> Result<u32, Refusal> {
+    let cred = getsockopt(stream, sockopt::PeerCredentials).map_err(Refusal::Credentials)?;
+    policy.check(cred.uid()).map_err(|refused| Refusal::Uid {
+        pid: cred.pid(),
+        refused,
+    })?;
+    let place = PeerPlace::of(cred.pid());
+    if !place.may_call() {
+        return Err(Refusal::Container {
+            uid: cred.uid(),
+            pid: cred.pid(),
+            place,
+        });
+    }
+    Ok(cred.uid())
+}
+
+/// Counts `refusal` and logs it unless one was logged lately.
+fn refuse(refusal: Refusal, refusals: &std::sync::Mutex<Refusals>, counters: &GateCounters) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let counts = counters.counts();
+    let counter = match &refusal {
+        Refusal::Credentials(_) => &counts.credentials,
+        Refusal::Uid { .. } => &counts.uid,
+        Refusal::Container { .. } => &counts.container,
+    };
+    counter.fetch_add(1, Relaxed);
+    let mut refusals = refusals
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    refusals.note(|suppressed| match refusal {
+        Refusal::Credentials(err) => {
+            tracing::warn!(error = %err, suppressed, "cannot read the caller's credentials; refusing")
+        }
+        Refusal::Uid { pid, refused } => {
+            tracing::warn!(uid = refused.uid, pid, reason = %refused, suppressed, "caller refused")
+        }
+        Refusal::Container { uid, pid, place } => tracing::warn!(
+            uid,
+            pid,
+            ?place,
+            suppressed,
+            "caller refused: it runs in a container (a function may never call the runner)"
+        ),
+    });
+}
+
+/// Most threads the gatekeeper accepts on.
+const MAX_ACCEPTORS: usize = 4;
+
+/// The gatekeeper: accept, check, hand over, on one thread per CPU (at
+/// most [`MAX_ACCEPTORS`]), so that one flooding process cannot out-run it
+/// alone; returns when the daemon is gone.
+pub fn run(
+    listener: &UnixListener,
+    policy: &CallerPolicy,
+    daemon: &OwnedFd,
+    counters: &GateCounters,
+) {
+    // Non-blocking: each wake-up takes every waiting caller (see the
+    // module's "Under a flood"). Without it, one per wake-up.
+    let drains = listener.set_nonblocking(true).is_ok();
+    let refusals = std::sync::Mutex::new(Refusals::default());
+    let acceptors = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_ACCEPTORS);
+    std::thread::scope(|scope| {
+        for _ in 1..acceptors {
+            scope.spawn(|| accept_loop(listener, policy, daemon, counters, &refusals, drains));
+        }
+        accept_loop(listener, policy, daemon, counters, &refusals, drains);
+    });
+}
+
+/// One acceptor's loop; returns when the daemon is gone.
+fn accept_loop(
+    listener: &UnixListener,
+    policy: &CallerPolicy,
+    daemon: &OwnedFd,
+    counters: &GateCounters,
+    refusals: &std::sync::Mutex<Refusals>,
+    drains: bool,
+) {
     // A connection was handled since the last release of the code it ran
     // (crate::resident): released once the gatekeeper has been idle again.
     let mut ran = false;
@@ -195,42 +409,29 @@ pub fn run(listener: &UnixListener, policy: &CallerPolicy, daemon: &OwnedFd) {
             }
             Wake::Caller => ran = true,
         }
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(err) => {
-                tracing::warn!(error = %err, "accepting a connection failed");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
+        loop {
+            let stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => {
+                    // EMFILE and the like: wait a little rather than spin.
+                    tracing::warn!(error = %err, "accepting a connection failed");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    break;
+                }
+            };
+            match judge(&stream, policy) {
+                Ok(uid) => {
+                    if !hand_over(daemon, &stream, uid) {
+                        return;
+                    }
+                }
+                Err(refusal) => refuse(refusal, refusals, counters),
             }
-        };
-        let cred = match getsockopt(&stream, sockopt::PeerCredentials) {
-            Ok(cred) => cred,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot read the caller's credentials; refusing");
-                continue;
+            if !drains {
+                break;
             }
-        };
-        let place = PeerPlace::of(cred.pid());
-        if !place.may_call() {
-            refusals.note(|suppressed| {
-                tracing::warn!(
-                    uid = cred.uid(),
-                    pid = cred.pid(),
-                    ?place,
-                    suppressed,
-                    "caller refused: it runs in a container (a function may never call the runner)"
-                );
-            });
-            continue;
-        }
-        if let Err(refused) = policy.check(cred.uid()) {
-            refusals.note(|suppressed| {
-                tracing::warn!(uid = cred.uid(), pid = cred.pid(), reason = %refused, suppressed, "caller refused");
-            });
-            continue;
-        }
-        if !hand_over(daemon, &stream, cred.uid()) {
-            return;
         }
     }
 }
@@ -290,6 +491,11 @@ fn receive(channel: &OwnedFd) -> std::io::Result<Option<(UnixStream, u32)>> {
 }
 
 impl GateReceiver {
+    /// The gatekeeper's refusal counters (for the metrics).
+    pub fn counters(&self) -> GateCounters {
+        self.counters.clone()
+    }
+
     /// The connections the gatekeeper hands over, for the serving layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
@@ -361,8 +567,9 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let me = nix::unistd::geteuid().as_raw();
         let (gate_end, receiver) = channel().unwrap();
+        let counters = receiver.counters();
         let gate = std::thread::spawn(move || {
-            run(&listener, &CallerPolicy::new(me, &[]), &gate_end);
+            run(&listener, &CallerPolicy::new(me, &[]), &gate_end, &counters);
         });
         let mut incoming = Box::pin(receiver.connections().unwrap());
 

@@ -50,6 +50,8 @@ pub struct Metrics {
     limits_enforced: Gauge,
     run_cpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     run_memory_peak: Histogram,
+    connections_open: Gauge,
+    connections_closed: Family<OutcomeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -101,8 +103,24 @@ impl Metrics {
             "Peak memory of successful runs (cgroup memory.peak; limits enforced only)",
             run_memory_peak.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections open now (--max-connections caps them)",
+            connections_open.clone(),
+        );
+        let connections_closed = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "connections_closed",
+            "Connections the daemon closed or refused, by reason: handshake_timeout, idle_timeout, \
+             evicted (the longest idle, at --max-connections), unresponsive (cut after not closing), \
+             over_capacity (refused: every connection busy)",
+            connections_closed.clone(),
+        );
         Self {
             registry,
+            connections_open,
+            connections_closed,
             run_cpu_seconds,
             run_memory_peak,
             runs,
@@ -138,6 +156,25 @@ impl Metrics {
     /// The queued-calls gauge.
     pub fn queued(&self) -> &Gauge {
         &self.queued
+    }
+
+    /// The open-connections gauge.
+    pub fn connections_open(&self) -> &Gauge {
+        &self.connections_open
+    }
+
+    /// Counts a connection the daemon closed, by reason.
+    pub fn record_connection_closed(&self, reason: &'static str) {
+        self.connections_closed
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+
+    /// Also exports the gatekeeper's refusal counters (read at each scrape).
+    pub fn with_gate(mut self, counters: crate::server::gate::GateCounters) -> Self {
+        self.registry
+            .register_collector(Box::new(GateCollector { counters }));
+        self
     }
 
     /// Sets the limits-enforced gauge.
@@ -219,6 +256,35 @@ impl prometheus_client::collector::Collector for StoreCollector {
             let counter = ConstCounter::new(value);
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The gatekeeper's refusals, counted in its own process (see
+/// [`crate::server::gate::GateCounters`]).
+#[derive(Debug)]
+struct GateCollector {
+    counters: crate::server::gate::GateCounters,
+}
+
+impl prometheus_client::collector::Collector for GateCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        let counter = ConstCounter::new(0u64);
+        let mut family = encoder.encode_descriptor(
+            "callers_refused",
+            "Unix connections the gatekeeper refused, by reason: uid (not allowed), container (a process in a \
+             container, such as a function), credentials (unreadable)",
+            None,
+            counter.metric_type(),
+        )?;
+        for (reason, value) in self.counters.refused() {
+            ConstCounter::new(value).encode(family.encode_family(&[("reason", reason)])?)?;
         }
         Ok(())
     }

@@ -18,6 +18,9 @@
 //! listen    bind a Unix (abstract or path) or TCP address; accept TCP
 //! serve     tonic server: the front end's services + health + reflection,
 //!           deadline stamping, mTLS when given; drain on SIGTERM/SIGINT
+//! authority a Unix client's `:authority` that h2 would refuse, read as localhost
+//! connections  each connection's bounds: handshake and idle timeouts, a
+//!           cap where the longest idle connection makes room
 //! deadline  grpc-timeout counted from the request's arrival
 //! calls     one call: admission ─► run under the slot ─► outcome metrics
 //! admission FIFO run slots, queue caps in calls and bytes, caller deadline
@@ -59,7 +62,9 @@
 //! - Errors become statuses in one place ([`status`]), so both front ends
 //!   answer the same failure with the same code.
 pub mod admission;
+pub mod authority;
 pub mod calls;
+pub mod connections;
 pub mod deadline;
 pub mod listen;
 pub mod metrics;

@@ -1,15 +1,27 @@
 //! Assembling and running the gRPC server for either front end: its
 //! services plus health and reflection, with the deadline stamp, on the
 //! connections it accepts, with a graceful drain on shutdown.
+//!
+//! Each connection is served by a tonic server of its own (a clone of one
+//! router, over a stream that yields that one connection): tonic's server
+//! keeps everything it does per call (the `grpc-timeout` timer the
+//! deadline stamp relies on, error recovery, TLS) but offers no way to
+//! close one connection gracefully; its shutdown signal does that when the
+//! server holds a single connection. [`super::connections`] decides when.
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
+use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::service::{Routes, RoutesBuilder};
+use tonic::transport::server::Router;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
+use super::authority::LenientAuthority;
+use super::connections::{Connections, CountCallsLayer, Tracked};
 use super::deadline::StampArrivalLayer;
 use super::listen::tcp_incoming;
 
@@ -97,12 +109,14 @@ pub struct Drain {
     pub abort: CancellationToken,
 }
 
-/// Serves `services` (plus health and reflection) on `incoming` until
-/// `shutdown` resolves, then stops accepting, lets calls in flight finish
-/// within the grace period, cancels the rest, and returns.
+/// Serves `services` (plus health and reflection) on `incoming`, each
+/// connection under the bounds of `connections`, until `shutdown`
+/// resolves, then stops accepting, lets calls in flight finish within the
+/// grace period, cancels the rest, and returns.
 pub async fn serve(
     incoming: Incoming,
     services: Services,
+    connections: Arc<Connections>,
     drain: Drain,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
@@ -122,7 +136,10 @@ pub async fn serve(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
-    let router = builder.layer(StampArrivalLayer).add_routes(routes);
+    let router = builder
+        .layer(CountCallsLayer)
+        .layer(StampArrivalLayer)
+        .add_routes(routes);
 
     let stopping = async {
         shutdown.await;
@@ -137,15 +154,115 @@ pub async fn serve(
         let _ = stopped.await;
     };
     match incoming {
-        Incoming::Unix(connections) => {
-            let server = router.serve_with_incoming_shutdown(connections, stopped);
+        Incoming::Unix(incoming) => {
+            use futures::TryStreamExt;
+            let incoming = incoming.map_ok(LenientAuthority::new);
+            let server = serve_each(router, incoming, connections, stopped);
             drain_on(server, stop, drain, stopping).await
         }
         Incoming::Tcp(listener) => {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            let server = router.serve_with_incoming_shutdown(tcp_incoming(listener), stopped);
+            let server = serve_each(router, tcp_incoming(listener), connections, stopped);
             drain_on(server, stop, drain, stopping).await
         }
+    }
+}
+
+/// Takes connections from `incoming` into `connections` (which may refuse
+/// them) and serves each with a clone of `router`, until `stop` resolves
+/// or `incoming` ends; then asks every connection to close and returns
+/// once all have.
+async fn serve_each<L, IO>(
+    router: Router<L>,
+    incoming: impl futures::Stream<Item = std::io::Result<IO>>,
+    connections: Arc<Connections>,
+    stop: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    Router<L>: Serves<Tracked<IO>>,
+    IO: std::os::fd::AsRawFd + Send + 'static,
+{
+    let mut incoming = Box::pin(incoming);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            next = incoming.next() => match next {
+                // The gatekeeper is gone: no caller can connect any more.
+                None => break,
+                Some(Err(err)) => tracing::debug!(error = %err, "accepting a connection failed"),
+                Some(Ok(io)) => {
+                    if let Some(tracked) = connections.admit(io) {
+                        tokio::spawn(serve_one(router.clone(), tracked, Arc::clone(&connections)));
+                    }
+                }
+            },
+        }
+    }
+    // Stop accepting first: for the gatekeeper's channel this ends the
+    // gatekeeper, whose exit closes the listening socket, so new callers
+    // are refused rather than left waiting through the drain.
+    drop(incoming);
+    connections.drain().await;
+    Ok(())
+}
+
+/// What [`serve_each`] needs of a router: to serve one connection until a
+/// signal (`Router::serve_with_incoming_shutdown`, with its bounds spelled
+/// once here).
+pub trait Serves<IO>: Clone + Send + 'static {
+    /// Serves `io` until `stop`, then closes it gracefully.
+    fn serve_one(
+        self,
+        io: IO,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send;
+}
+
+impl<L, IO, ResBody> Serves<IO> for Router<L>
+where
+    L: tower::Layer<Routes> + Clone + Send + Sync + 'static,
+    L::Service: tower::Service<
+            tonic::codegen::http::Request<tonic::body::Body>,
+            Response = tonic::codegen::http::Response<ResBody>,
+        > + Clone
+        + Send
+        + 'static,
+    <L::Service as tower::Service<tonic::codegen::http::Request<tonic::body::Body>>>::Future: Send,
+    <L::Service as tower::Service<tonic::codegen::http::Request<tonic::body::Body>>>::Error:
+        Into<Box<dyn std::error::Error + Send + Sync>> + Send,
+    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
+    fn serve_one(
+        self,
+        io: IO,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send {
+        // The stream must not end after its one connection: tonic takes
+        // the end of its incoming stream as the signal to shut down.
+        let one = futures::stream::once(async move { Ok::<_, std::io::Error>(io) })
+            .chain(futures::stream::pending());
+        self.serve_with_incoming_shutdown(one, stop)
+    }
+}
+
+/// Serves one admitted connection until it ends, under its bounds.
+async fn serve_one<R, IO>(router: R, io: Tracked<IO>, connections: Arc<Connections>)
+where
+    R: Serves<Tracked<IO>>,
+{
+    let conn = Arc::clone(io.conn());
+    let stop = Arc::clone(&conn).close_requested();
+    let (served, ()) = tokio::join!(router.serve_one(io, stop), connections.watch(&conn));
+    if let Err(err) = served {
+        tracing::debug!(error = %err, "serving a connection failed");
     }
 }
 

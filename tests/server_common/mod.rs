@@ -47,7 +47,14 @@ pub enum Listen {
     Path(PathBuf),
     /// TCP on a free loopback port.
     Tcp,
+    /// Crossplane's default address (no `--address`), in a network
+    /// namespace of its own: abstract names are per network namespace, so
+    /// no other test's daemon can hold it there.
+    DefaultInOwnNetwork,
 }
+
+/// The name `xfn start` listens on by default (without the `@`).
+pub const DEFAULT_SOCKET: &str = "crossplane/fn/default.sock";
 
 /// A running `xfn start`, stopped when dropped (SIGTERM, then SIGKILL if
 /// it does not exit: `support::child::STOP_GRACE`).
@@ -103,6 +110,20 @@ impl Daemon {
     /// [`Daemon::start`] listening on `listen`.
     pub async fn start_listening(listen: Listen, extra: &[&str]) -> Daemon {
         Self::launch(None, Some(NONROOT), listen, extra, false).await
+    }
+
+    /// [`Daemon::start_with_cache`] on Crossplane's default address, in a
+    /// network namespace of its own (no registry is reachable there: give
+    /// it a cache that holds its images).
+    pub async fn start_on_the_default_socket(cache: &Path, extra: &[&str]) -> Daemon {
+        Self::launch(
+            Some(cache),
+            Some(NONROOT),
+            Listen::DefaultInOwnNetwork,
+            extra,
+            false,
+        )
+        .await
     }
 
     /// [`Daemon::start_with_cache`] as PID 1 of a fresh PID namespace (with
@@ -168,14 +189,41 @@ impl Daemon {
                 };
             }
         }
-        let endpoint = match listen {
+        let own_network = matches!(listen, Listen::DefaultInOwnNetwork);
+        if own_network {
+            // A fresh network namespace has its loopback down: the metrics
+            // endpoint binds there.
+            let inner = command;
+            command = std::process::Command::new("unshare");
+            command
+                .args([
+                    "--net",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"ip link set lo up && exec "$0" "$@""#,
+                ])
+                .arg(inner.get_program())
+                .args(inner.get_args());
+            for (key, value) in inner.get_envs() {
+                match value {
+                    Some(value) => command.env(key, value),
+                    None => command.env_remove(key),
+                };
+            }
+        }
+        let mut endpoint = match listen {
             Listen::Abstract => Dial::Abstract(socket.clone()),
             Listen::Path(path) => Dial::Path(path),
             Listen::Tcp => Dial::Tcp(free_port()),
+            // Its network namespace is known once it runs.
+            Listen::DefaultInOwnNetwork => Dial::Abstract(DEFAULT_SOCKET.to_string()),
         };
         command.arg("start");
         match &endpoint {
+            Dial::Abstract(_) if own_network => &mut command,
             Dial::Abstract(name) => command.arg("--address").arg(format!("@{name}")),
+            Dial::AbstractIn(..) => unreachable!("made below"),
             Dial::Path(path) => command.arg("--address").arg(path),
             Dial::Tcp(addr) => command
                 .args(["--network", "tcp", "--address"])
@@ -195,6 +243,14 @@ impl Daemon {
             .stderr(log_file)
             .spawn()
             .expect("spawn xfn start");
+        if own_network {
+            // unshare, sh and setpriv exec: the pid is xfn's.
+            endpoint = Dial::AbstractIn(DEFAULT_SOCKET.to_string(), child.id());
+        }
+        let socket = match own_network {
+            true => DEFAULT_SOCKET.to_string(),
+            false => socket,
+        };
         let mut daemon = Daemon {
             child: Some(child),
             socket,
@@ -421,6 +477,20 @@ impl Daemon {
         )
     }
 
+    /// A bare connection to the daemon (Unix sockets only), made by a
+    /// thread whose effective uid is `uid`, as a gRPC client makes it.
+    pub async fn connect_raw(&self, uid: Option<u32>) -> std::io::Result<tokio::net::UnixStream> {
+        connect_unix_as(&self.endpoint, uid).await
+    }
+
+    /// The network namespace the daemon listens in, when it has its own.
+    pub fn network_namespace(&self) -> Option<PathBuf> {
+        match &self.endpoint {
+            Dial::AbstractIn(_, pid) => Some(PathBuf::from(format!("/proc/{pid}/ns/net"))),
+            _ => None,
+        }
+    }
+
     /// The `/metrics` text.
     pub async fn metrics_text(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -554,6 +624,8 @@ async fn channel_to(endpoint: Dial, uid: Option<u32>) -> Result<Channel, tonic::
 #[derive(Debug, Clone)]
 enum Dial {
     Abstract(String),
+    /// An abstract name in the network namespace of this pid.
+    AbstractIn(String, u32),
     Path(PathBuf),
     Tcp(SocketAddr),
 }
@@ -569,7 +641,12 @@ async fn connect_unix_as(
     let endpoint = endpoint.clone();
     let std_stream = tokio::task::spawn_blocking(move || {
         std::thread::spawn(move || -> std::io::Result<std::os::unix::net::UnixStream> {
-            use std::os::linux::net::SocketAddrExt;
+            use std::os::fd::AsRawFd;
+            if let Dial::AbstractIn(_, pid) = &endpoint {
+                // This thread only: the socket is made in that namespace.
+                let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            }
             if let Some(uid) = uid {
                 // -1: leave unchanged.
                 let keep = libc::uid_t::MAX;
@@ -586,16 +663,24 @@ async fn connect_unix_as(
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
             let addr = match &endpoint {
-                Dial::Abstract(name) => {
-                    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?
+                Dial::Abstract(name) | Dial::AbstractIn(name, _) => {
+                    UnixAddr::new_abstract(name.as_bytes())?
                 }
-                Dial::Path(path) => std::os::unix::net::SocketAddr::from_pathname(path)?,
+                Dial::Path(path) => UnixAddr::new(path.as_path())?,
                 Dial::Tcp(_) => unreachable!("tcp is dialled by tonic"),
             };
-            let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
-            stream.set_nonblocking(true)?;
-            Ok(stream)
+            // Non-blocking, as gRPC clients connect: a full listen queue is
+            // EAGAIN (UNAVAILABLE), not a wait.
+            let fd = socket(
+                AddressFamily::Unix,
+                SockType::Stream,
+                SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+                None,
+            )?;
+            connect(fd.as_raw_fd(), &addr)?;
+            Ok(std::os::unix::net::UnixStream::from(fd))
         })
         .join()
         .expect("connect thread panicked")
@@ -613,6 +698,41 @@ pub fn echo_image(registry: &crate::support::Registry, name: &str) -> String {
         .entrypoint(["/bin/cat"])
         .push(registry, name)
         .reference
+}
+
+/// Calls RunFunction on `target` (a gRPC target such as
+/// `unix-abstract:crossplane/fn/default.sock`) with Python's grpcio, as
+/// root (an allowed caller), in the daemon's network namespace when it has
+/// its own: the response, or the status grpcio reported.
+pub fn grpcio_run_function(
+    daemon: &Daemon,
+    target: &str,
+    req: &pb::RunFunctionRequest,
+) -> Result<pb::RunFunctionResponse, String> {
+    use prost::Message;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/grpcio_call.py");
+    let method = "/apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService/RunFunction";
+    let mut command = match daemon.network_namespace() {
+        Some(ns) => {
+            let mut command = std::process::Command::new("nsenter");
+            command
+                .arg(format!("--net={}", ns.display()))
+                .args(["--", "python3"]);
+            command
+        }
+        None => std::process::Command::new("python3"),
+    };
+    let out = command
+        .arg(script)
+        .args([target, method])
+        .arg(hex::encode(req.encode_to_vec()))
+        .output()
+        .expect("run python3 (scripts/setup.sh installs grpcio)");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let bytes = hex::decode(String::from_utf8_lossy(&out.stdout).trim()).expect("hex response");
+    Ok(pb::RunFunctionResponse::decode(bytes.as_slice()).expect("a RunFunctionResponse"))
 }
 
 /// A request for `image` with `input`.

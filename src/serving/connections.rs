@@ -1,0 +1,738 @@
+//! The connections a front end holds open, and their bounds: a handshake
+//! timeout, an idle timeout and a cap on open connections where the
+//! oldest idle connection makes room for a new one.
+//!
+//! Why: every open connection is a file descriptor of the daemon, and the
+//! daemon's descriptors are also what its runs need (pipes, the layers
+//! they read, crun's sockets). Without bounds, a caller that opens
+//! connections and sends nothing — or opens them and leaves them idle —
+//! takes the last descriptor, and every later call fails with UNAVAILABLE.
+//!
+//! The deployment the defaults are for: Crossplane keeps a few long-lived
+//! HTTP/2 connections to its sidecar, one per client it made, busy in
+//! bursts (a reconcile) with idle minutes between; many reconcilers share
+//! them. So:
+//!
+//! - **Handshake timeout** (`--handshake-timeout`, 10 s): a connection must
+//!   have sent its first 33 bytes (the HTTP/2 client preface and the frame
+//!   header of its SETTINGS; under TLS, its ClientHello) by then, or it is
+//!   cut. A live client on the same node sends them at once.
+//! - **Idle timeout** (`--idle-connection-timeout`, 5 min, as grpc-go's
+//!   `MaxConnectionIdle` counts it): a connection with no call in flight for
+//!   that long is closed gracefully (HTTP/2 GOAWAY). gRPC clients take
+//!   GOAWAY as "reconnect on the next call", so a quiet Crossplane loses
+//!   nothing; a forgotten connection gives its descriptor back.
+//! - **Cap** (`--max-connections`, 1024, at most the descriptor limit less
+//!   a reserve for runs): when a new connection would pass it, the
+//!   connection idle the longest (no call in flight; one still in its
+//!   handshake counts as idle since it opened) is closed gracefully, so the
+//!   newcomer is served; one already closing is cut instead, so at most one
+//!   connection over the cap is ever open. Connections with calls in flight
+//!   are never closed for the cap: when every connection is busy, the new
+//!   one is refused (the caller sees a transport error and retries).
+//!
+//! A connection asked to close gracefully gets [`CLOSE_GRACE`] after its
+//! last call ends to finish the GOAWAY exchange; a client that does not
+//! (it never reads) is cut then: its socket is shut down under hyper, which
+//! ends the connection.
+//!
+//! Every close the daemon decides is counted by reason in
+//! `xfn_connections_closed_total`; `xfn_connections_open` is the gauge.
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::metrics::Metrics;
+
+/// Default of `--handshake-timeout`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `--idle-connection-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default of `--max-connections`: far above the few connections Crossplane
+/// keeps (one per client it made), below the descriptors a default
+/// container limit leaves once [`FD_RESERVE`] is set aside.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Descriptors kept for everything but connections (runs, pulls, the
+/// cache, logs) when the cap is fitted under the descriptor limit.
+pub const FD_RESERVE: usize = 1024;
+/// How long a connection asked to close may take, after its last call, to
+/// finish the GOAWAY exchange before it is cut. A client on the same node
+/// answers in microseconds.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+/// Bytes a client sends first: the 24-byte HTTP/2 preface and a 9-byte
+/// frame header (its SETTINGS).
+const HANDSHAKE_BYTES: usize = 24 + 9;
+/// At most one cap warning logged per this long.
+const CAP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A connection must send its first bytes within this.
+    pub handshake_timeout: Duration,
+    /// A connection with no call in flight this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// These limits with the cap fitted under `fd_limit` descriptors (less
+    /// [`FD_RESERVE`], at least 16), and whether it had to shrink.
+    pub fn fitted_to(self, fd_limit: u64) -> (Self, bool) {
+        let room = usize::try_from(fd_limit)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(FD_RESERVE)
+            .max(16);
+        let fitted = Self {
+            max_connections: self.max_connections.min(room),
+            ..self
+        };
+        (fitted, fitted.max_connections < self.max_connections)
+    }
+}
+
+/// Raises the soft descriptor limit to the hard one (as the Go runtime
+/// does for every Go program) and returns it: the default soft limit of
+/// many container runtimes (1024) is far below what they allow.
+pub fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(err) => {
+                tracing::debug!(error = %err, "cannot raise the descriptor limit");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => u64::MAX,
+    }
+}
+
+/// Why the daemon closed a connection (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// It sent nothing within the handshake timeout: cut.
+    HandshakeTimeout,
+    /// No call for the idle timeout: GOAWAY.
+    IdleTimeout,
+    /// The cap was reached and it was the longest idle: GOAWAY.
+    Evicted,
+    /// It was asked to close and did not within [`CLOSE_GRACE`]: cut.
+    Unresponsive,
+    /// The cap was reached and every connection was busy: refused.
+    OverCapacity,
+}
+
+impl CloseReason {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::HandshakeTimeout => "handshake_timeout",
+            Self::IdleTimeout => "idle_timeout",
+            Self::Evicted => "evicted",
+            Self::Unresponsive => "unresponsive",
+            Self::OverCapacity => "over_capacity",
+        }
+    }
+}
+
+/// What a connection is doing.
+#[derive(Debug, Clone, Copy)]
+struct State {
+    opened: Instant,
+    handshaken: bool,
+    calls: usize,
+    /// Since when it has had no call (its opening, before any).
+    idle_since: Instant,
+    /// Asked to close gracefully (idle, evicted, draining).
+    closing: bool,
+    /// When it was asked.
+    closing_since: Instant,
+    /// Its socket was shut down.
+    cut: bool,
+    /// hyper dropped it.
+    ended: bool,
+}
+
+impl State {
+    fn idle(&self) -> bool {
+        self.calls == 0 && !self.closing && !self.cut
+    }
+}
+
+/// One open connection, shared by its socket wrapper ([`Tracked`]), the
+/// call counter and the table.
+#[derive(Debug)]
+pub struct Conn {
+    id: u64,
+    state: watch::Sender<State>,
+    /// The socket while it is open (cleared before it closes, so a cut
+    /// never shuts down a reused descriptor number).
+    fd: Mutex<Option<RawFd>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data behind.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Conn {
+    fn state(&self) -> State {
+        *self.state.borrow()
+    }
+
+    /// Counts a call from its start until the guard drops (its response
+    /// body is done or dropped).
+    pub fn begin_call(self: &Arc<Self>) -> CallGuard {
+        self.state.send_modify(|s| {
+            s.calls += 1;
+            s.handshaken = true;
+        });
+        CallGuard(Arc::clone(self))
+    }
+
+    /// Asks for a graceful close (GOAWAY); false if it already was.
+    fn request_close(&self) -> bool {
+        self.state.send_if_modified(|s| {
+            let first = !s.closing && !s.cut && !s.ended;
+            if first {
+                s.closing = true;
+                s.closing_since = Instant::now();
+            }
+            first
+        })
+    }
+
+    /// Shuts the socket down: hyper's next read sees end-of-file and its
+    /// writes fail, so the connection ends at once.
+    fn cut(&self) {
+        let fd = lock(&self.fd);
+        // `fd` is the wrapper's open socket while the lock is held: the
+        // wrapper takes it out under the lock before the socket closes.
+        if let Some(fd) = *fd {
+            let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
+        }
+        drop(fd);
+        self.state.send_modify(|s| s.cut = true);
+    }
+
+    /// Resolves once the connection is asked to close, or ended: what the
+    /// per-connection server stops on.
+    pub async fn close_requested(self: Arc<Self>) {
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|s| s.closing || s.cut || s.ended).await;
+    }
+}
+
+/// Holds one call of a connection open (see [`Conn::begin_call`]).
+#[derive(Debug)]
+pub struct CallGuard(Arc<Conn>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.state.send_modify(|s| {
+            s.calls = s.calls.saturating_sub(1);
+            if s.calls == 0 {
+                s.idle_since = Instant::now();
+            }
+        });
+    }
+}
+
+/// The table of open connections of one server.
+#[derive(Debug)]
+pub struct Connections {
+    limits: ConnectionLimits,
+    metrics: Arc<Metrics>,
+    table: Mutex<Table>,
+    /// How many are open (drain waits for 0).
+    open: watch::Sender<usize>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    next_id: u64,
+    open: HashMap<u64, Arc<Conn>>,
+    last_cap_log: Option<std::time::Instant>,
+    cap_suppressed: u64,
+}
+
+impl Connections {
+    /// An empty table under `limits`, counting into `metrics`.
+    pub fn new(limits: ConnectionLimits, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            metrics,
+            table: Mutex::default(),
+            open: watch::Sender::new(0),
+        })
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> ConnectionLimits {
+        self.limits
+    }
+
+    /// Takes a new connection in, making room under the cap; `None` when
+    /// it is refused (every connection busy), `io` then closes.
+    pub fn admit<IO: AsRawFd>(self: &Arc<Self>, io: IO) -> Option<Tracked<IO>> {
+        let mut table = lock(&self.table);
+        let mut live: Vec<(Arc<Conn>, State)> = table
+            .open
+            .values()
+            .map(|c| (Arc::clone(c), c.state()))
+            .filter(|(_, s)| !s.cut)
+            .collect();
+        // Oldest idle first.
+        live.sort_by_key(|(_, s)| s.idle_since);
+        let mut count = live.len();
+        let mut cut = live
+            .iter()
+            .filter(|(_, s)| s.closing && s.calls == 0)
+            .map(|(c, _)| c);
+        let mut idle = live.iter().filter(|(_, s)| s.idle()).map(|(c, _)| c);
+        while count >= self.limits.max_connections {
+            // One already asked to go, and quiet: it had its warning.
+            if let Some(conn) = cut.next() {
+                conn.cut();
+                self.count(CloseReason::Unresponsive);
+                count -= 1;
+                continue;
+            }
+            if let Some(conn) = idle.next() {
+                conn.request_close();
+                self.count(CloseReason::Evicted);
+                self.log_cap(&mut table, "closing the connection idle the longest");
+                break;
+            }
+            self.count(CloseReason::OverCapacity);
+            self.log_cap(
+                &mut table,
+                "every connection has a call in flight: refusing the new one",
+            );
+            return None;
+        }
+        table.next_id += 1;
+        let now = Instant::now();
+        let conn = Arc::new(Conn {
+            id: table.next_id,
+            state: watch::Sender::new(State {
+                opened: now,
+                handshaken: false,
+                calls: 0,
+                idle_since: now,
+                closing: false,
+                closing_since: now,
+                cut: false,
+                ended: false,
+            }),
+            fd: Mutex::new(Some(io.as_raw_fd())),
+        });
+        table.open.insert(conn.id, Arc::clone(&conn));
+        let count = table.open.len();
+        drop(table);
+        self.open.send_replace(count);
+        self.metrics.connections_open().set(count as i64);
+        Some(Tracked {
+            io,
+            conn,
+            read: 0,
+            table: Arc::clone(self),
+        })
+    }
+
+    fn count(&self, reason: CloseReason) {
+        self.metrics.record_connection_closed(reason.label());
+    }
+
+    fn log_cap(&self, table: &mut Table, outcome: &'static str) {
+        let due = table
+            .last_cap_log
+            .is_none_or(|at| at.elapsed() >= CAP_LOG_INTERVAL);
+        if due {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
+                suppressed = table.cap_suppressed,
+                "connection cap (--max-connections) reached: {outcome}"
+            );
+            table.cap_suppressed = 0;
+            table.last_cap_log = Some(std::time::Instant::now());
+        } else {
+            table.cap_suppressed += 1;
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        let count = {
+            let mut table = lock(&self.table);
+            table.open.remove(&id);
+            table.open.len()
+        };
+        self.open.send_replace(count);
+        self.metrics.connections_open().set(count as i64);
+    }
+
+    /// Asks every connection to close gracefully and waits until all are
+    /// gone (their calls decide when: see the drain in `serve`).
+    pub async fn drain(&self) {
+        let all: Vec<Arc<Conn>> = lock(&self.table).open.values().cloned().collect();
+        for conn in all {
+            conn.request_close();
+        }
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|n| *n == 0).await;
+    }
+
+    /// Watches one connection until it ends: cuts it past the handshake
+    /// timeout, closes it past the idle timeout, and cuts it when asked to
+    /// close and still there [`CLOSE_GRACE`] after its last call.
+    pub async fn watch(&self, conn: &Conn) {
+        let mut rx = conn.state.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            if s.ended || s.cut {
+                return;
+            }
+            // The earliest of what applies now.
+            let handshake = (!s.handshaken).then(|| {
+                (
+                    s.opened + self.limits.handshake_timeout,
+                    CloseReason::HandshakeTimeout,
+                )
+            });
+            let quiet = (s.calls == 0).then(|| match s.closing {
+                true => (
+                    s.idle_since.max(s.closing_since) + CLOSE_GRACE,
+                    CloseReason::Unresponsive,
+                ),
+                false => (
+                    s.idle_since + self.limits.idle_timeout,
+                    CloseReason::IdleTimeout,
+                ),
+            });
+            let due = [handshake, quiet]
+                .into_iter()
+                .flatten()
+                .min_by_key(|(at, _)| *at);
+            let Some((at, reason)) = due else {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(at) => {
+                    match reason {
+                        CloseReason::IdleTimeout => {
+                            if conn.request_close() {
+                                tracing::debug!(connection = conn.id, "idle connection closed");
+                                self.count(reason);
+                            }
+                        }
+                        _ => {
+                            tracing::debug!(connection = conn.id, reason = reason.label(), "connection cut");
+                            conn.cut();
+                            self.count(reason);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A connection's socket, tracked: counts the first bytes read (the
+/// handshake), takes it out of the table when hyper drops it, and carries
+/// its [`Conn`] to the call counter as tonic's connect info.
+#[derive(Debug)]
+pub struct Tracked<IO> {
+    io: IO,
+    conn: Arc<Conn>,
+    read: usize,
+    table: Arc<Connections>,
+}
+
+impl<IO> Tracked<IO> {
+    /// The connection.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+}
+
+impl<IO> Drop for Tracked<IO> {
+    fn drop(&mut self) {
+        // Before `io` closes (fields drop after this): no cut may reach the
+        // descriptor number once it can be reused.
+        lock(&self.conn.fd).take();
+        self.conn.state.send_modify(|s| s.ended = true);
+        self.table.remove(self.conn.id);
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if self.read < HANDSHAKE_BYTES {
+            self.read += buf.filled().len() - before;
+            if self.read >= HANDSHAKE_BYTES {
+                self.conn.state.send_modify(|s| s.handshaken = true);
+            }
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// What tonic puts in each request's extensions for a [`Tracked`]
+/// connection: the call counter finds the connection there.
+#[derive(Debug, Clone)]
+pub struct ConnInfo(pub Arc<Conn>);
+
+impl<IO> tonic::transport::server::Connected for Tracked<IO> {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        ConnInfo(Arc::clone(&self.conn))
+    }
+}
+
+/// A tower layer that counts each call of a [`Tracked`] connection from
+/// its arrival until its response body is done (a streaming call counts
+/// for as long as it streams): what "idle" means. Give it to
+/// `tonic::transport::Server::layer`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CountCallsLayer;
+
+impl<S> tower::Layer<S> for CountCallsLayer {
+    type Service = CountCalls<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CountCalls(inner)
+    }
+}
+
+/// The service [`CountCallsLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct CountCalls<S>(S);
+
+impl<S, B, ResBody> tower::Service<tonic::codegen::http::Request<B>> for CountCalls<S>
+where
+    S: tower::Service<
+        tonic::codegen::http::Request<B>,
+        Response = tonic::codegen::http::Response<ResBody>,
+    >,
+    S::Future: Send + 'static,
+    ResBody: http_body::Body + Unpin,
+{
+    type Response = tonic::codegen::http::Response<Counted<ResBody>>;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        let extensions = request.extensions();
+        let conn = extensions.get::<ConnInfo>().cloned().or_else(|| {
+            extensions
+                .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
+                .map(|tls| tls.get_ref().clone())
+        });
+        let guard = conn.map(|ConnInfo(conn)| conn.begin_call());
+        let response = self.0.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| Counted {
+                body,
+                _guard: guard,
+            }))
+        })
+    }
+}
+
+/// A response body that holds its call's [`CallGuard`] until it is done.
+#[derive(Debug)]
+pub struct Counted<B> {
+    body: B,
+    _guard: Option<CallGuard>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(max: usize) -> Arc<Connections> {
+        Connections::new(
+            ConnectionLimits {
+                max_connections: max,
+                ..ConnectionLimits::default()
+            },
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    fn socket() -> std::os::unix::net::UnixStream {
+        std::os::unix::net::UnixStream::pair().unwrap().0
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_the_longest_idle_connection_is_asked_to_close() {
+        let table = table(2);
+        let first = table.admit(socket()).unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let second = table.admit(socket()).unwrap();
+        // The older one is busy: the younger idle one goes.
+        let _call = first.conn().begin_call();
+        let _third = table.admit(socket()).unwrap();
+        assert!(!first.conn().state().closing);
+        assert!(second.conn().state().closing);
+        // The next newcomer cuts the one already asked, instead of asking
+        // another: never more than one over the cap.
+        let _fourth = table.admit(socket()).unwrap();
+        assert!(second.conn().state().cut);
+        assert!(!first.conn().state().closing);
+    }
+
+    #[tokio::test]
+    async fn with_every_connection_busy_a_newcomer_is_refused() {
+        let table = table(1);
+        let only = table.admit(socket()).unwrap();
+        let _call = only.conn().begin_call();
+        assert!(table.admit(socket()).is_none());
+        assert!(!only.conn().state().closing);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_connection_leaves_the_table() {
+        let table = table(4);
+        let conn = table.admit(socket()).unwrap();
+        assert_eq!(*table.open.borrow(), 1);
+        drop(conn);
+        assert_eq!(*table.open.borrow(), 0);
+        table.drain().await;
+    }
+
+    #[test]
+    fn the_cap_fits_under_the_descriptor_limit() {
+        let limits = ConnectionLimits::default();
+        assert_eq!(limits.fitted_to(1 << 20), (limits, false));
+        let (fitted, shrunk) = limits.fitted_to(1024);
+        assert!(shrunk);
+        assert_eq!(fitted.max_connections, 16);
+        assert_eq!(limits.fitted_to(20_000).0.max_connections, 1024);
+    }
+
+    #[tokio::test]
+    async fn a_silent_connection_is_cut_at_the_handshake_timeout_and_an_idle_one_closed() {
+        let table = Connections::new(
+            ConnectionLimits {
+                handshake_timeout: Duration::from_millis(20),
+                idle_timeout: Duration::from_millis(20),
+                max_connections: 8,
+            },
+            Arc::new(Metrics::new()),
+        );
+        let silent = table.admit(socket()).unwrap();
+        let conn = Arc::clone(silent.conn());
+        table.watch(&conn).await;
+        assert!(conn.state().cut);
+
+        let quiet = table.admit(socket()).unwrap();
+        let conn = Arc::clone(quiet.conn());
+        conn.state.send_modify(|s| s.handshaken = true);
+        let watch = table.watch(&conn);
+        tokio::pin!(watch);
+        // Idle timeout: asked to close; then cut after the grace.
+        tokio::select! {
+            () = &mut watch => {}
+            () = async {
+                let mut rx = conn.state.subscribe();
+                let _ = rx.wait_for(|s| s.closing).await;
+            } => {}
+        }
+        assert!(conn.state().closing);
+        watch.await;
+        assert!(conn.state().cut);
+    }
+}

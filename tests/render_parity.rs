@@ -341,9 +341,27 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
 ",
         ),
     );
-    let cache = fx.path("cache");
-    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
-        let mut child = xfn_command()
+    // Root, then the rootless sidecar's user without capabilities (setpriv
+    // execs xfn: the pid signalled is xfn's).
+    for (signal, code, user) in [
+        (libc::SIGTERM, 143, None),
+        (libc::SIGINT, 130, None),
+        (libc::SIGTERM, 143, Some(NONROOT)),
+    ] {
+        // A cache of its own for the unprivileged user (root's is root's).
+        let cache = fx.path(if user.is_some() {
+            "cache-nonroot"
+        } else {
+            "cache"
+        });
+        let mut command = match user {
+            None => xfn_command(),
+            Some(uid) => {
+                dir_owned_by(&cache, uid);
+                unprivileged(uid, Path::new(env!("CARGO_BIN_EXE_xfn")))
+            }
+        };
+        let mut child = command
             .args(["render", "--timeout", "2m", "--cache-dir"])
             .arg(&cache)
             .args(["xr.yaml", "composition.yaml", "functions.yaml"])
@@ -378,7 +396,9 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
                 started.elapsed() < Duration::from_secs(120),
                 "the servers never started"
             );
-            assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("xfn exited early: {status}: {}", reader.join().unwrap());
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         let before = descendants(pid);

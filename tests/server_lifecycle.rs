@@ -628,3 +628,30 @@ async fn a_python_grpcio_client_calls_run_function_on_the_default_socket() {
         daemon.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn why_h2_resets_a_malformed_request_is_logged_at_the_default_level() {
+    use tokio::io::AsyncWriteExt;
+    // No --debug: what a sidecar logs.
+    let daemon = Daemon::start_without_debug_log(&[]).await;
+    // HEADERS without :method (HPACK literals, not indexed).
+    let literal = |name: &[u8], value: &[u8]| {
+        let mut out = vec![0, name.len() as u8];
+        out.extend_from_slice(name);
+        out.push(value.len() as u8);
+        out.extend_from_slice(value);
+        out
+    };
+    let mut block = literal(b":scheme", b"http");
+    block.extend(literal(b":path", b"/x"));
+    let mut bytes = HTTP2_HELLO.to_vec();
+    bytes.extend_from_slice(&[0, 0, block.len() as u8, 0x1, 0x5, 0, 0, 0, 1]);
+    bytes.extend(block);
+    let mut conn = daemon.connect_raw(Some(NONROOT)).await.expect("connect");
+    conn.write_all(&bytes).await.expect("write");
+    daemon
+        .wait_for_log("malformed headers: missing method", 1)
+        .await;
+    // The daemon goes on serving.
+    call_as(&daemon, Some(NONROOT)).await.unwrap();
+}

@@ -1,6 +1,9 @@
-//! End to end: who may call `xfn start`, its health and reflection services,
-//! and how it stops (SIGTERM drains runs in flight; the grace period ends
-//! the rest). Restarts and PID 1: `server_restart.rs`.
+//! End to end: who may call `xfn start` (and a refused neighbour's flood),
+//! its connections' bounds (idle connections past the cap, handshakes that
+//! never come, the idle timeout), any gRPC client's `:authority` (Python's
+//! grpcio on the default socket), its health and reflection services, and
+//! how it stops (SIGTERM drains runs in flight; the grace period ends the
+//! rest). Restarts and PID 1: `server_restart.rs`.
 mod server_common;
 mod support;
 

@@ -71,6 +71,36 @@ pub fn spawn_async(
     command.spawn()
 }
 
+/// Runs `child` in a forked child of this process that never execs, and
+/// waits for it: its exit status is what `child` returns. The child is a
+/// copy of a multi-threaded process, so `child` may only make system calls
+/// (no allocation, no locks). The lock is held until the child is gone, as
+/// it holds copies of every descriptor until then.
+pub fn run_forked(child: impl FnOnce() -> i32) -> std::io::Result<i32> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    let _exclusive = exclusive();
+    // SAFETY: the child runs only `child`, which makes system calls and
+    // touches no lock or allocator another thread may have held at the
+    // fork, then leaves with `_exit` (no atexit handlers, no destructors).
+    match unsafe { fork() }.map_err(std::io::Error::from)? {
+        ForkResult::Child => {
+            let code = child();
+            // SAFETY: `_exit` ends the child at once; nothing of the
+            // parent's state is touched.
+            unsafe { libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => loop {
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128 + signal as i32),
+                Ok(_) | Err(nix::Error::EINTR) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        },
+    }
+}
+
 /// `command.status()` through [`spawn`] (stdio inherited unless set).
 pub fn status(command: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
     spawn(command)?.wait()

@@ -220,6 +220,17 @@ pub async fn execute(
             tracing::warn!(%why, "limits are not enforced: functions run without cpu/memory/pids limits")
         }
     }
+    // What xfn cannot bound per function (src/sandbox/ucounts.rs).
+    let epoll_watches = std::fs::read_to_string("/proc/sys/fs/epoll/max_user_watches")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or_default();
+    tracing::warn!(
+        max_user_watches = epoll_watches,
+        "functions share xfn's host uid, and with it the epoll watches the kernel allows per uid \
+         (fs.epoll.max_user_watches), which the gatekeeper needs to accept calls: only a \
+         --memory limit bounds a function's share (README: Per-uid kernel counts)"
+    );
     let runner = Arc::new(runner);
     let pooled = Arc::clone(&runner);
     spawn_collector(Arc::clone(&runner), args.cache_max_size);

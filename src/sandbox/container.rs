@@ -242,6 +242,14 @@ impl Sandbox {
                 ))));
             }
         };
+        // Before the function execs: its user namespace gets its share of
+        // the per-uid kernel counts (`ucounts.rs`).
+        if let Err(err) = self.ucounts.bound_run(init.pidfd.as_fd()) {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(%err, "cannot bound the inotify and fanotify counts of a run");
+            });
+        }
         Ok(Container {
             state: Created {
                 stdio: Stdio {

@@ -17,6 +17,7 @@ pub mod seccomp;
 mod seccomp_bpf;
 pub mod served;
 pub mod spec;
+pub mod ucounts;
 pub mod user;
 pub mod userns;
 
@@ -120,6 +121,8 @@ pub struct Sandbox {
     seccomp_bpf: Option<String>,
     /// How many ids xfn's namespace maps (each run's maps the same).
     mapped_ids: u32,
+    /// Per-namespace kernel counts set on each run's user namespace.
+    ucounts: ucounts::UcountLimits,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -157,6 +160,7 @@ impl Sandbox {
             runtime_checked: std::sync::OnceLock::new(),
             seccomp_bpf: None,
             mapped_ids,
+            ucounts: namespace.ucounts().clone(),
         };
         sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
         // After the seccomp probe, whose container crun deletes without

@@ -31,6 +31,7 @@ use nix::unistd::{
 };
 
 use super::cgroup::CgroupSupport;
+use super::ucounts::UcountLimits;
 
 /// How many ids a privileged mapping maps.
 pub const RANGE_SIZE: u32 = 65536;
@@ -120,6 +121,7 @@ pub enum IdMapping {
 pub struct Namespace {
     mapping: IdMapping,
     cgroups: CgroupSupport,
+    ucounts: UcountLimits,
 }
 
 impl Namespace {
@@ -131,6 +133,12 @@ impl Namespace {
     /// cgroup support, detected before entering.
     pub(crate) fn cgroups(&self) -> &CgroupSupport {
         &self.cgroups
+    }
+
+    /// The per-namespace kernel counts set for xfn's namespace and to set
+    /// for each run's (`ucounts.rs`).
+    pub(crate) fn ucounts(&self) -> &UcountLimits {
+        &self.ucounts
     }
 
     /// How many ids it maps (each run's namespace maps the same).
@@ -238,8 +246,18 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
         )
         .map_err(sys("cover /sys/fs/cgroup with a tmpfs"))?;
     }
+    // All functions together leave the host's processes of xfn's uid half
+    // of its inotify and fanotify counts (`ucounts.rs`).
+    let ucounts = UcountLimits::from_host();
+    for failed in ucounts.bound_own() {
+        tracing::warn!(%failed, "cannot bound a per-uid kernel count for the functions");
+    }
     tracing::debug!(?mapping, ?cgroups, "entered the user and mount namespace");
-    Ok(Namespace { mapping, cgroups })
+    Ok(Namespace {
+        mapping,
+        cgroups,
+        ucounts,
+    })
 }
 
 /// With a range mapped, ids outside it (host root included) are unmapped

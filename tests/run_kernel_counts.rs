@@ -1,0 +1,209 @@
+//! The kernel's per-uid counts that functions share with xfn and the
+//! host's processes of its uid (`src/sandbox/ucounts.rs`), against the
+//! real `xfn start` as uid 65532 without capabilities: a function taking
+//! every inotify instance it can gets its run's share, its neighbours
+//! theirs, and the host's processes of the uid keep half; what cannot be
+//! bounded (epoll watches) is said at start.
+//!
+//! Needs: crun, docker-registry, busybox-static, rustc with static glibc,
+//! util-linux (setpriv); root.
+mod server_common;
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use server_common::*;
+use support::*;
+
+/// Takes inotify instances until the kernel refuses one and prints how
+/// many it got; with an argument, then execs it, the instances held (not
+/// close-on-exec).
+const INOTIFY_HOG: &str = r#"
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int};
+extern "C" {
+    fn inotify_init1(flags: c_int) -> c_int;
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+}
+fn main() {
+    let mut taken = 0;
+    while unsafe { inotify_init1(0) } >= 0 {
+        taken += 1;
+    }
+    println!("took {taken}: {}", std::io::Error::last_os_error());
+    let rest: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
+    if let Some(program) = rest.first() {
+        let mut argv: Vec<*const c_char> = rest.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        unsafe { execv(program.as_ptr(), argv.as_ptr()) };
+    }
+}
+"#;
+
+/// The host's per-uid limit of inotify instances.
+fn host_inotify_instances() -> usize {
+    std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// How many inotify instances `pid` holds, as the host sees its fds.
+fn inotify_instances_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "anon_inode:inotify")
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_taking_every_inotify_instance_gets_its_runs_share_and_leaves_the_rest() {
+    let dir = world_traversable_tempdir();
+    let hog = static_rust_binary(dir.path(), "inotify_hog", INOTIFY_HOG);
+    let registry = Registry::start();
+    let image = |name: &str, entrypoint: &[&str]| {
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(Layer::new().file("/hog", 0o755, std::fs::read(&hog).unwrap()))
+            .entrypoint(entrypoint.iter().copied())
+            .push(&registry, name)
+            .reference
+    };
+    // Reads its input first, so that a warm container takes nothing
+    // before its call; then holds what it took while it sleeps.
+    let holding = image(
+        "holding:v1",
+        &[
+            "/bin/sh",
+            "-c",
+            "cat >/dev/null; n=47; exec /hog /bin/busybox sleep ${n}18",
+        ],
+    );
+    let counting = image(
+        "counting:v1",
+        &["/bin/sh", "-c", "cat >/dev/null; exec /hog"],
+    );
+    let host = host_inotify_instances();
+    let (per_run, functions) = (host / 8, host / 2);
+
+    // Room for the neighbour's run beside the two holding theirs.
+    let daemon = Daemon::start(&["--max-concurrent-runs", "3"]).await;
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut client = daemon.client().await;
+        let request = request_with_timeout(&holding, FUNCTION_IO, Duration::from_secs(120));
+        holders.push(tokio::spawn(
+            async move { client.run_function(request).await },
+        ));
+    }
+    // Both hold their run's share, all they could take.
+    let pids = loop {
+        let pids = processes_with("sleep 4718");
+        if pids.len() == 2 {
+            break pids;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for pid in &pids {
+        // The exec happened once the taking was done.
+        assert_eq!(inotify_instances_of(*pid), per_run, "{}", daemon.log());
+    }
+    // A neighbour's call gets its share in full while they hold theirs.
+    let out = daemon
+        .client()
+        .await
+        .run_function(request(&counting, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    let out = String::from_utf8(out.into_inner().output).unwrap();
+    assert!(out.starts_with(&format!("took {per_run}: ")), "{out}");
+    // The host's processes of the daemon's uid keep what the functions
+    // together cannot take.
+    let out = tokio::task::block_in_place(|| {
+        unprivileged(NONROOT, Path::new(&hog))
+            .output()
+            .expect("run the hog on the host")
+    });
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let took: usize = out
+        .strip_prefix("took ")
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(took >= host - functions, "{out}");
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    for holder in holders {
+        let _ = holder.await;
+    }
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+}
+
+/// Epoll watches are counted per host uid, not per namespace: xfn cannot
+/// bound a function's share without a memory limit, and says so at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn xfn_start_warns_that_epoll_watches_are_shared_with_its_functions() {
+    let daemon = Daemon::start(&[]).await;
+    let log = daemon.log();
+    let limit = std::fs::read_to_string("/proc/sys/fs/epoll/max_user_watches").unwrap();
+    assert!(
+        log.contains("fs.epoll.max_user_watches")
+            && log.contains(&format!("max_user_watches={}", limit.trim())),
+        "{log}"
+    );
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains("fs.epoll.max_user_watches"),
+        "the README says so too"
+    );
+}
+
+/// `xfn run` bounds its runs alike, unprivileged (its own id) and as root
+/// (a 65536-id range): the run's namespace shows its share.
+#[test]
+fn xfn_run_bounds_each_runs_inotify_and_fanotify_counts_with_either_mapping() {
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "cat /proc/sys/user/max_inotify_instances /proc/sys/fs/inotify/max_user_instances",
+        ])
+        .push(&registry, "counts:v1")
+        .reference;
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("cache");
+    dir_owned_by(&cache, NONROOT);
+    let host = host_inotify_instances();
+    for unprivileged_run in [true, false] {
+        let mut cmd = if unprivileged_run {
+            unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        } else {
+            xfn_command()
+        };
+        let cache = if unprivileged_run {
+            cache.clone()
+        } else {
+            dir.path().join("root-cache")
+        };
+        cmd.arg("run")
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg(&image)
+            .arg("-");
+        let out = stdout(&run_with_input(cmd, b""));
+        assert_eq!(out, format!("{}\n{host}\n", host / 8), "{unprivileged_run}");
+    }
+}

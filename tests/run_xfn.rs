@@ -321,7 +321,7 @@ fn xfn_run_exits_with_the_function_s_exit_code_and_124_on_a_timeout() {
     assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(7));
     let image = fx.script_image("killed:v1", "sh -c 'kill -KILL $$'");
     assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(137));
-    let image = fx.script_image("slow:v1", "sleep 4715");
+    let image = fx.script_image("slow:v1", "sleep 4719");
     fx.pull(&image);
     let out = run(&fx, &image, b"", &["--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(124), "{}", failure(&out));

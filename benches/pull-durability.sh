@@ -39,7 +39,7 @@ if [ -z "${XFN:-}" ]; then
 fi
 xfn=$(realpath "${XFN:-target/release/xfn}")
 echo "== pushing the images to 127.0.0.1:$PORT" >&2
-XFN_BENCH_REGISTRY=127.0.0.1:$PORT cargo test --quiet --test image_bench -- --ignored --nocapture 2>&1 \
+XFN_BENCH_REGISTRY=127.0.0.1:$PORT cargo test --quiet --test image -- image_bench:: --ignored --nocapture 2>&1 \
   | grep '^pushed' >&2
 big=127.0.0.1:$PORT/bench:v1
 new_busybox_image sh cat sed head printf

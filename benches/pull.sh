@@ -52,7 +52,7 @@ done
 
 echo "== building xfn (release) and pushing the benchmark image to $registry" >&2
 cargo build --release --quiet --bin xfn
-XFN_BENCH_REGISTRY=$registry cargo test --quiet --test image_bench -- --ignored --nocapture 2>&1 \
+XFN_BENCH_REGISTRY=$registry cargo test --quiet --test image -- image_bench:: --ignored --nocapture 2>&1 \
   | grep '^pushed' >&2
 image=$registry/bench:v1
 xfn=target/release/xfn

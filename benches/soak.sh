@@ -27,7 +27,7 @@ LOG=$(mktemp /tmp/xfn-soak-XXXXXX.log)
 
 echo "xfn build profile: $PROFILE; CPUs: $(nproc); $CALLS calls from $CALLERS callers; xfn start with default flags"
 if XFN_SOAK_CALLS=$CALLS XFN_SOAK_CALLERS=$CALLERS \
-    cargo test --quiet --profile "$PROFILE" --test server_soak -- --nocapture >"$LOG" 2>&1; then
+    cargo test --quiet --profile "$PROFILE" --test server -- server_soak:: --nocapture >"$LOG" 2>&1; then
     grep '^soak:' "$LOG"
     rm -f "$LOG"
 else

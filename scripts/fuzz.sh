@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 export PROPTEST_CASES=${PROPTEST_CASES:-20000}
 echo "fuzz: $PROPTEST_CASES cases per property"
 start=$SECONDS
-cargo test --test extract_fuzz --test image_fuzz
+cargo test --test extract -- extract_fuzz::
+cargo test --test image -- image_fuzz::
 cargo test --lib image::pull::manifest::fuzz
 echo "fuzz: all properties held for $PROPTEST_CASES cases each ($((SECONDS - start)) s)"

@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
-XFN_HOSTILE_FULL=1 cargo test --test image_hostile -- --nocapture --test-threads=1 "$@" \
+# Test names as the `image` binary lists them (`image_hostile::…`).
+XFN_HOSTILE_FULL=1 cargo test --test image -- --nocapture --test-threads=1 "${@:-image_hostile::}" \
     >"$out" 2>&1 || status=$?
 echo "| case | outcome | cost |"
 echo "|---|---|---|"

@@ -6,7 +6,7 @@
 //!
 //! Needs: crun, docker-registry, busybox-static, openssl, skopeo; python3
 //! with `crossplane-function-sdk-python` (and grpcio) for the SDK check.
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! bound. Each property runs unprivileged over a tmpfs of its own (see
 //! [`sandboxed`]), so that a broken extractor breaks only the test. `cargo test` runs a few hundred cases;
 //! `scripts/fuzz.sh` runs many more (`PROPTEST_CASES`).
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -285,7 +285,7 @@ fn modes() -> impl Strategy<Value = (WhiteoutMode, bool)> {
 /// what uid 65532 may change.
 fn sandboxed(name: &str, tars: impl Strategy<Value = Vec<u8>>) {
     if !support::reexec::in_unprivileged_child() {
-        return support::reexec::run_unprivileged(name);
+        return support::reexec::run_unprivileged(&format!("extract_fuzz::{name}"));
     }
     nix::mount::mount(
         Some("tmpfs"),

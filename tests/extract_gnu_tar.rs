@@ -1,7 +1,7 @@
 //! Layers written by GNU tar (its own header flavours: GNU long names,
 //! PAX records, hardlinks as link entries) extract to the very tree they were
 //! made from.
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Hostile layers: every attempt to write, link or delete outside the
 //! destination is refused with an error naming the entry, and nothing outside
 //! changes (checked against a sentinel directory beside the destination).
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

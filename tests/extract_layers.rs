@@ -1,6 +1,6 @@
 //! Layer extraction per the OCI layer spec, in both whiteout modes, and the
 //! overlay of Overlay-mode layer dirs compared with the Flatten result.
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -135,7 +135,9 @@ fn ownership_is_kept_as_root() {
 #[test]
 fn unmapped_owners_are_tolerated_unprivileged() {
     if !support::reexec::in_unprivileged_child() {
-        support::reexec::run_unprivileged("unmapped_owners_are_tolerated_unprivileged");
+        support::reexec::run_unprivileged(
+            "extract_layers::unmapped_owners_are_tolerated_unprivileged",
+        );
         return;
     }
     // In a user namespace mapping only our own id to 0: owner 1234 cannot
@@ -553,7 +555,7 @@ fn overlay_equals_flatten_as_root() {
         rustix::process::geteuid().is_root(),
         "this test mounts overlays as real root: run the tests as root"
     );
-    support::reexec::run_in_mount_namespace("overlay_equals_flatten_as_root");
+    support::reexec::run_in_mount_namespace("extract_layers::overlay_equals_flatten_as_root");
 }
 
 #[test]
@@ -561,7 +563,7 @@ fn overlay_equals_flatten_unprivileged() {
     if support::reexec::in_unprivileged_child() {
         return overlay_equals_flatten();
     }
-    support::reexec::run_unprivileged("overlay_equals_flatten_unprivileged");
+    support::reexec::run_unprivileged("extract_layers::overlay_equals_flatten_unprivileged");
 }
 
 #[test]
@@ -607,7 +609,9 @@ fn read_only_lower_dirs_without_privilege() {
     // No user namespace, no capabilities: deleting from a lower 0555 dir
     // needs it writable for a moment; its mode must come back.
     if !support::reexec::in_no_privilege_child() {
-        return support::reexec::run_without_privilege("read_only_lower_dirs_without_privilege");
+        return support::reexec::run_without_privilege(
+            "extract_layers::read_only_lower_dirs_without_privilege",
+        );
     }
     let tmp = tempfile::tempdir().unwrap();
     let lower = Layer::verbatim()

@@ -1,6 +1,6 @@
 //! Self-tests of the shared test harness (tests/support): the registry comes
 //! up, accepts pushes (with and without auth) and serves them back intact.
-mod support;
+use crate::support;
 
 use support::http;
 use support::*;
@@ -81,4 +81,45 @@ fn auth_registry_rejects_anonymous_and_accepts_pushes_with_credentials() {
     .unwrap();
     assert_eq!(resp.status, 200);
     assert_eq!(sha256_digest(&resp.body), pushed.digest);
+}
+
+/// With `autotests = false` a test file no binary declares would never be
+/// built or run, and nothing would say so: every file of tests/ must be a
+/// module of exactly one binary of Cargo.toml, or such a binary itself.
+#[test]
+fn every_test_file_belongs_to_exactly_one_test_binary() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let roots: Vec<String> = manifest
+        .lines()
+        .filter_map(|line| line.strip_prefix("path = \"tests/"))
+        .filter_map(|rest| rest.strip_suffix('"'))
+        .map(str::to_string)
+        .collect();
+    assert!(roots.len() >= 5, "test binaries in Cargo.toml: {roots:?}");
+    let mut declared: Vec<String> = roots.clone();
+    for root in &roots {
+        let text = std::fs::read_to_string(repo.join("tests").join(root)).unwrap();
+        declared.extend(
+            text.lines()
+                .filter_map(|line| line.strip_prefix("#[path = \""))
+                .filter_map(|rest| rest.strip_suffix("\"]"))
+                .filter(|path| !path.contains('/'))
+                .map(str::to_string),
+        );
+    }
+    let mut files: Vec<String> = std::fs::read_dir(repo.join("tests"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".rs"))
+        .collect();
+    files.sort();
+    for file in &files {
+        let times = declared.iter().filter(|d| *d == file).count();
+        assert_eq!(times, 1, "tests/{file} is declared {times} times (Cargo.toml [[test]] paths and their #[path] modules)");
+    }
+    for name in &declared {
+        assert!(files.contains(name), "{name} is declared but not in tests/");
+    }
 }

@@ -1,5 +1,5 @@
 //! Pulling from a registry that demands basic auth (htpasswd).
-mod support;
+use crate::support;
 
 use base64::Engine;
 use support::*;

@@ -1,8 +1,8 @@
 //! Builds and pushes the benchmark image for `benches/pull.sh`: three
 //! layers of incompressible pseudo-random data, ~50 MB in all, gzip.
 //! Ignored in normal runs; the script runs it with
-//! `XFN_BENCH_REGISTRY=127.0.0.1:PORT cargo test --test image_bench -- --ignored`.
-mod support;
+//! `XFN_BENCH_REGISTRY=127.0.0.1:PORT cargo test --test image -- image_bench:: --ignored`.
+use crate::support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! xfn's user (so no local user reaches an image's setuid binaries), every
 //! entry durable before it is published, a torn entry fetched again
 //! instead of failing forever.
-mod support;
+use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! `xfn pull` and `xfn cache ls`, the real binary end to end, as root and as
 //! an unprivileged user without capabilities.
-mod support;
+use crate::support;
 
 use std::process::Output;
 

@@ -18,8 +18,8 @@
 //! crossplane-function-sdk-python; Debian's HTTP mirror (for the base
 //! images and the image's crun). Without podman or mmdebstrap the tests
 //! fail saying so: they are what proves the image, not optional.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

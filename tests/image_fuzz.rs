@@ -3,7 +3,7 @@
 //! fixpoint whose parts are safe to name files and URLs by. Manifests and
 //! configs are fuzzed where they are parsed (`src/image/pull/manifest.rs`).
 //! `scripts/fuzz.sh` runs these with many more cases (`PROPTEST_CASES`).
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use xfn::image::ImageReference;

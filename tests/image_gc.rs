@@ -5,8 +5,8 @@
 //! a warm container or a pull in flight uses, and those finish whole; `xfn
 //! start` keeps its cache under `--cache-max-size` (10Gi unless told).
 //! xfn runs as the sidecar's user (uid 65532) unless a test says otherwise.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};

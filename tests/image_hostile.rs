@@ -10,7 +10,7 @@
 //! fraction of the time a debug build needs to unpack 64 MiB;
 //! `scripts/hostile.sh` (`XFN_HOSTILE_FULL=1`) runs them at the README's
 //! sizes (a 64 MiB cap, 100,000 entries, bombs of gigabytes).
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -4,8 +4,8 @@
 //! with an error naming the cause, at small memory, leaving nothing in the
 //! cache; and while one pull of a reference drips, a call for the cached
 //! image of the same reference through `xfn start` (real crun) is served.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The image store against a real `docker-registry` on loopback: pull
 //! policies, caching, concurrency, corruption, platforms, compressions and
 //! the errors a user sees.
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

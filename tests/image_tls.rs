@@ -1,7 +1,7 @@
 //! Registries that are not on loopback: HTTPS by default (trusting a custom
 //! CA bundle), plain HTTP only when named with `--insecure-registry`.
 //! Needs a non-loopback IPv4 address on the host and `openssl`.
-mod support;
+use crate::support;
 
 use support::*;
 use xfn::image::{ImageErrorKind, ImageStore, PullPolicy, RegistryAuth, StoreOptions};

@@ -7,7 +7,7 @@
 //!
 //! Needs: crun, docker-registry, busybox-static; root, or unprivileged user
 //! namespaces.
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;

@@ -8,7 +8,7 @@
 //! Needs: crun, docker-registry, busybox-static; python3 with
 //! `pip install crossplane-function-sdk-python` (or XFN_TEST_PYTHON naming
 //! a python that has it); root, or unprivileged user namespaces.
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -7,7 +7,7 @@
 //! function image served rootless (Docker) are in render_docker.rs.
 //!
 //! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON).
-mod support;
+use crate::support;
 
 use support::render::*;
 use support::*;

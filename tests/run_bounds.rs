@@ -16,7 +16,7 @@
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv),
 //! libc6-dev (a static test program), python3 at /usr/bin/python3 (Debian's,
 //! which scripts/setup.sh installs); root.
-mod support;
+use crate::support;
 
 use std::process::{Command, Output, Stdio};
 

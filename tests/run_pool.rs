@@ -1,12 +1,12 @@
 //! Warm containers (`runner/pool.rs`) with real crun, in-process (as
-//! `run_runner.rs`: this binary enters its namespace in `main`, while still
+//! `run_runner.rs`: `tests/run_in_process.rs` enters the namespace in `main`, while still
 //! single-threaded): a pooled call is a fresh container like a cold one,
 //! calls with other settings take the cold path, the pool keeps to its
 //! bounds, and nothing is left once it shut down, zombies included.
 //!
 //! Needs: crun, docker-registry, busybox-static; run as root (maps a range)
 //! or any user with a cache dir it owns.
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,8 +14,8 @@ use std::time::Duration;
 use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::runner::{
-    enter_namespace, Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RootfsMode,
-    RunConfig, RunError, Runner, RunnerOptions, UsernsOptions, WarmStart,
+    Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RootfsMode, RunConfig, RunError,
+    Runner, RunnerOptions, WarmStart,
 };
 
 /// The busybox layer, built once (uncompressed: gzip in a test build costs
@@ -562,39 +562,19 @@ async fn copy_mode_keeps_no_warm_containers(ns: &Namespace, cache: &Path) {
     println!("ok: copy mode keeps no warm containers (each would hold an image copy in memory)");
 }
 
-fn main() {
-    let base = world_traversable_tempdir();
-    let cache = base.path().join("cache");
-    let ns = enter_namespace(&UsernsOptions {
-        map_root_uid: 100_000,
-        map_root_gid: 100_000,
-        cache_dir: cache.clone(),
-    })
-    .expect("enter the user namespace");
-    // As `xfn start` does: whatever a failing case leaves running (a warm
-    // container, a run) dies with this process.
-    xfn::pidns::enter().expect("a PID namespace of the test's own");
-    println!("entered: {:?}", ns.mapping());
-    let registry = Registry::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        for start in [WarmStart::Started, WarmStart::Created] {
-            a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
-                &ns, &cache, &registry, start,
-            )
+/// Every case of this file, in the namespace the binary entered (see
+/// `tests/run_in_process.rs`).
+pub async fn all(ns: &Namespace, cache: &Path, registry: &Registry) {
+    for start in [WarmStart::Started, WarmStart::Created] {
+        a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(ns, cache, registry, start)
             .await;
-        }
-        a_function_started_ahead_may_write_or_exit_before_its_input_arrives(&ns, &cache, &registry)
-            .await;
-        a_call_timeout_starts_at_the_call_not_at_the_container_start(&ns, &cache, &registry).await;
-        calls_with_other_settings_take_the_cold_path(&ns, &cache, &registry).await;
-        warm_failures_and_timeouts_are_reported_as_cold_ones(&ns, &cache, &registry).await;
-        the_pool_keeps_to_its_size_over_images_and_callers(&ns, &cache, &registry).await;
-        idle_containers_expire(&ns, &cache, &registry).await;
-        copy_mode_keeps_no_warm_containers(&ns, &cache).await;
-    });
+    }
+    a_function_started_ahead_may_write_or_exit_before_its_input_arrives(ns, cache, registry).await;
+    a_call_timeout_starts_at_the_call_not_at_the_container_start(ns, cache, registry).await;
+    calls_with_other_settings_take_the_cold_path(ns, cache, registry).await;
+    warm_failures_and_timeouts_are_reported_as_cold_ones(ns, cache, registry).await;
+    the_pool_keeps_to_its_size_over_images_and_callers(ns, cache, registry).await;
+    idle_containers_expire(ns, cache, registry).await;
+    copy_mode_keeps_no_warm_containers(ns, cache).await;
     println!("all pool cases passed");
 }

@@ -1,5 +1,5 @@
-//! `Runner::run` in-process, inside a namespace this test binary enters in
-//! `main` (`harness = false`: still single-threaded then). What only an
+//! `Runner::run` in-process, inside the namespace `tests/run_in_process.rs`
+//! enters in `main` (still single-threaded then). What only an
 //! in-process test sees: the per-run rootfs mounts (overlay and copy) live in
 //! this process's mount namespace, so after a timeout or a dropped (cancelled)
 //! call, /proc/self/mountinfo must show none of them, and no container
@@ -8,17 +8,14 @@
 //!
 //! Needs: crun, docker-registry, busybox-static; run as root (maps a range)
 //! or any user with a cache dir it owns.
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::*;
 use xfn::image::{ImageStore, StoreOptions};
-use xfn::runner::{
-    enter_namespace, Namespace, RootfsMode, RunConfig, RunError, Runner, RunnerOptions,
-    UsernsOptions,
-};
+use xfn::runner::{Namespace, RootfsMode, RunConfig, RunError, Runner, RunnerOptions};
 
 fn runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
@@ -362,28 +359,13 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     println!("ok ({tag}): a server that never listens is reported, with its output");
 }
 
-fn main() {
-    let base = world_traversable_tempdir();
-    let cache = base.path().join("cache");
-    let ns = enter_namespace(&UsernsOptions {
-        map_root_uid: 100_000,
-        map_root_gid: 100_000,
-        cache_dir: cache.clone(),
-    })
-    .expect("enter the user namespace");
-    // As `xfn start` does: whatever a failing case leaves running (a warm
-    // container, a run) dies with this process.
-    xfn::pidns::enter().expect("a PID namespace of the test's own");
-    println!("entered: {:?}", ns.mapping());
-    let registry = Registry::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+/// Every case of this file, in the namespace the binary entered (see
+/// `tests/run_in_process.rs`), in both rootfs modes.
+pub async fn all(ns: &Namespace, cache: &Path, registry: &Registry) {
     for mode in [RootfsMode::Overlay, RootfsMode::Copy] {
-        runtime.block_on(cases(&ns, &cache, &registry, mode));
-        runtime.block_on(run_cases(&ns, &cache, &registry, mode));
-        runtime.block_on(serve_cases(&ns, &cache, &registry, mode));
+        cases(ns, cache, registry, mode).await;
+        run_cases(ns, cache, registry, mode).await;
+        serve_cases(ns, cache, registry, mode).await;
     }
     println!("all runner cases passed");
 }

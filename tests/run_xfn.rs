@@ -4,7 +4,7 @@
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root
 //! (to test both the 65536-id range and, via setpriv, uid 65532 without
 //! capabilities).
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::TcpListener;

@@ -3,7 +3,7 @@
 //! and the version needed, and the real crun of this host passes.
 //!
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv).
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -1,8 +1,8 @@
 //! End to end: the real `xfn start` (as uid 65532, no capabilities, on an
 //! abstract socket) answering RunFunction calls with real images from a real
 //! registry, one status code per error class.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::time::Duration;
 

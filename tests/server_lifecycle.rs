@@ -4,8 +4,8 @@
 //! grpcio on the default socket), its health and reflection services, and
 //! how it stops (SIGTERM drains runs in flight; the grace period ends the
 //! rest). Restarts and PID 1: `server_restart.rs`.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use server_common::*;
 use support::*;

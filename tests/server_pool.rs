@@ -3,8 +3,8 @@
 //! created ahead of them, SIGTERM removes every one of them, and a daemon
 //! SIGKILLed with warm containers waiting (or xfn in it) takes them with it,
 //! leaving their state on disk to the next one's sweep.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

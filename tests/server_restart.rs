@@ -3,8 +3,8 @@
 //! SIGKILL mid-call and started again, PID 1 again, on the same cache (the
 //! new one sweeps everything the dead one left), and next to another xfn on
 //! the same cache (neither touches the other's live work).
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -15,8 +15,8 @@
 //! bundle, crun state, a rootfs with its mounts, a process and the pipes to
 //! it. Those are live work, not leaks: every check below allows exactly
 //! what the warm containers alive at that moment hold, and nothing more.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

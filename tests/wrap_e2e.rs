@@ -5,7 +5,7 @@
 //! the layers and `package.yaml`.
 //!
 //! Needs: docker-registry, busybox-static, skopeo.
-mod support;
+use crate::support;
 
 use std::io::Read;
 use std::path::Path;

@@ -4,9 +4,9 @@
 //! namespace ([`run_without_privilege`]), or as root in a private mount
 //! namespace ([`run_in_mount_namespace`]); the child knows it is one by an
 //! environment variable. A test is named as libtest lists it (the re-run
-//! selects it with `--exact`): in an integration test its function's name,
-//! in the crate's unit tests its module path without the crate's name
-//! (`rootfs::tests::…`).
+//! selects it with `--exact`): its module path without the binary's name,
+//! in an integration test its file's and function's name
+//! (`extract_layers::…`), in the crate's unit tests `rootfs::tests::…`.
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

@@ -1,0 +1,13 @@
+//! Test binary `render`: `xfn render` end to end: the Exec, Development and Docker runtimes, and what Crossplane v2 renders.
+//!
+//! One binary per area (tests/README.md says which file goes where): the
+//! test kit is built once for it, and its tests run side by side.
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "render_docker.rs"]
+mod render_docker;
+#[path = "render_e2e.rs"]
+mod render_e2e;
+#[path = "render_v2.rs"]
+mod render_v2;

@@ -1,0 +1,13 @@
+//! Test binary `run`: `xfn run` end to end: the real binary, real crun, a real registry: what a function sees, its bounds without cgroups, the runtime check.
+//!
+//! One binary per area (tests/README.md says which file goes where): the
+//! test kit is built once for it, and its tests run side by side.
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "run_bounds.rs"]
+mod run_bounds;
+#[path = "run_xfn.rs"]
+mod run_xfn;
+#[path = "runtime_check.rs"]
+mod runtime_check;

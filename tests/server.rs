@@ -1,0 +1,21 @@
+//! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) and `xfn adapt`.
+//!
+//! One binary per area (tests/README.md says which file goes where): the
+//! test kit is built once for it, and its tests run side by side.
+#[path = "server_common/mod.rs"]
+mod server_common;
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "adapt_e2e.rs"]
+mod adapt_e2e;
+#[path = "server_calls.rs"]
+mod server_calls;
+#[path = "server_lifecycle.rs"]
+mod server_lifecycle;
+#[path = "server_pool.rs"]
+mod server_pool;
+#[path = "server_restart.rs"]
+mod server_restart;
+#[path = "server_soak.rs"]
+mod server_soak;

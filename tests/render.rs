@@ -5,9 +5,13 @@
 #[path = "support/mod.rs"]
 mod support;
 
+#[path = "render_bounds.rs"]
+mod render_bounds;
 #[path = "render_docker.rs"]
 mod render_docker;
 #[path = "render_e2e.rs"]
 mod render_e2e;
+#[path = "render_parity.rs"]
+mod render_parity;
 #[path = "render_v2.rs"]
 mod render_v2;

@@ -1,7 +1,7 @@
 //! `xfn render` refuses input files nested past the bound before it parses
 //! them, naming the file, however deep they go up to the 4 MiB an input may
 //! have on `xfn start`; the same render with sane files runs its pipeline.
-mod support;
+use crate::support;
 
 use std::time::Instant;
 

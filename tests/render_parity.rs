@@ -8,7 +8,7 @@
 //!
 //! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON),
 //! crun, docker-registry, busybox-static; root.
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;

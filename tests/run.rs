@@ -2,11 +2,15 @@
 //!
 //! One binary per area (tests/README.md says which file goes where): the
 //! test kit is built once for it, and its tests run side by side.
+#[path = "server_common/mod.rs"]
+mod server_common;
 #[path = "support/mod.rs"]
 mod support;
 
 #[path = "run_bounds.rs"]
 mod run_bounds;
+#[path = "run_users.rs"]
+mod run_users;
 #[path = "run_xfn.rs"]
 mod run_xfn;
 #[path = "runtime_check.rs"]

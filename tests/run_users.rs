@@ -5,8 +5,8 @@
 //! sees.
 //!
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::path::Path;
 

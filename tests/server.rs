@@ -9,6 +9,8 @@ mod support;
 
 #[path = "adapt_e2e.rs"]
 mod adapt_e2e;
+#[path = "server_bounds.rs"]
+mod server_bounds;
 #[path = "server_calls.rs"]
 mod server_calls;
 #[path = "server_lifecycle.rs"]

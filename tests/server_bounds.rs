@@ -4,8 +4,8 @@
 //! its own into the daemon's log, a bad image and a full cache get the
 //! codes that say so, a call's pull ends with the call, and a cache dir
 //! another user owns is refused at start.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::collections::HashSet;
 use std::path::Path;

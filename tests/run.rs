@@ -9,6 +9,8 @@ mod support;
 
 #[path = "run_bounds.rs"]
 mod run_bounds;
+#[path = "run_kernel_counts.rs"]
+mod run_kernel_counts;
 #[path = "run_users.rs"]
 mod run_users;
 #[path = "run_xfn.rs"]

@@ -7,8 +7,8 @@
 //!
 //! Needs: crun, docker-registry, busybox-static, rustc with static glibc,
 //! util-linux (setpriv); root.
-mod server_common;
-mod support;
+use crate::server_common;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

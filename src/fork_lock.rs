@@ -71,33 +71,51 @@ pub fn spawn_async(
     command.spawn()
 }
 
-/// Runs `child` in a forked child of this process that never execs, and
-/// waits for it: its exit status is what `child` returns. The child is a
-/// copy of a multi-threaded process, so `child` may only make system calls
-/// (no allocation, no locks). The lock is held until the child is gone, as
-/// it holds copies of every descriptor until then.
-pub fn run_forked(child: impl FnOnce() -> i32) -> std::io::Result<i32> {
+/// Runs `child` in a child process that never execs, and waits for it:
+/// its exit status is what `child` returns. The child shares this
+/// process's memory (`CLONE_VM | CLONE_VFORK`: no page tables copied, the
+/// calling thread suspended until it exits) while the other threads run
+/// on, so `child` may only make system calls: no allocation, no locks, no
+/// writes to memory. It has its own copy of the descriptor table and of
+/// the filesystem context, so it may enter namespaces (`setns` of a user
+/// namespace wants a caller alone in its thread group and its `fs`). The
+/// lock is held until it is gone, as it holds copies of every descriptor.
+pub fn run_forked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
     use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::{fork, ForkResult};
+    extern "C" fn trampoline<F: FnOnce() -> i32>(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `Option<F>` below, alive until `clone`
+        // returns, which is after this child exits (CLONE_VFORK).
+        let child = unsafe { &mut *(arg as *mut Option<F>) };
+        child.take().map_or(1, |child| child())
+    }
+    const STACK: usize = 64 << 10;
+    let mut stack = vec![0u8; STACK];
+    let mut child = Some(child);
     let _exclusive = exclusive();
-    // SAFETY: the child runs only `child`, which makes system calls and
-    // touches no lock or allocator another thread may have held at the
-    // fork, then leaves with `_exit` (no atexit handlers, no destructors).
-    match unsafe { fork() }.map_err(std::io::Error::from)? {
-        ForkResult::Child => {
-            let code = child();
-            // SAFETY: `_exit` ends the child at once; nothing of the
-            // parent's state is touched.
-            unsafe { libc::_exit(code) }
+    // SAFETY: the child runs `trampoline` on a stack of its own (the top of
+    // `stack`, 16-byte aligned, valid until `clone` returns), touching only
+    // `child`, which makes system calls; SIGCHLD makes it an ordinary child
+    // to wait for.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(STACK) as usize & !15;
+        libc::clone(
+            trampoline::<F>,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut child as *mut Option<F>).cast(),
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let pid = nix::unistd::Pid::from_raw(pid);
+    loop {
+        match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128 + signal as i32),
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            Err(err) => return Err(err.into()),
         }
-        ForkResult::Parent { child } => loop {
-            match waitpid(child, None) {
-                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-                Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128 + signal as i32),
-                Ok(_) | Err(nix::Error::EINTR) => continue,
-                Err(err) => return Err(err.into()),
-            }
-        },
     }
 }
 

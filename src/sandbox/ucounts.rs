@@ -18,9 +18,11 @@
 //! function leaves the rest to its neighbours. crun cannot do it (it
 //! refuses `user.*` in the spec's `sysctl`: "not namespaced"), and xfn's
 //! threads cannot enter the run's namespace (`setns` of a user namespace
-//! wants a single-threaded caller), so a forked child that never execs
-//! enters it and writes the limits (`fork_lock::run_forked`), as owner of
-//! that namespace (crun made it as xfn's uid), with every capability in it.
+//! wants a single-threaded caller), so a child that never execs
+//! (`fork_lock::run_forked`: it shares xfn's memory, so it costs tens of
+//! microseconds where a fork of the daemon took a millisecond or more)
+//! enters it and writes the limits, as owner of that namespace (crun made
+//! it as xfn's uid), with every capability in it.
 //!
 //! What this cannot bound: **epoll watches** (`fs.epoll.max_user_watches`)
 //! are counted per host uid (the `user_struct`), not per namespace; the

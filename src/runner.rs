@@ -31,6 +31,7 @@ pub use pool::{
 };
 pub use served::{ServeOptions, ServedFunction};
 
+pub mod budget;
 mod config;
 mod container;
 mod pool;

@@ -16,8 +16,8 @@ use xfn::adaptor::{Adaptor, AdaptorOptions};
 use xfn::image::store::ImportSource;
 use xfn::image::{PullPolicy, RegistryAuth};
 use xfn::runner::{Namespace, RunConfig, Runner};
+use xfn::serving::daemon::Daemon;
 use xfn::serving::serve::Incoming;
-use xfn::serving::Calls;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -145,12 +145,10 @@ pub async fn execute(
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
-    let runner = Arc::new(runner);
-    let metrics = Arc::new(super::daemon_metrics(&runner));
-    let pooled = Arc::clone(&runner);
-    let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
+    // No cache budget: the adaptor's one image is pinned for its life.
+    let daemon = Daemon::new(runner, args.serving.daemon_options(None, None));
     let adaptor = Arc::new(Adaptor::new(
-        runner,
+        Arc::clone(daemon.runner()),
         image,
         AdaptorOptions {
             name,
@@ -162,7 +160,7 @@ pub async fn execute(
             },
             response_cache_size: (!args.no_response_cache).then_some(args.response_cache_size),
         },
-        calls.clone(),
+        Arc::clone(daemon.calls()),
     ));
 
     let listener = std::net::TcpListener::bind(args.address)
@@ -174,13 +172,6 @@ pub async fn execute(
         "serving the function API (v1, v1beta1)"
     );
     let services = services(adaptor, args.max_recv_message_size, security);
-    let served = args
-        .serving
-        .serve(Incoming::Tcp(listener), services, &calls, metrics)
-        .await;
-    // Runs are drained or cancelled by now: no warm container outlives the
-    // adaptor, whatever serving returned.
-    pooled.shutdown().await;
-    served?;
+    daemon.serve(Incoming::Tcp(listener), services).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -257,17 +257,6 @@ impl WarmPoolArgs {
     }
 }
 
-/// The metrics of a daemon over `runner`: the serving layer's, the image
-/// cache's and the warm pool's (`xfn start`, `xfn adapt`).
-pub fn daemon_metrics(
-    runner: &std::sync::Arc<xfn::runner::Runner>,
-) -> xfn::serving::metrics::Metrics {
-    let pooled = std::sync::Arc::clone(runner);
-    xfn::serving::metrics::Metrics::new()
-        .with_store(runner.store().clone())
-        .with_pool(move || pooled.pool_stats())
-}
-
 /// Flags of the user namespace xfn enters before anything else.
 #[derive(Debug, Clone, Args)]
 pub struct UsernsArgs {

@@ -1,19 +1,14 @@
 //! The flags of the serving layer, shared by `xfn start` and `xfn adapt`
-//! (one set of defaults for both front ends; see `xfn::serving`), and the
-//! serve-and-drain sequence both run.
+//! (one set of defaults for both front ends; see `xfn::serving`), mapped to
+//! the library's `DaemonOptions`.
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 
 use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
-use xfn::serving::connections::{
-    raise_fd_limit, ConnectionLimits, Connections, DEFAULT_MAX_CONNECTIONS,
-};
-use xfn::serving::metrics::{Metrics, MetricsServer};
-use xfn::serving::serve::{serve, shutdown_signal, Incoming, Services};
-use xfn::serving::Calls;
+use xfn::serving::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
+use xfn::serving::daemon::DaemonOptions;
 
 use super::run::parse_duration;
 
@@ -84,45 +79,20 @@ impl ServingArgs {
         limits
     }
 
-    /// Serves `services` on `incoming` (and the metrics endpoint) until
-    /// SIGTERM/SIGINT, then drains `calls` within the grace period.
-    pub async fn serve(
+    /// The daemon these flags give, with the cache's budget and the
+    /// gatekeeper's counters of the front end.
+    pub fn daemon_options(
         &self,
-        incoming: Incoming,
-        services: Services,
-        calls: &Calls,
-        metrics: Arc<Metrics>,
-    ) -> anyhow::Result<()> {
-        let limits = calls.limits();
-        let metrics_server = MetricsServer::start(self.metrics_address, metrics.clone()).await?;
-        let connection_limits = self.connection_limits();
-        tracing::info!(
-            max_concurrent_runs = limits.max_running,
-            max_queued_runs = limits.max_queued,
-            max_queued_bytes = limits.max_queued_bytes,
-            grace_period = ?self.grace_period,
-            max_connections = connection_limits.max_connections,
-            handshake_timeout = ?connection_limits.handshake_timeout,
-            idle_connection_timeout = ?connection_limits.idle_timeout,
-            "admission, connections and drain"
-        );
-        let served = serve(
-            incoming,
-            services,
-            Connections::new(connection_limits, metrics),
-            calls.drain(self.grace_period),
-            shutdown_signal(),
-        );
-        // Between bursts of calls, the code they ran goes (xfn::resident).
-        let idle = xfn::resident::release_when_idle(|| calls.activity());
-        tokio::select! {
-            served = served => served?,
-            () = idle => {}
+        cache_max_bytes: Option<u64>,
+        gate: Option<xfn::server::gate::GateCounters>,
+    ) -> DaemonOptions {
+        DaemonOptions {
+            admission: self.limits(),
+            connections: self.connection_limits(),
+            grace_period: self.grace_period,
+            metrics_address: self.metrics_address,
+            cache_max_bytes,
+            gate,
         }
-        if let Some(server) = metrics_server {
-            server.stop().await?;
-        }
-        tracing::info!("stopped");
-        Ok(())
     }
 }

@@ -12,9 +12,9 @@ use xfn::runner::{Namespace, Runner};
 use xfn::server::gate::GateReceiver;
 use xfn::server::peer::CallerPolicy;
 use xfn::server::{RunnerService, ServiceOptions};
+use xfn::serving::daemon::Daemon;
 use xfn::serving::listen::{self, ListenAddress, Listener, Network};
 use xfn::serving::serve::Incoming;
-use xfn::serving::Calls;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -69,81 +69,6 @@ pub struct StartArgs {
 /// blobs) and more than twice the largest image `--max-image-size` admits
 /// by default (4 GiB), so one big image never evicts itself.
 pub const DEFAULT_CACHE_MAX_SIZE: &str = "10Gi";
-
-/// How often the daemon's collector looks when no pull woke it: a cached
-/// image's last use only moves once a minute, and nothing grows without a
-/// pull; this catches what other processes sharing the cache pulled.
-const COLLECT_EVERY: Duration = Duration::from_secs(300);
-
-/// How soon it looks again when images in use kept the cache over its
-/// budget: a run holds its image for seconds, so the budget is met soon
-/// after, not minutes later.
-const COLLECT_AGAIN_OVER_BUDGET: Duration = Duration::from_secs(30);
-
-/// Keeps the cache under `max_size`: at start, after each pull that
-/// downloaded layers, and every [`COLLECT_EVERY`] (sooner while over it).
-/// Where images in use keep it over, the idle warm containers of those
-/// images go and it collects again at once: only runs and pulls in flight
-/// hold it over its budget.
-fn spawn_collector(runner: Arc<Runner>, max_size: u64) {
-    let store = runner.store().clone();
-    tokio::spawn(async move {
-        let mut was_over = false;
-        loop {
-            let mut report = store.collect(Some(max_size)).await;
-            if let Ok(over) = &report {
-                if !over.over_budget_in_use.is_empty()
-                    && runner.release_idle_images(&over.over_budget_in_use).await > 0
-                {
-                    let first = over.clone();
-                    report = store.collect(Some(max_size)).await.map(|mut again| {
-                        again.evicted.splice(0..0, first.evicted);
-                        again.bytes_before = first.bytes_before;
-                        again
-                    });
-                }
-            }
-            let over = match report {
-                Ok(report) => {
-                    if report.freed() > 0 || !report.evicted.is_empty() {
-                        tracing::info!(
-                            evicted = ?report.evicted,
-                            freed_bytes = report.freed(),
-                            cache_bytes = report.bytes_after,
-                            max_bytes = max_size,
-                            "image cache collected"
-                        );
-                    }
-                    let over = report.bytes_after > max_size;
-                    if over && !was_over {
-                        tracing::warn!(
-                            cache_bytes = report.bytes_after,
-                            max_bytes = max_size,
-                            in_use = report.kept_in_use,
-                            "the image cache is over --cache-max-size with the images in use; \
-                             it is collected again when they are done"
-                        );
-                    }
-                    over
-                }
-                Err(err) => {
-                    tracing::warn!("collecting the image cache failed: {err}");
-                    false
-                }
-            };
-            was_over = over;
-            let wait = if over {
-                COLLECT_AGAIN_OVER_BUDGET
-            } else {
-                COLLECT_EVERY
-            };
-            tokio::select! {
-                () = store.pulled() => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    });
-}
 
 /// Parses `StartArgs` alone, for their defaults.
 #[derive(Debug, Parser)]
@@ -231,26 +156,24 @@ pub async fn execute(
          (fs.epoll.max_user_watches), which the gatekeeper needs to accept calls: only a \
          --memory limit bounds a function's share (README: Per-uid kernel counts)"
     );
-    let runner = Arc::new(runner);
-    let pooled = Arc::clone(&runner);
-    spawn_collector(Arc::clone(&runner), args.cache_max_size);
-
-    let (incoming, metrics) = match bound {
+    let (incoming, gate) = match bound {
         Bound::Gate(gate) => {
-            let metrics = super::daemon_metrics(&runner).with_gate(gate.counters());
-            (gate.incoming()?, metrics)
+            let counters = gate.counters();
+            (gate.incoming()?, Some(counters))
         }
-        Bound::Tcp(listener) => (Incoming::Tcp(listener), super::daemon_metrics(&runner)),
+        Bound::Tcp(listener) => (Incoming::Tcp(listener), None),
     };
-    let metrics = Arc::new(metrics);
-    let calls = Arc::new(Calls::new(args.serving.limits(), metrics.clone()));
-    let service = RunnerService::new(
+    let daemon = Daemon::new(
         runner,
+        args.serving.daemon_options(Some(args.cache_max_size), gate),
+    );
+    let service = RunnerService::new(
+        Arc::clone(daemon.runner()),
         ServiceOptions {
             default_timeout: args.default_timeout,
             max_input_bytes: args.max_input_bytes,
         },
-        calls.clone(),
+        Arc::clone(daemon.calls()),
     );
     tracing::info!(
         address = %args.address,
@@ -258,18 +181,7 @@ pub async fn execute(
         cache_max_bytes = args.cache_max_size,
         "serving the function runner API"
     );
-    // Start-up (flags, probes, sweeps) is done: its code pages go, what the
-    // calls run comes back as they run (xfn::resident).
-    let released_kb = xfn::resident::release_file_pages();
-    tracing::debug!(released_kb, "start-up pages released");
-    let served = args
-        .serving
-        .serve(incoming, service.into_services(), &calls, metrics)
-        .await;
-    // Runs are drained or cancelled by now: no warm container outlives the
-    // daemon, whatever serving returned.
-    pooled.shutdown().await;
-    served?;
+    daemon.serve(incoming, service.into_services()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -15,6 +15,8 @@
 //! # Layout
 //!
 //! ```text
+//! daemon    a runner behind all of the below: what `xfn start` and
+//!           `xfn adapt` build in a few lines
 //! listen    bind a Unix (abstract or path) or TCP address; accept TCP
 //! serve     tonic server: the front end's services + health + reflection,
 //!           deadline stamping, mTLS when given; drain on SIGTERM/SIGINT
@@ -65,6 +67,7 @@ pub mod admission;
 pub mod authority;
 pub mod calls;
 pub mod connections;
+pub mod daemon;
 pub mod deadline;
 pub mod listen;
 pub mod metrics;

@@ -38,6 +38,21 @@ pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// The daemons of this binary's tests run side by side, sharing two CPUs. A
+/// test whose claim is about fairness under a CPU race it makes itself (a
+/// refused neighbour's connect flood) needs the CPUs to itself: otherwise
+/// other tests' daemons, not the code under test, decide its outcome. Every
+/// daemon holds a share of this lock for its life; [`Daemon::start_alone`]
+/// holds it alone.
+static CPUS: std::sync::LazyLock<std::sync::Arc<tokio::sync::RwLock<()>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A daemon's hold on the CPUs (see [`CPUS`]).
+enum CpuShare {
+    Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
+    Alone(#[allow(dead_code)] tokio::sync::OwnedRwLockWriteGuard<()>),
+}
+
 /// Where a test daemon listens.
 #[derive(Debug, Clone)]
 pub enum Listen {
@@ -74,6 +89,8 @@ pub struct Daemon {
     /// Started as PID 1 of a fresh PID namespace (under `unshare`).
     as_pid1: bool,
     _dir: tempfile::TempDir,
+    /// Released when the daemon is dropped, after it is stopped.
+    _cpus: CpuShare,
 }
 
 fn free_port() -> SocketAddr {
@@ -86,6 +103,30 @@ impl Daemon {
     /// flags, and waits until it accepts gRPC calls.
     pub async fn start(extra: &[&str]) -> Daemon {
         Self::start_with_cache(None, extra).await
+    }
+
+    /// [`Daemon::start`] once no other daemon of this binary runs, and none
+    /// starts until this one is dropped: for a test about a race for CPU.
+    pub async fn start_alone(extra: &[&str]) -> Daemon {
+        // Polled, never queued: a queued writer would hold back a test that
+        // starts a second daemon while holding its first, which holds the
+        // writer back in turn. Between two tests' daemons the lock is free.
+        let alone = loop {
+            match CPUS.clone().try_write_owned() {
+                Ok(alone) => break CpuShare::Alone(alone),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        Self::launch_sharing(
+            None,
+            Some(NONROOT),
+            Listen::Abstract,
+            extra,
+            false,
+            true,
+            alone,
+        )
+        .await
     }
 
     /// [`Daemon::start`] on the cache dir `cache` (owned by 65532) when given.
@@ -150,6 +191,20 @@ impl Daemon {
         extra: &[&str],
         as_pid1: bool,
         debug: bool,
+    ) -> Daemon {
+        let shared = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::launch_sharing(cache, user, listen, extra, as_pid1, debug, shared).await
+    }
+
+    #[allow(clippy::too_many_arguments)] // the launchers above name them
+    async fn launch_sharing(
+        cache: Option<&Path>,
+        user: Option<u32>,
+        listen: Listen,
+        extra: &[&str],
+        as_pid1: bool,
+        debug: bool,
+        cpus: CpuShare,
     ) -> Daemon {
         let dir = world_traversable_tempdir();
         let cache_dir = match cache {
@@ -261,6 +316,7 @@ impl Daemon {
             caller: user,
             as_pid1,
             _dir: dir,
+            _cpus: cpus,
         };
         daemon.wait_until_serving().await;
         daemon

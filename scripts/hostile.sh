@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The hostile-layer cases of tests/image_hostile.rs at the README's sizes:
+# The hostile-layer cases of tests/image_hostile.rs at docs/cache.md's sizes:
 # a 64 MiB --max-image-size, --max-layer-entries 100000, bombs of gigabytes,
 # headers of 300 MiB. `cargo test` runs the same cases small (an 8 MiB cap,
 # 10,000 entries: the same properties at a fraction of the time a debug
 # build takes to unpack 64 MiB); this is the run whose peak memory and
-# bytes written the README's bounds section quotes. One at a time, so each
+# bytes written docs/cache.md's bounds table quotes. One at a time, so each
 # measurement has the machine to itself; prints one table row per case.
 # Runs as root, as the tests do (they make a cache owned by uid 65532).
 #

@@ -2,13 +2,13 @@
 //! unprivileged user: each is refused while it streams, with an error
 //! naming the bound it broke, while the xfn process's peak memory stays
 //! small and the bytes it writes stay under the cap. Each case prints one
-//! line of the table in the README's bounds section (`--nocapture`).
+//! line of the table in docs/cache.md's bounds table (`--nocapture`).
 //!
 //! Two scales, one code: `cargo test` runs every case against a small cap
 //! (8 MiB) and bound (10,000 entries), which keeps each property (refused
 //! at the bound, nothing kept, memory and bytes written bounded) at a
 //! fraction of the time a debug build needs to unpack 64 MiB;
-//! `scripts/hostile.sh` (`XFN_HOSTILE_FULL=1`) runs them at the README's
+//! `scripts/hostile.sh` (`XFN_HOSTILE_FULL=1`) runs them at docs/cache.md's
 //! sizes (a 64 MiB cap, 100,000 entries, bombs of gigabytes).
 use crate::support;
 
@@ -31,7 +31,7 @@ struct Scale {
     entries: u64,
 }
 
-/// Small for `cargo test`, the README's sizes with `XFN_HOSTILE_FULL=1`.
+/// Small for `cargo test`, docs/cache.md's sizes with `XFN_HOSTILE_FULL=1`.
 fn scale() -> Scale {
     if std::env::var_os("XFN_HOSTILE_FULL").is_some() {
         Scale {

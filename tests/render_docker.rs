@@ -205,7 +205,7 @@ fn a_server_that_fails_or_never_listens_is_named_with_its_output() {
     );
 }
 
-/// The README's worked example with the `Docker` runtime (what
+/// docs/render.md's worked example with the `Docker` runtime (what
 /// `scripts/example.sh render` runs): example/render/functions-docker.yaml
 /// with the image filled in renders example/render/expected.yaml.
 #[test]

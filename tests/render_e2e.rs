@@ -400,7 +400,7 @@ fn input_errors_name_the_file_or_the_step() {
     );
 }
 
-/// example/render/ (the README's worked example) renders as
+/// example/render/ (docs/render.md's worked example) renders as
 /// example/render/expected.yaml shows; only the server's port differs.
 #[test]
 fn the_worked_example_renders_as_shown() {

@@ -421,7 +421,7 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
     }
 }
 
-/// The README's example function (example/function/fn.sh) in an alpha
+/// The example function of the README (docs/render.md) (example/function/fn.sh) in an alpha
 /// Composition, which passes it `desired: {}`.
 #[test]
 fn the_readmes_example_function_renders_in_an_alpha_composition() {

@@ -162,10 +162,10 @@ async fn xfn_start_warns_that_epoll_watches_are_shared_with_its_functions() {
         "{log}"
     );
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/design.md")).unwrap();
     assert!(
         readme.contains("fs.epoll.max_user_watches"),
-        "the README says so too"
+        "docs/design.md says so too"
     );
 }
 

@@ -281,7 +281,7 @@ check_xfn_limits_written() {
 	fi
 }
 
-# xfn render with the Docker runtime (example/render/, the README's worked
+# xfn render with the Docker runtime (example/render/, docs/render.md's worked
 # example): the function image served as a gRPC server in a container with
 # its own run cgroup in the delegated subtree, called inside its network
 # namespace, and gone afterwards, cgroup included.

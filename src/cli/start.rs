@@ -154,7 +154,7 @@ pub async fn execute(
         max_user_watches = epoll_watches,
         "functions share xfn's host uid, and with it the epoll watches the kernel allows per uid \
          (fs.epoll.max_user_watches), which the gatekeeper needs to accept calls: only a \
-         --memory limit bounds a function's share (README: Per-uid kernel counts)"
+         --memory limit bounds a function's share (docs/design.md: Per-uid kernel counts)"
     );
     let (incoming, gate) = match bound {
         Bound::Gate(gate) => {

@@ -28,7 +28,7 @@
 //! are counted per host uid (the `user_struct`), not per namespace; the
 //! gatekeeper needs them to accept connections. Only a memory limit bounds
 //! one function's share (each watch is accounted kernel memory): see the
-//! README and the warning `xfn start` logs.
+//! docs/design.md and the warning `xfn start` logs.
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 

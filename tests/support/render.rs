@@ -226,7 +226,7 @@ pub const GOLDEN_ARGS: &[&str] = &[
     "-c",
 ];
 
-/// Renders example/render/ (the README's worked example) with `functions`
+/// Renders example/render/ (docs/render.md's worked example) with `functions`
 /// (the text of its Functions file) and `-r`; returns the output, which
 /// must be example/render/expected.yaml.
 pub fn render_worked_example(fx: &Fixture, functions: &str) -> (String, String) {

@@ -47,6 +47,23 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 static CPUS: std::sync::LazyLock<std::sync::Arc<tokio::sync::RwLock<()>>> =
     std::sync::LazyLock::new(Default::default);
 
+/// `inner` run by `unshare ARGS…` (which ends with the program to exec),
+/// with `inner`'s environment.
+fn unshared(args: &[&str], inner: std::process::Command) -> std::process::Command {
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(args)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    command
+}
+
 /// A daemon's hold on the CPUs (see [`CPUS`]).
 enum CpuShare {
     Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
@@ -231,41 +248,25 @@ impl Daemon {
         if as_pid1 {
             // unshare forks PID 1, which execs the command above; SIGKILL to
             // unshare reaches PID 1 (--kill-child), as a container's end does.
-            let inner = command;
-            command = std::process::Command::new("unshare");
-            command
-                .args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"])
-                .arg(inner.get_program())
-                .args(inner.get_args());
-            for (key, value) in inner.get_envs() {
-                match value {
-                    Some(value) => command.env(key, value),
-                    None => command.env_remove(key),
-                };
-            }
+            command = unshared(
+                &["--pid", "--fork", "--mount-proc", "--kill-child", "--"],
+                command,
+            );
         }
         let own_network = matches!(listen, Listen::DefaultInOwnNetwork);
         if own_network {
             // A fresh network namespace has its loopback down: the metrics
             // endpoint binds there.
-            let inner = command;
-            command = std::process::Command::new("unshare");
-            command
-                .args([
+            command = unshared(
+                &[
                     "--net",
                     "--",
                     "sh",
                     "-c",
                     r#"ip link set lo up && exec "$0" "$@""#,
-                ])
-                .arg(inner.get_program())
-                .args(inner.get_args());
-            for (key, value) in inner.get_envs() {
-                match value {
-                    Some(value) => command.env(key, value),
-                    None => command.env_remove(key),
-                };
-            }
+                ],
+                command,
+            );
         }
         let mut endpoint = match listen {
             Listen::Abstract => Dial::Abstract(socket.clone()),

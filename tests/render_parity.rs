@@ -492,3 +492,159 @@ fn iterations_feed_the_output_back_until_it_is_stable() {
         assert!(log.contains("still changing"), "{runtime}: {log}");
     }
 }
+
+/// Two more XRs of the golden pipeline's type: one without a uid (the
+/// render gives it a stable one), one namespaced-free with other fields.
+const MORE_XRS: &str = "apiVersion: example.org/v1
+kind: XBucket
+metadata:
+  name: second
+spec:
+  count: 1
+---
+apiVersion: example.org/v1
+kind: XBucket
+metadata:
+  name: third
+spec:
+  count: 3
+";
+
+#[test]
+fn many_xrs_render_in_one_run_in_input_order_over_servers_started_once() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write("more.yaml", MORE_XRS);
+    let (second, third) = MORE_XRS.split_once("---\n").unwrap();
+    fx.write("second.yaml", second);
+    fx.write("third.yaml", third);
+    fx.write("xrs.yaml", &format!("{XR}---\n{second}"));
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        fx.write("functions.yaml", &functions);
+        fx.write(
+            "composition.yaml",
+            &steps(
+                "fn",
+                &[
+                    ("create", "action: create"),
+                    ("warn", "action: results, warning: almost out of buckets"),
+                ],
+            ),
+        );
+        let flags = ["composition.yaml", "functions.yaml", "-r", "-c"];
+        let single = |xr: &str| stdout(&fx.render(&[&[xr][..], &flags[..]].concat()));
+        let each: String = ["xr.yaml", "second.yaml", "third.yaml"]
+            .map(single)
+            .concat();
+        // A multi-document XR file, and more XRs with --xr (a file of
+        // several, here): the outputs of one render per XR, in order.
+        let out = fx.render(
+            &[
+                &["xrs.yaml"][..],
+                &flags[..],
+                &["--xr", "third.yaml", "--debug"],
+            ]
+            .concat(),
+        );
+        let text = stdout(&out);
+        assert_eq!(text, each, "{runtime}");
+        let out2 = fx.render(&[&["xr.yaml"][..], &flags[..], &["--xr", "more.yaml"]].concat());
+        assert_eq!(stdout(&out2), each, "{runtime}");
+        assert_golden("parity-many-xrs.yaml", &text);
+        if runtime == "Docker" {
+            // The image's server started once for the three XRs.
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                log.matches("function server started").count(),
+                1,
+                "{runtime}: {log}"
+            );
+        }
+        // --output json: one object a line per XR, in the same order.
+        let out = fx.render(
+            &[
+                &["xr.yaml"][..],
+                &flags[..],
+                &["--xr", "more.yaml", "--output", "json"],
+            ]
+            .concat(),
+        );
+        let lines: Vec<serde_json::Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let names: Vec<&str> = lines
+            .iter()
+            .map(|o| o["xr"]["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["demo", "second", "third"], "{runtime}");
+        for (object, count) in lines.iter().zip([2, 1, 3]) {
+            assert_eq!(
+                object["resources"].as_array().unwrap().len(),
+                count,
+                "{runtime}"
+            );
+            assert!(
+                object["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["message"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("almost out of buckets")),
+                "{runtime}: {object}"
+            );
+            assert!(object["context"].is_object(), "{runtime}: {object}");
+        }
+        assert_golden("parity-many-xrs.jsonl", &stdout(&out));
+    }
+}
+
+#[test]
+fn observed_resources_of_many_xrs_go_to_the_xr_that_controls_each() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write("more.yaml", MORE_XRS);
+    fx.write("observed.yaml", OBSERVED);
+    let python = PythonFunction::start();
+    fx.write(
+        "functions.yaml",
+        &development_function("fn", &python.address),
+    );
+    fx.write(
+        "composition.yaml",
+        &steps("fn", &[("create", "action: create")]),
+    );
+    // Every observed resource is demo's or no XR's: `adopted` has no
+    // controller, which a single XR accepts and several refuse.
+    let err = failure(&fx.render(&[
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "--xr",
+        "more.yaml",
+        "-o",
+        "observed.yaml",
+    ]));
+    assert!(
+        err.contains("observed resource adopted is controlled by none of the XRs"),
+        "{err}"
+    );
+    let controlled = OBSERVED.rsplit_once("---\n").unwrap().0;
+    fx.write("controlled.yaml", controlled);
+    let args = [
+        "composition.yaml",
+        "functions.yaml",
+        "-o",
+        "controlled.yaml",
+        "--include-deleted-resources",
+    ];
+    let alone = stdout(&fx.render(&[&["xr.yaml"][..], &args[..]].concat()));
+    let text = stdout(&fx.render(&[&["xr.yaml"][..], &args[..], &["--xr", "more.yaml"]].concat()));
+    // demo's output is what it is alone (with its deleted resource); the
+    // others observe nothing.
+    assert!(text.starts_with(&alone), "{text}");
+    assert!(alone.contains("kind: DeletedResource"), "{alone}");
+    assert_eq!(text.matches("kind: DeletedResource").count(), 1, "{text}");
+}

@@ -24,14 +24,35 @@ use xfn::runner::{Namespace, Runner};
 use super::run::parse_duration;
 use super::UsernsArgs;
 
+/// What `xfn render` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A YAML stream, as `crossplane render`.
+    Yaml,
+    /// One JSON object a line per XR (or Operation).
+    Json,
+}
+
 /// Flags of `xfn render`, as `crossplane composition render`'s and
 /// `crossplane operation render`'s.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
-    /// The composite resource (XR), a YAML file; or an Operation,
-    /// CronOperation or WatchOperation (then the next argument is FUNCTIONS).
+    /// The composite resource (XR), a YAML file (several XRs as documents
+    /// of one file render each in turn); or an Operation, CronOperation or
+    /// WatchOperation (then the next argument is FUNCTIONS).
     #[arg(value_name = "XR|OPERATION")]
     pub composite_resource: PathBuf,
+    /// More XRs, a YAML file (or stream) each; repeatable: rendered after
+    /// XR's, with the same Composition and Functions, the function servers
+    /// started once for all (xfn only).
+    #[arg(long = "xr", value_name = "FILE")]
+    pub more_xrs: Vec<PathBuf>,
+    /// `yaml`: the YAML stream `crossplane render` prints (several XRs'
+    /// outputs one after the other); `json`: one JSON object a line per XR
+    /// (`xr`, `resources`, `results`, `context`, …; xfn only). Long form
+    /// only: `-o` is --observed-resources, as upstream.
+    #[arg(long, value_enum, default_value = "yaml")]
+    pub output: OutputFormat,
     /// The Composition or CompositionRevision, a YAML file (for an XR); the
     /// Functions (for an Operation).
     #[arg(value_name = "COMPOSITION|FUNCTIONS")]
@@ -152,6 +173,7 @@ impl RenderArgs {
     fn inputs(&self) -> RenderInputs {
         RenderInputs {
             subject: self.composite_resource.clone(),
+            more_xrs: self.more_xrs.clone(),
             second: Some(self.composition.clone()),
             third: self.functions.clone(),
             observed_resources: self.observed_resources.clone(),
@@ -334,6 +356,7 @@ pub async fn execute(
         None => unreachable!("initialised above"),
     };
     let timeout = args.timeout;
+    let format = args.output;
     let runner = if plan.needs_containers() {
         let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
@@ -381,7 +404,11 @@ pub async fn execute(
         anyhow::anyhow!("the render did not finish within {timeout:?} (--timeout)")
     })??;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(rendered.stream.as_bytes())?;
+    let text = match format {
+        OutputFormat::Yaml => rendered.to_yaml()?,
+        OutputFormat::Json => rendered.to_json_lines()?,
+    };
+    stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
     Ok(match rendered.fatal {
         Some(fatal) => {

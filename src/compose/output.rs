@@ -475,6 +475,53 @@ pub fn context_object(outcome: &Outcome) -> Value {
     })
 }
 
+/// One render's output (`objects`: the XR or Operation first, then what
+/// the YAML stream prints after it) as one JSON object for
+/// `--output json`: `{"xr" (or "operation"), "resources": [composed],
+/// "results": [Result], "context": {fields}, "deletedResources":
+/// [DeletedResource], "requirements": {…}}`, the optional keys only where
+/// the flags that print them were given.
+pub fn json_object(objects: &[Value]) -> Value {
+    let mut out = Map::new();
+    let Some((first, rest)) = objects.split_first() else {
+        return Value::Object(out);
+    };
+    let operation =
+        get_str(first, &["apiVersion"]).is_some_and(|a| a.starts_with("ops.crossplane.io/"));
+    out.insert(
+        if operation { "operation" } else { "xr" }.into(),
+        first.clone(),
+    );
+    let mut resources = Vec::new();
+    let mut results = Vec::new();
+    let mut deleted = Vec::new();
+    for object in rest {
+        let ours = get_str(object, &["apiVersion"]) == Some(RENDER_API_VERSION);
+        match get_str(object, &["kind"]).filter(|_| ours) {
+            Some("Result") => results.push(object.clone()),
+            Some("DeletedResource") => deleted.push(object.clone()),
+            Some("Context") => {
+                out.insert("context".into(), object["fields"].clone());
+            }
+            Some("Requirements") => {
+                let mut requirements = object.clone();
+                if let Some(fields) = requirements.as_object_mut() {
+                    fields.remove("apiVersion");
+                    fields.remove("kind");
+                }
+                out.insert("requirements".into(), requirements);
+            }
+            _ => resources.push(object.clone()),
+        }
+    }
+    out.insert("resources".into(), Value::Array(resources));
+    out.insert("results".into(), Value::Array(results));
+    if !deleted.is_empty() {
+        out.insert("deletedResources".into(), Value::Array(deleted));
+    }
+    Value::Object(out)
+}
+
 /// The objects as a `---` separated YAML stream.
 pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     let mut text = String::new();

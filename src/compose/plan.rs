@@ -33,8 +33,12 @@ use crate::runner::Runner;
 /// line maps onto.
 #[derive(Debug, Clone, Default)]
 pub struct RenderInputs {
-    /// The XR, or an Operation, CronOperation or WatchOperation.
+    /// The XR (or several, a multi-document file), or an Operation,
+    /// CronOperation or WatchOperation.
     pub subject: PathBuf,
+    /// More XR files (`--xr`, repeatable), rendered after the subject's
+    /// XRs with the same Composition and Functions.
+    pub more_xrs: Vec<PathBuf>,
     /// The Composition (or CompositionRevision) for an XR; the Functions
     /// for an Operation.
     pub second: Option<PathBuf>,
@@ -69,14 +73,13 @@ pub struct RenderInputs {
 /// What is rendered.
 #[derive(Debug)]
 enum Subject {
-    /// An XR through a pipeline Composition.
+    /// XRs through a pipeline Composition, one after the other, over the
+    /// same function servers.
     Composite {
-        input_xr: Value,
-        xr: Value,
+        xrs: Vec<CompositeXr>,
         schema: XrSchema,
         composition: Composition,
         steps: Vec<PipelineStep>,
-        observed: Vec<(String, Value)>,
     },
     /// An XR through an alpha (`spec.functions`) Composition.
     Alpha {
@@ -86,6 +89,18 @@ enum Subject {
     },
     /// An Operation.
     Operation(Operation),
+}
+
+/// One XR of a composite render, as the pipeline first sees it.
+#[derive(Debug)]
+struct CompositeXr {
+    /// What `-x` merges the output into: the XR as given with the XRD's
+    /// defaults.
+    input_xr: Value,
+    /// The XR as Crossplane's reconciler hands it to the pipeline.
+    xr: Value,
+    /// Its observed composed resources by name.
+    observed: Vec<(String, Value)>,
 }
 
 /// A render with every input read and checked.
@@ -108,17 +123,51 @@ pub struct RenderPlan {
 /// What a render printed, and whether a Fatal result cut it short.
 #[derive(Debug)]
 pub struct Rendered {
-    /// The YAML stream.
-    pub stream: String,
-    /// `pipeline step "s" returned a fatal result: …`, when one did: the
-    /// stream is then the partial output, and `xfn render` exits 3.
+    /// The output objects of each XR (or of the Operation), in input
+    /// order: the XR first, then what `crossplane render` prints after it.
+    pub renders: Vec<Vec<Value>>,
+    /// `pipeline step "s" returned a fatal result: …`, when one did (for
+    /// several XRs, each XR's, named): that XR's output is then partial,
+    /// and `xfn render` exits 3.
     pub fatal: Option<String>,
+}
+
+impl Rendered {
+    /// The YAML stream `crossplane render` prints; several XRs' outputs
+    /// follow each other as documents of one stream.
+    pub fn to_yaml(&self) -> Result<String, ComposeError> {
+        let objects: Vec<Value> = self.renders.iter().flatten().cloned().collect();
+        to_yaml_stream(&objects)
+    }
+
+    /// One JSON object a line per XR (or Operation): see
+    /// [`super::output::json_object`].
+    pub fn to_json_lines(&self) -> Result<String, ComposeError> {
+        let mut text = String::new();
+        for objects in &self.renders {
+            let line = serde_json::to_string(&super::output::json_object(objects))
+                .map_err(|e| ComposeError::Output(e.to_string()))?;
+            text.push_str(&line);
+            text.push('\n');
+        }
+        Ok(text)
+    }
 }
 
 impl RenderPlan {
     /// Reads and checks every input.
     pub fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
-        let first = read_one(&inputs.subject)?;
+        // The subject's documents, then each --xr file's, with the file
+        // each came from.
+        let mut subjects = Vec::new();
+        for path in std::iter::once(&inputs.subject).chain(&inputs.more_xrs) {
+            let objects = read_objects(path)?;
+            if objects.is_empty() {
+                return Err(usage(path, "holds no object"));
+            }
+            subjects.extend(objects.into_iter().map(|o| (path.clone(), o)));
+        }
+        let first = subjects[0].1.clone();
         let required = read_all(&inputs.required_resources)?;
         let schemas = match &inputs.required_schemas {
             Some(dir) => super::schemas::read_schema_documents(dir)?,
@@ -150,6 +199,12 @@ impl RenderPlan {
             kept: Default::default(),
         };
         let (functions_path, steps) = if is_operation(&first) {
+            if subjects.len() > 1 {
+                return Err(usage(
+                    &inputs.subject,
+                    "an Operation render takes one Operation (several inputs are for XRs)",
+                ));
+            }
             if inputs.third.is_some() {
                 return Err(usage(
                     &inputs.subject,
@@ -209,29 +264,25 @@ impl RenderPlan {
                 ));
             };
             let composition_object = read_one(composition_path)?;
-            let (composite_api, composite_kind) = Composition::composite_type(&composition_object);
-            let composite_type = (composite_api.to_string(), composite_kind.to_string());
-            // A claim is rendered as the XR Crossplane creates for it.
-            let claim_kind = claim::is_claim_of(&first, (&composite_type.0, &composite_type.1))
-                .then(|| get_str(&first, &["kind"]).unwrap_or_default().to_string());
-            let first = match &claim_kind {
-                Some(kind) => {
-                    tracing::info!(
-                        claim = kind,
-                        xr = composite_type.1,
-                        "rendering the claim as the XR Crossplane creates for it"
-                    );
-                    claim::composite_of(&first, (&composite_type.0, &composite_type.1))
-                }
-                None => first,
-            };
-            let composite = Composite::from_object(&inputs.subject, first)?;
-            let composition =
-                Composition::from_object(composition_path, composition_object, &composite)?;
             let observed = match &inputs.observed_resources {
-                Some(path) => observed_by_name(path, read_objects(path)?)?,
-                None => Vec::new(),
+                Some(path) => Some((path, observed_by_name(path, read_objects(path)?)?)),
+                None => None,
             };
+            let several = subjects.len() > 1;
+            let mut xrs = Vec::new();
+            let mut read_composition = None;
+            for (path, object) in subjects {
+                let (xr, composition) =
+                    composite_xr(inputs, &path, object, composition_path, &composition_object)?;
+                xrs.push(xr);
+                read_composition.get_or_insert(composition);
+            }
+            let Some((composition, schema)) = read_composition else {
+                unreachable!("there is at least one XR")
+            };
+            if let Some((path, observed)) = observed {
+                distribute_observed(path, &mut xrs, observed)?;
+            }
             match composition.pipeline.clone() {
                 Pipeline::Alpha(_) if inputs.iterations > 1 => {
                     return Err(usage(
@@ -239,55 +290,33 @@ impl RenderPlan {
                         "--iterations is for mode Pipeline Compositions",
                     ));
                 }
+                Pipeline::Alpha(_) if several => {
+                    return Err(usage(
+                        composition_path,
+                        "several XRs are rendered through mode Pipeline Compositions only",
+                    ));
+                }
                 Pipeline::Alpha(functions) => {
+                    let Some(xr) = xrs.pop() else {
+                        unreachable!("there is one XR")
+                    };
                     plan.subject = Subject::Alpha {
-                        xr: composite.object,
+                        xr: xr.xr,
                         functions,
-                        observed,
+                        observed: xr.observed,
                     };
                     return Ok(plan);
                 }
                 Pipeline::V1(steps) => {
-                    let xrd = match &inputs.xrd {
-                        Some(path) => Some((path, Xrd::read(path, &composite)?)),
-                        None => None,
-                    };
-                    if let (Some((path, xrd)), Some(kind)) = (&xrd, &claim_kind) {
-                        if xrd.claim_kind() != Some(kind.as_str()) {
-                            return Err(usage(
-                                path,
-                                &format!(
-                                    "the XR input is a {kind} (a claim of {}), but the XRD \
-                                     names no such claim (spec.claimNames.kind)",
-                                    composite.kind()
-                                ),
-                            ));
-                        }
+                    for xr in &mut xrs {
+                        configure(&mut xr.xr, schema, &composition, &xr.observed);
+                        check_observed(composition_path, &xr.xr, &xr.observed)?;
                     }
-                    // Claims exist only for Legacy (v1 LegacyCluster) XRs.
-                    let schema = match (&xrd, &claim_kind) {
-                        (Some((_, x)), _) => x.schema,
-                        (None, Some(_)) => XrSchema::Legacy,
-                        (None, None) => XrSchema::default(),
-                    };
-                    let mut xr = composite.object.clone();
-                    if let Some((path, xrd)) = &xrd {
-                        check_scope(path, xrd, &xr)?;
-                        xrd.apply_defaults(&mut xr, path)?;
-                    }
-                    // What `-x` merges the output into: the XR as given with
-                    // the XRD's defaults, as the CLI (`ApplyXRDDefaults`,
-                    // then the merge) and as the API server would hold it.
-                    let input_xr = xr.clone();
-                    configure(&mut xr, schema, &composition, &observed);
-                    check_observed(composition_path, &xr, &observed)?;
                     plan.subject = Subject::Composite {
-                        input_xr,
-                        xr,
+                        xrs,
                         schema,
                         composition,
                         steps: steps.clone(),
-                        observed,
                     };
                     let Some(functions) = inputs.third.clone() else {
                         return Err(usage(
@@ -420,7 +449,7 @@ impl RenderPlan {
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
     ) -> Result<Rendered, ComposeError> {
-        let (steps, observed) = match &self.subject {
+        let steps = match &self.subject {
             Subject::Alpha {
                 xr,
                 functions,
@@ -434,23 +463,12 @@ impl RenderPlan {
                     run_alpha(functions, &ContainerSteps { runner, defaults }, &observed).await?;
                 let objects = super::alpha::output::alpha_objects(&observed, &outcome, self.output);
                 return Ok(Rendered {
-                    stream: to_yaml_stream(&objects)?,
+                    renders: vec![objects],
                     fatal: None,
                 });
             }
-            Subject::Composite {
-                xr,
-                steps,
-                observed,
-                ..
-            } => (
-                steps.as_slice(),
-                Some(Observed {
-                    composite: xr.clone(),
-                    resources: observed.clone(),
-                }),
-            ),
-            Subject::Operation(operation) => (operation.steps.as_slice(), None),
+            Subject::Composite { steps, .. } => steps.as_slice(),
+            Subject::Operation(operation) => operation.steps.as_slice(),
         };
         let kept = self
             .kept
@@ -458,56 +476,102 @@ impl RenderPlan {
             .map(|mut k| std::mem::take(&mut *k))
             .unwrap_or_default();
         let callers = Callers::new(&self.functions, runner.as_ref(), &defaults, kept)?;
-        let (outcome, observed) = callers
-            .around(self.renders(steps, callers.map(), observed))
-            .await?;
-        let fatal = outcome.fatal.as_ref().map(|f| {
-            format!(
-                "pipeline step {:?} returned a fatal result: {}",
-                f.step, f.message
-            )
-        });
-        let objects = match (&self.subject, &observed) {
-            (Subject::Operation(operation), _) => operation.objects(&outcome, self.output),
-            (_, Some(observed)) => self.composite_objects(&outcome, observed)?,
-            (_, None) => unreachable!("a composite render observes"),
+        // Every server starts once, before the first XR, and serves them all.
+        callers.around(self.render_all(steps, callers.map())).await
+    }
+
+    /// Renders the Operation, or each XR in turn, over `callers`.
+    async fn render_all(
+        &self,
+        steps: &[PipelineStep],
+        callers: &CallerMap,
+    ) -> Result<Rendered, ComposeError> {
+        let fatal_message = |outcome: &super::Outcome| {
+            outcome.fatal.as_ref().map(|f| {
+                format!(
+                    "pipeline step {:?} returned a fatal result: {}",
+                    f.step, f.message
+                )
+            })
         };
+        let xrs = match &self.subject {
+            Subject::Operation(operation) => {
+                let outcome = self.pipeline(steps, callers, None).await?;
+                return Ok(Rendered {
+                    renders: vec![operation.objects(&outcome, self.output)],
+                    fatal: fatal_message(&outcome),
+                });
+            }
+            Subject::Composite { xrs, .. } => xrs,
+            Subject::Alpha { .. } => unreachable!("alpha renders run their own steps"),
+        };
+        let mut renders = Vec::new();
+        let mut fatal = Vec::new();
+        for xr in xrs {
+            let observed = Observed {
+                composite: xr.xr.clone(),
+                resources: xr.observed.clone(),
+            };
+            let (outcome, observed) = self.renders(steps, callers, xr, observed).await?;
+            if let Some(message) = fatal_message(&outcome) {
+                fatal.push(match xrs.len() {
+                    1 => message,
+                    _ => format!(
+                        "XR {}: {message}",
+                        get_str(&xr.xr, &["metadata", "name"]).unwrap_or_default()
+                    ),
+                });
+            }
+            renders.push(self.composite_objects(xr, &outcome, &observed)?);
+        }
         Ok(Rendered {
-            stream: to_yaml_stream(&objects)?,
-            fatal,
+            renders,
+            fatal: (!fatal.is_empty()).then(|| fatal.join("; ")),
         })
     }
 
-    /// Runs the pipeline once, or for `--iterations N` up to N times: each
-    /// render observes what the previous one composed (its composed
-    /// resources as observed resources, the XR with its status and
-    /// references), as Crossplane's next reconcile would, until the output
-    /// is the same twice (bi-directional patching settles) or a Fatal
-    /// result ends it. Returns the last outcome and what it observed.
+    /// One run of the pipeline, observing `observed` (none for an
+    /// Operation).
+    async fn pipeline(
+        &self,
+        steps: &[PipelineStep],
+        callers: &CallerMap,
+        observed: Option<&Observed>,
+    ) -> Result<super::Outcome, ComposeError> {
+        V1Pipeline {
+            steps,
+            callers,
+            observed,
+            required: &self.required,
+            schemas: &self.schemas,
+            credentials: &self.credentials,
+            context: self.context.clone(),
+        }
+        .run()
+        .await
+    }
+
+    /// Runs the pipeline for `xr` once, or for `--iterations N` up to N
+    /// times: each render observes what the previous one composed (its
+    /// composed resources as observed resources, the XR with its status
+    /// and references), as Crossplane's next reconcile would, until the
+    /// output is the same twice (bi-directional patching settles) or a
+    /// Fatal result ends it. Returns the last outcome and what it observed.
     async fn renders(
         &self,
         steps: &[PipelineStep],
         callers: &CallerMap,
-        mut observed: Option<Observed>,
-    ) -> Result<(super::Outcome, Option<Observed>), ComposeError> {
+        xr: &CompositeXr,
+        mut observed: Observed,
+    ) -> Result<(super::Outcome, Observed), ComposeError> {
         let mut previous: Option<Vec<Value>> = None;
         for round in 1..=self.iterations {
-            let outcome = V1Pipeline {
-                steps,
-                callers,
-                observed: observed.as_ref(),
-                required: &self.required,
-                schemas: &self.schemas,
-                credentials: &self.credentials,
-                context: self.context.clone(),
-            }
-            .run()
-            .await?;
-            let again = round < self.iterations && outcome.fatal.is_none();
-            let Some(current) = observed.as_ref().filter(|_| self.iterations > 1) else {
+            let outcome = self.pipeline(steps, callers, Some(&observed)).await?;
+            if self.iterations == 1 {
                 return Ok((outcome, observed));
-            };
-            let objects = self.composite_objects(&outcome, current)?;
+            }
+            let again = round < self.iterations && outcome.fatal.is_none();
+            let objects = self.composite_objects(xr, &outcome, &observed)?;
             if previous.as_ref() == Some(&objects) {
                 tracing::info!(renders = round, "the output is stable");
                 return Ok((outcome, observed));
@@ -521,22 +585,21 @@ impl RenderPlan {
                 }
                 return Ok((outcome, observed));
             }
-            observed = Some(fed_back(current, &objects, outcome.resources.len()));
+            observed = fed_back(&observed, &objects, outcome.resources.len());
             previous = Some(objects);
         }
         unreachable!("the last round returns")
     }
 
-    /// A composite render's output objects for `outcome`, which observed
+    /// The output objects of `xr`'s render, whose `outcome` observed
     /// `observed`.
     fn composite_objects(
         &self,
+        xr: &CompositeXr,
         outcome: &super::Outcome,
         observed: &Observed,
     ) -> Result<Vec<Value>, ComposeError> {
         let Subject::Composite {
-            input_xr,
-            xr,
             schema,
             composition,
             ..
@@ -545,8 +608,8 @@ impl RenderPlan {
             unreachable!("only composite renders have composite output")
         };
         CompositeOutput {
-            xr,
-            input_xr,
+            xr: &xr.xr,
+            input_xr: &xr.input_xr,
             schema: *schema,
             composition: (&composition.name, composition.revision.as_deref()),
             observed,
@@ -594,6 +657,116 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
     }
 }
 
+/// One XR read from `path` for the Composition in `composition_path`
+/// (a claim converted to the XR Crossplane creates for it, the XRD's
+/// defaults applied for a Pipeline Composition), with the Composition and
+/// the XR's schema. Its observed resources are given later.
+fn composite_xr(
+    inputs: &RenderInputs,
+    path: &Path,
+    object: Value,
+    composition_path: &Path,
+    composition_object: &Value,
+) -> Result<(CompositeXr, (Composition, XrSchema)), ComposeError> {
+    let (composite_api, composite_kind) = Composition::composite_type(composition_object);
+    let composite_type = (composite_api.to_string(), composite_kind.to_string());
+    // A claim is rendered as the XR Crossplane creates for it.
+    let claim_kind = claim::is_claim_of(&object, (&composite_type.0, &composite_type.1))
+        .then(|| get_str(&object, &["kind"]).unwrap_or_default().to_string());
+    let object = match &claim_kind {
+        Some(kind) => {
+            tracing::info!(
+                claim = kind,
+                xr = composite_type.1,
+                "rendering the claim as the XR Crossplane creates for it"
+            );
+            claim::composite_of(&object, (&composite_type.0, &composite_type.1))
+        }
+        None => object,
+    };
+    let composite = Composite::from_object(path, object)?;
+    let composition =
+        Composition::from_object(composition_path, composition_object.clone(), &composite)?;
+    let mut xr = composite.object.clone();
+    let xrd = match (&inputs.xrd, &composition.pipeline) {
+        (Some(path), Pipeline::V1(_)) => Some((path, Xrd::read(path, &composite)?)),
+        _ => None,
+    };
+    if let (Some((path, xrd)), Some(kind)) = (&xrd, &claim_kind) {
+        if xrd.claim_kind() != Some(kind.as_str()) {
+            return Err(usage(
+                path,
+                &format!(
+                    "the XR input is a {kind} (a claim of {}), but the XRD \
+                     names no such claim (spec.claimNames.kind)",
+                    composite.kind()
+                ),
+            ));
+        }
+    }
+    // Claims exist only for Legacy (v1 LegacyCluster) XRs.
+    let schema = match (&xrd, &claim_kind) {
+        (Some((_, x)), _) => x.schema,
+        (None, Some(_)) => XrSchema::Legacy,
+        (None, None) => XrSchema::default(),
+    };
+    if let Some((path, xrd)) = &xrd {
+        check_scope(path, xrd, &xr)?;
+        xrd.apply_defaults(&mut xr, path)?;
+    }
+    // What `-x` merges the output into: the XR as given with the XRD's
+    // defaults, as the CLI (`ApplyXRDDefaults`, then the merge) and as the
+    // API server would hold it.
+    let composite_xr = CompositeXr {
+        input_xr: xr.clone(),
+        xr,
+        observed: Vec::new(),
+    };
+    Ok((composite_xr, (composition, schema)))
+}
+
+/// Gives each XR its observed resources from `-o`: all of them to a
+/// single XR (which then checks them as Crossplane's reconciler would);
+/// with several XRs, each resource to the XR its controller reference
+/// names (by uid, or by kind and name where the XR has no uid yet), and a
+/// resource no XR controls is refused.
+fn distribute_observed(
+    path: &Path,
+    xrs: &mut [CompositeXr],
+    observed: Vec<(String, Value)>,
+) -> Result<(), ComposeError> {
+    if let [xr] = xrs {
+        xr.observed = observed;
+        return Ok(());
+    }
+    for (name, object) in observed {
+        let controller = object
+            .get("metadata")
+            .and_then(|m| m.get("ownerReferences"))
+            .and_then(Value::as_array)
+            .and_then(|refs| {
+                refs.iter()
+                    .find(|r| r.get("controller") == Some(&json!(true)))
+            })
+            .cloned();
+        let owner = controller.as_ref().and_then(|c| {
+            xrs.iter_mut()
+                .find(|xr| get_str(c, &["uid"]) == Some(xr_uid(&xr.xr).as_str()))
+        });
+        let Some(owner) = owner else {
+            return Err(usage(
+                path,
+                &format!(
+                    "observed resource {name} is controlled by none of the XRs; with several \
+                     XRs each observed resource needs the controller reference of its XR"
+                ),
+            ));
+        };
+        owner.observed.push((name, object));
+    }
+    Ok(())
+}
+
 fn usage(path: &Path, message: &str) -> ComposeError {
     ComposeError::Invalid {
         path: path.to_path_buf(),
@@ -627,6 +800,21 @@ fn check_scope(path: &Path, xrd: &Xrd, xr: &Value) -> Result<(), ComposeError> {
     }
 }
 
+/// The XR's uid: its own, or the stable one the render gives an XR
+/// without one (as Crossplane's render engine).
+fn xr_uid(xr: &Value) -> String {
+    if let Some(uid) = get_str(xr, &["metadata", "uid"]).filter(|u| !u.is_empty()) {
+        return uid.to_string();
+    }
+    let text = |path: &[&str]| get_str(xr, path).unwrap_or_default().to_string();
+    names::xr_uid(
+        &text(&["apiVersion"]),
+        &text(&["kind"]),
+        &text(&["metadata", "namespace"]),
+        &text(&["metadata", "name"]),
+    )
+}
+
 /// What Crossplane's reconciler sets on the XR before the pipeline sees
 /// it: a uid (a stable one, as Crossplane's render engine), the composite
 /// label composed resources are named after, the composition (revision)
@@ -638,21 +826,12 @@ fn configure(
     observed: &[(String, Value)],
 ) {
     let text = |path: &[&str]| get_str(xr, path).unwrap_or_default().to_string();
-    let (api_version, kind, namespace, name) = (
-        text(&["apiVersion"]),
-        text(&["kind"]),
+    let (namespace, name) = (
         text(&["metadata", "namespace"]),
         text(&["metadata", "name"]),
     );
-    let metadata = object_at(xr, &["metadata"]);
-    if metadata
-        .get("uid")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        let uid = names::xr_uid(&api_version, &kind, &namespace, &name);
-        metadata.insert("uid".into(), json!(uid));
-    }
+    let uid = xr_uid(xr);
+    object_at(xr, &["metadata"]).insert("uid".into(), json!(uid));
     object_at(xr, &["metadata", "labels"])
         .entry(COMPOSITE_LABEL)
         .or_insert_with(|| json!(name));

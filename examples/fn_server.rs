@@ -281,6 +281,19 @@ fn run(
             }
             normal(&mut rsp, format!("created {count} buckets"));
         }
+        Some("compose") => {
+            // resource.update(rsp.desired.resources[inp["name"]], inp["resource"])
+            let name = inp
+                .get("name")
+                .ok_or_else(|| key_error("name"))?
+                .as_str()
+                .ok_or_else(|| Status::invalid_argument("name is not a string"))?;
+            let object = inp.get("resource").ok_or_else(|| key_error("resource"))?;
+            update(
+                desired.resources.entry(name.to_string()).or_default(),
+                object.clone(),
+            );
+        }
         Some("label") => {
             for resource in desired.resources.values_mut() {
                 let mut obj = match resource.resource.as_ref().map(from_struct) {

@@ -648,3 +648,95 @@ fn observed_resources_of_many_xrs_go_to_the_xr_that_controls_each() {
     assert!(alone.contains("kind: DeletedResource"), "{alone}");
     assert_eq!(text.matches("kind: DeletedResource").count(), 1, "{text}");
 }
+
+/// A Composition of `kind` (example.org/v1) whose steps create
+/// `spec.count` buckets and, when `composes` names a kind, one XR of it
+/// (`name: child`, `spec.count: 1`).
+fn nested_composition(kind: &str, composes: Option<&str>) -> String {
+    let mut text = String::new();
+    let mut steps_ = vec![("create".to_string(), "action: create".to_string())];
+    if let Some(child) = composes {
+        steps_.push((
+            "compose".into(),
+            format!(
+                "action: compose, name: child, resource: {{apiVersion: example.org/v1, \
+                 kind: {child}, spec: {{count: 1}}}}"
+            ),
+        ));
+    }
+    for (step, input) in &steps_ {
+        text += &format!(
+            "  - step: {step}
+    functionRef: {{name: fn}}
+    input: {{apiVersion: test.xfn.dev/v1, kind: Input, {input}}}
+"
+        );
+    }
+    pipeline_composition(&text)
+        .replace("kind: XBucket", &format!("kind: {kind}"))
+        .replace("name: buckets", &format!("name: {}", kind.to_lowercase()))
+}
+
+#[test]
+fn nested_xrs_render_through_their_compositions_after_the_xr_that_composed_them() {
+    let fx = Fixture::new();
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &nested_composition("XBucket", Some("XNetwork")),
+    );
+    fx.write(
+        "network.yaml",
+        &nested_composition("XNetwork", Some("XSubnet")),
+    );
+    fx.write("subnet.yaml", &nested_composition("XSubnet", None));
+    let args = [
+        "xr.yaml",
+        "composition.yaml",
+        "functions.yaml",
+        "--nested-composition",
+        "network.yaml",
+        "--nested-composition",
+        "subnet.yaml",
+    ];
+    for (runtime, functions, _python) in each_runtime(&fx, "fn") {
+        fx.write("functions.yaml", &functions);
+        // Without the nested Compositions the XNetwork is only composed.
+        let flat = stdout(&fx.render(&args[..3]));
+        assert_eq!(
+            flat.matches("\nkind: XNetwork").count(),
+            1,
+            "{runtime}: {flat}"
+        );
+        let text = stdout(&fx.render(&args));
+        // The XBucket's output, then the XNetwork's (which it composed,
+        // rendered with its own bucket and XSubnet), then the XSubnet's.
+        let order: Vec<&str> = text
+            .split("---\n")
+            .filter_map(|doc| doc.lines().nth(1))
+            .filter(|line| line.starts_with("kind: X"))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "kind: XBucket",
+                "kind: XNetwork",
+                "kind: XNetwork",
+                "kind: XSubnet",
+                "kind: XSubnet"
+            ],
+            "{runtime}: {text}"
+        );
+        assert!(text.starts_with(&flat), "{runtime}: {text}");
+        assert_golden("parity-nested.yaml", &text);
+        let json = stdout(&fx.render(&[&args[..], &["--output", "json"]].concat()));
+        assert_eq!(json.lines().count(), 3, "{runtime}: {json}");
+    }
+    // A Composition composing its own type ends with an error, not a loop.
+    fx.write(
+        "network.yaml",
+        &nested_composition("XNetwork", Some("XNetwork")),
+    );
+    let err = failure(&fx.render(&args));
+    assert!(err.contains("XRs nested 8 deep"), "{err}");
+}

@@ -47,6 +47,12 @@ pub struct RenderArgs {
     /// started once for all (xfn only).
     #[arg(long = "xr", value_name = "FILE")]
     pub more_xrs: Vec<PathBuf>,
+    /// A Composition (mode Pipeline) of XRs that are composed resources;
+    /// repeatable: a composed resource of the type one composes is
+    /// rendered through it, recursively, after the XR that composed it
+    /// (with the same Functions; xfn only).
+    #[arg(long, value_name = "FILE")]
+    pub nested_composition: Vec<PathBuf>,
     /// `yaml`: the YAML stream `crossplane render` prints (several XRs'
     /// outputs one after the other); `json`: one JSON object a line per XR
     /// (`xr`, `resources`, `results`, `context`, …; xfn only). Long form
@@ -198,6 +204,7 @@ impl RenderArgs {
                 include_requirements: self.include_requirements,
             },
             iterations: self.iterations,
+            nested_compositions: self.nested_composition.clone(),
         }
     }
 

@@ -68,19 +68,22 @@ pub struct RenderInputs {
     /// what the previous render composed, until its output is stable (0
     /// and 1: once).
     pub iterations: u32,
+    /// `--nested-composition FILE`, repeatable: a composed resource of a
+    /// type one of these composes is itself an XR, rendered through it
+    /// (recursively) after the XR that composed it.
+    pub nested_compositions: Vec<PathBuf>,
 }
+
+/// How deep nested XRs are rendered: a Composition that composes its own
+/// type (directly or through others) stops here with an error.
+pub const MAX_NESTING: usize = 8;
 
 /// What is rendered.
 #[derive(Debug)]
 enum Subject {
     /// XRs through a pipeline Composition, one after the other, over the
     /// same function servers.
-    Composite {
-        xrs: Vec<CompositeXr>,
-        schema: XrSchema,
-        composition: Composition,
-        steps: Vec<PipelineStep>,
-    },
+    Composite { xrs: Vec<CompositeXr> },
     /// An XR through an alpha (`spec.functions`) Composition.
     Alpha {
         xr: Value,
@@ -91,9 +94,14 @@ enum Subject {
     Operation(Operation),
 }
 
-/// One XR of a composite render, as the pipeline first sees it.
-#[derive(Debug)]
+/// One XR of a composite render, as the pipeline first sees it, with the
+/// Composition it is rendered through.
+#[derive(Debug, Clone)]
 struct CompositeXr {
+    /// The Composition (mode Pipeline).
+    composition: Composition,
+    /// Legacy or Modern.
+    schema: XrSchema,
     /// What `-x` merges the output into: the XR as given with the XRD's
     /// defaults.
     input_xr: Value,
@@ -116,6 +124,8 @@ pub struct RenderPlan {
     output: OutputOptions,
     /// How many times at most an XR is rendered (`--iterations`).
     iterations: u32,
+    /// `--nested-composition`s: (file, Composition object, its steps).
+    nested: Vec<(PathBuf, Value, Vec<PipelineStep>)>,
     /// Kept servers got ready by [`RenderPlan::start_kept`], by Function.
     kept: std::sync::Mutex<HashMap<String, KeptStart>>,
 }
@@ -196,9 +206,16 @@ impl RenderPlan {
             context,
             output: inputs.output,
             iterations: inputs.iterations.max(1),
+            nested: Vec::new(),
             kept: Default::default(),
         };
-        let (functions_path, steps) = if is_operation(&first) {
+        let (functions_path, mut steps) = if is_operation(&first) {
+            if !inputs.nested_compositions.is_empty() {
+                return Err(usage(
+                    &inputs.subject,
+                    "--nested-composition is for XRs, not Operations",
+                ));
+            }
             if subjects.len() > 1 {
                 return Err(usage(
                     &inputs.subject,
@@ -270,20 +287,26 @@ impl RenderPlan {
             };
             let several = subjects.len() > 1;
             let mut xrs = Vec::new();
-            let mut read_composition = None;
             for (path, object) in subjects {
-                let (xr, composition) =
-                    composite_xr(inputs, &path, object, composition_path, &composition_object)?;
-                xrs.push(xr);
-                read_composition.get_or_insert(composition);
+                xrs.push(composite_xr(
+                    inputs.xrd.as_deref(),
+                    &path,
+                    object,
+                    composition_path,
+                    &composition_object,
+                )?);
             }
-            let Some((composition, schema)) = read_composition else {
-                unreachable!("there is at least one XR")
-            };
+            let composition = xrs[0].composition.clone();
             if let Some((path, observed)) = observed {
                 distribute_observed(path, &mut xrs, observed)?;
             }
             match composition.pipeline.clone() {
+                Pipeline::Alpha(_) if !inputs.nested_compositions.is_empty() => {
+                    return Err(usage(
+                        composition_path,
+                        "--nested-composition is for mode Pipeline Compositions",
+                    ));
+                }
                 Pipeline::Alpha(_) if inputs.iterations > 1 => {
                     return Err(usage(
                         composition_path,
@@ -309,15 +332,11 @@ impl RenderPlan {
                 }
                 Pipeline::V1(steps) => {
                     for xr in &mut xrs {
-                        configure(&mut xr.xr, schema, &composition, &xr.observed);
+                        configure(xr);
                         check_observed(composition_path, &xr.xr, &xr.observed)?;
                     }
-                    plan.subject = Subject::Composite {
-                        xrs,
-                        schema,
-                        composition,
-                        steps: steps.clone(),
-                    };
+                    plan.subject = Subject::Composite { xrs };
+                    plan.nested = read_nested(&inputs.nested_compositions)?;
                     let Some(functions) = inputs.third.clone() else {
                         return Err(usage(
                             composition_path,
@@ -334,6 +353,7 @@ impl RenderPlan {
                 "FUNCTIONS (a file or directory of Functions) is missing",
             ));
         };
+        steps.extend(plan.nested.iter().flat_map(|(_, _, s)| s.iter().cloned()));
         let functions = read_functions(&functions_path, &overrides)?;
         // Only the Functions a step uses must be runnable; a step that
         // names an unknown one fails here, before anything starts.
@@ -449,7 +469,7 @@ impl RenderPlan {
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
     ) -> Result<Rendered, ComposeError> {
-        let steps = match &self.subject {
+        match &self.subject {
             Subject::Alpha {
                 xr,
                 functions,
@@ -467,9 +487,8 @@ impl RenderPlan {
                     fatal: None,
                 });
             }
-            Subject::Composite { steps, .. } => steps.as_slice(),
-            Subject::Operation(operation) => operation.steps.as_slice(),
-        };
+            Subject::Composite { .. } | Subject::Operation(_) => {}
+        }
         let kept = self
             .kept
             .lock()
@@ -477,15 +496,12 @@ impl RenderPlan {
             .unwrap_or_default();
         let callers = Callers::new(&self.functions, runner.as_ref(), &defaults, kept)?;
         // Every server starts once, before the first XR, and serves them all.
-        callers.around(self.render_all(steps, callers.map())).await
+        callers.around(self.render_all(callers.map())).await
     }
 
-    /// Renders the Operation, or each XR in turn, over `callers`.
-    async fn render_all(
-        &self,
-        steps: &[PipelineStep],
-        callers: &CallerMap,
-    ) -> Result<Rendered, ComposeError> {
+    /// Renders the Operation, or each XR in turn over `callers`, each
+    /// followed by the nested XRs it composed (depth first).
+    async fn render_all(&self, callers: &CallerMap) -> Result<Rendered, ComposeError> {
         let fatal_message = |outcome: &super::Outcome| {
             outcome.fatal.as_ref().map(|f| {
                 format!(
@@ -496,38 +512,85 @@ impl RenderPlan {
         };
         let xrs = match &self.subject {
             Subject::Operation(operation) => {
-                let outcome = self.pipeline(steps, callers, None).await?;
+                let outcome = self.pipeline(&operation.steps, callers, None).await?;
                 return Ok(Rendered {
                     renders: vec![operation.objects(&outcome, self.output)],
                     fatal: fatal_message(&outcome),
                 });
             }
-            Subject::Composite { xrs, .. } => xrs,
+            Subject::Composite { xrs } => xrs,
             Subject::Alpha { .. } => unreachable!("alpha renders run their own steps"),
         };
         let mut renders = Vec::new();
         let mut fatal = Vec::new();
-        for xr in xrs {
-            let observed = Observed {
-                composite: xr.xr.clone(),
-                resources: xr.observed.clone(),
-            };
-            let (outcome, observed) = self.renders(steps, callers, xr, observed).await?;
-            if let Some(message) = fatal_message(&outcome) {
-                fatal.push(match xrs.len() {
-                    1 => message,
-                    _ => format!(
-                        "XR {}: {message}",
-                        get_str(&xr.xr, &["metadata", "name"]).unwrap_or_default()
-                    ),
-                });
+        for top in xrs {
+            // Depth first, in the order each XR composed its nested XRs.
+            let mut pending = vec![(top.clone(), 0)];
+            while let Some((xr, depth)) = pending.pop() {
+                let observed = Observed {
+                    composite: xr.xr.clone(),
+                    resources: xr.observed.clone(),
+                };
+                let Pipeline::V1(steps) = &xr.composition.pipeline else {
+                    unreachable!("composite renders are of mode Pipeline Compositions")
+                };
+                let (outcome, observed) = self.renders(steps, callers, &xr, observed).await?;
+                if let Some(message) = fatal_message(&outcome) {
+                    fatal.push(match (xrs.len(), depth) {
+                        (1, 0) => message,
+                        _ => format!(
+                            "XR {}: {message}",
+                            get_str(&xr.xr, &["metadata", "name"]).unwrap_or_default()
+                        ),
+                    });
+                }
+                let objects = self.composite_objects(&xr, &outcome, &observed)?;
+                let composed = &objects[1..=outcome.resources.len().min(objects.len() - 1)];
+                let nested = self.nested_xrs(composed, depth)?;
+                pending.extend(nested.into_iter().rev().map(|n| (n, depth + 1)));
+                renders.push(objects);
             }
-            renders.push(self.composite_objects(xr, &outcome, &observed)?);
         }
         Ok(Rendered {
             renders,
             fatal: (!fatal.is_empty()).then(|| fatal.join("; ")),
         })
+    }
+
+    /// The composed resources (of an XR at nesting `depth`) that are XRs
+    /// of a `--nested-composition`, as Crossplane's reconciler would hand
+    /// them to its pipeline (they observe nothing yet).
+    fn nested_xrs(
+        &self,
+        composed: &[Value],
+        depth: usize,
+    ) -> Result<Vec<CompositeXr>, ComposeError> {
+        let mut nested = Vec::new();
+        for object in composed {
+            let kind = (
+                get_str(object, &["apiVersion"]).unwrap_or_default(),
+                get_str(object, &["kind"]).unwrap_or_default(),
+            );
+            let Some((path, composition, _)) = self
+                .nested
+                .iter()
+                .find(|(_, c, _)| Composition::composite_type(c) == kind)
+            else {
+                continue;
+            };
+            if depth + 1 >= MAX_NESTING {
+                return Err(usage(
+                    path,
+                    &format!(
+                        "XRs nested {MAX_NESTING} deep: does a Composition compose its own type?"
+                    ),
+                ));
+            }
+            let mut xr = composite_xr(None, path, object.clone(), path, composition)?;
+            configure(&mut xr);
+            nested.push(xr);
+        }
+        Ok(nested)
     }
 
     /// One run of the pipeline, observing `observed` (none for an
@@ -599,19 +662,11 @@ impl RenderPlan {
         outcome: &super::Outcome,
         observed: &Observed,
     ) -> Result<Vec<Value>, ComposeError> {
-        let Subject::Composite {
-            schema,
-            composition,
-            ..
-        } = &self.subject
-        else {
-            unreachable!("only composite renders have composite output")
-        };
         CompositeOutput {
             xr: &xr.xr,
             input_xr: &xr.input_xr,
-            schema: *schema,
-            composition: (&composition.name, composition.revision.as_deref()),
+            schema: xr.schema,
+            composition: (&xr.composition.name, xr.composition.revision.as_deref()),
             observed,
             outcome,
             options: self.output,
@@ -662,12 +717,12 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
 /// defaults applied for a Pipeline Composition), with the Composition and
 /// the XR's schema. Its observed resources are given later.
 fn composite_xr(
-    inputs: &RenderInputs,
+    xrd: Option<&Path>,
     path: &Path,
     object: Value,
     composition_path: &Path,
     composition_object: &Value,
-) -> Result<(CompositeXr, (Composition, XrSchema)), ComposeError> {
+) -> Result<CompositeXr, ComposeError> {
     let (composite_api, composite_kind) = Composition::composite_type(composition_object);
     let composite_type = (composite_api.to_string(), composite_kind.to_string());
     // A claim is rendered as the XR Crossplane creates for it.
@@ -688,7 +743,7 @@ fn composite_xr(
     let composition =
         Composition::from_object(composition_path, composition_object.clone(), &composite)?;
     let mut xr = composite.object.clone();
-    let xrd = match (&inputs.xrd, &composition.pipeline) {
+    let xrd = match (xrd, &composition.pipeline) {
         (Some(path), Pipeline::V1(_)) => Some((path, Xrd::read(path, &composite)?)),
         _ => None,
     };
@@ -717,12 +772,40 @@ fn composite_xr(
     // What `-x` merges the output into: the XR as given with the XRD's
     // defaults, as the CLI (`ApplyXRDDefaults`, then the merge) and as the
     // API server would hold it.
-    let composite_xr = CompositeXr {
+    Ok(CompositeXr {
+        composition,
+        schema,
         input_xr: xr.clone(),
         xr,
         observed: Vec::new(),
-    };
-    Ok((composite_xr, (composition, schema)))
+    })
+}
+
+/// The `--nested-composition` files: each a mode Pipeline Composition,
+/// with its steps (whose Functions must be given, as the XR's).
+fn read_nested(
+    paths: &[PathBuf],
+) -> Result<Vec<(PathBuf, Value, Vec<PipelineStep>)>, ComposeError> {
+    let mut nested = Vec::new();
+    for path in paths {
+        let object = read_one(path)?;
+        let (api_version, kind) = Composition::composite_type(&object);
+        // Checked against an XR of the very type it composes: the
+        // Composition's own checks, before any XR of it exists.
+        let sample = Composite::from_object(
+            path,
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "nested"}}),
+        )?;
+        let composition = Composition::from_object(path, object.clone(), &sample)?;
+        let Pipeline::V1(steps) = composition.pipeline else {
+            return Err(usage(
+                path,
+                "a nested XR's Composition must be mode Pipeline",
+            ));
+        };
+        nested.push((path.clone(), object, steps));
+    }
+    Ok(nested)
 }
 
 /// Gives each XR its observed resources from `-o`: all of them to a
@@ -819,12 +902,15 @@ fn xr_uid(xr: &Value) -> String {
 /// it: a uid (a stable one, as Crossplane's render engine), the composite
 /// label composed resources are named after, the composition (revision)
 /// reference, and references to the observed composed resources.
-fn configure(
-    xr: &mut Value,
-    schema: XrSchema,
-    composition: &Composition,
-    observed: &[(String, Value)],
-) {
+fn configure(composite: &mut CompositeXr) {
+    let CompositeXr {
+        composition,
+        schema,
+        xr,
+        observed,
+        ..
+    } = composite;
+    let schema = *schema;
     let text = |path: &[&str]| get_str(xr, path).unwrap_or_default().to_string();
     let (namespace, name) = (
         text(&["metadata", "namespace"]),

@@ -48,6 +48,8 @@ class Function(grpcv1.FunctionRunnerServiceServicer):
                     {"apiVersion": "v1", "kind": "ConfigMap", "data": {"index": str(i)}},
                 )
             response.normal(rsp, f"created {count} buckets")
+        elif action == "compose":
+            resource.update(rsp.desired.resources[inp["name"]], inp["resource"])
         elif action == "label":
             for name in rsp.desired.resources:
                 obj = resource.struct_to_dict(rsp.desired.resources[name].resource)

@@ -178,10 +178,10 @@ impl RenderArgs {
     /// The inputs the flags name.
     fn inputs(&self) -> RenderInputs {
         RenderInputs {
-            subject: self.composite_resource.clone(),
+            xr_or_operation: self.composite_resource.clone(),
             more_xrs: self.more_xrs.clone(),
-            second: Some(self.composition.clone()),
-            third: self.functions.clone(),
+            composition_or_functions: Some(self.composition.clone()),
+            functions: self.functions.clone(),
             observed_resources: self.observed_resources.clone(),
             required_resources: self
                 .required_resources

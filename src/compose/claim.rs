@@ -22,7 +22,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::inputs::group;
+use super::model::group;
 use super::value::get_str;
 
 /// Fields of a claim's spec that stay with the claim.

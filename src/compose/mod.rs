@@ -5,7 +5,9 @@
 //!   checked, the runtimes (and so the namespaces) it needs; it starts,
 //!   reuses and stops function servers, and serves composition and
 //!   operation renders alike.
-//! - [`inputs`]: the XR, Composition, Functions and resources read from files;
+//! - [`model`]: Crossplane's objects (the XR, Composition, Functions,
+//!   observed resources), each checked as it is built; [`files`]: reading
+//!   them from files and directories;
 //!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations),
 //!   [`claim`] (a claim given as the XR).
 //! - [`v1`]: `mode: Pipeline` Compositions, one `RunFunctionRequest` per step,
@@ -25,8 +27,9 @@ use serde_json::Value;
 
 pub mod alpha;
 pub mod claim;
-pub mod inputs;
+pub mod files;
 pub mod json;
+pub mod model;
 pub mod names;
 pub mod operation;
 pub mod output;

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use super::inputs::{PipelineStep, RequiredResourceSelector, StepRequirements};
+use super::model::{PipelineStep, RequiredResourceSelector, StepRequirements};
 use super::output::{condition, context_object, Event, OutputOptions};
 use super::value::{get, get_str, merge, object_at};
 use super::{ComposeError, Outcome};

@@ -10,7 +10,7 @@
 //! resources.
 use serde_json::{json, Map, Value};
 
-use super::inputs::RESOURCE_NAME_ANNOTATION;
+use super::model::RESOURCE_NAME_ANNOTATION;
 use super::names::{child_name, valid_object_name};
 use super::value::{get_str, merge, object_at};
 use super::xrd::XrSchema;

@@ -14,9 +14,10 @@ use serde_json::{json, Value};
 
 use super::alpha::{run_alpha, ContainerConfig};
 use super::claim;
-use super::inputs::{
-    observed_by_name, parse_annotation_overrides, read_functions, read_objects, read_one,
-    AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep, RuntimeKind,
+use super::files::{parse_annotation_overrides, read_functions, read_objects, read_one};
+use super::model::{
+    observed_by_name, AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep,
+    RuntimeKind,
 };
 use super::operation::{is_operation, Operation};
 use super::output::{to_yaml_stream, CompositeOutput, OutputOptions, COMPOSITE_LABEL};
@@ -33,17 +34,19 @@ use crate::runner::Runner;
 /// line maps onto.
 #[derive(Debug, Clone, Default)]
 pub struct RenderInputs {
-    /// The XR (or several, a multi-document file), or an Operation,
+    /// `crossplane render`'s positional form, `XR COMPOSITION [FUNCTIONS]`
+    /// or `OPERATION FUNCTIONS` (which it is, is read from this file's
+    /// kind): the XR (or several, a multi-document file), or an Operation,
     /// CronOperation or WatchOperation.
-    pub subject: PathBuf,
-    /// More XR files (`--xr`, repeatable), rendered after the subject's
+    pub xr_or_operation: PathBuf,
+    /// More XR files (`--xr`, repeatable), rendered after the first file's
     /// XRs with the same Composition and Functions.
     pub more_xrs: Vec<PathBuf>,
-    /// The Composition (or CompositionRevision) for an XR; the Functions
-    /// for an Operation.
-    pub second: Option<PathBuf>,
-    /// The Functions for an XR.
-    pub third: Option<PathBuf>,
+    /// The Composition (or CompositionRevision) for XRs; the Functions for
+    /// an Operation.
+    pub composition_or_functions: Option<PathBuf>,
+    /// The Functions for XRs.
+    pub functions: Option<PathBuf>,
     /// `-o`: observed composed resources.
     pub observed_resources: Option<PathBuf>,
     /// `-e` (and `--extra-resources`), repeatable.
@@ -77,6 +80,9 @@ pub struct RenderInputs {
 /// How deep nested XRs are rendered: a Composition that composes its own
 /// type (directly or through others) stops here with an error.
 pub const MAX_NESTING: usize = 8;
+
+/// Where a render's Functions are read from, and the steps that use them.
+type FunctionsAndSteps = (Option<PathBuf>, Vec<PipelineStep>);
 
 /// What is rendered.
 #[derive(Debug)]
@@ -170,7 +176,7 @@ impl RenderPlan {
         // The subject's documents, then each --xr file's, with the file
         // each came from.
         let mut subjects = Vec::new();
-        for path in std::iter::once(&inputs.subject).chain(&inputs.more_xrs) {
+        for path in std::iter::once(&inputs.xr_or_operation).chain(&inputs.more_xrs) {
             let objects = read_objects(path)?;
             if objects.is_empty() {
                 return Err(usage(path, "holds no object"));
@@ -209,147 +215,19 @@ impl RenderPlan {
             nested: Vec::new(),
             kept: Default::default(),
         };
-        let (functions_path, mut steps) = if is_operation(&first) {
-            if !inputs.nested_compositions.is_empty() {
-                return Err(usage(
-                    &inputs.subject,
-                    "--nested-composition is for XRs, not Operations",
-                ));
-            }
-            if subjects.len() > 1 {
-                return Err(usage(
-                    &inputs.subject,
-                    "an Operation render takes one Operation (several inputs are for XRs)",
-                ));
-            }
-            if inputs.third.is_some() {
-                return Err(usage(
-                    &inputs.subject,
-                    "an Operation render takes OPERATION FUNCTIONS",
-                ));
-            }
-            for (flag, given) in [
-                ("--xrd", inputs.xrd.is_some()),
-                (
-                    "-o/--observed-resources",
-                    inputs.observed_resources.is_some(),
-                ),
-                ("--include-deleted-resources", inputs.output.include_deleted),
-                ("--include-requirements", inputs.output.include_requirements),
-                ("--iterations", inputs.iterations > 1),
-            ] {
-                if given {
-                    return Err(usage(
-                        &inputs.subject,
-                        &format!("{flag} is for XRs, not Operations"),
-                    ));
-                }
-            }
-            let watched = match &inputs.watched_resource {
-                Some(path) => {
-                    let objects = read_objects(path)?;
-                    let [watched] = objects.as_slice() else {
-                        return Err(ComposeError::Invalid {
-                            path: path.clone(),
-                            message: format!(
-                                "--watched-resource must hold exactly one resource, found {}",
-                                objects.len()
-                            ),
-                        });
-                    };
-                    // Functions fetch it like any required resource.
-                    plan.required.push(watched.clone());
-                    Some(watched.clone())
-                }
-                None => None,
-            };
-            let operation = Operation::from_object(&inputs.subject, first, watched.as_ref())?;
-            let steps = operation.steps.clone();
-            plan.subject = Subject::Operation(operation);
-            (inputs.second.clone(), steps)
+        let read = if is_operation(&first) {
+            plan.read_operation(inputs, subjects.len(), first)?
         } else {
-            if inputs.watched_resource.is_some() {
-                return Err(usage(
-                    &inputs.subject,
-                    "--watched-resource is for WatchOperations",
-                ));
-            }
-            let Some(composition_path) = &inputs.second else {
-                return Err(usage(
-                    &inputs.subject,
-                    "an XR render takes XR COMPOSITION [FUNCTIONS]",
-                ));
-            };
-            let composition_object = read_one(composition_path)?;
-            let observed = match &inputs.observed_resources {
-                Some(path) => Some((path, observed_by_name(path, read_objects(path)?)?)),
-                None => None,
-            };
-            let several = subjects.len() > 1;
-            let mut xrs = Vec::new();
-            for (path, object) in subjects {
-                xrs.push(composite_xr(
-                    inputs.xrd.as_deref(),
-                    &path,
-                    object,
-                    composition_path,
-                    &composition_object,
-                )?);
-            }
-            let composition = xrs[0].composition.clone();
-            if let Some((path, observed)) = observed {
-                distribute_observed(path, &mut xrs, observed)?;
-            }
-            match composition.pipeline.clone() {
-                Pipeline::Alpha(_) if !inputs.nested_compositions.is_empty() => {
-                    return Err(usage(
-                        composition_path,
-                        "--nested-composition is for mode Pipeline Compositions",
-                    ));
-                }
-                Pipeline::Alpha(_) if inputs.iterations > 1 => {
-                    return Err(usage(
-                        composition_path,
-                        "--iterations is for mode Pipeline Compositions",
-                    ));
-                }
-                Pipeline::Alpha(_) if several => {
-                    return Err(usage(
-                        composition_path,
-                        "several XRs are rendered through mode Pipeline Compositions only",
-                    ));
-                }
-                Pipeline::Alpha(functions) => {
-                    let Some(xr) = xrs.pop() else {
-                        unreachable!("there is one XR")
-                    };
-                    plan.subject = Subject::Alpha {
-                        xr: xr.xr,
-                        functions,
-                        observed: xr.observed,
-                    };
-                    return Ok(plan);
-                }
-                Pipeline::V1(steps) => {
-                    for xr in &mut xrs {
-                        configure(xr);
-                        check_observed(composition_path, &xr.xr, &xr.observed)?;
-                    }
-                    plan.subject = Subject::Composite { xrs };
-                    plan.nested = read_nested(&inputs.nested_compositions)?;
-                    let Some(functions) = inputs.third.clone() else {
-                        return Err(usage(
-                            composition_path,
-                            "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
-                        ));
-                    };
-                    (Some(functions), steps)
-                }
+            match plan.read_composite(inputs, subjects)? {
+                Some(read) => read,
+                // An alpha Composition names its functions' images itself.
+                None => return Ok(plan),
             }
         };
+        let (functions_path, mut steps) = read;
         let Some(functions_path) = functions_path else {
             return Err(usage(
-                &inputs.subject,
+                &inputs.xr_or_operation,
                 "FUNCTIONS (a file or directory of Functions) is missing",
             ));
         };
@@ -373,6 +251,157 @@ impl RenderPlan {
             .filter(|f| steps.iter().any(|s| s.function_ref.name == f.name))
             .collect();
         Ok(plan)
+    }
+
+    /// Reads an Operation's render: the Operation (`first`, the only
+    /// input), its watched resource; returns where its Functions are and
+    /// its steps.
+    fn read_operation(
+        &mut self,
+        inputs: &RenderInputs,
+        count: usize,
+        first: Value,
+    ) -> Result<FunctionsAndSteps, ComposeError> {
+        if !inputs.nested_compositions.is_empty() {
+            return Err(usage(
+                &inputs.xr_or_operation,
+                "--nested-composition is for XRs, not Operations",
+            ));
+        }
+        if count > 1 {
+            return Err(usage(
+                &inputs.xr_or_operation,
+                "an Operation render takes one Operation (several inputs are for XRs)",
+            ));
+        }
+        if inputs.functions.is_some() {
+            return Err(usage(
+                &inputs.xr_or_operation,
+                "an Operation render takes OPERATION FUNCTIONS",
+            ));
+        }
+        for (flag, given) in [
+            ("--xrd", inputs.xrd.is_some()),
+            (
+                "-o/--observed-resources",
+                inputs.observed_resources.is_some(),
+            ),
+            ("--include-deleted-resources", inputs.output.include_deleted),
+            ("--include-requirements", inputs.output.include_requirements),
+            ("--iterations", inputs.iterations > 1),
+        ] {
+            if given {
+                return Err(usage(
+                    &inputs.xr_or_operation,
+                    &format!("{flag} is for XRs, not Operations"),
+                ));
+            }
+        }
+        let watched = match &inputs.watched_resource {
+            Some(path) => {
+                let objects = read_objects(path)?;
+                let [watched] = objects.as_slice() else {
+                    return Err(ComposeError::Invalid {
+                        path: path.clone(),
+                        message: format!(
+                            "--watched-resource must hold exactly one resource, found {}",
+                            objects.len()
+                        ),
+                    });
+                };
+                // Functions fetch it like any required resource.
+                self.required.push(watched.clone());
+                Some(watched.clone())
+            }
+            None => None,
+        };
+        let operation = Operation::from_object(&inputs.xr_or_operation, first, watched.as_ref())?;
+        let steps = operation.steps.clone();
+        self.subject = Subject::Operation(operation);
+        Ok((inputs.composition_or_functions.clone(), steps))
+    }
+
+    /// Reads an XR render: the XRs (`subjects`, with the files they came
+    /// from), the Composition, the observed resources and nested
+    /// Compositions; returns where the Functions are and the steps, or
+    /// None for an alpha Composition (the plan is then complete).
+    fn read_composite(
+        &mut self,
+        inputs: &RenderInputs,
+        subjects: Vec<(PathBuf, Value)>,
+    ) -> Result<Option<FunctionsAndSteps>, ComposeError> {
+        if inputs.watched_resource.is_some() {
+            return Err(usage(
+                &inputs.xr_or_operation,
+                "--watched-resource is for WatchOperations",
+            ));
+        }
+        let Some(composition_path) = &inputs.composition_or_functions else {
+            return Err(usage(
+                &inputs.xr_or_operation,
+                "an XR render takes XR COMPOSITION [FUNCTIONS]",
+            ));
+        };
+        let composition_object = read_one(composition_path)?;
+        let observed = match &inputs.observed_resources {
+            Some(path) => Some((path, observed_by_name(path, read_objects(path)?)?)),
+            None => None,
+        };
+        let several = subjects.len() > 1;
+        let mut xrs = Vec::new();
+        for (path, object) in subjects {
+            xrs.push(composite_xr(
+                inputs.xrd.as_deref(),
+                &path,
+                object,
+                composition_path,
+                &composition_object,
+            )?);
+        }
+        let composition = xrs[0].composition.clone();
+        if let Some((path, observed)) = observed {
+            distribute_observed(path, &mut xrs, observed)?;
+        }
+        match composition.pipeline.clone() {
+            Pipeline::Alpha(_) if !inputs.nested_compositions.is_empty() => Err(usage(
+                composition_path,
+                "--nested-composition is for mode Pipeline Compositions",
+            )),
+            Pipeline::Alpha(_) if inputs.iterations > 1 => Err(usage(
+                composition_path,
+                "--iterations is for mode Pipeline Compositions",
+            )),
+            Pipeline::Alpha(_) if several => Err(usage(
+                composition_path,
+                "several XRs are rendered through mode Pipeline Compositions only",
+            )),
+            Pipeline::Alpha(functions) => {
+                let Some(xr) = xrs.pop() else {
+                    unreachable!("there is one XR")
+                };
+                self.subject = Subject::Alpha {
+                    xr: xr.xr,
+                    functions,
+                    observed: xr.observed,
+                };
+                Ok(None)
+            }
+            Pipeline::V1(steps) => {
+                for xr in &mut xrs {
+                    configure(xr);
+                    check_observed(composition_path, &xr.xr, &xr.observed)?;
+                }
+                self.subject = Subject::Composite { xrs };
+                self.nested = read_nested(&inputs.nested_compositions)?;
+                let Some(functions) = inputs.functions.clone() else {
+                    return Err(usage(
+                        composition_path,
+                        "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
+                    ));
+                };
+                Ok(Some((Some(functions), steps)))
+            }
+        }
     }
 
     /// Whether the render runs containers (Functions of the Docker or Exec
@@ -700,7 +729,7 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
                 &[
                     "metadata",
                     "annotations",
-                    super::inputs::RESOURCE_NAME_ANNOTATION,
+                    super::model::RESOURCE_NAME_ANNOTATION,
                 ],
             )?;
             Some((name.to_string(), object.clone()))
@@ -1013,10 +1042,10 @@ fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>,
         })?;
         // A context value need not be an object: any JSON or YAML, its
         // nesting bounded before it is parsed.
-        fields.insert(key, super::inputs::parse_value(Path::new(&file), &text)?);
+        fields.insert(key, super::files::parse_value(Path::new(&file), &text)?);
     }
     for (key, text) in map_entries("--context-values", values)? {
-        let value = super::inputs::parse_value(Path::new("--context-values"), &text).map_err(
+        let value = super::files::parse_value(Path::new("--context-values"), &text).map_err(
             |e| match e {
                 ComposeError::Invalid { message, .. } => {
                     flag("--context-values", format!("{key}={text}: {message}"))

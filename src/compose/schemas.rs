@@ -23,7 +23,7 @@ pub fn read_schema_documents(dir: &Path) -> Result<Vec<Value>, ComposeError> {
             message: "--required-schemas must name a directory of OpenAPI v3 documents".into(),
         });
     }
-    let documents = super::inputs::read_objects(dir)?;
+    let documents = super::files::read_objects(dir)?;
     for document in &documents {
         if get(document, &["components", "schemas"]).is_none() {
             return Err(ComposeError::Invalid {

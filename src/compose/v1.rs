@@ -8,7 +8,7 @@ use prost::Message;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::inputs::{PipelineStep, StepCredentials};
+use super::model::{PipelineStep, StepCredentials};
 use super::value::{from_struct, get, get_str, to_struct};
 use super::{
     ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult, XrCondition,

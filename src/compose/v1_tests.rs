@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::*;
-use crate::compose::inputs::{FunctionRef, SecretRef};
+use crate::compose::model::{FunctionRef, SecretRef};
 
 type Handler = dyn Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync;
 

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::inputs::{group, read_one, Composite};
+use super::files::read_one;
+use super::model::{group, Composite};
 use super::value::{get, get_str};
 use super::ComposeError;
 

@@ -3,7 +3,7 @@ use std::time::Duration;
 
 pub use crate::duration::parse_go_duration;
 
-use crate::compose::inputs::ContainerSpec;
+use crate::compose::model::ContainerSpec;
 
 /// The runner endpoint alpha functions use unless they name another.
 pub const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";

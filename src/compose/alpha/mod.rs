@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::inputs::AlphaFunction;
+use super::model::AlphaFunction;
 use super::value::get;
 use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
 

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::condition_is;
-use crate::compose::inputs::RESOURCE_NAME_ANNOTATION;
+use crate::compose::model::RESOURCE_NAME_ANNOTATION;
 use crate::compose::output::{readiness_of, OutputOptions, COMPOSITE_LABEL, TRANSITION_TIME};
 use crate::compose::value::{get_str, merge, object_at};
 use crate::compose::{Observed, Outcome, Readiness};

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::docker::{serve_function, ServerSpec};
-use crate::compose::inputs::Function;
+use crate::compose::model::Function;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;
 use crate::image::PullPolicy;

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::inputs::{Function, RuntimeKind};
+use super::model::{Function, RuntimeKind};
 use super::v1::FunctionCaller;
 use super::ComposeError;
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};

@@ -181,7 +181,7 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
 
 #[test]
 fn container_functions_name_what_is_wrong_with_them() {
-    use crate::compose::inputs::Function;
+    use crate::compose::model::Function;
     let defaults = ContainerDefaults {
         default_registry: "index.docker.io".into(),
         timeout: std::time::Duration::from_secs(60),

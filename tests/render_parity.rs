@@ -559,6 +559,16 @@ fn many_xrs_render_in_one_run_in_input_order_over_servers_started_once() {
                 1,
                 "{runtime}: {log}"
             );
+            // And as an unprivileged user with no capabilities (with a
+            // cache of its own: the image from this fixture's registry).
+            let own = Fixture::new();
+            for file in ["xr.yaml", "more.yaml", "composition.yaml", "functions.yaml"] {
+                own.write(file, &std::fs::read_to_string(fx.path(file)).unwrap());
+            }
+            let out = own.render_unprivileged(
+                &[&["xr.yaml"][..], &flags[..], &["--xr", "more.yaml"]].concat(),
+            );
+            assert_eq!(stdout(&out), each, "{runtime} as uid 65532");
         }
         // --output json: one object a line per XR, in the same order.
         let out = fx.render(
@@ -629,6 +639,13 @@ fn observed_resources_of_many_xrs_go_to_the_xr_that_controls_each() {
     ]));
     assert!(
         err.contains("observed resource adopted is controlled by none of the XRs"),
+        "{err}"
+    );
+    // An Operation is rendered alone.
+    fx.write("operation.yaml", &operation("Operation", "op"));
+    let err = failure(&fx.render(&["operation.yaml", "functions.yaml", "--xr", "more.yaml"]));
+    assert!(
+        err.contains("an Operation render takes one Operation"),
         "{err}"
     );
     let controlled = OBSERVED.rsplit_once("---\n").unwrap().0;

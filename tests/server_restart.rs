@@ -9,6 +9,7 @@ use crate::support;
 use std::time::Duration;
 
 use server_common::*;
+use support::registry::hostile::{Fault, HostileRegistry, Target};
 use support::*;
 
 /// An image whose function reads its input, then sleeps for `seconds` (a
@@ -111,18 +112,25 @@ fn run_cgroups_of(xfn: u32, instance: &str) -> Vec<String> {
 async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
     let registry = Registry::start();
     let hang = sleeper(&registry, "hang:v1", 3623);
-    // 32 MiB of incompressible bytes, uncompressed: long enough a pull to be
-    // caught with its download and extraction in tmp/.
-    let big = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .layer(
-            Layer::new()
-                .file("/big", 0o644, pseudo_random_bytes(12, 32 << 20))
-                .compression(Compression::None),
-        )
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "big:v1")
-        .reference;
+    // An image whose second layer a registry drips, a byte every 100 ms: its
+    // pull is in tmp/ until the kill, however fast the machine (a large
+    // layer from an honest registry could finish between the look and the
+    // kill).
+    let dripping = HostileRegistry::start();
+    let slow = dripping.serve(
+        &ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(Layer::new().file("/big", 0o644, pseudo_random_bytes(12, 64 << 10)))
+            .entrypoint(["/bin/cat"]),
+        "big:v1",
+    );
+    dripping.fault(
+        Target::Blob(slow.image.layers[1].digest.clone()),
+        Fault::Drip {
+            every: Duration::from_millis(100),
+        },
+    );
+    let big = slow.reference;
     let dir = world_traversable_tempdir();
     let cache = nonroot_cache(&dir);
 
@@ -147,6 +155,12 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
     calls.push(tokio::spawn(async move {
         client.run_function(request(&big, FUNCTION_IO)).await
     }));
+    // Once the dripping layer's download has begun (not only the config's
+    // or the other layer's, which end at once), the pull is in tmp/ for good.
+    wait_until("the dripping layer's download begins", || {
+        dripping.drips_started() >= 1
+    })
+    .await;
     let pulling = format!("tmp/{dead}.");
     wait_until("the pull works in tmp/", || {
         run_state(&cache).iter().any(|e| e.starts_with(&pulling))

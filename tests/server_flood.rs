@@ -1,0 +1,100 @@
+//! A refused neighbour's connect flood against `xfn start`: allowed callers
+//! keep being served while a uid the daemon refuses loops `connect()`, and
+//! the refusals are counted and logged sparingly.
+//!
+//! In a binary of its own (`server_alone`, run with nothing else): the
+//! flood races the gatekeeper for the two CPUs, so any other test's work
+//! (a daemon, an image being built and pushed) would take part in the race
+//! and decide its outcome instead of the code under test.
+use crate::server_common;
+use crate::support;
+
+use server_common::*;
+use support::*;
+
+/// Loops `connect()` to `@name` as `uid` until `stop` (or 5 million
+/// attempts), closing each connection at once: a neighbour's flood.
+fn flood_connects(
+    name: String,
+    uid: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::sync::atomic::Ordering::Relaxed;
+    std::thread::spawn(move || {
+        let keep = libc::uid_t::MAX;
+        // SAFETY: raw setresgid/setresuid change this thread's credentials
+        // only; the thread runs nothing but the loop below.
+        let rc = unsafe { libc::syscall(libc::SYS_setresgid, keep, uid, keep) };
+        assert_eq!(rc, 0, "setresgid");
+        // SAFETY: as above.
+        let rc = unsafe { libc::syscall(libc::SYS_setresuid, keep, uid, keep) };
+        assert_eq!(rc, 0, "setresuid");
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        while !stop.load(Relaxed) && attempts.load(Relaxed) < 5_000_000 {
+            // Blocking: it fills the listen queue whenever it can.
+            let _ = std::os::unix::net::UnixStream::connect_addr(&addr);
+            attempts.fetch_add(1, Relaxed);
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_neighbours_connect_flood_leaves_every_allowed_call_served_and_is_counted() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let registry = Registry::start();
+    let image = echo_image(&registry, "echo:v1");
+    // The flood races the gatekeeper for the CPUs: no other test's daemon
+    // may take part in the race.
+    let daemon = Daemon::start_alone(&[]).await;
+    daemon.call_ok(&image).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let attempts = Arc::new(AtomicU64::new(0));
+    let flood = flood_connects(daemon.socket.clone(), 65531, stop.clone(), attempts.clone());
+    for _ in 0..600 {
+        if attempts.load(Relaxed) >= 10_000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        attempts.load(Relaxed) >= 10_000,
+        "the flood did not get going"
+    );
+    // Thirty calls, each on a new connection made as gRPC clients make
+    // them (non-blocking: a full listen queue fails the connect).
+    let mut failed = Vec::new();
+    for _ in 0..30 {
+        let result = match daemon.channel_as(Some(NONROOT)).await {
+            Ok(channel) => Client::new(channel)
+                .run_function(request(&image, FUNCTION_IO))
+                .await
+                .map(|_| ()),
+            Err(err) => Err(tonic::Status::unavailable(err.to_string())),
+        };
+        if let Err(status) = result {
+            failed.push(status);
+        }
+    }
+    stop.store(true, Relaxed);
+    flood.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of 30 calls failed during the flood: {failed:?}\n{}",
+        failed.len(),
+        daemon.log()
+    );
+    let refused = daemon
+        .metric(r#"xfn_callers_refused_total{reason="uid"}"#)
+        .await;
+    assert!(refused >= 10_000.0, "{}", daemon.metrics_text().await);
+    // Logged at most once per interval, each line saying how many it skipped.
+    let lines = daemon.log().matches("caller refused").count();
+    assert!(
+        lines >= 1 && (lines as f64) * 1000.0 <= refused,
+        "{lines} lines for {refused} refusals"
+    );
+    assert!(daemon.log().contains("suppressed"), "{}", daemon.log());
+}

@@ -149,6 +149,9 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
     wait_until_gone(&cache.display().to_string()).await;
     // Its state on disk is left to the next xfn on the cache.
     assert!(!run_state(&cache).is_empty());
+    for id in instances(&cache) {
+        wait_until_instance_dead(&cache, &id).await;
+    }
 
     let second = Daemon::start_with_cache(Some(&cache), &["--warm-pool", "0"]).await;
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());

@@ -200,7 +200,9 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
         std::os::unix::fs::chown(&path, Some(NONROOT), Some(NONROOT)).unwrap();
     }
 
-    // The next incarnation: PID 1 again, same cache.
+    // The next incarnation: PID 1 again, same cache, once the killed one is
+    // dead to the kernel.
+    wait_until_instance_dead(&cache, &dead).await;
     let second = Daemon::start_as_pid1(&cache, &[]).await;
     let swept = run_state(&cache);
     assert!(

@@ -881,6 +881,32 @@ pub fn run_state(cache: &Path) -> Vec<String> {
     entries
 }
 
+/// Waits until the xfn instance `id` of `cache` is dead: its lock on
+/// `instances/<id>` is free. The kernel drops that lock when the last
+/// process holding its file goes, which, after a SIGKILL, is when the killed
+/// PID namespace's teardown ends: under load, a while after the daemon's
+/// own exit. A daemon started before then rightly leaves the instance's
+/// state alone (it is alive); tests of the sweep start the next one after.
+pub async fn wait_until_instance_dead(cache: &Path, id: &str) {
+    use std::os::fd::AsRawFd;
+    let path = cache.join("instances").join(id);
+    for _ in 0..600 {
+        let Ok(file) = std::fs::File::open(&path) else {
+            return; // removed: dead
+        };
+        // SAFETY: flock(2) on a descriptor `file` owns for the call.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked == 0 {
+            return; // free: dead (the lock goes with `file`)
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "instance {id} of {} still holds its lock after 30 s",
+        cache.display()
+    );
+}
+
 /// The instance ids holding (or having held) `cache`.
 pub fn instances(cache: &Path) -> Vec<String> {
     let mut ids: Vec<String> = std::fs::read_dir(cache.join("instances"))

@@ -20,6 +20,7 @@
 //! deadlines, drain, metrics, status mapping). Every YAML or JSON input
 //! they parse is first bounded in depth by [`nesting`].
 pub mod adaptor;
+pub mod chain;
 pub mod compose;
 pub mod duration;
 pub mod fork_lock;

@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     let prepared = match cli::prepare_process(command, &global) {
         Ok(prepared) => prepared,
         Err(err) => {
-            eprintln!("xfn: {}", one_line(&err));
+            eprintln!("xfn: {}", xfn::chain::one_line(err.as_ref()));
             return ExitCode::FAILURE;
         }
     };
@@ -43,51 +43,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("xfn: {}", one_line(&err));
+            eprintln!("xfn: {}", xfn::chain::one_line(err.as_ref()));
             ExitCode::FAILURE
         }
-    }
-}
-
-/// One line a user can act on: the chain of causes joined by ": ", each
-/// once. xfn's error types put their cause in their own message (a gRPC
-/// status carries only that message) and also expose it as their source,
-/// so anyhow's `{:#}` would print every such cause twice; a cause whose
-/// text the line already holds is left out.
-fn one_line(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::one_line;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("extracting layer sha256:1: {source}")]
-    struct Outer {
-        source: std::io::Error,
-    }
-
-    #[test]
-    fn a_cause_already_in_its_parents_message_is_printed_once() {
-        let inner = std::io::Error::other("the image unpacks to more than 8 bytes");
-        let err = anyhow::Error::new(Outer { source: inner }).context("pulling fn:v1");
-        assert_eq!(
-            one_line(&err),
-            "pulling fn:v1: extracting layer sha256:1: the image unpacks to more than 8 bytes"
-        );
-        let plain = anyhow::anyhow!("root").context("middle").context("top");
-        assert_eq!(one_line(&plain), "top: middle: root");
     }
 }

@@ -4,6 +4,7 @@
 use tonic::{Code, Status};
 
 use super::admission::AdmissionError;
+use crate::chain::Chain;
 use crate::image::ImageErrorKind;
 use crate::runner::RunError;
 
@@ -30,8 +31,9 @@ fn image_code(kind: ImageErrorKind) -> Code {
 }
 
 /// The gRPC status a caller gets for a failed run, with a message a user can
-/// act on (the error's own text: it names the image, the exit code and the
-/// tail of the function's stderr where there is one).
+/// act on: the error's [`Chain`] (each step and the cause beneath; it names
+/// the image, the exit code and the tail of the function's stderr where
+/// there is one).
 pub fn status_of(err: &RunError) -> Status {
     let code = match err {
         RunError::Image(image) => image_code(image.kind()),
@@ -45,7 +47,7 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::NotServing(_) => Code::Unavailable,
         RunError::Internal(_) => Code::Internal,
     };
-    Status::new(code, err.to_string())
+    Status::new(code, Chain(err).to_string())
 }
 
 /// The status of a call that was not admitted.

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{docker_auth, error_chain, grpc_error, one_line};
+use super::{docker_auth, grpc_error};
 use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
+use crate::chain::{one_line, Chain};
 use crate::compose::alpha::{AlphaStep, ContainerConfig};
 use crate::compose::ComposeError;
 use crate::image::{PullPolicy, UnknownPullPolicy};
@@ -114,7 +115,7 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
                 }
             }))
             .await
-            .map_err(|e| error_chain(&e));
+            .map_err(|e| Chain(&e).to_string());
     }
     if let Some(path) = endpoint
         .strip_prefix("unix://")
@@ -130,7 +131,7 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
                 }
             }))
             .await
-            .map_err(|e| error_chain(&e));
+            .map_err(|e| Chain(&e).to_string());
     }
     let uri = if endpoint.contains("://") {
         endpoint.to_string()
@@ -141,7 +142,7 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
         .map_err(|e| e.to_string())?
         .connect()
         .await
-        .map_err(|e| error_chain(&e))
+        .map_err(|e| Chain(&e).to_string())
 }
 
 /// Whether something accepts connections at `endpoint` (blocking; for use

@@ -1,7 +1,7 @@
 //! The `Development` runtime: a function server that is already running.
 use tonic::transport::{Channel, Endpoint};
 
-use super::error_chain;
+use crate::chain::Chain;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;
 use crate::proto::v1;
@@ -40,7 +40,7 @@ impl Development {
                     .map_err(|e| unreachable(e.to_string()))?
                     .connect()
                     .await
-                    .map_err(|e| unreachable(error_chain(&e)))
+                    .map_err(|e| unreachable(Chain(&e).to_string()))
             })
             .await
             .cloned()

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::one_line;
+use crate::chain::one_line;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;
 use crate::proto::v1;

@@ -3,7 +3,7 @@
 //! first step, in the runner's warm pool.
 use std::sync::Arc;
 
-use super::one_line;
+use crate::chain::one_line;
 use crate::compose::json::{request_to_json, response_from_json};
 use crate::compose::v1::FunctionCaller;
 use crate::compose::ComposeError;

@@ -192,19 +192,5 @@ fn grpc_error(target: &str, status: &tonic::Status) -> ComposeError {
     ))
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-fn one_line(err: &dyn std::error::Error) -> String {
-    error_chain(err).trim().replace('\n', " | ")
-}
-
 #[cfg(test)]
 mod tests;

@@ -109,7 +109,7 @@ pub async fn execute(
             eprintln!(
                 "xfn: running {}: {}",
                 args.image,
-                err.to_string().trim().replace('\n', " | ")
+                xfn::chain::one_line(&err)
             );
             Ok(exit_code_of(&err))
         }
@@ -122,7 +122,8 @@ pub async fn execute(
 /// script or CI step can then tell a failing function from a broken set-up.
 fn exit_code_of(err: &RunError) -> ExitCode {
     let code = match err {
-        RunError::FunctionFailed { code, .. } | RunError::MemoryLimitExceeded { code, .. } => {
+        RunError::FunctionFailed { code, .. }
+        | RunError::MemoryLimitExceeded(xfn::runner::MemoryLimitExceeded { code, .. }) => {
             u8::try_from(*code)
                 .ok()
                 .filter(|code| *code != 0)
@@ -170,7 +171,10 @@ mod tests {
             ExitCode::from(124)
         );
         assert_eq!(
-            exit_code_of(&RunError::Internal("crun".into())),
+            exit_code_of(&RunError::RunDir {
+                path: "/cache/run".into(),
+                source: std::io::Error::other("read-only file system")
+            }),
             ExitCode::from(1)
         );
     }

@@ -86,7 +86,7 @@ pub enum RootfsError {
     #[error("rootfs: {0}")]
     Input(&'static str),
     /// A step failed.
-    #[error("rootfs: {step} {path}: {source}")]
+    #[error("rootfs: {step} {path}")]
     Io {
         /// What was being done.
         step: &'static str,
@@ -306,7 +306,7 @@ fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
 impl Drop for Rootfs {
     fn drop(&mut self) {
         if let Err(e) = self.cleanup() {
-            tracing::error!(error = %e, run_dir = %self.run_dir.display(), "rootfs cleanup failed");
+            tracing::error!(error = %crate::chain::Chain(&e), run_dir = %self.run_dir.display(), "rootfs cleanup failed");
         }
     }
 }
@@ -362,7 +362,7 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         None,
         &tmp.path().join("run"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::chain::one_line(&e))?;
     let root = rootfs.path().to_path_buf();
     let checks = (|| {
         if root.join("hidden").symlink_metadata().is_ok() {
@@ -373,6 +373,6 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         }
         std::fs::write(root.join("written"), b"y").map_err(|e| step("write to the overlay", e))
     })();
-    let cleaned = rootfs.cleanup().map_err(|e| e.to_string());
+    let cleaned = rootfs.cleanup().map_err(|e| crate::chain::one_line(&e));
     checks.and(cleaned)
 }

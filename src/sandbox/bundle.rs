@@ -14,7 +14,7 @@ use oci_spec::runtime::Spec;
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     /// A directory or file could not be written.
-    #[error("cannot prepare the run bundle {path}: {source}")]
+    #[error("cannot prepare the run bundle {path}")]
     Io {
         /// The path.
         path: PathBuf,
@@ -22,7 +22,7 @@ pub enum BundleError {
         source: std::io::Error,
     },
     /// The spec could not be saved.
-    #[error("cannot write the runtime spec: {0}")]
+    #[error("cannot write the runtime spec")]
     Spec(#[from] oci_spec::OciSpecError),
 }
 

@@ -33,12 +33,13 @@ pub use spec::{Limits, SpecError};
 /// The default cap on stdout and on stderr of a run: 100 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
 
-/// Errors of the sandbox.
+/// Errors of the sandbox. Each says its own step; what failed beneath is
+/// its source (see `crate::chain`).
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// Limits are required but cannot be enforced here.
-    #[error("resource limits are required (--require-limits) but not enforced: {0}")]
-    LimitsUnavailable(String),
+    #[error(transparent)]
+    LimitsUnavailable(#[from] LimitsUnavailable),
     /// The spec could not be built from the image.
     #[error(transparent)]
     Spec(#[from] SpecError),
@@ -54,35 +55,60 @@ pub enum SandboxError {
     /// The run's cgroup could not be set up.
     #[error(transparent)]
     Cgroup(#[from] cgroup::run::CgroupError),
-    /// The kernel's OOM killer killed a process of the run: it went past its
-    /// memory limit.
-    #[error(
-        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code})",
-        crate::quantity::format_bytes(*limit_bytes)
-    )]
-    MemoryLimitExceeded {
-        /// The limit, in bytes.
-        limit_bytes: u64,
-        /// The exit code the run ended with.
-        code: i32,
-        /// The last bytes of stderr.
-        stderr_tail: Vec<u8>,
-    },
+    /// The kernel's OOM killer killed a process of the run.
+    #[error(transparent)]
+    MemoryLimitExceeded(#[from] MemoryLimitExceeded),
     /// A served container kept running but never listened where expected.
-    #[error(
-        "the function did not listen on {address} within {after:?} (last attempt: {last_error}); its output ends: {}",
-        String::from_utf8_lossy(output_tail).trim_end()
-    )]
-    NotServing {
-        /// Where it should listen, inside its network namespace.
-        address: std::net::SocketAddr,
-        /// How long xfn waited.
-        after: Duration,
-        /// Why the last connection attempt failed.
-        last_error: String,
-        /// The last bytes of its stdout and stderr.
-        output_tail: Vec<u8>,
-    },
+    #[error(transparent)]
+    NotServing(#[from] NotServing),
+}
+
+/// cpu/memory/pids limits are required (`--require-limits`) but this host
+/// does not enforce them. Defined here, where it is found; the runner's
+/// error carries it as it is.
+#[derive(Debug, thiserror::Error)]
+#[error("resource limits are required but not enforced: {why}")]
+pub struct LimitsUnavailable {
+    /// Why not (no delegated cgroup, a controller missing), as the cgroup
+    /// probe found.
+    pub why: String,
+}
+
+/// The kernel's OOM killer killed a process of the run: it went past its
+/// memory limit. Defined here, where the cgroup tells; the runner's error
+/// carries it as it is.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
+    crate::quantity::format_bytes(*limit_bytes),
+    crun::tail_text(stderr_tail)
+)]
+pub struct MemoryLimitExceeded {
+    /// The limit, in bytes.
+    pub limit_bytes: u64,
+    /// The exit code the run ended with (137 when the function's own
+    /// process was killed).
+    pub code: i32,
+    /// The last [`crun::STDERR_TAIL_BYTES`] of its stderr.
+    pub stderr_tail: Vec<u8>,
+}
+
+/// A served container kept running but never listened where expected; its
+/// source is why the last connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the function did not listen on {address} within {after:?} (its output ends: {}); the last attempt to connect failed",
+    String::from_utf8_lossy(output_tail).trim()
+)]
+pub struct NotServing {
+    /// Where it should listen, inside its network namespace.
+    pub address: std::net::SocketAddr,
+    /// How long xfn waited.
+    pub after: Duration,
+    /// The last bytes of its stdout and stderr.
+    pub output_tail: Vec<u8>,
+    /// Why the last connection attempt failed.
+    pub source: std::io::Error,
 }
 
 /// How the sandbox runs containers.
@@ -242,7 +268,7 @@ impl Sandbox {
     /// Fails when limits are required but not enforced.
     pub fn check_limits(&self) -> Result<(), SandboxError> {
         match (self.options.require_limits, &self.limits_unavailable) {
-            (true, Some(why)) => Err(SandboxError::LimitsUnavailable(why.clone())),
+            (true, Some(why)) => Err(LimitsUnavailable { why: why.clone() }.into()),
             _ => Ok(()),
         }
     }
@@ -275,11 +301,12 @@ fn failure(
     memory_limit: Option<u64>,
 ) -> SandboxError {
     match (usage.is_some_and(|u| u.oom_kills > 0), memory_limit) {
-        (true, Some(limit_bytes)) => SandboxError::MemoryLimitExceeded {
+        (true, Some(limit_bytes)) => MemoryLimitExceeded {
             limit_bytes,
             code,
             stderr_tail,
-        },
+        }
+        .into(),
         _ => SandboxError::Crun(CrunError::Failed { code, stderr_tail }),
     }
 }
@@ -296,7 +323,9 @@ fn log_usage(
     let outcome = match result {
         Ok(_) => "ok".to_string(),
         Err(SandboxError::Crun(CrunError::Failed { code, .. }))
-        | Err(SandboxError::MemoryLimitExceeded { code, .. }) => format!("exit {code}"),
+        | Err(SandboxError::MemoryLimitExceeded(MemoryLimitExceeded { code, .. })) => {
+            format!("exit {code}")
+        }
         Err(SandboxError::Crun(CrunError::Timeout(_))) => "timeout".to_string(),
         Err(SandboxError::Crun(CrunError::OutputTooLarge { .. })) => "output too large".to_string(),
         Err(_) => "error".to_string(),

@@ -18,7 +18,7 @@
 //! compat ABIs the kernel also accepts (x86-64: also x86 and x32; aarch64:
 //! also arm), as Docker's `archMap` does: naming only those keeps the filter
 //! small.
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use oci_spec::runtime::{Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSyscall};
 use serde::Deserialize;
@@ -42,17 +42,19 @@ struct Rule {
     syscall: LinuxSyscall,
 }
 
-static PROFILE: LazyLock<Result<LinuxSeccomp, String>> =
-    LazyLock::new(|| profile_for(PROFILE_JSON, std::env::consts::ARCH));
+/// Parsed once per process; the error shared (an `Arc`) by every run that
+/// asks, as the source of its own.
+static PROFILE: LazyLock<Result<LinuxSeccomp, Arc<serde_json::Error>>> =
+    LazyLock::new(|| profile_for(PROFILE_JSON, std::env::consts::ARCH).map_err(Arc::new));
 
 /// The functions' profile for this machine's arch (parsed once per process).
-pub fn profile() -> Result<LinuxSeccomp, String> {
+pub fn profile() -> Result<LinuxSeccomp, Arc<serde_json::Error>> {
     PROFILE.clone()
 }
 
 /// `json` as an OCI profile for `arch` (a Rust `target_arch` name).
-fn profile_for(json: &str, arch: &str) -> Result<LinuxSeccomp, String> {
-    let profile: Profile = serde_json::from_str(json).map_err(|e| e.to_string())?;
+fn profile_for(json: &str, arch: &str) -> Result<LinuxSeccomp, serde_json::Error> {
+    let profile: Profile = serde_json::from_str(json)?;
     let syscalls: Vec<LinuxSyscall> = profile
         .syscalls
         .into_iter()

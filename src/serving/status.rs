@@ -37,7 +37,7 @@ fn image_code(kind: ImageErrorKind) -> Code {
 pub fn status_of(err: &RunError) -> Status {
     let code = match err {
         RunError::Image(image) => image_code(image.kind()),
-        RunError::InvalidConfig(_) => Code::InvalidArgument,
+        RunError::InvalidConfig(_) | RunError::RootfsMode(_) => Code::InvalidArgument,
         RunError::Timeout(_) => Code::DeadlineExceeded,
         // The function ran and failed: Crossplane should not retry blindly.
         RunError::FunctionFailed { .. } => Code::Aborted,
@@ -45,7 +45,10 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::MemoryLimitExceeded { .. } => Code::ResourceExhausted,
         RunError::LimitsUnavailable(_) | RunError::Runtime(_) => Code::FailedPrecondition,
         RunError::NotServing(_) => Code::Unavailable,
-        RunError::Internal(_) => Code::Internal,
+        RunError::Sandbox(_)
+        | RunError::Rootfs(_)
+        | RunError::RootfsPanicked(_)
+        | RunError::RunDir { .. } => Code::Internal,
     };
     Status::new(code, Chain(err).to_string())
 }
@@ -92,7 +95,7 @@ mod tests {
     fn run_errors_map_to_their_codes() {
         let cases = [
             (
-                RunError::InvalidConfig("bad cpu".into()),
+                RunError::InvalidConfig(crate::sandbox::SpecError::NothingToRun),
                 Code::InvalidArgument,
             ),
             (
@@ -107,10 +110,18 @@ mod tests {
                 Code::ResourceExhausted,
             ),
             (
-                RunError::LimitsUnavailable("no cgroup".into()),
+                RunError::LimitsUnavailable(crate::runner::LimitsUnavailable {
+                    why: "no cgroup".into(),
+                }),
                 Code::FailedPrecondition,
             ),
-            (RunError::Internal("crun".into()), Code::Internal),
+            (
+                RunError::RunDir {
+                    path: "/cache/run".into(),
+                    source: std::io::Error::other("read-only file system"),
+                },
+                Code::Internal,
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(status_of(&err).code(), code, "{err}");
@@ -138,11 +149,13 @@ mod tests {
 
     #[test]
     fn an_oom_kill_names_the_memory_limit() {
-        let status = status_of(&RunError::MemoryLimitExceeded {
-            limit_bytes: 32 << 20,
-            code: 137,
-            stderr_tail: Vec::new(),
-        });
+        let status = status_of(&RunError::MemoryLimitExceeded(
+            crate::runner::MemoryLimitExceeded {
+                limit_bytes: 32 << 20,
+                code: 137,
+                stderr_tail: Vec::new(),
+            },
+        ));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(
             status.message().contains("memory limit of 32Mi"),

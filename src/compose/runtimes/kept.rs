@@ -426,7 +426,7 @@ pub async fn keep(
             _ = interrupt.recv() => break "interrupted".to_string(),
             _ = check.tick() => {
                 if let Some(err) = server.exited() {
-                    break format!("the server exited: {err}");
+                    break format!("the server exited: {}", crate::chain::Chain(&err));
                 }
             }
         }

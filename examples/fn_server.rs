@@ -32,15 +32,17 @@ use clap::{Parser, ValueEnum};
 use prost::Message;
 use prost_types::value::Kind;
 use serde_json::{json, Map, Value};
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 
-use xfn::compose::value::{from_struct, to_struct};
 use xfn::proto::v1::function_runner_service_server::{
     FunctionRunnerService as V1Service, FunctionRunnerServiceServer as V1Server,
 };
 use xfn::proto::v1beta1::function_runner_service_server::{
     FunctionRunnerService as V1beta1Service, FunctionRunnerServiceServer as V1beta1Server,
 };
+use xfn::proto::{from_struct, to_struct};
 use xfn::proto::{v1, v1beta1};
 
 /// How long calls in flight may take to finish after SIGTERM, as the
@@ -140,12 +142,18 @@ async fn serve(address: SocketAddr, versions: Serve) -> Result<(), String> {
         .build_v1()
         .map_err(|e| format!("cannot build the reflection service: {e}"))?;
 
+    // gRPC calls are small request/response pairs: no Nagle delay.
+    let incoming = TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(stream)
+    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .add_service(reflection)
         .add_optional_service(v1)
         .add_optional_service(v1beta1)
-        .serve_with_incoming_shutdown(xfn::serving::listen::tcp_incoming(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = stopped.await;
         });
     eprintln!("fn_server: serving {versions:?} (plaintext) on {local}");

@@ -15,25 +15,24 @@ use crate::sandbox::{CrunError, Sandbox, SandboxError, SandboxOptions, SpecError
 pub use crate::sandbox::{LimitsUnavailable, MemoryLimitExceeded, NotServing};
 use container::{FunctionContainer, Recipe, Settings};
 
-// What front ends need of the private `rootfs` and `sandbox` modules.
-pub use crate::rootfs::{RootfsMode, DEFAULT_ROOTFS_SIZE};
-pub use crate::sandbox::cgroup::run::RunUsage;
+// The public surface (what an embedding program and the integration tests
+// use: run a function, pool and serve containers, and the types in those
+// signatures); the `pub(crate)` rest is what xfn's own front ends need of
+// the private `rootfs` and `sandbox` modules.
+pub use crate::rootfs::RootfsMode;
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
-pub use crate::sandbox::netns::NetworkNamespace;
-pub use crate::sandbox::runtime::CrunVersion;
-pub use crate::sandbox::spec::{PIDS_LIMIT as DEFAULT_PIDS_LIMIT, TMP_SIZE as DEFAULT_TMP_SIZE};
-pub use crate::sandbox::userns::{
-    enter as enter_namespace, IdMapping, Namespace, UsernsError, UsernsOptions,
-};
-pub use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
+pub use crate::sandbox::spec::PIDS_LIMIT as DEFAULT_PIDS_LIMIT;
+pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
-pub use pool::{
-    default_size as default_pool_size, PoolOptions, PoolStats, WarmStart,
-    DEFAULT_IDLE as DEFAULT_POOL_IDLE,
-};
+pub use pool::{PoolOptions, PoolStats, WarmStart};
 pub use served::{ServeOptions, ServedFunction};
 
-pub mod budget;
+pub(crate) use crate::sandbox::cgroup::run::RunUsage;
+pub(crate) use crate::sandbox::runtime::CrunVersion;
+pub(crate) use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
+pub(crate) use pool::default_size as default_pool_size;
+
+pub(crate) mod budget;
 mod config;
 mod container;
 mod pool;

@@ -19,7 +19,7 @@ pub mod service;
 pub mod wrap;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tonic::Status;
 
@@ -97,11 +97,6 @@ impl Adaptor {
         }
     }
 
-    /// The image every call runs.
-    pub fn image(&self) -> &str {
-        &self.image
-    }
-
     /// Answers one call due by `deadline`: from the cache, or by running the
     /// container.
     pub async fn run_function(
@@ -170,10 +165,5 @@ impl Adaptor {
             cache.insert(key, response.clone(), ttl, Instant::now());
         }
         Ok((response, "ok"))
-    }
-
-    /// The per-call timeout.
-    pub fn timeout(&self) -> Duration {
-        self.options.run.timeout
     }
 }

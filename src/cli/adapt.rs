@@ -11,13 +11,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use xfn::adaptor::serve::{mutual_tls, services, Security};
-use xfn::adaptor::{Adaptor, AdaptorOptions};
-use xfn::image::store::ImportSource;
-use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{Namespace, RunConfig, Runner};
-use xfn::serving::daemon::Daemon;
-use xfn::serving::serve::Incoming;
+use crate::adaptor::serve::{mutual_tls, services, Security};
+use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::image::store::ImportSource;
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::runner::{Namespace, RunConfig, Runner};
+use crate::serving::daemon::Daemon;
+use crate::serving::serve::Incoming;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -138,7 +138,7 @@ pub async fn execute(
         .with_context(|| format!("cannot find {image} in the cache"))?;
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let options = xfn::runner::RunnerOptions {
+    let options = crate::runner::RunnerOptions {
         warm_pool: Some(args.warm_pool.options()),
         ..args.runner.options()
     };

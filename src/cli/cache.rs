@@ -1,8 +1,8 @@
 //! `xfn cache`: inspect the image cache, remove images, collect garbage.
 use std::process::ExitCode;
 
+use crate::image::GcReport;
 use clap::{Args, Subcommand};
-use xfn::image::GcReport;
 
 use super::pull::human_bytes;
 use super::{parse_size, print_json, ListFormat, StoreArgs};

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -46,14 +46,14 @@ pub struct RunArgs {
 
 /// `--cpu`: a quantity of cores, in millicores.
 fn parse_cpu(text: &str) -> Result<u64, String> {
-    xfn::quantity::Quantity::parse(text)
+    crate::quantity::Quantity::parse(text)
         .and_then(|q| q.millis())
         .map_err(|e| e.to_string())
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    xfn::duration::parse_go_duration(text)
+    crate::duration::parse_go_duration(text)
 }
 
 /// [`parse_duration`] for timeouts: zero would kill every run at once.
@@ -109,7 +109,7 @@ pub async fn execute(
             eprintln!(
                 "xfn: running {}: {}",
                 args.image,
-                xfn::chain::one_line(&err)
+                crate::chain::one_line(&err)
             );
             Ok(exit_code_of(&err))
         }
@@ -123,7 +123,7 @@ pub async fn execute(
 fn exit_code_of(err: &RunError) -> ExitCode {
     let code = match err {
         RunError::FunctionFailed { code, .. }
-        | RunError::MemoryLimitExceeded(xfn::runner::MemoryLimitExceeded { code, .. }) => {
+        | RunError::MemoryLimitExceeded(crate::runner::MemoryLimitExceeded { code, .. }) => {
             u8::try_from(*code)
                 .ok()
                 .filter(|code| *code != 0)

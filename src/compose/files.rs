@@ -98,6 +98,7 @@ pub fn read_one(path: &Path) -> Result<Value, ComposeError> {
 
 impl Composite {
     /// Reads and checks the XR at `path`.
+    #[cfg(test)]
     pub fn read(path: &Path) -> Result<Self, ComposeError> {
         Self::from_object(path, read_one(path)?)
     }
@@ -105,6 +106,7 @@ impl Composite {
 
 impl Composition {
     /// Reads the Composition at `path` and checks it composes `xr`.
+    #[cfg(test)]
     pub fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
         Self::from_object(path, read_one(path)?, xr)
     }

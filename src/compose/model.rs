@@ -3,7 +3,7 @@
 //! Functions and how each is run, observed composed resources. Each is
 //! checked as it is built from an object; reading the files they come
 //! from is [`super::files`]'s. Every error names the file.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -55,10 +55,6 @@ impl Composite {
     /// `kind`.
     pub fn kind(&self) -> &str {
         get_str(&self.object, &["kind"]).unwrap_or_default()
-    }
-    /// `metadata.name`.
-    pub fn name(&self) -> &str {
-        get_str(&self.object, &["metadata", "name"]).unwrap_or_default()
     }
 }
 
@@ -244,15 +240,11 @@ pub enum Pipeline {
 /// to) read from a file.
 #[derive(Debug, Clone)]
 pub struct Composition {
-    /// Where it came from (for errors).
-    pub path: PathBuf,
     /// The Composition's name (a revision's `crossplane.io/composition-name`
     /// label, else its name without the hash suffix).
     pub name: String,
     /// The revision's name, when a CompositionRevision was given.
     pub revision: Option<String>,
-    /// `metadata.labels`, which an XR's `compositionSelector` must match.
-    pub labels: serde_json::Map<String, Value>,
     /// The steps.
     pub pipeline: Pipeline,
 }
@@ -384,10 +376,8 @@ impl Composition {
             )));
         };
         Ok(Self {
-            path: path.to_path_buf(),
             name,
             revision,
-            labels,
             pipeline,
         })
     }

@@ -18,8 +18,6 @@ use super::output::{condition, context_object, Event, OutputOptions};
 use super::value::{get, get_str, merge, object_at};
 use super::{ComposeError, Outcome};
 
-/// The API group of Operations.
-pub const OPS_GROUP: &str = "ops.crossplane.io";
 /// The requirement name a WatchOperation's watched resource is given under.
 pub const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";
 

@@ -25,8 +25,7 @@ use super::reference::{is_loopback_registry, ImageReference};
 
 mod manifest;
 
-pub use super::descriptor::{is_sha256_digest, sha256_digest, BlobRef, Manifest};
-pub use manifest::host_platform;
+pub use super::descriptor::{sha256_digest, BlobRef, Manifest};
 use manifest::{bad, choose_platform, parse_raw, to_manifest};
 
 /// Manifests and indexes this client accepts.

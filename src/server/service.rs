@@ -61,11 +61,6 @@ impl<R: FunctionRunner> RunnerService<R> {
         }
     }
 
-    /// The service's options.
-    pub fn options(&self) -> &ServiceOptions {
-        &self.options
-    }
-
     /// The service as the serving layer serves it, with its message limits.
     pub fn into_services(self) -> Services {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);

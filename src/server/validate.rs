@@ -63,6 +63,7 @@ pub enum InvalidRequest {
 /// Checks that `input` is a FunctionIO: a YAML mapping whose apiVersion and
 /// kind, where present, name FunctionIO (Crossplane's runner sent them; older
 /// hand-written inputs omit them).
+#[cfg(test)]
 pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
     check_function_io_until(input, limit, &AtomicBool::new(false))
 }
@@ -125,6 +126,7 @@ pub async fn checked(
 /// Validates `request` and returns the image and run configuration; the
 /// timeout is the request's, else `default_timeout` (before the caller's
 /// deadline caps it).
+#[cfg(test)]
 pub fn run_config_of(
     request: &pb::RunFunctionRequest,
     default_timeout: Duration,

@@ -289,11 +289,6 @@ impl Connections {
         })
     }
 
-    /// The limits.
-    pub fn limits(&self) -> ConnectionLimits {
-        self.limits
-    }
-
     /// Takes a new connection in, making room under the cap; `None` when
     /// it is refused (every connection busy), `io` then closes.
     pub fn admit<IO: AsRawFd>(self: &Arc<Self>, io: IO) -> Option<Tracked<IO>> {

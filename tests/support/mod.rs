@@ -1,5 +1,7 @@
-//! Shared test harness for xfn's integration tests. Use it from a test
-//! crate with `mod support;` (and `use support::*;`).
+//! Shared test harness for xfn's integration tests. Each test binary's root
+//! declares it once (`mod support;`); its modules `use crate::support;`.
+//! `format`, `layer`, `reexec` and `tree` are the crate `xfn-testkit`
+//! (`testkit/`), re-exported here.
 //!
 //! - [`registry::Registry`]: a real `docker-registry` (Debian package
 //!   `docker-registry`) on 127.0.0.1 with a random port and its own storage;
@@ -48,18 +50,17 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod child;
-pub mod format;
+// Layers, formats, tree snapshots and re-running a test: the crate
+// `xfn-testkit` (testkit/), which the unit tests in src/ use too.
+pub use xfn_testkit::{format, layer, reexec, tree};
 pub mod function_server;
 pub mod fuzz;
 pub mod hostile;
 pub mod http;
 pub mod image;
-pub mod layer;
-pub mod reexec;
 pub mod registry;
 pub mod render;
 pub mod tls;
-pub mod tree;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

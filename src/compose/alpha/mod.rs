@@ -17,7 +17,7 @@ pub mod container;
 pub mod function_io;
 pub mod output;
 
-pub use container::{parse_go_duration, ContainerConfig, DEFAULT_RUNNER_ENDPOINT};
+pub use container::ContainerConfig;
 pub use function_io::*;
 
 /// Runs one alpha step's container: FunctionIO YAML in, FunctionIO YAML out.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::container::{parse_go_duration, DEFAULT_RUNNER_ENDPOINT};
 use super::*;
 
 /// Answers each call with the next canned FunctionIO and records inputs.

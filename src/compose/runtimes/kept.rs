@@ -133,7 +133,8 @@ pub enum KeptStart {
     /// A keeper was started; it is ready once its socket answers. The
     /// lock is held until then, so a render starting the same server at
     /// the same time waits and reuses it.
-    Spawned(std::process::Child, std::fs::File),
+    // The lock file is held, never read: dropping it releases the lock.
+    Spawned(std::process::Child, #[allow(dead_code)] std::fs::File),
 }
 
 /// Gets kept server `function.keep` ready for a render, before the render

@@ -27,7 +27,7 @@ pub mod kept;
 
 pub use alpha_steps::{daemon_answers, ContainerSteps};
 pub use development::Development;
-pub use docker::{Docker, FUNCTION_PORT, MAX_SERVER_START, SERVER_ARGS};
+pub use docker::Docker;
 pub use exec::Exec;
 
 /// Largest gRPC message accepted from a function (Crossplane's functions

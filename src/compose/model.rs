@@ -342,39 +342,48 @@ impl Composition {
                 "Resources"
             },
         );
-        let pipeline = if mode == "Pipeline" {
-            let steps = get(&object, &["spec", "pipeline"])
-                .cloned()
-                .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
-            let steps: Vec<PipelineStep> = serde_json::from_value(steps)
-                .map_err(|e| invalid(format!("spec.pipeline: {e}")))?;
-            if steps.is_empty() {
-                return Err(invalid("spec.pipeline is empty".into()));
-            }
-            Pipeline::V1(steps)
-        } else if let Some(functions) = get(&object, &["spec", "functions"]) {
-            let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
-                .map_err(|e| invalid(format!("spec.functions: {e}")))?;
-            for f in &functions {
-                if f.kind != "Container" {
-                    return Err(invalid(format!(
-                        "function {:?} has type {:?}; only Container is supported",
-                        f.name, f.kind
-                    )));
+        let pipeline =
+            if mode == "Pipeline" {
+                let steps = get(&object, &["spec", "pipeline"])
+                    .cloned()
+                    .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
+                let steps: Vec<PipelineStep> =
+                    serde_json::from_value(steps).map_err(|source| ComposeError::Field {
+                        path: path.to_path_buf(),
+                        field: "spec.pipeline",
+                        source,
+                    })?;
+                if steps.is_empty() {
+                    return Err(invalid("spec.pipeline is empty".into()));
                 }
-                if f.container.as_ref().is_none_or(|c| c.image.is_empty()) {
-                    return Err(invalid(format!(
-                        "function {:?} has no container.image",
-                        f.name
-                    )));
+                Pipeline::V1(steps)
+            } else if let Some(functions) = get(&object, &["spec", "functions"]) {
+                let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
+                    .map_err(|source| ComposeError::Field {
+                        path: path.to_path_buf(),
+                        field: "spec.functions",
+                        source,
+                    })?;
+                for f in &functions {
+                    if f.kind != "Container" {
+                        return Err(invalid(format!(
+                            "function {:?} has type {:?}; only Container is supported",
+                            f.name, f.kind
+                        )));
+                    }
+                    if f.container.as_ref().is_none_or(|c| c.image.is_empty()) {
+                        return Err(invalid(format!(
+                            "function {:?} has no container.image",
+                            f.name
+                        )));
+                    }
                 }
-            }
-            Pipeline::Alpha(functions)
-        } else {
-            return Err(invalid(format!(
-                "mode {mode} has no functions to run; use mode: Pipeline (or spec.functions)"
-            )));
-        };
+                Pipeline::Alpha(functions)
+            } else {
+                return Err(invalid(format!(
+                    "mode {mode} has no functions to run; use mode: Pipeline (or spec.functions)"
+                )));
+            };
         Ok(Self {
             name,
             revision,

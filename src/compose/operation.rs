@@ -103,7 +103,11 @@ impl Operation {
             .cloned()
             .ok_or_else(|| invalid("the Operation has no spec.pipeline".into()))?;
         let mut steps: Vec<PipelineStep> =
-            serde_json::from_value(steps).map_err(|e| invalid(format!("spec.pipeline: {e}")))?;
+            serde_json::from_value(steps).map_err(|source| ComposeError::Field {
+                path: path.to_path_buf(),
+                field: "spec.pipeline",
+                source,
+            })?;
         if steps.is_empty() {
             return Err(invalid("spec.pipeline is empty".into()));
         }

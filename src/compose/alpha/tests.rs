@@ -175,10 +175,10 @@ async fn output_that_is_not_a_function_io_names_the_step() {
     let err = run_alpha(&[function("bad", json!({}))], &script, &observed())
         .await
         .unwrap_err();
+    let text = crate::chain::one_line(&err);
     assert!(
-        err.to_string()
-            .starts_with("pipeline step \"bad\" failed: its output is not a FunctionIO"),
-        "{err}"
+        text.starts_with("pipeline step \"bad\" failed: the output is not a FunctionIO: "),
+        "{text}"
     );
 }
 

@@ -42,7 +42,7 @@ pub mod pidns;
 pub mod proto;
 pub mod quantity;
 pub mod runner;
-pub use serving::daemon::{Daemon, DaemonError, DaemonOptions};
+pub use grpc::daemon::{Daemon, DaemonError, DaemonOptions};
 
 mod adaptor;
 mod chain;
@@ -50,6 +50,7 @@ mod cli;
 mod compose;
 mod duration;
 mod fork_lock;
+mod grpc;
 mod instance;
 mod nesting;
 mod pid1;
@@ -57,7 +58,6 @@ mod resident;
 mod rootfs;
 mod sandbox;
 mod server;
-mod serving;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

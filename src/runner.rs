@@ -24,19 +24,19 @@ pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
 pub use crate::sandbox::spec::PIDS_LIMIT as DEFAULT_PIDS_LIMIT;
 pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
+pub use function_server::{ServeOptions, ServedFunction};
 pub use pool::{PoolOptions, PoolStats, WarmStart};
-pub use served::{ServeOptions, ServedFunction};
 
 pub(crate) use crate::sandbox::cgroup::run::RunUsage;
-pub(crate) use crate::sandbox::runtime::CrunVersion;
+pub(crate) use crate::sandbox::oci_runtime::CrunVersion;
 pub(crate) use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
 pub(crate) use pool::default_size as default_pool_size;
 
 pub(crate) mod budget;
 mod config;
 mod container;
+mod function_server;
 mod pool;
-mod served;
 mod teardown;
 
 /// What a successful run produced.
@@ -91,7 +91,7 @@ pub enum RunError {
     /// The OCI runtime is missing, not crun, or too old: nothing can run
     /// until the set-up is fixed (FailedPrecondition).
     #[error(transparent)]
-    Runtime(#[from] crate::sandbox::runtime::RuntimeError),
+    Runtime(#[from] crate::sandbox::oci_runtime::RuntimeError),
     /// Limits were required but are not enforced here (FailedPrecondition).
     #[error(transparent)]
     LimitsUnavailable(LimitsUnavailable),

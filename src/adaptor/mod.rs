@@ -9,13 +9,13 @@
 //! ```
 //!
 //! Listening, admission, draining, metrics and status mapping are the
-//! serving layer's ([`crate::serving`]), shared with `xfn start`.
+//! serving layer's ([`crate::grpc`]), shared with `xfn start`.
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
 pub mod cache;
-pub mod serve;
 pub mod service;
+pub mod transport;
 pub mod wrap;
 
 use std::sync::Arc;
@@ -24,10 +24,10 @@ use std::time::Instant;
 use tonic::Status;
 
 use crate::compose::json::{request_to_json, response_from_json};
+use crate::grpc::deadline::effective_timeout;
+use crate::grpc::{status_of, Calls};
 use crate::proto::v1 as pb;
 use crate::runner::{RunConfig, Runner};
-use crate::serving::deadline::effective_timeout;
-use crate::serving::{status_of, Calls};
 use cache::{ttl_of, CacheKey, ResponseCache};
 
 /// Errors of setting the adaptor up.

@@ -11,13 +11,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::adaptor::serve::{mutual_tls, services, Security};
+use crate::adaptor::transport::{mutual_tls, services, Security};
 use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::grpc::daemon::Daemon;
+use crate::grpc::serve::Incoming;
 use crate::image::store::ImportSource;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Namespace, RunConfig, Runner};
-use crate::serving::daemon::Daemon;
-use crate::serving::serve::Incoming;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -61,7 +61,7 @@ pub struct AdaptArgs {
     pub timeout: Duration,
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
-    pub serving: super::serving::ServingArgs,
+    pub serving: super::daemon_flags::ServingArgs,
     /// Do not answer identical requests from responses that set `meta.ttl`.
     #[arg(long)]
     pub no_response_cache: bool,

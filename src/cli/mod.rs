@@ -3,18 +3,18 @@ use std::path::PathBuf;
 
 use std::process::ExitCode;
 
-use crate::adaptor::serve::Security;
+use crate::adaptor::transport::Security;
 use crate::runner::Namespace;
 use clap::{Args, Parser, Subcommand};
 
 pub mod adapt;
 pub mod cache;
+pub mod daemon_flags;
 pub mod logging;
 pub mod pull;
 pub mod render;
 pub mod render_servers;
 pub mod run;
-pub mod serving;
 pub mod start;
 pub mod wrap;
 

@@ -8,13 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser};
 
+use crate::grpc::daemon::Daemon;
+use crate::grpc::listen::{self, ListenAddress, Listener, Network};
+use crate::grpc::serve::Incoming;
 use crate::runner::{Namespace, Runner};
 use crate::server::gate::GateReceiver;
 use crate::server::peer::CallerPolicy;
 use crate::server::{RunnerService, ServiceOptions};
-use crate::serving::daemon::Daemon;
-use crate::serving::listen::{self, ListenAddress, Listener, Network};
-use crate::serving::serve::Incoming;
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -36,7 +36,7 @@ pub struct StartArgs {
     pub address: String,
     /// Admission, drain and metrics.
     #[command(flatten)]
-    pub serving: super::serving::ServingArgs,
+    pub serving: super::daemon_flags::ServingArgs,
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub default_timeout: Duration,
@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(args.serving.max_queued_runs, 1024);
         assert_eq!(
             args.serving.max_queued_bytes,
-            crate::serving::admission::DEFAULT_MAX_QUEUED_BYTES
+            crate::grpc::admission::DEFAULT_MAX_QUEUED_BYTES
         );
         assert_eq!(args.serving.max_concurrent_runs, None);
         // Warm containers on by default, two per CPU, kept 2 minutes idle,

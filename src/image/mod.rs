@@ -17,7 +17,7 @@ pub(crate) mod auth;
 pub(crate) mod descriptor;
 pub(crate) mod error;
 pub mod extract;
-pub(crate) mod fetch;
+pub(crate) mod image_store;
 pub(crate) mod kind;
 pub(crate) mod policy;
 pub(crate) mod pull;
@@ -26,7 +26,7 @@ pub(crate) mod store;
 
 pub use auth::RegistryAuth;
 pub use error::ImageError;
-pub use fetch::{ImageStore, PullProgress, PullReport, StoreOptions};
+pub use image_store::{ImageStore, PullProgress, PullReport, StoreOptions};
 pub use kind::ImageErrorKind;
 pub use policy::{PullPolicy, UnknownPullPolicy};
 pub use reference::ImageReference;

@@ -10,12 +10,12 @@ pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod crun;
+pub mod function_server;
 pub mod netns;
+pub mod oci_runtime;
 pub mod reaper;
-pub mod runtime;
 pub mod seccomp;
 mod seccomp_bpf;
-pub mod served;
 pub mod spec;
 pub mod ucounts;
 pub mod user;
@@ -51,7 +51,7 @@ pub enum SandboxError {
     Crun(#[from] CrunError),
     /// The OCI runtime is missing, not crun, or too old.
     #[error(transparent)]
-    Runtime(#[from] runtime::RuntimeError),
+    Runtime(#[from] oci_runtime::RuntimeError),
     /// The run's cgroup could not be set up.
     #[error(transparent)]
     Cgroup(#[from] cgroup::run::CgroupError),
@@ -142,7 +142,8 @@ pub struct Sandbox {
     /// Where run cgroups go, when limits are enforced.
     delegation: Option<cgroup::Delegation>,
     /// The verdict on the runtime, reached before the first container.
-    runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
+    runtime_checked:
+        std::sync::OnceLock<Result<oci_runtime::CrunVersion, oci_runtime::RuntimeError>>,
     /// The seccomp profile compiled once (base64 BPF), when it could be.
     seccomp_bpf: Option<String>,
     /// How many ids xfn's namespace maps (each run's maps the same).
@@ -196,12 +197,12 @@ impl Sandbox {
     }
 
     /// Checks once that the OCI runtime is crun, new enough
-    /// ([`runtime::MIN_CRUN`]); every container start calls it, and daemons
+    /// ([`oci_runtime::MIN_CRUN`]); every container start calls it, and daemons
     /// call it at start to refuse to serve without a usable runtime.
-    pub fn check_runtime(&self) -> Result<runtime::CrunVersion, SandboxError> {
+    pub fn check_runtime(&self) -> Result<oci_runtime::CrunVersion, SandboxError> {
         self.runtime_checked
             .get_or_init(|| {
-                runtime::check(
+                oci_runtime::check(
                     &self.options.runtime,
                     &self.options.run_dir,
                     &self.options.instance,

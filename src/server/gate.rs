@@ -499,8 +499,8 @@ impl GateReceiver {
     /// The connections the gatekeeper hands over, for the serving layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
-    pub fn incoming(self) -> Result<crate::serving::serve::Incoming, GateError> {
-        Ok(crate::serving::serve::Incoming::Unix(Box::pin(
+    pub fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {
+        Ok(crate::grpc::serve::Incoming::Unix(Box::pin(
             self.connections()?,
         )))
     }

@@ -8,13 +8,13 @@ use tonic::{Request, Response, Status};
 
 use super::validate::checked;
 use super::FunctionRunner;
+use crate::grpc::deadline::{deadline_of, effective_timeout};
+use crate::grpc::serve::Services;
+use crate::grpc::{status_of, Calls};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
 };
-use crate::serving::deadline::{deadline_of, effective_timeout};
-use crate::serving::serve::Services;
-use crate::serving::{status_of, Calls};
 
 /// Tunables of the service.
 #[derive(Debug, Clone)]

@@ -22,7 +22,7 @@
 //!   each.
 //! - [`function_server::function_server_binary`] /
 //!   [`function_server::function_server_image`] /
-//!   [`function_server::FunctionServer`]: `examples/fn_server.rs`, a gRPC
+//!   [`function_server::FunctionServer`]: `tests/fixtures/fn_server.rs`, a gRPC
 //!   composition function server linked statically, as a binary, a busybox
 //!   image, or a running server.
 //! - [`hostile`]: layer blobs too big to build in memory (bombs, huge

@@ -1,14 +1,14 @@
 //! The flags of the serving layer, shared by `xfn start` and `xfn adapt`
-//! (one set of defaults for both front ends; see `crate::serving`), mapped to
+//! (one set of defaults for both front ends; see `crate::grpc`), mapped to
 //! the library's `DaemonOptions`.
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
 
-use crate::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
-use crate::serving::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
-use crate::serving::daemon::DaemonOptions;
+use crate::grpc::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
+use crate::grpc::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
+use crate::grpc::daemon::DaemonOptions;
 
 use super::run::parse_duration;
 

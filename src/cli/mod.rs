@@ -325,8 +325,8 @@ pub fn init_logging(global: &Global) {
 pub enum Prepared {
     /// `xfn start`: its listener (gatekeeper forked) and namespace.
     Start(start::StartArgs, start::Bound, Namespace),
-    /// `xfn run`.
-    Run(run::RunArgs, Namespace),
+    /// `xfn run`: its input, read and checked, and namespace.
+    Run(run::RunArgs, Vec<u8>, Namespace),
     /// `xfn pull`: in the namespace (layers are extracted under its mapping).
     Pull(pull::PullArgs),
     /// `xfn cache …`.
@@ -339,6 +339,9 @@ pub enum Prepared {
     Adapt(adapt::AdaptArgs, Security, Namespace),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
+    /// A command that ended while preparing, with this exit code (`xfn
+    /// run`'s refused input, said on stderr).
+    Exit(std::process::ExitCode),
 }
 
 /// Whatever must happen while the process is still single-threaded: entering
@@ -346,10 +349,7 @@ pub enum Prepared {
 /// and what must be done outside it first.
 pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prepared> {
     Ok(match command {
-        Command::Run(args) => {
-            let namespace = enter_namespace(&args.store, &args.userns)?;
-            Prepared::Run(args, namespace)
-        }
+        Command::Run(args) => run::prepare(args)?,
         Command::Render(args) => {
             // Keepers of kept servers start from outside any namespace.
             render::start_kept(&args, global)?;
@@ -410,7 +410,9 @@ impl Prepared {
             Prepared::Start(args, incoming, namespace) => {
                 start::execute(args, incoming, &namespace, global).await
             }
-            Prepared::Run(args, namespace) => run::execute(args, &namespace, global).await,
+            Prepared::Run(args, input, namespace) => {
+                run::execute(args, input, &namespace, global).await
+            }
             Prepared::Pull(args) => pull::execute(args, global).await,
             Prepared::Cache(command) => cache::execute(command, global).await,
             Prepared::Render(args, namespace) => {
@@ -423,6 +425,7 @@ impl Prepared {
                 adapt::execute(args, security, &namespace, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
+            Prepared::Exit(code) => Ok(code),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `xfn run`: run one function once, like Crossplane's `xfn run`.
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
+use crate::server::validate::{check_function_io, InvalidRequest};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -64,14 +65,38 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Runs `xfn run`.
+/// What `xfn run` does while the process is single-threaded, before it
+/// enters xfn's namespace: reads the input with the user's own uid (xfn's
+/// mapped root may not read a file only the user can) and checks it as
+/// `xfn start` checks a call's, before anything is pulled or run. A
+/// function of Crossplane reads a FunctionIO: a wrong or unreadable file
+/// or a forgotten pipe is the user's to fix, said as such, exiting 2 (a
+/// usage error). The input is the user's own: no size limit but memory.
+pub fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
+    let checked = read_input(&args.input).and_then(|input| {
+        check_function_io(&input, usize::MAX)
+            .map_err(|err| anyhow::anyhow!(refusal(&args.input, &err)))?;
+        Ok(input)
+    });
+    let input = match checked {
+        Ok(input) => input,
+        Err(err) => {
+            eprintln!("xfn: {err:#}");
+            return Ok(super::Prepared::Exit(ExitCode::from(USAGE)));
+        }
+    };
+    let namespace = super::enter_namespace(&args.store, &args.userns)?;
+    Ok(super::Prepared::Run(args, input, namespace))
+}
+
+/// Runs `xfn run` on the input [`prepare`] read and checked.
 pub async fn execute(
     args: RunArgs,
+    input: Vec<u8>,
     namespace: &Namespace,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
-    let input = read_input(&args.input)?;
     let store = args.store.open_store(&global.registry)?;
     let runner = Runner::new(namespace, store, args.runner.options())?;
     // Before the pull: a missing or wrong runtime is the first thing to say.
@@ -116,6 +141,22 @@ pub async fn execute(
     }
 }
 
+/// The exit code of a usage error (bad flags, as clap exits, or input that
+/// is no FunctionIO), as a shell's builtins give it.
+const USAGE: u8 = 2;
+
+/// The line saying why input `path` (`-` for stdin) was refused.
+fn refusal(path: &str, err: &InvalidRequest) -> String {
+    let source = if path == "-" { "stdin" } else { path };
+    match err {
+        InvalidRequest::Empty => format!(
+            "{source}: {err} (xfn run gives the function a FunctionIO on its stdin: \
+             name a file of one, or pipe one to `-`)"
+        ),
+        _ => format!("{source}: {err}"),
+    }
+}
+
 /// Exit code for the error `xfn run` got, as a shell would give it: the
 /// function's own code when it failed (128 + n when signal n killed it),
 /// 124 when it timed out (as `timeout(1)`), 1 for xfn's own failures. A
@@ -144,6 +185,10 @@ fn stopped_by(what: &str, signal: i32) -> ExitCode {
 fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
     let mut input = Vec::new();
     if path == "-" {
+        if std::io::stdin().is_terminal() {
+            // `xfn run IMAGE -` typed at a prompt would wait in silence.
+            eprintln!("xfn: reading the FunctionIO from the terminal; end it with Ctrl-D");
+        }
         std::io::stdin()
             .read_to_end(&mut input)
             .context("cannot read the input from stdin")?;
@@ -176,6 +221,21 @@ mod tests {
                 source: std::io::Error::other("read-only file system")
             }),
             ExitCode::from(1)
+        );
+    }
+
+    #[test]
+    fn refused_input_is_named_and_empty_input_says_what_to_give() {
+        let empty = check_function_io(b"", usize::MAX).unwrap_err();
+        assert_eq!(
+            refusal("-", &empty),
+            "stdin: input is empty: a FunctionIO is required (xfn run gives the function \
+             a FunctionIO on its stdin: name a file of one, or pipe one to `-`)"
+        );
+        let list = check_function_io(b"- a\n", usize::MAX).unwrap_err();
+        assert_eq!(
+            refusal("in.yaml", &list),
+            "in.yaml: input is not a FunctionIO: not a YAML mapping"
         );
     }
 

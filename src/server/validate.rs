@@ -38,6 +38,10 @@ pub enum InvalidRequest {
     /// The input is not YAML.
     #[error("input is not a FunctionIO: not YAML: {0}")]
     NotYaml(String),
+    /// The input holds no document at all (nothing, or only blanks and
+    /// comments): a forgotten pipe, most often.
+    #[error("input is empty: a FunctionIO is required")]
+    Empty,
     /// The input is YAML but no mapping.
     #[error("input is not a FunctionIO: not a YAML mapping")]
     NotMapping,
@@ -62,8 +66,7 @@ pub enum InvalidRequest {
 
 /// Checks that `input` is a FunctionIO: a YAML mapping whose apiVersion and
 /// kind, where present, name FunctionIO (Crossplane's runner sent them; older
-/// hand-written inputs omit them).
-#[cfg(test)]
+/// hand-written inputs omit them). `xfn run` checks its input with it.
 pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
     check_function_io_until(input, limit, &AtomicBool::new(false))
 }
@@ -84,6 +87,9 @@ fn check_function_io_until(
     check_depth_until(input, MAX_DEPTH, stop)?;
     let value: yaml_serde::Value =
         yaml_serde::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
+    if value.is_null() && is_blank(input) {
+        return Err(InvalidRequest::Empty);
+    }
     let map = value.as_mapping().ok_or(InvalidRequest::NotMapping)?;
     if let Some(api_version) = map.get("apiVersion") {
         let api_version = api_version
@@ -96,13 +102,26 @@ fn check_function_io_until(
         }
     }
     if let Some(kind) = map.get("kind") {
-        if kind.as_str() != Some("FunctionIO") {
-            return Err(InvalidRequest::WrongType(format!(
-                "kind is {kind:?}, not FunctionIO"
-            )));
+        match kind.as_str() {
+            Some("FunctionIO") => {}
+            Some(kind) => {
+                return Err(InvalidRequest::WrongType(format!(
+                    "kind is {kind:?}, not FunctionIO"
+                )))
+            }
+            None => return Err(InvalidRequest::WrongType("kind is not a string".into())),
         }
     }
     Ok(())
+}
+
+/// Whether `input` holds no YAML document: only blanks and comments (a
+/// document of a literal `null` or `~` is no mapping, said as such).
+fn is_blank(input: &[u8]) -> bool {
+    input.split(|b| *b == b'\n').all(|line| {
+        let line = line.trim_ascii();
+        line.is_empty() || line.starts_with(b"#")
+    })
 }
 
 /// [`run_config_of`] on a blocking thread: the input is up to
@@ -246,9 +265,27 @@ mod tests {
             check_function_io(b"- a\n- b\n", 1 << 20),
             Err(InvalidRequest::NotMapping)
         );
+        for nothing in [&b""[..], b"\n  \n", b"# only a comment\n"] {
+            assert_eq!(
+                check_function_io(nothing, 1 << 20),
+                Err(InvalidRequest::Empty)
+            );
+        }
         assert_eq!(
-            check_function_io(b"", 1 << 20),
+            check_function_io(b"~\n", 1 << 20),
             Err(InvalidRequest::NotMapping)
+        );
+        let err = check_function_io(b"apiVersion: v1\nkind: ConfigMap\n", 1 << 20).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input is not a FunctionIO: apiVersion \"v1\" is not one of \
+             [\"apiextensions.crossplane.io/v1alpha1\", \"fn.apiextensions.crossplane.io/v1alpha1\"]"
+        );
+        assert_eq!(
+            check_function_io(b"kind: ConfigMap\n", 1 << 20)
+                .unwrap_err()
+                .to_string(),
+            "input is not a FunctionIO: kind is \"ConfigMap\", not FunctionIO"
         );
         assert!(matches!(
             check_function_io(b"apiVersion: v1\nkind: ConfigMap\n", 1 << 20),

@@ -33,8 +33,7 @@ pub type RawTransport = tower::util::BoxCloneService<
 /// being first, answers `CANCELLED` locally.
 pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
-/// A FunctionIO input, as Crossplane sends it.
-pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
+pub use crate::support::FUNCTION_IO;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 

@@ -72,6 +72,13 @@ pub use image::{foreign_arch, host_arch, ImageBuilder, IndexBuilder, PushedImage
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
 pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 
+/// A FunctionIO, as Crossplane's runner sends it: the input `xfn start`
+/// takes in a call and `xfn run` on stdin (both refuse any other,
+/// `xfn::server::validate::check_function_io`). A test whose function
+/// ignores its input gives it this; one that needs runs told apart appends
+/// a comment (`# run 3`).
+pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
+
 /// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
 pub const NONROOT: u32 = 65532;
 

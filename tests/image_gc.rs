@@ -106,10 +106,13 @@ fn own_layer(image: &PushedImage) -> String {
 /// The references `xfn cache ls` lists (which, unlike a use, leaves their
 /// last use alone).
 fn listed(cache: &Path) -> Vec<String> {
-    stdout(&xfn(cache, &["cache", "ls"]))
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+    let rows: serde_json::Value =
+        serde_json::from_str(&stdout(&xfn(cache, &["cache", "ls", "--format", "json"])))
+            .expect("cache ls --format json");
+    rows.as_array()
+        .expect("an array")
+        .iter()
+        .map(|row| row["reference"].as_str().expect("a reference").to_string())
         .collect()
 }
 

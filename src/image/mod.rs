@@ -30,4 +30,4 @@ pub use image_store::{ImageStore, PullProgress, PullReport, StoreOptions};
 pub use kind::ImageErrorKind;
 pub use policy::{PullPolicy, UnknownPullPolicy};
 pub use reference::ImageReference;
-pub use store::{CachedImage, GcReport, ImagePin, PulledImage};
+pub use store::{CacheListing, CachedImage, GcReport, ImagePin, PulledImage};

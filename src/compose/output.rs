@@ -569,5 +569,4 @@ pub fn readiness_of(unready: &[&str]) -> Value {
 }
 
 #[cfg(test)]
-#[path = "output_tests.rs"]
 mod tests;

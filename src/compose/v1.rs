@@ -537,5 +537,4 @@ fn xr_condition(c: &pb::Condition) -> XrCondition {
 }
 
 #[cfg(test)]
-#[path = "v1_tests.rs"]
 mod tests;

@@ -19,8 +19,6 @@ pub(crate) mod fsops;
 mod meta;
 mod paths;
 mod seen;
-#[cfg(test)]
-mod throughput;
 mod tree;
 
 use std::io::Read;
@@ -217,6 +215,8 @@ pub fn quote(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    mod throughput;
 
     #[test]
     fn long_names_are_quoted_cut() {

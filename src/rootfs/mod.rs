@@ -35,8 +35,6 @@
 //! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
-#[cfg(test)]
-mod tests;
 
 use std::path::{Path, PathBuf};
 
@@ -376,3 +374,6 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
     let cleaned = rootfs.cleanup().map_err(|e| crate::chain::one_line(&e));
     checks.and(cleaned)
 }
+
+#[cfg(test)]
+mod tests;

@@ -170,6 +170,13 @@ pub struct RunnerOptions {
     /// `None`, or a size of 0: every call creates its own (what a one-shot
     /// `xfn run` wants).
     pub warm_pool: Option<PoolOptions>,
+    /// Keep the run state (bundles, crun's state, the rootfs mount points)
+    /// in a tmpfs of xfn's mount namespace instead of on the cache's disk:
+    /// no inode churn on the disk per call. Only for a process whose
+    /// containers end with it (a server in its own PID namespace,
+    /// `crate::pidns`): a killed xfn's state goes with its namespace, so
+    /// nothing could find containers that outlived it (`sandbox/bundle.rs`).
+    pub state_in_memory: bool,
 }
 
 impl Default for RunnerOptions {
@@ -183,6 +190,7 @@ impl Default for RunnerOptions {
             tmp_size_bytes: crate::sandbox::spec::TMP_SIZE,
             rootfs_size_bytes: crate::rootfs::DEFAULT_ROOTFS_SIZE,
             warm_pool: None,
+            state_in_memory: false,
         }
     }
 }
@@ -258,14 +266,13 @@ impl Runner {
                 pids_limit: options.pids_limit,
                 instance: store.instance().clone(),
                 tmp_size_bytes: options.tmp_size_bytes,
+                state_in_memory: options.state_in_memory,
             },
         )?;
-        let rootfs_dir = run_dir.join("rootfs");
-        std::fs::create_dir_all(&rootfs_dir).map_err(|source| RunError::RunDir {
-            path: rootfs_dir.clone(),
-            source,
-        })?;
-        sweep_stale_rootfs(&rootfs_dir, store.instance());
+        // Dead instances' rootfs dirs are on the disk; this one's may be in
+        // memory (the sandbox's run state).
+        sweep_stale_rootfs(&run_dir.join("rootfs"), store.instance());
+        let rootfs_dir = sandbox.rootfs_dir();
         // Probed once, inside the namespace runs use, next to the layer cache.
         let overlay_ok = match options.rootfs {
             crate::rootfs::RootfsMode::Copy => false,

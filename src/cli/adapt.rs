@@ -100,6 +100,7 @@ pub async fn execute(
     args: AdaptArgs,
     security: Security,
     namespace: &Namespace,
+    state_in_memory: bool,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
@@ -140,6 +141,7 @@ pub async fn execute(
 
     let options = crate::runner::RunnerOptions {
         warm_pool: Some(args.warm_pool.options()),
+        state_in_memory,
         ..args.runner.options()
     };
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;

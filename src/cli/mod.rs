@@ -216,6 +216,8 @@ impl RunnerArgs {
             tmp_size_bytes: self.tmp_size,
             rootfs_size_bytes: self.rootfs_size,
             warm_pool: None,
+            // On the disk unless the command's containers end with it.
+            state_in_memory: false,
         }
     }
 }
@@ -323,8 +325,9 @@ pub fn init_logging(global: &Global) {
 /// needs, a bound listener, TLS material read with xfn's own uid.
 #[allow(clippy::large_enum_variant)] // one per process, as `Command`
 pub enum Prepared {
-    /// `xfn start`: its listener (gatekeeper forked) and namespace.
-    Start(start::StartArgs, start::Bound, Namespace),
+    /// `xfn start`: its listener (gatekeeper forked), namespace, and
+    /// whether its containers end with it (its PID namespace).
+    Start(start::StartArgs, start::Bound, Namespace, bool),
     /// `xfn run`: its input, read and checked, and namespace.
     Run(run::RunArgs, Vec<u8>, Namespace),
     /// `xfn pull`: in the namespace (layers are extracted under its mapping).
@@ -335,8 +338,9 @@ pub enum Prepared {
     Render(render::RenderArgs, Option<Namespace>),
     /// `xfn render-servers …`: `keep` in a namespace.
     RenderServers(render_servers::RenderServersCommand, Option<Namespace>),
-    /// `xfn adapt`: its transport security and namespace.
-    Adapt(adapt::AdaptArgs, Security, Namespace),
+    /// `xfn adapt`: its transport security, namespace, and whether its
+    /// containers end with it.
+    Adapt(adapt::AdaptArgs, Security, Namespace, bool),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
     /// A command that ended while preparing, with this exit code (`xfn
@@ -374,8 +378,8 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // stay outside the namespace.
             let incoming = start::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
-            enter_pid_namespace()?;
-            Prepared::Start(args, incoming, namespace)
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Start(args, incoming, namespace, containers_end_with_xfn)
         }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
@@ -395,8 +399,8 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // xfn's mapped root: read it first.
             let security = adapt::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
-            enter_pid_namespace()?;
-            Prepared::Adapt(args, security, namespace)
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Adapt(args, security, namespace, containers_end_with_xfn)
         }
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
@@ -407,8 +411,8 @@ impl Prepared {
     /// Runs the command (on the async runtime, started after preparing).
     pub async fn execute(self, global: &Global) -> anyhow::Result<std::process::ExitCode> {
         match self {
-            Prepared::Start(args, incoming, namespace) => {
-                start::execute(args, incoming, &namespace, global).await
+            Prepared::Start(args, incoming, namespace, in_memory) => {
+                start::execute(args, incoming, &namespace, in_memory, global).await
             }
             Prepared::Run(args, input, namespace) => {
                 run::execute(args, input, &namespace, global).await
@@ -421,8 +425,8 @@ impl Prepared {
             Prepared::RenderServers(command, namespace) => {
                 render_servers::execute(command, namespace.as_ref(), global).await
             }
-            Prepared::Adapt(args, security, namespace) => {
-                adapt::execute(args, security, &namespace, global).await
+            Prepared::Adapt(args, security, namespace, in_memory) => {
+                adapt::execute(args, security, &namespace, in_memory, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
             Prepared::Exit(code) => Ok(code),
@@ -477,17 +481,18 @@ fn check_cache_owner(dir: &std::path::Path, userns: &UsernsArgs) -> anyhow::Resu
 /// their own, so that a SIGKILLed xfn takes every container with it (see
 /// `crate::pidns`). In the namespace already entered; single-threaded. Where
 /// the kernel refuses the namespace, xfn serves anyway and says what that
-/// costs.
-fn enter_pid_namespace() -> anyhow::Result<()> {
+/// costs. Returns whether the containers end with xfn: then the runner
+/// keeps its run state in memory (`RunnerOptions::state_in_memory`).
+fn enter_pid_namespace() -> anyhow::Result<bool> {
     use anyhow::Context;
     match crate::pidns::enter() {
         Ok(entered) => {
             tracing::debug!(?entered, "containers end with xfn");
-            Ok(())
+            Ok(true)
         }
         Err(err @ crate::pidns::PidnsError::Unavailable(_)) => {
             tracing::warn!(%err, "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
-            Ok(())
+            Ok(false)
         }
         Err(err) => Err(err).context("cannot tie the containers' lifetime to xfn's"),
     }

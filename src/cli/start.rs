@@ -123,14 +123,18 @@ pub async fn execute(
     args: StartArgs,
     bound: Bound,
     namespace: &Namespace,
+    state_in_memory: bool,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
-    // their mount namespace), so a restarted daemon starts clean.
+    // their mount namespace), so a restarted daemon starts clean. This
+    // daemon's own state is in memory where its containers end with it
+    // (`state_in_memory`), and goes with it.
     let options = crate::runner::RunnerOptions {
         warm_pool: Some(args.warm_pool.options()),
+        state_in_memory,
         ..args.runner.options()
     };
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;

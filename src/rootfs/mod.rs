@@ -39,6 +39,7 @@ mod overlay;
 use std::path::{Path, PathBuf};
 
 pub use copy::copy_tree;
+pub(crate) use overlay::{mount_tmpfs, unmount};
 
 /// `--rootfs`: how runs get their root filesystem.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

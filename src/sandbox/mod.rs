@@ -130,6 +130,9 @@ pub struct SandboxOptions {
     pub instance: std::sync::Arc<crate::instance::Instance>,
     /// Size of each run's `/tmp`, in bytes.
     pub tmp_size_bytes: u64,
+    /// Keep this xfn's run state in a tmpfs of its mount namespace
+    /// (`bundle.rs`): only where its containers end with it.
+    pub state_in_memory: bool,
 }
 
 /// Runs containers; shared by every call.
@@ -162,14 +165,22 @@ impl Sandbox {
         namespace: &userns::Namespace,
         options: SandboxOptions,
     ) -> Result<Self, SandboxError> {
-        let run_dir = RunDir::open(&options.run_dir, options.instance.clone())?;
+        let run_dir = RunDir::open(
+            &options.run_dir,
+            options.instance.clone(),
+            options.state_in_memory,
+        )?;
         let delegation = namespace.cgroups().delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
-            state_root: run_dir.crun_state(),
+            state_root: run_dir.crun_state_on_disk(),
             cgroups: delegation.is_some(),
         };
         crun.delete_stale(|id| run_dir.is_stale(id));
+        let crun = Crun {
+            state_root: run_dir.crun_state(),
+            ..crun
+        };
         crun.pin_read_only();
         if let Some(delegation) = &delegation {
             // After crun's stale containers: their processes are gone or
@@ -194,6 +205,12 @@ impl Sandbox {
         // anyone of xfn's waiting for its init.
         reaper::become_subreaper()?;
         Ok(sandbox)
+    }
+
+    /// Where this sandbox's runs get their root filesystems (in memory or on
+    /// the disk, as its run state: `bundle.rs`).
+    pub fn rootfs_dir(&self) -> PathBuf {
+        self.run_dir.rootfs_dir()
     }
 
     /// Checks once that the OCI runtime is crun, new enough

@@ -15,6 +15,11 @@
 # neighbours' load. The medians over the rounds close the report, and the
 # load average before each round says how busy the machine was.
 #
+# With PERF_DATA=FILE, one more run of the AFTER binary, not counted, is
+# sampled by `perf record -g` (uid 65532's processes: the daemon, crun, the
+# containers, the load generator) into FILE (`perf report -i FILE --sort
+# comm,dso`).
+#
 # Both daemons run as uid 65532 without capabilities (the realistic
 # sidecar). Needs what benches/server.sh needs but hyperfine and podman.
 # Run as root from the repository root, with binaries built by `cargo build
@@ -92,14 +97,22 @@ measure() {
     $AS_NONROOT env IDLE_CALLS=0 "$WORK/load" "$socket" "$IMAGE" "$WORK/input.yaml" 0 200 "$CALLERS" >/dev/null
     sleep 1
     daemon=$(xfn_of "$XFN_PID")
+    perf=
+    if [ "$2" = perf ]; then
+        perf record -q -g -u "$NONROOT" -o "$PERF_DATA" 2>/dev/null &
+        perf=$!
+        sleep 1
+    fi
     before=$(cpu_ticks "$daemon")
     rate=$($AS_NONROOT env IDLE_CALLS=0 "$WORK/load" "$socket" "$IMAGE" "$WORK/input.yaml" 0 "$CALLS" "$CALLERS" |
         sed -n 's/^throughput_[0-9]*_callers_per_s=//p')
+    if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" || true; fi
     # The 10 calls the load generator makes before it counts, too.
     ticks=$(( $(cpu_ticks "$daemon") - before ))
     kill -TERM "$XFN_PID"
     wait "$XFN_PID"
     XFN_PID=
+    [ "$2" != perf ] || return 0
     echo "$1 $2 $rate $(echo "$ticks $(getconf CLK_TCK) $CALLS" | awk '{printf "%.2f", $1 * 1000 / $2 / ($3 + 10)}')" >>"$WORK/results"
 }
 
@@ -113,6 +126,8 @@ for round in $(seq "$ROUNDS"); do
         measure before "$round"
     fi
 done
+
+[ -z "${PERF_DATA:-}" ] || measure after perf
 
 python3 - "$WORK/results" "$CALLERS" "$CALLS" <<'PY'
 import statistics, sys

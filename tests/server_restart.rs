@@ -223,7 +223,11 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_killed_xfns_left_on_the_disk() 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    drop(one_shot.stdin.take());
+    {
+        use std::io::Write;
+        let mut input = one_shot.stdin.take().unwrap();
+        input.write_all(FUNCTION_IO.as_bytes()).unwrap();
+    }
     wait_until("the one-shot run's function runs", || {
         processes_with("sleep 3628").len() == 1
     })

@@ -1,6 +1,6 @@
 //! An error and its causes as one message: the one place a chain of
 //! `source()`s becomes text, for the CLI's last line, the daemon's logs and
-//! a gRPC status's message (`serving::status`).
+//! a gRPC status's message (`grpc::status`).
 //!
 //! Why a chain: xfn's errors say their own step only ("cannot prepare the
 //! run bundle /x") and hold what went wrong beneath as a typed `#[source]`
@@ -137,6 +137,54 @@ mod tests {
             one_line(&err),
             "the call timed out once, then: extracting layer sha256:1: timed out"
         );
+    }
+
+    /// The crate's own errors hold their cause as a source and never also
+    /// print it: a `#[error]` message naming `{source}`, or `{0}` of a
+    /// `#[from]`/`#[source]` field, would repeat it in every chain.
+    #[test]
+    fn no_error_of_the_crate_repeats_its_source_in_its_own_message() {
+        let mut found = Vec::new();
+        visit(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut found,
+        );
+        assert!(
+            found.is_empty(),
+            "messages that repeat their source: {found:#?}"
+        );
+    }
+
+    fn visit(dir: &std::path::Path, found: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                visit(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("chain.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for item in text.split("#[error(").skip(1) {
+                    // The attribute, then the lines of its item up to the
+                    // variant (or struct) that carries it.
+                    let (attr, rest) = item.split_once(")]").unwrap_or((item, ""));
+                    let holder = rest
+                        .lines()
+                        .map(str::trim)
+                        .find(|l| !l.is_empty() && !l.starts_with("///") && !l.starts_with("#["))
+                        .unwrap_or_default();
+                    let names_source = attr.contains("{source}") || attr.contains("{source:");
+                    let names_0 = attr.contains("{0}") || attr.contains("{0:");
+                    let zero_is_source =
+                        holder.contains("(#[from]") || holder.contains("(#[source]");
+                    if names_source || (names_0 && zero_is_source) {
+                        found.push(format!("{}: {holder}", path.display()));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -60,10 +60,10 @@ use nix::sys::signal::Signal;
 pub enum PidnsError {
     /// The kernel refused a new PID namespace: nothing changed, xfn can go
     /// on as before (its containers then outlive a SIGKILL).
-    #[error("cannot create a PID namespace: {0}")]
-    Unavailable(nix::Error),
+    #[error("cannot create a PID namespace")]
+    Unavailable(#[source] nix::Error),
     /// A step after the namespace was created failed.
-    #[error("cannot {what} for xfn's PID namespace: {source}")]
+    #[error("cannot {what} for xfn's PID namespace")]
     Sys {
         /// What was being done.
         what: &'static str,

@@ -50,7 +50,7 @@ pub struct RunOutput {
     pub usage: Option<RunUsage>,
 }
 
-/// Errors of a run. `serving::status` maps each to a gRPC status. Each
+/// Errors of a run. `grpc::status` maps each to a gRPC status. Each
 /// says its own step; what failed beneath is its typed source, so a message
 /// for a person is the error's chain (`crate::chain`).
 #[derive(Debug, thiserror::Error)]

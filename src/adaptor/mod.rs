@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use tonic::Status;
 
+use crate::chain::Chain;
 use crate::compose::json::{request_to_json, response_from_json};
 use crate::grpc::deadline::effective_timeout;
 use crate::grpc::{status_of, Calls};
@@ -115,8 +116,8 @@ impl Adaptor {
         request: pb::RunFunctionRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
-        let input = request_to_json(&request)
-            .map_err(|e| Status::internal(format!("cannot encode the request as JSON: {e}")))?;
+        let input =
+            request_to_json(&request).map_err(|e| Status::internal(Chain(&e).to_string()))?;
         let key = self.cache.as_ref().map(|_| CacheKey::of(&request, &input));
         if let (Some(cache), Some(key)) = (&self.cache, &key) {
             if let Some(response) = cache.get(key, Instant::now()) {
@@ -151,8 +152,9 @@ impl Adaptor {
         }
         let mut response = response_from_json(&output.stdout).map_err(|e| {
             Status::internal(format!(
-                "function {} wrote something that is not a RunFunctionResponse to stdout ({e}); its stderr: {}",
+                "function {}: {} (on its stdout); its stderr: {}",
                 self.options.name,
+                Chain(&e),
                 stderr_text(&output.stderr_tail)
             ))
         })?;

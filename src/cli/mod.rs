@@ -491,7 +491,7 @@ fn enter_pid_namespace() -> anyhow::Result<bool> {
             Ok(true)
         }
         Err(err @ crate::pidns::PidnsError::Unavailable(_)) => {
-            tracing::warn!(%err, "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
+            tracing::warn!(error = %crate::chain::Chain(&err), "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
             Ok(false)
         }
         Err(err) => Err(err).context("cannot tie the containers' lifetime to xfn's"),

@@ -153,7 +153,7 @@ fn refusal(path: &str, err: &InvalidRequest) -> String {
             "{source}: {err} (xfn run gives the function a FunctionIO on its stdin: \
              name a file of one, or pipe one to `-`)"
         ),
-        _ => format!("{source}: {err}"),
+        _ => format!("{source}: {}", crate::chain::one_line(err)),
     }
 }
 
@@ -236,6 +236,13 @@ mod tests {
         assert_eq!(
             refusal("in.yaml", &list),
             "in.yaml: input is not a FunctionIO: not a YAML mapping"
+        );
+        // What the parser found is said too (the error's source).
+        let unclosed = check_function_io(b"{ unclosed", usize::MAX).unwrap_err();
+        let line = refusal("in.yaml", &unclosed);
+        assert!(
+            line.starts_with("in.yaml: input is not a FunctionIO: not YAML: ") && line.len() > 48,
+            "{line}"
         );
     }
 

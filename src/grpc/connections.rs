@@ -118,7 +118,7 @@ pub fn raise_fd_limit() -> u64 {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => hard,
             Err(err) => {
-                tracing::debug!(error = %err, "cannot raise the descriptor limit");
+                tracing::debug!(error = %crate::chain::Chain(&err), "cannot raise the descriptor limit");
                 soft
             }
         },

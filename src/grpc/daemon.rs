@@ -40,10 +40,10 @@ use crate::runner::Runner;
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// The metrics endpoint could not be served or stopped.
-    #[error("the metrics endpoint: {0}")]
+    #[error("the metrics endpoint failed")]
     Metrics(#[from] MetricsError),
     /// The gRPC server failed.
-    #[error("serving: {0}")]
+    #[error("serving failed")]
     Serve(#[from] ServeError),
 }
 

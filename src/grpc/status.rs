@@ -7,6 +7,7 @@ use super::admission::AdmissionError;
 use crate::chain::Chain;
 use crate::image::ImageErrorKind;
 use crate::runner::RunError;
+use crate::server::validate::InvalidRequest;
 
 /// The gRPC code of an image error.
 fn image_code(kind: ImageErrorKind) -> Code {
@@ -51,6 +52,12 @@ pub fn status_of(err: &RunError) -> Status {
         | RunError::RunDir { .. } => Code::Internal,
     };
     Status::new(code, Chain(err).to_string())
+}
+
+/// The status of a request refused before it ran (InvalidArgument), with
+/// its chain: the field, then what is wrong with it.
+pub fn invalid_request_status(err: &InvalidRequest) -> Status {
+    Status::invalid_argument(Chain(err).to_string())
 }
 
 /// The status of a call that was not admitted.

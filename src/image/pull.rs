@@ -117,7 +117,7 @@ pub enum PullError {
         digest: String,
     },
     /// Writing a blob failed.
-    #[error("writing blob {digest}: {source}")]
+    #[error("writing blob {digest}")]
     Io {
         /// The blob.
         digest: String,
@@ -125,7 +125,7 @@ pub enum PullError {
         source: std::io::Error,
     },
     /// A CA bundle cannot be read.
-    #[error("cannot read CA bundle {path}: {source}")]
+    #[error("cannot read CA bundle {path}")]
     CaBundle {
         /// The file.
         path: std::path::PathBuf,

@@ -10,7 +10,7 @@ use super::validate::checked;
 use super::FunctionRunner;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
 use crate::grpc::serve::Services;
-use crate::grpc::{status_of, Calls};
+use crate::grpc::{invalid_request_status, status_of, Calls};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
@@ -82,7 +82,7 @@ impl<R: FunctionRunner> RunnerService<R> {
             self.options.max_input_bytes,
         )
         .await
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        .map_err(|e| invalid_request_status(&e))?;
         let output = self
             .calls
             .run(request.input.len(), deadline, |caller_left| async move {

@@ -81,7 +81,7 @@ pub fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
     let input = match checked {
         Ok(input) => input,
         Err(err) => {
-            eprintln!("xfn: {err:#}");
+            eprintln!("xfn: {}", crate::chain::one_line(err.as_ref()));
             return Ok(super::Prepared::Exit(ExitCode::from(USAGE)));
         }
     };

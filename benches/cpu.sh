@@ -16,9 +16,9 @@
 # load average before each round says how busy the machine was.
 #
 # With PERF_DATA=FILE, one more run of the AFTER binary, not counted, is
-# sampled by `perf record -g` (uid 65532's processes: the daemon, crun, the
-# containers, the load generator) into FILE (`perf report -i FILE --sort
-# comm,dso`).
+# sampled by `perf record -g -a` (the whole machine: read the daemon's,
+# crun's, the containers' and the load generator's shares) into FILE
+# (`perf report -i FILE --sort comm,dso`).
 #
 # Both daemons run as uid 65532 without capabilities (the realistic
 # sidecar). Needs what benches/server.sh needs but hyperfine and podman.
@@ -46,7 +46,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-LOAD=$(cargo build --quiet --release --bench server_load --message-format=json |
+# The load generator (LOAD_BINARY: one built already).
+LOAD=${LOAD_BINARY:-}
+[ -n "$LOAD" ] || LOAD=$(cargo build --quiet --release --bench server_load --message-format=json |
     python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -99,14 +101,14 @@ measure() {
     daemon=$(xfn_of "$XFN_PID")
     perf=
     if [ "$2" = perf ]; then
-        perf record -q -g -u "$NONROOT" -o "$PERF_DATA" 2>/dev/null &
+        perf record -q -g -a -o "$PERF_DATA" &
         perf=$!
         sleep 1
     fi
     before=$(cpu_ticks "$daemon")
     rate=$($AS_NONROOT env IDLE_CALLS=0 "$WORK/load" "$socket" "$IMAGE" "$WORK/input.yaml" 0 "$CALLS" "$CALLERS" |
         sed -n 's/^throughput_[0-9]*_callers_per_s=//p')
-    if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" || true; fi
+    if [ -n "$perf" ]; then kill -INT "$perf" || true; wait "$perf" || true; fi
     # The 10 calls the load generator makes before it counts, too.
     ticks=$(( $(cpu_ticks "$daemon") - before ))
     kill -TERM "$XFN_PID"

@@ -500,22 +500,21 @@ impl From<crate::sandbox::CrunOutput> for RunOutput {
 /// sweep reaps it (see `sandbox::reaper::reap_orphans`).
 const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
 
-/// Reaps container inits orphaned to this process (a child subreaper) as
-/// they exit (SIGCHLD) and every second, while the sandbox lives.
+/// Reaps container inits orphaned to this process (a child subreaper)
+/// every second, while the sandbox lives.
+///
+/// Not on SIGCHLD too: a daemon under load gets several per call (crun's
+/// processes, each container's init), and each sweep reads every thread's
+/// children and every child's `stat`: that was 16 % of a loaded daemon's own
+/// CPU (benches/PROFILE.md). It bought no promptness: a zombie is reaped
+/// only once seen `ORPHAN_SETTLE` apart, so either way an orphan is reaped
+/// within two ticks of its exit.
 async fn sweep_orphans(sandbox: std::sync::Weak<Sandbox>) {
-    use tokio::signal::unix::{signal, SignalKind};
     let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut child = signal(SignalKind::child()).ok();
     let mut seen = std::collections::HashMap::new();
     loop {
-        tokio::select! {
-            _ = sweep.tick() => {},
-            Some(()) = async { match child.as_mut() {
-                Some(child) => child.recv().await,
-                None => std::future::pending().await,
-            } } => {},
-        }
+        sweep.tick().await;
         if sandbox.strong_count() == 0 {
             return;
         }

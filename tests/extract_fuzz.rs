@@ -240,6 +240,7 @@ fn extract_checked(tar: &[u8], mode: WhiteoutMode, use_openat2: bool) -> Result<
             ..LayerBounds::default()
         },
         use_openat2,
+        owner_shift: 0,
     };
     // Ok or a refusal: both are fine; a panic fails the case. A layer
     // taken whole held no more entries than the bound.

@@ -132,6 +132,41 @@ fn ownership_is_kept_as_root() {
     assert_eq!(t["shared"].mode, 0o2775);
 }
 
+/// Where xfn's namespace keeps its id 0 apart from its functions'
+/// (`xfn::image::store::owners`), image ids are stored one up: root's
+/// files are id 1's, and a directory owned by 0 in a later layer still
+/// gets it.
+#[test]
+fn owners_are_shifted_by_the_namespaces_shift() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test checks ownership as root: run the tests as root"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let layer = Layer::verbatim()
+        .owner(0, 0)
+        .dir("etc/", 0o755)
+        .file("etc/passwd", 0o644, b"root")
+        .owner(65532, 65532)
+        .dir("home/", 0o700)
+        .symlink("home/l", "x")
+        .tar();
+    let shifted = ExtractOptions {
+        owner_shift: 1,
+        ..Default::default()
+    };
+    extract_layer_with(layer.as_slice(), tmp.path(), WhiteoutMode::Flatten, shifted).unwrap();
+    let t = snapshot(tmp.path());
+    for (p, id) in [
+        ("etc", 1),
+        ("etc/passwd", 1),
+        ("home", 65533),
+        ("home/l", 65533),
+    ] {
+        assert_eq!((t[p].uid, t[p].gid), (id, id), "{p}");
+    }
+}
+
 #[test]
 fn unmapped_owners_are_tolerated_unprivileged() {
     if !support::reexec::in_unprivileged_child() {

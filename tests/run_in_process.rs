@@ -26,6 +26,7 @@ fn main() {
         map_root_uid: 100_000,
         map_root_gid: 100_000,
         cache_dir: cache.clone(),
+        subordinate_ids: true,
     })
     .expect("enter the user namespace");
     // As `xfn start` does: whatever a failing case leaves running (a warm

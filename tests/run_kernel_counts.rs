@@ -149,16 +149,135 @@ async fn a_function_taking_every_inotify_instance_gets_its_runs_share_and_leaves
     daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
 }
 
-/// Epoll watches are counted per host uid, not per namespace: xfn cannot
-/// bound a function's share without a memory limit, and says so at start.
+/// Adds epoll watches (every eventfd it makes, to one epoll instance after
+/// another) until the kernel refuses one, writes how many it got and why
+/// to /tmp/took, then execs its arguments, the watches held.
+const EPOLL_HOG: &str = r#"
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_uint};
+#[repr(C, packed)]
+struct Event { events: u32, data: u64 }
+extern "C" {
+    fn eventfd(initval: c_uint, flags: c_int) -> c_int;
+    fn epoll_create1(flags: c_int) -> c_int;
+    fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut Event) -> c_int;
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+}
+fn main() {
+    let fds: Vec<c_int> = (0..4000).map(|_| unsafe { eventfd(0, 0) }).filter(|&fd| fd >= 0).collect();
+    let mut taken = 0u64;
+    let error = 'taking: loop {
+        let epoll = unsafe { epoll_create1(0) };
+        if epoll < 0 {
+            break 'taking std::io::Error::last_os_error();
+        }
+        for &fd in &fds {
+            let mut event = Event { events: 1, data: 0 };
+            if unsafe { epoll_ctl(epoll, 1, fd, &mut event) } != 0 {
+                break 'taking std::io::Error::last_os_error();
+            }
+            taken += 1;
+        }
+    };
+    std::fs::write("/tmp/took", format!("took {taken}: {error}")).unwrap();
+    let rest: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
+    if let Some(program) = rest.first() {
+        let mut argv: Vec<*const c_char> = rest.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        unsafe { execv(program.as_ptr(), argv.as_ptr()) };
+    }
+}
+"#;
+
+/// Issue 22's case: a function adds epoll watches until `epoll_ctl` fails
+/// with ENOSPC (`fs.epoll.max_user_watches`, counted per host uid). Under
+/// xfn's uid that left the gatekeeper unable to adopt a connection and
+/// every new call UNAVAILABLE; with subordinate ids the function runs
+/// under a host uid of its own (read from the host) and other callers'
+/// calls, each on a new connection, keep succeeding while it holds them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_taking_every_epoll_watch_of_its_uid_leaves_the_daemon_serving_others() {
+    let dir = world_traversable_tempdir();
+    let hog = static_rust_binary(dir.path(), "epoll_hog", EPOLL_HOG);
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/hog", 0o755, std::fs::read(&hog).unwrap()))
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "cat >/dev/null; n=47; exec /hog /bin/busybox sleep ${n}19",
+        ])
+        .push(&registry, "epoll-hog:v1")
+        .reference;
+    let echo = echo_image(&registry, "echo:v1");
+    let first = subordinate_range(0);
+    let daemon = Daemon::start_with_subordinate_ids(first, &["--max-concurrent-runs", "3"]).await;
+    assert!(
+        daemon
+            .log()
+            .contains("functions run under host uids that are not xfn's"),
+        "{}",
+        daemon.log()
+    );
+    daemon.call_ok(&echo).await;
+    let mut hogger = daemon.client().await;
+    let hogging = tokio::spawn(async move {
+        hogger
+            .run_function(request_with_timeout(
+                &image,
+                FUNCTION_IO,
+                Duration::from_secs(300),
+            ))
+            .await
+    });
+    // The exec happens once the taking is done.
+    let pid = loop {
+        if let Some(pid) = process_where(|cmdline| cmdline == "/bin/busybox sleep 4719") {
+            break pid;
+        }
+        assert!(!hogging.is_finished(), "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let took = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/took")).unwrap();
+    let limit: u64 = std::fs::read_to_string("/proc/sys/fs/epoll/max_user_watches")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(took.ends_with("(os error 28)"), "ENOSPC: {took}");
+    assert!(
+        took.starts_with(&format!("took {limit}:")),
+        "every watch of its uid: {took}"
+    );
+    // Its host uid is the image root's subordinate id, not the daemon's.
+    assert_eq!(status_field(pid, "Uid"), u64::from(first));
+    assert_eq!(status_field(daemon.xfn_pid(), "Uid"), u64::from(NONROOT));
+    // Other callers, each on a new connection the gatekeeper adopts.
+    for _ in 0..10 {
+        daemon.call_ok(&echo).await;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = hogging.await;
+    daemon.call_ok(&echo).await;
+}
+
+/// Epoll watches are counted per host uid, not per namespace: without
+/// other ids for its functions xfn cannot bound a function's share without
+/// a memory limit, and says so at start, with how to give it other ids.
 #[tokio::test(flavor = "multi_thread")]
 async fn xfn_start_warns_that_epoll_watches_are_shared_with_its_functions() {
     let daemon = Daemon::start(&[]).await;
     let log = daemon.log();
     let limit = std::fs::read_to_string("/proc/sys/fs/epoll/max_user_watches").unwrap();
     assert!(
-        log.contains("fs.epoll.max_user_watches")
-            && log.contains(&format!("max_user_watches={}", limit.trim())),
+        log.contains("functions share xfn's host uid")
+            && log.contains("fs.epoll.max_user_watches")
+            && log.contains(&format!("max_user_watches={}", limit.trim()))
+            && log.contains("/etc/subuid"),
         "{log}"
     );
     let readme =
@@ -203,7 +322,7 @@ fn xfn_run_bounds_each_runs_inotify_and_fanotify_counts_with_either_mapping() {
             .arg(&cache)
             .arg(&image)
             .arg("-");
-        let out = stdout(&run_with_input(cmd, FUNCTION_IO.as_bytes()));
+        let out = stdout(&run_with_input(cmd, b""));
         assert_eq!(out, format!("{}\n{host}\n", host / 8), "{unprivileged_run}");
     }
 }

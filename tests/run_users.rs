@@ -113,7 +113,7 @@ fn xfn_run(cache: &Path, uid: Option<u32>, image: &str) -> std::process::Output 
         .arg(cache)
         .arg(image)
         .arg("-");
-    run_with_input(cmd, FUNCTION_IO.as_bytes())
+    run_with_input(cmd, b"input\n")
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn xfn_run_unprivileged_runs_image_users_as_themselves_and_refuses_unknown_ones(
         let out = stdout(&xfn_run(&cache, Some(NONROOT), &image));
         assert_eq!(
             out,
-            format!("{expected}0000000000000000\n{FUNCTION_IO}"),
+            format!("{expected}0000000000000000\ninput\n"),
             "{user}"
         );
     }
@@ -138,9 +138,11 @@ fn xfn_run_unprivileged_runs_image_users_as_themselves_and_refuses_unknown_ones(
     }
 }
 
-/// As root xfn maps 65536 ids one to one: the image's ids are themselves
-/// (files keep their owners: root's), and an id past the range is refused
-/// with the range named, as is `(uid_t)-1`.
+/// As root xfn maps a 65536-id range, keeps its first id for itself and
+/// gives functions the 65535 after it: the image's ids are themselves
+/// (files keep their owners: root's), container 0 is xfn's id 1, never
+/// its own 0, and an id past them is refused with the count named, as is
+/// `(uid_t)-1`.
 #[test]
 fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it() {
     let registry = Registry::start();
@@ -155,7 +157,7 @@ fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it(
         let out = stdout(&xfn_run(&cache, None, &image));
         assert_eq!(
             out,
-            format!("{uid_gid}0:0\n0 0 65536\n0000000000000000\n{FUNCTION_IO}"),
+            format!("{uid_gid}0:0\n0 1 65535\n0000000000000000\ninput\n"),
             "{user}"
         );
     }
@@ -165,7 +167,7 @@ fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it(
         (
             "u100000",
             "100000",
-            "id 100000 is outside the 65536 ids xfn maps",
+            "id 100000 is outside the 65535 ids xfn maps",
         ),
     ] {
         let image = user_image(&registry, &format!("{name}:v1"), user);
@@ -173,3 +175,68 @@ fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it(
         assert!(err.contains(reason), "{user}: {err}");
     }
 }
+
+/// With subordinate ids (65532's 65536 in /etc/subuid and /etc/subgid,
+/// `newuidmap`) the unprivileged daemon maps the image's ids one to one
+/// onto them, past its own: each user is itself, its image's files keep
+/// their owners (root's, and the user's own home, which it can write), and
+/// an id past the 65536 is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_with_subordinate_ids_runs_image_users_as_themselves_over_ids_not_its_own() {
+    let registry = Registry::start();
+    let first = subordinate_range(1);
+    let daemon = Daemon::start_with_subordinate_ids(first, &[]).await;
+    let mut client = daemon.client().await;
+    for (name, user, uid_gid) in [
+        ("u65532g65532", "65532:65532", "65532\n65532\n"),
+        ("u1000", "1000", "1000\n0\n"),
+        ("byname", "nonroot", "65532\n65532\n"),
+        ("root", "", "0\n0\n"),
+    ] {
+        let image = ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(Layer::new().owner(65532, 65532).dir("/home/nonroot", 0o700))
+            .entrypoint([
+                "/bin/sh",
+                "-c",
+                &format!("{WHO_AM_I_BRIEF}; echo mine >/home/nonroot/f 2>/dev/null; cat /home/nonroot/f 2>/dev/null; cat"),
+            ])
+            .user(user)
+            .push(&registry, &format!("sub-{name}:v1"))
+            .reference;
+        let out = client
+            .run_function(request(&image, FUNCTION_IO))
+            .await
+            .unwrap_or_else(|s| panic!("{user}: {s:?}\n{}", daemon.log()));
+        let out = String::from_utf8(out.into_inner().output).unwrap();
+        // Only root and the home's owner write to it.
+        let home = if ["65532:65532", "nonroot", ""].contains(&user) {
+            "mine\n"
+        } else {
+            ""
+        };
+        assert_eq!(
+            out,
+            format!("{uid_gid}0:0\n0 1 65536\n{home}{FUNCTION_IO}"),
+            "{user}\n{}",
+            daemon.log()
+        );
+    }
+    let image = user_image(&registry, "sub-u65536:v1", "65536");
+    let status = client
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("id 65536 is outside the 65536 ids xfn maps"),
+        "{status:?}"
+    );
+}
+
+/// What [`the_daemon_with_subordinate_ids_runs_image_users_as_themselves_over_ids_not_its_own`]'s
+/// functions print: ids, owner of the image's files, uid map.
+const WHO_AM_I_BRIEF: &str = "id -u; id -g; stat -c %u:%g /bin/busybox; \
+    cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'";

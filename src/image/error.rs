@@ -42,7 +42,7 @@ pub enum ImageError {
         reason: String,
     },
     /// Extracting a layer failed.
-    #[error("extracting layer {digest}")]
+    #[error("extracting layer {digest}: {source}")]
     Extract {
         /// The layer blob digest.
         digest: String,
@@ -60,7 +60,7 @@ pub enum ImageError {
         bound: PullBound,
     },
     /// Local file system trouble.
-    #[error("{path}")]
+    #[error("{path}: {source}")]
     Io {
         /// The path involved.
         path: PathBuf,

@@ -19,6 +19,8 @@ pub(crate) mod fsops;
 mod meta;
 mod paths;
 mod seen;
+#[cfg(test)]
+mod throughput;
 mod tree;
 
 use std::io::Read;
@@ -42,7 +44,7 @@ pub enum WhiteoutMode {
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     /// An I/O error on an entry.
-    #[error("layer entry {entry:?}")]
+    #[error("layer entry {entry:?}: {source}")]
     Io {
         /// The entry's path in the tar.
         entry: String,
@@ -68,7 +70,7 @@ pub enum ExtractError {
         bound: Bound,
     },
     /// The tar stream itself could not be read.
-    #[error("reading the layer tar (after entry {after:?})")]
+    #[error("reading the layer tar (after entry {after:?}): {source}")]
     Read {
         /// The last entry read successfully (empty at the start).
         after: String,
@@ -101,6 +103,9 @@ pub struct ExtractOptions {
     /// fallback for old kernels or seccomp filters refusing openat2; tests
     /// use it to exercise that path).
     pub use_openat2: bool,
+    /// Added to every entry's uid and gid: 1 where xfn's namespace keeps
+    /// its id 0 apart from its functions' (`store::owners`).
+    pub owner_shift: u32,
 }
 
 impl Default for ExtractOptions {
@@ -108,6 +113,7 @@ impl Default for ExtractOptions {
         Self {
             bounds: LayerBounds::default(),
             use_openat2: true,
+            owner_shift: 0,
         }
     }
 }
@@ -162,7 +168,7 @@ fn extract_guarded<R: Read>(
             source,
         },
     )?;
-    let mut job = entry::Extraction::new(tree);
+    let mut job = entry::Extraction::new(tree, options.owner_shift);
     let mut archive = tar::Archive::new(reader);
     let entries = archive.entries().map_err(|source| ExtractError::Read {
         after: String::new(),
@@ -215,8 +221,6 @@ pub fn quote(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    mod throughput;
 
     #[test]
     fn long_names_are_quoted_cut() {

@@ -25,7 +25,8 @@ use super::reference::{is_loopback_registry, ImageReference};
 
 mod manifest;
 
-pub use super::descriptor::{sha256_digest, BlobRef, Manifest};
+pub use super::descriptor::{is_sha256_digest, sha256_digest, BlobRef, Manifest};
+pub use manifest::host_platform;
 use manifest::{bad, choose_platform, parse_raw, to_manifest};
 
 /// Manifests and indexes this client accepts.
@@ -117,7 +118,7 @@ pub enum PullError {
         digest: String,
     },
     /// Writing a blob failed.
-    #[error("writing blob {digest}")]
+    #[error("writing blob {digest}: {source}")]
     Io {
         /// The blob.
         digest: String,
@@ -125,7 +126,7 @@ pub enum PullError {
         source: std::io::Error,
     },
     /// A CA bundle cannot be read.
-    #[error("cannot read CA bundle {path}")]
+    #[error("cannot read CA bundle {path}: {source}")]
     CaBundle {
         /// The file.
         path: std::path::PathBuf,

@@ -104,6 +104,7 @@ mod import;
 mod layout;
 mod listing;
 mod lock;
+pub mod owners;
 mod pin;
 mod publish;
 mod rootfs;
@@ -114,7 +115,7 @@ pub use entries::PulledImage;
 pub use gc::GcReport;
 pub(crate) use import::file_digest;
 pub use import::ImportSource;
-pub use listing::{CacheListing, CachedImage};
+pub use listing::CachedImage;
 pub use pin::ImagePin;
 
 use lock::{KeyGuard, KeyLocks};
@@ -173,6 +174,8 @@ struct Inner {
     sizes: Mutex<HashMap<PathBuf, u64>>,
     /// When this process last marked each ref used (see `entries`).
     touched: Mutex<HashMap<PathBuf, Instant>>,
+    /// What image ids are shifted by when layers are extracted (`owners`).
+    owner_shift: u32,
 }
 
 impl std::fmt::Debug for Store {
@@ -200,6 +203,7 @@ impl Store {
                 instance,
                 sizes: Mutex::default(),
                 touched: Mutex::default(),
+                owner_shift: owners::shift_of(cache_dir),
             }),
         };
         store.clean_tmp();
@@ -241,6 +245,11 @@ impl Store {
         }
     }
 
+    /// What image ids are shifted by in extracted layers (`owners`).
+    pub(crate) fn owner_shift(&self) -> u32 {
+        self.inner.owner_shift
+    }
+
     fn sizes_memo(&self) -> MutexGuard<'_, HashMap<PathBuf, u64>> {
         self.inner.sizes.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -249,9 +258,11 @@ impl Store {
         self.inner.touched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn extract_options(&self) -> ExtractOptions {
+    /// How every extraction into this store goes: its bounds and owners.
+    pub(crate) fn extract_options(&self) -> ExtractOptions {
         ExtractOptions {
             bounds: self.layer_bounds(),
+            owner_shift: self.owner_shift(),
             ..Default::default()
         }
     }

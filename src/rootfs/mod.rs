@@ -35,11 +35,12 @@
 //! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
 pub use copy::copy_tree;
-pub(crate) use overlay::{mount_tmpfs, unmount};
 
 /// `--rootfs`: how runs get their root filesystem.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -85,7 +86,7 @@ pub enum RootfsError {
     #[error("rootfs: {0}")]
     Input(&'static str),
     /// A step failed.
-    #[error("rootfs: {step} {path}")]
+    #[error("rootfs: {step} {path}: {source}")]
     Io {
         /// What was being done.
         step: &'static str,
@@ -131,6 +132,12 @@ pub struct RootfsOptions {
     /// Mount with `mount(2)` even where the new mount API is available (the
     /// path old kernels take; tests use it).
     pub legacy_mount: bool,
+    /// The id (uid and gid) of xfn's namespace that is the image's root:
+    /// 0, or 1 where functions run under ids past xfn's own
+    /// (`image::store::owners`). The rootfs's top directory, which xfn
+    /// makes, is given to it, so that the function's root owns its `/` as
+    /// it owns the image's files.
+    pub root_id: u32,
 }
 
 impl Default for RootfsOptions {
@@ -138,6 +145,7 @@ impl Default for RootfsOptions {
         Self {
             size_bytes: DEFAULT_ROOTFS_SIZE,
             legacy_mount: false,
+            root_id: 0,
         }
     }
 }
@@ -152,6 +160,16 @@ pub struct Rootfs {
     /// Whether run_dir was created (and so is ours to remove).
     created: bool,
     cleaned: bool,
+}
+
+/// Gives `dir`, made by xfn, to the image's root `root_id` (nothing to do
+/// when that is xfn's own id 0).
+fn give_to_root(dir: &Path, root_id: u32) -> Result<(), RootfsError> {
+    if root_id == 0 {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(dir, Some(root_id), Some(root_id))
+        .map_err(io_err("giving the image's root", dir))
 }
 
 impl Rootfs {
@@ -211,6 +229,7 @@ impl Rootfs {
             .map_err(io_err("mounting the run tmpfs on", &run_dir))?;
         self.mounts.push(run_dir.clone());
         copy_tree(src, &self.path).map_err(io_err("copying into", &self.path))?;
+        give_to_root(&self.path, options.root_id)?;
         overlay::bound_tmpfs(&run_dir, options.size_bytes)
             .map_err(io_err("bounding the run tmpfs on", &run_dir))
     }
@@ -232,6 +251,8 @@ impl Rootfs {
         for d in [&upper, &work, &self.path] {
             std::fs::create_dir(d).map_err(io_err("creating", d))?;
         }
+        // The overlay's `/` is the upper dir's.
+        give_to_root(&upper, options.root_id)?;
         overlay::mount_overlay(&overlay::OverlaySpec {
             layers,
             upper: &upper,
@@ -279,18 +300,10 @@ impl Rootfs {
 /// Detaches whatever is still mounted under `run_dir`, then removes it. It
 /// never deletes through a mount: if one stays, it fails instead.
 fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
-    // A run's usual end: its own mounts are gone by now, and all it wrote
-    // was in them, so its dir is empty. A plain rmdir removes it, and
-    // cannot delete through a mount (it fails on a mount point and on a dir
-    // that holds anything). Only otherwise read `mountinfo`, which lists
-    // every mount of xfn's namespace (two per warm container): reading it
-    // once per run was about 11 % of a loaded daemon's own CPU
-    // (benches/PROFILE.md).
-    match std::fs::remove_dir(run_dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(_) => {}
-    }
+    // Read once when nothing is mounted, a run's usual end (its own mounts
+    // are gone by now): `mountinfo` lists every mount of xfn's namespace,
+    // two per warm container, and parsing it twice per run was about 1.5 %
+    // of a loaded daemon's CPU (benches/PROFILE.md).
     let mounted =
         overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))?;
     if !mounted.is_empty() {
@@ -313,7 +326,7 @@ fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
 impl Drop for Rootfs {
     fn drop(&mut self) {
         if let Err(e) = self.cleanup() {
-            tracing::error!(error = %crate::chain::Chain(&e), run_dir = %self.run_dir.display(), "rootfs cleanup failed");
+            tracing::error!(error = %e, run_dir = %self.run_dir.display(), "rootfs cleanup failed");
         }
     }
 }
@@ -369,7 +382,7 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         None,
         &tmp.path().join("run"),
     )
-    .map_err(|e| crate::chain::one_line(&e))?;
+    .map_err(|e| e.to_string())?;
     let root = rootfs.path().to_path_buf();
     let checks = (|| {
         if root.join("hidden").symlink_metadata().is_ok() {
@@ -380,9 +393,6 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         }
         std::fs::write(root.join("written"), b"y").map_err(|e| step("write to the overlay", e))
     })();
-    let cleaned = rootfs.cleanup().map_err(|e| crate::chain::one_line(&e));
+    let cleaned = rootfs.cleanup().map_err(|e| e.to_string());
     checks.and(cleaned)
 }
-
-#[cfg(test)]
-mod tests;

@@ -513,10 +513,7 @@ impl Pool {
                 self.dispose(warm);
             }
             Err(err) => {
-                tracing::warn!(
-                    error = %crate::chain::Chain(&err),
-                    "cannot create a warm container; calls take the cold path"
-                );
+                tracing::warn!(%err, "cannot create a warm container; calls take the cold path");
             }
         }
     }

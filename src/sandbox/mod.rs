@@ -10,13 +10,14 @@ pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod crun;
-pub mod function_server;
 pub mod netns;
-pub mod oci_runtime;
 pub mod reaper;
+pub mod runtime;
 pub mod seccomp;
 mod seccomp_bpf;
+pub mod served;
 pub mod spec;
+pub mod subids;
 pub mod ucounts;
 pub mod user;
 pub mod userns;
@@ -33,13 +34,12 @@ pub use spec::{Limits, SpecError};
 /// The default cap on stdout and on stderr of a run: 100 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
 
-/// Errors of the sandbox. Each says its own step; what failed beneath is
-/// its source (see `crate::chain`).
+/// Errors of the sandbox.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// Limits are required but cannot be enforced here.
-    #[error(transparent)]
-    LimitsUnavailable(#[from] LimitsUnavailable),
+    #[error("resource limits are required (--require-limits) but not enforced: {0}")]
+    LimitsUnavailable(String),
     /// The spec could not be built from the image.
     #[error(transparent)]
     Spec(#[from] SpecError),
@@ -51,64 +51,39 @@ pub enum SandboxError {
     Crun(#[from] CrunError),
     /// The OCI runtime is missing, not crun, or too old.
     #[error(transparent)]
-    Runtime(#[from] oci_runtime::RuntimeError),
+    Runtime(#[from] runtime::RuntimeError),
     /// The run's cgroup could not be set up.
     #[error(transparent)]
     Cgroup(#[from] cgroup::run::CgroupError),
-    /// The kernel's OOM killer killed a process of the run.
-    #[error(transparent)]
-    MemoryLimitExceeded(#[from] MemoryLimitExceeded),
+    /// The kernel's OOM killer killed a process of the run: it went past its
+    /// memory limit.
+    #[error(
+        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code})",
+        crate::quantity::format_bytes(*limit_bytes)
+    )]
+    MemoryLimitExceeded {
+        /// The limit, in bytes.
+        limit_bytes: u64,
+        /// The exit code the run ended with.
+        code: i32,
+        /// The last bytes of stderr.
+        stderr_tail: Vec<u8>,
+    },
     /// A served container kept running but never listened where expected.
-    #[error(transparent)]
-    NotServing(#[from] NotServing),
-}
-
-/// cpu/memory/pids limits are required (`--require-limits`) but this host
-/// does not enforce them. Defined here, where it is found; the runner's
-/// error carries it as it is.
-#[derive(Debug, thiserror::Error)]
-#[error("resource limits are required but not enforced: {why}")]
-pub struct LimitsUnavailable {
-    /// Why not (no delegated cgroup, a controller missing), as the cgroup
-    /// probe found.
-    pub why: String,
-}
-
-/// The kernel's OOM killer killed a process of the run: it went past its
-/// memory limit. Defined here, where the cgroup tells; the runner's error
-/// carries it as it is.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
-    crate::quantity::format_bytes(*limit_bytes),
-    crun::tail_text(stderr_tail)
-)]
-pub struct MemoryLimitExceeded {
-    /// The limit, in bytes.
-    pub limit_bytes: u64,
-    /// The exit code the run ended with (137 when the function's own
-    /// process was killed).
-    pub code: i32,
-    /// The last [`crun::STDERR_TAIL_BYTES`] of its stderr.
-    pub stderr_tail: Vec<u8>,
-}
-
-/// A served container kept running but never listened where expected; its
-/// source is why the last connection attempt failed.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the function did not listen on {address} within {after:?} (its output ends: {}); the last attempt to connect failed",
-    String::from_utf8_lossy(output_tail).trim()
-)]
-pub struct NotServing {
-    /// Where it should listen, inside its network namespace.
-    pub address: std::net::SocketAddr,
-    /// How long xfn waited.
-    pub after: Duration,
-    /// The last bytes of its stdout and stderr.
-    pub output_tail: Vec<u8>,
-    /// Why the last connection attempt failed.
-    pub source: std::io::Error,
+    #[error(
+        "the function did not listen on {address} within {after:?} (last attempt: {last_error}); its output ends: {}",
+        String::from_utf8_lossy(output_tail).trim_end()
+    )]
+    NotServing {
+        /// Where it should listen, inside its network namespace.
+        address: std::net::SocketAddr,
+        /// How long xfn waited.
+        after: Duration,
+        /// Why the last connection attempt failed.
+        last_error: String,
+        /// The last bytes of its stdout and stderr.
+        output_tail: Vec<u8>,
+    },
 }
 
 /// How the sandbox runs containers.
@@ -130,9 +105,6 @@ pub struct SandboxOptions {
     pub instance: std::sync::Arc<crate::instance::Instance>,
     /// Size of each run's `/tmp`, in bytes.
     pub tmp_size_bytes: u64,
-    /// Keep this xfn's run state in a tmpfs of its mount namespace
-    /// (`bundle.rs`): only where its containers end with it.
-    pub state_in_memory: bool,
 }
 
 /// Runs containers; shared by every call.
@@ -145,12 +117,11 @@ pub struct Sandbox {
     /// Where run cgroups go, when limits are enforced.
     delegation: Option<cgroup::Delegation>,
     /// The verdict on the runtime, reached before the first container.
-    runtime_checked:
-        std::sync::OnceLock<Result<oci_runtime::CrunVersion, oci_runtime::RuntimeError>>,
+    runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
     /// The seccomp profile compiled once (base64 BPF), when it could be.
     seccomp_bpf: Option<String>,
-    /// How many ids xfn's namespace maps (each run's maps the same).
-    mapped_ids: u32,
+    /// The ids functions run under (each run maps the image's onto them).
+    function_ids: userns::FunctionIds,
     /// Per-namespace kernel counts set on each run's user namespace.
     ucounts: ucounts::UcountLimits,
 }
@@ -165,22 +136,14 @@ impl Sandbox {
         namespace: &userns::Namespace,
         options: SandboxOptions,
     ) -> Result<Self, SandboxError> {
-        let run_dir = RunDir::open(
-            &options.run_dir,
-            options.instance.clone(),
-            options.state_in_memory,
-        )?;
+        let run_dir = RunDir::open(&options.run_dir, options.instance.clone())?;
         let delegation = namespace.cgroups().delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
-            state_root: run_dir.crun_state_on_disk(),
+            state_root: run_dir.crun_state(),
             cgroups: delegation.is_some(),
         };
         crun.delete_stale(|id| run_dir.is_stale(id));
-        let crun = Crun {
-            state_root: run_dir.crun_state(),
-            ..crun
-        };
         crun.pin_read_only();
         if let Some(delegation) = &delegation {
             // After crun's stale containers: their processes are gone or
@@ -188,7 +151,7 @@ impl Sandbox {
             cgroup::run::sweep_stale(delegation, |name| options.instance.is_dead_name(name));
         }
         let limits_unavailable = namespace.cgroups().why_no_limits();
-        let mapped_ids = namespace.mapped_ids();
+        let function_ids = namespace.function_ids();
         let mut sandbox = Self {
             crun,
             run_dir,
@@ -197,7 +160,7 @@ impl Sandbox {
             delegation,
             runtime_checked: std::sync::OnceLock::new(),
             seccomp_bpf: None,
-            mapped_ids,
+            function_ids,
             ucounts: namespace.ucounts().clone(),
         };
         sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
@@ -207,19 +170,13 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// Where this sandbox's runs get their root filesystems (in memory or on
-    /// the disk, as its run state: `bundle.rs`).
-    pub fn rootfs_dir(&self) -> PathBuf {
-        self.run_dir.rootfs_dir()
-    }
-
     /// Checks once that the OCI runtime is crun, new enough
-    /// ([`oci_runtime::MIN_CRUN`]); every container start calls it, and daemons
+    /// ([`runtime::MIN_CRUN`]); every container start calls it, and daemons
     /// call it at start to refuse to serve without a usable runtime.
-    pub fn check_runtime(&self) -> Result<oci_runtime::CrunVersion, SandboxError> {
+    pub fn check_runtime(&self) -> Result<runtime::CrunVersion, SandboxError> {
         self.runtime_checked
             .get_or_init(|| {
-                oci_runtime::check(
+                runtime::check(
                     &self.options.runtime,
                     &self.options.run_dir,
                     &self.options.instance,
@@ -255,7 +212,7 @@ impl Sandbox {
             env: request.env,
             seccomp_bpf: None,
             tmp_size_bytes: self.options.tmp_size_bytes,
-            mapped_ids: self.mapped_ids,
+            function_ids: self.function_ids,
         }
     }
 
@@ -286,7 +243,7 @@ impl Sandbox {
     /// Fails when limits are required but not enforced.
     pub fn check_limits(&self) -> Result<(), SandboxError> {
         match (self.options.require_limits, &self.limits_unavailable) {
-            (true, Some(why)) => Err(LimitsUnavailable { why: why.clone() }.into()),
+            (true, Some(why)) => Err(SandboxError::LimitsUnavailable(why.clone())),
             _ => Ok(()),
         }
     }
@@ -319,12 +276,11 @@ fn failure(
     memory_limit: Option<u64>,
 ) -> SandboxError {
     match (usage.is_some_and(|u| u.oom_kills > 0), memory_limit) {
-        (true, Some(limit_bytes)) => MemoryLimitExceeded {
+        (true, Some(limit_bytes)) => SandboxError::MemoryLimitExceeded {
             limit_bytes,
             code,
             stderr_tail,
-        }
-        .into(),
+        },
         _ => SandboxError::Crun(CrunError::Failed { code, stderr_tail }),
     }
 }
@@ -341,9 +297,7 @@ fn log_usage(
     let outcome = match result {
         Ok(_) => "ok".to_string(),
         Err(SandboxError::Crun(CrunError::Failed { code, .. }))
-        | Err(SandboxError::MemoryLimitExceeded(MemoryLimitExceeded { code, .. })) => {
-            format!("exit {code}")
-        }
+        | Err(SandboxError::MemoryLimitExceeded { code, .. }) => format!("exit {code}"),
         Err(SandboxError::Crun(CrunError::Timeout(_))) => "timeout".to_string(),
         Err(SandboxError::Crun(CrunError::OutputTooLarge { .. })) => "output too large".to_string(),
         Err(_) => "error".to_string(),

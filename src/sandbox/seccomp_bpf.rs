@@ -65,15 +65,9 @@ impl Sandbox {
         let kernel = |name: &str| {
             std::fs::read_to_string(Path::new("/proc/sys/kernel").join(name)).unwrap_or_default()
         };
-        // The ABIs named depend on the kernel too (`seccomp::x32_runs`).
-        let abis = format!(
-            "{:?}",
-            super::seccomp::profile().map(|p| p.architectures().clone())
-        );
         let mut key = Sha256::new();
         for part in [
             super::seccomp::PROFILE_JSON.as_bytes(),
-            abis.as_bytes(),
             binary.as_os_str().as_encoded_bytes(),
             format!("{} {mtime:?}", meta.len()).as_bytes(),
             kernel("osrelease").as_bytes(),
@@ -97,6 +91,10 @@ impl Sandbox {
             .map_err(|e| format!("probe dir: {e}"))?;
         let rootfs = probe.path().join("rootfs");
         std::fs::create_dir(&rootfs).map_err(|e| format!("probe rootfs: {e}"))?;
+        // The container's root sets it up (mkdir /proc): it must own it.
+        let root = self.function_ids.root();
+        std::os::unix::fs::lchown(&rootfs, Some(root), Some(root))
+            .map_err(|e| format!("probe rootfs: {e}"))?;
         let executable = rootfs.join(PROBE_EXECUTABLE);
         std::fs::write(&executable, b"").map_err(|e| format!("probe file: {e}"))?;
         use std::os::unix::fs::PermissionsExt;

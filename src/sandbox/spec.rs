@@ -12,6 +12,7 @@ use oci_spec::runtime::{
 };
 
 use super::user::{self, UserError};
+use super::userns::FunctionIds;
 use crate::quantity::{Quantity, QuantityError};
 
 /// PATH used when the image sets none (Docker's default).
@@ -41,10 +42,10 @@ pub enum SpecError {
     #[error(transparent)]
     User(#[from] UserError),
     /// The embedded seccomp profile is broken (a build defect).
-    #[error("the embedded seccomp profile is invalid")]
-    Seccomp(#[source] std::sync::Arc<serde_json::Error>),
+    #[error("the embedded seccomp profile is invalid: {0}")]
+    Seccomp(String),
     /// oci-spec refused a value.
-    #[error("cannot build the runtime spec")]
+    #[error("cannot build the runtime spec: {0}")]
     Build(#[from] oci_spec::OciSpecError),
 }
 
@@ -101,9 +102,9 @@ pub struct SpecInput<'a> {
     pub seccomp_bpf: Option<&'a str>,
     /// Size of the run's `/tmp` tmpfs, in bytes.
     pub tmp_size_bytes: u64,
-    /// How many ids xfn's own user namespace maps (1, or a 65536-id range):
-    /// the run's user namespace maps the same ids, one to one.
-    pub mapped_ids: u32,
+    /// The ids of xfn's namespace functions run under (`userns.rs`): the
+    /// run's user namespace maps the image's ids onto them.
+    pub function_ids: FunctionIds,
 }
 
 /// The crun annotation that carries a precompiled seccomp filter.
@@ -139,7 +140,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let mapped = user::map(
         user_field,
         user::resolve(user_field, input.rootfs)?,
-        input.mapped_ids,
+        input.function_ids,
     )?;
     let user = UserBuilder::default()
         .uid(mapped.user.uid)
@@ -192,7 +193,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let map = |container_id: u32| {
         LinuxIdMappingBuilder::default()
             .container_id(container_id)
-            .host_id(0u32)
+            .host_id(mapped.host_base)
             .size(mapped.size)
             .build()
     };
@@ -484,7 +485,7 @@ mod tests {
             env: &[],
             seccomp_bpf: None,
             tmp_size_bytes: TMP_SIZE,
-            mapped_ids: 65536,
+            function_ids: FunctionIds::Spare { count: 65535 },
         }
     }
 
@@ -652,15 +653,19 @@ mod tests {
     }
 
     #[test]
-    fn a_run_has_its_own_user_namespace_mapping_xfns_ids_one_to_one() {
+    fn a_run_has_its_own_user_namespace_over_the_functions_ids_never_xfns_when_it_has_others() {
         let dir = tempfile::tempdir().unwrap();
         let image = ConfigBuilder::default()
             .cmd(vec!["x".to_string()])
             .build()
             .unwrap();
-        for ids in [1, 65536] {
+        // A root image: xfn's one id as root, or container 0.. from id 1.
+        for (ids, want) in [
+            (FunctionIds::Own, (0, 0, 1)),
+            (FunctionIds::Spare { count: 65536 }, (0, 1, 65536)),
+        ] {
             let spec = build(&SpecInput {
-                mapped_ids: ids,
+                function_ids: ids,
                 ..input(dir.path(), &image)
             })
             .unwrap();
@@ -676,7 +681,7 @@ mod tests {
                 assert_eq!(map.len(), 1);
                 assert_eq!(
                     (map[0].container_id(), map[0].host_id(), map[0].size()),
-                    (0, 0, ids)
+                    want
                 );
             }
         }

@@ -2,16 +2,20 @@
 //! `uid:gid`, …) against the image's own /etc/passwd and /etc/group, and
 //! mapping the ids it names into the run's user namespace.
 //!
-//! Choice: **the image's ids are mapped onto the ids xfn has.** Each run
-//! has a user namespace of its own whose ids are xfn's (spec.rs). With a
-//! 65536-id range (xfn with CAP_SETUID) the image's ids are mapped one to
-//! one, so `User: 65532` is container uid 65532, and an id past the range
-//! is refused. Without capabilities (the unprivileged sidecar) xfn has one
-//! id: the run's namespace then maps the *image's* uid and gid onto it
-//! rather than 0, so a `nonroot` image (distroless `65532:65532`, `1000`)
-//! runs as the user it names instead of failing with "cannot setresgid".
+//! Choice: **the image's ids are mapped onto the ids xfn has for its
+//! functions** (`userns.rs`). Each run has a user namespace of its own
+//! whose ids are xfn's (spec.rs). Where xfn has spare ids (a privileged
+//! range, or subordinate ids), never its own id 0: container ids
+//! `0..count` map one to one onto xfn's ids `1..=count` (65535 of a
+//! privileged range, 65536 subordinate ones), so `User: 65532` is container
+//! uid 65532 under a host uid that is not xfn's, and an id past them is
+//! refused. Without spare ids (the unprivileged sidecar without
+//! /etc/subuid) xfn has one id: the run's namespace then maps the *image's*
+//! uid and gid onto it rather than 0, so a `nonroot` image (distroless
+//! `65532:65532`, `1000`) runs as the user it names instead of failing with
+//! "cannot setresgid".
 //!
-//! What such a function sees: `id` prints the image's uid and gid; every
+//! What a function on xfn's one id sees: `id` prints the image's uid and gid; every
 //! file of its image (extracted by xfn, so owned by xfn's uid) is owned by
 //! that uid and gid, as are `/tmp` and the rootfs's writable upper; root
 //! (uid 0) and every other id are unmapped (they show as 65534, and
@@ -25,6 +29,8 @@
 //! `setresuid(-1, …)` means "leave unchanged", so the function would keep
 //! the runtime's root.
 use std::path::Path;
+
+use super::userns::FunctionIds;
 
 /// Errors of user resolution.
 #[derive(Debug, thiserror::Error)]
@@ -157,45 +163,53 @@ pub struct MappedUser {
     /// The ids the function runs as (supplementary groups dropped where
     /// they cannot be mapped).
     pub user: ResolvedUser,
-    /// The container uid that xfn's first id (0 in its namespace) is.
+    /// The container uid that the run's first id (`host_base`) is.
     pub uid_base: u32,
-    /// The container gid that xfn's first id is.
+    /// The container gid that the run's first id is.
     pub gid_base: u32,
-    /// How many ids each map maps (xfn's ids from 0).
+    /// The id of xfn's namespace the maps start at: 0 (xfn's own) or 1
+    /// (the first of the functions' ids).
+    pub host_base: u32,
+    /// How many ids each map maps.
     pub size: u32,
 }
 
-/// Maps `resolved` into a run's namespace over the `mapped_ids` ids of
-/// xfn's own namespace (1: xfn's own id; more: a range from 0), as the
-/// module header says. `spec` is the User field, for errors.
-pub fn map(spec: &str, resolved: ResolvedUser, mapped_ids: u32) -> Result<MappedUser, UserError> {
-    if mapped_ids <= 1 {
-        return Ok(MappedUser {
-            uid_base: resolved.uid,
-            gid_base: resolved.gid,
-            size: 1,
-            user: ResolvedUser {
-                additional_gids: Vec::new(),
-                ..resolved
-            },
-        });
-    }
+/// Maps `resolved` into a run's namespace over the functions' ids of xfn's
+/// namespace (`userns::FunctionIds`: xfn's own id, or spare ids from 1),
+/// as the module header says. `spec` is the User field, for errors.
+pub fn map(spec: &str, resolved: ResolvedUser, ids: FunctionIds) -> Result<MappedUser, UserError> {
+    let count = match ids {
+        FunctionIds::Own => {
+            return Ok(MappedUser {
+                uid_base: resolved.uid,
+                gid_base: resolved.gid,
+                host_base: 0,
+                size: 1,
+                user: ResolvedUser {
+                    additional_gids: Vec::new(),
+                    ..resolved
+                },
+            })
+        }
+        FunctionIds::Spare { count } => count,
+    };
     let ids = [resolved.uid, resolved.gid];
     if let Some(&id) = ids
         .iter()
         .chain(&resolved.additional_gids)
-        .find(|&&id| id >= mapped_ids)
+        .find(|&&id| id >= count)
     {
         return Err(UserError::Unmappable {
             user: spec.trim().to_string(),
             id,
-            mapped: mapped_ids,
+            mapped: count,
         });
     }
     Ok(MappedUser {
         uid_base: 0,
         gid_base: 0,
-        size: mapped_ids,
+        host_base: 1,
+        size: count,
         user: resolved,
     })
 }
@@ -342,10 +356,15 @@ mod tests {
     #[test]
     fn xfns_one_id_becomes_the_image_user_and_its_groups_are_dropped() {
         let fn_user = resolve("fn", rootfs().path()).unwrap();
-        let mapped = map("fn", fn_user, 1).unwrap();
+        let mapped = map("fn", fn_user, FunctionIds::Own).unwrap();
         assert_eq!(
-            (mapped.uid_base, mapped.gid_base, mapped.size),
-            (1000, 1001, 1)
+            (
+                mapped.uid_base,
+                mapped.gid_base,
+                mapped.host_base,
+                mapped.size
+            ),
+            (1000, 1001, 0, 1)
         );
         assert_eq!(
             (
@@ -355,25 +374,31 @@ mod tests {
             ),
             (1000, 1001, vec![])
         );
-        let root = map("", resolve("", rootfs().path()).unwrap(), 1).unwrap();
+        let root = map("", resolve("", rootfs().path()).unwrap(), FunctionIds::Own).unwrap();
         assert_eq!((root.uid_base, root.gid_base, root.size), (0, 0, 1));
     }
 
     #[test]
-    fn a_range_maps_image_users_one_to_one_and_refuses_ids_past_it() {
+    fn spare_ids_map_image_users_one_to_one_past_xfns_own_and_refuse_ids_past_them() {
+        let spare = FunctionIds::Spare { count: 65535 };
         let fn_user = resolve("fn", rootfs().path()).unwrap();
-        let mapped = map("fn", fn_user.clone(), 65536).unwrap();
+        let mapped = map("fn", fn_user.clone(), spare).unwrap();
         assert_eq!(
-            (mapped.uid_base, mapped.gid_base, mapped.size),
-            (0, 0, 65536)
+            (
+                mapped.uid_base,
+                mapped.gid_base,
+                mapped.host_base,
+                mapped.size
+            ),
+            (0, 0, 1, 65535)
         );
         assert_eq!(mapped.user, fn_user);
-        for spec in ["65536", "0:70000", "fn:65536"] {
+        for spec in ["65535", "0:70000", "fn:65535"] {
             let resolved = resolve(spec, rootfs().path()).unwrap();
             assert!(
                 matches!(
-                    map(spec, resolved, 65536),
-                    Err(UserError::Unmappable { mapped: 65536, .. })
+                    map(spec, resolved, spare),
+                    Err(UserError::Unmappable { mapped: 65535, .. })
                 ),
                 "{spec}"
             );

@@ -18,6 +18,45 @@
 //! mapping, cgroup support) is handed to it, not read from a `static` that
 //! tests and commands share. Only "entered already" is process-wide, as the
 //! kernel's namespace is: an atomic flag refuses a second entry.
+//!
+//! Choice: **functions never run under xfn's host uid where the deployment
+//! gives other ids.** The kernel counts some resources per host uid and
+//! not per user namespace: epoll watches (`fs.epoll.max_user_watches`),
+//! pipe buffer pages (`fs.pipe-user-pages-soft`), and, for a namespace's
+//! ancestors, RLIMIT_NPROC. A function under xfn's uid that adds epoll
+//! watches until `ENOSPC` leaves the gatekeeper unable to adopt a
+//! connection: every new call fails. So xfn's namespace keeps id 0 for xfn
+//! itself (its host uid, which owns the cache and the gatekeeper) and maps
+//! other host ids at 1 and up, and each run maps its container ids
+//! 0..count onto those, one to one (`user.rs`): a function's root is host
+//! id `first + 1`, never xfn's. Two deployments give them:
+//! - **a privileged range** ([`IdMapping::Range`]): CAP_SETUID/CAP_SETGID
+//!   (root on a host, root in a pod with `hostUsers: false`) map the 65536
+//!   ids from `--map-root-uid`; xfn becomes its first, functions get the
+//!   65535 after it (container ids 0..65534);
+//! - **subordinate ids** ([`IdMapping::Subordinate`], `subids.rs`): an
+//!   unprivileged xfn whose user has 65536 ids in /etc/subuid and
+//!   /etc/subgid maps them with `newuidmap`/`newgidmap` beside its own id,
+//!   which stays its root (so the cache, the gatekeeper and the cgroup stay
+//!   its own uid's, as without them).
+//!
+//! Without either ([`IdMapping::Own`]) functions run under xfn's uid as
+//! before, and `xfn start` says so at start.
+//!
+//! Layers are extracted with their owners shifted alike (image uid `n` is
+//! xfn's id `n + 1`: `image::store::owners`), so a function sees its image's
+//! owners as the image gives them. What a shared overlay cannot give:
+//! **a host uid per concurrent run**. The layers are shared by every run,
+//! owned once on disk, so every run must map the same ids onto them; the
+//! kernel's way around that, an idmapped mount per run, is refused for the
+//! overlay (`mount_setattr(MOUNT_ATTR_IDMAP)`: EINVAL, overlayfs does not
+//! support it, measured on 6.18) and, from a user namespace, for the host
+//! filesystem under the layers (EPERM: it needs CAP_SYS_ADMIN where that
+//! filesystem was mounted). Only a copy of the image per run could, which
+//! costs a run what a pull costs. So concurrent functions share their host
+//! ids with each other, not with xfn; what they share per uid is bounded
+//! per run where the kernel counts it per namespace (`ucounts.rs`,
+//! RLIMIT_NPROC in `spec.rs`).
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -31,6 +70,7 @@ use nix::unistd::{
 };
 
 use super::cgroup::CgroupSupport;
+use super::subids::{self, SubIds};
 use super::ucounts::UcountLimits;
 
 /// How many ids a privileged mapping maps.
@@ -40,7 +80,7 @@ pub const RANGE_SIZE: u32 = 65536;
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
     /// A syscall failed.
-    #[error("cannot {what}")]
+    #[error("cannot {what}: {source}")]
     Sys {
         /// What was being done.
         what: &'static str,
@@ -48,7 +88,7 @@ pub enum UsernsError {
         source: nix::Error,
     },
     /// Writing an id map failed.
-    #[error("cannot write {path}")]
+    #[error("cannot write {path}: {source}")]
     Write {
         /// The file.
         path: String,
@@ -57,11 +97,11 @@ pub enum UsernsError {
     },
     /// The map-writing helper failed.
     #[error(
-        "the id-map helper failed ({0}); is the range {1} free and mapped in the parent namespace?"
+        "the id-map helper failed ({0}); are the ids ({1}) free and mapped in the parent namespace?"
     )]
     Helper(String, String),
     /// The cache directory could not be prepared.
-    #[error("cannot prepare the cache dir {path}")]
+    #[error("cannot prepare the cache dir {path}: {source}")]
     CacheDir {
         /// The dir.
         path: PathBuf,
@@ -94,6 +134,9 @@ pub struct UsernsOptions {
     pub map_root_gid: u32,
     /// The cache dir; made owned by the mapped root before entering.
     pub cache_dir: PathBuf,
+    /// Without CAP_SETUID, map the subordinate ids of /etc/subuid and
+    /// /etc/subgid when `newuidmap`/`newgidmap` can (`--subids`).
+    pub subordinate_ids: bool,
 }
 
 /// The id mapping in force.
@@ -106,13 +149,88 @@ pub enum IdMapping {
         /// Host gid.
         gid: u32,
     },
-    /// A range of [`RANGE_SIZE`] ids starting at these host ids.
+    /// A range of [`RANGE_SIZE`] ids starting at these host ids (xfn is
+    /// the first; functions get the rest).
     Range {
         /// Host uid of uid 0.
         uid: u32,
         /// Host gid of gid 0.
         gid: u32,
     },
+    /// xfn's own ids at 0, and `count` subordinate ids from 1 (functions').
+    Subordinate {
+        /// Host uid of uid 0: xfn's own.
+        uid: u32,
+        /// Host gid of gid 0: xfn's own.
+        gid: u32,
+        /// Host uid of uid 1.
+        sub_uid: u32,
+        /// Host gid of gid 1.
+        sub_gid: u32,
+        /// How many subordinate ids.
+        count: u32,
+    },
+}
+
+/// The ids of xfn's namespace that functions run under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionIds {
+    /// Only xfn's own id (0): each run maps the image's user onto it.
+    Own,
+    /// Ids `1..=count`, none of them xfn's: each run maps container ids
+    /// `0..count` onto them one to one.
+    Spare {
+        /// How many.
+        count: u32,
+    },
+}
+
+impl FunctionIds {
+    /// The id of xfn's namespace that is a function's root (container id
+    /// 0): xfn's own 0, or the first spare id, 1.
+    pub fn root(&self) -> u32 {
+        match self {
+            FunctionIds::Own => 0,
+            FunctionIds::Spare { .. } => 1,
+        }
+    }
+}
+
+impl IdMapping {
+    /// The ids functions run under.
+    pub fn function_ids(&self) -> FunctionIds {
+        match *self {
+            IdMapping::Own { .. } => FunctionIds::Own,
+            IdMapping::Range { .. } => FunctionIds::Spare {
+                count: RANGE_SIZE - 1,
+            },
+            IdMapping::Subordinate { count, .. } => FunctionIds::Spare { count },
+        }
+    }
+
+    /// The host uids functions run under, first and last (the image's root
+    /// is the first).
+    pub fn function_host_uids(&self) -> (u32, u32) {
+        match *self {
+            IdMapping::Own { uid, .. } => (uid, uid),
+            IdMapping::Range { uid, .. } => (uid + 1, uid + RANGE_SIZE - 1),
+            IdMapping::Subordinate { sub_uid, count, .. } => (sub_uid, sub_uid + count - 1),
+        }
+    }
+
+    /// What image ids are shifted by in extracted layers (`image::store::owners`).
+    pub fn owner_shift(&self) -> u32 {
+        self.function_ids().root()
+    }
+
+    /// The host uid xfn runs as in its namespace (its id 0).
+    pub fn own_host_uid(&self) -> u32 {
+        match *self {
+            IdMapping::Own { uid, .. }
+            | IdMapping::Range { uid, .. }
+            | IdMapping::Subordinate { uid, .. } => uid,
+        }
+    }
 }
 
 /// The namespace xfn entered: what the runner needs to know about it, and
@@ -122,6 +240,8 @@ pub struct Namespace {
     mapping: IdMapping,
     cgroups: CgroupSupport,
     ucounts: UcountLimits,
+    /// Why functions share xfn's host uid, when they do.
+    shared_uid: Option<String>,
 }
 
 impl Namespace {
@@ -141,12 +261,21 @@ impl Namespace {
         &self.ucounts
     }
 
-    /// How many ids it maps (each run's namespace maps the same).
-    pub(crate) fn mapped_ids(&self) -> u32 {
-        match self.mapping {
-            IdMapping::Own { .. } => 1,
-            IdMapping::Range { .. } => RANGE_SIZE,
-        }
+    /// The ids functions run under.
+    pub fn function_ids(&self) -> FunctionIds {
+        self.mapping.function_ids()
+    }
+
+    /// What image ids are shifted by in extracted layers: 1 where
+    /// functions have ids of their own from 1 (`image::store::owners`).
+    pub fn owner_shift(&self) -> u32 {
+        self.mapping.owner_shift()
+    }
+
+    /// Why functions run under xfn's own host uid, when they do: for
+    /// `xfn start` to say at start.
+    pub fn why_shared_uid(&self) -> Option<&str> {
+        self.shared_uid.as_deref()
     }
 }
 
@@ -177,24 +306,47 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
             "the id range to map is not mapped here; mapping only xfn's own ids"
         );
     }
-    let mapping = if can_map_range() && range_available {
-        IdMapping::Range {
-            uid: options.map_root_uid,
-            gid: options.map_root_gid,
-        }
-    } else {
-        IdMapping::Own {
-            uid: geteuid().as_raw(),
-            gid: getegid().as_raw(),
-        }
+    let (own_uid, own_gid) = (geteuid().as_raw(), getegid().as_raw());
+    let subordinate = match () {
+        _ if can_map_range() => Err("xfn may map a range, but it is not mapped here".to_string()),
+        _ if !options.subordinate_ids => Err("--subids=off".to_string()),
+        _ => subids::detect(own_uid),
     };
+    let helpers = subordinate.as_ref().ok().cloned();
+    let (mapping, shared_uid) = match subordinate {
+        _ if can_map_range() && range_available => (
+            IdMapping::Range {
+                uid: options.map_root_uid,
+                gid: options.map_root_gid,
+            },
+            None,
+        ),
+        Ok(sub) => (
+            IdMapping::Subordinate {
+                uid: own_uid,
+                gid: own_gid,
+                sub_uid: sub.uid,
+                sub_gid: sub.gid,
+                count: sub.count,
+            },
+            None,
+        ),
+        Err(why) => (
+            IdMapping::Own {
+                uid: own_uid,
+                gid: own_gid,
+            },
+            Some(why),
+        ),
+    };
+
     if let IdMapping::Range { uid, gid } = mapping {
         own_cache_dir(&options.cache_dir, uid, gid)?;
     }
     // The namespace's root must own a delegated cgroup to create run cgroups.
     let cgroups = match mapping {
         IdMapping::Range { uid, gid } => cgroups.hand_to(uid, gid),
-        IdMapping::Own { .. } => cgroups,
+        IdMapping::Own { .. } | IdMapping::Subordinate { .. } => cgroups,
     };
     match mapping {
         IdMapping::Own { uid, gid } => {
@@ -204,8 +356,25 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
             write_file("/proc/self/uid_map", &format!("0 {uid} 1\n"))?;
             write_file("/proc/self/gid_map", &format!("0 {gid} 1\n"))?;
         }
+        IdMapping::Subordinate { .. } => {
+            let sub = helpers.ok_or_else(|| {
+                UsernsError::Helper("no helpers".into(), "subordinate ids".into())
+            })?;
+            let ids = format!(
+                "uid {}+{n}, gid {}+{n} with {} and {}",
+                sub.uid,
+                sub.gid,
+                sub.newuidmap.display(),
+                sub.newgidmap.display(),
+                n = sub.count
+            );
+            enter_mapped_by(&ids, move |target| {
+                subordinate_helper(target, own_uid, own_gid, &sub)
+            })?;
+        }
         IdMapping::Range { uid, gid } => {
-            enter_with_range(uid, gid)?;
+            let range = format!("uid {uid}+{RANGE_SIZE}, gid {gid}+{RANGE_SIZE}");
+            enter_mapped_by(&range, move |target| map_helper(target, uid, gid))?;
             // Host root is not mapped inside: become the namespace's root
             // (host `map_root_uid`) and drop host supplementary groups, which
             // would show as unmapped.
@@ -246,6 +415,13 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
         )
         .map_err(sys("cover /sys/fs/cgroup with a tmpfs"))?;
     }
+    // Layers must be extracted for the ids this namespace's runs map.
+    crate::image::store::owners::settle(&options.cache_dir, mapping.owner_shift()).map_err(
+        |e| UsernsError::CacheDir {
+            path: options.cache_dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        },
+    )?;
     // All functions together leave the host's processes of xfn's uid half
     // of its inotify and fanotify counts (`ucounts.rs`).
     let ucounts = UcountLimits::from_host();
@@ -257,6 +433,7 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
         mapping,
         cgroups,
         ucounts,
+        shared_uid,
     })
 }
 
@@ -264,7 +441,7 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
 /// inside: files they own look owned by `nobody`, and even namespace root
 /// cannot write them. The cache dir must therefore be owned by the mapped
 /// root before entering. An existing cache owned by someone else is handed
-/// over recursively, once.
+/// over recursively, once (its layers then set aside: `owners`).
 fn own_cache_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), UsernsError> {
     use std::os::unix::fs::MetadataExt;
     let err = |source| UsernsError::CacheDir {
@@ -273,10 +450,18 @@ fn own_cache_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), UsernsError> {
     };
     std::fs::create_dir_all(dir).map_err(err)?;
     let meta = std::fs::metadata(dir).map_err(err)?;
-    if meta.uid() == uid && meta.gid() == gid {
+    // Its group may be the functions' (`image::store::owners`): the owner
+    // says whose the cache is.
+    if meta.uid() == uid {
         return Ok(());
     }
-    chown_tree(dir, uid, gid).map_err(err)
+    chown_tree(dir, uid, gid).map_err(err)?;
+    // Its layers are all the mapped root's now, whatever their image says:
+    // no longer what the owners record says (`image::store::owners`).
+    match std::fs::remove_file(dir.join("owners")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(err(e)),
+        _ => Ok(()),
+    }
 }
 
 fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
@@ -290,16 +475,23 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn enter_with_range(uid: u32, gid: u32) -> Result<(), UsernsError> {
+/// Unshares and has a forked helper, still in the parent namespace, write
+/// xfn's id maps with `write_maps(xfn's pid)` (which returns the helper's
+/// exit code: 0, or 2/3 for the uid/gid map). `what` names the ids, for errors.
+fn enter_mapped_by(what: &str, write_maps: impl FnOnce(i32) -> i32) -> Result<(), UsernsError> {
     let (go_read, go_write) = pipe().map_err(sys("create a pipe"))?;
     let target = getpid();
     // SAFETY: the process is single-threaded (documented precondition of
     // `enter`, and main calls it before any thread exists), so the child may
-    // run ordinary Rust code; it only writes two files and exits with `_exit`.
+    // run ordinary Rust code; it only writes two maps and exits with `_exit`.
     match unsafe { fork() }.map_err(sys("fork the id-map helper"))? {
         ForkResult::Child => {
             drop(go_write);
-            let code = map_helper(go_read, target.as_raw(), uid, gid);
+            let code = if wait_for_go(go_read) {
+                write_maps(target.as_raw())
+            } else {
+                1 // xfn failed to unshare; nothing to map.
+            };
             // SAFETY: `_exit` ends the forked child without running the
             // parent's atexit handlers or destructors a second time.
             unsafe { libc::_exit(code) }
@@ -315,33 +507,55 @@ fn enter_with_range(uid: u32, gid: u32) -> Result<(), UsernsError> {
             drop(go);
             let status = waitpid(child, None).map_err(sys("wait for the id-map helper"))?;
             unshared.map_err(sys("unshare the user and mount namespaces"))?;
-            let range = format!("uid {uid}+{RANGE_SIZE}, gid {gid}+{RANGE_SIZE}");
             match status {
                 WaitStatus::Exited(_, 0) => Ok(()),
                 WaitStatus::Exited(_, 2) => {
-                    Err(UsernsError::Helper("writing uid_map".into(), range))
+                    Err(UsernsError::Helper("writing uid_map".into(), what.into()))
                 }
                 WaitStatus::Exited(_, 3) => {
-                    Err(UsernsError::Helper("writing gid_map".into(), range))
+                    Err(UsernsError::Helper("writing gid_map".into(), what.into()))
                 }
-                other => Err(UsernsError::Helper(format!("{other:?}"), range)),
+                other => Err(UsernsError::Helper(format!("{other:?}"), what.into())),
             }
         }
     }
 }
 
-/// The helper's body: wait for the go byte, write the maps. Returns the exit code.
-fn map_helper(go: OwnedFd, target: i32, uid: u32, gid: u32) -> i32 {
+fn wait_for_go(go: OwnedFd) -> bool {
     let mut byte = [0u8; 1];
-    if !matches!(std::fs::File::from(go).read(&mut byte), Ok(1)) {
-        return 1; // xfn failed to unshare; nothing to map.
-    }
+    matches!(std::fs::File::from(go).read(&mut byte), Ok(1))
+}
+
+/// The privileged helper's maps: the range, written directly. Returns the
+/// exit code.
+fn map_helper(target: i32, uid: u32, gid: u32) -> i32 {
     let uid_map = format!("0 {uid} {RANGE_SIZE}\n");
     if std::fs::write(format!("/proc/{target}/uid_map"), uid_map).is_err() {
         return 2;
     }
     let gid_map = format!("0 {gid} {RANGE_SIZE}\n");
     if std::fs::write(format!("/proc/{target}/gid_map"), gid_map).is_err() {
+        return 3;
+    }
+    0
+}
+
+/// The unprivileged helper's maps: xfn's own ids at 0 and the subordinate
+/// ones from 1, through `newuidmap`/`newgidmap`. Returns the exit code.
+fn subordinate_helper(target: i32, uid: u32, gid: u32, sub: &SubIds) -> i32 {
+    let run = |helper: &Path, own: u32, first: u32| {
+        std::process::Command::new(helper)
+            .arg(target.to_string())
+            .args(["0", &own.to_string(), "1"])
+            .args(["1", &first.to_string(), &sub.count.to_string()])
+            .stdin(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if !run(&sub.newuidmap, uid, sub.uid) {
+        return 2;
+    }
+    if !run(&sub.newgidmap, gid, sub.gid) {
         return 3;
     }
     0

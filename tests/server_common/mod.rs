@@ -33,7 +33,8 @@ pub type RawTransport = tower::util::BoxCloneService<
 /// being first, answers `CANCELLED` locally.
 pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
-pub use crate::support::FUNCTION_IO;
+/// A FunctionIO input, as Crossplane sends it.
+pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -61,6 +62,34 @@ fn unshared(args: &[&str], inner: std::process::Command) -> std::process::Comman
         };
     }
     command
+}
+
+/// `program` as `uid` without capabilities, bounding set kept, in a mount
+/// namespace where `uid` (named `xfn` in /etc/passwd) has the 65536
+/// subordinate uids and gids from `first`: files written under `dir` and
+/// bound over the host's (see [`Daemon::start_with_subordinate_ids`]).
+fn with_subordinate_ids(dir: &Path, uid: u32, first: u32, program: &Path) -> std::process::Command {
+    let subids = dir.join("subids");
+    std::fs::write(&subids, format!("{uid}:{first}:65536\n")).expect("write subids");
+    let passwd = dir.join("passwd");
+    let mut users = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
+    users.push_str(&format!(
+        "xfn:x:{uid}:{uid}::/nonexistent:/usr/sbin/nologin\n"
+    ));
+    std::fs::write(&passwd, users).expect("write passwd");
+    let mut inner = std::process::Command::new("setpriv");
+    inner
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .args(["--clear-groups", "--inh-caps=-all", "--"])
+        .arg(program)
+        .env_remove("HOME");
+    let bind = format!(
+        "mount --bind {s} /etc/subuid && mount --bind {s} /etc/subgid && mount --bind {p} /etc/passwd && exec \"$0\" \"$@\"",
+        s = subids.display(),
+        p = passwd.display()
+    );
+    unshared(&["--mount", "--", "sh", "-c", &bind], inner)
 }
 
 /// A daemon's hold on the CPUs (see [`CPUS`]).
@@ -138,7 +167,7 @@ impl Daemon {
             Some(NONROOT),
             Listen::Abstract,
             extra,
-            false,
+            (false, None),
             true,
             alone,
         )
@@ -162,6 +191,26 @@ impl Daemon {
     /// probed as root.
     pub async fn start_as_root(extra: &[&str]) -> Daemon {
         Self::launch(None, None, Listen::Abstract, extra, false).await
+    }
+
+    /// [`Daemon::start`] as uid 65532 without capabilities but with its
+    /// bounding set (a login user's), whose user has the 65536 subordinate
+    /// uids and gids from `first` and the setuid `newuidmap`/`newgidmap`:
+    /// in a mount namespace of its own where /etc/subuid, /etc/subgid and
+    /// /etc/passwd (a `xfn` entry for 65532) are the test's files, bound over
+    /// the host's, which stay untouched.
+    pub async fn start_with_subordinate_ids(first: u32, extra: &[&str]) -> Daemon {
+        let shared = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::launch_sharing(
+            None,
+            Some(NONROOT),
+            Listen::Abstract,
+            extra,
+            (false, Some(first)),
+            true,
+            shared,
+        )
+        .await
     }
 
     /// [`Daemon::start`] listening on `listen`.
@@ -209,7 +258,7 @@ impl Daemon {
         debug: bool,
     ) -> Daemon {
         let shared = CpuShare::Shared(CPUS.clone().read_owned().await);
-        Self::launch_sharing(cache, user, listen, extra, as_pid1, debug, shared).await
+        Self::launch_sharing(cache, user, listen, extra, (as_pid1, None), debug, shared).await
     }
 
     #[allow(clippy::too_many_arguments)] // the launchers above name them
@@ -218,7 +267,7 @@ impl Daemon {
         user: Option<u32>,
         listen: Listen,
         extra: &[&str],
-        as_pid1: bool,
+        (as_pid1, subordinate_ids): (bool, Option<u32>),
         debug: bool,
         cpus: CpuShare,
     ) -> Daemon {
@@ -240,9 +289,10 @@ impl Daemon {
         let log = dir.path().join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create the daemon log");
         let xfn = Path::new(env!("CARGO_BIN_EXE_xfn"));
-        let mut command = match user {
-            Some(uid) => unprivileged(uid, xfn),
-            None => std::process::Command::new(xfn),
+        let mut command = match (user, subordinate_ids) {
+            (Some(uid), Some(first)) => with_subordinate_ids(dir.path(), uid, first, xfn),
+            (Some(uid), None) => unprivileged(uid, xfn),
+            (None, _) => std::process::Command::new(xfn),
         };
         if as_pid1 {
             // unshare forks PID 1, which execs the command above; SIGKILL to
@@ -863,9 +913,7 @@ pub fn nonroot_cache(dir: &tempfile::TempDir) -> PathBuf {
 }
 
 /// Every entry of the per-run state dirs and the temp dir of `cache`, and
-/// the dot-named temp entries of `run/` itself (start-up probes), on the
-/// disk: what a one-shot xfn's runs keep, and what any xfn leaves behind
-/// (a server's own run state is in memory: [`live_run_state`]).
+/// the dot-named temp entries of `run/` itself (start-up probes).
 pub fn run_state(cache: &Path) -> Vec<String> {
     let mut entries = Vec::new();
     for dir in ["run/bundles", "run/rootfs", "run/crun", "tmp", "run"] {
@@ -876,36 +924,6 @@ pub fn run_state(cache: &Path) -> Vec<String> {
                     entries.push(format!("{dir}/{name}"));
                 }
             }
-        }
-    }
-    entries.sort();
-    entries
-}
-
-/// Every entry of the run state a server keeps in memory (`<cache>/run/live`,
-/// a tmpfs in its mount namespace: src/sandbox/bundle.rs), read through
-/// `/proc/<xfn>/root`, as `run/live/<dir>/<name>`. Panics unless that tmpfs
-/// is mounted there: a server whose containers end with it keeps its state
-/// in memory, and the empty dir under it on the disk would make every check
-/// of this list pass.
-pub fn live_run_state(xfn: u32, cache: &Path) -> Vec<String> {
-    let live = cache.join("run/live");
-    assert!(
-        mounts_under(xfn, &live).contains(&live.display().to_string()),
-        "no tmpfs on {} in xfn's mount namespace",
-        live.display()
-    );
-    let root = Path::new("/proc")
-        .join(xfn.to_string())
-        .join("root")
-        .join(live.strip_prefix("/").expect("an absolute cache dir"));
-    let mut entries = Vec::new();
-    for dir in ["bundles", "rootfs", "crun"] {
-        let list = std::fs::read_dir(root.join(dir))
-            .unwrap_or_else(|e| panic!("{}: {e}", root.join(dir).display()));
-        for entry in list.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            entries.push(format!("run/live/{dir}/{name}"));
         }
     }
     entries.sort();
@@ -1063,4 +1081,12 @@ pub async fn wait_until_gone(needle: &str) {
         "processes with {needle:?} still running:\n{}",
         left.join("\n")
     );
+}
+
+/// The first host uid (and gid) of a 65536-id subordinate range for
+/// [`Daemon::start_with_subordinate_ids`], the `n`th of this test process:
+/// ids no user of this machine has, and distinct between test processes.
+pub fn subordinate_range(n: u32) -> u32 {
+    let slot = (std::process::id() * 4 + n) % 4096;
+    2_000_000 + slot * 65536
 }

@@ -4,11 +4,10 @@ use std::sync::Arc;
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{docker_auth, grpc_error};
+use super::{docker_auth, error_chain, grpc_error, one_line};
 use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
-use crate::chain::Chain;
 use crate::compose::alpha::{AlphaStep, ContainerConfig};
-use crate::compose::{CallError, ComposeError};
+use crate::compose::ComposeError;
 use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::proto::v1alpha1;
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner, UnknownNetworkPolicy};
@@ -38,7 +37,7 @@ impl AlphaStep for ContainerSteps {
         runner
             .prewarm(&config.image, &run_config)
             .await
-            .map_err(|e| failed(config, e.into()))
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))
     }
 
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
@@ -56,21 +55,19 @@ impl AlphaStep for ContainerSteps {
                 .await;
             }
             Err(why) => {
-                tracing::debug!(endpoint = %config.endpoint, why = %Chain(&why), "no runner daemon; running in-process");
+                tracing::debug!(endpoint = %config.endpoint, %why, "no runner daemon; running in-process");
             }
         }
         let runner = self.runner.as_ref().ok_or_else(|| {
-            failed(
-                config,
-                CallError::NoRunner {
-                    endpoint: config.endpoint.clone(),
-                },
-            )
+            ComposeError::Call(format!(
+                "no runner daemon answers at {} and there is no in-process runner",
+                config.endpoint
+            ))
         })?;
         let output = runner
             .run(&config.image, input, &run_config)
             .await
-            .map_err(|e| failed(config, e.into()))?;
+            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
         Ok(output.stdout)
     }
 }
@@ -82,14 +79,15 @@ impl ContainerSteps {
         let pull_policy: PullPolicy = config
             .pull_policy
             .parse()
-            .map_err(|e: UnknownPullPolicy| failed(config, e.into()))?;
+            .map_err(|e: UnknownPullPolicy| ComposeError::Call(e.to_string()))?;
         let network: NetworkPolicy = config
             .network
             .parse()
-            .map_err(|e: UnknownNetworkPolicy| failed(config, e.into()))?;
+            .map_err(|e: UnknownNetworkPolicy| ComposeError::Call(e.to_string()))?;
         // Checked here whichever runs it; the daemon gets the step's text.
-        let limits = Limits::parse(Some(&config.cpu), Some(&config.memory))
-            .map_err(|e| failed(config, CallError::Limits(e)))?;
+        let limits = Limits::parse(Some(&config.cpu), Some(&config.memory)).map_err(|e| {
+            ComposeError::Call(format!("{}: invalid run configuration: {e}", config.image))
+        })?;
         Ok(RunConfig {
             pull_policy,
             auth: docker_auth(&config.image, &self.defaults.default_registry),
@@ -100,17 +98,9 @@ impl ContainerSteps {
     }
 }
 
-/// Calling the step's image failed.
-fn failed(config: &ContainerConfig, source: CallError) -> ComposeError {
-    ComposeError::Call {
-        target: config.image.clone(),
-        source: Box::new(source),
-    }
-}
-
 /// Dials the daemon at `endpoint` (`unix-abstract:NAME`, `unix:PATH`, or
 /// `host:port`); an error means nothing answers there.
-async fn connect_daemon(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
+async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
     // The URI is a placeholder for unix sockets: the connector dials.
     let placeholder = Endpoint::from_static("http://xfn.runner");
     if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
@@ -123,7 +113,8 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, tonic::transport::Err
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
                 }
             }))
-            .await;
+            .await
+            .map_err(|e| error_chain(&e));
     }
     if let Some(path) = endpoint
         .strip_prefix("unix://")
@@ -138,14 +129,19 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, tonic::transport::Err
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
                 }
             }))
-            .await;
+            .await
+            .map_err(|e| error_chain(&e));
     }
     let uri = if endpoint.contains("://") {
         endpoint.to_string()
     } else {
         format!("http://{endpoint}")
     };
-    Endpoint::from_shared(uri)?.connect().await
+    Endpoint::from_shared(uri)
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| error_chain(&e))
 }
 
 /// Whether something accepts connections at `endpoint` (blocking; for use
@@ -211,6 +207,6 @@ async fn run_on_daemon(
     let response = client
         .run_function(request)
         .await
-        .map_err(|s| grpc_error(&config.endpoint, s))?;
+        .map_err(|s| grpc_error(&config.endpoint, &s))?;
     Ok(response.into_inner().output)
 }

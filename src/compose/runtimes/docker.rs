@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::one_line;
 use crate::compose::v1::FunctionCaller;
-use crate::compose::{CallError, ComposeError, StartError};
+use crate::compose::ComposeError;
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
 
@@ -130,10 +131,10 @@ pub struct ServerSpec<'a> {
 pub async fn serve_function(
     spec: &ServerSpec<'_>,
 ) -> Result<(ServedFunction, SocketAddr), ComposeError> {
-    let failed = |source: StartError| ComposeError::FunctionStart {
+    let failed = |message: String| ComposeError::FunctionStart {
         function: spec.function.to_string(),
         image: spec.image.to_string(),
-        source: Box::new(source),
+        message,
     };
     // Half the render's time at most, so that a server that never
     // listens is named in the error before the whole render times out.
@@ -144,13 +145,7 @@ pub async fn serve_function(
     // `--address`), so servers never clash and nothing listens beyond
     // the loopback interface.
     let port = if spec.host_network {
-        let port = free_loopback_port().map_err(|source| {
-            failed(StartError::Io {
-                what: "find a free port on",
-                path: "127.0.0.1".into(),
-                source,
-            })
-        })?;
+        let port = free_loopback_port().map_err(|e| failed(e.to_string()))?;
         args.push(format!("--address=127.0.0.1:{port}"));
         port
     } else {
@@ -177,11 +172,11 @@ pub async fn serve_function(
             },
         )
         .await
-        .map_err(|e| failed(e.into()))?;
+        .map_err(|e| failed(one_line(&e)))?;
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     if let Err(err) = server.wait_listening(address, startup).await {
         server.stop().await;
-        return Err(failed(err.into()));
+        return Err(failed(one_line(&err)));
     }
     Ok((server, address))
 }
@@ -204,10 +199,11 @@ impl FunctionCaller for Docker {
             _ => None,
         };
         match exited {
-            Some(exit) => Err(ComposeError::Call {
-                target: self.image.clone(),
-                source: Box::new(CallError::Exited(exit)),
-            }),
+            Some(exit) => Err(ComposeError::Call(format!(
+                "{}: the function server exited: {}",
+                self.image,
+                one_line(&exit)
+            ))),
             None => result,
         }
     }

@@ -39,6 +39,8 @@ pub(super) struct Extraction {
     relock: HashMap<Vec<u8>, u32>,
     /// Whether a file created with its mode was seen to get exactly it.
     umask_checked: bool,
+    /// Added to every entry's uid and gid ([`super::ExtractOptions`]).
+    owner_shift: u32,
     buf: Vec<u8>,
 }
 
@@ -51,7 +53,7 @@ struct Meta {
 }
 
 impl Extraction {
-    pub(super) fn new(tree: Tree) -> Self {
+    pub(super) fn new(tree: Tree, owner_shift: u32) -> Self {
         Self {
             tree,
             stats: ExtractStats::default(),
@@ -60,6 +62,7 @@ impl Extraction {
             euid: rustix::process::geteuid().as_raw(),
             egid: rustix::process::getegid().as_raw(),
             umask_checked: false,
+            owner_shift,
             relock: HashMap::new(),
             buf: vec![0; COPY_BUF],
         }
@@ -131,8 +134,10 @@ impl Extraction {
             mode: header.mode().map_err(|e| io_err(name, e))? & 0o7777,
             // Blank owner or time fields (some writers leave them empty)
             // read as 0 rather than failing the whole layer.
-            uid: header.uid().unwrap_or(0) as u32,
-            gid: header.gid().unwrap_or(0) as u32,
+            // Past u32 (or onto -1, "unchanged"), the id is left unmapped:
+            // chown refuses it and the entry stays xfn's.
+            uid: shifted(header.uid().unwrap_or(0), self.owner_shift),
+            gid: shifted(header.gid().unwrap_or(0), self.owner_shift),
             mtime: header.mtime().unwrap_or(0) as i64,
         };
         if kind.is_dir() {
@@ -543,6 +548,16 @@ impl Extraction {
             }
         }
     }
+}
+
+/// A header's id moved up by `shift`; with a shift, ids that would pass
+/// `u32::MAX - 1` become `u32::MAX - 1`, which no namespace of xfn's maps.
+fn shifted(id: u64, shift: u32) -> u32 {
+    if shift == 0 {
+        return id as u32; // As ever: the id the header names.
+    }
+    let ceiling = u64::from(u32::MAX - 1);
+    id.saturating_add(u64::from(shift)).min(ceiling) as u32
 }
 
 pub(super) fn io_err(entry: &str, source: io::Error) -> ExtractError {

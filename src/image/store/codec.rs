@@ -7,7 +7,7 @@ use std::path::Path;
 use sha2::{Digest as _, Sha256};
 
 use super::super::extract::{
-    extract_layer_bounded, Budget, ExtractError, ExtractOptions, LayerBounds, WhiteoutMode,
+    extract_layer_bounded, Budget, ExtractError, ExtractOptions, WhiteoutMode,
 };
 use super::ImageError;
 
@@ -111,7 +111,7 @@ pub(crate) fn extract_verified<R: BufRead + Send + 'static>(
     digest: &str,
     diff_id: &str,
     dest: &Path,
-    bounds: LayerBounds,
+    options: ExtractOptions,
     budget: &Budget,
 ) -> Result<(), ImageError> {
     let reader = decompressor(blob, media_type).map_err(|e| ImageError::Corrupt {
@@ -121,10 +121,6 @@ pub(crate) fn extract_verified<R: BufRead + Send + 'static>(
     let mut hashing = HashingReader {
         inner: reader,
         hasher: Sha256::new(),
-    };
-    let options = ExtractOptions {
-        bounds,
-        ..Default::default()
     };
     let extract_err = |source| ImageError::Extract {
         digest: digest.to_string(),

@@ -261,7 +261,7 @@ impl Store {
             &layer.digest,
             diff_id,
             work.path(),
-            self.layer_bounds(),
+            self.extract_options(),
             &self.budget().0,
         )?;
         self.publish_dir(work, &dest)?;

@@ -36,7 +36,7 @@ pub(super) fn create_private_dirs(root: &Path) -> Result<(), ImageError> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true).mode(PRIVATE);
     builder.create(root).map_err(io_err(root))?;
-    if let Err(err) = make_private(root) {
+    if let Err(err) = make_private(root, Some(super::owners::ROOT_SEARCHABLE)) {
         tracing::warn!(
             cache = %root.display(),
             "cannot make the cache dir private (mode 0700): {err}; its entries stay private"
@@ -45,7 +45,7 @@ pub(super) fn create_private_dirs(root: &Path) -> Result<(), ImageError> {
     for dir in DIRS {
         let path = root.join(dir);
         builder.create(&path).map_err(io_err(&path))?;
-        make_private(&path).map_err(io_err(&path))?;
+        make_private(&path, None).map_err(io_err(&path))?;
     }
     Ok(())
 }
@@ -53,11 +53,11 @@ pub(super) fn create_private_dirs(root: &Path) -> Result<(), ImageError> {
 /// The mode of every directory of the store itself.
 pub(super) const PRIVATE: u32 = 0o700;
 
-/// Sets `dir` to [`PRIVATE`] unless it already is.
-fn make_private(dir: &Path) -> std::io::Result<()> {
+/// Sets `dir` to [`PRIVATE`] unless it already is (or is `also`).
+fn make_private(dir: &Path, also: Option<u32>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
-    if mode == PRIVATE {
+    if mode == PRIVATE || Some(mode) == also {
         return Ok(());
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE))

@@ -62,7 +62,7 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
         blob.media_type.clone(),
         job.diff_id.to_string(),
     );
-    let (budget, bounds) = (job.budget.clone(), store.layer_bounds());
+    let (budget, options) = (job.budget.clone(), store.extract_options());
     if blob_path.is_file() && cached_blob_is_whole(&blob_path, &blob.digest).await? {
         report_cached();
         let blob_path = blob_path.clone();
@@ -75,7 +75,7 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
                 &digest,
                 &diff_id,
                 &work_path,
-                bounds,
+                options,
                 &budget,
             )
         })
@@ -95,7 +95,7 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
                 &digest,
                 &diff_id,
                 &work_path,
-                bounds,
+                options,
                 &budget,
             )
         });

@@ -63,8 +63,10 @@ trap cleanup EXIT INT TERM
     exit 1
 }
 
-# Build xfn and the load generator; world-readable copies for uid 65532.
-cargo build --quiet --profile "$PROFILE" --bin xfn
+# Build xfn (unless XFN_BINARY names one, e.g. a kept copy of an earlier
+# build to compare) and the load generator; world-readable copies for uid
+# 65532.
+[ -n "${XFN_BINARY:-}" ] || cargo build --quiet --profile "$PROFILE" --bin xfn
 LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
     python3 -c 'import json,sys
 for line in sys.stdin:
@@ -72,7 +74,9 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
         print(m["executable"])')
 case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
-cp "$(realpath "$XFN")" "$LOAD" "$WORK/"
+XFN=${XFN_BINARY:-$XFN}
+cp "$(realpath "$XFN")" "$WORK/xfn"
+cp "$LOAD" "$WORK/"
 XFN="$WORK/xfn"
 LOAD="$WORK/$(basename "$LOAD")"
 chmod 755 "$XFN" "$LOAD"

@@ -9,7 +9,7 @@
 #           render after the first reuses the kept server through its
 #           keeper's socket (and enters no namespace at all).
 #
-# The function is the static examples/fn_server on busybox, pushed to a
+# The function is the static fn_server (tests/fixtures/fn_server.rs) on busybox, pushed to a
 # registry on 127.0.0.1. Both renders' outputs are checked first (2
 # ConfigMaps labelled team=platform). Prints medians of RUNS renders each
 # (default 40; hyperfine, alternating passes) and the ratio; no thresholds.

@@ -4,7 +4,7 @@
 # against 3 warm runs, side by side, in one run:
 #
 #   render (Docker)   three Functions (three names, one image: the static
-#                     examples/fn_server), each served as a gRPC server for
+#                     tests/fixtures/fn_server.rs), each served as a gRPC server for
 #                     the render: all three start at once, three calls, then
 #                     they are killed.
 #   render (Exec)     the same steps as Exec Functions: one container run per

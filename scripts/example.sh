@@ -6,7 +6,7 @@
 #
 # `scripts/example.sh render` instead renders example/render/ with the
 # `Docker` runtime: it builds an image of a gRPC function server
-# (examples/fn_server.rs, linked statically, on busybox), pushes it, and runs
+# (tests/fixtures/fn_server.rs, linked statically, on busybox), pushes it, and runs
 # `xfn render`, which serves that image rootless for the render; the output
 # is example/render/expected.yaml.
 set -euo pipefail

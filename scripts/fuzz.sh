@@ -15,5 +15,5 @@ echo "fuzz: $PROPTEST_CASES cases per property"
 start=$SECONDS
 cargo test --test extract -- extract_fuzz::
 cargo test --test image -- image_fuzz::
-cargo test --lib image::pull::manifest::fuzz
+cargo test --lib image::pull::manifest::tests::fuzz
 echo "fuzz: all properties held for $PROPTEST_CASES cases each ($((SECONDS - start)) s)"

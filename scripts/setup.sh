@@ -17,7 +17,7 @@ packages=(
   eatmydata       # benches/pull-durability.sh: a pull without its fsyncs, for the ratio
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
   iproute2 curl wget ca-certificates
-  libc6-dev binutils # the static test function server (examples/fn_server.rs) links glibc's libc.a; readelf checks it
+  libc6-dev binutils # the static test function server (tests/fixtures/fn_server.rs) links glibc's libc.a; readelf checks it
   python3-yaml    # benches/render.sh reads the renders it checks; tests/deploy/validate.py
   mmdebstrap      # scripts/image.sh: the runner image's base images from Debian's packages
 )

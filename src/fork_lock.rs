@@ -141,13 +141,6 @@ pub async fn output_async(
     spawn_async(command)?.wait_with_output().await
 }
 
-/// `command.status()` through [`spawn_async`] (stdio inherited unless set).
-pub async fn status_async(
-    command: &mut tokio::process::Command,
-) -> std::io::Result<std::process::ExitStatus> {
-    spawn_async(command)?.wait().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

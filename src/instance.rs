@@ -33,7 +33,7 @@ pub const INSTANCES_DIR: &str = "instances";
 #[derive(Debug, thiserror::Error)]
 pub enum InstanceError {
     /// The instances directory or a lock file could not be made or locked.
-    #[error("cannot claim an instance id under {path}: {source}")]
+    #[error("cannot claim an instance id under {path}")]
     Io {
         /// The path.
         path: PathBuf,

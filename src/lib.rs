@@ -11,43 +11,61 @@
 //! ```
 //!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
-//! `xfn start`, `xfn render`, `xfn adapt`) calls: `rootfs` and `sandbox`
-//! are private to the crate, and what front ends need of them (the
-//! namespace entry, the rootfs mode, defaults, usage and version types) the
-//! runner re-exports. The two
-//! gRPC front ends, [`server`] (`xfn start`) and [`adaptor`] (`xfn adapt`),
-//! are thin services over one [`serving`] layer (listen, admission,
-//! deadlines, drain, metrics, status mapping). Every YAML or JSON input
-//! they parse is first bounded in depth by [`nesting`].
-pub mod adaptor;
-pub mod compose;
-pub mod duration;
-pub mod fork_lock;
+//! `xfn start`, `xfn render`, `xfn adapt`) calls. The front ends, and the
+//! command line over them, are the crate's own; so are `rootfs`, `sandbox`
+//! and the serving layer the two gRPC daemons share.
+//!
+//! The public API is what an embedding program or xfn's integration tests
+//! need, and no more:
+//! - [`runner`]: enter the namespace ([`runner::enter_namespace`], before
+//!   any thread starts), build a [`runner::Runner`], run a function once,
+//!   keep a warm pool, or serve a long-lived function container;
+//! - [`image`]: the image store (pull under a policy, list, collect) and
+//!   layer extraction;
+//! - [`Daemon`]: `xfn start`'s daemon (metrics, calls, the cache budget,
+//!   drain) over a runner;
+//! - [`pidns`], [`quantity`], [`proto`]: the PID namespace entry, Kubernetes
+//!   quantities, the generated protocol types;
+//! - [`cli_main`]: the whole `xfn` command line (the binary is one call).
+//!
+//! Inside the crate a `pub` item is "for the rest of the crate": the
+//! compiler reports one nothing uses, and `missing_docs` holds for all
+//! that is public.
+#![deny(missing_docs)]
+
+// The public surface: what an embedding program and xfn's integration tests
+// use. Everything else is the crate's own (`mod`, not `pub mod`), so a
+// `pub` inside it means "for the rest of the crate", and the compiler tells
+// us when nothing uses it.
 pub mod image;
-pub mod instance;
-pub mod nesting;
-pub mod pid1;
 pub mod pidns;
 pub mod proto;
 pub mod quantity;
-pub mod resident;
-pub(crate) mod rootfs;
 pub mod runner;
-pub(crate) mod sandbox;
-pub mod server;
-pub mod serving;
+pub use grpc::daemon::{Daemon, DaemonError, DaemonOptions};
 
-/// The parts of the integration tests' kit (`tests/support`) the crate's
-/// own tests use too (layer tarballs, tree snapshots, re-running a test as
-/// uid 65532 or in a mount namespace): the same files, included by path.
-#[cfg(test)]
-#[path = "../tests/support"]
-#[allow(dead_code)]
-mod support {
-    pub mod format;
-    pub mod layer;
-    pub mod reexec;
-    pub mod tree;
+mod adaptor;
+mod chain;
+mod cli;
+mod compose;
+mod duration;
+mod fork_lock;
+mod grpc;
+mod instance;
+mod nesting;
+mod pid1;
+mod resident;
+mod rootfs;
+mod sandbox;
+mod server;
 
-    pub use layer::Layer;
+/// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
+/// init; parse flags; enter the user namespace while still single-threaded;
+/// start the async runtime and dispatch the subcommand.
+pub fn cli_main() -> std::process::ExitCode {
+    cli::main()
 }
+
+/// The test kit the unit tests share with the integration tests.
+#[cfg(test)]
+use xfn_testkit as support;

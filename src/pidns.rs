@@ -49,7 +49,7 @@
 //! lost, and it would inherit every orphan, the very duties `pid1` keeps
 //! out of xfn. A cgroup to kill: nothing is left to kill it once xfn is
 //! dead, and most hosts give xfn no cgroup of its own.
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
@@ -60,10 +60,10 @@ use nix::sys::signal::Signal;
 pub enum PidnsError {
     /// The kernel refused a new PID namespace: nothing changed, xfn can go
     /// on as before (its containers then outlive a SIGKILL).
-    #[error("cannot create a PID namespace: {0}")]
-    Unavailable(nix::Error),
+    #[error("cannot create a PID namespace")]
+    Unavailable(#[source] nix::Error),
     /// A step after the namespace was created failed.
-    #[error("cannot {what} for xfn's PID namespace: {source}")]
+    #[error("cannot {what} for xfn's PID namespace")]
     Sys {
         /// What was being done.
         what: &'static str,
@@ -131,12 +131,8 @@ fn become_init(supervisor: OwnedFd) -> Result<(), PidnsError> {
 
 /// Whether the process of `pidfd` has exited (a pidfd polls readable then).
 fn exited(pidfd: &OwnedFd) -> bool {
-    let mut fds = [libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    // SAFETY: `fds` is one initialised pollfd that outlives the call, its
-    // descriptor owned by `pidfd`; a zero timeout never blocks.
-    unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) > 0 }
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    // A zero timeout: a look, never a wait.
+    poll(&mut fds, Some(&Timespec::default())).is_ok_and(|ready| ready > 0)
 }

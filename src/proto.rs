@@ -30,3 +30,8 @@ pub mod v1beta1 {
         "/apiextensions.r#fn.proto.v1beta1.rs"
     ));
 }
+
+/// Conversions between Kubernetes objects as JSON and the protobuf `Struct`
+/// the function protocol carries them in (for programs that serve or call
+/// functions with these types).
+pub use crate::compose::value::{from_struct, to_struct};

@@ -11,31 +11,32 @@ use std::time::Duration;
 use crate::image::{ImageStore, PulledImage};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
 use crate::sandbox::{CrunError, Sandbox, SandboxError, SandboxOptions, SpecError};
+// Carried by `RunError` as the sandbox found them (one definition each).
+pub use crate::sandbox::{LimitsUnavailable, MemoryLimitExceeded, NotServing};
 use container::{FunctionContainer, Recipe, Settings};
 
-// What front ends need of the private `rootfs` and `sandbox` modules.
-pub use crate::rootfs::{RootfsMode, DEFAULT_ROOTFS_SIZE};
-pub use crate::sandbox::cgroup::run::RunUsage;
+// The public surface (what an embedding program and the integration tests
+// use: run a function, pool and serve containers, and the types in those
+// signatures); the `pub(crate)` rest is what xfn's own front ends need of
+// the private `rootfs` and `sandbox` modules.
+pub use crate::rootfs::RootfsMode;
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
-pub use crate::sandbox::netns::NetworkNamespace;
-pub use crate::sandbox::runtime::CrunVersion;
-pub use crate::sandbox::spec::{PIDS_LIMIT as DEFAULT_PIDS_LIMIT, TMP_SIZE as DEFAULT_TMP_SIZE};
-pub use crate::sandbox::userns::{
-    enter as enter_namespace, IdMapping, Namespace, UsernsError, UsernsOptions,
-};
-pub use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
+pub use crate::sandbox::spec::PIDS_LIMIT as DEFAULT_PIDS_LIMIT;
+pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
-pub use pool::{
-    default_size as default_pool_size, PoolOptions, PoolStats, WarmStart,
-    DEFAULT_IDLE as DEFAULT_POOL_IDLE,
-};
-pub use served::{ServeOptions, ServedFunction};
+pub use function_server::{ServeOptions, ServedFunction};
+pub use pool::{PoolOptions, PoolStats, WarmStart};
 
-pub mod budget;
+pub(crate) use crate::sandbox::cgroup::run::RunUsage;
+pub(crate) use crate::sandbox::oci_runtime::CrunVersion;
+pub(crate) use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
+pub(crate) use pool::default_size as default_pool_size;
+
+pub(crate) mod budget;
 mod config;
 mod container;
+mod function_server;
 mod pool;
-mod served;
 mod teardown;
 
 /// What a successful run produced.
@@ -49,23 +50,25 @@ pub struct RunOutput {
     pub usage: Option<RunUsage>,
 }
 
-/// Errors of a run. The server maps each to a gRPC status.
+/// Errors of a run. `grpc::status` maps each to a gRPC status. Each
+/// says its own step; what failed beneath is its typed source, so a message
+/// for a person is the error's chain (`crate::chain`).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// Getting the image failed (see `ImageError::kind`).
     #[error(transparent)]
     Image(#[from] crate::image::ImageError),
-    /// The request or the image config cannot be run: an image with
-    /// nothing to run, an unknown user (InvalidArgument).
-    #[error("invalid run configuration: {0}")]
-    InvalidConfig(String),
+    /// The image config cannot be run: nothing to run, an unknown user
+    /// (InvalidArgument).
+    #[error("invalid run configuration")]
+    InvalidConfig(#[source] SpecError),
     /// The function did not finish in time and was killed (DeadlineExceeded).
     #[error("the function timed out after {0:?} and was killed")]
     Timeout(Duration),
     /// The function exited non-zero (Unknown/Aborted).
     #[error(
         "the function failed with exit code {code}: {}",
-        tail_text(stderr_tail)
+        crate::sandbox::crun::tail_text(stderr_tail)
     )]
     FunctionFailed {
         /// Exit code (128 + signal when killed by one).
@@ -83,52 +86,53 @@ pub enum RunError {
     },
     /// The function went past its memory limit and the kernel's OOM killer
     /// killed it (ResourceExhausted).
-    #[error(
-        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
-        crate::quantity::format_bytes(*limit_bytes),
-        tail_text(stderr_tail)
-    )]
-    MemoryLimitExceeded {
-        /// The limit in bytes.
-        limit_bytes: u64,
-        /// Exit code (137 when the function's own process was killed).
-        code: i32,
-        /// The last [`STDERR_TAIL_BYTES`] of its stderr.
-        stderr_tail: Vec<u8>,
-    },
+    #[error(transparent)]
+    MemoryLimitExceeded(MemoryLimitExceeded),
     /// The OCI runtime is missing, not crun, or too old: nothing can run
     /// until the set-up is fixed (FailedPrecondition).
     #[error(transparent)]
-    Runtime(#[from] crate::sandbox::runtime::RuntimeError),
+    Runtime(#[from] crate::sandbox::oci_runtime::RuntimeError),
     /// Limits were required but are not enforced here (FailedPrecondition).
-    #[error("resource limits are required but not enforced: {0}")]
-    LimitsUnavailable(String),
+    #[error(transparent)]
+    LimitsUnavailable(LimitsUnavailable),
     /// A function started as a server never listened where it should
     /// (Unavailable).
-    #[error("{0}")]
-    NotServing(String),
-    /// Anything else: the runtime, the rootfs, local I/O (Internal).
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-fn tail_text(tail: &[u8]) -> String {
-    let text = String::from_utf8_lossy(tail);
-    let text = text.trim();
-    if text.is_empty() {
-        "(no stderr)".to_string()
-    } else {
-        text.to_string()
-    }
+    #[error(transparent)]
+    NotServing(NotServing),
+    /// The rootfs mode asked for cannot be used here (`--rootfs overlay`
+    /// without overlayfs; InvalidArgument).
+    #[error("invalid run configuration")]
+    RootfsMode(#[source] crate::rootfs::RootfsError),
+    /// Setting the container up or running it failed on xfn's side: the
+    /// bundle, its cgroup, crun's i/o, a spec oci-spec refused (Internal).
+    #[error("internal error")]
+    Sandbox(#[source] SandboxError),
+    /// The run's root filesystem could not be made (Internal).
+    #[error("internal error: cannot prepare the run's root filesystem")]
+    Rootfs(#[source] crate::rootfs::RootfsError),
+    /// The task making the root filesystem panicked (Internal).
+    #[error("internal error: preparing the run's root filesystem panicked")]
+    RootfsPanicked(#[source] tokio::task::JoinError),
+    /// The runner's directories under the cache could not be made (Internal).
+    #[error("internal error: cannot prepare the run directory {path}")]
+    RunDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl From<SandboxError> for RunError {
+    /// The sandbox's errors a caller tells apart (the function's own
+    /// failures, the set-up's) become variants of their own; the rest are
+    /// xfn's internal failures, kept whole as the source.
     fn from(err: SandboxError) -> Self {
         match err {
-            SandboxError::LimitsUnavailable(why) => RunError::LimitsUnavailable(why),
-            SandboxError::Spec(SpecError::Build(e)) => RunError::Internal(e.to_string()),
-            SandboxError::Spec(SpecError::Seccomp(e)) => RunError::Internal(e.to_string()),
-            SandboxError::Spec(e) => RunError::InvalidConfig(e.to_string()),
+            SandboxError::LimitsUnavailable(err) => RunError::LimitsUnavailable(err),
+            SandboxError::Spec(err @ (SpecError::NothingToRun | SpecError::User(_))) => {
+                RunError::InvalidConfig(err)
+            }
             SandboxError::Crun(CrunError::Timeout(after)) => RunError::Timeout(after),
             SandboxError::Crun(CrunError::Failed { code, stderr_tail }) => {
                 RunError::FunctionFailed { code, stderr_tail }
@@ -136,18 +140,10 @@ impl From<SandboxError> for RunError {
             SandboxError::Crun(CrunError::OutputTooLarge { stream, limit }) => {
                 RunError::OutputTooLarge { stream, limit }
             }
-            SandboxError::MemoryLimitExceeded {
-                limit_bytes,
-                code,
-                stderr_tail,
-            } => RunError::MemoryLimitExceeded {
-                limit_bytes,
-                code,
-                stderr_tail,
-            },
+            SandboxError::MemoryLimitExceeded(err) => RunError::MemoryLimitExceeded(err),
             SandboxError::Runtime(err) => RunError::Runtime(err),
-            err @ SandboxError::NotServing { .. } => RunError::NotServing(err.to_string()),
-            other => RunError::Internal(other.to_string()),
+            SandboxError::NotServing(err) => RunError::NotServing(err),
+            other => RunError::Sandbox(other),
         }
     }
 }
@@ -174,6 +170,13 @@ pub struct RunnerOptions {
     /// `None`, or a size of 0: every call creates its own (what a one-shot
     /// `xfn run` wants).
     pub warm_pool: Option<PoolOptions>,
+    /// Keep the run state (bundles, crun's state, the rootfs mount points)
+    /// in a tmpfs of xfn's mount namespace instead of on the cache's disk:
+    /// no inode churn on the disk per call. Only for a process whose
+    /// containers end with it (a server in its own PID namespace,
+    /// `crate::pidns`): a killed xfn's state goes with its namespace, so
+    /// nothing could find containers that outlived it (`sandbox/bundle.rs`).
+    pub state_in_memory: bool,
 }
 
 impl Default for RunnerOptions {
@@ -187,6 +190,7 @@ impl Default for RunnerOptions {
             tmp_size_bytes: crate::sandbox::spec::TMP_SIZE,
             rootfs_size_bytes: crate::rootfs::DEFAULT_ROOTFS_SIZE,
             warm_pool: None,
+            state_in_memory: false,
         }
     }
 }
@@ -231,8 +235,8 @@ impl RootfsMaker {
             Rootfs::prepare_with(mode, &layers, flattened.as_deref(), &dir, &options)
         })
         .await
-        .map_err(|e| RunError::Internal(format!("rootfs preparation panicked: {e}")))?
-        .map_err(|e| RunError::Internal(e.to_string()))
+        .map_err(RunError::RootfsPanicked)?
+        .map_err(RunError::Rootfs)
     }
 }
 
@@ -247,8 +251,11 @@ impl Runner {
     ) -> Result<Self, RunError> {
         // Absolute: the rootfs path goes into the spec, which crun reads
         // relative to the bundle dir, not to xfn's working dir.
-        let run_dir = std::path::absolute(store.root().join("run"))
-            .map_err(|e| RunError::Internal(format!("{}: {e}", store.root().display())))?;
+        let run_dir =
+            std::path::absolute(store.root().join("run")).map_err(|source| RunError::RunDir {
+                path: store.root().join("run"),
+                source,
+            })?;
         let sandbox = Sandbox::new(
             namespace,
             SandboxOptions {
@@ -259,12 +266,13 @@ impl Runner {
                 pids_limit: options.pids_limit,
                 instance: store.instance().clone(),
                 tmp_size_bytes: options.tmp_size_bytes,
+                state_in_memory: options.state_in_memory,
             },
         )?;
-        let rootfs_dir = run_dir.join("rootfs");
-        std::fs::create_dir_all(&rootfs_dir)
-            .map_err(|e| RunError::Internal(format!("{}: {e}", rootfs_dir.display())))?;
-        sweep_stale_rootfs(&rootfs_dir, store.instance());
+        // Dead instances' rootfs dirs are on the disk; this one's may be in
+        // memory (the sandbox's run state).
+        sweep_stale_rootfs(&run_dir.join("rootfs"), store.instance());
+        let rootfs_dir = sandbox.rootfs_dir();
         // Probed once, inside the namespace runs use, next to the layer cache.
         let overlay_ok = match options.rootfs {
             crate::rootfs::RootfsMode::Copy => false,
@@ -278,7 +286,7 @@ impl Runner {
         let rootfs_mode = options
             .rootfs
             .resolve(overlay_ok)
-            .map_err(|e| RunError::InvalidConfig(e.to_string()))?;
+            .map_err(RunError::RootfsMode)?;
         tracing::debug!(?rootfs_mode, "per-run rootfs mode");
         let sandbox = Arc::new(sandbox);
         // The sandbox made this process a child subreaper: whatever is
@@ -493,22 +501,21 @@ impl From<crate::sandbox::CrunOutput> for RunOutput {
 /// sweep reaps it (see `sandbox::reaper::reap_orphans`).
 const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
 
-/// Reaps container inits orphaned to this process (a child subreaper) as
-/// they exit (SIGCHLD) and every second, while the sandbox lives.
+/// Reaps container inits orphaned to this process (a child subreaper)
+/// every second, while the sandbox lives.
+///
+/// Not on SIGCHLD too: a daemon under load gets several per call (crun's
+/// processes, each container's init), and each sweep reads every thread's
+/// children and every child's `stat`: that was 16 % of a loaded daemon's own
+/// CPU (benches/PROFILE.md). It bought no promptness: a zombie is reaped
+/// only once seen `ORPHAN_SETTLE` apart, so either way an orphan is reaped
+/// within two ticks of its exit.
 async fn sweep_orphans(sandbox: std::sync::Weak<Sandbox>) {
-    use tokio::signal::unix::{signal, SignalKind};
     let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut child = signal(SignalKind::child()).ok();
     let mut seen = std::collections::HashMap::new();
     loop {
-        tokio::select! {
-            _ = sweep.tick() => {},
-            Some(()) = async { match child.as_mut() {
-                Some(child) => child.recv().await,
-                None => std::future::pending().await,
-            } } => {},
-        }
+        sweep.tick().await;
         if sandbox.strong_count() == 0 {
             return;
         }
@@ -527,7 +534,7 @@ fn sweep_stale_rootfs(dir: &std::path::Path, instance: &crate::instance::Instanc
         if instance.is_dead_name(&name) {
             tracing::info!(rootfs = %entry.path().display(), "removing a rootfs left by an earlier xfn");
             if let Err(err) = Rootfs::cleanup_stale(&entry.path()) {
-                tracing::warn!(%err, "cannot remove a rootfs left by an earlier xfn");
+                tracing::warn!(error = %crate::chain::Chain(&err), "cannot remove a rootfs left by an earlier xfn");
             }
         }
     }

@@ -57,6 +57,6 @@ async fn wrong_or_missing_credentials_are_a_clear_auth_error() {
         let msg = err.to_string();
         assert!(msg.contains("credentials"), "{msg}");
         assert!(msg.contains(&registry.host()), "{msg}");
-        assert!(store.list().unwrap().is_empty());
+        assert!(store.list().unwrap().images.is_empty());
     }
 }

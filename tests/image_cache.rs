@@ -237,9 +237,9 @@ fn torn_configs_manifests_refs_and_blobs_are_fetched_again_never_a_lasting_error
                 .arg("-");
             cmd
         },
-        b"input\n",
+        FUNCTION_IO.as_bytes(),
     );
-    assert_eq!(stdout(&out), "ran\ninput\n");
+    assert_eq!(stdout(&out), format!("ran\n{FUNCTION_IO}"));
     assert_whole(&config, &config_digest);
 }
 
@@ -354,14 +354,8 @@ fn a_copy_mode_run_killed_while_it_flattens_its_image_leaves_no_rootfs_and_the_n
         let mut cmd = xfn_command();
         cmd.args(["run", "--rootfs", "copy", "--cache-dir"])
             .arg(cache)
-            .args([&image.reference, "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut run = support::child::ChildGuard::spawn(&mut cmd);
-        let mut stdin = run.child().stdin.take().unwrap();
-        std::io::Write::write_all(&mut stdin, b"flat\n").unwrap();
-        run
+            .args([&image.reference, "-"]);
+        support::child::ChildGuard::spawn_with_input(&mut cmd, FUNCTION_IO.as_bytes())
     };
     let flattening = || {
         std::fs::read_dir(cache.join("tmp")).unwrap().any(|e| {
@@ -393,7 +387,7 @@ fn a_copy_mode_run_killed_while_it_flattens_its_image_leaves_no_rootfs_and_the_n
 
     // The next run builds it whole, runs, and sweeps the dead one's work.
     let out = copy_run().output_within("the next run", std::time::Duration::from_secs(300));
-    assert_eq!(stdout(&out), "flat\n");
+    assert_eq!(stdout(&out), FUNCTION_IO);
     assert!(entry(cache, "rootfs", &image.digest)
         .join("data/3")
         .is_file());

@@ -9,7 +9,7 @@ use crate::server_common;
 use crate::support;
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -51,22 +51,15 @@ fn xfn_as_root(cache: &Path, args: &[&str]) -> Output {
 
 /// `xfn run IMAGE -` (plus `extra`) as uid 65532 with `input` on stdin,
 /// started: the caller waits for it with [`ChildGuard::output_within`].
-fn start_run(cache: &Path, image: &str, extra: &[&str], input: &[u8]) -> ChildGuard {
+fn start_run(cache: &Path, image: &str, extra: &[&str], input: &str) -> ChildGuard {
     let mut args = vec!["run", image, "-"];
     args.extend(extra);
-    let mut cmd = sidecar(&args, cache);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut run = ChildGuard::spawn(&mut cmd);
-    let mut stdin = run.child().stdin.take().expect("stdin");
-    stdin.write_all(input).expect("write the input");
-    run
+    ChildGuard::spawn_with_input(&mut sidecar(&args, cache), input.as_bytes())
 }
 
 /// What a run of `image` with `input` printed (it must succeed).
 fn run(cache: &Path, image: &str, input: &str) -> String {
-    let out = start_run(cache, image, &[], input.as_bytes()).output_within("xfn run", PATIENCE);
+    let out = start_run(cache, image, &[], input).output_within("xfn run", PATIENCE);
     stdout(&out)
 }
 
@@ -113,10 +106,13 @@ fn own_layer(image: &PushedImage) -> String {
 /// The references `xfn cache ls` lists (which, unlike a use, leaves their
 /// last use alone).
 fn listed(cache: &Path) -> Vec<String> {
-    stdout(&xfn(cache, &["cache", "ls"]))
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+    let rows: serde_json::Value =
+        serde_json::from_str(&stdout(&xfn(cache, &["cache", "ls", "--format", "json"])))
+            .expect("cache ls --format json");
+    rows.as_array()
+        .expect("an array")
+        .iter()
+        .map(|row| row["reference"].as_str().expect("a reference").to_string())
         .collect()
 }
 
@@ -266,7 +262,7 @@ fn cache_gc_evicts_the_least_recently_used_images_first_until_the_cache_fits_its
     }
     // Image 0 is used again, by a run: 1 is now the least recently used,
     // then 2, then 0.
-    assert_eq!(run(&cache, &images[0].reference, "used\n"), "used\n");
+    assert_eq!(run(&cache, &images[0].reference, FUNCTION_IO), FUNCTION_IO);
     let out = stdout(&xfn(&cache, &["cache", "gc"]));
     assert!(out.contains("freed 0 B"), "nothing is garbage yet: {out}");
     assert_eq!(
@@ -350,7 +346,7 @@ fn cache_gc_never_removes_what_a_run_or_a_pull_in_flight_uses_and_both_finish_wh
         &cache,
         &held.reference,
         &["--network-policy", "Runner", "--timeout", "10m"],
-        b"whole\n",
+        FUNCTION_IO,
     );
     let conn = accept_from(&listener, &mut running);
     hostile.fault(
@@ -385,8 +381,8 @@ fn cache_gc_never_removes_what_a_run_or_a_pull_in_flight_uses_and_both_finish_wh
     stdout(&pulling_now.output_within("the pull", PATIENCE));
     drop(conn);
     let ran = running.output_within("the held run", PATIENCE);
-    assert_eq!(stdout(&ran), "whole\n");
-    assert_eq!(run(&cache, &pulling.reference, "pulled\n"), "pulled\n");
+    assert_eq!(stdout(&ran), FUNCTION_IO);
+    assert_eq!(run(&cache, &pulling.reference, FUNCTION_IO), FUNCTION_IO);
 
     // Done, they are evicted like any other.
     let out = stdout(&xfn(&cache, &["cache", "gc", "--max-size", "0"]));

@@ -118,7 +118,7 @@ async fn if_not_present_pulls_once_then_serves_the_cache() {
         .await
         .unwrap();
     assert_eq!(cached.digest, pushed.digest);
-    let listed = reopened.list().unwrap();
+    let listed = reopened.list().unwrap().images;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].reference, pushed.reference);
     assert_eq!(listed[0].digest, pushed.digest);
@@ -529,7 +529,7 @@ async fn the_default_registry_completes_short_names() {
         .await
         .unwrap();
     assert_eq!(image.digest, pushed.digest);
-    assert_eq!(store.list().unwrap()[0].reference, pushed.reference);
+    assert_eq!(store.list().unwrap().images[0].reference, pushed.reference);
 }
 
 /// Records what a pull reports, as a progress bar would see it.

@@ -1,7 +1,7 @@
 //! `xfn render`'s `Docker` runtime end to end, with no Docker: each
 //! Function's image is served rootless by xfn as a gRPC server for the
 //! render and reached inside its own network namespace. The function is
-//! examples/fn_server.rs (the Rust twin of the Python SDK function of
+//! tests/fixtures/fn_server.rs (the Rust twin of the Python SDK function of
 //! tests/render/function.py), linked statically into a busybox image pushed
 //! to a real registry on 127.0.0.1; real crun, real user namespaces.
 //!
@@ -38,7 +38,10 @@ fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
         .arg(fx.path("cache"))
         .args(args)
         .current_dir(fx.dir.path())
-        .env("RUST_LOG", "xfn::compose=debug,xfn::sandbox::served=debug")
+        .env(
+            "RUST_LOG",
+            "xfn::compose=debug,xfn::sandbox::function_server=debug",
+        )
         .stdin(Stdio::null())
         .output()
         .expect("spawn xfn")

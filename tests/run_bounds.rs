@@ -18,7 +18,7 @@
 //! which scripts/setup.sh installs); root.
 use crate::support;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use support::*;
 
@@ -55,12 +55,13 @@ impl Fixture {
             .reference
     }
 
-    /// `xfn run FLAGS IMAGE -` as `who`, each with a cache of its own.
+    /// `xfn run FLAGS IMAGE -` as `who`, each with a cache of its own, a
+    /// FunctionIO on its stdin.
     fn run(&self, who: Who, image: &str, flags: &[&str]) -> Output {
-        run_with_input(self.command(who, image, flags), b"")
+        run_with_input(self.command(who, image, flags), FUNCTION_IO.as_bytes())
     }
 
-    /// The command [`Fixture::run`] runs, with its stdio piped.
+    /// The command [`Fixture::run`] runs.
     fn command(&self, who: Who, image: &str, flags: &[&str]) -> Command {
         let (mut cmd, cache) = match who {
             Who::Root => (xfn_command(), self.dir.path().join("cache-root")),
@@ -75,9 +76,6 @@ impl Fixture {
         };
         cmd.arg("run").arg("--cache-dir").arg(&cache);
         cmd.args(flags).arg(image).arg("-");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
         cmd
     }
 }
@@ -205,8 +203,10 @@ fn a_fork_bomb_stops_at_the_pids_limit_while_a_neighbour_of_the_same_uid_forks_f
     for who in EVERYONE {
         // The default --pids-limit; no cgroup enforces it on this machine
         // (xfn says limits are not enforced), so RLIMIT_NPROC is what holds.
-        let mut running =
-            support::child::ChildGuard::spawn(&mut fx.command(who, &bomb, &["--timeout", "5m"]));
+        let mut running = support::child::ChildGuard::spawn_with_input(
+            &mut fx.command(who, &bomb, &["--timeout", "5m"]),
+            FUNCTION_IO.as_bytes(),
+        );
         let holder = loop {
             if let Some(pid) = process_where(|cmdline| cmdline == "sleep 3632") {
                 break KilledOnDrop(pid);

@@ -322,7 +322,7 @@ fn xfn_run_bounds_each_runs_inotify_and_fanotify_counts_with_either_mapping() {
             .arg(&cache)
             .arg(&image)
             .arg("-");
-        let out = stdout(&run_with_input(cmd, b""));
+        let out = stdout(&run_with_input(cmd, FUNCTION_IO.as_bytes()));
         assert_eq!(out, format!("{}\n{host}\n", host / 8), "{unprivileged_run}");
     }
 }

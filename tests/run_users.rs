@@ -113,7 +113,7 @@ fn xfn_run(cache: &Path, uid: Option<u32>, image: &str) -> std::process::Output 
         .arg(cache)
         .arg(image)
         .arg("-");
-    run_with_input(cmd, b"input\n")
+    run_with_input(cmd, FUNCTION_IO.as_bytes())
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn xfn_run_unprivileged_runs_image_users_as_themselves_and_refuses_unknown_ones(
         let out = stdout(&xfn_run(&cache, Some(NONROOT), &image));
         assert_eq!(
             out,
-            format!("{expected}0000000000000000\ninput\n"),
+            format!("{expected}0000000000000000\n{FUNCTION_IO}"),
             "{user}"
         );
     }
@@ -157,7 +157,7 @@ fn xfn_run_with_an_id_range_maps_image_users_one_to_one_and_refuses_ids_past_it(
         let out = stdout(&xfn_run(&cache, None, &image));
         assert_eq!(
             out,
-            format!("{uid_gid}0:0\n0 1 65535\n0000000000000000\ninput\n"),
+            format!("{uid_gid}0:0\n0 1 65535\n0000000000000000\n{FUNCTION_IO}"),
             "{user}"
         );
     }

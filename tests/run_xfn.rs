@@ -9,8 +9,10 @@ use crate::support;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
+use support::child::ChildGuard;
+use support::registry::hostile::HostileRegistry;
 use support::*;
 
 struct Fixture {
@@ -73,34 +75,27 @@ fn script_path(name: &str) -> String {
     format!("/fn-{}.sh", name.split(':').next().unwrap())
 }
 
-fn run(fx: &Fixture, image: &str, input: &[u8], flags: &[&str]) -> Output {
+fn run(fx: &Fixture, image: &str, input: &str, flags: &[&str]) -> Output {
     let mut cmd = fx.command();
     cmd.args(flags).arg(image).arg("-");
-    run_with_input(cmd, input)
+    run_with_input(cmd, input.as_bytes())
 }
 
 /// Spawns `cmd` (with `input`), waits until one of its function's
 /// processes runs `sleep <marker>`, reads that process's uid map and real
 /// uid as the host sees them, kills it (the function then goes on) and
 /// returns both with the output of the run.
-fn host_view_of_the_function(
-    mut cmd: Command,
-    input: &[u8],
-    marker: &str,
-) -> (String, u32, Output) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn xfn");
-    child.stdin.take().unwrap().write_all(input).unwrap();
+fn host_view_of_the_function(mut cmd: Command, input: &str, marker: &str) -> (String, u32, Output) {
+    let mut child = ChildGuard::spawn_with_input(&mut cmd, input.as_bytes());
     let pid = loop {
         let sleep = format!("sleep {marker}");
         if let Some(pid) = process_where(|cmdline| cmdline == sleep) {
             break pid;
         }
-        assert!(child.try_wait().unwrap().is_none(), "xfn exited early");
+        assert!(
+            child.child().try_wait().unwrap().is_none(),
+            "xfn exited early"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let uid_map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
@@ -116,7 +111,7 @@ fn host_view_of_the_function(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
     );
-    (uid_map, uid, child.wait_with_output().unwrap())
+    (uid_map, uid, child.into_inner().wait_with_output().unwrap())
 }
 
 /// Nothing of any run is left in the cache dir, and no container process.
@@ -132,7 +127,8 @@ fn assert_no_leftovers(cache: &Path, marker: &str) {
     }
 }
 
-const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1
+/// A FunctionIO of an XR, whose `desired: {}` a function replaces.
+const XBUCKET_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1
 kind: FunctionIO
 observed:
   composite:
@@ -152,11 +148,90 @@ fn a_function_adds_a_desired_resource_to_its_function_io() {
         r#"sed '/^desired: {}$/d'
 printf 'desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n'"#,
     );
-    let out = run(&fx, &image, FUNCTION_IO.as_bytes(), &[]);
-    let expected = FUNCTION_IO.replace("desired: {}\n", "")
+    let out = run(&fx, &image, XBUCKET_IO, &[]);
+    let expected = XBUCKET_IO.replace("desired: {}\n", "")
         + "desired:\n  resources:\n  - name: bucket\n    resource:\n      apiVersion: s3.aws.upbound.io/v1beta1\n      kind: Bucket\n";
     assert_eq!(stdout(&out), expected);
     assert_no_leftovers(&fx.cache, &script_path("add-resource"));
+}
+
+/// What is no FunctionIO is refused as `xfn start` refuses it, with exit
+/// code 2 (a usage error) and one line naming the input, before anything
+/// is pulled: the registry serving the image sees no request at all. The
+/// same run with a FunctionIO pulls and runs, so the count could move.
+#[test]
+fn input_that_is_no_function_io_is_refused_with_exit_code_2_before_any_pull() {
+    let fx = Fixture::new();
+    let registry = HostileRegistry::start();
+    let cat = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"]);
+    let image = registry.serve(&cat, "refused:v1").reference;
+    let deep = format!("observed: {}", "[".repeat(100));
+    for (input, said) in [
+        ("", "stdin: input is empty: a FunctionIO is required"),
+        ("  \n# only a comment\n", "stdin: input is empty"),
+        (
+            "- a\n- list\n",
+            "stdin: input is not a FunctionIO: not a YAML mapping",
+        ),
+        (
+            "apiVersion: v1\nkind: ConfigMap\n",
+            "stdin: input is not a FunctionIO: apiVersion \"v1\" is not one of",
+        ),
+        ("{ unclosed", "stdin: input is not a FunctionIO: not YAML"),
+        (&deep, "nested more than 64 levels deep"),
+    ] {
+        let out = run(&fx, &image, input, &[]);
+        let err = failure(&out);
+        assert_eq!(out.status.code(), Some(2), "{input:?}: {err}");
+        assert!(err.contains(said), "{input:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    }
+    // A file is named, and one that cannot be read is the same usage error.
+    let composition = fx.dir.path().join("composition.yaml");
+    std::fs::write(
+        &composition,
+        "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: Composition\n",
+    )
+    .unwrap();
+    let missing = fx.dir.path().join("missing.yaml");
+    for (file, said) in [
+        (
+            &composition,
+            format!(
+                "{}: input is not a FunctionIO: kind is \"Composition\", not FunctionIO",
+                composition.display()
+            ),
+        ),
+        (
+            &missing,
+            format!("cannot read the input {}", missing.display()),
+        ),
+    ] {
+        let out = fx.command().arg(&image).arg(file).output().unwrap();
+        let err = failure(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&said), "{err}");
+    }
+    assert_eq!(registry.requests(), 0, "the registry was asked first");
+
+    assert_eq!(stdout(&run(&fx, &image, FUNCTION_IO, &[])), FUNCTION_IO);
+    assert!(registry.manifest_gets() > 0 && registry.blob_gets() > 0);
+}
+
+/// xfn reads its input as the user who runs it, before it enters its user
+/// namespace, whose root (host uid 100000 here) could not read a file only
+/// root may.
+#[test]
+fn an_input_file_only_its_owner_can_read_is_read() {
+    let fx = Fixture::new();
+    let image = fx.script_image("private-input:v1", "cat");
+    let input = fx.dir.path().join("private.yaml");
+    std::fs::write(&input, FUNCTION_IO).unwrap();
+    std::fs::set_permissions(&input, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = fx.command().arg(&image).arg(&input).output().unwrap();
+    assert_eq!(stdout(&out), FUNCTION_IO);
 }
 
 #[test]
@@ -168,7 +243,7 @@ fn a_function_answers_a_run_function_request() {
 printf '{"meta":{"tag":"%s","ttl":"60s"},"desired":{"composite":{}}}' "$tag""#,
     );
     let request = r#"{"meta":{"tag":"abc123"},"observed":{"composite":{"resource":{}}}}"#;
-    let out = run(&fx, &image, request.as_bytes(), &[]);
+    let out = run(&fx, &image, request, &[]);
     assert_eq!(
         stdout(&out),
         r#"{"meta":{"tag":"abc123","ttl":"60s"},"desired":{"composite":{}}}"#
@@ -184,24 +259,27 @@ fn entrypoint_and_cmd_combinations() {
         .cmd(["cmd"])
         .push(&fx.registry, "both:v1")
         .reference;
-    assert_eq!(stdout(&run(&fx, &both, b"", &[])), "entry cmd\n");
+    assert_eq!(stdout(&run(&fx, &both, FUNCTION_IO, &[])), "entry cmd\n");
     let entry_only = ImageBuilder::new()
         .layer(Layer::busybox())
         .entrypoint(["/bin/echo", "only-entry"])
         .push(&fx.registry, "entry:v1")
         .reference;
-    assert_eq!(stdout(&run(&fx, &entry_only, b"", &[])), "only-entry\n");
+    assert_eq!(
+        stdout(&run(&fx, &entry_only, FUNCTION_IO, &[])),
+        "only-entry\n"
+    );
     let cmd_only = ImageBuilder::new()
         .layer(Layer::busybox())
         .cmd(["/bin/echo", "only-cmd"])
         .push(&fx.registry, "cmd:v1")
         .reference;
-    assert_eq!(stdout(&run(&fx, &cmd_only, b"", &[])), "only-cmd\n");
+    assert_eq!(stdout(&run(&fx, &cmd_only, FUNCTION_IO, &[])), "only-cmd\n");
     let neither = ImageBuilder::new()
         .layer(Layer::busybox())
         .push(&fx.registry, "neither:v1")
         .reference;
-    let err = failure(&run(&fx, &neither, b"", &[]));
+    let err = failure(&run(&fx, &neither, FUNCTION_IO, &[]));
     assert!(err.contains("neither an Entrypoint nor a Cmd"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
 }
@@ -216,7 +294,10 @@ fn env_workdir_and_default_path() {
         .working_dir("/work")
         .push(&fx.registry, "env:v1")
         .reference;
-    assert_eq!(stdout(&run(&fx, &image, b"", &[])), "hello\n/work\n/bin\n");
+    assert_eq!(
+        stdout(&run(&fx, &image, FUNCTION_IO, &[])),
+        "hello\n/work\n/bin\n"
+    );
     let no_path = ImageBuilder::new()
         .layer(Layer::busybox())
         .entrypoint(["/bin/sh", "-c", "echo $PATH; pwd"])
@@ -224,7 +305,7 @@ fn env_workdir_and_default_path() {
         .push(&fx.registry, "nopath:v1")
         .reference;
     assert_eq!(
-        stdout(&run(&fx, &no_path, b"", &[])),
+        stdout(&run(&fx, &no_path, FUNCTION_IO, &[])),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/\n"
     );
 }
@@ -241,13 +322,22 @@ fn user_by_name_and_by_number() {
             .reference
     };
     let by_name = with_user("byname:v1", "nonroot");
-    assert_eq!(stdout(&run(&fx, &by_name, b"", &[])), "65532\n65532\n");
+    assert_eq!(
+        stdout(&run(&fx, &by_name, FUNCTION_IO, &[])),
+        "65532\n65532\n"
+    );
     let by_number = with_user("bynumber:v1", "1234:4321");
-    assert_eq!(stdout(&run(&fx, &by_number, b"", &[])), "1234\n4321\n");
+    assert_eq!(
+        stdout(&run(&fx, &by_number, FUNCTION_IO, &[])),
+        "1234\n4321\n"
+    );
     let name_group = with_user("namegroup:v1", "nonroot:nogroup");
-    assert_eq!(stdout(&run(&fx, &name_group, b"", &[])), "65532\n65534\n");
+    assert_eq!(
+        stdout(&run(&fx, &name_group, FUNCTION_IO, &[])),
+        "65532\n65534\n"
+    );
     let unknown = with_user("unknown:v1", "nosuchuser");
-    let err = failure(&run(&fx, &unknown, b"", &[]));
+    let err = failure(&run(&fx, &unknown, FUNCTION_IO, &[]));
     assert!(
         err.contains("\"nosuchuser\" is not in the image's /etc/passwd"),
         "{err}"
@@ -276,15 +366,25 @@ fn network_isolated_cannot_reach_the_host_runner_can() {
         &format!("nc -w 2 127.0.0.1 {port} </dev/null && echo reached || echo unreachable"),
     );
     assert_eq!(
-        stdout(&run(&fx, &image, b"", &["--network-policy", "Isolated"])),
+        stdout(&run(
+            &fx,
+            &image,
+            FUNCTION_IO,
+            &["--network-policy", "Isolated"]
+        )),
         "unreachable\n"
     );
     assert_eq!(
-        stdout(&run(&fx, &image, b"", &["--network-policy", "Runner"])),
+        stdout(&run(
+            &fx,
+            &image,
+            FUNCTION_IO,
+            &["--network-policy", "Runner"]
+        )),
         "pong\nreached\n"
     );
     // Isolated is the default.
-    assert_eq!(stdout(&run(&fx, &image, b"", &[])), "unreachable\n");
+    assert_eq!(stdout(&run(&fx, &image, FUNCTION_IO, &[])), "unreachable\n");
 }
 
 #[test]
@@ -292,7 +392,7 @@ fn a_function_that_never_exits_is_killed_at_the_timeout() {
     let fx = Fixture::new();
     let image = fx.script_image("hang:v1", "sleep 4711 & sleep 4711");
     fx.pull(&image);
-    let err = failure(&run(&fx, &image, b"", &["--timeout", "1s"]));
+    let err = failure(&run(&fx, &image, FUNCTION_IO, &["--timeout", "1s"]));
     assert!(err.contains("timed out after 1s"), "{err}");
     assert_no_leftovers(&fx.cache, "sleep 4711");
 }
@@ -304,7 +404,7 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
         "fail:v1",
         "echo 'first line' >&2; echo 'cannot compose: bad input' >&2; exit 7",
     );
-    let err = failure(&run(&fx, &image, b"", &[]));
+    let err = failure(&run(&fx, &image, FUNCTION_IO, &[]));
     assert!(err.contains("exit code 7"), "{err}");
     assert!(
         err.contains("first line | cannot compose: bad input"),
@@ -318,12 +418,12 @@ fn non_zero_exit_reports_code_and_stderr_tail() {
 fn xfn_run_exits_with_the_function_s_exit_code_and_124_on_a_timeout() {
     let fx = Fixture::new();
     let image = fx.script_image("exit-code:v1", "exit 7");
-    assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(7));
+    assert_eq!(run(&fx, &image, FUNCTION_IO, &[]).status.code(), Some(7));
     let image = fx.script_image("killed:v1", "sh -c 'kill -KILL $$'");
-    assert_eq!(run(&fx, &image, b"", &[]).status.code(), Some(137));
+    assert_eq!(run(&fx, &image, FUNCTION_IO, &[]).status.code(), Some(137));
     let image = fx.script_image("slow:v1", "sleep 4719");
     fx.pull(&image);
-    let out = run(&fx, &image, b"", &["--timeout", "1s"]);
+    let out = run(&fx, &image, FUNCTION_IO, &["--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(124), "{}", failure(&out));
 }
 
@@ -333,7 +433,7 @@ fn a_missing_runtime_is_named_as_missing_before_anything_is_pulled() {
     let err = failure(&run(
         &fx,
         "127.0.0.1:1/never-pulled:v1",
-        b"",
+        FUNCTION_IO,
         &["--runtime", "no-such-runtime"],
     ));
     assert!(
@@ -346,7 +446,12 @@ fn a_missing_runtime_is_named_as_missing_before_anything_is_pulled() {
 fn an_output_flood_hits_the_cap() {
     let fx = Fixture::new();
     let image = fx.script_image("flood:v1", "yes flood-4712");
-    let err = failure(&run(&fx, &image, b"", &["--max-output-bytes", "100000"]));
+    let err = failure(&run(
+        &fx,
+        &image,
+        FUNCTION_IO,
+        &["--max-output-bytes", "100000"],
+    ));
     assert!(err.contains("more than 100000 bytes to stdout"), "{err}");
     assert_no_leftovers(&fx.cache, "flood-4712");
 }
@@ -360,8 +465,16 @@ fn files_written_to_the_rootfs_do_not_outlive_the_run() {
             "test -e /left-behind && echo found || echo absent; echo x > /left-behind; echo y > /bin/busybox-was-here",
         );
         let flags = ["--rootfs", mode];
-        assert_eq!(stdout(&run(&fx, &image, b"", &flags)), "absent\n", "{mode}");
-        assert_eq!(stdout(&run(&fx, &image, b"", &flags)), "absent\n", "{mode}");
+        assert_eq!(
+            stdout(&run(&fx, &image, FUNCTION_IO, &flags)),
+            "absent\n",
+            "{mode}"
+        );
+        assert_eq!(
+            stdout(&run(&fx, &image, FUNCTION_IO, &flags)),
+            "absent\n",
+            "{mode}"
+        );
         let found = Command::new("find")
             .arg(&fx.cache)
             .args(["-name", "left-behind", "-o", "-name", "busybox-was-here"])
@@ -395,7 +508,7 @@ fn as_root_a_range_is_mapped_functions_run_past_xfns_own_id_and_owners_are_right
         .reference;
     let mut cmd = fx.command();
     cmd.arg(&image).arg("-");
-    let (host_map, host_uid, out) = host_view_of_the_function(cmd, b"", "4715");
+    let (host_map, host_uid, out) = host_view_of_the_function(cmd, FUNCTION_IO, "4715");
     let out = stdout(&out);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..3], ["0", "65532:65532", "0:0"], "{out}");
@@ -424,14 +537,14 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
         .arg(&fx.cache)
         .arg(&image)
         .arg("-");
-    let (host_map, host_uid, out) = host_view_of_the_function(cmd, b"input\n", "4716");
+    let (host_map, host_uid, out) = host_view_of_the_function(cmd, FUNCTION_IO, "4716");
     let out = stdout(&out);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["0", "0"], "{out}");
     // The run's own user namespace maps xfn's one id…
     let map: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(map, ["0", "0", "1"], "{out}");
-    assert_eq!(lines[3], "input", "{out}");
+    assert_eq!(lines[3..].join("\n") + "\n", FUNCTION_IO, "{out}");
     // …which is the host's 65532.
     let host_map: Vec<&str> = host_map.split_whitespace().collect();
     assert_eq!(host_map, ["0", "65532", "1"]);
@@ -444,9 +557,10 @@ fn unprivileged_without_capabilities_maps_its_own_id() {
         .args(["--network-policy", "Runner"])
         .arg(&image)
         .arg("-");
-    let (_, host_uid, out) = host_view_of_the_function(cmd, b"runner\n", "4716");
+    let input = format!("{FUNCTION_IO}# runner\n");
+    let (_, host_uid, out) = host_view_of_the_function(cmd, &input, "4716");
     let out = stdout(&out);
-    assert!(out.ends_with("runner\n"), "{out}");
+    assert!(out.ends_with(&input), "{out}");
     assert_eq!(host_uid, NONROOT);
     assert_no_leftovers(&fx.cache, &script_path("unpriv"));
 }
@@ -456,29 +570,25 @@ fn twenty_concurrent_runs_of_one_image_succeed() {
     let fx = Fixture::new();
     let image = fx.script_image("concurrent:v1", "cat; echo ' done'");
     // Pull once so the runs share a warm cache (concurrent pulls are the store's tests).
-    assert_eq!(stdout(&run(&fx, &image, b"warm", &[])), "warm done\n");
+    assert_eq!(
+        stdout(&run(&fx, &image, FUNCTION_IO, &[])),
+        format!("{FUNCTION_IO} done\n")
+    );
+    // Each run's input its own, so a mixed-up output shows.
+    let input = |i| format!("{FUNCTION_IO}# run {i}\n");
     let children: Vec<_> = (0..20)
         .map(|i| {
             let mut cmd = fx.command();
             cmd.arg(&image).arg("-");
-            let mut child = cmd
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(format!("run {i}").as_bytes())
-                .unwrap();
-            (i, child)
+            (
+                i,
+                ChildGuard::spawn_with_input(&mut cmd, input(i).as_bytes()),
+            )
         })
         .collect();
     for (i, child) in children {
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(stdout(&out), format!("run {i} done\n"));
+        let out = child.into_inner().wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("{} done\n", input(i)));
     }
     assert_no_leftovers(&fx.cache, &script_path("concurrent"));
 }
@@ -491,14 +601,14 @@ fn limits_flags_are_validated_and_required_limits_refused() {
         stdout(&run(
             &fx,
             &image,
-            b"",
+            FUNCTION_IO,
             &["--cpu", "500m", "--memory", "128Mi"]
         )),
         "ran\n"
     );
-    let err = failure(&run(&fx, &image, b"", &["--cpu", "1x"]));
+    let err = failure(&run(&fx, &image, FUNCTION_IO, &["--cpu", "1x"]));
     assert!(err.contains("\"1x\" is not a Kubernetes quantity"), "{err}");
-    let err = failure(&run(&fx, &image, b"", &["--require-limits"]));
+    let err = failure(&run(&fx, &image, FUNCTION_IO, &["--require-limits"]));
     assert!(
         err.contains("limits are required but not enforced"),
         "{err}"
@@ -525,7 +635,7 @@ fn functions_run_hardened() {
         ])
         .push(&fx.registry, "hardened:v1")
         .reference;
-    let out = stdout(&run(&fx, &image, b"", &[]));
+    let out = stdout(&run(&fx, &image, FUNCTION_IO, &[]));
     // CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) FSETID(4) KILL(5) SETGID(6) SETUID(7);
     // masked /proc files are bound to /dev/null (1:3).
     let caps = "00000000000000fb";
@@ -564,8 +674,8 @@ fn main() {
         .push(&fx.registry, "static:v1")
         .reference;
     assert_eq!(
-        stdout(&run(&fx, &image, b"hello", &[])),
-        "static: 5 bytes in, threads sum 12\n"
+        stdout(&run(&fx, &image, FUNCTION_IO, &[])),
+        format!("static: {} bytes in, threads sum 12\n", FUNCTION_IO.len())
     );
 }
 
@@ -578,7 +688,10 @@ fn a_relative_cache_dir_works() {
         .args(["run", "--cache-dir", "cache"])
         .arg(&image)
         .arg("-");
-    assert_eq!(stdout(&run_with_input(cmd, b"relative")), "relative");
+    assert_eq!(
+        stdout(&run_with_input(cmd, FUNCTION_IO.as_bytes())),
+        FUNCTION_IO
+    );
 }
 
 /// "root" whose own namespace maps a single id (as in a rootless
@@ -595,7 +708,7 @@ fn root_of_a_single_id_namespace_falls_back_to_its_own_id() {
         .arg(&fx.cache)
         .arg(&image)
         .arg("-");
-    let out = stdout(&run_with_input(cmd, b""));
+    let out = stdout(&run_with_input(cmd, FUNCTION_IO.as_bytes()));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "0", "{out}");
     let map: Vec<&str> = lines[1].split_whitespace().collect();
@@ -608,12 +721,7 @@ fn sigterm_stops_the_run_and_leaves_nothing() {
     let image = fx.script_image("sigterm:v1", "sleep 4713");
     let mut cmd = fx.command();
     cmd.arg(&image).arg("-");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard::spawn_with_input(&mut cmd, FUNCTION_IO.as_bytes()).into_inner();
     // Wait for the function to be running.
     let marker = "sleep 4713";
     while process_where(|cmdline| cmdline.contains(marker)).is_none() {

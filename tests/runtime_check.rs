@@ -35,15 +35,13 @@ fn xfn_run_refuses_an_old_crun_naming_the_version_found_and_needed() {
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
     let run = |runtime: &Path| {
-        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
-            .args(["run", "--cache-dir"])
+        let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+        cmd.args(["run", "--cache-dir"])
             .arg(&cache)
             .arg("--runtime")
             .arg(runtime)
-            .args([&image, "-"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .args([&image, "-"]);
+        run_with_input(cmd, FUNCTION_IO.as_bytes())
     };
     let err = failure(&run(&runtime));
     assert!(
@@ -54,7 +52,7 @@ fn xfn_run_refuses_an_old_crun_naming_the_version_found_and_needed() {
         "{err}"
     );
     // The host's crun (Debian bookworm's 1.8.1) passes, on the same cache.
-    assert_eq!(stdout(&run(Path::new("crun"))), "");
+    assert_eq!(stdout(&run(Path::new("crun"))), FUNCTION_IO);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! (uid 65532, no capabilities): repeat calls are served by containers
 //! created ahead of them, SIGTERM removes every one of them, and a daemon
 //! SIGKILLed with warm containers waiting (or xfn in it) takes them with it,
-//! leaving their state on disk to the next one's sweep.
+//! and their state, which was in memory, goes with it too.
 use crate::server_common;
 use crate::support;
 
@@ -16,19 +16,6 @@ use support::*;
 /// init is a crun process whose command line names its bundle).
 fn container_processes(cache: &Path) -> Vec<u32> {
     processes_rooted_under(cache)
-}
-
-/// Entries of the per-run state dirs of `cache`.
-fn run_state(cache: &Path) -> Vec<String> {
-    let mut entries = Vec::new();
-    for dir in ["run/bundles", "run/rootfs", "run/crun"] {
-        if let Ok(list) = std::fs::read_dir(cache.join(dir)) {
-            for entry in list.flatten() {
-                entries.push(format!("{dir}/{}", entry.file_name().to_string_lossy()));
-            }
-        }
-    }
-    entries
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -61,6 +48,17 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     assert_eq!(daemon.metric("xfn_warm_containers_ready").await, 1.0);
     assert_eq!(daemon.metric("xfn_warm_pool_size").await, 2.0 * cpus());
     assert!(!container_processes(&cache).is_empty(), "a container waits");
+    // Its state is in the daemon's memory, none of it on the disk.
+    let live = live_run_state(daemon.xfn_pid(), &cache);
+    for dir in ["bundles", "crun", "rootfs"] {
+        let dir = format!("run/live/{dir}/");
+        assert_eq!(
+            live.iter().filter(|e| e.starts_with(&dir)).count(),
+            1,
+            "{live:?}"
+        );
+    }
+    assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", daemon.log());
     daemon.sigterm();
     let status = daemon.wait().await;
     assert!(status.success(), "{status}\n{}", daemon.log());
@@ -107,18 +105,20 @@ async fn a_warm_container_not_called_for_expires_and_the_metrics_say_so() {
     daemon.wait_for_metric("xfn_warm_containers", 0.0).await;
     assert_eq!(daemon.metric("xfn_warm_containers_ready").await, 0.0);
     assert_eq!(pool_calls(&daemon).await, (1.0, 0.0));
+    let live = || live_run_state(daemon.xfn_pid(), &cache);
     for _ in 0..250 {
-        if container_processes(&cache).is_empty() && run_state(&cache).is_empty() {
+        if container_processes(&cache).is_empty() && live().is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(container_processes(&cache), Vec::<u32>::new());
+    assert_eq!(live(), Vec::<String>::new(), "{}", daemon.log());
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", daemon.log());
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweeps_their_state() {
+async fn a_sigkilled_daemon_takes_its_warm_containers_and_their_state_with_it() {
     let registry = Registry::start();
     let echo = echo_image(&registry, "echo:v1");
     let dir = world_traversable_tempdir();
@@ -134,6 +134,8 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
         .unwrap_or_else(|s| panic!("{s:?}\n{}", first.log()));
     first.wait_for_log("warm container ready", 1).await;
     assert!(!container_processes(&cache).is_empty(), "a container waits");
+    // Its state is in the daemon's memory (a tmpfs in its mount namespace).
+    assert!(!live_run_state(first.xfn_pid(), &cache).is_empty());
     // SIGKILL to the process that was started, alone, as `kill -9`, a CI
     // timeout or systemd's last resort sends it: the kernel ends its PID
     // namespace, the waiting container's init (blocked in crun's
@@ -147,8 +149,9 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
     // No process names the cache: not the daemon's (its flags), nor its
     // containers' (crun's state root and bundle are under it).
     wait_until_gone(&cache.display().to_string()).await;
-    // Its state on disk is left to the next xfn on the cache.
-    assert!(!run_state(&cache).is_empty());
+    // Its state went with its mount namespace: nothing on the disk for the
+    // next xfn to sweep.
+    assert_eq!(run_state(&cache), Vec::<String>::new());
     for id in instances(&cache) {
         wait_until_instance_dead(&cache, &id).await;
     }
@@ -164,6 +167,15 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_with_it_and_the_next_sweep
         .unwrap_or_else(|s| panic!("{s:?}\n{}", second.log()));
     assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
     assert!(!second.log().contains("warm container"), "{}", second.log());
+    // The run's teardown follows the reply (src/runner/teardown.rs).
+    let live = || live_run_state(second.xfn_pid(), &cache);
+    for _ in 0..250 {
+        if live().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(live(), Vec::<String>::new(), "{}", second.log());
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", second.log());
 }
 

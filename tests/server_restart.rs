@@ -1,11 +1,15 @@
 //! End to end: `xfn start` as a pod runs it. PID 1 of its container (its
 //! init reaps orphans and passes SIGTERM on to the drain), killed with
 //! SIGKILL mid-call and started again, PID 1 again, on the same cache (the
-//! new one sweeps everything the dead one left), and next to another xfn on
-//! the same cache (neither touches the other's live work).
+//! killed one's run state was in memory and went with it; the new one
+//! sweeps the rest, and what a killed one-shot `xfn run` left on the disk),
+//! and next to another xfn on the same cache (neither touches the other's
+//! live work).
 use crate::server_common;
 use crate::support;
 
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use server_common::*;
@@ -109,9 +113,10 @@ fn run_cgroups_of(xfn: u32, instance: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
+async fn a_daemon_restarted_as_pid_1_sweeps_what_killed_xfns_left_on_the_disk() {
     let registry = Registry::start();
     let hang = sleeper(&registry, "hang:v1", 3623);
+    let orphan = sleeper(&registry, "orphan:v1", 3628);
     // An image whose second layer a registry drips, a byte every 100 ms: its
     // pull is in tmp/ until the kill, however fast the machine (a large
     // layer from an honest registry could finish between the look and the
@@ -151,6 +156,15 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
         processes_with("sleep 3623").len() == 3
     })
     .await;
+    // Their state is in the daemon's memory, not on the disk.
+    let live = live_run_state(first.xfn_pid(), &cache);
+    for dir in ["bundles", "crun", "rootfs"] {
+        let dir = format!("run/live/{dir}/");
+        assert!(
+            live.iter().filter(|e| e.starts_with(&dir)).count() >= 3,
+            "{live:?}"
+        );
+    }
     let mut client = first.client().await;
     calls.push(tokio::spawn(async move {
         client.run_function(request(&big, FUNCTION_IO)).await
@@ -173,20 +187,17 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
     wait_until_gone("sleep 3623").await;
 
     // What the killed xfn really left, named by its instance id (not by its
-    // pid: xfn is PID 2, under its init, in every incarnation): bundles,
-    // crun's state of the three containers, their rootfs dirs, the pull.
+    // pid: xfn is PID 2, under its init, in every incarnation): the pull,
+    // and no run state (that went with its mount namespace).
     let left = run_state(&cache);
-    for kind in [
-        format!("run/bundles/xfn-{dead}-"),
-        format!("run/crun/xfn-{dead}-"),
-        format!("run/rootfs/{dead}-"),
-        pulling,
-    ] {
-        assert!(
-            left.iter().filter(|e| e.starts_with(&kind)).count() >= 1,
-            "no {kind}* left: {left:?}"
-        );
-    }
+    assert!(
+        left.iter().any(|e| e.starts_with(&pulling)),
+        "no {pulling}* left: {left:?}"
+    );
+    assert!(
+        left.iter().all(|e| e.starts_with(&pulling)),
+        "more than the pull left: {left:?}"
+    );
     // Its mounts (overlay rootfs, sized tmpfs) died with its mount namespace.
     assert_eq!(
         mounts_under(std::process::id(), &cache),
@@ -200,18 +211,71 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
         std::os::unix::fs::chown(&path, Some(NONROOT), Some(NONROOT)).unwrap();
     }
 
-    // The next incarnation: PID 1 again, same cache, once the killed one is
-    // dead to the kernel.
+    // A one-shot `xfn run` keeps its run state on the disk (its containers
+    // have no PID namespace to end with it): killed mid-run, it leaves its
+    // bundle, crun's state and its rootfs dir there.
+    let mut one_shot = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        .args(["run", "--cache-dir"])
+        .arg(&cache)
+        .args([orphan.as_str(), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = one_shot.stdin.take().unwrap();
+        input.write_all(FUNCTION_IO.as_bytes()).unwrap();
+    }
+    wait_until("the one-shot run's function runs", || {
+        processes_with("sleep 3628").len() == 1
+    })
+    .await;
+    let [one_shot_id] = instances(&cache)
+        .into_iter()
+        .filter(|id| *id != dead)
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("one more instance");
+    one_shot.kill().unwrap();
+    one_shot.wait().unwrap();
+    // Its function outlives it, reparented outside any xfn: ended here, as
+    // the host would, so that only its state is left to sweep.
+    for pid in processes_with("sleep 3628") {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    wait_until_gone("sleep 3628").await;
+    let left = run_state(&cache);
+    for kind in [
+        format!("run/bundles/xfn-{one_shot_id}-"),
+        format!("run/crun/xfn-{one_shot_id}-"),
+        format!("run/rootfs/{one_shot_id}-"),
+    ] {
+        assert!(
+            left.iter().any(|e| e.starts_with(&kind)),
+            "no {kind}* left: {left:?}"
+        );
+    }
+
+    // The next incarnation: PID 1 again, same cache, once the killed ones
+    // are dead to the kernel.
     wait_until_instance_dead(&cache, &dead).await;
+    wait_until_instance_dead(&cache, &one_shot_id).await;
     let second = Daemon::start_as_pid1(&cache, &[]).await;
     let swept = run_state(&cache);
     assert!(
-        swept.iter().all(|e| !e.contains(&dead)),
+        swept
+            .iter()
+            .all(|e| !e.contains(&dead) && !e.contains(&one_shot_id)),
         "left over: {swept:?}\n{}",
         second.log()
     );
     assert!(
-        !instances(&cache).contains(&dead),
+        !instances(&cache).contains(&dead) && !instances(&cache).contains(&one_shot_id),
         "{:?}",
         instances(&cache)
     );
@@ -223,9 +287,10 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_its_killed_predecessor_left() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&crun_list.stdout).trim(), "");
+    // Under run/ only the second's own tmpfs is mounted.
     assert_eq!(
         mounts_under(second.xfn_pid(), &cache.join("run")),
-        Vec::<String>::new()
+        [cache.join("run/live").display().to_string()]
     );
     if second.metric("xfn_limits_enforced").await == 1.0 {
         assert_eq!(
@@ -250,19 +315,19 @@ async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
     let cache = nonroot_cache(&dir);
     let first = Daemon::start_as_pid1(&cache, &[]).await;
     let mut client = first.client().await;
-    let running = run_state(&cache);
+    let running = live_run_state(first.xfn_pid(), &cache);
     let call = tokio::spawn(async move { client.run_function(request(&hang, FUNCTION_IO)).await });
     first.wait_for_metric("xfn_runs_in_flight", 1.0).await;
     wait_until("the function runs", || {
         !processes_with("sleep 3624").is_empty()
     })
     .await;
-    let live: Vec<String> = run_state(&cache)
+    let live: Vec<String> = live_run_state(first.xfn_pid(), &cache)
         .into_iter()
         .filter(|e| !running.contains(e))
         .collect();
     assert!(!live.is_empty());
-    let live_mounts = mounts_under(first.xfn_pid(), &cache.join("run"));
+    let live_mounts = mounts_under(first.xfn_pid(), &cache.join("run/live/rootfs"));
     assert!(!live_mounts.is_empty(), "the run's rootfs is mounted");
 
     // Another xfn, PID 1 in its own namespace too, starts on the same cache
@@ -271,12 +336,12 @@ async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
     let second = Daemon::start_as_pid1(&cache, &[]).await;
     assert_eq!(instances(&cache).len(), 2);
     second.call_ok(&echo).await;
-    let state = run_state(&cache);
+    let state = live_run_state(first.xfn_pid(), &cache);
     for entry in &live {
         assert!(state.contains(entry), "{entry} was removed: {state:?}");
     }
     assert_eq!(
-        mounts_under(first.xfn_pid(), &cache.join("run")),
+        mounts_under(first.xfn_pid(), &cache.join("run/live/rootfs")),
         live_mounts
     );
     assert!(!processes_with("sleep 3624").is_empty());

@@ -171,10 +171,11 @@ impl Soaked {
                 now.threads, before.threads
             ));
         }
-        // Run state: one bundle, crun state and rootfs per warm container.
-        let state = run_state(cache);
+        // Run state, in the daemon's memory: one bundle, crun state and
+        // rootfs per warm container.
+        let state = live_run_state(self.xfn, cache);
         let count = |prefix: &str| state.iter().filter(|e| e.starts_with(prefix)).count();
-        for dir in ["run/bundles/", "run/crun/", "run/rootfs/"] {
+        for dir in ["run/live/bundles/", "run/live/crun/", "run/live/rootfs/"] {
             if count(dir) > warm.len() {
                 leaks.push(format!(
                     "{} entries in {dir} for {} warm containers: {state:?}",
@@ -183,24 +184,22 @@ impl Soaked {
                 ));
             }
         }
-        for other in state
-            .iter()
-            .filter(|e| e.starts_with("tmp/") || e.starts_with("run/."))
-        {
+        // Nothing on the disk.
+        for other in run_state(cache) {
             leaks.push(format!("left over: {other}"));
         }
-        // Mounts only under the rootfs dirs that exist (warm containers').
+        // Mounts only: the run state's tmpfs, and under the rootfs dirs that
+        // exist (warm containers').
+        let live = cache.join("run/live");
         let rootfs: Vec<_> = state
             .iter()
-            .filter(|e| e.starts_with("run/rootfs/"))
+            .filter(|e| e.starts_with("run/live/rootfs/"))
             .map(|e| cache.join(e))
             .collect();
         for mount in mounts_under(self.xfn, cache) {
-            if !rootfs
-                .iter()
-                .any(|r| std::path::Path::new(&mount).starts_with(r))
-            {
-                leaks.push(format!("mount {mount}"));
+            let mount = std::path::Path::new(&mount);
+            if mount != live && !rootfs.iter().any(|r| mount.starts_with(r)) {
+                leaks.push(format!("mount {}", mount.display()));
             }
         }
         for mount in mounts_under(std::process::id(), cache) {

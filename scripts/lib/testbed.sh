@@ -52,7 +52,7 @@ push_image() {
     skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://$IMAGE"
 }
 
-# build_function_server: builds examples/fn_server.rs (a gRPC composition
+# build_function_server: builds tests/fixtures/fn_server.rs (a gRPC composition
 # function server, the Rust twin of tests/render/function.py) for release,
 # linked statically so that it runs on busybox with no libc, and sets
 # FUNCTION_SERVER to the binary (copied out of target/: `cargo test` builds

@@ -59,7 +59,7 @@ for fn in "$here"/limit-functions/*.sh; do
 	umoci config --image "$tmp/oci:fn" --tag "$name" --config.entrypoint "/$name.sh" --config.env PATH=/bin >/dev/null
 	skopeo copy --quiet --dest-tls-verify=false "oci:$tmp/oci:$name" "docker://127.0.0.1:$port/example/limits:$name"
 done
-# The render check's function: examples/fn_server.rs (a gRPC composition
+# The render check's function: tests/fixtures/fn_server.rs (a gRPC composition
 # function server, linked statically) on busybox, served by xfn render's
 # Docker runtime in the VM.
 (

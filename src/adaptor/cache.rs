@@ -122,11 +122,13 @@ impl ResponseCache {
     }
 
     /// Entries held now (expired ones included until touched).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether the cache holds nothing.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -9,25 +9,26 @@
 //! ```
 //!
 //! Listening, admission, draining, metrics and status mapping are the
-//! serving layer's ([`crate::serving`]), shared with `xfn start`.
+//! serving layer's ([`crate::grpc`]), shared with `xfn start`.
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
 pub mod cache;
-pub mod serve;
 pub mod service;
+pub mod transport;
 pub mod wrap;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tonic::Status;
 
+use crate::chain::Chain;
 use crate::compose::json::{request_to_json, response_from_json};
+use crate::grpc::deadline::effective_timeout;
+use crate::grpc::{status_of, Calls};
 use crate::proto::v1 as pb;
 use crate::runner::{RunConfig, Runner};
-use crate::serving::deadline::effective_timeout;
-use crate::serving::{status_of, Calls};
 use cache::{ttl_of, CacheKey, ResponseCache};
 
 /// Errors of setting the adaptor up.
@@ -97,11 +98,6 @@ impl Adaptor {
         }
     }
 
-    /// The image every call runs.
-    pub fn image(&self) -> &str {
-        &self.image
-    }
-
     /// Answers one call due by `deadline`: from the cache, or by running the
     /// container.
     pub async fn run_function(
@@ -120,8 +116,8 @@ impl Adaptor {
         request: pb::RunFunctionRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
-        let input = request_to_json(&request)
-            .map_err(|e| Status::internal(format!("cannot encode the request as JSON: {e}")))?;
+        let input =
+            request_to_json(&request).map_err(|e| Status::internal(Chain(&e).to_string()))?;
         let key = self.cache.as_ref().map(|_| CacheKey::of(&request, &input));
         if let (Some(cache), Some(key)) = (&self.cache, &key) {
             if let Some(response) = cache.get(key, Instant::now()) {
@@ -156,8 +152,9 @@ impl Adaptor {
         }
         let mut response = response_from_json(&output.stdout).map_err(|e| {
             Status::internal(format!(
-                "function {} wrote something that is not a RunFunctionResponse to stdout ({e}); its stderr: {}",
+                "function {}: {} (on its stdout); its stderr: {}",
                 self.options.name,
+                Chain(&e),
                 stderr_text(&output.stderr_tail)
             ))
         })?;
@@ -170,10 +167,5 @@ impl Adaptor {
             cache.insert(key, response.clone(), ttl, Instant::now());
         }
         Ok((response, "ok"))
-    }
-
-    /// The per-call timeout.
-    pub fn timeout(&self) -> Duration {
-        self.options.run.timeout
     }
 }

@@ -7,8 +7,8 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::Adaptor;
+use crate::grpc::deadline::deadline_of;
 use crate::proto::{v1, v1beta1};
-use crate::serving::deadline::deadline_of;
 
 /// The v1 service over an [`Adaptor`].
 #[derive(Debug, Clone)]

@@ -43,7 +43,7 @@ pub enum WrapError {
     #[error(transparent)]
     Reference(#[from] ReferenceError),
     /// Getting the base image failed.
-    #[error("base image: {0}")]
+    #[error("cannot get the base image")]
     Pull(#[from] PullError),
     /// The base image's manifest or config is not what an image holds.
     #[error("base image {image}: {reason}")]
@@ -54,7 +54,7 @@ pub enum WrapError {
         reason: String,
     },
     /// Local I/O.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,

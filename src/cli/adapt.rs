@@ -11,13 +11,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use xfn::adaptor::serve::{mutual_tls, services, Security};
-use xfn::adaptor::{Adaptor, AdaptorOptions};
-use xfn::image::store::ImportSource;
-use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{Namespace, RunConfig, Runner};
-use xfn::serving::daemon::Daemon;
-use xfn::serving::serve::Incoming;
+use crate::adaptor::transport::{mutual_tls, services, Security};
+use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::grpc::daemon::Daemon;
+use crate::grpc::serve::Incoming;
+use crate::image::store::ImportSource;
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::runner::{Namespace, RunConfig, Runner};
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -61,7 +61,7 @@ pub struct AdaptArgs {
     pub timeout: Duration,
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
-    pub serving: super::serving::ServingArgs,
+    pub serving: super::daemon_flags::ServingArgs,
     /// Do not answer identical requests from responses that set `meta.ttl`.
     #[arg(long)]
     pub no_response_cache: bool,
@@ -100,6 +100,7 @@ pub async fn execute(
     args: AdaptArgs,
     security: Security,
     namespace: &Namespace,
+    state_in_memory: bool,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
@@ -138,8 +139,9 @@ pub async fn execute(
         .with_context(|| format!("cannot find {image} in the cache"))?;
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let options = xfn::runner::RunnerOptions {
+    let options = crate::runner::RunnerOptions {
         warm_pool: Some(args.warm_pool.options()),
+        state_in_memory,
         ..args.runner.options()
     };
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;

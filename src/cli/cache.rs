@@ -1,8 +1,8 @@
 //! `xfn cache`: inspect the image cache, remove images, collect garbage.
 use std::process::ExitCode;
 
+use crate::image::{CacheListing, GcReport};
 use clap::{Args, Subcommand};
-use xfn::image::GcReport;
 
 use super::pull::human_bytes;
 use super::{parse_size, print_json, ListFormat, StoreArgs};
@@ -10,7 +10,8 @@ use super::{parse_size, print_json, ListFormat, StoreArgs};
 /// `xfn cache` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
-    /// List cached images with digest and size.
+    /// List cached images: digest, disk held (all, and not shared with
+    /// another image), compressed download size.
     Ls(LsArgs),
     /// Remove images (their references); their layers and blobs go when no
     /// other cached image uses them.
@@ -72,38 +73,7 @@ pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::R
     let store = command.store().open_store(&global.registry)?;
     match command {
         CacheCommand::Ls(args) => {
-            let images = store.list()?;
-            if args.format == ListFormat::Json {
-                let rows: Vec<_> = images
-                    .iter()
-                    .map(|image| {
-                        serde_json::json!({
-                            "reference": image.reference,
-                            "digest": image.digest,
-                            "size": image.size,
-                            "complete": image.complete,
-                        })
-                    })
-                    .collect();
-                print_json(&rows)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let width = images
-                .iter()
-                .map(|i| i.reference.len())
-                .max()
-                .unwrap_or(0)
-                .max("REFERENCE".len());
-            println!("{:width$}  {:71}  SIZE", "REFERENCE", "DIGEST");
-            for image in images {
-                let note = if image.complete { "" } else { "  (incomplete)" };
-                println!(
-                    "{:width$}  {:71}  {}{note}",
-                    image.reference,
-                    image.digest,
-                    human_bytes(image.size)
-                );
-            }
+            list(&store.list()?, args.format)?;
             Ok(ExitCode::SUCCESS)
         }
         CacheCommand::Rm(args) => {
@@ -137,6 +107,57 @@ pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::R
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Prints `xfn cache ls`: per image the disk it holds (`DISK`), what of
+/// it no other reference shares (`UNIQUE`: what `rm` of it alone frees)
+/// and what a pull downloads (`DOWNLOAD`, compressed); then the total, as
+/// `gc` counts what the cache takes.
+fn list(listing: &CacheListing, format: ListFormat) -> anyhow::Result<()> {
+    let images = &listing.images;
+    if format == ListFormat::Json {
+        let rows: Vec<_> = images
+            .iter()
+            .map(|image| {
+                serde_json::json!({
+                    "reference": image.reference,
+                    "digest": image.digest,
+                    "disk_bytes": image.disk,
+                    "unique_disk_bytes": image.unique_disk,
+                    "compressed_bytes": image.compressed_size,
+                    "complete": image.complete,
+                })
+            })
+            .collect();
+        return print_json(&rows);
+    }
+    let width = images
+        .iter()
+        .map(|i| i.reference.len())
+        .max()
+        .unwrap_or(0)
+        .max("REFERENCE".len());
+    println!(
+        "{:width$}  {:71}  {:>9}  {:>9}  {:>9}",
+        "REFERENCE", "DIGEST", "DISK", "UNIQUE", "DOWNLOAD"
+    );
+    for image in images {
+        let note = if image.complete { "" } else { "  (incomplete)" };
+        println!(
+            "{:width$}  {:71}  {:>9}  {:>9}  {:>9}{note}",
+            image.reference,
+            image.digest,
+            human_bytes(image.disk),
+            human_bytes(image.unique_disk),
+            human_bytes(image.compressed_size),
+        );
+    }
+    println!(
+        "{} image(s) take {} of disk (what they share counted once)",
+        images.len(),
+        human_bytes(listing.disk)
+    );
+    Ok(())
 }
 
 /// `freed 12.3 MB (2 layers); the cache takes 40.1 MB`.

@@ -1,18 +1,20 @@
 //! The command line: one module per subcommand. `anyhow` lives here only.
 use std::path::PathBuf;
 
+use std::process::ExitCode;
+
+use crate::adaptor::transport::Security;
+use crate::runner::Namespace;
 use clap::{Args, Parser, Subcommand};
-use xfn::adaptor::serve::Security;
-use xfn::runner::Namespace;
 
 pub mod adapt;
 pub mod cache;
+pub mod daemon_flags;
 pub mod logging;
 pub mod pull;
 pub mod render;
 pub mod render_servers;
 pub mod run;
-pub mod serving;
 pub mod start;
 pub mod wrap;
 
@@ -119,7 +121,7 @@ pub struct PullBoundsArgs {
     #[arg(long, default_value = "4Gi", value_parser = parse_size)]
     pub max_image_size: u64,
     /// Most entries (files, dirs, links) one layer may hold.
-    #[arg(long, default_value_t = xfn::image::extract::bounds::DEFAULT_MAX_LAYER_ENTRIES)]
+    #[arg(long, default_value_t = crate::image::extract::bounds::DEFAULT_MAX_LAYER_ENTRIES)]
     pub max_layer_entries: u64,
     /// Give up on a pull (resolving and downloading) after this long.
     #[arg(long, default_value = "10m", value_parser = run::parse_duration)]
@@ -128,7 +130,7 @@ pub struct PullBoundsArgs {
 
 /// A byte size given as a Kubernetes quantity (`2Gi`, `500M`, `1e9`).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    xfn::quantity::Quantity::parse(text)
+    crate::quantity::Quantity::parse(text)
         .and_then(|q| q.bytes())
         .map_err(|e| e.to_string())
 }
@@ -166,7 +168,7 @@ pub fn default_cache_dir() -> PathBuf {
 pub struct RunnerArgs {
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: xfn::runner::RootfsMode,
+    pub rootfs: crate::runner::RootfsMode,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
     pub runtime: PathBuf,
@@ -181,7 +183,7 @@ pub struct RunnerArgs {
     /// Most processes and threads a function may have at once (a stop for
     /// fork bombs): pids.max where cgroup limits are enforced,
     /// RLIMIT_NPROC where they are not.
-    #[arg(long, default_value_t = xfn::runner::DEFAULT_PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, default_value_t = crate::runner::DEFAULT_PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
     pub pids_limit: i64,
     /// Size of each function's /tmp (a tmpfs), a quantity like 128Mi:
     /// beyond it, writes fail with ENOSPC.
@@ -204,8 +206,8 @@ pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
 
 impl RunnerArgs {
     /// The runner's options these flags give.
-    pub fn options(&self) -> xfn::runner::RunnerOptions {
-        xfn::runner::RunnerOptions {
+    pub fn options(&self) -> crate::runner::RunnerOptions {
+        crate::runner::RunnerOptions {
             runtime: self.runtime.clone(),
             max_output_bytes: self.max_output_bytes,
             require_limits: self.require_limits,
@@ -214,6 +216,8 @@ impl RunnerArgs {
             tmp_size_bytes: self.tmp_size,
             rootfs_size_bytes: self.rootfs_size,
             warm_pool: None,
+            // On the disk unless the command's containers end with it.
+            state_in_memory: false,
         }
     }
 }
@@ -234,23 +238,23 @@ pub struct WarmPoolArgs {
     /// function runs, blocked reading its stdin, so a call pays only for
     /// its work on the input) or `created` (it starts when its call
     /// arrives: for functions that must not start before their input).
-    #[arg(long, value_enum, default_value_t = xfn::runner::WarmStart::Started)]
-    pub warm_pool_start: xfn::runner::WarmStart,
+    #[arg(long, value_enum, default_value_t = crate::runner::WarmStart::Started)]
+    pub warm_pool_start: crate::runner::WarmStart,
 }
 
 impl WarmPoolArgs {
     /// The pool these flags give.
-    pub fn options(&self) -> xfn::runner::PoolOptions {
+    pub fn options(&self) -> crate::runner::PoolOptions {
         self.options_for_at_least(0)
     }
 
     /// The pool these flags give, whose default size holds at least
     /// `containers` (a render's per-call containers, all made ahead).
-    pub fn options_for_at_least(&self, containers: usize) -> xfn::runner::PoolOptions {
-        xfn::runner::PoolOptions {
+    pub fn options_for_at_least(&self, containers: usize) -> crate::runner::PoolOptions {
+        crate::runner::PoolOptions {
             size: self
                 .warm_pool
-                .unwrap_or_else(|| xfn::runner::default_pool_size().max(containers)),
+                .unwrap_or_else(|| crate::runner::default_pool_size().max(containers)),
             idle: self.warm_pool_idle,
             start: self.warm_pool_start,
         }
@@ -337,10 +341,11 @@ pub fn init_logging(global: &Global) {
 /// needs, a bound listener, TLS material read with xfn's own uid.
 #[allow(clippy::large_enum_variant)] // one per process, as `Command`
 pub enum Prepared {
-    /// `xfn start`: its listener (gatekeeper forked) and namespace.
-    Start(start::StartArgs, start::Bound, Namespace),
-    /// `xfn run`.
-    Run(run::RunArgs, Namespace),
+    /// `xfn start`: its listener (gatekeeper forked), namespace, and
+    /// whether its containers end with it (its PID namespace).
+    Start(start::StartArgs, start::Bound, Namespace, bool),
+    /// `xfn run`: its input, read and checked, and namespace.
+    Run(run::RunArgs, Vec<u8>, Namespace),
     /// `xfn pull`: in the namespace (layers are extracted under its mapping).
     Pull(pull::PullArgs),
     /// `xfn cache …`.
@@ -349,10 +354,14 @@ pub enum Prepared {
     Render(render::RenderArgs, Option<Namespace>),
     /// `xfn render-servers …`: `keep` in a namespace.
     RenderServers(render_servers::RenderServersCommand, Option<Namespace>),
-    /// `xfn adapt`: its transport security and namespace.
-    Adapt(adapt::AdaptArgs, Security, Namespace),
+    /// `xfn adapt`: its transport security, namespace, and whether its
+    /// containers end with it.
+    Adapt(adapt::AdaptArgs, Security, Namespace, bool),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
+    /// A command that ended while preparing, with this exit code (`xfn
+    /// run`'s refused input, said on stderr).
+    Exit(std::process::ExitCode),
 }
 
 /// Whatever must happen while the process is still single-threaded: entering
@@ -360,10 +369,7 @@ pub enum Prepared {
 /// and what must be done outside it first.
 pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prepared> {
     Ok(match command {
-        Command::Run(args) => {
-            let namespace = enter_namespace(&args.store, &args.userns)?;
-            Prepared::Run(args, namespace)
-        }
+        Command::Run(args) => run::prepare(args)?,
         Command::Render(args) => {
             // Keepers of kept servers start from outside any namespace.
             render::start_kept(&args, global)?;
@@ -388,8 +394,8 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // stay outside the namespace.
             let incoming = start::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
-            enter_pid_namespace()?;
-            Prepared::Start(args, incoming, namespace)
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Start(args, incoming, namespace, containers_end_with_xfn)
         }
         // Layers must be extracted inside the same mapping runs use, or the
         // cache would hold files owned by ids unmapped in the namespace.
@@ -409,8 +415,8 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
             // xfn's mapped root: read it first.
             let security = adapt::prepare(&args)?;
             let namespace = enter_namespace(&args.store, &args.userns)?;
-            enter_pid_namespace()?;
-            Prepared::Adapt(args, security, namespace)
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Adapt(args, security, namespace, containers_end_with_xfn)
         }
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
@@ -421,10 +427,12 @@ impl Prepared {
     /// Runs the command (on the async runtime, started after preparing).
     pub async fn execute(self, global: &Global) -> anyhow::Result<std::process::ExitCode> {
         match self {
-            Prepared::Start(args, incoming, namespace) => {
-                start::execute(args, incoming, &namespace, global).await
+            Prepared::Start(args, incoming, namespace, in_memory) => {
+                start::execute(args, incoming, &namespace, in_memory, global).await
             }
-            Prepared::Run(args, namespace) => run::execute(args, &namespace, global).await,
+            Prepared::Run(args, input, namespace) => {
+                run::execute(args, input, &namespace, global).await
+            }
             Prepared::Pull(args) => pull::execute(args, global).await,
             Prepared::Cache(command) => cache::execute(command, global).await,
             Prepared::Render(args, namespace) => {
@@ -433,21 +441,22 @@ impl Prepared {
             Prepared::RenderServers(command, namespace) => {
                 render_servers::execute(command, namespace.as_ref(), global).await
             }
-            Prepared::Adapt(args, security, namespace) => {
-                adapt::execute(args, security, &namespace, global).await
+            Prepared::Adapt(args, security, namespace, in_memory) => {
+                adapt::execute(args, security, &namespace, in_memory, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
+            Prepared::Exit(code) => Ok(code),
         }
     }
 }
 
-/// Enters xfn's user and mount namespace (see `xfn::runner::enter_namespace`
+/// Enters xfn's user and mount namespace (see `crate::runner::enter_namespace`
 /// for why in-process and how ids are mapped). Once per process,
 /// single-threaded.
 pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
     check_cache_owner(&store.cache_dir, userns)?;
-    xfn::runner::enter_namespace(&xfn::runner::UsernsOptions {
+    crate::runner::enter_namespace(&crate::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
         map_root_gid: userns.map_root_gid,
         cache_dir: store.cache_dir.clone(),
@@ -487,21 +496,69 @@ fn check_cache_owner(dir: &std::path::Path, userns: &UsernsArgs) -> anyhow::Resu
 
 /// Puts the servers (`start`, `adapt`) under PID 1 of a PID namespace of
 /// their own, so that a SIGKILLed xfn takes every container with it (see
-/// `xfn::pidns`). In the namespace already entered; single-threaded. Where
+/// `crate::pidns`). In the namespace already entered; single-threaded. Where
 /// the kernel refuses the namespace, xfn serves anyway and says what that
-/// costs.
-fn enter_pid_namespace() -> anyhow::Result<()> {
+/// costs. Returns whether the containers end with xfn: then the runner
+/// keeps its run state in memory (`RunnerOptions::state_in_memory`).
+fn enter_pid_namespace() -> anyhow::Result<bool> {
     use anyhow::Context;
-    match xfn::pidns::enter() {
+    match crate::pidns::enter() {
         Ok(entered) => {
             tracing::debug!(?entered, "containers end with xfn");
-            Ok(())
+            Ok(true)
         }
-        Err(err @ xfn::pidns::PidnsError::Unavailable(_)) => {
-            tracing::warn!(%err, "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
-            Ok(())
+        Err(err @ crate::pidns::PidnsError::Unavailable(_)) => {
+            tracing::warn!(error = %crate::chain::Chain(&err), "containers of a killed xfn outlive it until the next xfn on this cache sweeps them");
+            Ok(false)
         }
         Err(err) => Err(err).context("cannot tie the containers' lifetime to xfn's"),
+    }
+}
+
+/// The `xfn` binary's `main`: as PID 1, fork an init (`crate::pid1`);
+/// parse flags, enter the user namespace while still single-threaded, then
+/// start the async runtime and dispatch.
+pub fn main() -> ExitCode {
+    // As PID 1 (a container's main process) xfn leaves PID 1 to a tiny init
+    // that reaps orphans and forwards signals: see `crate::pid1`. First, while
+    // the process has one thread.
+    crate::pid1::init_if_pid1();
+    let cli = render::parse_cli(std::env::args_os());
+    let command = cli.command;
+    let global = Global {
+        registry: cli.registry,
+        debug: cli.debug,
+        log_format: cli.log_format,
+    };
+    init_logging(&global);
+
+    // Namespaces must be entered before the tokio runtime starts threads:
+    // unshare(CLONE_NEWUSER) fails in a multi-threaded process.
+    let prepared = match prepare_process(command, &global) {
+        Ok(prepared) => prepared,
+        Err(err) => {
+            eprintln!("xfn: {}", crate::chain::one_line(err.as_ref()));
+            return ExitCode::FAILURE;
+        }
+    };
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("xfn: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(prepared.execute(&global));
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("xfn: {}", crate::chain::one_line(err.as_ref()));
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -518,11 +575,11 @@ mod tests {
     #[test]
     fn size_flags_default_to_the_library_defaults() {
         let flags = Flags::parse_from(["xfn"]);
-        assert_eq!(flags.runner.tmp_size, xfn::runner::DEFAULT_TMP_SIZE);
-        assert_eq!(flags.runner.rootfs_size, xfn::runner::DEFAULT_ROOTFS_SIZE);
+        assert_eq!(flags.runner.tmp_size, crate::sandbox::spec::TMP_SIZE);
+        assert_eq!(flags.runner.rootfs_size, crate::rootfs::DEFAULT_ROOTFS_SIZE);
         assert_eq!(
             flags.runner.max_output_bytes,
-            xfn::runner::DEFAULT_MAX_OUTPUT_BYTES
+            crate::runner::DEFAULT_MAX_OUTPUT_BYTES
         );
     }
 

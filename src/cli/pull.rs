@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use xfn::image::{
+use crate::image::{
     ImageReference, ImageStore, PullPolicy, PullProgress, RegistryAuth, StoreOptions,
 };
 

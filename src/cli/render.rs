@@ -1,7 +1,7 @@
 //! `xfn render XR COMPOSITION [FUNCTIONS]` and `xfn render OPERATION
 //! FUNCTIONS`: run a Composition's or an Operation's pipeline locally, like
 //! `crossplane composition render` and `crossplane operation render` but
-//! with no Docker engine. The work is done by `xfn::compose::plan`; this
+//! with no Docker engine. The work is done by `crate::compose::plan`; this
 //! module only maps flags onto it.
 use std::ffi::OsString;
 use std::io::Write;
@@ -13,13 +13,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use xfn::compose::output::OutputOptions;
-use xfn::compose::plan::{RenderInputs, RenderPlan};
-use xfn::compose::runtimes::kept::KeeperCommand;
-use xfn::compose::runtimes::ContainerDefaults;
-use xfn::compose::ComposeError;
-use xfn::image::PullPolicy;
-use xfn::runner::{Namespace, Runner};
+use crate::compose::output::OutputOptions;
+use crate::compose::plan::{RenderInputs, RenderPlan};
+use crate::compose::runtimes::kept::KeeperCommand;
+use crate::compose::runtimes::ContainerDefaults;
+use crate::compose::ComposeError;
+use crate::image::PullPolicy;
+use crate::runner::{Namespace, Runner};
 
 use super::run::parse_duration;
 use super::UsernsArgs;
@@ -367,7 +367,7 @@ pub async fn execute(
     let runner = if plan.needs_containers() {
         let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
-        let options = xfn::runner::RunnerOptions {
+        let options = crate::runner::RunnerOptions {
             warm_pool: Some(
                 args.warm_pool
                     .options_for_at_least(plan.per_call_containers()),

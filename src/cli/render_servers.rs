@@ -1,7 +1,7 @@
 //! `xfn render-servers ls|stop`: the function servers renders keep running
 //! (`render.crossplane.io/runtime-docker-cleanup: Orphan`); `keep` (hidden)
 //! is the keeper process a render starts for each (see
-//! `xfn::compose::runtimes::kept`).
+//! `crate::compose::runtimes::kept`).
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
-use xfn::compose::runtimes::kept::{self, KeptDir, KeptInfo};
-use xfn::image::PullPolicy;
-use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
+use crate::compose::runtimes::kept::{self, KeptDir, KeptInfo};
+use crate::image::PullPolicy;
+use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
 
 use super::run::parse_duration;
 use super::{RunnerArgs, StoreArgs, UsernsArgs};

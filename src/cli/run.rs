@@ -1,13 +1,14 @@
 //! `xfn run`: run one function once, like Crossplane's `xfn run`.
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 
-use xfn::image::{PullPolicy, RegistryAuth};
-use xfn::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
+use crate::server::validate::{check_function_io, InvalidRequest};
 
 use super::{StoreArgs, UsernsArgs};
 
@@ -46,14 +47,14 @@ pub struct RunArgs {
 
 /// `--cpu`: a quantity of cores, in millicores.
 fn parse_cpu(text: &str) -> Result<u64, String> {
-    xfn::quantity::Quantity::parse(text)
+    crate::quantity::Quantity::parse(text)
         .and_then(|q| q.millis())
         .map_err(|e| e.to_string())
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    xfn::duration::parse_go_duration(text)
+    crate::duration::parse_go_duration(text)
 }
 
 /// [`parse_duration`] for timeouts: zero would kill every run at once.
@@ -64,14 +65,38 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// Runs `xfn run`.
+/// What `xfn run` does while the process is single-threaded, before it
+/// enters xfn's namespace: reads the input with the user's own uid (xfn's
+/// mapped root may not read a file only the user can) and checks it as
+/// `xfn start` checks a call's, before anything is pulled or run. A
+/// function of Crossplane reads a FunctionIO: a wrong or unreadable file
+/// or a forgotten pipe is the user's to fix, said as such, exiting 2 (a
+/// usage error). The input is the user's own: no size limit but memory.
+pub fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
+    let checked = read_input(&args.input).and_then(|input| {
+        check_function_io(&input, usize::MAX)
+            .map_err(|err| anyhow::anyhow!(refusal(&args.input, &err)))?;
+        Ok(input)
+    });
+    let input = match checked {
+        Ok(input) => input,
+        Err(err) => {
+            eprintln!("xfn: {}", crate::chain::one_line(err.as_ref()));
+            return Ok(super::Prepared::Exit(ExitCode::from(USAGE)));
+        }
+    };
+    let namespace = super::enter_namespace(&args.store, &args.userns)?;
+    Ok(super::Prepared::Run(args, input, namespace))
+}
+
+/// Runs `xfn run` on the input [`prepare`] read and checked.
 pub async fn execute(
     args: RunArgs,
+    input: Vec<u8>,
     namespace: &Namespace,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
-    let input = read_input(&args.input)?;
     let store = args.store.open_store(&global.registry)?;
     let runner = Runner::new(namespace, store, args.runner.options())?;
     // Before the pull: a missing or wrong runtime is the first thing to say.
@@ -109,10 +134,26 @@ pub async fn execute(
             eprintln!(
                 "xfn: running {}: {}",
                 args.image,
-                err.to_string().trim().replace('\n', " | ")
+                crate::chain::one_line(&err)
             );
             Ok(exit_code_of(&err))
         }
+    }
+}
+
+/// The exit code of a usage error (bad flags, as clap exits, or input that
+/// is no FunctionIO), as a shell's builtins give it.
+const USAGE: u8 = 2;
+
+/// The line saying why input `path` (`-` for stdin) was refused.
+fn refusal(path: &str, err: &InvalidRequest) -> String {
+    let source = if path == "-" { "stdin" } else { path };
+    match err {
+        InvalidRequest::Empty => format!(
+            "{source}: {err} (xfn run gives the function a FunctionIO on its stdin: \
+             name a file of one, or pipe one to `-`)"
+        ),
+        _ => format!("{source}: {}", crate::chain::one_line(err)),
     }
 }
 
@@ -122,7 +163,8 @@ pub async fn execute(
 /// script or CI step can then tell a failing function from a broken set-up.
 fn exit_code_of(err: &RunError) -> ExitCode {
     let code = match err {
-        RunError::FunctionFailed { code, .. } | RunError::MemoryLimitExceeded { code, .. } => {
+        RunError::FunctionFailed { code, .. }
+        | RunError::MemoryLimitExceeded(crate::runner::MemoryLimitExceeded { code, .. }) => {
             u8::try_from(*code)
                 .ok()
                 .filter(|code| *code != 0)
@@ -143,6 +185,10 @@ fn stopped_by(what: &str, signal: i32) -> ExitCode {
 fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
     let mut input = Vec::new();
     if path == "-" {
+        if std::io::stdin().is_terminal() {
+            // `xfn run IMAGE -` typed at a prompt would wait in silence.
+            eprintln!("xfn: reading the FunctionIO from the terminal; end it with Ctrl-D");
+        }
         std::io::stdin()
             .read_to_end(&mut input)
             .context("cannot read the input from stdin")?;
@@ -170,8 +216,33 @@ mod tests {
             ExitCode::from(124)
         );
         assert_eq!(
-            exit_code_of(&RunError::Internal("crun".into())),
+            exit_code_of(&RunError::RunDir {
+                path: "/cache/run".into(),
+                source: std::io::Error::other("read-only file system")
+            }),
             ExitCode::from(1)
+        );
+    }
+
+    #[test]
+    fn refused_input_is_named_and_empty_input_says_what_to_give() {
+        let empty = check_function_io(b"", usize::MAX).unwrap_err();
+        assert_eq!(
+            refusal("-", &empty),
+            "stdin: input is empty: a FunctionIO is required (xfn run gives the function \
+             a FunctionIO on its stdin: name a file of one, or pipe one to `-`)"
+        );
+        let list = check_function_io(b"- a\n", usize::MAX).unwrap_err();
+        assert_eq!(
+            refusal("in.yaml", &list),
+            "in.yaml: input is not a FunctionIO: not a YAML mapping"
+        );
+        // What the parser found is said too (the error's source).
+        let unclosed = check_function_io(b"{ unclosed", usize::MAX).unwrap_err();
+        let line = refusal("in.yaml", &unclosed);
+        assert!(
+            line.starts_with("in.yaml: input is not a FunctionIO: not YAML: ") && line.len() > 48,
+            "{line}"
         );
     }
 

@@ -8,13 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser};
 
-use xfn::runner::{Namespace, Runner};
-use xfn::server::gate::GateReceiver;
-use xfn::server::peer::CallerPolicy;
-use xfn::server::{RunnerService, ServiceOptions};
-use xfn::serving::daemon::Daemon;
-use xfn::serving::listen::{self, ListenAddress, Listener, Network};
-use xfn::serving::serve::Incoming;
+use crate::grpc::daemon::Daemon;
+use crate::grpc::listen::{self, ListenAddress, Listener, Network};
+use crate::grpc::serve::Incoming;
+use crate::runner::{Namespace, Runner};
+use crate::server::gate::GateReceiver;
+use crate::server::peer::CallerPolicy;
+use crate::server::{RunnerService, ServiceOptions};
 
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
@@ -36,7 +36,7 @@ pub struct StartArgs {
     pub address: String,
     /// Admission, drain and metrics.
     #[command(flatten)]
-    pub serving: super::serving::ServingArgs,
+    pub serving: super::daemon_flags::ServingArgs,
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub default_timeout: Duration,
@@ -101,14 +101,14 @@ pub enum Bound {
 /// Binds the listen address and, for Unix sockets, forks the gatekeeper
 /// that checks callers' uids. Runs while xfn is still single-threaded and
 /// outside its user namespace: inside it, callers' uids are unreadable (see
-/// `xfn::server::gate`).
+/// `crate::server::gate`).
 pub fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
     let address = ListenAddress::parse(args.network, &args.address)?;
     let bound = match listen::bind(&address)? {
         Listener::Unix(listener) => {
             let policy = CallerPolicy::for_self(&args.allow_uids);
             tracing::info!(%address, allowed_uids = ?policy.allowed(), "listening");
-            Bound::Gate(xfn::server::gate::spawn(listener, policy)?)
+            Bound::Gate(crate::server::gate::spawn(listener, policy)?)
         }
         Listener::Tcp(listener) => {
             tracing::warn!(%address, "listening on TCP: callers cannot be checked (no peer credentials)");
@@ -123,14 +123,18 @@ pub async fn execute(
     args: StartArgs,
     bound: Bound,
     namespace: &Namespace,
+    state_in_memory: bool,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
-    // their mount namespace), so a restarted daemon starts clean.
-    let options = xfn::runner::RunnerOptions {
+    // their mount namespace), so a restarted daemon starts clean. This
+    // daemon's own state is in memory where its containers end with it
+    // (`state_in_memory`), and goes with it.
+    let options = crate::runner::RunnerOptions {
         warm_pool: Some(args.warm_pool.options()),
+        state_in_memory,
         ..args.runner.options()
     };
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
@@ -224,14 +228,14 @@ mod tests {
         assert_eq!(args.serving.max_queued_runs, 1024);
         assert_eq!(
             args.serving.max_queued_bytes,
-            xfn::serving::admission::DEFAULT_MAX_QUEUED_BYTES
+            crate::grpc::admission::DEFAULT_MAX_QUEUED_BYTES
         );
         assert_eq!(args.serving.max_concurrent_runs, None);
         // Warm containers on by default, two per CPU, kept 2 minutes idle,
         // started ahead of their calls.
         assert_eq!(
             args.warm_pool.options(),
-            xfn::runner::PoolOptions::default()
+            crate::runner::PoolOptions::default()
         );
         // The image cache's budget on a shared node.
         assert_eq!(args.cache_max_size, 10 << 30);

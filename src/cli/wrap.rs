@@ -1,16 +1,16 @@
 //! `xfn wrap`: build an adaptor image (a Crossplane Function package) from a
 //! function image tarball and a base image holding xfn and crun, without
 //! Docker; push it or write it as an OCI layout tarball. Everything is
-//! checked before anything is pushed (see `xfn::adaptor::wrap`).
+//! checked before anything is pushed (see `crate::adaptor::wrap`).
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
 
-use xfn::adaptor::wrap::{wrap, WrapOutput, WrapSpec};
-use xfn::image::pull::ConnectOptions;
-use xfn::image::{ImageReference, RegistryAuth};
+use crate::adaptor::wrap::{wrap, WrapOutput, WrapSpec};
+use crate::image::pull::ConnectOptions;
+use crate::image::{ImageReference, RegistryAuth};
 
 /// Flags of `xfn wrap`.
 #[derive(Debug, Clone, Args)]

@@ -3,64 +3,127 @@
 //! stdout (the Exec runtime). Done reflectively over xfn's own descriptor set,
 //! so the mapping is the standard one (camelCase names, enum names, Struct as
 //! plain JSON, bytes as base64).
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use prost::Message;
 use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MessageDescriptor};
 
-use super::ComposeError;
 use crate::proto::v1 as pb;
 
-static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
-    DescriptorPool::decode(crate::proto::FILE_DESCRIPTOR_SET).map_err(|e| e.to_string())
-});
+/// Why a message to or from a function could not be converted.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// xfn's own descriptor set does not decode (a build defect).
+    #[error("xfn's protobuf descriptor set does not decode")]
+    Descriptors(#[source] Arc<prost_reflect::DescriptorError>),
+    /// xfn's descriptor set lacks a message (a build defect).
+    #[error("no message {0} in xfn's descriptor set")]
+    NoMessage(String),
+    /// A message does not encode as protobuf JSON.
+    #[error("cannot write a {what} as protobuf JSON")]
+    ToJson {
+        /// The message.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A message does not decode (or re-encode as another version).
+    #[error("cannot decode a {what}")]
+    Decode {
+        /// The message.
+        what: &'static str,
+        /// Why.
+        source: prost::DecodeError,
+    },
+    /// A function's output is nested too deep to read.
+    #[error("the output is not a {what}")]
+    TooDeep {
+        /// What it should be.
+        what: &'static str,
+        /// How deep.
+        source: crate::nesting::NestingError,
+    },
+    /// A function's output is not the JSON message it should be.
+    #[error("the output is not a {what}")]
+    NotJson {
+        /// What it should be.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A function's output is not the YAML document it should be.
+    #[error("the output is not a {what}")]
+    NotYaml {
+        /// What it should be.
+        what: &'static str,
+        /// Why.
+        source: yaml_serde::Error,
+    },
+    /// A function's input does not encode as YAML.
+    #[error("cannot write a {what} as YAML")]
+    ToYaml {
+        /// The message.
+        what: &'static str,
+        /// Why.
+        source: yaml_serde::Error,
+    },
+}
 
-fn descriptor(name: &str) -> Result<MessageDescriptor, ComposeError> {
+/// Decoded once; the error shared (an `Arc`) as the source of each call's.
+static POOL: LazyLock<Result<DescriptorPool, Arc<prost_reflect::DescriptorError>>> =
+    LazyLock::new(|| DescriptorPool::decode(crate::proto::FILE_DESCRIPTOR_SET).map_err(Arc::new));
+
+fn descriptor(name: &str) -> Result<MessageDescriptor, ProtocolError> {
     let pool = POOL
         .as_ref()
-        .map_err(|e| ComposeError::Protocol(format!("descriptor set: {e}")))?;
+        .map_err(|e| ProtocolError::Descriptors(Arc::clone(e)))?;
     pool.get_message_by_name(name)
-        .ok_or_else(|| ComposeError::Protocol(format!("no message {name} in the descriptor set")))
+        .ok_or_else(|| ProtocolError::NoMessage(name.to_string()))
 }
 
 /// A `RunFunctionRequest` as protobuf JSON.
-pub fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ComposeError> {
-    let dynamic = dynamic("RunFunctionRequest", request)?;
-    serde_json::to_vec(&dynamic).map_err(|e| ComposeError::Protocol(e.to_string()))
+pub fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ProtocolError> {
+    let what = "RunFunctionRequest";
+    let dynamic = dynamic(what, request)?;
+    serde_json::to_vec(&dynamic).map_err(|source| ProtocolError::ToJson { what, source })
 }
 
 /// The v1 message `name` (`ResourceSelector`, …) as a protobuf JSON value.
-pub fn to_json(name: &str, message: &impl Message) -> Result<serde_json::Value, ComposeError> {
-    serde_json::to_value(dynamic(name, message)?).map_err(|e| ComposeError::Protocol(e.to_string()))
+pub fn to_json(
+    name: &'static str,
+    message: &impl Message,
+) -> Result<serde_json::Value, ProtocolError> {
+    serde_json::to_value(dynamic(name, message)?)
+        .map_err(|source| ProtocolError::ToJson { what: name, source })
 }
 
-fn dynamic(name: &str, message: &impl Message) -> Result<DynamicMessage, ComposeError> {
+fn dynamic(name: &'static str, message: &impl Message) -> Result<DynamicMessage, ProtocolError> {
     let desc = descriptor(&format!("apiextensions.fn.proto.v1.{name}"))?;
     DynamicMessage::decode(desc, message.encode_to_vec().as_slice())
-        .map_err(|e| ComposeError::Protocol(e.to_string()))
+        .map_err(|source| ProtocolError::Decode { what: name, source })
 }
 
 /// A `RunFunctionResponse` from protobuf JSON. Unknown fields are ignored so
 /// functions built against newer protocol versions still work. Its nesting
 /// is bounded first ([`crate::nesting`]), as every input's.
-pub fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ComposeError> {
-    crate::nesting::check_depth(json, crate::nesting::MAX_DEPTH).map_err(|e| {
-        ComposeError::Protocol(format!("the output is not a RunFunctionResponse: {e}"))
-    })?;
+pub fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ProtocolError> {
+    let what = "RunFunctionResponse";
+    crate::nesting::check_depth(json, crate::nesting::MAX_DEPTH)
+        .map_err(|source| ProtocolError::TooDeep { what, source })?;
     let desc = descriptor("apiextensions.fn.proto.v1.RunFunctionResponse")?;
+    let not_json = |source| ProtocolError::NotJson { what, source };
     let mut deserializer = serde_json::Deserializer::from_slice(json);
     let dynamic = DynamicMessage::deserialize_with_options(
         desc,
         &mut deserializer,
         &DeserializeOptions::new().deny_unknown_fields(false),
     )
-    .map_err(|e| ComposeError::Protocol(format!("the output is not a RunFunctionResponse: {e}")))?;
-    deserializer
-        .end()
-        .map_err(|e| ComposeError::Protocol(format!("trailing output: {e}")))?;
+    .map_err(not_json)?;
+    // What follows the message (trailing output) is refused too.
+    deserializer.end().map_err(not_json)?;
     dynamic
         .transcode_to::<pb::RunFunctionResponse>()
-        .map_err(|e| ComposeError::Protocol(e.to_string()))
+        .map_err(|source| ProtocolError::Decode { what, source })
 }
 
 #[cfg(test)]
@@ -103,6 +166,7 @@ mod tests {
     fn deep_output_is_refused_before_parsing() {
         let deep = format!("{{\"output\": {}", "[".repeat(1 << 20));
         let err = response_from_json(deep.as_bytes()).unwrap_err();
-        assert!(err.to_string().contains("nested more than 64"), "{err}");
+        let text = crate::chain::one_line(&err);
+        assert!(text.contains("nested more than 64"), "{text}");
     }
 }

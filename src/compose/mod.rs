@@ -41,11 +41,12 @@ pub mod value;
 pub mod xrd;
 
 /// Errors of the composition core. File errors name the file, step errors
-/// the step.
+/// the step; each says its own step, and what failed beneath is its typed
+/// source (a person reads the chain: `crate::chain`).
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
     /// A file cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -59,6 +60,34 @@ pub enum ComposeError {
         path: PathBuf,
         /// What is wrong.
         message: String,
+    },
+    /// A file nests deeper than xfn reads (`crate::nesting`).
+    #[error("{path}")]
+    TooDeep {
+        /// The file.
+        path: PathBuf,
+        /// How deep.
+        source: crate::nesting::NestingError,
+    },
+    /// A file is not the YAML (or JSON) it must be.
+    #[error("{path}: {what}")]
+    Yaml {
+        /// The file.
+        path: PathBuf,
+        /// What it is not (`invalid YAML`).
+        what: &'static str,
+        /// Why.
+        source: yaml_serde::Error,
+    },
+    /// A field of a file's object does not parse as what it must hold.
+    #[error("{path}: {field}")]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// The field (`spec.pipeline`).
+        field: &'static str,
+        /// Why it does not parse.
+        source: serde_json::Error,
     },
     /// A file holds the wrong kind of object.
     #[error("{path}: expected a {expected}, found {found:?}")]
@@ -90,13 +119,22 @@ pub enum ComposeError {
         /// The Functions given.
         known: String,
     },
-    /// A step failed to run.
+    /// A step cannot run as written (its credentials, its container
+    /// spec), or its requirements never settled.
     #[error("pipeline step {step:?} failed: {message}")]
     StepFailed {
         /// The step.
         step: String,
-        /// Why.
+        /// What is wrong, in words.
         message: String,
+    },
+    /// A step failed: calling its function, or reading what it returned.
+    #[error("pipeline step {step:?} failed")]
+    Step {
+        /// The step.
+        step: String,
+        /// Why.
+        source: Box<ComposeError>,
     },
     /// A step returned a Fatal result.
     #[error("pipeline step {step:?} returned a fatal result: {message}")]
@@ -106,13 +144,18 @@ pub enum ComposeError {
         /// The result's message.
         message: String,
     },
-    /// Calling a function failed: unreachable, a gRPC error, or its
-    /// container run failed (with the tail of its stderr).
-    #[error("{0}")]
-    Call(String),
-    /// Converting a message failed.
-    #[error("protocol conversion: {0}")]
-    Protocol(String),
+    /// Calling a function failed.
+    #[error("calling {target}")]
+    Call {
+        /// The function's image, server address or daemon endpoint.
+        target: String,
+        /// Why (boxed: a run's error is large, and every compose result
+        /// carries this enum).
+        source: Box<CallError>,
+    },
+    /// Converting a message to or from a function failed.
+    #[error(transparent)]
+    Protocol(#[from] json::ProtocolError),
     /// A Function cannot be run as given (no package, a bad pull policy).
     #[error("Function {function:?}: {message}")]
     FunctionInvalid {
@@ -121,25 +164,96 @@ pub enum ComposeError {
         /// What is wrong.
         message: String,
     },
+    /// A Function's pull policy annotation is not one xfn knows.
+    #[error("Function {function:?}")]
+    FunctionPullPolicy {
+        /// The Function.
+        function: String,
+        /// The policy it names.
+        source: crate::image::UnknownPullPolicy,
+    },
     /// A Function's server could not be started (`Docker` runtime).
-    #[error(
-        "Function {function:?}: cannot start its image {image} as a function server: {message}"
-    )]
+    #[error("Function {function:?}: cannot start its image {image} as a function server")]
     FunctionStart {
         /// The Function.
         function: String,
         /// Its image.
         image: String,
-        /// Why.
-        message: String,
+        /// Why (boxed, as [`ComposeError::Call`]'s).
+        source: Box<StartError>,
     },
     /// Composing failed as Crossplane's reconcile would (an invalid
     /// composed resource name, observed resources it would not read).
     #[error("cannot compose resources: {0}")]
     Compose(String),
-    /// Output cannot be written.
-    #[error("cannot write the output: {0}")]
-    Output(String),
+    /// The output cannot be written as YAML.
+    #[error("cannot write the output as YAML")]
+    OutputYaml(#[source] yaml_serde::Error),
+    /// The output cannot be written as JSON.
+    #[error("cannot write the output as JSON")]
+    OutputJson(#[source] serde_json::Error),
+}
+
+/// Why calling a Function failed: the source of [`ComposeError::Call`].
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Its container run failed (the image, its exit code and stderr, its
+    /// limits).
+    #[error(transparent)]
+    Run(#[from] crate::runner::RunError),
+    /// Its function server exited.
+    #[error("the function server exited")]
+    Exited(#[source] crate::runner::RunError),
+    /// Its server (or the runner daemon) answered with an error status.
+    #[error("{:?}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+    /// Nothing answers where it should.
+    #[error("cannot connect")]
+    Connect(#[source] tonic::transport::Error),
+    /// There is nowhere to run it.
+    #[error("no runner daemon answers at {endpoint} and there is no in-process runner")]
+    NoRunner {
+        /// Where a daemon was looked for.
+        endpoint: String,
+    },
+    /// Its request or response could not be converted.
+    #[error(transparent)]
+    Protocol(#[from] json::ProtocolError),
+    /// Its step's pull policy is not one xfn knows.
+    #[error(transparent)]
+    PullPolicy(#[from] crate::image::UnknownPullPolicy),
+    /// Its step's network policy is not one xfn knows.
+    #[error(transparent)]
+    NetworkPolicy(#[from] crate::runner::UnknownNetworkPolicy),
+    /// Its step's cpu or memory limit does not parse.
+    #[error("invalid run configuration")]
+    Limits(#[source] crate::quantity::QuantityError),
+}
+
+/// Why a Function's server could not be started: the source of
+/// [`ComposeError::FunctionStart`].
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Its container could not be run, exited or never listened.
+    #[error(transparent)]
+    Run(#[from] crate::runner::RunError),
+    /// A file or directory of its kept server could not be made.
+    #[error("cannot {what} {path}")]
+    Io {
+        /// What was being done (`create`, `lock`).
+        what: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its kept server's info could not be encoded.
+    #[error("cannot encode its kept server's info")]
+    Info(#[source] serde_json::Error),
+    /// It failed in a way said in words (its keeper exited, with its log's
+    /// tail; a socket path too long).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// What was observed: the XR and its composed resources by name.

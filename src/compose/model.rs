@@ -3,7 +3,7 @@
 //! Functions and how each is run, observed composed resources. Each is
 //! checked as it is built from an object; reading the files they come
 //! from is [`super::files`]'s. Every error names the file.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -55,10 +55,6 @@ impl Composite {
     /// `kind`.
     pub fn kind(&self) -> &str {
         get_str(&self.object, &["kind"]).unwrap_or_default()
-    }
-    /// `metadata.name`.
-    pub fn name(&self) -> &str {
-        get_str(&self.object, &["metadata", "name"]).unwrap_or_default()
     }
 }
 
@@ -244,15 +240,11 @@ pub enum Pipeline {
 /// to) read from a file.
 #[derive(Debug, Clone)]
 pub struct Composition {
-    /// Where it came from (for errors).
-    pub path: PathBuf,
     /// The Composition's name (a revision's `crossplane.io/composition-name`
     /// label, else its name without the hash suffix).
     pub name: String,
     /// The revision's name, when a CompositionRevision was given.
     pub revision: Option<String>,
-    /// `metadata.labels`, which an XR's `compositionSelector` must match.
-    pub labels: serde_json::Map<String, Value>,
     /// The steps.
     pub pipeline: Pipeline,
 }
@@ -350,44 +342,51 @@ impl Composition {
                 "Resources"
             },
         );
-        let pipeline = if mode == "Pipeline" {
-            let steps = get(&object, &["spec", "pipeline"])
-                .cloned()
-                .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
-            let steps: Vec<PipelineStep> = serde_json::from_value(steps)
-                .map_err(|e| invalid(format!("spec.pipeline: {e}")))?;
-            if steps.is_empty() {
-                return Err(invalid("spec.pipeline is empty".into()));
-            }
-            Pipeline::V1(steps)
-        } else if let Some(functions) = get(&object, &["spec", "functions"]) {
-            let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
-                .map_err(|e| invalid(format!("spec.functions: {e}")))?;
-            for f in &functions {
-                if f.kind != "Container" {
-                    return Err(invalid(format!(
-                        "function {:?} has type {:?}; only Container is supported",
-                        f.name, f.kind
-                    )));
+        let pipeline =
+            if mode == "Pipeline" {
+                let steps = get(&object, &["spec", "pipeline"])
+                    .cloned()
+                    .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
+                let steps: Vec<PipelineStep> =
+                    serde_json::from_value(steps).map_err(|source| ComposeError::Field {
+                        path: path.to_path_buf(),
+                        field: "spec.pipeline",
+                        source,
+                    })?;
+                if steps.is_empty() {
+                    return Err(invalid("spec.pipeline is empty".into()));
                 }
-                if f.container.as_ref().is_none_or(|c| c.image.is_empty()) {
-                    return Err(invalid(format!(
-                        "function {:?} has no container.image",
-                        f.name
-                    )));
+                Pipeline::V1(steps)
+            } else if let Some(functions) = get(&object, &["spec", "functions"]) {
+                let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
+                    .map_err(|source| ComposeError::Field {
+                        path: path.to_path_buf(),
+                        field: "spec.functions",
+                        source,
+                    })?;
+                for f in &functions {
+                    if f.kind != "Container" {
+                        return Err(invalid(format!(
+                            "function {:?} has type {:?}; only Container is supported",
+                            f.name, f.kind
+                        )));
+                    }
+                    if f.container.as_ref().is_none_or(|c| c.image.is_empty()) {
+                        return Err(invalid(format!(
+                            "function {:?} has no container.image",
+                            f.name
+                        )));
+                    }
                 }
-            }
-            Pipeline::Alpha(functions)
-        } else {
-            return Err(invalid(format!(
-                "mode {mode} has no functions to run; use mode: Pipeline (or spec.functions)"
-            )));
-        };
+                Pipeline::Alpha(functions)
+            } else {
+                return Err(invalid(format!(
+                    "mode {mode} has no functions to run; use mode: Pipeline (or spec.functions)"
+                )));
+            };
         Ok(Self {
-            path: path.to_path_buf(),
             name,
             revision,
-            labels,
             pipeline,
         })
     }

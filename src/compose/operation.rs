@@ -18,8 +18,6 @@ use super::output::{condition, context_object, Event, OutputOptions};
 use super::value::{get, get_str, merge, object_at};
 use super::{ComposeError, Outcome};
 
-/// The API group of Operations.
-pub const OPS_GROUP: &str = "ops.crossplane.io";
 /// The requirement name a WatchOperation's watched resource is given under.
 pub const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";
 
@@ -105,7 +103,11 @@ impl Operation {
             .cloned()
             .ok_or_else(|| invalid("the Operation has no spec.pipeline".into()))?;
         let mut steps: Vec<PipelineStep> =
-            serde_json::from_value(steps).map_err(|e| invalid(format!("spec.pipeline: {e}")))?;
+            serde_json::from_value(steps).map_err(|source| ComposeError::Field {
+                path: path.to_path_buf(),
+                field: "spec.pipeline",
+                source,
+            })?;
         if steps.is_empty() {
             return Err(invalid("spec.pipeline is empty".into()));
         }

@@ -527,9 +527,7 @@ pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     let mut text = String::new();
     for object in objects {
         text.push_str("---\n");
-        text.push_str(
-            &yaml_serde::to_string(object).map_err(|e| ComposeError::Output(e.to_string()))?,
-        );
+        text.push_str(&yaml_serde::to_string(object).map_err(ComposeError::OutputYaml)?);
     }
     Ok(text)
 }
@@ -571,5 +569,4 @@ pub fn readiness_of(unready: &[&str]) -> Value {
 }
 
 #[cfg(test)]
-#[path = "output_tests.rs"]
 mod tests;

@@ -27,7 +27,7 @@ use super::v1::V1Pipeline;
 use super::value::{get_str, object_at};
 use super::xrd::{XrSchema, Xrd};
 use super::{names, ComposeError, Observed};
-use crate::image::{PullPolicy, UnknownPullPolicy};
+use crate::image::PullPolicy;
 use crate::runner::Runner;
 
 /// What a render is given, as paths and flags: what `xfn render`'s command
@@ -162,7 +162,7 @@ impl Rendered {
         let mut text = String::new();
         for objects in &self.renders {
             let line = serde_json::to_string(&super::output::json_object(objects))
-                .map_err(|e| ComposeError::Output(e.to_string()))?;
+                .map_err(ComposeError::OutputJson)?;
             text.push_str(&line);
             text.push('\n');
         }
@@ -474,12 +474,14 @@ impl RenderPlan {
                 continue;
             }
             let policy = match function.pull_policy.as_deref() {
-                Some(policy) => policy.parse().map_err(|e: UnknownPullPolicy| {
-                    ComposeError::FunctionInvalid {
-                        function: function.name.clone(),
-                        message: e.to_string(),
-                    }
-                })?,
+                Some(policy) => {
+                    policy
+                        .parse()
+                        .map_err(|source| ComposeError::FunctionPullPolicy {
+                            function: function.name.clone(),
+                            source,
+                        })?
+                }
                 None => pull_policy,
             };
             let start = kept::prepare(function, function.image(), policy, keeper)?;

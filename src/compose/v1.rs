@@ -208,12 +208,14 @@ impl V1Pipeline<'_> {
                     pb::Capability::RequiredSchemas as i32,
                 ],
             });
-            let response = caller.run_function(request.clone()).await.map_err(|e| {
-                ComposeError::StepFailed {
-                    step: step.step.clone(),
-                    message: e.to_string(),
-                }
-            })?;
+            let response =
+                caller
+                    .run_function(request.clone())
+                    .await
+                    .map_err(|e| ComposeError::Step {
+                        step: step.step.clone(),
+                        source: Box::new(e),
+                    })?;
             let requirements = response.requirements.clone().unwrap_or_default();
             if requirements == previous {
                 return Ok(response);
@@ -535,5 +537,4 @@ fn xr_condition(c: &pb::Condition) -> XrCondition {
 }
 
 #[cfg(test)]
-#[path = "v1_tests.rs"]
 mod tests;

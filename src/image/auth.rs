@@ -67,7 +67,7 @@ pub enum AuthError {
     #[error("registry auth field is not base64 of user:password")]
     BadAuthField,
     /// The docker config cannot be read.
-    #[error("cannot read docker config {path}: {source}")]
+    #[error("cannot read docker config {path}")]
     ReadConfig {
         /// The file.
         path: PathBuf,
@@ -75,7 +75,7 @@ pub enum AuthError {
         source: std::io::Error,
     },
     /// The docker config is not valid JSON of the expected shape.
-    #[error("cannot parse docker config {path}: {source}")]
+    #[error("cannot parse docker config {path}")]
     ParseConfig {
         /// The file.
         path: PathBuf,

@@ -42,7 +42,7 @@ pub enum ImageError {
         reason: String,
     },
     /// Extracting a layer failed.
-    #[error("extracting layer {digest}: {source}")]
+    #[error("extracting layer {digest}")]
     Extract {
         /// The layer blob digest.
         digest: String,
@@ -60,7 +60,7 @@ pub enum ImageError {
         bound: PullBound,
     },
     /// Local file system trouble.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The path involved.
         path: PathBuf,

@@ -19,8 +19,6 @@ pub(crate) mod fsops;
 mod meta;
 mod paths;
 mod seen;
-#[cfg(test)]
-mod throughput;
 mod tree;
 
 use std::io::Read;
@@ -44,7 +42,7 @@ pub enum WhiteoutMode {
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     /// An I/O error on an entry.
-    #[error("layer entry {entry:?}: {source}")]
+    #[error("layer entry {entry:?}")]
     Io {
         /// The entry's path in the tar.
         entry: String,
@@ -70,7 +68,7 @@ pub enum ExtractError {
         bound: Bound,
     },
     /// The tar stream itself could not be read.
-    #[error("reading the layer tar (after entry {after:?}): {source}")]
+    #[error("reading the layer tar (after entry {after:?})")]
     Read {
         /// The last entry read successfully (empty at the start).
         after: String,
@@ -221,6 +219,8 @@ pub fn quote(name: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    mod throughput;
 
     #[test]
     fn long_names_are_quoted_cut() {

@@ -25,8 +25,7 @@ use super::reference::{is_loopback_registry, ImageReference};
 
 mod manifest;
 
-pub use super::descriptor::{is_sha256_digest, sha256_digest, BlobRef, Manifest};
-pub use manifest::host_platform;
+pub use super::descriptor::{sha256_digest, BlobRef, Manifest};
 use manifest::{bad, choose_platform, parse_raw, to_manifest};
 
 /// Manifests and indexes this client accepts.
@@ -118,7 +117,7 @@ pub enum PullError {
         digest: String,
     },
     /// Writing a blob failed.
-    #[error("writing blob {digest}: {source}")]
+    #[error("writing blob {digest}")]
     Io {
         /// The blob.
         digest: String,
@@ -126,7 +125,7 @@ pub enum PullError {
         source: std::io::Error,
     },
     /// A CA bundle cannot be read.
-    #[error("cannot read CA bundle {path}: {source}")]
+    #[error("cannot read CA bundle {path}")]
     CaBundle {
         /// The file.
         path: std::path::PathBuf,

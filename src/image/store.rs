@@ -115,7 +115,7 @@ pub use entries::PulledImage;
 pub use gc::GcReport;
 pub(crate) use import::file_digest;
 pub use import::ImportSource;
-pub use listing::CachedImage;
+pub use listing::{CacheListing, CachedImage};
 pub use pin::ImagePin;
 
 use lock::{KeyGuard, KeyLocks};

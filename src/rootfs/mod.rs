@@ -35,12 +35,11 @@
 //! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
 mod copy;
 mod overlay;
-#[cfg(test)]
-mod tests;
 
 use std::path::{Path, PathBuf};
 
 pub use copy::copy_tree;
+pub(crate) use overlay::{mount_tmpfs, unmount};
 
 /// `--rootfs`: how runs get their root filesystem.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -86,7 +85,7 @@ pub enum RootfsError {
     #[error("rootfs: {0}")]
     Input(&'static str),
     /// A step failed.
-    #[error("rootfs: {step} {path}: {source}")]
+    #[error("rootfs: {step} {path}")]
     Io {
         /// What was being done.
         step: &'static str,
@@ -300,10 +299,18 @@ impl Rootfs {
 /// Detaches whatever is still mounted under `run_dir`, then removes it. It
 /// never deletes through a mount: if one stays, it fails instead.
 fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
-    // Read once when nothing is mounted, a run's usual end (its own mounts
-    // are gone by now): `mountinfo` lists every mount of xfn's namespace,
-    // two per warm container, and parsing it twice per run was about 1.5 %
-    // of a loaded daemon's CPU (benches/PROFILE.md).
+    // A run's usual end: its own mounts are gone by now, and all it wrote
+    // was in them, so its dir is empty. A plain rmdir removes it, and
+    // cannot delete through a mount (it fails on a mount point and on a dir
+    // that holds anything). Only otherwise read `mountinfo`, which lists
+    // every mount of xfn's namespace (two per warm container): reading it
+    // once per run was about 11 % of a loaded daemon's own CPU
+    // (benches/PROFILE.md).
+    match std::fs::remove_dir(run_dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(_) => {}
+    }
     let mounted =
         overlay::mounts_under(run_dir).map_err(io_err("reading mounts under", run_dir))?;
     if !mounted.is_empty() {
@@ -326,7 +333,7 @@ fn remove_run_dir(run_dir: &Path) -> Result<(), RootfsError> {
 impl Drop for Rootfs {
     fn drop(&mut self) {
         if let Err(e) = self.cleanup() {
-            tracing::error!(error = %e, run_dir = %self.run_dir.display(), "rootfs cleanup failed");
+            tracing::error!(error = %crate::chain::Chain(&e), run_dir = %self.run_dir.display(), "rootfs cleanup failed");
         }
     }
 }
@@ -382,7 +389,7 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         None,
         &tmp.path().join("run"),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::chain::one_line(&e))?;
     let root = rootfs.path().to_path_buf();
     let checks = (|| {
         if root.join("hidden").symlink_metadata().is_ok() {
@@ -393,6 +400,9 @@ fn probe(scratch_dir: &Path) -> Result<(), String> {
         }
         std::fs::write(root.join("written"), b"y").map_err(|e| step("write to the overlay", e))
     })();
-    let cleaned = rootfs.cleanup().map_err(|e| e.to_string());
+    let cleaned = rootfs.cleanup().map_err(|e| crate::chain::one_line(&e));
     checks.and(cleaned)
 }
+
+#[cfg(test)]
+mod tests;

@@ -212,7 +212,11 @@ fn mount_legacy(spec: &OverlaySpec<'_>) -> io::Result<()> {
     // The chdir happens in a thread with its own fs context.
     std::thread::scope(|s| {
         s.spawn(move || -> io::Result<()> {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).map_err(io::Error::from)?;
+            // SAFETY: rustix marks unshare unsafe because unsharing CLONE_FS
+            // changes what other code in this thread assumes of its fs
+            // context; this scoped thread runs only the chdir and mount
+            // below, which want exactly that.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }?;
             std::env::set_current_dir(&base)?;
             mount_data(&target, data)
         })

@@ -265,7 +265,7 @@ fn copy_mode_without_mount_privilege_is_refused_naming_the_tmpfs_and_leaves_noth
     let run = tmp.path().join("run");
     let err = Rootfs::prepare(ResolvedMode::Copy, &[], Some(&flat), &run)
         .expect_err("copy mode mounted a tmpfs without mount privilege");
-    let msg = err.to_string();
+    let msg = crate::chain::one_line(&err);
     assert!(
         msg.contains("tmpfs"),
         "the error does not name the tmpfs: {msg}"
@@ -338,11 +338,13 @@ fn failed_prepare_cleans_up() {
     let run = tmp.path().join("run");
     let missing = vec![tmp.path().join("no-such-layer")];
     let err = Rootfs::prepare(ResolvedMode::Overlay, &missing, None, &run).unwrap_err();
-    // The error names the layer that is missing.
-    assert!(err.to_string().contains("no-such-layer"), "{err}");
+    // The error (as a person reads it: its chain) names the missing layer.
+    let text = crate::chain::one_line(&err);
+    assert!(text.contains("no-such-layer"), "{text}");
     assert_gone(&run.join("rootfs"), &run);
     let err = Rootfs::prepare(ResolvedMode::Copy, &[], None, &run).unwrap_err();
-    assert!(err.to_string().contains("flattened"), "{err}");
+    let text = crate::chain::one_line(&err);
+    assert!(text.contains("flattened"), "{text}");
     assert_gone(&run.join("rootfs"), &run);
     // A run dir left by a killed process (mounts and all) is swept.
     let (layers, _) = cache(tmp.path(), &image_layers());

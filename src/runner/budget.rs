@@ -70,7 +70,7 @@ pub fn keep_cache_within(runner: Arc<Runner>, max_size: u64) {
                     over
                 }
                 Err(err) => {
-                    tracing::warn!("collecting the image cache failed: {err}");
+                    tracing::warn!(error = %crate::chain::Chain(&err), "collecting the image cache failed");
                     false
                 }
             };

@@ -513,7 +513,10 @@ impl Pool {
                 self.dispose(warm);
             }
             Err(err) => {
-                tracing::warn!(%err, "cannot create a warm container; calls take the cold path");
+                tracing::warn!(
+                    error = %crate::chain::Chain(&err),
+                    "cannot create a warm container; calls take the cold path"
+                );
             }
         }
     }

@@ -5,7 +5,7 @@
 //!  (prepare: bundle,   init blocked on             function running,       │        crun state, cgroup,
 //!   spec, cgroup;      exec.fifo, stdio held       blocked on its stdin    │        bundle: dropped off
 //!   crun create)       by xfn                                              │        the reply path
-//!                                                                          └─serve──► Served (sandbox/served.rs)
+//!                                                                          └─serve──► Served (sandbox/function_server.rs)
 //! ```
 //!
 //! Each front end composes the same steps (the runner does it for them):
@@ -81,7 +81,7 @@ pub struct ContainerRequest<'a> {
 }
 
 /// A container in state `S`: [`Created`], [`Started`] (or, once serving,
-/// a [`super::served::Served`]).
+/// a [`super::function_server::Served`]).
 #[derive(Debug)]
 pub struct Container<S> {
     // The state first: its pipes close before the init is killed.

@@ -15,7 +15,7 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 #[derive(Debug, thiserror::Error)]
 pub enum CrunError {
     /// crun could not be started.
-    #[error("cannot start the OCI runtime {runtime}: {source}")]
+    #[error("cannot start the OCI runtime {runtime}")]
     Spawn {
         /// The runtime binary.
         runtime: PathBuf,
@@ -23,7 +23,7 @@ pub enum CrunError {
         source: std::io::Error,
     },
     /// Reading or writing the container's stdio failed.
-    #[error("container i/o failed: {0}")]
+    #[error("container i/o failed")]
     Io(#[from] std::io::Error),
     /// The run took too long and was killed.
     #[error("the function did not finish within {0:?} and was killed")]
@@ -44,6 +44,17 @@ pub enum CrunError {
         /// The last bytes of stderr.
         stderr_tail: Vec<u8>,
     },
+}
+
+/// A stderr tail as a message ends: trimmed, or "(no stderr)".
+pub fn tail_text(tail: &[u8]) -> String {
+    let text = String::from_utf8_lossy(tail);
+    let text = text.trim();
+    if text.is_empty() {
+        "(no stderr)".to_string()
+    } else {
+        text.to_string()
+    }
 }
 
 /// What a container produced.

@@ -10,12 +10,12 @@ pub mod bundle;
 pub mod cgroup;
 pub mod container;
 pub mod crun;
+pub mod function_server;
 pub mod netns;
+pub mod oci_runtime;
 pub mod reaper;
-pub mod runtime;
 pub mod seccomp;
 mod seccomp_bpf;
-pub mod served;
 pub mod spec;
 pub mod subids;
 pub mod ucounts;
@@ -34,12 +34,13 @@ pub use spec::{Limits, SpecError};
 /// The default cap on stdout and on stderr of a run: 100 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
 
-/// Errors of the sandbox.
+/// Errors of the sandbox. Each says its own step; what failed beneath is
+/// its source (see `crate::chain`).
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// Limits are required but cannot be enforced here.
-    #[error("resource limits are required (--require-limits) but not enforced: {0}")]
-    LimitsUnavailable(String),
+    #[error(transparent)]
+    LimitsUnavailable(#[from] LimitsUnavailable),
     /// The spec could not be built from the image.
     #[error(transparent)]
     Spec(#[from] SpecError),
@@ -51,39 +52,64 @@ pub enum SandboxError {
     Crun(#[from] CrunError),
     /// The OCI runtime is missing, not crun, or too old.
     #[error(transparent)]
-    Runtime(#[from] runtime::RuntimeError),
+    Runtime(#[from] oci_runtime::RuntimeError),
     /// The run's cgroup could not be set up.
     #[error(transparent)]
     Cgroup(#[from] cgroup::run::CgroupError),
-    /// The kernel's OOM killer killed a process of the run: it went past its
-    /// memory limit.
-    #[error(
-        "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code})",
-        crate::quantity::format_bytes(*limit_bytes)
-    )]
-    MemoryLimitExceeded {
-        /// The limit, in bytes.
-        limit_bytes: u64,
-        /// The exit code the run ended with.
-        code: i32,
-        /// The last bytes of stderr.
-        stderr_tail: Vec<u8>,
-    },
+    /// The kernel's OOM killer killed a process of the run.
+    #[error(transparent)]
+    MemoryLimitExceeded(#[from] MemoryLimitExceeded),
     /// A served container kept running but never listened where expected.
-    #[error(
-        "the function did not listen on {address} within {after:?} (last attempt: {last_error}); its output ends: {}",
-        String::from_utf8_lossy(output_tail).trim_end()
-    )]
-    NotServing {
-        /// Where it should listen, inside its network namespace.
-        address: std::net::SocketAddr,
-        /// How long xfn waited.
-        after: Duration,
-        /// Why the last connection attempt failed.
-        last_error: String,
-        /// The last bytes of its stdout and stderr.
-        output_tail: Vec<u8>,
-    },
+    #[error(transparent)]
+    NotServing(#[from] NotServing),
+}
+
+/// cpu/memory/pids limits are required (`--require-limits`) but this host
+/// does not enforce them. Defined here, where it is found; the runner's
+/// error carries it as it is.
+#[derive(Debug, thiserror::Error)]
+#[error("resource limits are required but not enforced: {why}")]
+pub struct LimitsUnavailable {
+    /// Why not (no delegated cgroup, a controller missing), as the cgroup
+    /// probe found.
+    pub why: String,
+}
+
+/// The kernel's OOM killer killed a process of the run: it went past its
+/// memory limit. Defined here, where the cgroup tells; the runner's error
+/// carries it as it is.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the function exceeded its memory limit of {} and was killed by the OOM killer (exit code {code}): {}",
+    crate::quantity::format_bytes(*limit_bytes),
+    crun::tail_text(stderr_tail)
+)]
+pub struct MemoryLimitExceeded {
+    /// The limit, in bytes.
+    pub limit_bytes: u64,
+    /// The exit code the run ended with (137 when the function's own
+    /// process was killed).
+    pub code: i32,
+    /// The last [`crun::STDERR_TAIL_BYTES`] of its stderr.
+    pub stderr_tail: Vec<u8>,
+}
+
+/// A served container kept running but never listened where expected; its
+/// source is why the last connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the function did not listen on {address} within {after:?} (its output ends: {}); the last attempt to connect failed",
+    String::from_utf8_lossy(output_tail).trim()
+)]
+pub struct NotServing {
+    /// Where it should listen, inside its network namespace.
+    pub address: std::net::SocketAddr,
+    /// How long xfn waited.
+    pub after: Duration,
+    /// The last bytes of its stdout and stderr.
+    pub output_tail: Vec<u8>,
+    /// Why the last connection attempt failed.
+    pub source: std::io::Error,
 }
 
 /// How the sandbox runs containers.
@@ -105,6 +131,9 @@ pub struct SandboxOptions {
     pub instance: std::sync::Arc<crate::instance::Instance>,
     /// Size of each run's `/tmp`, in bytes.
     pub tmp_size_bytes: u64,
+    /// Keep this xfn's run state in a tmpfs of its mount namespace
+    /// (`bundle.rs`): only where its containers end with it.
+    pub state_in_memory: bool,
 }
 
 /// Runs containers; shared by every call.
@@ -117,7 +146,8 @@ pub struct Sandbox {
     /// Where run cgroups go, when limits are enforced.
     delegation: Option<cgroup::Delegation>,
     /// The verdict on the runtime, reached before the first container.
-    runtime_checked: std::sync::OnceLock<Result<runtime::CrunVersion, runtime::RuntimeError>>,
+    runtime_checked:
+        std::sync::OnceLock<Result<oci_runtime::CrunVersion, oci_runtime::RuntimeError>>,
     /// The seccomp profile compiled once (base64 BPF), when it could be.
     seccomp_bpf: Option<String>,
     /// The ids functions run under (each run maps the image's onto them).
@@ -136,14 +166,22 @@ impl Sandbox {
         namespace: &userns::Namespace,
         options: SandboxOptions,
     ) -> Result<Self, SandboxError> {
-        let run_dir = RunDir::open(&options.run_dir, options.instance.clone())?;
+        let run_dir = RunDir::open(
+            &options.run_dir,
+            options.instance.clone(),
+            options.state_in_memory,
+        )?;
         let delegation = namespace.cgroups().delegation().cloned();
         let crun = Crun {
             binary: options.runtime.clone(),
-            state_root: run_dir.crun_state(),
+            state_root: run_dir.crun_state_on_disk(),
             cgroups: delegation.is_some(),
         };
         crun.delete_stale(|id| run_dir.is_stale(id));
+        let crun = Crun {
+            state_root: run_dir.crun_state(),
+            ..crun
+        };
         crun.pin_read_only();
         if let Some(delegation) = &delegation {
             // After crun's stale containers: their processes are gone or
@@ -170,13 +208,19 @@ impl Sandbox {
         Ok(sandbox)
     }
 
+    /// Where this sandbox's runs get their root filesystems (in memory or on
+    /// the disk, as its run state: `bundle.rs`).
+    pub fn rootfs_dir(&self) -> PathBuf {
+        self.run_dir.rootfs_dir()
+    }
+
     /// Checks once that the OCI runtime is crun, new enough
-    /// ([`runtime::MIN_CRUN`]); every container start calls it, and daemons
+    /// ([`oci_runtime::MIN_CRUN`]); every container start calls it, and daemons
     /// call it at start to refuse to serve without a usable runtime.
-    pub fn check_runtime(&self) -> Result<runtime::CrunVersion, SandboxError> {
+    pub fn check_runtime(&self) -> Result<oci_runtime::CrunVersion, SandboxError> {
         self.runtime_checked
             .get_or_init(|| {
-                runtime::check(
+                oci_runtime::check(
                     &self.options.runtime,
                     &self.options.run_dir,
                     &self.options.instance,
@@ -243,7 +287,7 @@ impl Sandbox {
     /// Fails when limits are required but not enforced.
     pub fn check_limits(&self) -> Result<(), SandboxError> {
         match (self.options.require_limits, &self.limits_unavailable) {
-            (true, Some(why)) => Err(SandboxError::LimitsUnavailable(why.clone())),
+            (true, Some(why)) => Err(LimitsUnavailable { why: why.clone() }.into()),
             _ => Ok(()),
         }
     }
@@ -276,11 +320,12 @@ fn failure(
     memory_limit: Option<u64>,
 ) -> SandboxError {
     match (usage.is_some_and(|u| u.oom_kills > 0), memory_limit) {
-        (true, Some(limit_bytes)) => SandboxError::MemoryLimitExceeded {
+        (true, Some(limit_bytes)) => MemoryLimitExceeded {
             limit_bytes,
             code,
             stderr_tail,
-        },
+        }
+        .into(),
         _ => SandboxError::Crun(CrunError::Failed { code, stderr_tail }),
     }
 }
@@ -297,7 +342,9 @@ fn log_usage(
     let outcome = match result {
         Ok(_) => "ok".to_string(),
         Err(SandboxError::Crun(CrunError::Failed { code, .. }))
-        | Err(SandboxError::MemoryLimitExceeded { code, .. }) => format!("exit {code}"),
+        | Err(SandboxError::MemoryLimitExceeded(MemoryLimitExceeded { code, .. })) => {
+            format!("exit {code}")
+        }
         Err(SandboxError::Crun(CrunError::Timeout(_))) => "timeout".to_string(),
         Err(SandboxError::Crun(CrunError::OutputTooLarge { .. })) => "output too large".to_string(),
         Err(_) => "error".to_string(),

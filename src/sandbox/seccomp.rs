@@ -15,10 +15,22 @@
 //! `comment` (the group's documentation) and `arches` (Rust
 //! `target_arch` names the rule is for; absent: every arch). The
 //! `architectures` are filled in here for the arch xfn runs on, with the
-//! compat ABIs the kernel also accepts (x86-64: also x86 and x32; aarch64:
-//! also arm), as Docker's `archMap` does: naming only those keeps the filter
-//! small.
-use std::sync::LazyLock;
+//! compat ABIs the kernel also accepts (x86-64: also x86, and x32 where the
+//! kernel runs it; aarch64: also arm), as Docker's `archMap` does: naming
+//! only those keeps the filter small.
+//!
+//! Choice: **x32 only where the kernel runs x32 syscalls.** Docker names x32
+//! on every x86-64 host. Most kernels refuse x32 outright (built without it,
+//! as Ubuntu's and Fedora's, or off unless booted with `syscall.x32=y`, as
+//! Debian's), so there no x32 program runs, filter or not, and the filter's
+//! x32 branch is about a third of its instructions: the kernel checks and
+//! JITs all of them for every container (seccomp's load was 4.5 % of a
+//! call's CPU, benches/PROFILE.md). So xfn asks the kernel once
+//! ([`x32_runs`]) and names x32 only where its syscalls would run. What a
+//! function observes differs only in how an x32 syscall fails on a kernel
+//! without x32: ENOSYS before, now the filter's answer to an arch it does
+//! not name.
+use std::sync::{Arc, LazyLock};
 
 use oci_spec::runtime::{Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSyscall};
 use serde::Deserialize;
@@ -42,17 +54,21 @@ struct Rule {
     syscall: LinuxSyscall,
 }
 
-static PROFILE: LazyLock<Result<LinuxSeccomp, String>> =
-    LazyLock::new(|| profile_for(PROFILE_JSON, std::env::consts::ARCH));
+/// Parsed once per process; the error shared (an `Arc`) by every run that
+/// asks, as the source of its own.
+static PROFILE: LazyLock<Result<LinuxSeccomp, Arc<serde_json::Error>>> = LazyLock::new(|| {
+    profile_for(PROFILE_JSON, std::env::consts::ARCH, x32_runs()).map_err(Arc::new)
+});
 
 /// The functions' profile for this machine's arch (parsed once per process).
-pub fn profile() -> Result<LinuxSeccomp, String> {
+pub fn profile() -> Result<LinuxSeccomp, Arc<serde_json::Error>> {
     PROFILE.clone()
 }
 
-/// `json` as an OCI profile for `arch` (a Rust `target_arch` name).
-fn profile_for(json: &str, arch: &str) -> Result<LinuxSeccomp, String> {
-    let profile: Profile = serde_json::from_str(json).map_err(|e| e.to_string())?;
+/// `json` as an OCI profile for `arch` (a Rust `target_arch` name), naming
+/// x32 among its ABIs if `x32` (the kernel runs x32 syscalls).
+fn profile_for(json: &str, arch: &str, x32: bool) -> Result<LinuxSeccomp, serde_json::Error> {
+    let profile: Profile = serde_json::from_str(json)?;
     let syscalls: Vec<LinuxSyscall> = profile
         .syscalls
         .into_iter()
@@ -67,23 +83,47 @@ fn profile_for(json: &str, arch: &str) -> Result<LinuxSeccomp, String> {
     seccomp
         .set_default_action(profile.default_action)
         .set_default_errno_ret(profile.default_errno_ret)
-        .set_architectures(architectures(arch))
+        .set_architectures(architectures(arch, x32))
         .set_syscalls(Some(syscalls));
     Ok(seccomp)
 }
 
 /// The ABIs a process on `arch` can make syscalls with; None (the native
 /// one only) for arches without compat ABIs.
-fn architectures(arch: &str) -> Option<Vec<Arch>> {
+fn architectures(arch: &str, x32: bool) -> Option<Vec<Arch>> {
     match arch {
-        "x86_64" => Some(vec![
+        "x86_64" if x32 => Some(vec![
             Arch::ScmpArchX86_64,
             Arch::ScmpArchX86,
             Arch::ScmpArchX32,
         ]),
+        "x86_64" => Some(vec![Arch::ScmpArchX86_64, Arch::ScmpArchX86]),
         "aarch64" => Some(vec![Arch::ScmpArchAarch64, Arch::ScmpArchArm]),
         _ => None,
     }
+}
+
+/// Whether this kernel runs x32 syscalls: a child makes one (`getpid`
+/// with the x32 bit) and says whether it was answered. In a child, so that
+/// a filter of xfn's own pod that kills on an arch it does not name kills
+/// the child only (then no function could make one either).
+#[cfg(target_arch = "x86_64")]
+pub fn x32_runs() -> bool {
+    const X32_SYSCALL_BIT: libc::c_long = 0x4000_0000;
+    crate::fork_lock::run_forked(|| {
+        // SAFETY: getpid takes no arguments; on a kernel without x32 it
+        // fails with ENOSYS, which is the answer sought.
+        let answered = unsafe { libc::syscall(X32_SYSCALL_BIT | libc::SYS_getpid) } > 0;
+        i32::from(!answered)
+    })
+    // Unknown: name it, as Docker does.
+    .map_or(true, |code| code == 0)
+}
+
+/// No x32 off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub fn x32_runs() -> bool {
+    false
 }
 
 #[cfg(test)]
@@ -244,7 +284,7 @@ mod tests {
     #[test]
     fn arch_specific_rules_go_only_to_their_arch() {
         let allowed = |arch| {
-            names_with(&profile_for(PROFILE_JSON, arch).unwrap(), |s| {
+            names_with(&profile_for(PROFILE_JSON, arch, false).unwrap(), |s| {
                 s.action() == LinuxSeccompAction::ScmpActAllow
             })
         };
@@ -252,8 +292,18 @@ mod tests {
         assert!(!allowed("x86_64").contains("set_tls"));
         assert!(allowed("aarch64").contains("set_tls"));
         assert!(!allowed("aarch64").contains("arch_prctl"));
-        let x86 = profile_for(PROFILE_JSON, "x86_64").unwrap();
-        assert_eq!(x86.architectures().as_ref().unwrap().len(), 3);
+        let abis = |x32| {
+            profile_for(PROFILE_JSON, "x86_64", x32)
+                .unwrap()
+                .architectures()
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(abis(false), [Arch::ScmpArchX86_64, Arch::ScmpArchX86]);
+        assert_eq!(
+            abis(true),
+            [Arch::ScmpArchX86_64, Arch::ScmpArchX86, Arch::ScmpArchX32]
+        );
     }
 
     #[test]

@@ -65,9 +65,15 @@ impl Sandbox {
         let kernel = |name: &str| {
             std::fs::read_to_string(Path::new("/proc/sys/kernel").join(name)).unwrap_or_default()
         };
+        // The ABIs named depend on the kernel too (`seccomp::x32_runs`).
+        let abis = format!(
+            "{:?}",
+            super::seccomp::profile().map(|p| p.architectures().clone())
+        );
         let mut key = Sha256::new();
         for part in [
             super::seccomp::PROFILE_JSON.as_bytes(),
+            abis.as_bytes(),
             binary.as_os_str().as_encoded_bytes(),
             format!("{} {mtime:?}", meta.len()).as_bytes(),
             kernel("osrelease").as_bytes(),

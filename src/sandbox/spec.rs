@@ -42,10 +42,10 @@ pub enum SpecError {
     #[error(transparent)]
     User(#[from] UserError),
     /// The embedded seccomp profile is broken (a build defect).
-    #[error("the embedded seccomp profile is invalid: {0}")]
-    Seccomp(String),
+    #[error("the embedded seccomp profile is invalid")]
+    Seccomp(#[source] std::sync::Arc<serde_json::Error>),
     /// oci-spec refused a value.
-    #[error("cannot build the runtime spec: {0}")]
+    #[error("cannot build the runtime spec")]
     Build(#[from] oci_spec::OciSpecError),
 }
 

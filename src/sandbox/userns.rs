@@ -80,7 +80,7 @@ pub const RANGE_SIZE: u32 = 65536;
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
     /// A syscall failed.
-    #[error("cannot {what}: {source}")]
+    #[error("cannot {what}")]
     Sys {
         /// What was being done.
         what: &'static str,
@@ -88,7 +88,7 @@ pub enum UsernsError {
         source: nix::Error,
     },
     /// Writing an id map failed.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Write {
         /// The file.
         path: String,
@@ -101,7 +101,7 @@ pub enum UsernsError {
     )]
     Helper(String, String),
     /// The cache directory could not be prepared.
-    #[error("cannot prepare the cache dir {path}: {source}")]
+    #[error("cannot prepare the cache dir {path}")]
     CacheDir {
         /// The dir.
         path: PathBuf,

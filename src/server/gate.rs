@@ -79,7 +79,7 @@ impl Refusals {
 #[derive(Debug, thiserror::Error)]
 pub enum GateError {
     /// A system call failed.
-    #[error("gatekeeper: {what}: {source}")]
+    #[error("gatekeeper: {what}")]
     Sys {
         /// What was attempted.
         what: &'static str,
@@ -87,7 +87,7 @@ pub enum GateError {
         source: nix::Error,
     },
     /// Registering the channel with tokio failed.
-    #[error("gatekeeper: {0}")]
+    #[error("gatekeeper: cannot register its channel")]
     Io(#[from] std::io::Error),
 }
 
@@ -344,7 +344,7 @@ fn refuse(refusal: Refusal, refusals: &std::sync::Mutex<Refusals>, counters: &Ga
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     refusals.note(|suppressed| match refusal {
         Refusal::Credentials(err) => {
-            tracing::warn!(error = %err, suppressed, "cannot read the caller's credentials; refusing")
+            tracing::warn!(error = %crate::chain::Chain(&err), suppressed, "cannot read the caller's credentials; refusing")
         }
         Refusal::Uid { pid, refused } => {
             tracing::warn!(uid = refused.uid, pid, reason = %refused, suppressed, "caller refused")
@@ -416,7 +416,7 @@ fn accept_loop(
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(err) => {
                     // EMFILE and the like: wait a little rather than spin.
-                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tracing::warn!(error = %crate::chain::Chain(&err), "accepting a connection failed");
                     std::thread::sleep(std::time::Duration::from_millis(50));
                     break;
                 }
@@ -450,7 +450,7 @@ fn hand_over(daemon: &OwnedFd, stream: &UnixStream, uid: u32) -> bool {
     ) {
         Ok(_) => true,
         Err(err) => {
-            tracing::debug!(error = %err, "the daemon is gone; gatekeeper exits");
+            tracing::debug!(error = %crate::chain::Chain(&err), "the daemon is gone; gatekeeper exits");
             false
         }
     }
@@ -499,8 +499,8 @@ impl GateReceiver {
     /// The connections the gatekeeper hands over, for the serving layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
-    pub fn incoming(self) -> Result<crate::serving::serve::Incoming, GateError> {
-        Ok(crate::serving::serve::Incoming::Unix(Box::pin(
+    pub fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {
+        Ok(crate::grpc::serve::Incoming::Unix(Box::pin(
             self.connections()?,
         )))
     }
@@ -523,7 +523,7 @@ impl GateReceiver {
                 let mut guard = match channel.readable().await {
                     Ok(guard) => guard,
                     Err(err) => {
-                        tracing::error!(error = %err, "cannot wait on the gatekeeper channel");
+                        tracing::error!(error = %crate::chain::Chain(&err), "cannot wait on the gatekeeper channel");
                         return None;
                     }
                 };
@@ -539,14 +539,18 @@ impl GateReceiver {
                             .and_then(|()| tokio::net::UnixStream::from_std(stream));
                         match accepted {
                             Ok(stream) => return Some((Ok(stream), channel)),
-                            Err(err) => tracing::warn!(error = %err, "cannot adopt a connection"),
+                            Err(err) => {
+                                tracing::warn!(error = %crate::chain::Chain(&err), "cannot adopt a connection")
+                            }
                         }
                     }
                     Ok(None) => {
                         tracing::error!("the gatekeeper exited: no new callers can connect");
                         return None;
                     }
-                    Err(err) => tracing::warn!(error = %err, "receiving a connection failed"),
+                    Err(err) => {
+                        tracing::warn!(error = %crate::chain::Chain(&err), "receiving a connection failed")
+                    }
                 }
             }
         }))

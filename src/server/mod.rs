@@ -1,6 +1,6 @@
 //! `xfn start`'s front end: the alpha runner service Crossplane's sidecar
 //! protocol speaks, and who may call it. Admission, deadlines, draining,
-//! metrics and status mapping are the serving layer's ([`crate::serving`]).
+//! metrics and status mapping are the serving layer's ([`crate::grpc`]).
 //!
 //! The pieces, in the order a call meets them:
 //!

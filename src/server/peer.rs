@@ -52,29 +52,6 @@ impl CallerPolicy {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn root_self_and_listed_uids_are_allowed() {
-        let policy = CallerPolicy::new(65532, &[1000]);
-        assert_eq!(policy.check(0), Ok(()));
-        assert_eq!(policy.check(65532), Ok(()));
-        assert_eq!(policy.check(1000), Ok(()));
-        let refused = policy.check(1001).unwrap_err();
-        assert_eq!(refused.uid, 1001);
-        assert_eq!(refused.allowed, vec![0, 1000, 65532]);
-    }
-
-    #[test]
-    fn by_default_only_root_and_self() {
-        let policy = CallerPolicy::new(65532, &[]);
-        assert_eq!(policy.allowed(), vec![0, 65532]);
-        assert!(policy.check(65534).is_err());
-    }
-}
-
 /// Where a caller's process sits relative to the gatekeeper's PID
 /// namespace, as the pid `SO_PEERCRED` reports tells it.
 ///
@@ -131,8 +108,26 @@ fn ns_depth(pid: &str) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod place_tests {
+mod tests {
     use super::*;
+
+    #[test]
+    fn root_self_and_listed_uids_are_allowed() {
+        let policy = CallerPolicy::new(65532, &[1000]);
+        assert_eq!(policy.check(0), Ok(()));
+        assert_eq!(policy.check(65532), Ok(()));
+        assert_eq!(policy.check(1000), Ok(()));
+        let refused = policy.check(1001).unwrap_err();
+        assert_eq!(refused.uid, 1001);
+        assert_eq!(refused.allowed, vec![0, 1000, 65532]);
+    }
+
+    #[test]
+    fn by_default_only_root_and_self() {
+        let policy = CallerPolicy::new(65532, &[]);
+        assert_eq!(policy.allowed(), vec![0, 65532]);
+        assert!(policy.check(65534).is_err());
+    }
 
     #[test]
     fn a_caller_in_our_namespace_or_invisible_is_judged_by_uid() {

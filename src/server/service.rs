@@ -8,13 +8,13 @@ use tonic::{Request, Response, Status};
 
 use super::validate::checked;
 use super::FunctionRunner;
+use crate::grpc::deadline::{deadline_of, effective_timeout};
+use crate::grpc::serve::Services;
+use crate::grpc::{invalid_request_status, status_of, Calls};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
 };
-use crate::serving::deadline::{deadline_of, effective_timeout};
-use crate::serving::serve::Services;
-use crate::serving::{status_of, Calls};
 
 /// Tunables of the service.
 #[derive(Debug, Clone)]
@@ -61,11 +61,6 @@ impl<R: FunctionRunner> RunnerService<R> {
         }
     }
 
-    /// The service's options.
-    pub fn options(&self) -> &ServiceOptions {
-        &self.options
-    }
-
     /// The service as the serving layer serves it, with its message limits.
     pub fn into_services(self) -> Services {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);
@@ -87,7 +82,7 @@ impl<R: FunctionRunner> RunnerService<R> {
             self.options.max_input_bytes,
         )
         .await
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        .map_err(|e| invalid_request_status(&e))?;
         let output = self
             .calls
             .run(request.input.len(), deadline, |caller_left| async move {

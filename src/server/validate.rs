@@ -15,8 +15,9 @@ pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
     "fn.apiextensions.crossplane.io/v1alpha1",
 ];
 
-/// Why a request is refused before it runs; each becomes InvalidArgument.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// Why a request is refused before it runs; each becomes InvalidArgument
+/// (`grpc::status::invalid_request_status`).
+#[derive(Debug, thiserror::Error)]
 pub enum InvalidRequest {
     /// No image.
     #[error("image is empty")]
@@ -30,14 +31,18 @@ pub enum InvalidRequest {
         limit: usize,
     },
     /// The input nests too deep to be parsed.
-    #[error("input is not a FunctionIO: {0}")]
+    #[error("input is not a FunctionIO")]
     TooDeep(#[from] NestingError),
     /// The check of the input panicked (a parser bug): nothing ran.
     #[error("input could not be checked: its parser failed")]
     Unchecked,
     /// The input is not YAML.
-    #[error("input is not a FunctionIO: not YAML: {0}")]
-    NotYaml(String),
+    #[error("input is not a FunctionIO: not YAML")]
+    NotYaml(#[source] yaml_serde::Error),
+    /// The input holds no document at all (nothing, or only blanks and
+    /// comments): a forgotten pipe, most often.
+    #[error("input is empty: a FunctionIO is required")]
+    Empty,
     /// The input is YAML but no mapping.
     #[error("input is not a FunctionIO: not a YAML mapping")]
     NotMapping,
@@ -48,7 +53,7 @@ pub enum InvalidRequest {
     #[error("run_function_config.timeout is negative")]
     NegativeTimeout,
     /// A cpu or memory limit that is no Kubernetes quantity.
-    #[error("run_function_config.resources.limits: {0}")]
+    #[error("run_function_config.resources.limits")]
     Quantity(#[from] QuantityError),
     /// An enum value this server does not know.
     #[error("unknown {field} value {value}")]
@@ -62,7 +67,7 @@ pub enum InvalidRequest {
 
 /// Checks that `input` is a FunctionIO: a YAML mapping whose apiVersion and
 /// kind, where present, name FunctionIO (Crossplane's runner sent them; older
-/// hand-written inputs omit them).
+/// hand-written inputs omit them). `xfn run` checks its input with it.
 pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
     check_function_io_until(input, limit, &AtomicBool::new(false))
 }
@@ -82,7 +87,10 @@ fn check_function_io_until(
     }
     check_depth_until(input, MAX_DEPTH, stop)?;
     let value: yaml_serde::Value =
-        yaml_serde::from_slice(input).map_err(|e| InvalidRequest::NotYaml(e.to_string()))?;
+        yaml_serde::from_slice(input).map_err(InvalidRequest::NotYaml)?;
+    if value.is_null() && is_blank(input) {
+        return Err(InvalidRequest::Empty);
+    }
     let map = value.as_mapping().ok_or(InvalidRequest::NotMapping)?;
     if let Some(api_version) = map.get("apiVersion") {
         let api_version = api_version
@@ -95,13 +103,26 @@ fn check_function_io_until(
         }
     }
     if let Some(kind) = map.get("kind") {
-        if kind.as_str() != Some("FunctionIO") {
-            return Err(InvalidRequest::WrongType(format!(
-                "kind is {kind:?}, not FunctionIO"
-            )));
+        match kind.as_str() {
+            Some("FunctionIO") => {}
+            Some(kind) => {
+                return Err(InvalidRequest::WrongType(format!(
+                    "kind is {kind:?}, not FunctionIO"
+                )))
+            }
+            None => return Err(InvalidRequest::WrongType("kind is not a string".into())),
         }
     }
     Ok(())
+}
+
+/// Whether `input` holds no YAML document: only blanks and comments (a
+/// document of a literal `null` or `~` is no mapping, said as such).
+fn is_blank(input: &[u8]) -> bool {
+    input.split(|b| *b == b'\n').all(|line| {
+        let line = line.trim_ascii();
+        line.is_empty() || line.starts_with(b"#")
+    })
 }
 
 /// [`run_config_of`] on a blocking thread: the input is up to
@@ -125,6 +146,7 @@ pub async fn checked(
 /// Validates `request` and returns the image and run configuration; the
 /// timeout is the request's, else `default_timeout` (before the caller's
 /// deadline caps it).
+#[cfg(test)]
 pub fn run_config_of(
     request: &pb::RunFunctionRequest,
     default_timeout: Duration,
@@ -240,13 +262,31 @@ mod tests {
             check_function_io(b"{ unclosed", 1 << 20),
             Err(InvalidRequest::NotYaml(_))
         ));
-        assert_eq!(
+        assert!(matches!(
             check_function_io(b"- a\n- b\n", 1 << 20),
             Err(InvalidRequest::NotMapping)
+        ));
+        for nothing in [&b""[..], b"\n  \n", b"# only a comment\n"] {
+            assert!(matches!(
+                check_function_io(nothing, 1 << 20),
+                Err(InvalidRequest::Empty)
+            ));
+        }
+        assert!(matches!(
+            check_function_io(b"~\n", 1 << 20),
+            Err(InvalidRequest::NotMapping)
+        ));
+        let err = check_function_io(b"apiVersion: v1\nkind: ConfigMap\n", 1 << 20).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input is not a FunctionIO: apiVersion \"v1\" is not one of \
+             [\"apiextensions.crossplane.io/v1alpha1\", \"fn.apiextensions.crossplane.io/v1alpha1\"]"
         );
         assert_eq!(
-            check_function_io(b"", 1 << 20),
-            Err(InvalidRequest::NotMapping)
+            check_function_io(b"kind: ConfigMap\n", 1 << 20)
+                .unwrap_err()
+                .to_string(),
+            "input is not a FunctionIO: kind is \"ConfigMap\", not FunctionIO"
         );
         assert!(matches!(
             check_function_io(b"apiVersion: v1\nkind: ConfigMap\n", 1 << 20),
@@ -266,9 +306,11 @@ mod tests {
         let deep = format!("observed: {}", "[".repeat(4 << 20));
         let err = check_function_io(deep.as_bytes(), 8 << 20).unwrap_err();
         assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+        let text = crate::chain::one_line(&err);
         assert!(
-            err.to_string().contains("nested more than 64 levels deep"),
-            "{err}"
+            text.starts_with("input is not a FunctionIO: ")
+                && text.contains("nested more than 64 levels deep"),
+            "{text}"
         );
         // Deep block nesting too.
         let deep = format!("observed:\n{}x", "- ".repeat(100));
@@ -292,23 +334,20 @@ mod tests {
 
     #[test]
     fn refuses_oversized_input_before_parsing() {
-        assert_eq!(
+        assert!(matches!(
             check_function_io(IO, 10),
-            Err(InvalidRequest::InputTooLarge {
-                size: IO.len(),
-                limit: 10
-            })
-        );
+            Err(InvalidRequest::InputTooLarge { size, limit: 10 }) if size == IO.len()
+        ));
     }
 
     #[test]
     fn empty_image_is_refused() {
         let mut req = request(IO);
         req.image = " ".into();
-        assert_eq!(
+        assert!(matches!(
             run_config_of(&req, Duration::from_secs(25), 1 << 20).unwrap_err(),
             InvalidRequest::EmptyImage
-        );
+        ));
     }
 
     #[test]
@@ -369,11 +408,12 @@ mod tests {
         });
         let err = run_config_of(&req, Duration::from_secs(1), 1 << 20).unwrap_err();
         assert!(matches!(err, InvalidRequest::Quantity(_)), "{err:?}");
+        let text = crate::chain::one_line(&err);
         assert!(
-            err.to_string().starts_with(
+            text.starts_with(
                 "run_function_config.resources.limits: \"1x\" is not a Kubernetes quantity"
             ),
-            "{err}"
+            "{text}"
         );
     }
 
@@ -396,9 +436,9 @@ mod tests {
             }),
             ..Default::default()
         });
-        assert_eq!(
+        assert!(matches!(
             run_config_of(&req, Duration::from_secs(1), 1 << 20).unwrap_err(),
             InvalidRequest::NegativeTimeout
-        );
+        ));
     }
 }

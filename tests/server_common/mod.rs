@@ -33,8 +33,7 @@ pub type RawTransport = tower::util::BoxCloneService<
 /// being first, answers `CANCELLED` locally.
 pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
-/// A FunctionIO input, as Crossplane sends it.
-pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
+pub use crate::support::FUNCTION_IO;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -913,7 +912,9 @@ pub fn nonroot_cache(dir: &tempfile::TempDir) -> PathBuf {
 }
 
 /// Every entry of the per-run state dirs and the temp dir of `cache`, and
-/// the dot-named temp entries of `run/` itself (start-up probes).
+/// the dot-named temp entries of `run/` itself (start-up probes), on the
+/// disk: what a one-shot xfn's runs keep, and what any xfn leaves behind
+/// (a server's own run state is in memory: [`live_run_state`]).
 pub fn run_state(cache: &Path) -> Vec<String> {
     let mut entries = Vec::new();
     for dir in ["run/bundles", "run/rootfs", "run/crun", "tmp", "run"] {
@@ -924,6 +925,36 @@ pub fn run_state(cache: &Path) -> Vec<String> {
                     entries.push(format!("{dir}/{name}"));
                 }
             }
+        }
+    }
+    entries.sort();
+    entries
+}
+
+/// Every entry of the run state a server keeps in memory (`<cache>/run/live`,
+/// a tmpfs in its mount namespace: src/sandbox/bundle.rs), read through
+/// `/proc/<xfn>/root`, as `run/live/<dir>/<name>`. Panics unless that tmpfs
+/// is mounted there: a server whose containers end with it keeps its state
+/// in memory, and the empty dir under it on the disk would make every check
+/// of this list pass.
+pub fn live_run_state(xfn: u32, cache: &Path) -> Vec<String> {
+    let live = cache.join("run/live");
+    assert!(
+        mounts_under(xfn, &live).contains(&live.display().to_string()),
+        "no tmpfs on {} in xfn's mount namespace",
+        live.display()
+    );
+    let root = Path::new("/proc")
+        .join(xfn.to_string())
+        .join("root")
+        .join(live.strip_prefix("/").expect("an absolute cache dir"));
+    let mut entries = Vec::new();
+    for dir in ["bundles", "rootfs", "crun"] {
+        let list = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{}: {e}", root.join(dir).display()));
+        for entry in list.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            entries.push(format!("run/live/{dir}/{name}"));
         }
     }
     entries.sort();

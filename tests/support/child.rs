@@ -27,6 +27,19 @@ impl ChildGuard {
         ChildGuard(Some(cmd.spawn().expect("spawn child")))
     }
 
+    /// Spawns `cmd` under a guard with its stdio piped, writes `input` to
+    /// its stdin and closes it (`xfn run IMAGE -` reads its input whole
+    /// before it starts anything).
+    pub fn spawn_with_input(cmd: &mut Command, input: &[u8]) -> ChildGuard {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut guard = ChildGuard::spawn(cmd);
+        let mut stdin = guard.child().stdin.take().expect("piped stdin");
+        std::io::Write::write_all(&mut stdin, input).expect("write the child's stdin");
+        guard
+    }
+
     /// The child.
     pub fn child(&mut self) -> &mut Child {
         self.0.as_mut().expect("child already reaped")

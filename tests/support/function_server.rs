@@ -1,4 +1,4 @@
-//! The gRPC composition function server of `examples/fn_server.rs` (the
+//! The gRPC composition function server of `tests/fixtures/fn_server.rs` (the
 //! Rust twin of `tests/render/function.py`), linked statically so that it
 //! runs in a busybox image, which has no libc:
 //!

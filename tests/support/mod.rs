@@ -1,5 +1,7 @@
-//! Shared test harness for xfn's integration tests. Use it from a test
-//! crate with `mod support;` (and `use support::*;`).
+//! Shared test harness for xfn's integration tests. Each test binary's root
+//! declares it once (`mod support;`); its modules `use crate::support;`.
+//! `format`, `layer`, `reexec` and `tree` are the crate `xfn-testkit`
+//! (`testkit/`), re-exported here.
 //!
 //! - [`registry::Registry`]: a real `docker-registry` (Debian package
 //!   `docker-registry`) on 127.0.0.1 with a random port and its own storage;
@@ -20,7 +22,7 @@
 //!   each.
 //! - [`function_server::function_server_binary`] /
 //!   [`function_server::function_server_image`] /
-//!   [`function_server::FunctionServer`]: `examples/fn_server.rs`, a gRPC
+//!   [`function_server::FunctionServer`]: `tests/fixtures/fn_server.rs`, a gRPC
 //!   composition function server linked statically, as a binary, a busybox
 //!   image, or a running server.
 //! - [`hostile`]: layer blobs too big to build in memory (bombs, huge
@@ -48,18 +50,17 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod child;
-pub mod format;
+// Layers, formats, tree snapshots and re-running a test: the crate
+// `xfn-testkit` (testkit/), which the unit tests in src/ use too.
+pub use xfn_testkit::{format, layer, reexec, tree};
 pub mod function_server;
 pub mod fuzz;
 pub mod hostile;
 pub mod http;
 pub mod image;
-pub mod layer;
-pub mod reexec;
 pub mod registry;
 pub mod render;
 pub mod tls;
-pub mod tree;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,13 @@ pub use function_server::{function_server_binary, function_server_image, Functio
 pub use image::{foreign_arch, host_arch, ImageBuilder, IndexBuilder, PushedImage};
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
 pub use registry::{non_loopback_ip, Registry, RegistryConfig};
+
+/// A FunctionIO, as Crossplane's runner sends it: the input `xfn start`
+/// takes in a call and `xfn run` on stdin (both refuse any other,
+/// `xfn::server::validate::check_function_io`). A test whose function
+/// ignores its input gives it this; one that needs runs told apart appends
+/// a comment (`# run 3`).
+pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
 
 /// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
 pub const NONROOT: u32 = 65532;

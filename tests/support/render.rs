@@ -171,7 +171,7 @@ pub fn development_function(name: &str, target: &str) -> String {
 
 /// The 7-step pipeline of one Function `name` described by `function` (a
 /// Function object that runs function.py or its Rust twin,
-/// examples/fn_server.rs, by any runtime) whose render is
+/// tests/fixtures/fn_server.rs, by any runtime) whose render is
 /// tests/golden/v1-development.yaml: create, require (settings), label,
 /// context write and read, ready, results. Render it with [`GOLDEN_ARGS`].
 pub fn golden_pipeline(fx: &Fixture, name: &str, function: &str) {

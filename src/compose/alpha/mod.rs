@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::json::ProtocolError;
 use super::model::AlphaFunction;
 use super::value::get;
 use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
@@ -17,7 +18,7 @@ pub mod container;
 pub mod function_io;
 pub mod output;
 
-pub use container::{parse_go_duration, ContainerConfig, DEFAULT_RUNNER_ENDPOINT};
+pub use container::ContainerConfig;
 pub use function_io::*;
 
 /// Runs one alpha step's container: FunctionIO YAML in, FunctionIO YAML out.
@@ -83,18 +84,24 @@ pub async fn run_alpha(
         let spec = function.container.clone().unwrap_or_default();
         let config = ContainerConfig::from_spec(&spec).map_err(failed)?;
         io.config = function.config.clone();
-        let input = yaml_serde::to_string(&io).map_err(|e| failed(e.to_string()))?;
+        let step_failed = |source: ComposeError| match source {
+            ComposeError::StepFailed { .. } | ComposeError::Step { .. } => source,
+            other => ComposeError::Step {
+                step: function.name.clone(),
+                source: Box::new(other),
+            },
+        };
+        let what = "FunctionIO";
+        let input = yaml_serde::to_string(&io)
+            .map_err(|source| step_failed(ProtocolError::ToYaml { what, source }.into()))?;
         let output = executor
             .run(input.as_bytes(), &config)
             .await
-            .map_err(|e| match e {
-                ComposeError::StepFailed { .. } => e,
-                other => failed(other.to_string()),
-            })?;
+            .map_err(step_failed)?;
         crate::nesting::check_depth(&output, crate::nesting::MAX_DEPTH)
-            .map_err(|e| failed(format!("its output is not a FunctionIO: {e}")))?;
+            .map_err(|source| step_failed(ProtocolError::TooDeep { what, source }.into()))?;
         let out: FunctionIo = yaml_serde::from_slice(&output)
-            .map_err(|e| failed(format!("its output is not a FunctionIO: {e}")))?;
+            .map_err(|source| step_failed(ProtocolError::NotYaml { what, source }.into()))?;
         // Only desired and results flow on; observed stays what was observed.
         io.desired = out.desired;
         io.results = out.results;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::container::{parse_go_duration, DEFAULT_RUNNER_ENDPOINT};
 use super::*;
 
 /// Answers each call with the next canned FunctionIO and records inputs.
@@ -174,10 +175,10 @@ async fn output_that_is_not_a_function_io_names_the_step() {
     let err = run_alpha(&[function("bad", json!({}))], &script, &observed())
         .await
         .unwrap_err();
+    let text = crate::chain::one_line(&err);
     assert!(
-        err.to_string()
-            .starts_with("pipeline step \"bad\" failed: its output is not a FunctionIO"),
-        "{err}"
+        text.starts_with("pipeline step \"bad\" failed: the output is not a FunctionIO: "),
+        "{text}"
     );
 }
 

@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{docker_auth, error_chain, grpc_error, one_line};
+use super::{docker_auth, grpc_error};
 use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
+use crate::chain::Chain;
 use crate::compose::alpha::{AlphaStep, ContainerConfig};
-use crate::compose::ComposeError;
+use crate::compose::{CallError, ComposeError};
 use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::proto::v1alpha1;
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner, UnknownNetworkPolicy};
@@ -37,7 +38,7 @@ impl AlphaStep for ContainerSteps {
         runner
             .prewarm(&config.image, &run_config)
             .await
-            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))
+            .map_err(|e| failed(config, e.into()))
     }
 
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
@@ -55,19 +56,21 @@ impl AlphaStep for ContainerSteps {
                 .await;
             }
             Err(why) => {
-                tracing::debug!(endpoint = %config.endpoint, %why, "no runner daemon; running in-process");
+                tracing::debug!(endpoint = %config.endpoint, why = %Chain(&why), "no runner daemon; running in-process");
             }
         }
         let runner = self.runner.as_ref().ok_or_else(|| {
-            ComposeError::Call(format!(
-                "no runner daemon answers at {} and there is no in-process runner",
-                config.endpoint
-            ))
+            failed(
+                config,
+                CallError::NoRunner {
+                    endpoint: config.endpoint.clone(),
+                },
+            )
         })?;
         let output = runner
             .run(&config.image, input, &run_config)
             .await
-            .map_err(|e| ComposeError::Call(format!("{}: {}", config.image, one_line(&e))))?;
+            .map_err(|e| failed(config, e.into()))?;
         Ok(output.stdout)
     }
 }
@@ -79,15 +82,14 @@ impl ContainerSteps {
         let pull_policy: PullPolicy = config
             .pull_policy
             .parse()
-            .map_err(|e: UnknownPullPolicy| ComposeError::Call(e.to_string()))?;
+            .map_err(|e: UnknownPullPolicy| failed(config, e.into()))?;
         let network: NetworkPolicy = config
             .network
             .parse()
-            .map_err(|e: UnknownNetworkPolicy| ComposeError::Call(e.to_string()))?;
+            .map_err(|e: UnknownNetworkPolicy| failed(config, e.into()))?;
         // Checked here whichever runs it; the daemon gets the step's text.
-        let limits = Limits::parse(Some(&config.cpu), Some(&config.memory)).map_err(|e| {
-            ComposeError::Call(format!("{}: invalid run configuration: {e}", config.image))
-        })?;
+        let limits = Limits::parse(Some(&config.cpu), Some(&config.memory))
+            .map_err(|e| failed(config, CallError::Limits(e)))?;
         Ok(RunConfig {
             pull_policy,
             auth: docker_auth(&config.image, &self.defaults.default_registry),
@@ -98,9 +100,17 @@ impl ContainerSteps {
     }
 }
 
+/// Calling the step's image failed.
+fn failed(config: &ContainerConfig, source: CallError) -> ComposeError {
+    ComposeError::Call {
+        target: config.image.clone(),
+        source: Box::new(source),
+    }
+}
+
 /// Dials the daemon at `endpoint` (`unix-abstract:NAME`, `unix:PATH`, or
 /// `host:port`); an error means nothing answers there.
-async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
+async fn connect_daemon(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
     // The URI is a placeholder for unix sockets: the connector dials.
     let placeholder = Endpoint::from_static("http://xfn.runner");
     if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
@@ -113,8 +123,7 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
                 }
             }))
-            .await
-            .map_err(|e| error_chain(&e));
+            .await;
     }
     if let Some(path) = endpoint
         .strip_prefix("unix://")
@@ -129,19 +138,14 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, String> {
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
                 }
             }))
-            .await
-            .map_err(|e| error_chain(&e));
+            .await;
     }
     let uri = if endpoint.contains("://") {
         endpoint.to_string()
     } else {
         format!("http://{endpoint}")
     };
-    Endpoint::from_shared(uri)
-        .map_err(|e| e.to_string())?
-        .connect()
-        .await
-        .map_err(|e| error_chain(&e))
+    Endpoint::from_shared(uri)?.connect().await
 }
 
 /// Whether something accepts connections at `endpoint` (blocking; for use
@@ -207,6 +211,6 @@ async fn run_on_daemon(
     let response = client
         .run_function(request)
         .await
-        .map_err(|s| grpc_error(&config.endpoint, &s))?;
+        .map_err(|s| grpc_error(&config.endpoint, s))?;
     Ok(response.into_inner().output)
 }

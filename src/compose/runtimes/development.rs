@@ -1,9 +1,8 @@
 //! The `Development` runtime: a function server that is already running.
 use tonic::transport::{Channel, Endpoint};
 
-use super::error_chain;
 use crate::compose::v1::FunctionCaller;
-use crate::compose::ComposeError;
+use crate::compose::{CallError, ComposeError};
 use crate::proto::v1;
 
 /// A function server that is already running (`Development` runtime).
@@ -23,11 +22,9 @@ impl Development {
     }
 
     async fn channel(&self) -> Result<Channel, ComposeError> {
-        let unreachable = |e: String| {
-            ComposeError::Call(format!(
-                "cannot reach the function server at {}: {e}",
-                self.target
-            ))
+        let unreachable = |e| ComposeError::Call {
+            target: self.target.clone(),
+            source: Box::new(CallError::Connect(e)),
         };
         self.channel
             .get_or_try_init(|| async {
@@ -37,10 +34,10 @@ impl Development {
                     format!("http://{}", self.target)
                 };
                 Endpoint::from_shared(uri)
-                    .map_err(|e| unreachable(e.to_string()))?
+                    .map_err(unreachable)?
                     .connect()
                     .await
-                    .map_err(|e| unreachable(error_chain(&e)))
+                    .map_err(unreachable)
             })
             .await
             .cloned()

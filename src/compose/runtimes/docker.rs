@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::one_line;
 use crate::compose::v1::FunctionCaller;
-use crate::compose::ComposeError;
+use crate::compose::{CallError, ComposeError, StartError};
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
 
@@ -131,10 +130,10 @@ pub struct ServerSpec<'a> {
 pub async fn serve_function(
     spec: &ServerSpec<'_>,
 ) -> Result<(ServedFunction, SocketAddr), ComposeError> {
-    let failed = |message: String| ComposeError::FunctionStart {
+    let failed = |source: StartError| ComposeError::FunctionStart {
         function: spec.function.to_string(),
         image: spec.image.to_string(),
-        message,
+        source: Box::new(source),
     };
     // Half the render's time at most, so that a server that never
     // listens is named in the error before the whole render times out.
@@ -145,7 +144,13 @@ pub async fn serve_function(
     // `--address`), so servers never clash and nothing listens beyond
     // the loopback interface.
     let port = if spec.host_network {
-        let port = free_loopback_port().map_err(|e| failed(e.to_string()))?;
+        let port = free_loopback_port().map_err(|source| {
+            failed(StartError::Io {
+                what: "find a free port on",
+                path: "127.0.0.1".into(),
+                source,
+            })
+        })?;
         args.push(format!("--address=127.0.0.1:{port}"));
         port
     } else {
@@ -172,11 +177,11 @@ pub async fn serve_function(
             },
         )
         .await
-        .map_err(|e| failed(one_line(&e)))?;
+        .map_err(|e| failed(e.into()))?;
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     if let Err(err) = server.wait_listening(address, startup).await {
         server.stop().await;
-        return Err(failed(one_line(&err)));
+        return Err(failed(err.into()));
     }
     Ok((server, address))
 }
@@ -199,11 +204,10 @@ impl FunctionCaller for Docker {
             _ => None,
         };
         match exited {
-            Some(exit) => Err(ComposeError::Call(format!(
-                "{}: the function server exited: {}",
-                self.image,
-                one_line(&exit)
-            ))),
+            Some(exit) => Err(ComposeError::Call {
+                target: self.image.clone(),
+                source: Box::new(CallError::Exited(exit)),
+            }),
             None => result,
         }
     }

@@ -3,10 +3,9 @@
 //! first step, in the runner's warm pool.
 use std::sync::Arc;
 
-use super::one_line;
 use crate::compose::json::{request_to_json, response_from_json};
 use crate::compose::v1::FunctionCaller;
-use crate::compose::ComposeError;
+use crate::compose::{CallError, ComposeError};
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner};
 
@@ -30,7 +29,7 @@ impl FunctionCaller for Exec {
         self.runner
             .prewarm(&self.image, &self.config)
             .await
-            .map_err(|e| ComposeError::Call(format!("{}: {}", self.image, one_line(&e))))
+            .map_err(|e| self.failed(e.into()))
     }
 
     async fn run_function(
@@ -42,8 +41,16 @@ impl FunctionCaller for Exec {
             .runner
             .run(&self.image, &input, &self.config)
             .await
-            .map_err(|e| ComposeError::Call(format!("{}: {}", self.image, one_line(&e))))?;
-        response_from_json(&output.stdout)
-            .map_err(|e| ComposeError::Call(format!("{}: {e}", self.image)))
+            .map_err(|e| self.failed(e.into()))?;
+        response_from_json(&output.stdout).map_err(|e| self.failed(e.into()))
+    }
+}
+
+impl Exec {
+    fn failed(&self, source: CallError) -> ComposeError {
+        ComposeError::Call {
+            target: self.image.clone(),
+            source: Box::new(source),
+        }
     }
 }

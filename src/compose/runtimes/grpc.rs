@@ -4,6 +4,7 @@ use prost::Message;
 use tonic::transport::Channel;
 
 use super::{grpc_error, MAX_MESSAGE_BYTES};
+use crate::compose::json::ProtocolError;
 use crate::compose::ComposeError;
 use crate::proto::{v1, v1beta1};
 
@@ -22,18 +23,26 @@ pub(super) async fn run_function(
         // map field by field.
         Err(status) if status.code() == tonic::Code::Unimplemented => {
             let beta = v1beta1::RunFunctionRequest::decode(request.encode_to_vec().as_slice())
-                .map_err(|e| ComposeError::Protocol(e.to_string()))?;
+                .map_err(|source| ProtocolError::Decode {
+                    what: "v1beta1 RunFunctionRequest",
+                    source,
+                })?;
             let mut client =
                 v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(channel)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES);
             let response = client
                 .run_function(beta)
                 .await
-                .map_err(|s| grpc_error(target, &s))?
+                .map_err(|s| grpc_error(target, s))?
                 .into_inner();
-            v1::RunFunctionResponse::decode(response.encode_to_vec().as_slice())
-                .map_err(|e| ComposeError::Protocol(e.to_string()))
+            v1::RunFunctionResponse::decode(response.encode_to_vec().as_slice()).map_err(|source| {
+                ProtocolError::Decode {
+                    what: "v1 RunFunctionResponse",
+                    source,
+                }
+                .into()
+            })
         }
-        Err(status) => Err(grpc_error(target, &status)),
+        Err(status) => Err(grpc_error(target, status)),
     }
 }

@@ -40,7 +40,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::docker::{serve_function, ServerSpec};
 use crate::compose::model::Function;
 use crate::compose::v1::FunctionCaller;
-use crate::compose::ComposeError;
+use crate::compose::{ComposeError, StartError};
 use crate::image::PullPolicy;
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner};
@@ -133,7 +133,8 @@ pub enum KeptStart {
     /// A keeper was started; it is ready once its socket answers. The
     /// lock is held until then, so a render starting the same server at
     /// the same time waits and reuses it.
-    Spawned(std::process::Child, std::fs::File),
+    // The lock file is held, never read: dropping it releases the lock.
+    Spawned(std::process::Child, #[allow(dead_code)] std::fs::File),
 }
 
 /// Gets kept server `function.keep` ready for a render, before the render
@@ -151,26 +152,26 @@ pub fn prepare(
             message: "not a kept server".into(),
         });
     };
-    let failed = |message: String| ComposeError::FunctionStart {
+    let failed = |source: StartError| ComposeError::FunctionStart {
         function: function.name.clone(),
         image: image.to_string(),
-        message,
+        source: Box::new(source),
     };
+    let io = |what, path: PathBuf| move |source| failed(StartError::Io { what, path, source });
     let dir = KeptDir::new(&keeper.cache_dir, name);
-    create_owned(&keeper.cache_dir, dir.path())
-        .map_err(|e| failed(format!("cannot create {}: {e}", dir.path().display())))?;
+    create_owned(&keeper.cache_dir, dir.path()).map_err(io("create", dir.path().to_path_buf()))?;
     if dir.socket().as_os_str().len() >= 108 {
-        return Err(failed(format!(
+        return Err(failed(StartError::Failed(format!(
             "the socket path {} is too long for a Unix socket; use a shorter --cache-dir",
             dir.socket().display()
-        )));
+        ))));
     }
     // One render at a time starts a given server.
     let lock = std::fs::File::create(dir.path().join("lock"))
         .and_then(|f| own_like(&keeper.cache_dir, &dir.path().join("lock")).map(|()| f))
-        .map_err(|e| failed(format!("cannot lock {}: {e}", dir.path().display())))?;
+        .map_err(io("lock", dir.path().to_path_buf()))?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| failed(format!("cannot lock {}: {e}", dir.path().display())))?;
+        .map_err(|e| io("lock", dir.path().to_path_buf())(e.into()))?;
     if let Some(info) = dir.info() {
         if info.image == image && is_keeper(info.pid) && dir.answers() {
             tracing::info!(server = %name, pid = info.pid, "reusing the kept function server");
@@ -185,7 +186,7 @@ pub fn prepare(
     let _ = std::fs::remove_file(dir.info_file());
     let log = std::fs::File::create(dir.log())
         .and_then(|f| own_like(&keeper.cache_dir, &dir.log()).map(|()| f))
-        .map_err(|e| failed(format!("cannot write {}: {e}", dir.log().display())))?;
+        .map_err(io("write", dir.log()))?;
     let mut command = std::process::Command::new(&keeper.program);
     command
         .args(&keeper.args)
@@ -212,7 +213,7 @@ pub fn prepare(
         // reach the server it leaves running.
         .process_group(0);
     let child = crate::fork_lock::spawn(&mut command)
-        .map_err(|e| failed(format!("cannot start its keeper: {e}")))?;
+        .map_err(io("start its keeper", keeper.program.clone()))?;
     tracing::info!(server = %name, pid = child.id(), "starting a kept function server");
     Ok(KeptStart::Spawned(child, lock))
 }
@@ -309,7 +310,7 @@ impl Kept {
         let failed = |message: String| ComposeError::FunctionStart {
             function: self.function.clone(),
             image: self.image.clone(),
-            message,
+            source: Box::new(StartError::Failed(message)),
         };
         let started = Instant::now();
         let mut pause = Duration::from_millis(2);
@@ -386,9 +387,16 @@ pub async fn keep(
         host_network,
     })
     .await?;
-    let io = |e: std::io::Error| ComposeError::Call(format!("{}: {e}", dir.path().display()));
+    let (function, image) = (info.function.clone(), info.image.clone());
+    let failed = |source| ComposeError::FunctionStart {
+        function: function.clone(),
+        image: image.clone(),
+        source: Box::new(source),
+    };
+    let io = |what, path: PathBuf| move |source| failed(StartError::Io { what, path, source });
     let _ = std::fs::remove_file(dir.socket());
-    let listener = tokio::net::UnixListener::bind(dir.socket()).map_err(io)?;
+    let listener =
+        tokio::net::UnixListener::bind(dir.socket()).map_err(io("listen on", dir.socket()))?;
     let info = KeptInfo {
         pid: std::process::id(),
         started: SystemTime::now()
@@ -396,16 +404,16 @@ pub async fn keep(
             .map_or(0, |d| d.as_secs()),
         ..info
     };
-    let json = serde_json::to_vec(&info).map_err(|e| ComposeError::Output(e.to_string()))?;
+    let json = serde_json::to_vec(&info).map_err(|e| failed(StartError::Info(e)))?;
     let temp = dir.path().join("info.json.tmp");
     std::fs::write(&temp, json)
         .and_then(|()| std::fs::rename(&temp, dir.info_file()))
-        .map_err(io)?;
+        .map_err(io("write", dir.info_file()))?;
     tracing::info!(server = %info.name, image = %info.image, "kept function server ready");
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(io)?;
-    let mut interrupt =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).map_err(io)?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(io("handle SIGTERM in", dir.path().to_path_buf()))?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(io("handle SIGINT in", dir.path().to_path_buf()))?;
     let network = server.network().clone();
     let mut check = tokio::time::interval(Duration::from_millis(500));
     let why = loop {
@@ -426,7 +434,7 @@ pub async fn keep(
             _ = interrupt.recv() => break "interrupted".to_string(),
             _ = check.tick() => {
                 if let Some(err) = server.exited() {
-                    break format!("the server exited: {err}");
+                    break format!("the server exited: {}", crate::chain::Chain(&err));
                 }
             }
         }

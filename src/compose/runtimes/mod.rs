@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::model::{Function, RuntimeKind};
 use super::v1::FunctionCaller;
-use super::ComposeError;
+use super::{CallError, ComposeError};
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner};
 
@@ -27,7 +27,7 @@ pub mod kept;
 
 pub use alpha_steps::{daemon_answers, ContainerSteps};
 pub use development::Development;
-pub use docker::{Docker, FUNCTION_PORT, MAX_SERVER_START, SERVER_ARGS};
+pub use docker::Docker;
 pub use exec::Exec;
 
 /// Largest gRPC message accepted from a function (Crossplane's functions
@@ -158,9 +158,12 @@ fn container_of(
         return Err(invalid("it has no spec.package".into()));
     }
     let pull_policy = match function.pull_policy.as_deref() {
-        Some(policy) => policy
-            .parse()
-            .map_err(|e: UnknownPullPolicy| invalid(e.to_string()))?,
+        Some(policy) => policy.parse().map_err(|source: UnknownPullPolicy| {
+            ComposeError::FunctionPullPolicy {
+                function: function.name.clone(),
+                source,
+            }
+        })?,
         None => defaults.pull_policy,
     };
     let runner = runner
@@ -184,26 +187,12 @@ fn docker_auth(image: &str, default_registry: &str) -> RegistryAuth {
         .unwrap_or_default()
 }
 
-fn grpc_error(target: &str, status: &tonic::Status) -> ComposeError {
-    ComposeError::Call(format!(
-        "{target}: {:?}: {}",
-        status.code(),
-        status.message()
-    ))
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+/// A call to `target` its server answered with an error `status`.
+fn grpc_error(target: &str, status: tonic::Status) -> ComposeError {
+    ComposeError::Call {
+        target: target.to_string(),
+        source: Box::new(CallError::Status(status)),
     }
-    text
-}
-fn one_line(err: &dyn std::error::Error) -> String {
-    error_chain(err).trim().replace('\n', " | ")
 }
 
 #[cfg(test)]

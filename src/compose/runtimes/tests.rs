@@ -66,7 +66,11 @@ async fn development_names_the_target_it_cannot_reach() {
         .run_function(v1::RunFunctionRequest::default())
         .await
         .unwrap_err();
-    assert!(err.to_string().contains(&address), "{err}");
+    let text = crate::chain::one_line(&err);
+    assert!(
+        text.contains(&address) && text.contains("cannot connect"),
+        "{text}"
+    );
 }
 
 /// A runner daemon that records requests and returns a fixed output.
@@ -173,10 +177,8 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
         .run(b"{}", &config(&format!("unix-abstract:{name}")))
         .await
         .unwrap_err();
-    assert!(
-        err.to_string().contains("no runner daemon answers"),
-        "{err}"
-    );
+    let text = crate::chain::one_line(&err);
+    assert!(text.contains("no runner daemon answers"), "{text}");
 }
 
 #[test]
@@ -210,11 +212,11 @@ fn container_functions_name_what_is_wrong_with_them() {
     let err = no_package.err().unwrap().to_string();
     assert_eq!(err, "Function \"fn-a\": it has no spec.package");
     let bad_policy = function(RuntimeKind::Exec, "img", Some("Sometimes"));
-    let err = caller_for(&bad_policy, None, &defaults)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(err.contains("unknown pull policy \"Sometimes\""), "{err}");
+    let err = crate::chain::one_line(&caller_for(&bad_policy, None, &defaults).err().unwrap());
+    assert!(
+        err.starts_with("Function \"fn-a\": ") && err.contains("unknown pull policy \"Sometimes\""),
+        "{err}"
+    );
     // The image a Docker Function runs is the annotation's when it is set.
     let mut overridden = function(RuntimeKind::Docker, "xpkg.example.org/fn:v1", None);
     assert_eq!(overridden.image(), "xpkg.example.org/fn:v1");

@@ -222,149 +222,149 @@ mod tests {
         let raw = parse_raw(&reference(), traversal).unwrap();
         assert!(to_manifest(&reference(), raw).is_err());
     }
-}
 
-/// Property tests (proptest): whatever a registry serves as a manifest,
-/// index or config, parsing never panics, and what parses names its blobs
-/// only by well-formed digests (they become file names and URLs).
-/// `scripts/fuzz.sh` runs them with many more cases (`PROPTEST_CASES`).
-#[cfg(test)]
-mod fuzz {
-    use super::*;
-    use proptest::prelude::*;
-    use serde_json::{json, Value};
+    /// Property tests (proptest): whatever a registry serves as a manifest,
+    /// index or config, parsing never panics, and what parses names its blobs
+    /// only by well-formed digests (they become file names and URLs).
+    /// `scripts/fuzz.sh` runs them with many more cases (`PROPTEST_CASES`).
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+        use serde_json::{json, Value};
 
-    fn config(quick: u32) -> ProptestConfig {
-        let mut config = ProptestConfig::default();
-        if std::env::var_os("PROPTEST_CASES").is_none() {
-            config.cases = quick;
-        }
-        config.failure_persistence = None;
-        config
-    }
-
-    fn reference() -> ImageReference {
-        ImageReference::parse("127.0.0.1:5000/fn:v1", "").unwrap()
-    }
-
-    fn digest() -> impl Strategy<Value = String> {
-        prop_oneof![
-            3 => "sha256:[0-9a-f]{64}",
-            1 => "sha256:[0-9a-fA-F./]{0,70}",
-            1 => ".{0,20}",
-            1 => Just("sha256:../../../etc/passwd".to_string()),
-        ]
-    }
-
-    fn media_type() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            Just(json!(OCI_IMAGE_MEDIA_TYPE)),
-            Just(json!(IMAGE_MANIFEST_MEDIA_TYPE)),
-            Just(json!("application/vnd.oci.image.index.v1+json")),
-            Just(json!("application/vnd.in-toto+json")),
-            ".{0,12}".prop_map(Value::from),
-            Just(Value::Null),
-            any::<i64>().prop_map(Value::from),
-        ]
-    }
-
-    fn descriptor() -> impl Strategy<Value = Value> {
-        (media_type(), digest(), prop_oneof![any::<u64>().prop_map(Value::from), any::<i64>().prop_map(Value::from), Just(json!("1"))])
-            .prop_map(|(media_type, digest, size)| json!({"mediaType": media_type, "digest": digest, "size": size}))
-    }
-
-    fn platform() -> impl Strategy<Value = Value> {
-        let (os, arch) = host_platform();
-        prop_oneof![
-            Just(json!({"os": os, "architecture": arch})),
-            Just(json!({"os": os, "architecture": arch, "variant": "v8"})),
-            ("[a-z]{0,6}", "[a-z0-9]{0,6}").prop_map(|(o, a)| json!({"os": o, "architecture": a})),
-            Just(Value::Null),
-            Just(json!("linux/amd64")),
-        ]
-    }
-
-    fn index_entry() -> impl Strategy<Value = Value> {
-        (media_type(), digest(), platform()).prop_map(
-            |(media_type, digest, platform)| json!({"mediaType": media_type, "digest": digest, "platform": platform}),
-        )
-    }
-
-    fn document() -> impl Strategy<Value = Value> {
-        (
-            prop_oneof![
-                Just(json!(2)),
-                any::<i64>().prop_map(Value::from),
-                Just(json!("2"))
-            ],
-            media_type(),
-            proptest::option::of(descriptor()),
-            proptest::option::of(prop::collection::vec(descriptor(), 0..4)),
-            proptest::option::of(prop::collection::vec(index_entry(), 0..4)),
-        )
-            .prop_map(|(schema, media_type, config, layers, manifests)| {
-                let mut doc = json!({"schemaVersion": schema, "mediaType": media_type});
-                if let Some(c) = config {
-                    doc["config"] = c;
-                }
-                if let Some(l) = layers {
-                    doc["layers"] = Value::from(l);
-                }
-                if let Some(m) = manifests {
-                    doc["manifests"] = Value::from(m);
-                }
-                doc
-            })
-    }
-
-    /// What the puller does with a manifest's bytes, checked.
-    fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
-        let Ok(raw) = parse_raw(&reference(), bytes) else {
-            return Ok(());
-        };
-        match raw.manifests {
-            Some(ref entries) => {
-                if let Ok(chosen) = choose_platform(&reference(), entries) {
-                    prop_assert!(
-                        is_sha256_digest(&chosen),
-                        "index entry {:?} followed",
-                        chosen
-                    );
-                }
+        fn config(quick: u32) -> ProptestConfig {
+            let mut config = ProptestConfig::default();
+            if std::env::var_os("PROPTEST_CASES").is_none() {
+                config.cases = quick;
             }
-            None => {
-                if let Ok(manifest) = to_manifest(&reference(), raw) {
-                    for blob in std::iter::once(&manifest.config).chain(&manifest.layers) {
+            config.failure_persistence = None;
+            config
+        }
+
+        fn reference() -> ImageReference {
+            ImageReference::parse("127.0.0.1:5000/fn:v1", "").unwrap()
+        }
+
+        fn digest() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => "sha256:[0-9a-f]{64}",
+                1 => "sha256:[0-9a-fA-F./]{0,70}",
+                1 => ".{0,20}",
+                1 => Just("sha256:../../../etc/passwd".to_string()),
+            ]
+        }
+
+        fn media_type() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(json!(OCI_IMAGE_MEDIA_TYPE)),
+                Just(json!(IMAGE_MANIFEST_MEDIA_TYPE)),
+                Just(json!("application/vnd.oci.image.index.v1+json")),
+                Just(json!("application/vnd.in-toto+json")),
+                ".{0,12}".prop_map(Value::from),
+                Just(Value::Null),
+                any::<i64>().prop_map(Value::from),
+            ]
+        }
+
+        fn descriptor() -> impl Strategy<Value = Value> {
+            (media_type(), digest(), prop_oneof![any::<u64>().prop_map(Value::from), any::<i64>().prop_map(Value::from), Just(json!("1"))])
+                .prop_map(|(media_type, digest, size)| json!({"mediaType": media_type, "digest": digest, "size": size}))
+        }
+
+        fn platform() -> impl Strategy<Value = Value> {
+            let (os, arch) = host_platform();
+            prop_oneof![
+                Just(json!({"os": os, "architecture": arch})),
+                Just(json!({"os": os, "architecture": arch, "variant": "v8"})),
+                ("[a-z]{0,6}", "[a-z0-9]{0,6}")
+                    .prop_map(|(o, a)| json!({"os": o, "architecture": a})),
+                Just(Value::Null),
+                Just(json!("linux/amd64")),
+            ]
+        }
+
+        fn index_entry() -> impl Strategy<Value = Value> {
+            (media_type(), digest(), platform()).prop_map(
+                |(media_type, digest, platform)| json!({"mediaType": media_type, "digest": digest, "platform": platform}),
+            )
+        }
+
+        fn document() -> impl Strategy<Value = Value> {
+            (
+                prop_oneof![
+                    Just(json!(2)),
+                    any::<i64>().prop_map(Value::from),
+                    Just(json!("2"))
+                ],
+                media_type(),
+                proptest::option::of(descriptor()),
+                proptest::option::of(prop::collection::vec(descriptor(), 0..4)),
+                proptest::option::of(prop::collection::vec(index_entry(), 0..4)),
+            )
+                .prop_map(|(schema, media_type, config, layers, manifests)| {
+                    let mut doc = json!({"schemaVersion": schema, "mediaType": media_type});
+                    if let Some(c) = config {
+                        doc["config"] = c;
+                    }
+                    if let Some(l) = layers {
+                        doc["layers"] = Value::from(l);
+                    }
+                    if let Some(m) = manifests {
+                        doc["manifests"] = Value::from(m);
+                    }
+                    doc
+                })
+        }
+
+        /// What the puller does with a manifest's bytes, checked.
+        fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
+            let Ok(raw) = parse_raw(&reference(), bytes) else {
+                return Ok(());
+            };
+            match raw.manifests {
+                Some(ref entries) => {
+                    if let Ok(chosen) = choose_platform(&reference(), entries) {
                         prop_assert!(
-                            is_sha256_digest(&blob.digest),
-                            "blob {:?} accepted",
-                            blob.digest
+                            is_sha256_digest(&chosen),
+                            "index entry {:?} followed",
+                            chosen
                         );
                     }
                 }
+                None => {
+                    if let Ok(manifest) = to_manifest(&reference(), raw) {
+                        for blob in std::iter::once(&manifest.config).chain(&manifest.layers) {
+                            prop_assert!(
+                                is_sha256_digest(&blob.digest),
+                                "blob {:?} accepted",
+                                blob.digest
+                            );
+                        }
+                    }
+                }
             }
-        }
-        Ok(())
-    }
-
-    proptest! {
-        #![proptest_config(config(256))]
-
-        #[test]
-        fn manifests_and_indexes_name_blobs_only_by_well_formed_digests(doc in document()) {
-            check(&serde_json::to_vec(&doc).unwrap())?;
+            Ok(())
         }
 
-        #[test]
-        fn arbitrary_bytes_are_parsed_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..1024)) {
-            check(&bytes)?;
-        }
+        proptest! {
+            #![proptest_config(config(256))]
 
-        #[test]
-        fn arbitrary_configs_are_parsed_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..1024), doc in document()) {
-            let _ = serde_json::from_slice::<oci_spec::image::ImageConfiguration>(&bytes);
-            let config = json!({"architecture": "amd64", "os": "linux", "config": doc.clone(), "rootfs": {"type": "layers", "diff_ids": doc["layers"].clone()}});
-            let _ = serde_json::from_slice::<oci_spec::image::ImageConfiguration>(&serde_json::to_vec(&config).unwrap());
+            #[test]
+            fn manifests_and_indexes_name_blobs_only_by_well_formed_digests(doc in document()) {
+                check(&serde_json::to_vec(&doc).unwrap())?;
+            }
+
+            #[test]
+            fn arbitrary_bytes_are_parsed_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..1024)) {
+                check(&bytes)?;
+            }
+
+            #[test]
+            fn arbitrary_configs_are_parsed_or_refused(bytes in prop::collection::vec(any::<u8>(), 0..1024), doc in document()) {
+                let _ = serde_json::from_slice::<oci_spec::image::ImageConfiguration>(&bytes);
+                let config = json!({"architecture": "amd64", "os": "linux", "config": doc.clone(), "rootfs": {"type": "layers", "diff_ids": doc["layers"].clone()}});
+                let _ = serde_json::from_slice::<oci_spec::image::ImageConfiguration>(&serde_json::to_vec(&config).unwrap());
+            }
         }
     }
 }

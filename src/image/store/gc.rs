@@ -73,7 +73,7 @@ const KINDS: &[&str] = &[
 ];
 
 /// One entry on disk: its directory (one of [`KINDS`]) and hex name.
-type Entry = (&'static str, String);
+pub(super) type Entry = (&'static str, String);
 
 /// A ref file, read.
 struct Ref {
@@ -270,7 +270,7 @@ impl Store {
 
     /// Disk usage of every entry present. Published entries never change,
     /// so a directory's size is measured once per process.
-    fn entry_sizes(&self) -> HashMap<Entry, u64> {
+    pub(super) fn entry_sizes(&self) -> HashMap<Entry, u64> {
         let mut sizes = HashMap::new();
         let mut memo = self.sizes_memo();
         for dir in KINDS {
@@ -299,7 +299,9 @@ impl Store {
 /// Every entry the images need, given as their manifest digest and, where
 /// known, their manifest (without one only the image's own manifest and
 /// flattened rootfs are known to be its).
-fn needed<'a>(images: impl Iterator<Item = (&'a String, Option<&'a Manifest>)>) -> HashSet<Entry> {
+pub(super) fn needed<'a>(
+    images: impl Iterator<Item = (&'a String, Option<&'a Manifest>)>,
+) -> HashSet<Entry> {
     let mut live = HashSet::new();
     for (digest, manifest) in images {
         let Some(hex) = digest.strip_prefix("sha256:") else {
@@ -323,7 +325,8 @@ fn needed<'a>(images: impl Iterator<Item = (&'a String, Option<&'a Manifest>)>) 
     live
 }
 
-fn size_of(live: &HashSet<Entry>, sizes: &HashMap<Entry, u64>) -> u64 {
+/// Bytes on disk of the entries `live`, each once.
+pub(super) fn size_of(live: &HashSet<Entry>, sizes: &HashMap<Entry, u64>) -> u64 {
     live.iter().filter_map(|entry| sizes.get(entry)).sum()
 }
 

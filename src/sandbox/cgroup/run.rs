@@ -24,7 +24,7 @@ const REMOVE_PATIENCE: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     /// A cgroup file or directory could not be written.
-    #[error("cannot set up the run cgroup {path}: {source}")]
+    #[error("cannot set up the run cgroup {path}")]
     Io {
         /// The file or directory.
         path: PathBuf,

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use super::*;
+use crate::grpc::admission::AdmissionLimits;
+use crate::grpc::metrics::Metrics;
 use crate::runner::{RunConfig, RunError, RunOutput};
-use crate::serving::admission::AdmissionLimits;
-use crate::serving::metrics::Metrics;
 use tonic::Code;
 
 const IO: &[u8] = b"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\n";

@@ -71,6 +71,8 @@ struct State {
 /// What the server saw and sent, for assertions.
 #[derive(Default)]
 struct Counters {
+    /// Every request read, the `/v2/` ping and HEADs too.
+    requests: AtomicUsize,
     manifest_gets: AtomicUsize,
     blob_gets: AtomicUsize,
     /// Body bytes sent on faulted responses.
@@ -172,6 +174,11 @@ impl HostileRegistry {
         self.state.lock().unwrap().faults.clear();
     }
 
+    /// Requests of any kind read so far (the `/v2/` ping and HEADs too).
+    pub fn requests(&self) -> usize {
+        self.counters.requests.load(Ordering::SeqCst)
+    }
+
     /// Manifest GETs served so far.
     pub fn manifest_gets(&self) -> usize {
         self.counters.manifest_gets.load(Ordering::SeqCst)
@@ -247,6 +254,7 @@ fn serve(
 ) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     let (method, path) = read_request(&mut conn)?;
+    counters.requests.fetch_add(1, Ordering::SeqCst);
     let head_only = method == "HEAD";
     let path = path.split('?').next().unwrap_or_default();
     if path == "/v2/" || path == "/v2" {

@@ -29,13 +29,13 @@ use super::listen::tcp_incoming;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The reflection service could not load the descriptors.
-    #[error("cannot build the reflection service: {0}")]
+    #[error("cannot build the reflection service")]
     Reflection(#[from] tonic_reflection::server::Error),
     /// The transport failed.
-    #[error("gRPC server failed: {0}")]
+    #[error("the gRPC server failed")]
     Transport(#[from] tonic::transport::Error),
     /// The TCP listener could not be registered.
-    #[error("cannot listen: {0}")]
+    #[error("cannot listen")]
     Io(#[from] std::io::Error),
 }
 
@@ -190,7 +190,7 @@ where
             next = incoming.next() => match next {
                 // The gatekeeper is gone: no caller can connect any more.
                 None => break,
-                Some(Err(err)) => tracing::debug!(error = %err, "accepting a connection failed"),
+                Some(Err(err)) => tracing::debug!(error = %crate::chain::Chain(&err), "accepting a connection failed"),
                 Some(Ok(io)) => {
                     if let Some(tracked) = connections.admit(io) {
                         tokio::spawn(serve_one(router.clone(), tracked, Arc::clone(&connections)));
@@ -262,7 +262,7 @@ where
     let stop = Arc::clone(&conn).close_requested();
     let (served, ()) = tokio::join!(router.serve_one(io, stop), connections.watch(&conn));
     if let Err(err) = served {
-        tracing::debug!(error = %err, "serving a connection failed");
+        tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
     }
 }
 

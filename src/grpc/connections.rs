@@ -118,7 +118,7 @@ pub fn raise_fd_limit() -> u64 {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => hard,
             Err(err) => {
-                tracing::debug!(error = %err, "cannot raise the descriptor limit");
+                tracing::debug!(error = %crate::chain::Chain(&err), "cannot raise the descriptor limit");
                 soft
             }
         },
@@ -287,11 +287,6 @@ impl Connections {
             table: Mutex::default(),
             open: watch::Sender::new(0),
         })
-    }
-
-    /// The limits.
-    pub fn limits(&self) -> ConnectionLimits {
-        self.limits
     }
 
     /// Takes a new connection in, making room under the cap; `None` when

@@ -28,7 +28,7 @@ pub enum ListenError {
         address: String,
     },
     /// Binding failed.
-    #[error("cannot listen on {address}: {source}")]
+    #[error("cannot listen on {address}")]
     Bind {
         /// The address.
         address: String,
@@ -146,7 +146,7 @@ pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result
                     return Some((Ok(stream), listener));
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "accepting a connection failed");
+                    tracing::warn!(error = %crate::chain::Chain(&err), "accepting a connection failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             }

@@ -15,7 +15,7 @@ use super::policy::PullPolicy;
 use super::pull::{ConnectOptions, Puller};
 use super::reference::ImageReference;
 use super::store::{
-    parse_config, CachedImage, GcReport, ImportSource, Limits, PulledImage, Store, StoreStats,
+    parse_config, CacheListing, GcReport, ImportSource, Limits, PulledImage, Store, StoreStats,
     MAX_LAYERS,
 };
 use super::RegistryAuth;
@@ -159,7 +159,7 @@ impl ImageStore {
     }
 
     /// Every image with a ref in the cache (see [`Store::list`]).
-    pub fn list(&self) -> Result<Vec<CachedImage>, ImageError> {
+    pub fn list(&self) -> Result<CacheListing, ImageError> {
         self.store().list()
     }
 

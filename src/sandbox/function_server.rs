@@ -144,12 +144,13 @@ impl Container<Serving> {
                 return Err(err);
             }
             if started.elapsed() >= timeout {
-                return Err(SandboxError::NotServing {
+                return Err(super::NotServing {
                     address,
                     after: timeout,
-                    last_error: last_error.to_string(),
                     output_tail: self.output_tail(),
-                });
+                    source: last_error,
+                }
+                .into());
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 3 / 2).min(Duration::from_millis(20));

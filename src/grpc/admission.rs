@@ -16,7 +16,7 @@
 //!
 //! A call whose deadline the queue ahead of it cannot clear in time is
 //! refused at once (`RESOURCE_EXHAUSTED`, see [`super::wait`] and the rule
-//! in [`crate::serving`]) rather than queued to time out.
+//! in [`crate::grpc`]) rather than queued to time out.
 //!
 //! The queue is FIFO: tokio's semaphore hands permits out in request order.
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -399,7 +399,7 @@ mod tests {
 
     /// Gives the estimate `MIN_RUNS` runs that held their slot `each`.
     fn seen_runs(admission: &Admission, each: Duration) {
-        for _ in 0..crate::serving::wait::MIN_RUNS {
+        for _ in 0..crate::grpc::wait::MIN_RUNS {
             admission.run_times.record(each);
         }
     }

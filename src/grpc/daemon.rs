@@ -14,7 +14,7 @@
 //!
 //! # Why in the library
 //! Both front ends face the same caller in the same pod (see
-//! [`crate::serving`]). When this sequence was written out in each command,
+//! [`crate::grpc`]). When this sequence was written out in each command,
 //! `xfn adapt` had neither the metrics of the gate nor a warm pool's
 //! shutdown for a while; a program embedding xfn would have had to copy it a
 //! third time.
@@ -29,21 +29,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::grpc::admission::AdmissionLimits;
+use crate::grpc::connections::{ConnectionLimits, Connections};
+use crate::grpc::metrics::{Metrics, MetricsError, MetricsServer};
+use crate::grpc::serve::{serve, shutdown_signal, Incoming, ServeError, Services};
+use crate::grpc::Calls;
 use crate::runner::Runner;
-use crate::serving::admission::AdmissionLimits;
-use crate::serving::connections::{ConnectionLimits, Connections};
-use crate::serving::metrics::{Metrics, MetricsError, MetricsServer};
-use crate::serving::serve::{serve, shutdown_signal, Incoming, ServeError, Services};
-use crate::serving::Calls;
 
 /// Why a daemon stopped serving with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// The metrics endpoint could not be served or stopped.
-    #[error("the metrics endpoint: {0}")]
+    #[error("the metrics endpoint failed")]
     Metrics(#[from] MetricsError),
     /// The gRPC server failed.
-    #[error("serving: {0}")]
+    #[error("serving failed")]
     Serve(#[from] ServeError),
 }
 

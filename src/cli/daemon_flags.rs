@@ -1,14 +1,14 @@
 //! The flags of the serving layer, shared by `xfn start` and `xfn adapt`
-//! (one set of defaults for both front ends; see `xfn::serving`), mapped to
+//! (one set of defaults for both front ends; see `crate::grpc`), mapped to
 //! the library's `DaemonOptions`.
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
 
-use xfn::serving::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
-use xfn::serving::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
-use xfn::serving::daemon::DaemonOptions;
+use crate::grpc::admission::{AdmissionLimits, DEFAULT_MAX_QUEUED_RUNS};
+use crate::grpc::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CONNECTIONS};
+use crate::grpc::daemon::DaemonOptions;
 
 use super::run::parse_duration;
 
@@ -84,7 +84,7 @@ impl ServingArgs {
     pub fn daemon_options(
         &self,
         cache_max_bytes: Option<u64>,
-        gate: Option<xfn::server::gate::GateCounters>,
+        gate: Option<crate::server::gate::GateCounters>,
     ) -> DaemonOptions {
         DaemonOptions {
             admission: self.limits(),

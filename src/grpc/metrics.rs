@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     /// The listen address could not be bound.
-    #[error("cannot listen for metrics on {address}: {source}")]
+    #[error("cannot listen for metrics on {address}")]
     Bind {
         /// The address.
         address: SocketAddr,

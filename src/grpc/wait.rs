@@ -1,6 +1,6 @@
 //! How long a queued call will wait at least, from how long recent runs
 //! held their slot. The rule and why it errs towards serving are in the
-//! module header of [`crate::serving`].
+//! module header of [`crate::grpc`].
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -76,4 +76,4 @@ pub mod status;
 pub mod wait;
 
 pub use calls::Calls;
-pub use status::status_of;
+pub use status::{invalid_request_status, status_of};

@@ -4,8 +4,10 @@
 use tonic::{Code, Status};
 
 use super::admission::AdmissionError;
+use crate::chain::Chain;
 use crate::image::ImageErrorKind;
 use crate::runner::RunError;
+use crate::server::validate::InvalidRequest;
 
 /// The gRPC code of an image error.
 fn image_code(kind: ImageErrorKind) -> Code {
@@ -30,12 +32,13 @@ fn image_code(kind: ImageErrorKind) -> Code {
 }
 
 /// The gRPC status a caller gets for a failed run, with a message a user can
-/// act on (the error's own text: it names the image, the exit code and the
-/// tail of the function's stderr where there is one).
+/// act on: the error's [`Chain`] (each step and the cause beneath; it names
+/// the image, the exit code and the tail of the function's stderr where
+/// there is one).
 pub fn status_of(err: &RunError) -> Status {
     let code = match err {
         RunError::Image(image) => image_code(image.kind()),
-        RunError::InvalidConfig(_) => Code::InvalidArgument,
+        RunError::InvalidConfig(_) | RunError::RootfsMode(_) => Code::InvalidArgument,
         RunError::Timeout(_) => Code::DeadlineExceeded,
         // The function ran and failed: Crossplane should not retry blindly.
         RunError::FunctionFailed { .. } => Code::Aborted,
@@ -43,9 +46,18 @@ pub fn status_of(err: &RunError) -> Status {
         RunError::MemoryLimitExceeded { .. } => Code::ResourceExhausted,
         RunError::LimitsUnavailable(_) | RunError::Runtime(_) => Code::FailedPrecondition,
         RunError::NotServing(_) => Code::Unavailable,
-        RunError::Internal(_) => Code::Internal,
+        RunError::Sandbox(_)
+        | RunError::Rootfs(_)
+        | RunError::RootfsPanicked(_)
+        | RunError::RunDir { .. } => Code::Internal,
     };
-    Status::new(code, err.to_string())
+    Status::new(code, Chain(err).to_string())
+}
+
+/// The status of a request refused before it ran (InvalidArgument), with
+/// its chain: the field, then what is wrong with it.
+pub fn invalid_request_status(err: &InvalidRequest) -> Status {
+    Status::invalid_argument(Chain(err).to_string())
 }
 
 /// The status of a call that was not admitted.
@@ -90,7 +102,7 @@ mod tests {
     fn run_errors_map_to_their_codes() {
         let cases = [
             (
-                RunError::InvalidConfig("bad cpu".into()),
+                RunError::InvalidConfig(crate::sandbox::SpecError::NothingToRun),
                 Code::InvalidArgument,
             ),
             (
@@ -105,10 +117,18 @@ mod tests {
                 Code::ResourceExhausted,
             ),
             (
-                RunError::LimitsUnavailable("no cgroup".into()),
+                RunError::LimitsUnavailable(crate::runner::LimitsUnavailable {
+                    why: "no cgroup".into(),
+                }),
                 Code::FailedPrecondition,
             ),
-            (RunError::Internal("crun".into()), Code::Internal),
+            (
+                RunError::RunDir {
+                    path: "/cache/run".into(),
+                    source: std::io::Error::other("read-only file system"),
+                },
+                Code::Internal,
+            ),
         ];
         for (err, code) in cases {
             assert_eq!(status_of(&err).code(), code, "{err}");
@@ -136,11 +156,13 @@ mod tests {
 
     #[test]
     fn an_oom_kill_names_the_memory_limit() {
-        let status = status_of(&RunError::MemoryLimitExceeded {
-            limit_bytes: 32 << 20,
-            code: 137,
-            stderr_tail: Vec::new(),
-        });
+        let status = status_of(&RunError::MemoryLimitExceeded(
+            crate::runner::MemoryLimitExceeded {
+                limit_bytes: 32 << 20,
+                code: 137,
+                stderr_tail: Vec::new(),
+            },
+        ));
         assert_eq!(status.code(), Code::ResourceExhausted);
         assert!(
             status.message().contains("memory limit of 32Mi"),

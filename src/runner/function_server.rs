@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::container::{FunctionContainer, Settings};
 use super::{RunConfig, RunError, Runner};
 use crate::sandbox::cgroup::run::RunUsage;
+use crate::sandbox::function_server::Serving;
 use crate::sandbox::netns::NetworkNamespace;
-use crate::sandbox::served::Serving;
 
 /// A function image running as a server in its own network namespace.
 /// Killed, and its rootfs removed, by [`ServedFunction::stop`] or on drop.

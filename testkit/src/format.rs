@@ -2,7 +2,7 @@
 //! manifests, configs, indexes and layers. A file of its own so that the
 //! layer builder needs nothing else of the kit (the crate's unit tests
 //! include `layer.rs` by path, without the registry and image builders).
-use super::layer::Compression;
+use crate::layer::Compression;
 
 /// Manifest flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

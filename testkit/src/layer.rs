@@ -411,7 +411,7 @@ impl Layer {
     }
 
     /// The compressed blob, its media type for `format`, and the diff id.
-    pub fn blob(&self, format: super::format::Format) -> LayerBlob {
+    pub fn blob(&self, format: crate::format::Format) -> LayerBlob {
         if let Some(blob) = &self.prebuilt {
             return blob.clone();
         }

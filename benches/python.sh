@@ -63,11 +63,12 @@ trap cleanup EXIT INT TERM
     exit 1
 }
 
-# Build xfn (unless XFN_BINARY names one, e.g. a kept copy of an earlier
-# build to compare) and the load generator; world-readable copies for uid
-# 65532.
+# Build xfn and the load generator (unless XFN_BINARY and LOAD_BINARY
+# name builds already made, e.g. a kept copy of an earlier xfn to
+# compare); world-readable copies for uid 65532.
 [ -n "${XFN_BINARY:-}" ] || cargo build --quiet --profile "$PROFILE" --bin xfn
-LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
+LOAD=${LOAD_BINARY:-}
+[ -n "$LOAD" ] || LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
     python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)

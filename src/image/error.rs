@@ -41,6 +41,17 @@ pub enum ImageError {
         /// What is wrong.
         reason: String,
     },
+    /// Content does not parse, decode or unpack as what it must be (a
+    /// config, an index, an archive, a layer's compression).
+    #[error("image {image}: {what}")]
+    BadContent {
+        /// The reference, digest or file.
+        image: String,
+        /// What was being read (`index.json`, `the image config`).
+        what: &'static str,
+        /// Why it does not.
+        source: ContentError,
+    },
     /// Extracting a layer failed.
     #[error("extracting layer {digest}")]
     Extract {
@@ -67,6 +78,18 @@ pub enum ImageError {
         /// The error.
         source: std::io::Error,
     },
+}
+
+/// Why content does not parse or decode: the source of
+/// [`ImageError::BadContent`].
+#[derive(Debug, thiserror::Error)]
+pub enum ContentError {
+    /// JSON that does not parse (or encode) as the document it must be.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Bytes that do not decompress or unpack.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// What ended a pull that took too long.
@@ -101,7 +124,7 @@ impl ImageError {
             }
             ImageError::Pull(e) => e.kind(),
             ImageError::TooManyLayers { .. } => ImageErrorKind::TooManyLayers,
-            ImageError::Corrupt { .. } => ImageErrorKind::Corrupt,
+            ImageError::Corrupt { .. } | ImageError::BadContent { .. } => ImageErrorKind::Corrupt,
             ImageError::Extract {
                 source: ExtractError::Bound { .. },
                 ..

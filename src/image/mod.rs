@@ -25,7 +25,7 @@ pub(crate) mod reference;
 pub(crate) mod store;
 
 pub use auth::RegistryAuth;
-pub use error::ImageError;
+pub use error::{ContentError, ImageError};
 pub use image_store::{ImageStore, PullProgress, PullReport, StoreOptions};
 pub use kind::ImageErrorKind;
 pub use policy::{PullPolicy, UnknownPullPolicy};

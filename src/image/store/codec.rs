@@ -114,9 +114,10 @@ pub(crate) fn extract_verified<R: BufRead + Send + 'static>(
     options: ExtractOptions,
     budget: &Budget,
 ) -> Result<(), ImageError> {
-    let reader = decompressor(blob, media_type).map_err(|e| ImageError::Corrupt {
+    let reader = decompressor(blob, media_type).map_err(|e| ImageError::BadContent {
         image: digest.to_string(),
-        reason: format!("layer does not decompress: {e}"),
+        what: "the layer does not decompress",
+        source: e.into(),
     })?;
     let mut hashing = HashingReader {
         inner: reader,
@@ -136,9 +137,10 @@ pub(crate) fn extract_verified<R: BufRead + Send + 'static>(
                 after: "(the end of the archive)".to_string(),
                 bound: bound.clone(),
             }),
-            None => ImageError::Corrupt {
+            None => ImageError::BadContent {
                 image: digest.to_string(),
-                reason: format!("layer does not decompress: {e}"),
+                what: "the layer does not decompress",
+                source: e.into(),
             },
         }
     })?;

@@ -36,9 +36,10 @@ impl Store {
             reference: key.to_string(),
             digest: digest.to_string(),
         })
-        .map_err(|e| ImageError::Corrupt {
+        .map_err(|e| ImageError::BadContent {
             image: key.to_string(),
-            reason: e.to_string(),
+            what: "its reference entry does not encode",
+            source: e.into(),
         })?;
         self.publish_bytes(&self.ref_path(key), &entry)
     }
@@ -175,8 +176,9 @@ pub(crate) fn parse_config(
     image: &str,
     bytes: &[u8],
 ) -> Result<oci_spec::image::ImageConfiguration, ImageError> {
-    serde_json::from_slice(bytes).map_err(|e| ImageError::Corrupt {
+    serde_json::from_slice(bytes).map_err(|e| ImageError::BadContent {
         image: image.to_string(),
-        reason: format!("image config does not parse: {e}"),
+        what: "the image config does not parse",
+        source: e.into(),
     })
 }

@@ -17,7 +17,7 @@ use super::codec::{decompressor, extract_verified};
 use super::layout::hex_of;
 use super::{io_err, ImageError, Store, MAX_LAYERS};
 use crate::image::descriptor::{is_sha256_digest, BlobRef};
-use crate::image::error::join_err;
+use crate::image::error::{join_err, ContentError};
 use crate::image::ImageReference;
 
 /// Where an imported image comes from.
@@ -90,6 +90,15 @@ fn corrupt(source: &Path, reason: impl Into<String>) -> ImageError {
     }
 }
 
+/// `source`'s `what` does not parse or unpack.
+fn bad_content(source: &Path, what: &'static str, err: impl Into<ContentError>) -> ImageError {
+    ImageError::BadContent {
+        image: source.display().to_string(),
+        what,
+        source: err.into(),
+    }
+}
+
 /// `sha256:<hex>` of a file's bytes, streamed.
 pub(crate) fn file_digest(path: &Path) -> Result<String, ImageError> {
     let mut file = File::open(path).map_err(io_err(path))?;
@@ -150,7 +159,7 @@ impl Store {
                 let reader = decompressor(reader, "").map_err(io_err(file))?;
                 tar::Archive::new(reader)
                     .unpack(unpacked.path())
-                    .map_err(|e| corrupt(file, format!("cannot unpack the archive: {e}")))?;
+                    .map_err(|e| bad_content(file, "the archive does not unpack", e))?;
                 let dir = unpacked.path();
                 let found = if dir.join("manifest.json").is_file() {
                     find_in_docker_archive(dir)?
@@ -197,7 +206,7 @@ impl Store {
             ));
         }
         let diff_ids = serde_json::from_slice::<ConfigRootfs>(&config_bytes)
-            .map_err(|e| corrupt(source, format!("image config: {e}")))?
+            .map_err(|e| bad_content(source, "the image config", e))?
             .rootfs
             .diff_ids;
         if diff_ids.len() != found.layers.len() {
@@ -319,7 +328,7 @@ fn find_in_layout(dir: &Path) -> Result<Found, ImageError> {
     let index_path = dir.join("index.json");
     let index: Index =
         serde_json::from_slice(&std::fs::read(&index_path).map_err(io_err(&index_path))?)
-            .map_err(|e| corrupt(dir, format!("index.json: {e}")))?;
+            .map_err(|e| bad_content(dir, "index.json", e))?;
     let mut descriptor = pick(dir, &index.manifests)?;
     // An index may point at a (multi-platform) index: at most one level more.
     let nested: Index;
@@ -327,7 +336,7 @@ fn find_in_layout(dir: &Path) -> Result<Found, ImageError> {
         || descriptor.media_type.ends_with("manifest.list.v2+json")
     {
         nested = serde_json::from_slice(&read_layout_blob(dir, &descriptor.digest)?)
-            .map_err(|e| corrupt(dir, format!("nested index: {e}")))?;
+            .map_err(|e| bad_content(dir, "the nested index", e))?;
         descriptor = pick(dir, &nested.manifests)?;
     }
     if !is_sha256_digest(&descriptor.digest) {
@@ -335,7 +344,7 @@ fn find_in_layout(dir: &Path) -> Result<Found, ImageError> {
     }
     let manifest = read_layout_blob(dir, &descriptor.digest)?;
     let parsed: OciManifest =
-        serde_json::from_slice(&manifest).map_err(|e| corrupt(dir, format!("manifest: {e}")))?;
+        serde_json::from_slice(&manifest).map_err(|e| bad_content(dir, "the manifest", e))?;
     let blob_files = parsed
         .layers
         .iter()
@@ -370,7 +379,7 @@ fn find_in_docker_archive(dir: &Path) -> Result<Found, ImageError> {
     let path = dir.join("manifest.json");
     let entries: Vec<DockerEntry> =
         serde_json::from_slice(&std::fs::read(&path).map_err(io_err(&path))?)
-            .map_err(|e| corrupt(dir, format!("manifest.json: {e}")))?;
+            .map_err(|e| bad_content(dir, "manifest.json", e))?;
     let [entry] = entries.as_slice() else {
         return Err(corrupt(
             dir,
@@ -407,7 +416,7 @@ fn find_in_docker_archive(dir: &Path) -> Result<Found, ImageError> {
         "config": config,
         "layers": layers,
     }))
-    .map_err(|e| corrupt(dir, e.to_string()))?;
+    .map_err(|e| bad_content(dir, "the manifest made of manifest.json", e))?;
     Ok(Found {
         manifest,
         config,

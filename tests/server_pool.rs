@@ -48,14 +48,14 @@ async fn by_default_repeat_calls_run_in_warm_containers_and_sigterm_removes_them
     assert_eq!(daemon.metric("xfn_warm_containers_ready").await, 1.0);
     assert_eq!(daemon.metric("xfn_warm_pool_size").await, 2.0 * cpus());
     assert!(!container_processes(&cache).is_empty(), "a container waits");
-    // Its state is in the daemon's memory, none of it on the disk.
+    // Its state is in the daemon's memory (with, under load, the last
+    // call's if its teardown has not run yet), none of it on the disk.
     let live = live_run_state(daemon.xfn_pid(), &cache);
     for dir in ["bundles", "crun", "rootfs"] {
         let dir = format!("run/live/{dir}/");
-        assert_eq!(
-            live.iter().filter(|e| e.starts_with(&dir)).count(),
-            1,
-            "{live:?}"
+        assert!(
+            live.iter().any(|e| e.starts_with(&dir)),
+            "nothing in {dir}: {live:?}"
         );
     }
     assert_eq!(run_state(&cache), Vec::<String>::new(), "{}", daemon.log());

@@ -62,10 +62,13 @@ fn in_some_layer(cache: &Path, file: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no layer holds {file}"))
 }
 
-fn assert_private(cache: &Path, owner: u32) {
+/// Every store dir is `owner`'s, mode 0700; the root `root_mode` (0710
+/// where its group is the functions' root's: `xfn::image::store::owners`).
+fn assert_private(cache: &Path, owner: u32, root_mode: u32) {
     for dir in std::iter::once("").chain(STORE_DIRS.iter().copied()) {
         let path = cache.join(dir);
-        assert_eq!(mode(&path), 0o700, "{} is not private", path.display());
+        let want = if dir.is_empty() { root_mode } else { 0o700 };
+        assert_eq!(mode(&path), want, "{} is not private", path.display());
         let uid = std::fs::metadata(&path).unwrap().uid();
         assert_eq!(uid, owner, "{} is owned by {uid}", path.display());
     }
@@ -114,12 +117,16 @@ fn a_cache_pulled_as_root_is_owned_by_the_mapped_root_and_no_other_user_reaches_
     let cache = base.path().join("cache");
     stdout(&pull(&cache, &image.reference, &[]));
 
-    assert_private(&cache, MAPPED_ROOT);
+    // The root's group is the functions' root's (the id after xfn's), which
+    // alone may search it, for crun to set their containers up.
+    assert_private(&cache, MAPPED_ROOT, 0o710);
+    assert_eq!(std::fs::metadata(&cache).unwrap().gid(), MAPPED_ROOT + 1);
     let suid = in_some_layer(&cache, "bin/suid-busybox");
     // The bit is kept (functions run with no_new_privs, where it is inert):
-    // what keeps it from other users is that they cannot reach it.
+    // what keeps it from other users is that they cannot reach it. Its
+    // owner is the image's root: the functions' first id, not xfn's.
     assert_eq!(mode(&suid), 0o4755);
-    assert_eq!(std::fs::metadata(&suid).unwrap().uid(), MAPPED_ROOT);
+    assert_eq!(std::fs::metadata(&suid).unwrap().uid(), MAPPED_ROOT + 1);
     assert_unreachable_by_another_user(&suid, &cache.join("layers"));
 }
 
@@ -144,7 +151,7 @@ fn a_cache_pulled_by_an_unprivileged_user_is_private_to_that_user() {
         .unwrap();
     stdout(&out);
 
-    assert_private(&cache, NONROOT);
+    assert_private(&cache, NONROOT, 0o700);
     let suid = in_some_layer(&cache, "bin/suid-busybox");
     assert_eq!(std::fs::metadata(&suid).unwrap().uid(), NONROOT);
     assert_unreachable_by_another_user(&suid, &cache.join("layers"));

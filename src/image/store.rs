@@ -57,12 +57,14 @@
 //!
 //! # Privacy
 //!
-//! The root and every directory of the store are mode 0700, owned by the
-//! user xfn runs as: in the range mapping that is the mapped root (host
+//! The root and every directory of the store are mode 0700 (the root 0710
+//! where functions run under ids of their own: its group is theirs, for
+//! crun to reach their rootfs, `owners`), owned by the user xfn runs as: in the range mapping that is the mapped root (host
 //! `--map-root-uid`, to which `xfn` hands the cache before entering its
 //! namespace), otherwise xfn's own uid. Layers keep the modes and owners
 //! their image gives them, setuid bits and world-writable dirs included,
-//! and in the range mapping those owners are real host uids.
+//! and in the range mapping those owners are real host uids (the image's
+//! ids one up: `owners`).
 //!
 //! Choice: **unreachable, not stripped.** Stripping setuid/setgid bits
 //! would answer one hazard of a reachable cache; it would leave the others:

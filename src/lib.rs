@@ -24,6 +24,8 @@
 //!   layer extraction;
 //! - [`Daemon`]: `xfn start`'s daemon (metrics, calls, the cache budget,
 //!   drain) over a runner;
+//! - [`chain`]: an error and its causes as one message (the library's errors
+//!   say their own step only and hold the cause beneath as a source);
 //! - [`pidns`], [`quantity`], [`proto`]: the PID namespace entry, Kubernetes
 //!   quantities, the generated protocol types;
 //! - [`cli_main`]: the whole `xfn` command line (the binary is one call).
@@ -37,6 +39,7 @@
 // use. Everything else is the crate's own (`mod`, not `pub mod`), so a
 // `pub` inside it means "for the rest of the crate", and the compiler tells
 // us when nothing uses it.
+pub mod chain;
 pub mod image;
 pub mod pidns;
 pub mod proto;
@@ -45,7 +48,6 @@ pub mod runner;
 pub use grpc::daemon::{Daemon, DaemonError, DaemonOptions};
 
 mod adaptor;
-mod chain;
 mod cli;
 mod compose;
 mod duration;

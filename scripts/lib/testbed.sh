@@ -130,10 +130,12 @@ new_bare_crun() {
 import json, sys
 spec = json.load(open(sys.argv[1]))
 spec["root"]["path"] = "rootfs"
-# Each run has a user namespace of its own mapping xfn's ids one to one:
-# the floor's namespace (--map-root-user) maps one id, so its run maps one.
+# Each run has a user namespace of its own mapping xfn's ids one to one,
+# from xfn's id 1 (its own id 0 is never a function's): the floor's
+# namespace (--map-root-user) maps one id, its 0, so its run maps that one.
 for key in ("uidMappings", "gidMappings"):
     for m in spec.get("linux", {}).get(key, []):
+        m["hostID"] = 0
         m["size"] = 1
 json.dump(spec, open(sys.argv[2], "w"))
 PY

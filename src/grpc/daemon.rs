@@ -53,7 +53,7 @@ pub struct DaemonOptions {
     /// Run slots and queue caps.
     pub admission: AdmissionLimits,
     /// Connections' timeouts and cap (already fitted to the descriptor
-    /// limit: [`ConnectionLimits::fitted_to`]).
+    /// limit: `ConnectionLimits::fitted_to`).
     pub connections: ConnectionLimits,
     /// After SIGTERM/SIGINT, how long calls may take before they are
     /// cancelled.

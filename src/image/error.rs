@@ -30,7 +30,7 @@ pub enum ImageError {
         image: String,
         /// Its layer count.
         count: usize,
-        /// [`MAX_LAYERS`](super::store::MAX_LAYERS).
+        /// `MAX_LAYERS` (the store's).
         max: usize,
     },
     /// Content is inconsistent (config, diff ids, cached entries).

@@ -202,7 +202,7 @@ fn lift(e: ExtractError, last: &str) -> ExtractError {
 const QUOTE_MAX: usize = 200;
 
 /// A name from a layer as errors quote it: lossy UTF-8, cut to
-/// [`QUOTE_MAX`] bytes with its full length noted, so a 300 MiB path
+/// `QUOTE_MAX` bytes with its full length noted, so a 300 MiB path
 /// makes a one-line error, not a 300 MiB one.
 pub fn quote(name: &[u8]) -> String {
     if name.len() <= QUOTE_MAX {

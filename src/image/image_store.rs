@@ -143,7 +143,7 @@ impl ImageStore {
         self.store().root()
     }
 
-    /// This process's claim on the cache (see [`crate::instance`]).
+    /// This process's claim on the cache (see `crate::instance`).
     pub fn instance(&self) -> &Arc<crate::instance::Instance> {
         self.store().instance()
     }
@@ -153,17 +153,17 @@ impl ImageStore {
         self.store().stats()
     }
 
-    /// The flattened rootfs of a pulled image (see [`Store::flattened_rootfs`]).
+    /// The flattened rootfs of a pulled image (see `Store::flattened_rootfs`).
     pub async fn flattened_rootfs(&self, image: &PulledImage) -> Result<PathBuf, ImageError> {
         self.store().flattened_rootfs(image).await
     }
 
-    /// Every image with a ref in the cache (see [`Store::list`]).
+    /// Every image with a ref in the cache (see `Store::list`).
     pub fn list(&self) -> Result<CacheListing, ImageError> {
         self.store().list()
     }
 
-    /// Imports an image from files (see [`Store::import`]).
+    /// Imports an image from files (see `Store::import`).
     pub async fn import(
         &self,
         source: ImportSource,
@@ -175,7 +175,7 @@ impl ImageStore {
     }
 
     /// Removes the images `references` name (their refs), then what no
-    /// image left uses (see [`Store::remove_images`]).
+    /// image left uses (see `Store::remove_images`).
     pub async fn remove_images(&self, references: &[String]) -> Result<GcReport, ImageError> {
         let keys = references
             .iter()
@@ -191,7 +191,7 @@ impl ImageStore {
     }
 
     /// Collects garbage, evicting least recently used images past
-    /// `max_size` (see [`Store::collect`]).
+    /// `max_size` (see `Store::collect`).
     pub async fn collect(&self, max_size: Option<u64>) -> Result<GcReport, ImageError> {
         let store = self.store().clone();
         tokio::task::spawn_blocking(move || store.collect(max_size))

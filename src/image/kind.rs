@@ -19,7 +19,7 @@ pub enum ImageErrorKind {
     NotPresent,
     /// Content does not match its digest or is malformed (`DataLoss`).
     Corrupt,
-    /// More than [`MAX_LAYERS`](super::store::MAX_LAYERS) layers
+    /// More than `MAX_LAYERS` (the store's) layers
     /// (`ResourceExhausted`/`InvalidArgument`).
     TooManyLayers,
     /// A layer could not be extracted for a local reason (`Internal`);

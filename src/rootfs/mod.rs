@@ -63,7 +63,7 @@ pub enum ResolvedMode {
 }
 
 impl RootfsMode {
-    /// Resolves the mode given the result of [`overlay_supported`].
+    /// Resolves the mode given the result of `overlay_supported`.
     pub fn resolve(self, overlay_ok: bool) -> Result<ResolvedMode, RootfsError> {
         match (self, overlay_ok) {
             (RootfsMode::Copy, _) | (RootfsMode::Auto, false) => Ok(ResolvedMode::Copy),

@@ -24,7 +24,7 @@ pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/u
 /// (tokio caps those at 512), so 1024 fits every real function, even on a
 /// 128-CPU node, and stops a fork bomb at a thousand sleeping tasks. It
 /// holds with and without cgroups: `pids.max` where limits are enforced,
-/// `RLIMIT_NPROC` where they are not (see [`rlimits`]).
+/// `RLIMIT_NPROC` where they are not (see `rlimits`).
 pub const PIDS_LIMIT: i64 = 1024;
 
 /// The default size of a run's `/tmp` (a tmpfs: memory, taken only as

@@ -28,6 +28,7 @@ pub use function_server::{ServeOptions, ServedFunction};
 pub use pool::{PoolOptions, PoolStats, WarmStart};
 
 pub(crate) use crate::sandbox::cgroup::run::RunUsage;
+pub(crate) use crate::sandbox::crun::tail_text as stderr_tail_text;
 pub(crate) use crate::sandbox::oci_runtime::CrunVersion;
 pub(crate) use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
 pub(crate) use pool::default_size as default_pool_size;
@@ -68,7 +69,7 @@ pub enum RunError {
     /// The function exited non-zero (Unknown/Aborted).
     #[error(
         "the function failed with exit code {code}: {}",
-        crate::sandbox::crun::tail_text(stderr_tail)
+        stderr_tail_text(stderr_tail)
     )]
     FunctionFailed {
         /// Exit code (128 + signal when killed by one).

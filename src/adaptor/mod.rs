@@ -66,17 +66,6 @@ pub struct Adaptor {
     calls: Arc<Calls>,
 }
 
-/// The tail of a function's stderr as text for an error message.
-fn stderr_text(tail: &[u8]) -> String {
-    let text = String::from_utf8_lossy(tail);
-    let text = text.trim();
-    if text.is_empty() {
-        "(no stderr)".to_string()
-    } else {
-        text.to_string()
-    }
-}
-
 impl Adaptor {
     /// An adaptor running `image` (already in the runner's store) per call,
     /// its calls going through `calls`.
@@ -155,7 +144,7 @@ impl Adaptor {
                 "function {}: {} (on its stdout); its stderr: {}",
                 self.options.name,
                 Chain(&e),
-                stderr_text(&output.stderr_tail)
+                crate::runner::stderr_tail_text(&output.stderr_tail)
             ))
         })?;
         let tag = request.meta.map(|m| m.tag).unwrap_or_default();

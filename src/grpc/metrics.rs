@@ -231,8 +231,6 @@ impl prometheus_client::collector::Collector for StoreCollector {
         &self,
         mut encoder: prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::counter::ConstCounter;
         use std::sync::atomic::Ordering::Relaxed;
         let stats = self.store.stats();
         let counters = [
@@ -252,13 +250,23 @@ impl prometheus_client::collector::Collector for StoreCollector {
                 stats.layers_extracted.load(Relaxed),
             ),
         ];
-        for (name, help, value) in counters {
-            let counter = ConstCounter::new(value);
-            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
-            counter.encode(metric)?;
-        }
-        Ok(())
+        encode_counters(&mut encoder, &counters)
     }
+}
+
+/// Unlabelled counters read at scrape time: (name, help, value) each.
+fn encode_counters(
+    encoder: &mut prometheus_client::encoding::DescriptorEncoder,
+    counters: &[(&str, &str, u64)],
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::encoding::EncodeMetric;
+    use prometheus_client::metrics::counter::ConstCounter;
+    for &(name, help, value) in counters {
+        let counter = ConstCounter::new(value);
+        let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+        counter.encode(metric)?;
+    }
+    Ok(())
 }
 
 /// The gatekeeper's refusals, counted in its own process (see
@@ -363,12 +371,7 @@ impl prometheus_client::collector::Collector for PoolCollector {
                 stats.discarded,
             ),
         ];
-        for (name, help, value) in counters {
-            let counter = ConstCounter::new(value);
-            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
-            counter.encode(metric)?;
-        }
-        Ok(())
+        encode_counters(&mut encoder, &counters)
     }
 }
 

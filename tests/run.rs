@@ -11,6 +11,8 @@ mod support;
 mod run_bounds;
 #[path = "run_kernel_counts.rs"]
 mod run_kernel_counts;
+#[path = "run_pod_shape.rs"]
+mod run_pod_shape;
 #[path = "run_users.rs"]
 mod run_users;
 #[path = "run_xfn.rs"]

@@ -23,8 +23,8 @@ fn main() {
     let base = world_traversable_tempdir();
     let cache = base.path().join("cache");
     let ns = enter_namespace(&UsernsOptions {
-        map_root_uid: 100_000,
-        map_root_gid: 100_000,
+        map_root_uid: None,
+        map_root_gid: None,
         cache_dir: cache.clone(),
         subordinate_ids: true,
     })

@@ -197,20 +197,7 @@ fn main() {
 /// calls, each on a new connection, keep succeeding while it holds them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_taking_every_epoll_watch_of_its_uid_leaves_the_daemon_serving_others() {
-    let dir = world_traversable_tempdir();
-    let hog = static_rust_binary(dir.path(), "epoll_hog", EPOLL_HOG);
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .layer(Layer::new().file("/hog", 0o755, std::fs::read(&hog).unwrap()))
-        .entrypoint([
-            "/bin/sh",
-            "-c",
-            "cat >/dev/null; n=47; exec /hog /bin/busybox sleep ${n}19",
-        ])
-        .push(&registry, "epoll-hog:v1")
-        .reference;
-    let echo = echo_image(&registry, "echo:v1");
     let first = subordinate_range(0);
     let daemon = Daemon::start_with_subordinate_ids(first, &["--max-concurrent-runs", "3"]).await;
     assert!(
@@ -220,6 +207,37 @@ async fn a_function_taking_every_epoll_watch_of_its_uid_leaves_the_daemon_servin
         "{}",
         daemon.log()
     );
+    // The image root's host uid is the first subordinate id, not xfn's.
+    epoll_hog_leaves_others_served(&daemon, &registry, first, NONROOT).await;
+}
+
+/// The epoll attack against `daemon`, which must allow 3 runs at once: a
+/// function (run as its image's root) takes every epoll watch its host uid
+/// may have and holds them; its host uid must be `function_uid` and
+/// xfn's `xfn_uid` (as the host sees them), and other callers' calls, each
+/// on a new connection the gatekeeper adopts, keep succeeding meanwhile.
+pub(crate) async fn epoll_hog_leaves_others_served(
+    daemon: &Daemon,
+    registry: &Registry,
+    function_uid: u32,
+    xfn_uid: u32,
+) {
+    let dir = world_traversable_tempdir();
+    let hog = static_rust_binary(dir.path(), "epoll_hog", EPOLL_HOG);
+    let image = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/hog", 0o755, std::fs::read(&hog).unwrap()))
+        // It sleeps as many seconds as its expected uid: a name no other
+        // test's hog has.
+        .entrypoint([
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!("cat >/dev/null; u={function_uid}; exec /hog /bin/busybox sleep $u"),
+        ])
+        .push(registry, "epoll-hog:v1")
+        .reference;
+    let sleeping = format!("/bin/busybox sleep {function_uid}");
+    let echo = echo_image(registry, "echo:v1");
     daemon.call_ok(&echo).await;
     let mut hogger = daemon.client().await;
     let hogging = tokio::spawn(async move {
@@ -233,7 +251,7 @@ async fn a_function_taking_every_epoll_watch_of_its_uid_leaves_the_daemon_servin
     });
     // The exec happens once the taking is done.
     let pid = loop {
-        if let Some(pid) = process_where(|cmdline| cmdline == "/bin/busybox sleep 4719") {
+        if let Some(pid) = process_where(|cmdline| cmdline == sleeping) {
             break pid;
         }
         assert!(!hogging.is_finished(), "{}", daemon.log());
@@ -250,9 +268,8 @@ async fn a_function_taking_every_epoll_watch_of_its_uid_leaves_the_daemon_servin
         took.starts_with(&format!("took {limit}:")),
         "every watch of its uid: {took}"
     );
-    // Its host uid is the image root's subordinate id, not the daemon's.
-    assert_eq!(status_field(pid, "Uid"), u64::from(first));
-    assert_eq!(status_field(daemon.xfn_pid(), "Uid"), u64::from(NONROOT));
+    assert_eq!(status_field(pid, "Uid"), u64::from(function_uid));
+    assert_eq!(status_field(daemon.xfn_pid(), "Uid"), u64::from(xfn_uid));
     // Other callers, each on a new connection the gatekeeper adopts.
     for _ in 0..10 {
         daemon.call_ok(&echo).await;

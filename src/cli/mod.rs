@@ -264,12 +264,16 @@ impl WarmPoolArgs {
 /// Flags of the user namespace xfn enters before anything else.
 #[derive(Debug, Clone, Args)]
 pub struct UsernsArgs {
-    /// Host uid that container uid 0 maps to, when xfn may map a range (CAP_SETUID or root).
-    #[arg(long, default_value_t = 100_000)]
-    pub map_root_uid: u32,
-    /// Host gid that container gid 0 maps to, when xfn may map a range (CAP_SETGID or root).
-    #[arg(long, default_value_t = 100_000)]
-    pub map_root_gid: u32,
+    /// The first of the 65536 uids xfn maps when it may map a range
+    /// (CAP_SETUID): xfn is that uid, functions the rest. Default: 100000
+    /// where those are mapped (a host), else 0 where xfn is 0 and 0..65535
+    /// are mapped (the root of a pod with `hostUsers: false`); a start whose
+    /// uids are not all mapped is refused.
+    #[arg(long)]
+    pub map_root_uid: Option<u32>,
+    /// The first of the 65536 gids, alike (CAP_SETGID).
+    #[arg(long)]
+    pub map_root_gid: Option<u32>,
     /// Without CAP_SETUID: `auto` runs functions under the subordinate ids
     /// of xfn's user (/etc/subuid and /etc/subgid, 65536 or more, mapped
     /// with newuidmap/newgidmap), not under xfn's own uid, where the
@@ -290,8 +294,8 @@ pub enum SubIds {
 impl Default for UsernsArgs {
     fn default() -> Self {
         Self {
-            map_root_uid: 100_000,
-            map_root_gid: 100_000,
+            map_root_uid: None,
+            map_root_gid: None,
             subids: SubIds::Auto,
         }
     }
@@ -455,14 +459,14 @@ impl Prepared {
 /// single-threaded.
 pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
-    check_cache_owner(&store.cache_dir, userns)?;
-    crate::runner::enter_namespace(&crate::runner::UsernsOptions {
+    let options = crate::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
         map_root_gid: userns.map_root_gid,
         cache_dir: store.cache_dir.clone(),
         subordinate_ids: userns.subids == SubIds::Auto,
-    })
-    .context("cannot enter xfn's user namespace")
+    };
+    check_cache_owner(&store.cache_dir, &options)?;
+    crate::runner::enter_namespace(&options).context("cannot enter xfn's user namespace")
 }
 
 /// Refuses a cache dir that another user owns, before anything is put in
@@ -471,19 +475,18 @@ pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result
 /// functions or break every call. Root may own it (a Kubernetes emptyDir is
 /// root's, mode 0777, reachable only inside the pod); as root, or allowed
 /// to map a range, xfn hands the dir to the mapped root itself.
-fn check_cache_owner(dir: &std::path::Path, userns: &UsernsArgs) -> anyhow::Result<()> {
+fn check_cache_owner(
+    dir: &std::path::Path,
+    userns: &crate::runner::UsernsOptions,
+) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::metadata(dir) else {
         // Absent: xfn creates it, owned by itself.
         return Ok(());
     };
     let (owner, own) = (meta.uid(), nix::unistd::geteuid().as_raw());
-    let may_map_range = || {
-        use caps::{has_cap, CapSet, Capability};
-        let has = |cap| has_cap(None, CapSet::Effective, cap).unwrap_or(false);
-        has(Capability::CAP_SETUID) && has(Capability::CAP_SETGID)
-    };
-    if own == 0 || owner == own || owner == 0 || (owner == userns.map_root_uid && may_map_range()) {
+    let range_root = || userns.range().map(|(uid, _)| uid);
+    if own == 0 || owner == own || owner == 0 || Some(owner) == range_root() {
         return Ok(());
     }
     anyhow::bail!(

@@ -243,10 +243,6 @@ fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<K
         global.registry.clone().into(),
         "--timeout".into(),
         format!("{}ms", args.timeout.as_millis()).into(),
-        "--map-root-uid".into(),
-        args.userns.map_root_uid.to_string().into(),
-        "--map-root-gid".into(),
-        args.userns.map_root_gid.to_string().into(),
         "--runtime".into(),
         args.runner.runtime.clone().into(),
         "--pids-limit".into(),
@@ -256,6 +252,13 @@ fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<K
     ];
     if let Some(mode) = args.runner.rootfs.to_possible_value() {
         flags.extend(["--rootfs".into(), mode.get_name().into()]);
+    }
+    // Unset, the keepers choose as this render would (`userns::choose_start`).
+    if let Some(uid) = args.userns.map_root_uid {
+        flags.extend(["--map-root-uid".into(), uid.to_string().into()]);
+    }
+    if let Some(gid) = args.userns.map_root_gid {
+        flags.extend(["--map-root-gid".into(), gid.to_string().into()]);
     }
     if args.runner.require_limits {
         flags.push("--require-limits".into());

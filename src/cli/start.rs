@@ -189,12 +189,20 @@ fn log_function_uids(namespace: &Namespace) {
         .and_then(|text| text.trim().parse::<u64>().ok())
         .unwrap_or_default();
     let mapping = namespace.mapping();
+    // The ids one level up: the node's where xfn starts in a pod's own user
+    // namespace (`hostUsers: false`), where functions get the pod's ids.
+    let outer = |uid: u32| {
+        namespace.outer_uid(uid).map_or_else(
+            || format!("{uid} (unmapped above)"),
+            |outer| outer.to_string(),
+        )
+    };
     match namespace.why_shared_uid() {
         None => {
             let (first, last) = mapping.function_host_uids();
             tracing::info!(
-                xfn_uid = mapping.own_host_uid(),
-                function_uids = %format!("{first}-{last}"),
+                xfn_uid = %outer(mapping.own_host_uid()),
+                function_uids = %format!("{}-{}", outer(first), outer(last)),
                 max_user_watches = epoll_watches,
                 "functions run under host uids that are not xfn's: the epoll watches the kernel \
                  allows per uid (fs.epoll.max_user_watches) and other per-uid counts of theirs \
@@ -206,9 +214,11 @@ fn log_function_uids(namespace: &Namespace) {
             %why,
             "functions share xfn's host uid, and with it the epoll watches the kernel allows per \
              uid (fs.epoll.max_user_watches), which the gatekeeper needs to accept calls: only a \
-             --memory limit bounds a function's share. Give xfn's user 65536 ids in /etc/subuid \
-             and /etc/subgid and newuidmap/newgidmap (--subids), or CAP_SETUID/CAP_SETGID, so \
-             that functions run under other uids (docs/design.md: Per-uid kernel counts)"
+             --memory limit bounds a function's share. Run xfn with CAP_SETUID/CAP_SETGID (as \
+             the root of a pod with hostUsers: false, and CAP_SETFCAP: deploy/), or give its \
+             user 65536 ids in /etc/subuid and /etc/subgid and newuidmap/newgidmap (--subids), \
+             so that functions run under other uids (docs/start.md: Whose host uid functions run \
+             under)"
         ),
     }
 }

@@ -31,9 +31,17 @@
 //! 0..count onto those, one to one (`user.rs`): a function's root is host
 //! id `first + 1`, never xfn's. Two deployments give them:
 //! - **a privileged range** ([`IdMapping::Range`]): CAP_SETUID/CAP_SETGID
-//!   (root on a host, root in a pod with `hostUsers: false`) map the 65536
-//!   ids from `--map-root-uid`; xfn becomes its first, functions get the
-//!   65535 after it (container ids 0..65534);
+//!   (root on a host, root in a pod with `hostUsers: false`) map 65536 ids
+//!   of the namespace xfn starts in; xfn becomes their first, functions get
+//!   the 65535 after it (container ids 0..65534). Which 65536 is read from
+//!   what that namespace maps (`choose_start`) unless `--map-root-uid/gid`
+//!   say: on a host (every id mapped) 100000 onwards, above the host's own
+//!   users; in a pod with `hostUsers: false` (0..65535 mapped, nothing
+//!   else) all of them, xfn, the pod's root, at 0 — the only range such a
+//!   pod has, so the shipped sidecar (`deploy/`) runs as the pod's root with
+//!   CAP_SETUID, CAP_SETGID and CAP_SETFCAP, all three the pod's, not the
+//!   node's (the kernel wants the third from whoever maps a namespace's
+//!   uid 0 into a child: `IdMapping::maps_outer_root`);
 //! - **subordinate ids** ([`IdMapping::Subordinate`], `subids.rs`): an
 //!   unprivileged xfn whose user has 65536 ids in /etc/subuid and
 //!   /etc/subgid maps them with `newuidmap`/`newgidmap` beside its own id,
@@ -95,6 +103,9 @@ pub enum UsernsError {
         /// The error.
         source: std::io::Error,
     },
+    /// `--map-root-uid/gid` name ids that are not mapped where xfn starts.
+    #[error("{0}")]
+    RangeNotMapped(String),
     /// The map-writing helper failed.
     #[error(
         "the id-map helper failed ({0}); are the ids ({1}) free and mapped in the parent namespace?"
@@ -116,6 +127,15 @@ pub enum UsernsError {
         /// The host uid of the namespace's root.
         uid: u32,
     },
+    /// The map would map uid 0 of the namespace xfn starts in, which the
+    /// kernel allows only with CAP_SETFCAP there.
+    #[error(
+        "xfn is uid 0 where it starts, and mapping that uid into its own user namespace takes \
+         CAP_SETFCAP there (Linux 5.12+: so that no namespace can give file capabilities to its \
+         parent's root), which xfn lacks: add SETFCAP to the container's capabilities (deploy/: \
+         the pod's root with SETUID, SETGID and SETFCAP), or run xfn as another uid"
+    )]
+    NeedsSetfcap,
     /// Entered twice.
     #[error("the user namespace was already entered")]
     AlreadyEntered,
@@ -128,10 +148,12 @@ fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> UsernsError {
 /// What to map.
 #[derive(Debug, Clone)]
 pub struct UsernsOptions {
-    /// Host uid that uid 0 maps to when a range may be mapped.
-    pub map_root_uid: u32,
-    /// Host gid that gid 0 maps to when a range may be mapped.
-    pub map_root_gid: u32,
+    /// The uid (of the namespace xfn starts in) that xfn's uid 0 maps to
+    /// when a range may be mapped; `None`: chosen from what that namespace
+    /// maps (`choose_start`).
+    pub map_root_uid: Option<u32>,
+    /// The gid that gid 0 maps to, alike.
+    pub map_root_gid: Option<u32>,
     /// The cache dir; made owned by the mapped root before entering.
     pub cache_dir: PathBuf,
     /// Without CAP_SETUID, map the subordinate ids of /etc/subuid and
@@ -149,12 +171,13 @@ pub enum IdMapping {
         /// Host gid.
         gid: u32,
     },
-    /// A range of [`RANGE_SIZE`] ids starting at these host ids (xfn is
-    /// the first; functions get the rest).
+    /// A range of [`RANGE_SIZE`] ids starting at these ids of the
+    /// namespace xfn started in (the host's, or a pod's own: then 0): xfn
+    /// is the first; functions get the rest.
     Range {
-        /// Host uid of uid 0.
+        /// Uid of uid 0 in the namespace xfn started in.
         uid: u32,
-        /// Host gid of gid 0.
+        /// Gid of gid 0 in the namespace xfn started in.
         gid: u32,
     },
     /// xfn's own ids at 0, and `count` subordinate ids from 1 (functions').
@@ -218,6 +241,18 @@ impl IdMapping {
         }
     }
 
+    /// Whether the uid map maps uid 0 of the namespace xfn starts in: the
+    /// kernel then wants CAP_SETFCAP there from whoever writes it
+    /// (`verify_root_map`, Linux 5.12+), besides CAP_SETUID for a range.
+    /// `newuidmap` has it (setuid root); xfn as the root of a pod's own user
+    /// namespace (`hostUsers: false`) must be given it.
+    fn maps_outer_root(&self) -> bool {
+        match *self {
+            IdMapping::Own { uid, .. } | IdMapping::Range { uid, .. } => uid == 0,
+            IdMapping::Subordinate { .. } => false,
+        }
+    }
+
     /// What image ids are shifted by in extracted layers (`image::store::owners`).
     pub fn owner_shift(&self) -> u32 {
         self.function_ids().root()
@@ -242,6 +277,9 @@ pub struct Namespace {
     ucounts: UcountLimits,
     /// Why functions share xfn's host uid, when they do.
     shared_uid: Option<String>,
+    /// The uid map of the namespace xfn started in (its /proc/self/uid_map
+    /// before entering): how the ids of [`IdMapping`] show one level up.
+    outer_uid_map: String,
 }
 
 impl Namespace {
@@ -277,16 +315,166 @@ impl Namespace {
     pub fn why_shared_uid(&self) -> Option<&str> {
         self.shared_uid.as_deref()
     }
+
+    /// A uid of [`IdMapping`] (of the namespace xfn started in) as the
+    /// namespace above that one sees it: the node's, for xfn in a pod with
+    /// `hostUsers: false`; itself on a host. `None` if unmapped there.
+    pub fn outer_uid(&self, uid: u32) -> Option<u32> {
+        map_outward(&self.outer_uid_map, uid)
+    }
 }
 
 /// Whether this process entered already (the one process-wide fact).
 static ENTERED: AtomicBool = AtomicBool::new(false);
 
-/// Whether this process may map a range: root, or CAP_SETUID and CAP_SETGID.
+/// Whether this process may map a range: CAP_SETUID and CAP_SETGID in
+/// effect (root has them, unless its container dropped them: then it can
+/// write no map of more than its own id either).
 fn can_map_range() -> bool {
-    use caps::{has_cap, CapSet, Capability};
-    let has = |cap| has_cap(None, CapSet::Effective, cap).unwrap_or(false);
-    geteuid().is_root() || (has(Capability::CAP_SETUID) && has(Capability::CAP_SETGID))
+    has_effective(caps::Capability::CAP_SETUID) && has_effective(caps::Capability::CAP_SETGID)
+}
+
+fn has_effective(cap: caps::Capability) -> bool {
+    caps::has_cap(None, caps::CapSet::Effective, cap).unwrap_or(false)
+}
+
+/// Where a privileged range starts on a host when `--map-root-uid/gid` are
+/// not given: the host's own users' ids are below it.
+pub const HOST_RANGE_START: u32 = 100_000;
+
+/// Why no range is mapped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NoRange {
+    /// No CAP_SETUID/CAP_SETGID: subordinate ids may still serve.
+    Unprivileged,
+    /// None that the namespace xfn starts in maps: functions share xfn's uid.
+    Unmapped(String),
+    /// `--map-root-uid/gid` name ids not mapped here: xfn refuses to start
+    /// rather than run functions under its own uid against the flags.
+    Refused(String),
+}
+
+/// Uids or gids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    Uids,
+    Gids,
+}
+
+impl Ids {
+    fn name(self) -> &'static str {
+        match self {
+            Ids::Uids => "uid",
+            Ids::Gids => "gid",
+        }
+    }
+
+    fn map_file(self) -> &'static str {
+        match self {
+            Ids::Uids => "/proc/self/uid_map",
+            Ids::Gids => "/proc/self/gid_map",
+        }
+    }
+}
+
+impl UsernsOptions {
+    /// The range ([`IdMapping::Range`]) this process would map: the first
+    /// uid and gid, or `None` where it maps none.
+    pub fn range(&self) -> Option<(u32, u32)> {
+        choose_range(self).ok()
+    }
+}
+
+/// The range to map, from the flags and what this process may map.
+fn choose_range(options: &UsernsOptions) -> Result<(u32, u32), NoRange> {
+    if !can_map_range() {
+        return Err(NoRange::Unprivileged);
+    }
+    let start = |ids: Ids, own: u32, explicit: Option<u32>| {
+        let map = std::fs::read_to_string(ids.map_file()).unwrap_or_default();
+        choose_start(&map, own, explicit, ids).map_err(|why| match explicit {
+            Some(_) => NoRange::Refused(why),
+            None => NoRange::Unmapped(why),
+        })
+    };
+    let uid = start(Ids::Uids, geteuid().as_raw(), options.map_root_uid);
+    let gid = start(Ids::Gids, getegid().as_raw(), options.map_root_gid);
+    match (uid, gid) {
+        (Ok(uid), Ok(gid)) => Ok((uid, gid)),
+        // A refusal wins: the flags asked for what cannot be.
+        (Err(e @ NoRange::Refused(_)), _) | (_, Err(e @ NoRange::Refused(_))) => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+/// The first of the [`RANGE_SIZE`] uids (or gids) to map, given the id map
+/// of the namespace xfn starts in (`map`, as /proc/self/uid_map reads), xfn's
+/// own id there, and the flag: the flag's start where those ids are all
+/// mapped; without it, [`HOST_RANGE_START`] where mapped (a host), else 0
+/// where xfn is 0 and 0..65535 are mapped (the root of a container's own
+/// user namespace: a pod with `hostUsers: false`, which has exactly those);
+/// else why none can be.
+fn choose_start(map: &str, own: u32, explicit: Option<u32>, ids: Ids) -> Result<u32, String> {
+    let name = ids.name();
+    let span = |start: u32| {
+        format!(
+            "{name}s {start}-{}",
+            u64::from(start) + u64::from(RANGE_SIZE) - 1
+        )
+    };
+    let shown = format!("{}: {}", ids.map_file(), show_map(map));
+    match explicit {
+        Some(start) if map_covers(map, start, RANGE_SIZE) => Ok(start),
+        Some(start) => Err(format!(
+            "--map-root-{name} {start}: {} are not all mapped in the user namespace xfn starts in \
+             ({shown}); give a start whose 65536 {name}s are, or leave the flag out to have xfn \
+             choose",
+            span(start)
+        )),
+        None if map_covers(map, HOST_RANGE_START, RANGE_SIZE) => Ok(HOST_RANGE_START),
+        None if own == 0 && map_covers(map, 0, RANGE_SIZE) => Ok(0),
+        None if map_covers(map, 0, RANGE_SIZE) => Err(format!(
+            "{} are not mapped here ({shown}), and {} are, but xfn is {name} {own} there, not \
+             0: it must be their first, as the owner of the cache and the gatekeeper (in a pod \
+             with hostUsers: false, run it as the pod's root: runAsUser: 0, runAsGroup: 0)",
+            span(HOST_RANGE_START),
+            span(0)
+        )),
+        None => Err(format!(
+            "neither {} (a host's) nor {} with xfn as 0 (a pod's with hostUsers: false) are \
+             mapped in the user namespace xfn starts in ({shown})",
+            span(HOST_RANGE_START),
+            span(0)
+        )),
+    }
+}
+
+/// An id map on one line, for messages: `0 1000 65536; 65536 300000 1`.
+fn show_map(map: &str) -> String {
+    let lines: Vec<String> = map
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|line| !line.is_empty())
+        .collect();
+    match lines.is_empty() {
+        true => "empty".into(),
+        false => lines.join("; "),
+    }
+}
+
+/// `id` (an inside id of `map`) as the namespace above sees it.
+fn map_outward(map: &str, id: u32) -> Option<u32> {
+    map.lines().find_map(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [inside, outside, len] = fields[..] else {
+            return None;
+        };
+        let id = u64::from(id);
+        (inside <= id && id < inside + len).then(|| u32::try_from(outside + id - inside).ok())?
+    })
 }
 
 /// Enters a new user and mount namespace. Must be called while the process
@@ -296,50 +484,42 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
         return Err(UsernsError::AlreadyEntered);
     }
     let cgroups = CgroupSupport::detect();
-    let range_available = range_is_mapped("/proc/self/uid_map", options.map_root_uid)
-        && range_is_mapped("/proc/self/gid_map", options.map_root_gid);
-    if can_map_range() && !range_available {
-        // E.g. "root" inside a container whose own namespace maps fewer ids.
-        tracing::warn!(
-            uid = options.map_root_uid,
-            gid = options.map_root_gid,
-            "the id range to map is not mapped here; mapping only xfn's own ids"
-        );
-    }
+    let outer_uid_map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
     let (own_uid, own_gid) = (geteuid().as_raw(), getegid().as_raw());
-    let subordinate = match () {
-        _ if can_map_range() => Err("xfn may map a range, but it is not mapped here".to_string()),
-        _ if !options.subordinate_ids => Err("--subids=off".to_string()),
-        _ => subids::detect(own_uid),
+    let own = IdMapping::Own {
+        uid: own_uid,
+        gid: own_gid,
     };
-    let helpers = subordinate.as_ref().ok().cloned();
-    let (mapping, shared_uid) = match subordinate {
-        _ if can_map_range() && range_available => (
-            IdMapping::Range {
-                uid: options.map_root_uid,
-                gid: options.map_root_gid,
-            },
-            None,
-        ),
-        Ok(sub) => (
-            IdMapping::Subordinate {
-                uid: own_uid,
-                gid: own_gid,
-                sub_uid: sub.uid,
-                sub_gid: sub.gid,
-                count: sub.count,
-            },
-            None,
-        ),
-        Err(why) => (
-            IdMapping::Own {
-                uid: own_uid,
-                gid: own_gid,
-            },
-            Some(why),
-        ),
+    let (mapping, shared_uid, helpers) = match choose_range(options) {
+        Ok((uid, gid)) => (IdMapping::Range { uid, gid }, None, None),
+        Err(NoRange::Refused(why)) => return Err(UsernsError::RangeNotMapped(why)),
+        Err(NoRange::Unmapped(why)) => {
+            // E.g. root in a container whose own namespace maps fewer ids.
+            tracing::warn!(%why, "xfn may map an id range, but none is mapped here: mapping only xfn's own ids");
+            (own, Some(why), None)
+        }
+        Err(NoRange::Unprivileged) if !options.subordinate_ids => {
+            (own, Some("--subids=off".to_string()), None)
+        }
+        Err(NoRange::Unprivileged) => match subids::detect(own_uid) {
+            Ok(sub) => (
+                IdMapping::Subordinate {
+                    uid: own_uid,
+                    gid: own_gid,
+                    sub_uid: sub.uid,
+                    sub_gid: sub.gid,
+                    count: sub.count,
+                },
+                None,
+                Some(sub),
+            ),
+            Err(why) => (own, Some(why), None),
+        },
     };
 
+    if mapping.maps_outer_root() && !has_effective(caps::Capability::CAP_SETFCAP) {
+        return Err(UsernsError::NeedsSetfcap);
+    }
     if let IdMapping::Range { uid, gid } = mapping {
         own_cache_dir(&options.cache_dir, uid, gid)?;
     }
@@ -434,6 +614,7 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
         cgroups,
         ucounts,
         shared_uid,
+        outer_uid_map,
     })
 }
 
@@ -561,14 +742,8 @@ fn subordinate_helper(target: i32, uid: u32, gid: u32, sub: &SubIds) -> i32 {
     0
 }
 
-/// Whether `[start, start + RANGE_SIZE)` is wholly covered by one line of an
-/// id map (`/proc/self/uid_map`): only ids mapped here can be mapped below.
-fn range_is_mapped(map_file: &str, start: u32) -> bool {
-    std::fs::read_to_string(map_file)
-        .map(|text| map_covers(&text, start, RANGE_SIZE))
-        .unwrap_or(false)
-}
-
+/// Whether `[start, start + count)` is wholly covered by one line of an id
+/// map (`/proc/self/uid_map`): only ids mapped here can be mapped below.
 fn map_covers(map: &str, start: u32, count: u32) -> bool {
     let (start, count) = (u64::from(start), u64::from(count));
     map.lines().any(|line| {
@@ -603,5 +778,88 @@ mod tests {
         let split = "0 1000 1\n1 200000 200000\n";
         assert!(map_covers(split, 100_000, RANGE_SIZE));
         assert!(!map_covers("", 0, 1));
+    }
+
+    const HOST: &str = "         0          0 4294967295\n";
+    /// A pod with `hostUsers: false`: 65536 ids from an unprivileged base.
+    const POD: &str = "         0  833617920      65536\n";
+
+    #[test]
+    fn without_flags_a_host_maps_the_range_above_its_users() {
+        assert_eq!(choose_start(HOST, 0, None, Ids::Uids), Ok(HOST_RANGE_START));
+        // Root or not: any process with CAP_SETUID on a host.
+        assert_eq!(
+            choose_start(HOST, 4321, None, Ids::Gids),
+            Ok(HOST_RANGE_START)
+        );
+    }
+
+    #[test]
+    fn without_flags_the_root_of_a_pods_user_namespace_maps_all_of_the_pods_ids() {
+        assert_eq!(choose_start(POD, 0, None, Ids::Uids), Ok(0));
+        // The kernel maps a line of a child's map within one line of its
+        // parent's: ids split over two lines cannot be mapped as one range.
+        let split = "0 833617920 1\n1 833617921 65535\n";
+        assert!(choose_start(split, 0, None, Ids::Gids).is_err());
+    }
+
+    #[test]
+    fn without_flags_a_pods_non_root_user_is_told_to_run_as_the_pods_root() {
+        let why = choose_start(POD, 65532, None, Ids::Uids).unwrap_err();
+        assert!(
+            why.contains("uids 100000-165535 are not mapped here"),
+            "{why}"
+        );
+        assert!(
+            why.contains("/proc/self/uid_map: 0 833617920 65536"),
+            "{why}"
+        );
+        assert!(why.contains("xfn is uid 65532 there, not 0"), "{why}");
+        assert!(why.contains("runAsUser: 0"), "{why}");
+    }
+
+    #[test]
+    fn without_flags_a_namespace_of_fewer_ids_says_it_has_no_range() {
+        for map in ["0 1000 1\n", "0 1000 65535\n", ""] {
+            let why = choose_start(map, 0, None, Ids::Gids).unwrap_err();
+            assert!(
+                why.starts_with("neither gids 100000-165535 (a host's) nor gids 0-65535"),
+                "{why}"
+            );
+            assert!(why.contains("/proc/self/gid_map: "), "{why}");
+        }
+        let why = choose_start("", 0, None, Ids::Gids).unwrap_err();
+        assert!(why.ends_with("(/proc/self/gid_map: empty)"), "{why}");
+    }
+
+    #[test]
+    fn a_flag_is_taken_where_its_range_is_mapped_and_refused_where_not() {
+        assert_eq!(choose_start(HOST, 0, Some(200_000), Ids::Uids), Ok(200_000));
+        assert_eq!(choose_start(POD, 0, Some(0), Ids::Uids), Ok(0));
+        let why = choose_start(POD, 0, Some(100_000), Ids::Uids).unwrap_err();
+        assert!(
+            why.starts_with("--map-root-uid 100000: uids 100000-165535 are not all mapped"),
+            "{why}"
+        );
+        assert!(
+            why.contains("(/proc/self/uid_map: 0 833617920 65536)"),
+            "{why}"
+        );
+        // The last id must exist too.
+        let why = choose_start(HOST, 0, Some(u32::MAX - 10), Ids::Gids).unwrap_err();
+        assert!(
+            why.contains("gids 4294967285-4295032820 are not all"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn ids_are_seen_one_level_up_through_the_map() {
+        assert_eq!(map_outward(POD, 0), Some(833_617_920));
+        assert_eq!(map_outward(POD, 65535), Some(833_683_455));
+        assert_eq!(map_outward(POD, 65536), None);
+        assert_eq!(map_outward(HOST, 100_001), Some(100_001));
+        assert_eq!(map_outward("0 1000 1\n1 200000 10\n", 3), Some(200_002));
+        assert_eq!(map_outward("0 4294967290 10\n", 9), None, "past u32");
     }
 }

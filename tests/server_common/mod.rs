@@ -91,6 +91,60 @@ fn with_subordinate_ids(dir: &Path, uid: u32, first: u32, program: &Path) -> std
     unshared(&["--mount", "--", "sh", "-c", &bind], inner)
 }
 
+/// What the shipped sidecar's container adds to no capabilities (deploy/),
+/// in `setpriv --bounding-set` terms.
+pub const POD_CAPABILITIES: &str = "+setuid,+setgid,+setfcap";
+
+/// `program` as the root of a pod with `hostUsers: false`, as the shipped
+/// sidecar runs (deploy/), without Kubernetes: in a user namespace of its
+/// own whose ids 0..65535 are the host's `base..base+65535`, as its uid 0,
+/// with exactly the capabilities `caps` (e.g. [`POD_CAPABILITIES`]) in its
+/// bounding, permitted and effective sets and nothing inheritable, as a
+/// container runtime gives root, and `no_new_privs`
+/// (`allowPrivilegeEscalation: false`). `unshare --map-users` maps the
+/// range with `newuidmap`, which wants it in root's /etc/subuid: a file
+/// under `dir`, bound over the host's in a mount namespace of its own, as
+/// [`with_subordinate_ids`] does.
+pub fn as_pod_root(dir: &Path, base: u32, caps: &str, program: &Path) -> std::process::Command {
+    let subids = dir.join("pod-ids");
+    std::fs::write(&subids, format!("root:{base}:65536\n")).expect("write pod ids");
+    let mut inner = std::process::Command::new("setpriv");
+    inner
+        .args(["--inh-caps=-all", &format!("--bounding-set=-all,{caps}")])
+        .args(["--no-new-privs", "--"])
+        .arg(program)
+        .env_remove("HOME");
+    let ids = format!("{base},0,65536");
+    let pod = unshared(
+        &[
+            "--user",
+            &format!("--map-users={ids}"),
+            &format!("--map-groups={ids}"),
+            "--setuid=0",
+            "--setgid=0",
+            "--",
+        ],
+        inner,
+    );
+    let bind = format!(
+        "mount --bind {s} /etc/subuid && mount --bind {s} /etc/subgid && exec \"$0\" \"$@\"",
+        s = subids.display()
+    );
+    unshared(&["--mount", "--", "sh", "-c", &bind], pod)
+}
+
+/// Who a test daemon runs as, besides its uid.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// As its uid alone (or root).
+    Plain,
+    /// With the 65536 subordinate ids from this host id.
+    SubordinateIds(u32),
+    /// As the root of a pod's own user namespace whose ids start at this
+    /// host id ([`as_pod_root`]).
+    PodRoot(u32),
+}
+
 /// A daemon's hold on the CPUs (see [`CPUS`]).
 enum CpuShare {
     Shared(#[allow(dead_code)] tokio::sync::OwnedRwLockReadGuard<()>),
@@ -166,7 +220,7 @@ impl Daemon {
             Some(NONROOT),
             Listen::Abstract,
             extra,
-            (false, None),
+            (false, Shape::Plain),
             true,
             alone,
         )
@@ -205,7 +259,25 @@ impl Daemon {
             Some(NONROOT),
             Listen::Abstract,
             extra,
-            (false, Some(first)),
+            (false, Shape::SubordinateIds(first)),
+            true,
+            shared,
+        )
+        .await
+    }
+
+    /// `xfn start` with its default id flags as the root of a pod with
+    /// `hostUsers: false` whose 65536 ids start at host id `base`
+    /// (`as_pod_root`), on a cache dir owned by the pod's root; clients
+    /// dial as that root (host uid `base`) unless told otherwise.
+    pub async fn start_as_pod_root(base: u32, extra: &[&str]) -> Daemon {
+        let shared = CpuShare::Shared(CPUS.clone().read_owned().await);
+        Self::launch_sharing(
+            None,
+            Some(base),
+            Listen::Abstract,
+            extra,
+            (false, Shape::PodRoot(base)),
             true,
             shared,
         )
@@ -257,7 +329,8 @@ impl Daemon {
         debug: bool,
     ) -> Daemon {
         let shared = CpuShare::Shared(CPUS.clone().read_owned().await);
-        Self::launch_sharing(cache, user, listen, extra, (as_pid1, None), debug, shared).await
+        let shape = (as_pid1, Shape::Plain);
+        Self::launch_sharing(cache, user, listen, extra, shape, debug, shared).await
     }
 
     #[allow(clippy::too_many_arguments)] // the launchers above name them
@@ -266,7 +339,7 @@ impl Daemon {
         user: Option<u32>,
         listen: Listen,
         extra: &[&str],
-        (as_pid1, subordinate_ids): (bool, Option<u32>),
+        (as_pid1, shape): (bool, Shape),
         debug: bool,
         cpus: CpuShare,
     ) -> Daemon {
@@ -275,7 +348,11 @@ impl Daemon {
             Some(cache) => cache.to_path_buf(),
             None => {
                 let cache_dir = dir.path().join("cache");
-                dir_owned_by(&cache_dir, NONROOT);
+                let owner = match shape {
+                    Shape::PodRoot(base) => base,
+                    Shape::Plain | Shape::SubordinateIds(_) => NONROOT,
+                };
+                dir_owned_by(&cache_dir, owner);
                 cache_dir
             }
         };
@@ -288,9 +365,12 @@ impl Daemon {
         let log = dir.path().join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create the daemon log");
         let xfn = Path::new(env!("CARGO_BIN_EXE_xfn"));
-        let mut command = match (user, subordinate_ids) {
-            (Some(uid), Some(first)) => with_subordinate_ids(dir.path(), uid, first, xfn),
-            (Some(uid), None) => unprivileged(uid, xfn),
+        let mut command = match (user, shape) {
+            (_, Shape::PodRoot(base)) => as_pod_root(dir.path(), base, POD_CAPABILITIES, xfn),
+            (Some(uid), Shape::SubordinateIds(first)) => {
+                with_subordinate_ids(dir.path(), uid, first, xfn)
+            }
+            (Some(uid), Shape::Plain) => unprivileged(uid, xfn),
             (None, _) => std::process::Command::new(xfn),
         };
         if as_pid1 {

@@ -66,3 +66,113 @@ fn the_sidecars_cache_budget_and_a_pull_in_flight_fit_its_empty_dir_size_limit()
         "--cache-max-size ({budget}) + 2 x --max-image-size ({image}) must stay below the emptyDir sizeLimit ({size_limit})"
     );
 }
+
+fn manifest(path: &str) -> String {
+    let path = format!("{}/deploy/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The capabilities xfn maps its pod's ids with, and no other: SETUID and
+/// SETGID for the ids, SETFCAP because the map holds the pod's uid 0 (xfn),
+/// which Linux 5.12+ allows only with it (`src/sandbox/userns.rs`). All
+/// three are the pod's user namespace's, not the node's.
+const POD_ROOT_CAPABILITIES: [&str; 3] = ["SETFCAP", "SETGID", "SETUID"];
+
+/// Asserts that a container's `securityContext` (with its pod's, where
+/// given, under it) is the shipped shape: the pod's root (uid and gid 0),
+/// no privilege escalation, every capability dropped but
+/// [`POD_ROOT_CAPABILITIES`].
+fn assert_pod_root(what: &str, container: &yaml_serde::Value) {
+    let int = |key: &str| container[key].as_u64();
+    assert_eq!(int("runAsUser"), Some(0), "{what}: runAsUser");
+    assert_eq!(int("runAsGroup"), Some(0), "{what}: runAsGroup");
+    assert_ne!(container["runAsNonRoot"].as_bool(), Some(true), "{what}");
+    assert_eq!(
+        container["allowPrivilegeEscalation"].as_bool(),
+        Some(false),
+        "{what}: allowPrivilegeEscalation"
+    );
+    assert_ne!(container["privileged"].as_bool(), Some(true), "{what}");
+    let names = |key: &str| -> Vec<&str> {
+        let mut names: Vec<&str> = container["capabilities"][key]
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{what}: capabilities.{key} is a list"))
+            .iter()
+            .map(|c| c.as_str().expect("a capability name"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names("drop"), ["ALL"], "{what}");
+    assert_eq!(names("add"), POD_ROOT_CAPABILITIES, "{what}");
+}
+
+/// The shipped xfn containers run as the root of their pod's own user
+/// namespace with only the capabilities that map the pod's ids, so that
+/// functions get host ids that are not xfn's (issue 22: a function's epoll
+/// watches are then not the gatekeeper's); the fallbacks for clusters that
+/// refuse that shape go back to uid 65532 without capabilities.
+#[test]
+fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capabilities() {
+    // Crossplane v1.11–v1.13: the chart's values, and the post-renderer's
+    // patch for the pod.
+    let values: yaml_serde::Value = yaml_serde::from_str(&manifest("crossplane-v1.13/values.yaml"))
+        .expect("values.yaml is YAML");
+    assert_pod_root(
+        "values.yaml xfn.securityContext",
+        &values["xfn"]["securityContext"],
+    );
+    let patch: yaml_serde::Value =
+        yaml_serde::from_str(&manifest("crossplane-v1.13/hostusers-patch.yaml")).expect("YAML");
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["hostUsers"].as_bool(),
+        Some(false)
+    );
+    // Crossplane's own container runs as the chart's 65532, not as xfn's 0.
+    let args = values["xfn"]["args"].as_sequence().expect("xfn.args");
+    assert!(
+        args.iter().any(|a| a.as_str() == Some("--allow-uid=65532")),
+        "{args:?}"
+    );
+    // v1.14+/v2: the Function's DeploymentRuntimeConfig.
+    let text = manifest("function/function.yaml");
+    let drc = yaml_serde::Deserializer::from_str(&text)
+        .map(|doc| <yaml_serde::Value as serde::Deserialize>::deserialize(doc).expect("YAML"))
+        .find(|doc| doc["kind"].as_str() == Some("DeploymentRuntimeConfig"))
+        .expect("a DeploymentRuntimeConfig");
+    let pod = &drc["spec"]["deploymentTemplate"]["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"].as_bool(), Some(false));
+    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(0));
+    let container = &pod["containers"][0];
+    assert_eq!(container["name"].as_str(), Some("package-runtime"));
+    assert_pod_root(
+        "function.yaml package-runtime",
+        &container["securityContext"],
+    );
+
+    // The fallbacks: 65532, nothing added.
+    let shared: yaml_serde::Value =
+        yaml_serde::from_str(&manifest("crossplane-v1.13/values-shared-uid.yaml")).expect("YAML");
+    let sc = &shared["xfn"]["securityContext"];
+    assert_eq!(sc["runAsUser"].as_u64(), Some(65532));
+    assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(
+        sc["capabilities"]["add"].as_sequence().map(Vec::len),
+        Some(0)
+    );
+    let ops: yaml_serde::Value =
+        yaml_serde::from_str(&manifest("function/shared-uid-patch.yaml")).expect("YAML");
+    let replaced = |suffix: &str| {
+        ops.as_sequence()
+            .expect("a JSON patch is a list")
+            .iter()
+            .find(|op| op["path"].as_str().is_some_and(|p| p.ends_with(suffix)))
+            .map(|op| op["value"].clone())
+            .unwrap_or_else(|| panic!("the patch replaces no {suffix}"))
+    };
+    assert_eq!(
+        replaced("containers/0/securityContext/runAsUser").as_u64(),
+        Some(65532)
+    );
+    assert!(replaced("containers/0/securityContext/capabilities")["add"].is_null());
+}

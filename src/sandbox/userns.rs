@@ -316,7 +316,7 @@ impl Namespace {
         self.shared_uid.as_deref()
     }
 
-    /// A uid of [`IdMapping`] (of the namespace xfn started in) as the
+    /// A uid of `IdMapping` (of the namespace xfn started in) as the
     /// namespace above that one sees it: the node's, for xfn in a pod with
     /// `hostUsers: false`; itself on a host. `None` if unmapped there.
     pub fn outer_uid(&self, uid: u32) -> Option<u32> {
@@ -378,7 +378,7 @@ impl Ids {
 }
 
 impl UsernsOptions {
-    /// The range ([`IdMapping::Range`]) this process would map: the first
+    /// The range (`IdMapping::Range`) this process would map: the first
     /// uid and gid, or `None` where it maps none.
     pub fn range(&self) -> Option<(u32, u32)> {
         choose_range(self).ok()

@@ -8,9 +8,11 @@ What is a Kubernetes object is validated as one. What is not:
   them is rebuilt here the way its template (templates/deployment.yaml,
   the xfn container and the xfn-cache volume) puts the values in, with the
   post-renderer's hostUsers patch applied, and validated as a Deployment;
+  so is the fallback, values-shared-uid.yaml layered over them;
 - the DeploymentRuntimeConfig: its deploymentTemplate, completed the way
   Crossplane completes it (selector, labels, the package image), is
-  validated as a Deployment; the Function and DeploymentRuntimeConfig
+  validated as a Deployment, and so is it with the fallback JSON patch
+  (shared-uid-patch.yaml) applied; the Function and DeploymentRuntimeConfig
   themselves are Crossplane CRDs, which kubernetes-validate does not know:
   only their references to each other and to the autoscaler are checked.
 Nothing here talks to a cluster.
@@ -100,12 +102,26 @@ def merge(base, over):
 
 
 def check_xfn_container(container, what):
+    """What every shape of the xfn container keeps (its user and
+    capabilities are tests/deploy_manifests.rs's to check)."""
     sc = container["securityContext"]
     assert sc["seccompProfile"] == {"type": "Localhost", "localhostProfile": PROFILE}, (what, sc)
     assert sc["procMount"] == "Unmasked", (what, sc)
-    assert sc["runAsUser"] == 65532 and sc["allowPrivilegeEscalation"] is False, (what, sc)
-    assert sc["capabilities"].get("add") in (None, []), (what, sc)
     assert any(m["mountPath"] == "/xfn" for m in container["volumeMounts"]), what
+
+
+def json_patch(obj, ops):
+    """RFC 6902 `replace` (all the fallback patches use), on a copy."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        assert op["op"] == "replace", op
+        *parents, last = [int(p) if p.isdigit() else p for p in op["path"].lstrip("/").split("/")]
+        node = out
+        for key in parents:
+            node = node[key]
+        assert (last in node) if isinstance(node, dict) else last < len(node), op["path"]
+        node[last] = copy.deepcopy(op["value"])
+    return out
 
 
 # The profile the manifests name is the repository's.
@@ -122,6 +138,11 @@ deployment = chart_deployment(values, patch)
 assert deployment["spec"]["template"]["spec"]["hostUsers"] is False
 check_xfn_container(deployment["spec"]["template"]["spec"]["containers"][1], "values.yaml")
 valid(deployment, "the Crossplane v1.13 Deployment with deploy/crossplane-v1.13/values.yaml")
+# The fallback, layered over values.yaml as Helm merges `-f a -f b`.
+shared = yaml.safe_load((REPO / "deploy/crossplane-v1.13/values-shared-uid.yaml").read_text())
+fallback = chart_deployment(merge(values, shared), patch)
+check_xfn_container(fallback["spec"]["template"]["spec"]["containers"][1], "values-shared-uid.yaml")
+valid(fallback, "the Crossplane v1.13 Deployment with values.yaml and values-shared-uid.yaml")
 broken = copy.deepcopy(deployment)
 broken["spec"]["template"]["spec"]["containers"][1]["securityContext"]["procMount"] = ["Unmasked"]
 invalid(broken, "a procMount that is not a string")
@@ -148,6 +169,15 @@ container["ports"] = [{"name": "grpc", "containerPort": 9443}]
 check_xfn_container(container, "DeploymentRuntimeConfig")
 assert runtime["spec"]["template"]["spec"]["hostUsers"] is False
 valid(runtime, "deploy/function/function.yaml: the DeploymentRuntimeConfig's deploymentTemplate as Crossplane completes it")
+# The fallback: the JSON patch applied to the DeploymentRuntimeConfig.
+ops = yaml.safe_load((REPO / "deploy/function/shared-uid-patch.yaml").read_text())
+patched = json_patch(drc, ops)["spec"]["deploymentTemplate"]["spec"]
+fallback = copy.deepcopy(runtime)
+fallback["spec"]["template"]["spec"]["securityContext"] = patched["template"]["spec"]["securityContext"]
+fallback_container = fallback["spec"]["template"]["spec"]["containers"][0]
+fallback_container["securityContext"] = patched["template"]["spec"]["containers"][0]["securityContext"]
+check_xfn_container(fallback_container, "shared-uid-patch.yaml")
+valid(fallback, "deploy/function/function.yaml with shared-uid-patch.yaml")
 broken = copy.deepcopy(hpa)
 broken["spec"]["maxReplicas"] = "ten"
 invalid(broken, "an autoscaler with maxReplicas 'ten'")

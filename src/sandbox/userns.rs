@@ -464,17 +464,10 @@ fn show_map(map: &str) -> String {
 
 /// `id` (an inside id of `map`) as the namespace above sees it.
 fn map_outward(map: &str, id: u32) -> Option<u32> {
-    map.lines().find_map(|line| {
-        let fields: Vec<u64> = line
-            .split_whitespace()
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        let [inside, outside, len] = fields[..] else {
-            return None;
-        };
-        let id = u64::from(id);
-        (inside <= id && id < inside + len).then(|| u32::try_from(outside + id - inside).ok())?
-    })
+    let id = u64::from(id);
+    map_extents(map)
+        .find(|&(inside, _, len)| inside <= id && id < inside + len)
+        .and_then(|(inside, outside, _)| u32::try_from(outside + id - inside).ok())
 }
 
 /// Enters a new user and mount namespace. Must be called while the process
@@ -746,13 +739,22 @@ fn subordinate_helper(target: i32, uid: u32, gid: u32, sub: &SubIds) -> i32 {
 /// map (`/proc/self/uid_map`): only ids mapped here can be mapped below.
 fn map_covers(map: &str, start: u32, count: u32) -> bool {
     let (start, count) = (u64::from(start), u64::from(count));
-    map.lines().any(|line| {
+    // The ids usable here are the inside ones.
+    map_extents(map).any(|(inside, _, len)| inside <= start && start + count <= inside + len)
+}
+
+/// The lines of an id map (`/proc/self/uid_map`): inside id, outside id,
+/// count; malformed lines left out.
+fn map_extents(map: &str) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    map.lines().filter_map(|line| {
         let fields: Vec<u64> = line
             .split_whitespace()
             .filter_map(|f| f.parse().ok())
             .collect();
-        // inside-id outside-id count: the ids usable here are the inside ones.
-        matches!(fields[..], [inside, _, len] if inside <= start && start + count <= inside + len)
+        match fields[..] {
+            [inside, outside, len] => Some((inside, outside, len)),
+            _ => None,
+        }
     })
 }
 

@@ -5,14 +5,14 @@ set -euo pipefail
 
 packages=(
   crun            # the OCI runtime xfn drives
-  uidmap          # newuidmap/newgidmap (podman, the benchmark peer)
+  uidmap          # newuidmap/newgidmap (podman, the benchmark peer; subordinate ids and `unshare --map-users` in the tests)
   docker-registry # the local registry the tests and the example push to
   busybox-static  # the base of every test and example image
   skopeo umoci    # the example image is built and pushed with them; the pull benchmark's peer
   podman          # the run benchmark's peer
   zstd            # zstd layers in the tests
   hyperfine       # the benchmarks
-  util-linux      # setpriv/unshare: tests run xfn as an unprivileged user
+  util-linux      # setpriv/unshare: tests run xfn as an unprivileged user, and as a pod's root (run_pod_shape.rs)
   strace          # tests/image_cache.rs checks each cache entry is fsynced before its rename
   eatmydata       # benches/pull-durability.sh: a pull without its fsyncs, for the ratio
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address

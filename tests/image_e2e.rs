@@ -10,6 +10,11 @@
 //!   abstract socket, pulls from the registry, runs the function and
 //!   answers; SIGTERM stops it cleanly; started again on the same `/xfn`
 //!   volume it serves again from its cache; xfn is PID 1 both times;
+//! - the sidecar as deploy/ ships it: the image run as the root of a user
+//!   namespace of its own (`--uidmap`, as a pod with `hostUsers: false`),
+//!   with only SETUID, SETGID and SETFCAP, `no-new-privileges` and the same
+//!   profile, maps that namespace's ids itself and runs a function under
+//!   ids that are not its own, for a caller that is the pod's 65532;
 //! - an adaptor: `xfn wrap` of a function onto that image, pushed, run the
 //!   same way, answers the published Python SDK's stubs over mutual TLS.
 //!
@@ -161,8 +166,8 @@ impl Container {
     }
 
     /// Checks what the deployment promises of the main process: xfn, PID 1
-    /// of its container, uid 65532, under a seccomp filter.
-    fn assert_confined_xfn(&self) {
+    /// of its container, host uid `uid`, under a seccomp filter.
+    fn assert_confined_xfn(&self, uid: u32) {
         let status = self.main_process_status();
         let field = |name: &str| {
             status
@@ -179,7 +184,7 @@ impl Container {
         );
         assert_eq!(
             field("Uid:").split_whitespace().collect::<Vec<_>>(),
-            ["65532"; 4],
+            [uid.to_string().as_str(); 4],
             "{status}"
         );
         assert_eq!(field("Seccomp:"), "2", "no seccomp filter: {status}");
@@ -266,7 +271,7 @@ async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cac
 
     let expected = format!("ran as 0 on function\n{FUNCTION_IO}");
     let mut client = wait_serving(&container, &socket).await;
-    container.assert_confined_xfn();
+    container.assert_confined_xfn(NONROOT);
     assert_eq!(
         run(&mut client, &container, &function.reference).await,
         expected
@@ -292,12 +297,100 @@ async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cac
     let fetched = registry.blob_get_count(layer);
     podman_ok(&["start", &name]);
     let mut client = wait_serving(&container, &socket).await;
-    container.assert_confined_xfn();
+    container.assert_confined_xfn(NONROOT);
     assert_eq!(
         run(&mut client, &container, &function.reference).await,
         expected
     );
     assert_eq!(registry.blob_get_count(layer), fetched, "pulled again");
+}
+
+/// deploy/'s shape (`tests/run_pod_shape.rs` proves the binary in it; this,
+/// the image): the pod's root over a range of unprivileged host ids, only
+/// the capabilities the manifests add, no privilege escalation, the pod's
+/// seccomp profile. xfn maps the pod's ids with its default flags, and the
+/// function's user namespace maps its root onto the pod's 1, not xfn's 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sidecar_image_as_its_pods_root_runs_functions_under_the_pods_other_ids() {
+    let image = runner_image();
+    let registry = Registry::start();
+    let function = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file(
+            "/fn.sh",
+            0o755,
+            "#!/bin/sh\necho \"ran as $(id -u) over\" $(cat /proc/self/uid_map)\ncat\n",
+        ))
+        .entrypoint(["/fn.sh"])
+        .push(&registry, "image-e2e-pod-fn:v1");
+    let base = server_common::subordinate_range(3);
+    let dir = world_traversable_tempdir();
+    let cache = dir.path().join("xfn");
+    // The emptyDir, as the kubelet gives it to the pod's root.
+    dir_owned_by(&cache, base);
+    let socket = format!("xfn-image-e2e-pod/{}", std::process::id());
+    let name = format!("xfn-e2e-pod-{}", std::process::id());
+    let ids = format!("0:{base}:65536");
+    let mut args = confined_run(&name);
+    args.extend(
+        [
+            "--user",
+            "0:0",
+            "--uidmap",
+            &ids,
+            "--gidmap",
+            &ids,
+            "--cap-drop",
+            "all",
+            "--cap-add",
+            "setuid,setgid,setfcap",
+            "--security-opt",
+            "no-new-privileges",
+        ]
+        .map(str::to_string),
+    );
+    args.extend([
+        "--volume".to_string(),
+        format!("{}:/xfn", cache.display()),
+        image.to_string(),
+        "start".to_string(),
+        "--address".to_string(),
+        format!("@{socket}"),
+        // Crossplane's container in the pod (deploy/ passes the same).
+        "--allow-uid=65532".to_string(),
+    ]);
+    let container = Container::start(name, &args);
+    let crossplane = base + NONROOT;
+    let channel = loop {
+        match abstract_channel(&socket, Some(crossplane)).await {
+            Ok(channel) => break channel,
+            Err(_) if container.running() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("the sidecar exited ({e}):\n{}", container.logs()),
+        }
+    };
+    container.assert_confined_xfn(base);
+    let status = container.main_process_status();
+    for (field, value) in [("CapEff:", "00000000800000c0"), ("NoNewPrivs:", "1")] {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.split_whitespace().eq([field, value])),
+            "{field} is not {value}: {status}"
+        );
+    }
+    let output = run(&mut Client::new(channel), &container, &function.reference).await;
+    assert_eq!(
+        output,
+        format!("ran as 0 over 0 1 65535\n{FUNCTION_IO}"),
+        "{}",
+        container.logs()
+    );
+    let logs = container.logs();
+    assert!(
+        logs.contains(&format!("xfn_uid={base} "))
+            && logs.contains(&format!("function_uids={}-{} ", base + 1, base + 65535)),
+        "{logs}"
+    );
 }
 
 fn free_port() -> u16 {
@@ -399,7 +492,7 @@ async fn an_adaptor_image_wrapped_onto_the_runner_image_answers_the_python_sdk_o
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    container.assert_confined_xfn();
+    container.assert_confined_xfn(NONROOT);
 
     // The published Python SDK's generated stubs, over mutual TLS.
     let out = Command::new("python3")

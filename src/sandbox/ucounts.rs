@@ -1,10 +1,13 @@
-//! Bounding the kernel's per-uid counts that functions share with xfn.
+//! Bounding the kernel's per-uid counts that functions share.
 //!
-//! Functions run under xfn's host uid (its one id, or the range's first
-//! id), and the kernel bounds some resources per host uid: inotify
-//! instances (`fs.inotify.max_user_instances`, 128 by default) and watches,
-//! fanotify groups and marks. A function taking all of them would leave
-//! the daemon's other functions and the host's processes of that uid with
+//! The kernel bounds some resources per host uid: inotify instances
+//! (`fs.inotify.max_user_instances`, 128 by default) and watches, fanotify
+//! groups and marks. Functions run under host uids that are not xfn's where
+//! the deployment gives some (`userns.rs`: a range, subordinate ids, the
+//! pod's own ids), else under xfn's one uid; either way concurrent
+//! functions share their uid with each other, and without other ids with
+//! xfn too. A function taking all of a count would leave the daemon's
+//! other functions (and xfn, and the host's processes of that uid) with
 //! `EMFILE`. Since 4.9 these are *ucounts*: counted per user namespace and
 //! uid, up every ancestor namespace, each level bounded by its own
 //! `/proc/sys/user/max_*` (which only a process with `CAP_SYS_RESOURCE` in
@@ -22,13 +25,16 @@
 //! (`fork_lock::run_forked`: it shares xfn's memory, so it costs tens of
 //! microseconds where a fork of the daemon took a millisecond or more)
 //! enters it and writes the limits, as owner of that namespace (crun made
-//! it as xfn's uid), with every capability in it.
+//! it as xfn's uid), with every capability in it. (`setns` must be in the
+//! runner's seccomp profile for this: seccomp/runner.json allows it.)
 //!
 //! What this cannot bound: **epoll watches** (`fs.epoll.max_user_watches`)
-//! are counted per host uid (the `user_struct`), not per namespace; the
-//! gatekeeper needs them to accept connections. Only a memory limit bounds
-//! one function's share (each watch is accounted kernel memory): see the
-//! docs/design.md and the warning `xfn start` logs.
+//! are counted per host uid (the `user_struct`), not per namespace. Where
+//! functions have uids of their own, the gatekeeper's watches are out of
+//! their reach, but concurrent functions still share theirs; where they
+//! share xfn's uid, the gatekeeper's too. Only a memory limit bounds one
+//! function's share (each watch is accounted kernel memory): see
+//! docs/design.md and what `xfn start` logs at start.
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 

@@ -121,7 +121,29 @@ fn run_children() -> Vec<String> {
     out
 }
 
+/// The namespaces this process holds open: xfn holds each container's
+/// mount, IPC and network namespaces from its creation to its teardown,
+/// and must let go of every one.
+fn held_namespaces() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| {
+            ["mnt:[", "ipc:[", "net:["]
+                .iter()
+                .any(|k| target.starts_with(k))
+        })
+        .collect()
+}
+
 fn assert_nothing_left(cache: &Path) {
+    let held = held_namespaces();
+    assert!(
+        held.is_empty(),
+        "containers' namespaces still held: {held:?}"
+    );
     let state = run_state(cache);
     assert!(state.is_empty(), "run state left: {state:?}");
     let run = cache.join("run");
@@ -186,6 +208,7 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
         if call > 0 {
             wait_ready(&runner, 1).await;
         }
+        let held = held_namespaces();
         let before = stats(&runner);
         let out = runner
             .run(
@@ -201,6 +224,17 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
         let warm = u64::from(call > 0);
         assert_eq!(after.warm_calls, before.warm_calls + warm, "{after:?}");
         let text = String::from_utf8(out.stdout).unwrap();
+        if warm == 1 {
+            // xfn held the waiting container's namespaces, so that its
+            // exit did not tear them down on the call's path.
+            for key in ["mnt", "net"] {
+                assert!(
+                    held.iter().any(|h| h == field(&text, key)),
+                    "{key} {} not among the namespaces held while it waited: {held:?}",
+                    field(&text, key)
+                );
+            }
+        }
         assert_eq!(field(&text, "input"), format!("call-{call}"));
         assert_eq!(field(&text, "pid"), "1", "its own pid namespace: {text}");
         assert_eq!(field(&text, "hostname"), "function");

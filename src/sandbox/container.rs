@@ -45,6 +45,26 @@
 //! - **A call's timeout starts at the call**: [`Container::feed`] and
 //!   `Container::<Created>::run` bound what they wait for from the call's
 //!   start, whenever the container was made or started.
+//!
+//! # Choice: xfn holds the container's namespaces until its teardown
+//! When the last process of a mount namespace exits, the kernel tears the
+//! namespace down inside that exit: it detaches every mount (waiting for
+//! an expedited RCU grace period) and, through the exiting task's work
+//! list, shuts their filesystems down (the rootfs overlay, `/tmp`, `/dev`,
+//! `/proc`, the masked paths' binds), all before the task's own files are
+//! released, so before the function's stdout reaches end of file and
+//! before its exit can be reaped. Its IPC and network namespaces queue
+//! kernel work at the same moment, on the CPUs the reply needs. A call
+//! waited for all of that: about 250 µs a call, measured (benches/PROFILE.md,
+//! sixth pass). So xfn opens the init's mount, IPC and network namespaces
+//! (`/proc/<pid>/ns/…`: the init is its unreaped child, so the pid names
+//! it) right after `crun create` and closes them in the teardown
+//! ([`Finished`]'s drop, off the reply path). Nothing runs in them by
+//! then (the init's exit ended its PID namespace, every process with it)
+//! and nothing can enter them (only xfn holds them): each call still gets
+//! fresh namespaces, and what the function sees does not change. Should
+//! they not open (another `/proc`), the call only pays for the teardown
+//! as before.
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -117,6 +137,7 @@ pub(super) struct Stdio {
 #[derive(Debug)]
 pub(super) struct Parts {
     pub(super) init: Init,
+    pub(super) namespaces: HeldNamespaces,
     pub(super) guard: ContainerGuard,
     pub(super) run_cgroup: Option<RunCgroup>,
     pub(super) bundle: Bundle,
@@ -128,6 +149,7 @@ pub(super) struct Parts {
 /// bundle, removed when dropped (blocking: drop it off the async threads).
 #[derive(Debug)]
 pub struct Finished {
+    namespaces: HeldNamespaces,
     crun: Crun,
     id: String,
     run_cgroup: Option<RunCgroup>,
@@ -136,6 +158,9 @@ pub struct Finished {
 
 impl Drop for Finished {
     fn drop(&mut self) {
+        // The namespaces first: their mounts go before the rootfs under
+        // them is unmounted on xfn's side.
+        drop(std::mem::take(&mut self.namespaces));
         self.crun.forget(&self.id);
         // Then the cgroup (it waits for killed processes to leave) and the
         // bundle, in field order.
@@ -150,6 +175,7 @@ impl Parts {
     pub(super) fn finish(self) -> Finished {
         let Self {
             init,
+            namespaces,
             mut guard,
             run_cgroup,
             bundle,
@@ -158,6 +184,7 @@ impl Parts {
         drop(init);
         guard.armed = false;
         Finished {
+            namespaces,
             crun: guard.crun.clone(),
             id: guard.id.clone(),
             run_cgroup,
@@ -259,6 +286,7 @@ impl Sandbox {
                 },
             },
             parts: Parts {
+                namespaces: HeldNamespaces::of(init.pid),
                 init,
                 guard,
                 run_cgroup,
@@ -438,6 +466,38 @@ pub(super) fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<i32>> {
             .or_else(|| status.terminating_signal().map(|s| 128 + s))
             .unwrap_or(-1)
     }))
+}
+
+/// The namespaces of a container whose exit would tear them down on a
+/// call's path, held open until its teardown (see "Choice" above).
+#[derive(Debug, Default)]
+pub(super) struct HeldNamespaces {
+    _fds: Vec<OwnedFd>,
+}
+
+impl HeldNamespaces {
+    /// The namespaces held: those whose last process's exit does work the
+    /// reply would wait for or share its CPUs with.
+    const KINDS: [&'static str; 3] = ["mnt", "ipc", "net"];
+
+    /// Opens the namespaces of the process `pid` (an unreaped child of
+    /// this process, in this process's `/proc`); those that do not open
+    /// are left to end with it.
+    fn of(pid: i32) -> Self {
+        let mut held = Vec::with_capacity(Self::KINDS.len());
+        for kind in Self::KINDS {
+            match std::fs::File::open(format!("/proc/{pid}/ns/{kind}")) {
+                Ok(file) => held.push(OwnedFd::from(file)),
+                Err(err) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(%err, kind, "cannot hold a container's namespace: calls wait for its teardown");
+                    });
+                }
+            }
+        }
+        Self { _fds: held }
+    }
 }
 
 /// The container's init, through a pidfd. Unless it was reaped, it is

@@ -125,16 +125,42 @@ fn is_blank(input: &[u8]) -> bool {
     })
 }
 
-/// [`run_config_of`] on a blocking thread: the input is up to
-/// `--max-input-bytes` of YAML, and parsing it must hold none of the async
-/// threads every other call needs. Dropping the future (the caller went
-/// away) stops the input's nesting check; what could run after it is
-/// bounded by it. The request comes back with its configuration.
+/// Inputs up to this size are checked on the calling async thread: their
+/// whole check (nesting bound, parse) takes less than handing them to a
+/// blocking thread and back, which costs two thread wake-ups on every call
+/// (about 50 µs of a started call's latency, benches/PROFILE.md, sixth
+/// pass), and holds that thread no longer than a call's own gRPC work.
+/// Crossplane's inputs are mostly this small; larger ones go to a blocking
+/// thread within the parse budget ([`off_thread`]).
+pub const INLINE_CHECK_BYTES: usize = 8 << 10;
+
+/// [`run_config_of`], and with it the input's check: up to
+/// [`INLINE_CHECK_BYTES`] here, past it on a blocking thread, as the input
+/// is up to `--max-input-bytes` of YAML, and parsing it must hold none of
+/// the async threads every other call needs. Dropping the future (the
+/// caller went away) stops the input's nesting check; what could run
+/// after it is bounded by it. The request comes back with its
+/// configuration; a check that panicked (a parser bug) is
+/// [`InvalidRequest::Unchecked`] either way.
 pub async fn checked(
     request: pb::RunFunctionRequest,
     default_timeout: Duration,
     max_input_bytes: usize,
 ) -> Result<(pb::RunFunctionRequest, RunConfig), InvalidRequest> {
+    if request.input.len() <= INLINE_CHECK_BYTES {
+        let check = || {
+            run_config_until(
+                &request,
+                default_timeout,
+                max_input_bytes,
+                &AtomicBool::new(false),
+            )
+        };
+        return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+            Ok(config) => config.map(|config| (request, config)),
+            Err(_) => Err(InvalidRequest::Unchecked),
+        };
+    }
     off_thread(request.input.len(), move |abandoned| {
         run_config_until(&request, default_timeout, max_input_bytes, abandoned.flag())
             .map(|config| (request, config))
@@ -330,6 +356,39 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn inputs_checked_in_place_and_on_a_blocking_thread_are_judged_alike() {
+        // A FunctionIO padded with a comment to either side of the size
+        // checked in place, and the same nesting too deep to parse.
+        let padded = |size: usize, body: &str| {
+            let mut input = format!("{body}\n#");
+            input.push_str(&"x".repeat(size.saturating_sub(input.len())));
+            input.into_bytes()
+        };
+        let deep = format!("observed: {}", "{a: ".repeat(1000));
+        let io = std::str::from_utf8(IO).unwrap();
+        for size in [INLINE_CHECK_BYTES, INLINE_CHECK_BYTES + 1] {
+            let input = padded(size, io);
+            assert_eq!(input.len(), size);
+            let (back, _) = checked(request(&input), Duration::from_secs(7), 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(back.input, input);
+            let input = padded(size, &deep);
+            let err = checked(request(&input), Duration::from_secs(7), 1 << 20)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, InvalidRequest::TooDeep(_)), "{size}: {err:?}");
+            let err = checked(request(&input[..size - 2]), Duration::from_secs(7), 16)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, InvalidRequest::InputTooLarge { .. }),
+                "{size}: {err:?}"
+            );
+        }
     }
 
     #[test]

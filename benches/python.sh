@@ -7,6 +7,10 @@
 #   native             the same rootfs without a container: `unshare` into
 #                      a user namespace, `chroot` into the image's rootfs,
 #                      the interpreter started per input (hyperfine).
+#   native, started    the same command started ahead and fed once it waits
+#                      on its stdin (benches/python/started.py), paced: the
+#                      floor of a started call for `xfn start`'s FunctionIO,
+#                      with nothing of xfn's in it.
 #   xfn start          RunFunction with a FunctionIO over the abstract
 #                      socket of `xfn start` as uid 65532, one caller paced
 #                      PACE_MS apart (benches/server_load.rs), three ways:
@@ -132,6 +136,11 @@ chmod +x "$WORK/shell"
 hyperfine --warmup 10 --runs "$RUNS" --export-json "$WORK/native.json" -N \
     --command-name native "$WORK/native" --command-name shell "$WORK/shell" >/dev/null
 
+# Native, started ahead: the same command, fed once it waits on its stdin:
+# the floor of a started call, with nothing of xfn's in it.
+python3 "$(dirname "$0")/python/started.py" "$WORK/input.yaml" "$WORK/expect.yaml" \
+    "$CALLS" $NATIVE >"$WORK/native-started.txt"
+
 mkdir -p "$WORK/cache"
 chown "$NONROOT:$NONROOT" "$WORK/cache"
 
@@ -185,6 +194,7 @@ native = (results["native"]["median"] - results["shell"]["median"]) * 1000
 print("python function, one caller paced (ms, p50; ratio to native)")
 print(f"  native (chroot, no container)      {native:8.2f}  1.00x   (median of hyperfine, its feeding shell's {results['shell']['median']*1000:.2f} ms taken off)")
 for name, label in [
+    ("native-started", "native, started ahead (the floor)"),
     ("start-cold", "xfn start, cold (--warm-pool 0)"),
     ("start-created", "xfn start, warm created ahead"),
     ("start-started", "xfn start, warm started ahead"),

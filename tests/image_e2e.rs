@@ -223,6 +223,16 @@ async fn wait_serving(container: &Container, socket: &str) -> Client {
     );
 }
 
+/// A busybox function that prints what `says` (a shell line) tells of
+/// where it runs, then echoes its input: pushed to `registry` as `name`.
+fn shell_function(registry: &Registry, says: &str, name: &str) -> PushedImage {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/fn.sh", 0o755, format!("#!/bin/sh\n{says}\ncat\n")))
+        .entrypoint(["/fn.sh"])
+        .push(registry, name)
+}
+
 /// One `RunFunction` call; the function's output.
 async fn run(client: &mut Client, container: &Container, image: &str) -> String {
     let response = client
@@ -237,15 +247,11 @@ async fn run(client: &mut Client, container: &Container, image: &str) -> String 
 async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cache_volume() {
     let image = runner_image();
     let registry = Registry::start();
-    let function = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .layer(Layer::new().file(
-            "/fn.sh",
-            0o755,
-            "#!/bin/sh\necho \"ran as $(id -u) on $(hostname)\"\ncat\n",
-        ))
-        .entrypoint(["/fn.sh"])
-        .push(&registry, "image-e2e-fn:v1");
+    let function = shell_function(
+        &registry,
+        "echo \"ran as $(id -u) on $(hostname)\"",
+        "image-e2e-fn:v1",
+    );
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("xfn");
     dir_owned_by(&cache, NONROOT);
@@ -314,15 +320,11 @@ async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cac
 async fn the_sidecar_image_as_its_pods_root_runs_functions_under_the_pods_other_ids() {
     let image = runner_image();
     let registry = Registry::start();
-    let function = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .layer(Layer::new().file(
-            "/fn.sh",
-            0o755,
-            "#!/bin/sh\necho \"ran as $(id -u) over\" $(cat /proc/self/uid_map)\ncat\n",
-        ))
-        .entrypoint(["/fn.sh"])
-        .push(&registry, "image-e2e-pod-fn:v1");
+    let function = shell_function(
+        &registry,
+        "echo \"ran as $(id -u) over\" $(cat /proc/self/uid_map)",
+        "image-e2e-pod-fn:v1",
+    );
     let base = server_common::subordinate_range(3);
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("xfn");

@@ -76,10 +76,28 @@ impl Soaked {
             .collect()
     }
 
-    /// Waits until no call is in flight or queued.
+    /// Waits until no call is in flight or queued and the warm pool is
+    /// settled: every warm container ready, none being created, and xfn's
+    /// children are those containers' inits (no `crun` between). A
+    /// container being created holds fewer of xfn's fds than a ready one
+    /// (its namespaces are opened once `crun create` returns), so a sample
+    /// taken mid-refill would count as a leak what the refill opens next.
     async fn idle(&self) {
         self.daemon.wait_for_metric("xfn_runs_in_flight", 0.0).await;
         self.daemon.wait_for_metric("xfn_runs_queued", 0.0).await;
+        for _ in 0..600 {
+            let ready = self.daemon.metric("xfn_warm_containers_ready").await;
+            let total = self.daemon.metric("xfn_warm_containers").await;
+            if ready == total && self.warm().len() as f64 == ready {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the warm pool never settled:\n{}\n{}",
+            self.daemon.metrics_text().await,
+            self.daemon.log()
+        );
     }
 
     /// `calls` calls from `callers` concurrent callers, a connection each:

@@ -41,6 +41,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -155,14 +156,13 @@ impl CloseReason {
     }
 }
 
-/// What a connection is doing.
+/// Where a connection is in its life: what its watcher and its server
+/// wait on. Each change wakes them; it changes a few times per
+/// connection, never per call.
 #[derive(Debug, Clone, Copy)]
-struct State {
+struct Lifecycle {
     opened: Instant,
     handshaken: bool,
-    calls: usize,
-    /// Since when it has had no call (its opening, before any).
-    idle_since: Instant,
     /// Asked to close gracefully (idle, evicted, draining).
     closing: bool,
     /// When it was asked.
@@ -173,9 +173,68 @@ struct State {
     ended: bool,
 }
 
+/// What a connection is doing, as seen at one moment: its
+/// [`Lifecycle`] and its calls.
+#[derive(Debug, Clone, Copy)]
+struct State {
+    life: Lifecycle,
+    calls: usize,
+    /// Since when it has had no call (its opening, before any).
+    idle_since: Instant,
+}
+
+impl std::ops::Deref for State {
+    type Target = Lifecycle;
+
+    fn deref(&self) -> &Lifecycle {
+        &self.life
+    }
+}
+
 impl State {
     fn idle(&self) -> bool {
         self.calls == 0 && !self.closing && !self.cut
+    }
+}
+
+/// A connection's calls in flight, and since when it has had none.
+///
+/// Choice: **counted without waking anyone**. Every call begins and ends
+/// here, and a change to the watched [`Lifecycle`] would wake the
+/// connection's watcher and its server's shutdown future twice a call;
+/// on 2 CPUs those wake-ups (a parked worker thread woken each time)
+/// cost a unary call about 0.15 ms of its round trip (benches/PROFILE.md,
+/// seventh pass). Nothing needs to know at once: the watcher reads the
+/// count when its timer fires, and while calls are in flight it looks
+/// again one quiet period later, before which no quiet period that
+/// starts at their end can be over, so it still closes a connection
+/// exactly one quiet period after its last call.
+#[derive(Debug)]
+struct CallCount {
+    in_flight: AtomicUsize,
+    /// Nanoseconds from the connection's opening to the end of its last
+    /// call (0: none yet).
+    idle_since: AtomicU64,
+}
+
+impl CallCount {
+    fn begin(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A call ended, at `offset` from the opening: the end is stored
+    /// before the count drops, so whoever sees the count drop sees when.
+    fn end(&self, offset: Duration) {
+        let nanos = u64::try_from(offset.as_nanos()).unwrap_or(u64::MAX);
+        self.idle_since.fetch_max(nanos, Ordering::AcqRel);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Calls in flight, and since when none (given the opening).
+    fn read(&self, opened: Instant) -> (usize, Instant) {
+        let calls = self.in_flight.load(Ordering::Acquire);
+        let since = Duration::from_nanos(self.idle_since.load(Ordering::Acquire));
+        (calls, opened + since)
     }
 }
 
@@ -184,7 +243,8 @@ impl State {
 #[derive(Debug)]
 pub struct Conn {
     id: u64,
-    state: watch::Sender<State>,
+    state: watch::Sender<Lifecycle>,
+    calls: CallCount,
     /// The socket while it is open (cleared before it closes, so a cut
     /// never shuts down a reused descriptor number).
     fd: Mutex<Option<RawFd>>,
@@ -199,16 +259,22 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Conn {
     fn state(&self) -> State {
-        *self.state.borrow()
+        let life = *self.state.borrow();
+        let (calls, idle_since) = self.calls.read(life.opened);
+        State {
+            life,
+            calls,
+            idle_since,
+        }
     }
 
     /// Counts a call from its start until the guard drops (its response
     /// body is done or dropped).
     pub fn begin_call(self: &Arc<Self>) -> CallGuard {
-        self.state.send_modify(|s| {
-            s.calls += 1;
-            s.handshaken = true;
-        });
+        self.calls.begin();
+        // A call means the handshake is done; that wakes the watcher once.
+        self.state
+            .send_if_modified(|s| !std::mem::replace(&mut s.handshaken, true));
         CallGuard(Arc::clone(self))
     }
 
@@ -251,12 +317,10 @@ pub struct CallGuard(Arc<Conn>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.0.state.send_modify(|s| {
-            s.calls = s.calls.saturating_sub(1);
-            if s.calls == 0 {
-                s.idle_since = Instant::now();
-            }
-        });
+        let opened = self.0.state.borrow().opened;
+        self.0
+            .calls
+            .end(Instant::now().saturating_duration_since(opened));
     }
 }
 
@@ -332,16 +396,18 @@ impl Connections {
         let now = Instant::now();
         let conn = Arc::new(Conn {
             id: table.next_id,
-            state: watch::Sender::new(State {
+            state: watch::Sender::new(Lifecycle {
                 opened: now,
                 handshaken: false,
-                calls: 0,
-                idle_since: now,
                 closing: false,
                 closing_since: now,
                 cut: false,
                 ended: false,
             }),
+            calls: CallCount {
+                in_flight: AtomicUsize::new(0),
+                idle_since: AtomicU64::new(0),
+            },
             fd: Mutex::new(Some(io.as_raw_fd())),
         });
         table.open.insert(conn.id, Arc::clone(&conn));
@@ -359,6 +425,14 @@ impl Connections {
 
     fn count(&self, reason: CloseReason) {
         self.metrics.record_connection_closed(reason.label());
+    }
+
+    /// Asks `conn`, idle past the idle timeout, to close (once).
+    fn close_idle(&self, conn: &Conn) {
+        if conn.request_close() {
+            tracing::debug!(connection = conn.id, "idle connection closed");
+            self.count(CloseReason::IdleTimeout);
+        }
     }
 
     fn log_cap(&self, table: &mut Table, outcome: &'static str) {
@@ -405,7 +479,8 @@ impl Connections {
     pub async fn watch(&self, conn: &Conn) {
         let mut rx = conn.state.subscribe();
         loop {
-            let s = *rx.borrow_and_update();
+            rx.borrow_and_update();
+            let s = conn.state();
             if s.ended || s.cut {
                 return;
             }
@@ -413,28 +488,26 @@ impl Connections {
             let handshake = (!s.handshaken).then(|| {
                 (
                     s.opened + self.limits.handshake_timeout,
-                    CloseReason::HandshakeTimeout,
+                    Some(CloseReason::HandshakeTimeout),
                 )
             });
-            let quiet = (s.calls == 0).then(|| match s.closing {
-                true => (
-                    s.idle_since.max(s.closing_since) + CLOSE_GRACE,
-                    CloseReason::Unresponsive,
+            // The quiet period's end; with calls in flight (they do not
+            // wake this watcher: see `CallCount`), a look one period on.
+            let period = match s.closing {
+                true => CLOSE_GRACE,
+                false => self.limits.idle_timeout,
+            };
+            let quiet = match (s.calls, s.closing) {
+                (0, true) => (
+                    s.idle_since.max(s.closing_since) + period,
+                    Some(CloseReason::Unresponsive),
                 ),
-                false => (
-                    s.idle_since + self.limits.idle_timeout,
-                    CloseReason::IdleTimeout,
-                ),
-            });
-            let due = [handshake, quiet]
-                .into_iter()
-                .flatten()
-                .min_by_key(|(at, _)| *at);
-            let Some((at, reason)) = due else {
-                if rx.changed().await.is_err() {
-                    return;
-                }
-                continue;
+                (0, false) => (s.idle_since + period, Some(CloseReason::IdleTimeout)),
+                _ => (Instant::now() + period, None),
+            };
+            let (at, reason) = match handshake {
+                Some(handshake) if handshake.0 < quiet.0 => handshake,
+                _ => quiet,
             };
             tokio::select! {
                 changed = rx.changed() => {
@@ -444,13 +517,10 @@ impl Connections {
                 }
                 () = tokio::time::sleep_until(at) => {
                     match reason {
-                        CloseReason::IdleTimeout => {
-                            if conn.request_close() {
-                                tracing::debug!(connection = conn.id, "idle connection closed");
-                                self.count(reason);
-                            }
-                        }
-                        _ => {
+                        // Calls were in flight: look again.
+                        None => {}
+                        Some(CloseReason::IdleTimeout) => self.close_idle(conn),
+                        Some(reason) => {
                             tracing::debug!(connection = conn.id, reason = reason.label(), "connection cut");
                             conn.cut();
                             self.count(reason);
@@ -696,6 +766,42 @@ mod tests {
         assert!(shrunk);
         assert_eq!(fitted.max_connections, 16);
         assert_eq!(limits.fitted_to(20_000).0.max_connections, 1024);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_wake_no_watcher_and_the_idle_timeout_still_runs_from_the_last_calls_end() {
+        let idle = Duration::from_secs(30);
+        let table = Connections::new(
+            ConnectionLimits {
+                idle_timeout: idle,
+                ..ConnectionLimits::default()
+            },
+            Arc::new(Metrics::new()),
+        );
+        let tracked = table.admit(socket()).unwrap();
+        let conn = Arc::clone(tracked.conn());
+        drop(conn.begin_call());
+        let mut rx = conn.state.subscribe();
+        rx.borrow_and_update();
+        // A call through three idle periods: no wake-up, and no close.
+        let call = conn.begin_call();
+        let watch = table.watch(&conn);
+        tokio::pin!(watch);
+        tokio::select! {
+            () = &mut watch => panic!("the watcher ended with a call in flight"),
+            () = tokio::time::sleep(3 * idle) => {}
+        }
+        assert!(!rx.has_changed().unwrap(), "a call woke the watcher");
+        assert!(!conn.state().closing);
+        // Closed one idle period after the call ended, not before.
+        let ended = Instant::now();
+        drop(call);
+        assert!(!rx.has_changed().unwrap(), "a call's end woke the watcher");
+        tokio::select! {
+            () = &mut watch => panic!("the watcher ended before closing"),
+            closing = rx.wait_for(|s| s.closing) => assert!(closing.is_ok()),
+        }
+        assert_eq!(ended.elapsed(), idle);
     }
 
     #[tokio::test]

@@ -31,29 +31,11 @@ set -eu
 ROUNDS=${3:-3}
 CALLS=${CALLS:-2000}
 CALLERS=${CALLERS:-16}
-WORK=$(mktemp -d /tmp/xfn-cpu-bench-XXXXXX)
-chmod 755 "$WORK"
-PORT=$(( 20000 + $$ % 20000 ))
-REG_PID=
-XFN_PID=
-NONROOT=65532
-AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
-
-cleanup() {
-    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null && wait "$XFN_PID" 2>/dev/null || true
-    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
+bench_work cpu
 
 # The load generator (LOAD_BINARY: one built already).
 LOAD=${LOAD_BINARY:-}
-[ -n "$LOAD" ] || LOAD=$(cargo build --quiet --release --bench server_load --message-format=json |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
-        print(m["executable"])')
+[ -n "$LOAD" ] || LOAD=$(server_load_binary release)
 # World-readable copies for uid 65532.
 cp "$1" "$WORK/before"
 cp "$2" "$WORK/after"

@@ -45,22 +45,9 @@ RUNS=${RUNS:-100}
 CALLS=${CALLS:-200}
 export PACE_MS=${PACE_MS:-100}
 export IDLE_CALLS=0
-WORK=$(mktemp -d /tmp/xfn-python-bench-XXXXXX)
-chmod 755 "$WORK"
-PORT=$(( 20000 + $$ % 20000 ))
+bench_work python
 APORT=$(( PORT + 1 ))
-REG_PID=
-XFN_PID=
-NONROOT=65532
-AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
 PY=/usr/bin/python3.11
-
-cleanup() {
-    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null && wait "$XFN_PID" 2>/dev/null || true
-    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT INT TERM
 
 [ -x "$PY" ] && $PY -c 'import yaml' || {
     echo "needs Debian's python3.11 with python3-yaml (scripts/setup.sh)" >&2
@@ -72,12 +59,7 @@ trap cleanup EXIT INT TERM
 # compare); world-readable copies for uid 65532.
 [ -n "${XFN_BINARY:-}" ] || cargo build --quiet --profile "$PROFILE" --bin xfn
 LOAD=${LOAD_BINARY:-}
-[ -n "$LOAD" ] || LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
-        print(m["executable"])')
+[ -n "$LOAD" ] || LOAD=$(server_load_binary "$PROFILE")
 case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
 XFN=${XFN_BINARY:-$XFN}
 cp "$(realpath "$XFN")" "$WORK/xfn"

@@ -47,30 +47,14 @@ PROFILE=${PROFILE:-dev}
 RUNS=${RUNS:-200}
 LATENCY_CALLS=${LATENCY_CALLS:-500}
 CALLS_PER_LEVEL=${CALLS_PER_LEVEL:-400}
-WORK=$(mktemp -d /tmp/xfn-server-bench-XXXXXX)
-chmod 755 "$WORK"
-PORT=$(( 20000 + $$ % 20000 ))
-REG_PID=
-XFN_PID=
-NONROOT=65532
-AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
-
-cleanup() {
-    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null && wait "$XFN_PID" 2>/dev/null || true
-    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
+bench_work server
+bench_cleanup_more() {
     podman rmi -f "127.0.0.1:$PORT/fn:v1" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
 }
-trap cleanup EXIT INT TERM
 
 # Build xfn and the load generator; find their paths.
 cargo build --quiet --profile "$PROFILE" --bin xfn
-LOAD=$(cargo build --quiet --profile "$PROFILE" --bench server_load --message-format=json |
-    python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
-        print(m["executable"])')
+LOAD=$(server_load_binary "$PROFILE")
 case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
 XFN=$(realpath "$XFN")
 cp "$XFN" "$LOAD" "$WORK/" # world-readable copies for uid 65532

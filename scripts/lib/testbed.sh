@@ -147,3 +147,44 @@ SH
     chmod +x "$WORK/bare-run"
     BARE_RUN="unshare --user --map-root-user --mount --propagation private $WORK/bare-run"
 }
+
+# --- For the benchmarks that drive `xfn start` (benches/cpu.sh, image.sh,
+# python.sh, server.sh): run as root, they run xfn as the sidecar's
+# unprivileged user.
+
+# The sidecar's uid, and the prefix that runs a command as it with no
+# capabilities.
+NONROOT=65532
+AS_NONROOT="setpriv --reuid=$NONROOT --regid=$NONROOT --clear-groups --inh-caps=-all --bounding-set=-all"
+
+# bench_work NAME: sets WORK (a fresh directory under /tmp that uid
+# $NONROOT can read), PORT (for the registry), and a trap that on exit
+# stops the daemon ($XFN_PID) and the registry ($REG_PID), runs
+# `bench_cleanup_more` if the bench defines it, and removes WORK.
+bench_work() {
+    WORK=$(mktemp -d "/tmp/xfn-$1-bench-XXXXXX")
+    chmod 755 "$WORK"
+    PORT=$(( 20000 + $$ % 20000 ))
+    REG_PID=
+    XFN_PID=
+    trap bench_cleanup EXIT INT TERM
+}
+
+bench_cleanup() {
+    [ -n "$XFN_PID" ] && kill "$XFN_PID" 2>/dev/null && wait "$XFN_PID" 2>/dev/null || true
+    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
+    if command -v bench_cleanup_more >/dev/null 2>&1; then bench_cleanup_more; fi
+    rm -rf "$WORK"
+}
+
+# server_load_binary PROFILE: builds the load generator
+# (benches/server_load.rs) for the cargo profile PROFILE and prints its
+# path. Run from the repository root.
+server_load_binary() {
+    cargo build --quiet --profile "$1" --bench server_load --message-format=json |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "server_load" and m.get("executable"):
+        print(m["executable"])'
+}

@@ -161,7 +161,6 @@ impl CloseReason {
 /// connection, never per call.
 #[derive(Debug, Clone, Copy)]
 struct Lifecycle {
-    opened: Instant,
     handshaken: bool,
     /// Asked to close gracefully (idle, evicted, draining).
     closing: bool,
@@ -243,6 +242,7 @@ impl CallCount {
 #[derive(Debug)]
 pub struct Conn {
     id: u64,
+    opened: Instant,
     state: watch::Sender<Lifecycle>,
     calls: CallCount,
     /// The socket while it is open (cleared before it closes, so a cut
@@ -260,7 +260,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Conn {
     fn state(&self) -> State {
         let life = *self.state.borrow();
-        let (calls, idle_since) = self.calls.read(life.opened);
+        let (calls, idle_since) = self.calls.read(self.opened);
         State {
             life,
             calls,
@@ -317,10 +317,7 @@ pub struct CallGuard(Arc<Conn>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        let opened = self.0.state.borrow().opened;
-        self.0
-            .calls
-            .end(Instant::now().saturating_duration_since(opened));
+        self.0.calls.end(self.0.opened.elapsed());
     }
 }
 
@@ -396,8 +393,8 @@ impl Connections {
         let now = Instant::now();
         let conn = Arc::new(Conn {
             id: table.next_id,
+            opened: now,
             state: watch::Sender::new(Lifecycle {
-                opened: now,
                 handshaken: false,
                 closing: false,
                 closing_since: now,
@@ -487,7 +484,7 @@ impl Connections {
             // The earliest of what applies now.
             let handshake = (!s.handshaken).then(|| {
                 (
-                    s.opened + self.limits.handshake_timeout,
+                    conn.opened + self.limits.handshake_timeout,
                     Some(CloseReason::HandshakeTimeout),
                 )
             });

@@ -85,19 +85,12 @@ impl Soaked {
     async fn idle(&self) {
         self.daemon.wait_for_metric("xfn_runs_in_flight", 0.0).await;
         self.daemon.wait_for_metric("xfn_runs_queued", 0.0).await;
-        for _ in 0..600 {
-            let ready = self.daemon.metric("xfn_warm_containers_ready").await;
-            let total = self.daemon.metric("xfn_warm_containers").await;
-            if ready == total && self.warm().len() as f64 == ready {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "the warm pool never settled:\n{}\n{}",
-            self.daemon.metrics_text().await,
-            self.daemon.log()
-        );
+        self.daemon
+            .wait_for_metrics("the warm pool never settled", |text| {
+                let ready = metric_in(text, "xfn_warm_containers_ready");
+                ready == metric_in(text, "xfn_warm_containers") && self.warm().len() as f64 == ready
+            })
+            .await;
     }
 
     /// `calls` calls from `callers` concurrent callers, a connection each:

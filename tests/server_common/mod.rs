@@ -693,30 +693,28 @@ impl Daemon {
 
     /// The value of one metric line (`name{labels}`), 0 when absent.
     pub async fn metric(&self, series: &str) -> f64 {
-        let text = self.metrics_text().await;
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(series)
-                    .and_then(|rest| rest.strip_prefix(' '))
-                    .map(|value| value.trim().parse().expect("metric value"))
-            })
-            .unwrap_or(0.0)
+        metric_in(&self.metrics_text().await, series)
     }
 
     /// Polls until `series` reads `value` (the daemon's own view, so tests
     /// wait for states, not for durations).
     pub async fn wait_for_metric(&self, series: &str, value: f64) {
+        self.wait_for_metrics(&format!("{series} never became {value}"), |text| {
+            metric_in(text, series) == value
+        })
+        .await;
+    }
+
+    /// Polls until `holds` is true of one `/metrics` text (read its series
+    /// with [`metric_in`]); panics with `never` otherwise.
+    pub async fn wait_for_metrics(&self, never: &str, holds: impl Fn(&str) -> bool) {
         for _ in 0..600 {
-            if self.metric(series).await == value {
+            if holds(&self.metrics_text().await) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!(
-            "{series} never became {value}:\n{}\n{}",
-            self.metrics_text().await,
-            self.log()
-        );
+        panic!("{never}:\n{}\n{}", self.metrics_text().await, self.log());
     }
 
     /// SIGTERM while a call of `slow_image` (a function slower than the
@@ -1129,6 +1127,18 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// Whether `pid` is a zombie.
 pub fn is_zombie(pid: u32) -> bool {
     state_and_parent(pid).is_some_and(|(state, _)| state == 'Z')
+}
+
+/// The value of one metric line (`name{labels}`) of a `/metrics` text, 0
+/// when absent.
+pub fn metric_in(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .map(|value| value.trim().parse().expect("metric value"))
+        })
+        .unwrap_or(0.0)
 }
 
 /// How many file descriptors `pid` has open.

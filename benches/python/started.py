@@ -51,7 +51,6 @@ for call in range(CALLS):
         sys.exit(f"call {call}: an answer other than the native run's")
 
 
-
 def percentile(ordered, p):
     """The sample at rank p, as benches/server_load.rs picks it for the xfn
     rows beside this one (the nearest rank, halves rounded up)."""

@@ -161,12 +161,17 @@ PY
     kill "$XFN_PID"; wait "$XFN_PID" 2>/dev/null || true; XFN_PID=
 }
 
-daemon start-cold --warm-pool 0
-daemon start-created --warm-pool-start created
-daemon start-started --warm-pool-start started
-adaptor adapt-cold --warm-pool 0
-adaptor adapt-created --warm-pool-start created
-adaptor adapt-started --warm-pool-start started
+# ROWS (default: all six) names the rows to run, e.g. ROWS="start-started
+# adapt-started" for the started calls alone, alternated between builds
+# (XFN_BINARY) in a few minutes.
+ROWS=${ROWS:-start-cold start-created start-started adapt-cold adapt-created adapt-started}
+row() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
+row start-cold && daemon start-cold --warm-pool 0
+row start-created && daemon start-created --warm-pool-start created
+row start-started && daemon start-started --warm-pool-start started
+row adapt-cold && adaptor adapt-cold --warm-pool 0
+row adapt-created && adaptor adapt-created --warm-pool-start created
+row adapt-started && adaptor adapt-started --warm-pool-start started
 
 python3 - "$WORK" <<'PY'
 import json, sys
@@ -184,7 +189,11 @@ for name, label in [
     ("adapt-created", "xfn adapt, warm created ahead"),
     ("adapt-started", "xfn adapt, warm started ahead"),
 ]:
-    figures = dict(line.strip().split("=", 1) for line in open(f"{work}/{name}.txt") if "=" in line)
+    try:
+        lines = open(f"{work}/{name}.txt").readlines()
+    except FileNotFoundError:
+        continue  # not in ROWS
+    figures = dict(line.strip().split("=", 1) for line in lines if "=" in line)
     p50, p99 = float(figures["paced_p50_ms"]), float(figures["paced_p99_ms"])
     print(f"  {label:<35}{p50:8.2f}  {p50/native:.2f}x   (p99 {p99:.2f})")
 PY

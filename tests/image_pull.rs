@@ -608,3 +608,81 @@ async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
         assert_eq!(registry.blob_get_count(&blob.digest), 1);
     }
 }
+
+#[tokio::test]
+async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_pins_are_gone() {
+    let registry = Registry::start();
+    let pushed = small_image("one").push(&registry, "fn:v1");
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    let pulled = store
+        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .await
+        .unwrap();
+    // Found whole on disk while `pulled` pins it: remembered.
+    let found = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap();
+    drop(pulled);
+
+    // Torn on disk under a live pin: the verified copy in memory serves,
+    // and the torn file is left for the first lookup that reads the disk.
+    let manifest = dir
+        .path()
+        .join("manifests")
+        .join(pushed.digest.trim_start_matches("sha256:"));
+    let bytes = std::fs::read(&manifest).unwrap();
+    std::fs::write(&manifest, &bytes[..bytes.len() / 2]).unwrap();
+    let again = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap();
+    assert_eq!(again.digest, pushed.digest);
+    assert_eq!(again.layers, found.layers);
+    assert_eq!(
+        again
+            .config
+            .config()
+            .as_ref()
+            .unwrap()
+            .entrypoint()
+            .as_deref(),
+        Some(&["/fn.sh".to_string()][..])
+    );
+    assert!(manifest.exists(), "the disk was read despite the live pin");
+
+    // Once every pin is gone the lookup reads the disk: the torn manifest
+    // is found, removed, and the image is not in the cache.
+    drop(again);
+    drop(found);
+    let err = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    assert!(!manifest.exists());
+
+    // Pulled again and remembered under a new pin, a lost layer dir is
+    // still noticed (and re-extracted by the next pull).
+    let pulled = store
+        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .await
+        .unwrap();
+    let found = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&found.layers[1]).unwrap();
+    let err = store
+        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    let repaired = store
+        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .await
+        .unwrap();
+    assert!(repaired.layers[1].join("fn.sh").is_file());
+    drop((pulled, found));
+}

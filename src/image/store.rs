@@ -89,7 +89,8 @@
 //! finds a cached image; `rootfs` builds flattened rootfs; `listing` is
 //! `xfn cache ls`; `import` fills the store from files instead of a
 //! registry; `codec` decompresses and verifies layer streams; `lock` is
-//! the per-key lock table; `pin` the holds on images in use; `gc` removes
+//! the per-key lock table; `pin` the holds on images in use (and what
+//! was found under them); `gc` removes
 //! images and collects garbage.
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -176,6 +177,8 @@ struct Inner {
     sizes: Mutex<HashMap<PathBuf, u64>>,
     /// When this process last marked each ref used (see `entries`).
     touched: Mutex<HashMap<PathBuf, Instant>>,
+    /// This process's pins, one per image (see `pin`).
+    pins: Mutex<pin::LivePins>,
     /// What image ids are shifted by when layers are extracted (`owners`).
     owner_shift: u32,
 }
@@ -205,6 +208,7 @@ impl Store {
                 instance,
                 sizes: Mutex::default(),
                 touched: Mutex::default(),
+                pins: Mutex::default(),
                 owner_shift: owners::shift_of(cache_dir),
             }),
         };

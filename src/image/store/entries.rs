@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::pin::Found;
 use super::{io_err, ImageError, ImagePin, Store};
 use crate::image::descriptor::{sha256_digest, BlobRef, Manifest};
 
@@ -66,6 +67,19 @@ impl Store {
         };
         // Pinned before looking: a collection cannot take it from under us.
         let pin = self.pin(&digest, None)?;
+        if let Some(found) = pin.found().cloned() {
+            self.mark_used(key);
+            return Ok(Some((
+                PulledImage {
+                    reference: asked.to_string(),
+                    digest,
+                    config: found.config,
+                    layers: found.layers,
+                    pin,
+                },
+                found.manifest,
+            )));
+        }
         let Some(manifest) = self.read_manifest(&digest)? else {
             return Ok(None);
         };
@@ -81,6 +95,11 @@ impl Store {
             }
             layers.push(dir);
         }
+        pin.keep(Found {
+            manifest: manifest.clone(),
+            config: config.clone(),
+            layers: layers.clone(),
+        });
         self.mark_used(key);
         Ok(Some((
             PulledImage {

@@ -22,9 +22,32 @@
 //! (milliseconds: the deleting happens after). So every pin a collection
 //! sees is whole, and no image can be pinned between the collection's
 //! look and its moves.
+//!
+//! One pin per image per process: pinning an image this process already
+//! pins hands out a clone of that pin (taking the gate only to record a
+//! manifest), so a warm call takes no lock and opens no file, and a daemon
+//! holds one pin file open per image in use, not one per call.
+//!
+//! Choice: **what was found under a pin lives in the pin.** Finding a
+//! cached image reads and hashes its manifest and config, parses both and
+//! checks every layer directory (`entries`): a tenth of a millisecond of
+//! every warm call of `xfn start`, for answers that cannot change while
+//! the image is pinned, since no collection in any process removes a
+//! pinned image and what a digest names never changes. So the first lookup
+//! under a pin keeps what it found in the pin, and later lookups under
+//! the same pin use it; it goes when the last clone of the pin does, and
+//! the next lookup reads the disk again, verifying as always. No timer and
+//! no generation count shared between processes: the kernel's lock is the
+//! whole truth. A lookup still reads the ref (another process may point it
+//! at another digest) and `stat`s each layer directory: one lost by hand
+//! or damage is re-extracted by the next pull, so a torn entry stays never
+//! a lasting error. A manifest or config torn on disk under a live pin
+//! does not matter while the verified copy is used; the first lookup after
+//! the pin reads, finds and removes it.
+use std::collections::HashMap;
 use std::fs::File;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -36,7 +59,41 @@ use crate::image::descriptor::{sha256_digest, Manifest};
 /// A hold on one image: while any clone lives, no collection removes it.
 #[derive(Debug, Clone)]
 pub struct ImagePin {
-    _lock: Arc<Flock<File>>,
+    held: Arc<Held>,
+}
+
+/// One pin of this process: its lock, and the image as first found under it.
+#[derive(Debug)]
+pub(super) struct Held {
+    lock: Flock<File>,
+    found: OnceLock<Found>,
+}
+
+/// A cached image as a lookup under a pin found it whole.
+#[derive(Debug, Clone)]
+pub(super) struct Found {
+    pub(super) manifest: Manifest,
+    pub(super) config: oci_spec::image::ImageConfiguration,
+    pub(super) layers: Vec<PathBuf>,
+}
+
+/// This process's live pins, by manifest digest.
+pub(super) type LivePins = HashMap<String, Weak<Held>>;
+
+impl ImagePin {
+    /// What a lookup under this pin found, if one did and every layer
+    /// directory it found is still there.
+    pub(super) fn found(&self) -> Option<&Found> {
+        self.held
+            .found
+            .get()
+            .filter(|found| found.layers.iter().all(|dir| dir.is_dir()))
+    }
+
+    /// Keeps what a lookup under this pin found whole, for the next ones.
+    pub(super) fn keep(&self, found: Found) {
+        let _ = self.held.found.set(found);
+    }
 }
 
 /// The gate, held shared or exclusive.
@@ -66,14 +123,33 @@ impl Store {
         manifest: Option<&[u8]>,
     ) -> Result<ImagePin, ImageError> {
         let path = self.root().join(PINS).join(hex_of(digest, digest)?);
+        let live = self.live_pins().get(digest).and_then(Weak::upgrade);
+        if let Some(held) = live {
+            if let Some(bytes) = manifest {
+                let _gate = self.gate(false)?;
+                record(&held.lock, digest, bytes).map_err(io_err(&path))?;
+            }
+            return Ok(ImagePin { held });
+        }
         let _gate = self.gate(false)?;
         let lock = lock_file(&path, FlockArg::LockShared)?;
         if let Some(bytes) = manifest {
             record(&lock, digest, bytes).map_err(io_err(&path))?;
         }
-        Ok(ImagePin {
-            _lock: Arc::new(lock),
-        })
+        let held = Arc::new(Held {
+            lock,
+            found: OnceLock::new(),
+        });
+        // Two first pins of one image at once both lock: harmless, the
+        // later one is the one handed out from now on.
+        let mut live = self.live_pins();
+        live.retain(|_, held| held.strong_count() > 0);
+        live.insert(digest.to_string(), Arc::downgrade(&held));
+        Ok(ImagePin { held })
+    }
+
+    fn live_pins(&self) -> MutexGuard<'_, LivePins> {
+        self.inner.pins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The manifest of the image pinned as `hex`: the store's, or the one
@@ -135,4 +211,62 @@ pub(super) fn lock_file(path: &Path, mode: FlockArg) -> Result<Flock<File>, Imag
         .open(path)
         .map_err(io_err(path))?;
     Flock::lock(file, mode).map_err(|(_, errno)| io_err(path)(errno.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:1aab5c70a981f9fbc171524372b9dfa9a71ad0f8219065a5c4e6437127f64f5d";
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), super::super::Limits::default()).unwrap();
+        (dir, store)
+    }
+
+    fn pinned(store: &Store) -> bool {
+        let gate = store.gate(true).unwrap();
+        store.is_pinned(DIGEST.trim_start_matches("sha256:"), &gate)
+    }
+
+    #[test]
+    fn a_second_pin_of_an_image_is_the_first_and_holds_it_until_its_last_clone_goes() {
+        let (_dir, store) = store();
+        let first = store.pin(DIGEST, None).unwrap();
+        let second = store.pin(DIGEST, None).unwrap();
+        assert!(Arc::ptr_eq(&first.held, &second.held));
+        drop(first);
+        assert!(pinned(&store));
+        drop(second);
+        assert!(!pinned(&store));
+    }
+
+    #[test]
+    fn what_was_found_under_a_pin_goes_with_its_last_clone() {
+        let (dir, store) = store();
+        let layer = dir.path().join("layers/some");
+        std::fs::create_dir_all(&layer).unwrap();
+        let found = Found {
+            manifest: Manifest {
+                config: crate::image::descriptor::BlobRef {
+                    media_type: String::new(),
+                    digest: DIGEST.to_string(),
+                    size: 1,
+                },
+                layers: Vec::new(),
+            },
+            config: oci_spec::image::ImageConfiguration::default(),
+            layers: vec![layer.clone()],
+        };
+        let pin = store.pin(DIGEST, None).unwrap();
+        pin.keep(found);
+        assert!(store.pin(DIGEST, None).unwrap().found().is_some());
+        // A layer directory lost meanwhile makes it count as not found.
+        std::fs::remove_dir(&layer).unwrap();
+        assert!(pin.found().is_none());
+        std::fs::create_dir(&layer).unwrap();
+        drop(pin);
+        assert!(store.pin(DIGEST, None).unwrap().found().is_none());
+    }
 }

@@ -21,9 +21,11 @@
 #                      function's stdin) over TCP to `xfn adapt --image`,
 #                      the same three ways, paced likewise.
 #
-# and prints each as a ratio to native. Every answer is checked: the
-# FunctionIO output byte for byte against the native run's, the v1
-# response for its tag and the desired resource.
+# and prints each as a ratio to native. The started rows, which the
+# targets are about, are timed in ROUNDS short rounds beside native and the
+# floor, and each ratio is to the same round's native (see below). Every
+# answer is checked: the FunctionIO output byte for byte against the native
+# run's, the v1 response for its tag and the desired resource.
 #
 # The image is the host's Debian python3.11 (from Debian's packages, as
 # scripts/setup.sh installs python3-yaml): the interpreter, its standard
@@ -118,35 +120,31 @@ chmod +x "$WORK/shell"
 hyperfine --warmup 10 --runs "$RUNS" --export-json "$WORK/native.json" -N \
     --command-name native "$WORK/native" --command-name shell "$WORK/shell" >/dev/null
 
-# Native, started ahead: the same command, fed once it waits on its stdin:
-# the floor of a started call, with nothing of xfn's in it.
-python3 "$(dirname "$0")/python/started.py" "$WORK/input.yaml" "$WORK/expect.yaml" \
-    "$CALLS" $NATIVE >"$WORK/native-started.txt"
-
 mkdir -p "$WORK/cache"
 chown "$NONROOT:$NONROOT" "$WORK/cache"
 
-# daemon NAME FLAGS...: `xfn start` as uid 65532 on an abstract socket of
-# its own, paced calls, its figures into $WORK/NAME.txt.
-daemon() {
+# up_start NAME FLAGS...: `xfn start` as uid 65532 on the abstract socket
+# xfn-python-bench-$$-NAME, its log into $WORK/NAME.log; its pid in XFN_PID.
+up_start() {
     name=$1; shift
     socket="xfn-python-bench-$$-$name"
     $AS_NONROOT "$XFN" start --cache-dir "$WORK/cache" --address "@$socket" "$@" \
         2>"$WORK/$name.log" &
     XFN_PID=$!
     for _ in $(seq 300); do grep -q "@$socket\$" /proc/net/unix && break; sleep 0.1; done
-    EXPECT="$WORK/expect.yaml" $AS_NONROOT "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" \
-        "$CALLS" 0 "" >"$WORK/$name.txt" 2>>"$WORK/$name.log" ||
-        { cat "$WORK/$name.log" >&2; exit 1; }
-    kill "$XFN_PID"; wait "$XFN_PID" 2>/dev/null || true; XFN_PID=
 }
 
-# adaptor NAME FLAGS...: `xfn adapt` of the image on a TCP port, likewise.
-adaptor() {
+# up_adapt NAME FLAGS...: `xfn adapt` of the image on TCP port $APORT, its
+# log into $WORK/NAME.log; its pid in ADAPT_PID.
+ADAPT_PID=
+bench_cleanup_more() {
+    [ -n "$ADAPT_PID" ] && kill "$ADAPT_PID" 2>/dev/null && wait "$ADAPT_PID" 2>/dev/null || true
+}
+up_adapt() {
     name=$1; shift
     $AS_NONROOT "$XFN" adapt --insecure --no-response-cache --cache-dir "$WORK/cache" \
         --image "$IMAGE" --address "127.0.0.1:$APORT" "$@" 2>"$WORK/$name.log" &
-    XFN_PID=$!
+    ADAPT_PID=$!
     python3 - "$APORT" <<'PY'
 import socket, sys, time
 for _ in range(600):
@@ -156,9 +154,24 @@ for _ in range(600):
     except OSError:
         time.sleep(0.1)
 PY
-    $AS_NONROOT "$LOAD" "tcp:127.0.0.1:$APORT" - - "$CALLS" 0 "" >"$WORK/$name.txt" \
-        2>>"$WORK/$name.log" || { cat "$WORK/$name.log" >&2; exit 1; }
-    kill "$XFN_PID"; wait "$XFN_PID" 2>/dev/null || true; XFN_PID=
+}
+
+# calls NAME N OUT [ENV...]: N calls paced PACE_MS apart (after the load
+# generator's ten warm-up calls) to the daemon of row NAME, its figures
+# into OUT; ENV (e.g. HEALTH=1) for the load generator.
+calls() {
+    case "$1" in
+        start-*) target="xfn-python-bench-$$-$1"; image=$IMAGE ;;
+        adapt-*) target="tcp:127.0.0.1:$APORT"; image=- ;;
+    esac
+    name=$1 count=$2 out=$3; shift 3
+    env EXPECT="$WORK/expect.yaml" B2B_CALLS=0 "$@" $AS_NONROOT "$LOAD" "$target" "$image" \
+        "$WORK/input.yaml" "$count" 0 "" >"$out" 2>>"$WORK/$name.log" ||
+        { cat "$WORK/$name.log" >&2; exit 1; }
+}
+
+down() {
+    kill "$1"; wait "$1" 2>/dev/null || true
 }
 
 # ROWS (default: all six) names the rows to run, e.g. ROWS="start-started
@@ -166,34 +179,105 @@ PY
 # (XFN_BINARY) in a few minutes.
 ROWS=${ROWS:-start-cold start-created start-started adapt-cold adapt-created adapt-started}
 row() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
-row start-cold && daemon start-cold --warm-pool 0
-row start-created && daemon start-created --warm-pool-start created
-row start-started && daemon start-started --warm-pool-start started
-row adapt-cold && adaptor adapt-cold --warm-pool 0
-row adapt-created && adaptor adapt-created --warm-pool-start created
-row adapt-started && adaptor adapt-started --warm-pool-start started
 
-python3 - "$WORK" <<'PY'
-import json, sys
-work = sys.argv[1]
-results = {r["command"]: r for r in json.load(open(f"{work}/native.json"))["results"]}
-native = (results["native"]["median"] - results["shell"]["median"]) * 1000
+# The cold and created rows: one daemon each, CALLS paced calls.
+for name in start-cold start-created; do
+    row $name || continue
+    case $name in *cold) flags="--warm-pool 0" ;; *) flags="--warm-pool-start created" ;; esac
+    up_start $name $flags
+    calls $name "$CALLS" "$WORK/$name.txt"
+    down "$XFN_PID"; XFN_PID=
+done
+for name in adapt-cold adapt-created; do
+    row $name || continue
+    case $name in *cold) flags="--warm-pool 0" ;; *) flags="--warm-pool-start created" ;; esac
+    up_adapt $name $flags
+    calls $name "$CALLS" "$WORK/$name.txt"
+    down "$ADAPT_PID"; ADAPT_PID=
+done
+
+# The started rows, against native and the floor, in ROUNDS rounds of
+# about fifteen seconds: in each, native (hyperfine, ROUND_RUNS runs), the
+# floor (the same command started ahead and fed once it waits on its
+# stdin, ROUND_CALLS calls: benches/python/started.py, nothing of xfn's)
+# and ROUND_CALLS paced calls to each started daemon, one after another;
+# then as many health checks to `xfn start` (`grpc.health.v1.Health/Check`
+# from the same client over the same socket kind: a gRPC round trip with
+# no function). The floor plus that round trip is as close as any gRPC
+# runner could come.
+# This machine's speed drifts over minutes (a VM on a host we do not see:
+# benches/PROFILE.md), and a ratio of two figures taken minutes apart
+# measures the drift as much as the function; so each round's ratios
+# compare figures taken within seconds of each other, and the summary
+# gives every round and the median of their ratios. The daemons stay up
+# between rounds; their started functions sleep on their stdin.
+ROUNDS=${ROUNDS:-8}
+ROUND_CALLS=${ROUND_CALLS:-40}
+ROUND_RUNS=${ROUND_RUNS:-20}
+row start-started && up_start start-started --warm-pool-start started
+row adapt-started && up_adapt adapt-started --warm-pool-start started
+for round in $(seq "$ROUNDS"); do
+    hyperfine --warmup 3 --runs "$ROUND_RUNS" --export-json "$WORK/round$round-native.json" -N \
+        --command-name native "$WORK/native" --command-name shell "$WORK/shell" >/dev/null
+    python3 "$(dirname "$0")/python/started.py" "$WORK/input.yaml" "$WORK/expect.yaml" \
+        "$ROUND_CALLS" $NATIVE >"$WORK/round$round-floor.txt"
+    row start-started && calls start-started "$ROUND_CALLS" "$WORK/round$round-start-started.txt"
+    row adapt-started && calls adapt-started "$ROUND_CALLS" "$WORK/round$round-adapt-started.txt"
+    row start-started && calls start-started "$ROUND_CALLS" "$WORK/round$round-rtt.txt" HEALTH=1
+done
+[ -n "$XFN_PID" ] && { down "$XFN_PID"; XFN_PID=; }
+[ -n "$ADAPT_PID" ] && { down "$ADAPT_PID"; ADAPT_PID=; }
+
+python3 - "$WORK" "$ROUNDS" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+
+def native_ms(path):
+    """hyperfine's median of native, its feeding shell's taken off."""
+    results = {r["command"]: r for r in json.load(open(path))["results"]}
+    return (results["native"]["median"] - results["shell"]["median"]) * 1000
+
+def figures(path):
+    try:
+        lines = open(path).readlines()
+    except FileNotFoundError:
+        return None  # not in ROWS
+    return dict(line.strip().split("=", 1) for line in lines if "=" in line)
+
+native = native_ms(f"{work}/native.json")
 print("python function, one caller paced (ms, p50; ratio to native)")
-print(f"  native (chroot, no container)      {native:8.2f}  1.00x   (median of hyperfine, its feeding shell's {results['shell']['median']*1000:.2f} ms taken off)")
+print(f"  native (chroot, no container)      {native:8.2f}  1.00x   (median of hyperfine, its feeding shell taken off)")
 for name, label in [
-    ("native-started", "native, started ahead (the floor)"),
     ("start-cold", "xfn start, cold (--warm-pool 0)"),
     ("start-created", "xfn start, warm created ahead"),
-    ("start-started", "xfn start, warm started ahead"),
     ("adapt-cold", "xfn adapt, cold (--warm-pool 0)"),
     ("adapt-created", "xfn adapt, warm created ahead"),
-    ("adapt-started", "xfn adapt, warm started ahead"),
 ]:
-    try:
-        lines = open(f"{work}/{name}.txt").readlines()
-    except FileNotFoundError:
-        continue  # not in ROWS
-    figures = dict(line.strip().split("=", 1) for line in lines if "=" in line)
-    p50, p99 = float(figures["paced_p50_ms"]), float(figures["paced_p99_ms"])
-    print(f"  {label:<35}{p50:8.2f}  {p50/native:.2f}x   (p99 {p99:.2f})")
+    found = figures(f"{work}/{name}.txt")
+    if found:
+        p50, p99 = float(found["paced_p50_ms"]), float(found["paced_p99_ms"])
+        print(f"  {label:<35}{p50:8.2f}  {p50/native:.2f}x   (p99 {p99:.2f})")
+
+rows = [("floor", "floor"), ("rtt", "gRPC round trip"), ("start-started", "xfn start"),
+        ("adapt-started", "xfn adapt")]
+print(f"started ahead, in {rounds} rounds (ms, p50; ratio to the same round's native)")
+print(f"  {'round':<6}{'native':>8}" + "".join(f"{label:>22}" for _, label in rows))
+ratios = {name: [] for name, _ in rows}
+for r in range(1, rounds + 1):
+    base = native_ms(f"{work}/round{r}-native.json")
+    cells = ""
+    for name, _ in rows:
+        found = figures(f"{work}/round{r}-{name}.txt")
+        if found is None:
+            cells += f"{'-':>22}"
+            continue
+        p50 = float(found["paced_p50_ms"])
+        ratios[name].append(p50 / base)
+        cells += f"{p50:>14.2f} ({p50/base:.2f}x)"
+    print(f"  {r:<6}{base:>8.2f}{cells}")
+print("  median of the rounds' ratios: " + ", ".join(
+    f"{label} {statistics.median(ratios[name]):.3f}x" for name, label in rows if ratios[name]))
+if ratios["rtt"]:
+    print("  median of the rounds' floor + gRPC round trip: "
+          f"{statistics.median(f + r for f, r in zip(ratios['floor'], ratios['rtt'])):.3f}x")
 PY

@@ -10,13 +10,16 @@
 //! calls an `xfn adapt` instead: v1 `RunFunction` over plaintext TCP, IMAGE
 //! and INPUT_FILE unused, each response checked to carry the request's tag
 //! and a desired resource named `EXPECT_RESOURCE` (env, default `bucket`).
+//! With `HEALTH` (env) set it calls `grpc.health.v1.Health/Check` instead,
+//! either way: a bare gRPC round trip to the same daemon, to set a call
+//! beside.
 //!
 //! Latency is measured three ways, one caller each:
 //! - `paced`: LATENCY_CALLS calls, each PACE_MS (env, default 50) after the
 //!   last one's answer: a warm call on an otherwise quiet daemon, as a
 //!   sidecar sees a reconciler's steps (and as `hyperfine` runs the bare
 //!   floor, one run at a time with nothing else on the machine);
-//! - `back to back`: LATENCY_CALLS calls with no pause: one caller
+//! - `back to back`: B2B_CALLS (env, default LATENCY_CALLS) calls with no pause: one caller
 //!   saturating the daemon, so each call shares the CPUs with the work the
 //!   last one left (the next warm container's creation, teardown);
 //! - `after idle`: IDLE_CALLS (env, default 3) calls, each after IDLE_GAP_MS
@@ -26,6 +29,9 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Endpoint, Uri};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 use xfn::proto::v1;
 use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
 use xfn::proto::v1alpha1 as pb;
@@ -47,6 +53,11 @@ enum Caller {
     Function {
         client: V1Client<tonic::transport::Channel>,
         resource: String,
+    },
+    /// Either, with `HEALTH` set: `grpc.health.v1.Health/Check`, a bare
+    /// gRPC round trip to the same daemon over the same kind of connection.
+    Health {
+        client: HealthClient<tonic::transport::Channel>,
     },
 }
 
@@ -81,11 +92,24 @@ impl Caller {
                 }
                 Ok(elapsed)
             }
+            Caller::Health { client } => {
+                let started = Instant::now();
+                let status = client
+                    .check(HealthCheckRequest::default())
+                    .await?
+                    .into_inner()
+                    .status;
+                let elapsed = started.elapsed();
+                if status != ServingStatus::Serving as i32 {
+                    return Err(format!("the daemon is not serving: {status}").into());
+                }
+                Ok(elapsed)
+            }
         }
     }
 }
 
-async fn connect(name: String) -> Result<Client<tonic::transport::Channel>, AnyError> {
+async fn connect(name: String) -> Result<tonic::transport::Channel, AnyError> {
     let channel = Endpoint::try_from("http://xfn.invalid")?
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let name = name.clone();
@@ -98,7 +122,7 @@ async fn connect(name: String) -> Result<Client<tonic::transport::Channel>, AnyE
             }
         }))
         .await?;
-    Ok(Client::new(channel))
+    Ok(channel)
 }
 
 async fn call(
@@ -157,10 +181,21 @@ async fn main() -> Result<(), AnyError> {
         .filter(|level| !level.is_empty())
         .map(str::parse)
         .collect::<Result<_, _>>()?;
+    let health = std::env::var_os("HEALTH").is_some();
     let mut caller = match socket.strip_prefix("tcp:") {
+        Some(address) if health => Caller::Health {
+            client: HealthClient::new(
+                Endpoint::try_from(format!("http://{address}"))?
+                    .connect()
+                    .await?,
+            ),
+        },
         Some(address) => Caller::Function {
             client: V1Client::connect(format!("http://{address}")).await?,
             resource: std::env::var("EXPECT_RESOURCE").unwrap_or_else(|_| "bucket".into()),
+        },
+        None if health => Caller::Health {
+            client: HealthClient::new(connect(socket.clone()).await?),
         },
         None => {
             let input = std::fs::read(input_file)?;
@@ -169,7 +204,7 @@ async fn main() -> Result<(), AnyError> {
                 None => input.clone(),
             };
             Caller::Runner {
-                client: connect(socket.clone()).await?,
+                client: Client::new(connect(socket.clone()).await?),
                 image: image.clone(),
                 input,
                 expect,
@@ -188,9 +223,10 @@ async fn main() -> Result<(), AnyError> {
     let pace = env_ms("PACE_MS", 50)?;
     let idle_gap = env_ms("IDLE_GAP_MS", 6500)?;
     let idle_calls: usize = std::env::var("IDLE_CALLS").map_or(Ok(3), |v| v.parse())?;
+    let b2b_calls: usize = std::env::var("B2B_CALLS").map_or(Ok(latency_calls), |v| v.parse())?;
     for (name, calls, gap) in [
         ("paced", latency_calls, pace),
-        ("b2b", latency_calls, Duration::ZERO),
+        ("b2b", b2b_calls, Duration::ZERO),
         ("idle", idle_calls, idle_gap),
     ] {
         let mut latencies = Vec::with_capacity(calls);

@@ -42,6 +42,9 @@
 //!   xfn, damaged since) is removed and counts as absent, so the next pull
 //!   fetches it again. A torn entry is never a lasting error. (Layer trees
 //!   are not re-hashed on read: they are published only after `syncfs`.)
+//!   What a lookup verified is kept in its pin: later lookups under the
+//!   same live pin use it, and the first after the pin's last clone reads
+//!   and checks the disk again (`pin`).
 //! - An image is cached when its ref, manifest, config and every layer
 //!   directory exist; `IfNotPresent` and `Never` need nothing else.
 //! - Pulls of one reference, one layer or one flattened rootfs are

@@ -181,19 +181,18 @@ ROWS=${ROWS:-start-cold start-created start-started adapt-cold adapt-created ada
 row() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # The cold and created rows: one daemon each, CALLS paced calls.
-for name in start-cold start-created; do
+for name in start-cold start-created adapt-cold adapt-created; do
     row $name || continue
     case $name in *cold) flags="--warm-pool 0" ;; *) flags="--warm-pool-start created" ;; esac
-    up_start $name $flags
+    case $name in
+        start-*) up_start $name $flags ;;
+        adapt-*) up_adapt $name $flags ;;
+    esac
     calls $name "$CALLS" "$WORK/$name.txt"
-    down "$XFN_PID"; XFN_PID=
-done
-for name in adapt-cold adapt-created; do
-    row $name || continue
-    case $name in *cold) flags="--warm-pool 0" ;; *) flags="--warm-pool-start created" ;; esac
-    up_adapt $name $flags
-    calls $name "$CALLS" "$WORK/$name.txt"
-    down "$ADAPT_PID"; ADAPT_PID=
+    case $name in
+        start-*) down "$XFN_PID"; XFN_PID= ;;
+        adapt-*) down "$ADAPT_PID"; ADAPT_PID= ;;
+    esac
 done
 
 # The started rows, against native and the floor, in ROUNDS rounds of

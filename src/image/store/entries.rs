@@ -67,20 +67,33 @@ impl Store {
         };
         // Pinned before looking: a collection cannot take it from under us.
         let pin = self.pin(&digest, None)?;
-        if let Some(found) = pin.found().cloned() {
-            self.mark_used(key);
-            return Ok(Some((
-                PulledImage {
-                    reference: asked.to_string(),
-                    digest,
-                    config: found.config,
-                    layers: found.layers,
-                    pin,
-                },
-                found.manifest,
-            )));
-        }
-        let Some(manifest) = self.read_manifest(&digest)? else {
+        let found = match pin.found().cloned() {
+            Some(found) => found,
+            None => {
+                let Some(found) = self.read_whole(key, &digest)? else {
+                    return Ok(None);
+                };
+                pin.keep(found.clone());
+                found
+            }
+        };
+        self.mark_used(key);
+        Ok(Some((
+            PulledImage {
+                reference: asked.to_string(),
+                digest,
+                config: found.config,
+                layers: found.layers,
+                pin,
+            },
+            found.manifest,
+        )))
+    }
+
+    /// The image `digest` names as the disk has it, each file verified,
+    /// or `None` when anything is missing (`key` names it in errors).
+    fn read_whole(&self, key: &str, digest: &str) -> Result<Option<Found>, ImageError> {
+        let Some(manifest) = self.read_manifest(digest)? else {
             return Ok(None);
         };
         let Some(config_bytes) = self.read_config(&manifest.config.digest)? else {
@@ -95,22 +108,11 @@ impl Store {
             }
             layers.push(dir);
         }
-        pin.keep(Found {
-            manifest: manifest.clone(),
-            config: config.clone(),
-            layers: layers.clone(),
-        });
-        self.mark_used(key);
-        Ok(Some((
-            PulledImage {
-                reference: asked.to_string(),
-                digest,
-                config,
-                layers,
-                pin,
-            },
+        Ok(Some(Found {
             manifest,
-        )))
+            config,
+            layers,
+        }))
     }
 
     /// Marks the ref `key` used now (its mtime: the collector's last use),

@@ -122,15 +122,19 @@ impl Store {
         digest: &str,
         manifest: Option<&[u8]>,
     ) -> Result<ImagePin, ImageError> {
-        let path = self.root().join(PINS).join(hex_of(digest, digest)?);
+        // Made only where a file is touched: a warm call's pin touches none.
+        let path = || -> Result<PathBuf, ImageError> {
+            Ok(self.root().join(PINS).join(hex_of(digest, digest)?))
+        };
         let live = self.live_pins().get(digest).and_then(Weak::upgrade);
         if let Some(held) = live {
             if let Some(bytes) = manifest {
                 let _gate = self.gate(false)?;
-                record(&held.lock, digest, bytes).map_err(io_err(&path))?;
+                record(&held.lock, digest, bytes).map_err(io_err(&path()?))?;
             }
             return Ok(ImagePin { held });
         }
+        let path = path()?;
         let _gate = self.gate(false)?;
         let lock = lock_file(&path, FlockArg::LockShared)?;
         if let Some(bytes) = manifest {

@@ -1,30 +1,22 @@
 //! How deep an input nests and how far its aliases expand, found before
 //! any parser builds it: the one bound every front end puts on the YAML
-//! and JSON it is given (`xfn start`'s FunctionIO, render's files and
-//! flags, a function's output), through [`check`].
+//! and JSON it reads ([`check`]: `xfn start`/`run`'s FunctionIO, render's
+//! files and flags, functions' output, `xfn wrap`'s package metadata).
 //!
 //! Why: yaml_serde reads a whole document into libyaml events before serde
-//! sees its first level, so its recursion limit (128) refuses deep input
-//! only after all of it was scanned; and libyaml's scanner walks its stack
-//! of open flow levels for every token, so input nested N levels deep costs
-//! O(N²): `x: ` and 100,000 `[` took 11.9 s. And yaml_serde builds a copy
-//! of an anchored node for every alias to it, bounded only by a count of
-//! alias jumps (100 per event), not by what they copy: 1.9 KB of aliases
-//! took the daemon +300 MiB, one 500 KB list referenced 1,000 times 8 GB.
+//! sees its first level, and libyaml's scanner walks its stack of open flow
+//! levels for every token: `x: ` and 100,000 `[` took 11.9 s. And it builds
+//! a copy of an anchored node for every alias to it, bounded by a count of
+//! alias jumps, not by what they copy: 1.9 KB of aliases took 1.1 GiB.
 //!
-//! Choice: **libyaml's own scanner and parser.** The scan counts the
-//! collection tokens libyaml produces and stops past [`MAX_DEPTH`]; a
-//! hand-written pre-scan would be a second YAML grammar, and one place it
-//! disagreed with libyaml is all an attacker needs. When the scan met an
-//! alias, libyaml's parser runs again and [`aliases`] weighs what each
-//! anchored node expands to (its nodes and scalar bytes, with the aliases
-//! inside it) as yaml_serde resolves them, refusing by go-yaml v3's rule
-//! (Kubernetes' own reader): copies may be 99% of what a small document
-//! parses to, sliding to 10% of a large one. Input without aliases, all of
-//! Crossplane's, pays for the one scan: linear, a token costing at most the
-//! bound's worth of work. Measured (release, 2 loaded cores): 100,000 `[`
-//! refused in 1–9 ms; a 4 MiB mapping scanned in 127 ms beside a 446 ms
-//! parse. JSON is YAML's flow style, so the same check bounds JSON.
+//! Choice: **libyaml's own scanner and parser**: a hand-written pre-scan
+//! would be a second YAML grammar, and one place it disagreed with libyaml
+//! is all an attacker needs. The scan counts collection tokens and stops
+//! past [`MAX_DEPTH`] (linear: a token costs at most the bound's worth of
+//! work; 100,000 `[` refused in 1–9 ms, a 4 MiB mapping scanned in 127 ms
+//! beside a 446 ms parse). Only when it met an alias does the parser run
+//! again, for [`aliases`] to weigh the copies by go-yaml v3's rule. JSON is
+//! YAML's flow style, so the same check bounds JSON.
 //!
 //! Nothing here holds a thread it cannot give back: [`check_until`] stops
 //! when told to, and [`off_thread`] runs parsing on a blocking thread that

@@ -1,30 +1,27 @@
 //! What an input's aliases expand to, weighed from libyaml's events before
 //! yaml_serde builds the copies, and refused past go-yaml v3's rule.
 //!
-//! Invariant: every copy yaml_serde would build is weighed here first, at
-//! what the copied node weighs with the aliases inside it expanded (so a
-//! billion laughs weighs a billion), and the input is refused as soon as
-//! copies pass [`allowed`]'s share of the whole. Weights are estimated
-//! bytes of the built value: [`NODE_WEIGHT`] per node, plus a scalar's
-//! bytes.
+//! Invariant: every copy yaml_serde would build is weighed first, at the
+//! copied node's weight with the aliases inside it expanded (a billion
+//! laughs weighs a billion, saturating), and the input is refused once
+//! copies pass [`allowed`]'s share of the total. A weight estimates built
+//! bytes: [`NODE_WEIGHT`] per node plus a scalar's bytes.
 //!
-//! Why by yaml_serde's own resolution: its loader numbers an anchor by how
-//! many names the document defined before it, so a redefined name and the
-//! next new one share a number and `*a` then copies the later node. A
-//! weight kept per name would weigh the small node and let the parser copy
-//! the large one; this keeps weights per number, as the loader does, and
-//! starts afresh at each document, as the loader does. The loader looks a
-//! number's node up only once the document is read, so a number taken
-//! again after an alias to it would make that alias copy the later node:
-//! such input (an anchor name defined twice, then a new one) is refused.
+//! The rule (go-yaml's `allowedAliasRatio`, weights for decode counts):
+//! copies may be 99% of a total up to [`RATIO_RANGE_LOW`], 10% past
+//! [`RATIO_RANGE_HIGH`], sliding between; nothing is refused under
+//! [`MIN_COPIES`] of copies or [`MIN_TOTAL`] in all. So copies weigh at
+//! most about 12 MiB, or a tenth of a document weighing over 120 MiB.
 //!
-//! The rule (go-yaml's `allowedAliasRatio`, in weights rather than decode
-//! counts): copies may be 99% of a total up to [`RATIO_RANGE_LOW`], 10% of
-//! one past [`RATIO_RANGE_HIGH`], sliding between; nothing is refused
-//! under [`MIN_COPIES`] of copies or [`MIN_TOTAL`] in all. So copies weigh
-//! at most about three times `RATIO_RANGE_LOW` (12 MiB) in a document of
-//! any size under 10% of the document, and an alias inside the node it
-//! names (a copy without end) is refused outright.
+//! Resolved as yaml_serde does: its loader numbers an anchor by how many
+//! names the document defined before it (a redefined name and the next new
+//! one share a number) and looks a number's node up only once the whole
+//! document is read. Weights are kept per number, afresh per document; a
+//! number taken again after an alias to it (a name defined twice, then a
+//! new one) is refused, as that alias would copy a node other than the one
+//! weighed. An alias inside the node it names (a copy without end) is
+//! refused too. The pass holds an anchor's name and a few words per anchor
+//! and open collection, less than yaml_serde's loader holds for the input.
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,40 +1,27 @@
-//! How deep an input nests, found before any parser builds it: the one
-//! bound every front end puts on the YAML and JSON it is given (`xfn
-//! start`'s FunctionIO, render's files, a function's JSON output).
+//! How deep an input nests and how far its aliases expand, found before
+//! any parser builds it: the one bound every front end puts on the YAML
+//! and JSON it reads ([`check`]: `xfn start`/`run`'s FunctionIO, render's
+//! files and flags, functions' output, `xfn wrap`'s package metadata).
 //!
 //! Why: yaml_serde reads a whole document into libyaml events before serde
-//! sees its first level, so its recursion limit (128) refuses deep input
-//! only after all of it was scanned; and libyaml's scanner walks its stack
-//! of open flow levels for every token, so input nested N levels deep costs
-//! O(N²): `x: ` and 100,000 `[` took 11.9 s, the 4 MiB input cap would take
-//! hours, on whichever thread parses it, after its caller gave up.
+//! sees its first level, and libyaml's scanner walks its stack of open flow
+//! levels for every token: `x: ` and 100,000 `[` took 11.9 s. And it builds
+//! a copy of an anchored node for every alias to it, bounded by a count of
+//! alias jumps, not by what they copy: 1.9 KB of aliases took 1.1 GiB.
 //!
-//! Choice: **libyaml's own scanner, stopped at the bound.** The scan counts
-//! the collection start and end tokens libyaml itself produces and stops at
-//! the first one past [`MAX_DEPTH`], or where libyaml stops (a syntax error
-//! the parser then reports). A hand-written pre-scan would be a second YAML
-//! grammar, and wherever it disagreed with libyaml — a `#` right after a
-//! flow indicator, a tag that ends at `,`, U+2028 as a line break, which
-//! lines continue a plain scalar, where a block scalar ends — input it took
-//! for shallow text would be deep flow to the parser, and one such
-//! disagreement is all an attacker needs. libyaml cannot disagree with
-//! itself. The cost is one scan, linear in the input: a token costs at
-//! most the bound's worth of work, because the depth never passes it.
-//! JSON is YAML's flow style, so the same scan bounds JSON; serde_json's
-//! own limit (128) is linear and stays behind it.
+//! Choice: **libyaml's own scanner and parser**: a hand-written pre-scan
+//! would be a second YAML grammar, and one place it disagreed with libyaml
+//! is all an attacker needs. The scan counts collection tokens and stops
+//! past [`MAX_DEPTH`] (linear: a token costs at most the bound's worth of
+//! work; 100,000 `[` refused in 1–9 ms, a 4 MiB mapping scanned in 127 ms
+//! beside a 446 ms parse). Only when it met an alias does the parser run
+//! again, for [`aliases`] to weigh the copies by go-yaml v3's rule. JSON is
+//! YAML's flow style, so the same check bounds JSON.
 //!
-//! Measured (release build, 2 cores loaded by a build): `x: ` and 25,000 /
-//! 50,000 / 100,000 `[` took yaml_serde 1.7 / 9.8 / 26 s; the scan refuses
-//! each in 1–9 ms, and 4 MiB of them in 0.2 ms (it stops at the 65th
-//! level). What passes costs about a third of the parse that follows: a
-//! 4 MiB mapping 127 ms beside 446 ms; 4 MiB of `[],` nested 32 deep, the
-//! expensive shape within the bound, 414 ms beside 648 ms.
-//!
-//! The scan holds no thread it cannot give back: [`check_depth_until`]
-//! stops when told to (its caller went away), and [`off_thread`] runs
-//! parsing on a blocking thread that a dropped call stops, within a budget
-//! of bytes parsed at once ([`PARSE_BUDGET_BYTES`]) that bounds the
-//! parsers' memory.
+//! Nothing here holds a thread it cannot give back: [`check_until`] stops
+//! when told to, and [`off_thread`] runs parsing on a blocking thread that
+//! a dropped call stops, within a budget of bytes parsed at once
+//! ([`PARSE_BUDGET_BYTES`]) that bounds the parsers' memory.
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +39,8 @@ use libyaml_rs as sys;
 /// anyway; yaml_serde's own recursion limit is 128.
 pub const MAX_DEPTH: usize = 64;
 
-/// Tokens scanned between two looks at whether the caller is still there.
+/// Tokens (or events) read between two looks at whether the caller is
+/// still there.
 const TOKENS_PER_LOOK: u32 = 4096;
 
 /// Why an input was refused before it was parsed.
@@ -70,34 +58,92 @@ pub enum NestingError {
         /// 1-based column of it.
         column: u64,
     },
+    /// Its aliases expand past [`aliases::allowed`].
+    #[error(
+        "its aliases expand too far: copies would be {}.{}% of the ~{total_kib} KiB it parses to, over the {}.{}% allowed at that size (at line {line}, column {column}); refused before parsing",
+        .copies_permille / 10, .copies_permille % 10, .allowed_permille / 10, .allowed_permille % 10
+    )]
+    Aliasing {
+        /// Per mille of the parsed size that copies take, rounded up.
+        copies_permille: u64,
+        /// The per mille allowed at that size, rounded down.
+        allowed_permille: u64,
+        /// The estimated parsed size, KiB (saturated for a billion laughs).
+        total_kib: u64,
+        /// 1-based line of the node where the bound was passed.
+        line: u64,
+        /// 1-based column of it.
+        column: u64,
+    },
+    /// An alias inside the node it names: a copy without end.
+    #[error(
+        "an alias refers to the node it is inside of (at line {line}, column {column}); refused before parsing"
+    )]
+    RecursiveAlias {
+        /// 1-based line of the alias.
+        line: u64,
+        /// 1-based column of it.
+        column: u64,
+    },
+    /// An anchor that takes the number yaml_serde gave an anchor already
+    /// aliased (a name defined twice, then a new name): yaml_serde would
+    /// copy this node for those aliases.
+    #[error(
+        "an anchor name is defined twice in one document, and yaml_serde would copy the anchor here for aliases to the earlier one (at line {line}, column {column}); give each anchor its own name"
+    )]
+    RedefinedAnchor {
+        /// 1-based line of the anchored node.
+        line: u64,
+        /// 1-based column of it.
+        column: u64,
+    },
     /// The caller went away and the scan stopped.
     #[error("the check was stopped: its caller went away")]
     Abandoned,
 }
 
-/// Refuses `input` (YAML or JSON) when it nests deeper than `limit`.
-/// Syntax errors are not this check's: where libyaml stops, the scan
-/// stops, and the parser that runs next reports the error.
-pub fn check_depth(input: &[u8], limit: usize) -> Result<(), NestingError> {
-    check_depth_until(input, limit, &AtomicBool::new(false))
+/// Refuses `input` (YAML or JSON) when it nests deeper than [`MAX_DEPTH`]
+/// or its aliases expand past [`aliases::allowed`]. Syntax errors are not
+/// this check's: where libyaml stops, the check stops, and the parser that
+/// runs next reports the error. Every YAML or JSON any caller, file or
+/// function gives xfn passes here before a parser reads it.
+pub fn check(input: &[u8]) -> Result<(), NestingError> {
+    check_until(input, &AtomicBool::new(false))
 }
 
-/// [`check_depth`], stopping with [`NestingError::Abandoned`] once `stop`
-/// is set.
-pub fn check_depth_until(
+/// [`check`], stopping with [`NestingError::Abandoned`] once `stop` is set.
+pub fn check_until(input: &[u8], stop: &AtomicBool) -> Result<(), NestingError> {
+    let scanned = check_depth_until(input, MAX_DEPTH, stop)?;
+    if scanned.aliases {
+        aliases::check_until(input, stop)?;
+    }
+    Ok(())
+}
+
+/// What the depth scan saw besides depth.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scanned {
+    /// Whether any alias (`*name`) was among the tokens.
+    aliases: bool,
+}
+
+/// Refuses `input` when it nests deeper than `limit`; stops with
+/// [`NestingError::Abandoned`] once `stop` is set.
+fn check_depth_until(
     input: &[u8],
     limit: usize,
     stop: &AtomicBool,
-) -> Result<(), NestingError> {
-    let Some(mut scanner) = Scanner::new(input) else {
+) -> Result<Scanned, NestingError> {
+    let mut scanned = Scanned::default();
+    let Some(mut parser) = Libyaml::new(input) else {
         // libyaml could not allocate its parser: neither can the real parse.
-        return Ok(());
+        return Ok(scanned);
     };
     // Flow levels count as libyaml counts them (a stray `]` at level 0
     // closes nothing); block collections by their start and end tokens.
     let (mut flow, mut block) = (0usize, 0usize);
     let mut until_look = TOKENS_PER_LOOK;
-    while let Some((kind, mark)) = scanner.next() {
+    while let Some((kind, mark)) = parser.next_token() {
         let opened = match kind {
             sys::YAML_FLOW_SEQUENCE_START_TOKEN | sys::YAML_FLOW_MAPPING_START_TOKEN => {
                 flow += 1;
@@ -113,6 +159,10 @@ pub fn check_depth_until(
             }
             sys::YAML_BLOCK_END_TOKEN => {
                 block = block.saturating_sub(1);
+                false
+            }
+            sys::YAML_ALIAS_TOKEN => {
+                scanned.aliases = true;
                 false
             }
             _ => false,
@@ -132,18 +182,37 @@ pub fn check_depth_until(
             until_look = TOKENS_PER_LOOK;
         }
     }
-    Ok(())
+    Ok(scanned)
 }
 
-/// libyaml's scanner over one input, token by token.
-struct Scanner<'input> {
+/// libyaml over one input: token by token (its scanner) or event by event
+/// (its parser), never both on one instance (libyaml forbids it).
+struct Libyaml<'input> {
     /// Boxed: libyaml keeps pointers to the parser's own fields.
     parser: Box<MaybeUninit<sys::yaml_parser_t>>,
     /// The parser reads the input through a raw pointer.
     input: PhantomData<&'input [u8]>,
 }
 
-impl<'input> Scanner<'input> {
+/// One parser event, as much of it as [`aliases`] weighs.
+struct Event {
+    kind: EventKind,
+    /// The anchor a node defines (`&name`), or the one an alias names.
+    anchor: Option<Box<[u8]>>,
+    mark: sys::yaml_mark_t,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventKind {
+    DocumentStart,
+    Scalar { bytes: u64 },
+    CollectionStart,
+    CollectionEnd,
+    Alias,
+    Other,
+}
+
+impl<'input> Libyaml<'input> {
     fn new(input: &'input [u8]) -> Option<Self> {
         let mut parser = Box::new(MaybeUninit::<sys::yaml_parser_t>::uninit());
         let raw = parser.as_mut_ptr();
@@ -155,9 +224,9 @@ impl<'input> Scanner<'input> {
             return None;
         }
         // SAFETY: the parser was initialised above. It keeps `input`'s
-        // pointer and length and only reads through them; the scanner's
-        // lifetime ties it to `input`, so the bytes outlive every read.
-        // UTF-8 as yaml_serde sets it, so both read the same characters.
+        // pointer and length and only reads through them; the lifetime
+        // ties it to `input`, so the bytes outlive every read. UTF-8 as
+        // yaml_serde sets it, so both read the same characters.
         unsafe {
             sys::yaml_parser_set_encoding(raw, sys::YAML_UTF8_ENCODING);
             sys::yaml_parser_set_input_string(raw, input.as_ptr(), input.len() as u64);
@@ -170,7 +239,7 @@ impl<'input> Scanner<'input> {
 
     /// The next token's kind and where it starts; `None` at the end of the
     /// stream or at the first error (libyaml stops there for good).
-    fn next(&mut self) -> Option<(sys::yaml_token_type_t, sys::yaml_mark_t)> {
+    fn next_token(&mut self) -> Option<(sys::yaml_token_type_t, sys::yaml_mark_t)> {
         let mut token = MaybeUninit::<sys::yaml_token_t>::uninit();
         let parser = self.parser.as_mut_ptr();
         // SAFETY: the parser is initialised (`new`) and its input alive;
@@ -188,13 +257,114 @@ impl<'input> Scanner<'input> {
         }
         Some((kind, mark))
     }
+
+    /// The next parser event; `None` at the end of the stream or at the
+    /// first error (libyaml stops there for good, and so does yaml_serde's
+    /// loader, which reads these same events).
+    fn next_event(&mut self) -> Option<Event> {
+        let mut event = MaybeUninit::<sys::yaml_event_t>::uninit();
+        let parser = self.parser.as_mut_ptr();
+        // SAFETY: the parser is initialised (`new`), its input alive, and
+        // only ever parsed on this instance (never scanned);
+        // yaml_parser_parse zeroes `event` before anything else, so it is
+        // initialised whether parsing succeeds or fails.
+        let parsed = unsafe { sys::yaml_parser_parse(parser, event.as_mut_ptr()) };
+        // SAFETY: written by yaml_parser_parse, as above.
+        let event = unsafe { event.assume_init_mut() };
+        // SAFETY: each arm reads the union member `type_` says is the one
+        // written; anchors are null or nul-terminated strings libyaml
+        // allocated and owns until yaml_event_delete below.
+        let (kind, anchor) = unsafe {
+            match event.type_ {
+                sys::YAML_DOCUMENT_START_EVENT => (EventKind::DocumentStart, None),
+                sys::YAML_SCALAR_EVENT => (
+                    EventKind::Scalar {
+                        bytes: event.data.scalar.length,
+                    },
+                    anchor_of(event.data.scalar.anchor),
+                ),
+                sys::YAML_SEQUENCE_START_EVENT => (
+                    EventKind::CollectionStart,
+                    anchor_of(event.data.sequence_start.anchor),
+                ),
+                sys::YAML_MAPPING_START_EVENT => (
+                    EventKind::CollectionStart,
+                    anchor_of(event.data.mapping_start.anchor),
+                ),
+                sys::YAML_SEQUENCE_END_EVENT | sys::YAML_MAPPING_END_EVENT => {
+                    (EventKind::CollectionEnd, None)
+                }
+                sys::YAML_ALIAS_EVENT => (EventKind::Alias, anchor_of(event.data.alias.anchor)),
+                _ => (EventKind::Other, None),
+            }
+        };
+        let (type_, mark) = (event.type_, event.start_mark);
+        // SAFETY: an event yaml_parser_parse produced, deleted once; a
+        // zeroed one (after a failure or at the end) owns nothing to free.
+        unsafe { sys::yaml_event_delete(event) };
+        if parsed.fail || matches!(type_, sys::YAML_NO_EVENT | sys::YAML_STREAM_END_EVENT) {
+            return None;
+        }
+        Some(Event { kind, anchor, mark })
+    }
 }
 
-impl Drop for Scanner<'_> {
+/// The bytes of a libyaml anchor, `None` for a null pointer.
+///
+/// # Safety
+/// `anchor` is null or a nul-terminated string alive for the call.
+unsafe fn anchor_of(anchor: *const u8) -> Option<Box<[u8]>> {
+    if anchor.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and nul-terminated, as the caller promises.
+    let bytes = unsafe { std::ffi::CStr::from_ptr(anchor.cast()) }.to_bytes();
+    Some(bytes.into())
+}
+
+impl Drop for Libyaml<'_> {
     fn drop(&mut self) {
-        // SAFETY: initialised in `new` (a Scanner exists only then) and
+        // SAFETY: initialised in `new` (a Libyaml exists only then) and
         // deleted once, here.
         unsafe { sys::yaml_parser_delete(self.parser.as_mut_ptr()) }
+    }
+}
+
+mod aliases;
+
+/// Alias bombs of the shapes issue 31 sent, each a one-line flow mapping
+/// that fits wherever a value does.
+#[cfg(test)]
+pub(crate) mod bombs {
+    /// 1.9 KB of wide aliases: 250 copies of 100 copies of 400 items, ten
+    /// million nodes once built.
+    pub(crate) fn wide() -> String {
+        format!(
+            "{{a: &a [{}], b: &b [{}], c: [{}]}}",
+            ["x"; 400].join(","),
+            ["*a"; 100].join(","),
+            ["*b"; 250].join(",")
+        )
+    }
+
+    /// One 500 KB list (1,000 items of 500 bytes) referenced 1,000 times.
+    pub(crate) fn listed() -> String {
+        let item = "y".repeat(499);
+        let list = vec![item.as_str(); 1000].join(",");
+        format!("{{a: &a [{list}], b: [{}]}}", ["*a"; 1000].join(","))
+    }
+
+    /// A billion laughs: nine levels of ten aliases to the level below.
+    pub(crate) fn laughs() -> String {
+        let mut levels = vec![format!("l0: &l0 [{}]", ["lol"; 10].join(","))];
+        for level in 1..9 {
+            let prev = format!("*l{}", level - 1);
+            levels.push(format!(
+                "l{level}: &l{level} [{}]",
+                [prev.as_str(); 10].join(",")
+            ));
+        }
+        format!("{{{}}}", levels.join(", "))
     }
 }
 
@@ -204,7 +374,7 @@ impl Drop for Scanner<'_> {
 pub struct Abandoned(Arc<AtomicBool>);
 
 impl Abandoned {
-    /// The flag, for [`check_depth_until`].
+    /// The flag, for [`check_until`].
     pub fn flag(&self) -> &AtomicBool {
         &self.0
     }
@@ -250,7 +420,7 @@ fn permits_for(bytes: usize) -> u32 {
 /// inputs cannot take the daemon's memory. Dropping the returned future
 /// (the caller went away) while it waits for its share of the budget runs
 /// nothing; while `work` runs, it raises the flag `work` is given, which
-/// [`check_depth_until`] obeys, and what runs after the check is bounded
+/// [`check_until`] obeys, and what runs after the check is bounded
 /// by it. `None` when `work` panicked.
 pub async fn off_thread<T, F>(bytes: usize, work: F) -> Option<T>
 where
@@ -276,6 +446,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn check_depth(input: &[u8], limit: usize) -> Result<(), NestingError> {
+        check_depth_until(input, limit, &AtomicBool::new(false)).map(|_| ())
+    }
 
     fn depth_ok(input: &str, limit: usize) -> bool {
         check_depth(input.as_bytes(), limit).is_ok()
@@ -366,7 +540,7 @@ mod tests {
         let long = "[],".repeat(10_000);
         let stop = AtomicBool::new(true);
         assert_eq!(
-            check_depth_until(long.as_bytes(), MAX_DEPTH, &stop),
+            check_until(long.as_bytes(), &stop),
             Err(NestingError::Abandoned)
         );
     }

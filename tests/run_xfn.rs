@@ -168,6 +168,7 @@ fn input_that_is_no_function_io_is_refused_with_exit_code_2_before_any_pull() {
         .entrypoint(["/bin/cat"]);
     let image = registry.serve(&cat, "refused:v1").reference;
     let deep = format!("observed: {}", "[".repeat(100));
+    let bombs = alias_bombs().map(|(_, bomb)| format!("{FUNCTION_IO}config: {bomb}\n"));
     for (input, said) in [
         ("", "stdin: input is empty: a FunctionIO is required"),
         ("  \n# only a comment\n", "stdin: input is empty"),
@@ -181,7 +182,14 @@ fn input_that_is_no_function_io_is_refused_with_exit_code_2_before_any_pull() {
         ),
         ("{ unclosed", "stdin: input is not a FunctionIO: not YAML"),
         (&deep, "nested more than 64 levels deep"),
-    ] {
+    ]
+    .into_iter()
+    .chain(bombs.iter().map(|bomb| {
+        (
+            bomb.as_str(),
+            "stdin: input is not a FunctionIO: its aliases expand too far",
+        )
+    })) {
         let out = run(&fx, &image, input, &[]);
         let err = failure(&out);
         assert_eq!(out.status.code(), Some(2), "{input:?}: {err}");

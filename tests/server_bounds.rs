@@ -141,6 +141,87 @@ async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
     assert!(peak < 1 << 30, "xfn peaked at {} MiB", peak >> 20);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn alias_bombs_are_invalid_arguments_that_cost_the_daemon_no_copies() {
+    // Never pulled: a call ends once its input is checked and parsed.
+    let never = |input: &str| {
+        let mut req = request("registry.invalid/absent:v1", input);
+        req.image_pull_config = Some(xfn::proto::v1alpha1::ImagePullConfig {
+            pull_policy: xfn::proto::v1alpha1::ImagePullPolicy::Never as i32,
+            auth: None,
+        });
+        req
+    };
+    let mut grown = Vec::new();
+    for (name, bomb) in alias_bombs() {
+        // A daemon of its own, so each bomb's peak is its own.
+        let daemon = Daemon::start(&[]).await;
+        // A call whose input is parsed and whose pull is refused: the
+        // daemon's peak without the bomb.
+        let mut client = daemon.client().await;
+        let status = client.run_function(never(FUNCTION_IO)).await.unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        let before = peak_memory(daemon.xfn_pid());
+        let input = format!("{FUNCTION_IO}config: {bomb}\n");
+        let answer = client.run_function(never(&input)).await;
+        let after = peak_memory(daemon.xfn_pid());
+        eprintln!(
+            "{name} ({} bytes): daemon peak {:.1} -> {:.1} MiB (+{:.1}): {answer:?}",
+            input.len(),
+            before as f64 / 1048576.0,
+            after as f64 / 1048576.0,
+            (after - before) as f64 / 1048576.0
+        );
+        grown.push((name, answer, after - before));
+    }
+    // Accepted just within the bound: 198 copies of a 20 KB anchored
+    // scalar (one more is refused, src/nesting/aliases.rs), about 4 MB.
+    let edge = format!(
+        "{{a: &a {}, b: [{}]}}",
+        "x".repeat(20_000),
+        ["*a"; 198].join(",")
+    );
+    for (name, bomb) in [("edge", edge)] {
+        let daemon = Daemon::start(&[]).await;
+        let mut client = daemon.client().await;
+        let status = client.run_function(never(FUNCTION_IO)).await.unwrap_err();
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        let before = peak_memory(daemon.xfn_pid());
+        let input = format!("{FUNCTION_IO}config: {bomb}\n");
+        let status = client.run_function(never(&input)).await.unwrap_err();
+        let after = peak_memory(daemon.xfn_pid());
+        eprintln!(
+            "{name} ({} bytes, accepted): daemon peak {:.1} -> {:.1} MiB (+{:.1})",
+            input.len(),
+            before as f64 / 1048576.0,
+            after as f64 / 1048576.0,
+            (after - before) as f64 / 1048576.0
+        );
+        assert_eq!(
+            status.code(),
+            Code::FailedPrecondition,
+            "{name}: {status:?}"
+        );
+        assert!(
+            after - before < 32 << 20,
+            "{name}: +{} MiB",
+            (after - before) >> 20
+        );
+    }
+    for (name, answer, growth) in grown {
+        let status = answer.expect_err(name);
+        assert_eq!(status.code(), Code::InvalidArgument, "{name}: {status:?}");
+        assert!(
+            status
+                .message()
+                .contains("input is not a FunctionIO: its aliases expand too far"),
+            "{name}: {status:?}"
+        );
+        // Without the bound the wide bomb took +300 MiB and the list +480.
+        assert!(growth < 32 << 20, "{name}: +{} MiB", growth >> 20);
+    }
+}
+
 /// A JSON value whose objects never repeat a key (serde_json would keep
 /// the last of two silently).
 struct UniqueKeys;

@@ -236,13 +236,16 @@ pub fn package_yaml(
     yaml_serde::to_string(&package).map_err(|e| bad(e.to_string()))
 }
 
-/// Reads a user's package metadata file (YAML holding one object).
+/// Reads a user's package metadata file (YAML holding one object), its
+/// nesting and aliases bounded before it is parsed ([`crate::nesting`]).
 fn read_package_metadata(path: &Path) -> Result<Value, WrapError> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-    yaml_serde::from_str(&text).map_err(|e| WrapError::BadPackage {
+    let bad = |reason: String| WrapError::BadPackage {
         source_name: path.display().to_string(),
-        reason: format!("not YAML: {e}"),
-    })
+        reason,
+    };
+    crate::nesting::check(text.as_bytes()).map_err(|e| bad(e.to_string()))?;
+    yaml_serde::from_str(&text).map_err(|e| bad(format!("not YAML: {e}")))
 }
 
 /// The largest `manifest.json` / `index.json` read from a function tarball.

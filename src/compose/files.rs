@@ -41,13 +41,12 @@ pub fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
 }
 
 /// Refuses `text` from `path` when it nests deeper than
-/// [`crate::nesting::MAX_DEPTH`], before a parser reads it.
+/// [`crate::nesting::MAX_DEPTH`] or its aliases expand too far, before a
+/// parser reads it.
 fn check_nesting(path: &Path, text: &str) -> Result<(), ComposeError> {
-    crate::nesting::check_depth(text.as_bytes(), crate::nesting::MAX_DEPTH).map_err(|source| {
-        ComposeError::TooDeep {
-            path: path.to_path_buf(),
-            source,
-        }
+    crate::nesting::check(text.as_bytes()).map_err(|source| ComposeError::OutOfBounds {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
@@ -174,6 +173,37 @@ mod tests {
         let err = parse_value(Path::new("ctx.json"), &"{\"a\":".repeat(100)).unwrap_err();
         let text = crate::chain::one_line(&err);
         assert!(text.contains("nested more than 64"), "{text}");
+    }
+
+    #[test]
+    fn alias_bombs_in_files_and_values_are_refused_naming_them_before_parsing() {
+        use crate::nesting::bombs;
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bomb) in [
+            ("wide", bombs::wide()),
+            ("listed", bombs::listed()),
+            ("laughs", bombs::laughs()),
+        ] {
+            let file = write(dir.path(), "xr.yaml", &format!("{XR}spec: {bomb}\n"));
+            let text = crate::chain::one_line(&read_objects(&file).unwrap_err());
+            assert!(
+                text.contains("xr.yaml") && text.contains("its aliases expand too far"),
+                "{name}: {text}"
+            );
+            let err = parse_value(Path::new("--context-values"), &bomb).unwrap_err();
+            let text = crate::chain::one_line(&err);
+            assert!(
+                text.starts_with("--context-values: its aliases expand too far"),
+                "{name}: {text}"
+            );
+        }
+        // A few anchors, as people write them, still read.
+        let file = write(
+            dir.path(),
+            "ok.yaml",
+            &format!("{XR}spec: {{a: &a {{x: 1}}, b: *a, c: {{<<: *a, y: 2}}}}\n"),
+        );
+        assert_eq!(read_objects(&file).unwrap()[0]["spec"]["b"]["x"], 1);
     }
 
     #[test]

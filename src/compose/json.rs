@@ -35,12 +35,13 @@ pub enum ProtocolError {
         /// Why.
         source: prost::DecodeError,
     },
-    /// A function's output is nested too deep to read.
+    /// A function's output nests too deep, or its aliases expand too far,
+    /// to read.
     #[error("the output is not a {what}")]
-    TooDeep {
+    OutOfBounds {
         /// What it should be.
         what: &'static str,
-        /// How deep.
+        /// Which bound.
         source: crate::nesting::NestingError,
     },
     /// A function's output is not the JSON message it should be.
@@ -108,8 +109,7 @@ fn dynamic(name: &'static str, message: &impl Message) -> Result<DynamicMessage,
 /// is bounded first ([`crate::nesting`]), as every input's.
 pub fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ProtocolError> {
     let what = "RunFunctionResponse";
-    crate::nesting::check_depth(json, crate::nesting::MAX_DEPTH)
-        .map_err(|source| ProtocolError::TooDeep { what, source })?;
+    crate::nesting::check(json).map_err(|source| ProtocolError::OutOfBounds { what, source })?;
     let desc = descriptor("apiextensions.fn.proto.v1.RunFunctionResponse")?;
     let not_json = |source| ProtocolError::NotJson { what, source };
     let mut deserializer = serde_json::Deserializer::from_slice(json);

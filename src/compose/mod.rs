@@ -61,12 +61,13 @@ pub enum ComposeError {
         /// What is wrong.
         message: String,
     },
-    /// A file nests deeper than xfn reads (`crate::nesting`).
+    /// A file nests deeper, or its aliases expand further, than xfn reads
+    /// (`crate::nesting`).
     #[error("{path}")]
-    TooDeep {
+    OutOfBounds {
         /// The file.
         path: PathBuf,
-        /// How deep.
+        /// Which bound.
         source: crate::nesting::NestingError,
     },
     /// A file is not the YAML (or JSON) it must be.

@@ -4,7 +4,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use crate::image::{PullPolicy, RegistryAuth};
-use crate::nesting::{check_depth_until, off_thread, NestingError, MAX_DEPTH};
+use crate::nesting::{check_until, off_thread, NestingError};
 use crate::proto::v1alpha1 as pb;
 use crate::quantity::QuantityError;
 use crate::runner::{Limits, NetworkPolicy, RunConfig};
@@ -30,9 +30,10 @@ pub enum InvalidRequest {
         /// The limit.
         limit: usize,
     },
-    /// The input nests too deep to be parsed.
+    /// The input nests too deep, or its aliases expand too far, to be
+    /// parsed.
     #[error("input is not a FunctionIO")]
-    TooDeep(#[from] NestingError),
+    OutOfBounds(#[from] NestingError),
     /// The check of the input panicked (a parser bug): nothing ran.
     #[error("input could not be checked: its parser failed")]
     Unchecked,
@@ -85,7 +86,7 @@ fn check_function_io_until(
             limit,
         });
     }
-    check_depth_until(input, MAX_DEPTH, stop)?;
+    check_until(input, stop)?;
     let value: yaml_serde::Value =
         yaml_serde::from_slice(input).map_err(InvalidRequest::NotYaml)?;
     if value.is_null() && is_blank(input) {
@@ -331,7 +332,7 @@ mod tests {
     fn refuses_deep_input_before_parsing() {
         let deep = format!("observed: {}", "[".repeat(4 << 20));
         let err = check_function_io(deep.as_bytes(), 8 << 20).unwrap_err();
-        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+        assert!(matches!(err, InvalidRequest::OutOfBounds(_)), "{err:?}");
         let text = crate::chain::one_line(&err);
         assert!(
             text.starts_with("input is not a FunctionIO: ")
@@ -341,7 +342,32 @@ mod tests {
         // Deep block nesting too.
         let deep = format!("observed:\n{}x", "- ".repeat(100));
         let err = check_function_io(deep.as_bytes(), 8 << 20).unwrap_err();
-        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+        assert!(matches!(err, InvalidRequest::OutOfBounds(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn alias_bombs_are_refused_before_parsing_in_place_and_on_a_blocking_thread() {
+        use crate::nesting::bombs;
+        for (name, bomb) in [
+            ("wide", bombs::wide()),
+            ("listed", bombs::listed()),
+            ("laughs", bombs::laughs()),
+        ] {
+            let input = format!("{}config: {bomb}\n", std::str::from_utf8(IO).unwrap());
+            let err = checked(request(input.as_bytes()), Duration::from_secs(1), 1 << 20)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, InvalidRequest::OutOfBounds(_)),
+                "{name}: {err:?}"
+            );
+            let text = crate::chain::one_line(&err);
+            assert!(
+                text.starts_with("input is not a FunctionIO: its aliases expand too far")
+                    && text.contains("refused before parsing"),
+                "{name}: {text}"
+            );
+        }
     }
 
     #[tokio::test]
@@ -355,7 +381,7 @@ mod tests {
         let err = checked(request(deep.as_bytes()), Duration::from_secs(1), 1 << 20)
             .await
             .unwrap_err();
-        assert!(matches!(err, InvalidRequest::TooDeep(_)), "{err:?}");
+        assert!(matches!(err, InvalidRequest::OutOfBounds(_)), "{err:?}");
     }
 
     #[tokio::test]
@@ -380,7 +406,10 @@ mod tests {
             let err = checked(request(&input), Duration::from_secs(7), 1 << 20)
                 .await
                 .unwrap_err();
-            assert!(matches!(err, InvalidRequest::TooDeep(_)), "{size}: {err:?}");
+            assert!(
+                matches!(err, InvalidRequest::OutOfBounds(_)),
+                "{size}: {err:?}"
+            );
             let err = checked(request(&input[..size - 2]), Duration::from_secs(7), 16)
                 .await
                 .unwrap_err();

@@ -79,6 +79,35 @@ pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 /// a comment (`# run 3`).
 pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";
 
+/// The YAML alias bombs of issue 31 (as src/nesting.rs's unit tests build
+/// them), each a one-line flow mapping that fits wherever a value does:
+/// 1.9 KB of wide aliases (250 copies of 100 copies of 400 items), one
+/// 500 KB list referenced 1,000 times, a nested billion laughs.
+pub fn alias_bombs() -> [(&'static str, String); 3] {
+    let wide = format!(
+        "{{a: &a [{}], b: &b [{}], c: [{}]}}",
+        ["x"; 400].join(","),
+        ["*a"; 100].join(","),
+        ["*b"; 250].join(",")
+    );
+    let item = "y".repeat(499);
+    let listed = format!(
+        "{{a: &a [{}], b: [{}]}}",
+        vec![item.as_str(); 1000].join(","),
+        ["*a"; 1000].join(",")
+    );
+    let mut levels = vec![format!("l0: &l0 [{}]", ["lol"; 10].join(","))];
+    for level in 1..9 {
+        let prev = format!("*l{}", level - 1);
+        levels.push(format!(
+            "l{level}: &l{level} [{}]",
+            [prev.as_str(); 10].join(",")
+        ));
+    }
+    let laughs = format!("{{{}}}", levels.join(", "));
+    [("wide", wide), ("listed", listed), ("laughs", laughs)]
+}
+
 /// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
 pub const NONROOT: u32 = 65532;
 

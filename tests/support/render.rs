@@ -3,7 +3,7 @@
 //! tests/render/alpha), Function and Composition objects, and golden files in
 //! tests/golden/ ([`assert_golden`]; `XFN_UPDATE_GOLDEN=1` rewrites them).
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use super::*;
 
@@ -79,17 +79,24 @@ impl Fixture {
 
     /// Renders as [`NONROOT`] without capabilities, with a cache it owns.
     pub fn render_unprivileged(&self, args: &[&str]) -> Output {
-        let cache = self.path("cache");
-        dir_owned_by(&cache, NONROOT);
-        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
-            .arg("render")
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .current_dir(self.dir.path())
+        self.render_unprivileged_command(args)
             .stdin(Stdio::null())
             .output()
             .expect("spawn xfn")
+    }
+
+    /// The command [`Fixture::render_unprivileged`] runs, for
+    /// [`crate::support::child::measure`].
+    pub fn render_unprivileged_command(&self, args: &[&str]) -> Command {
+        let cache = self.path("cache");
+        dir_owned_by(&cache, NONROOT);
+        let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+        cmd.arg("render")
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .current_dir(self.dir.path());
+        cmd
     }
 
     pub fn render(&self, args: &[&str]) -> Output {

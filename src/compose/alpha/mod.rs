@@ -98,8 +98,8 @@ pub async fn run_alpha(
             .run(input.as_bytes(), &config)
             .await
             .map_err(step_failed)?;
-        crate::nesting::check_depth(&output, crate::nesting::MAX_DEPTH)
-            .map_err(|source| step_failed(ProtocolError::TooDeep { what, source }.into()))?;
+        crate::nesting::check(&output)
+            .map_err(|source| step_failed(ProtocolError::OutOfBounds { what, source }.into()))?;
         let out: FunctionIo = yaml_serde::from_slice(&output)
             .map_err(|source| step_failed(ProtocolError::NotYaml { what, source }.into()))?;
         // Only desired and results flow on; observed stays what was observed.

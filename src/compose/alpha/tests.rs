@@ -182,6 +182,25 @@ async fn output_that_is_not_a_function_io_names_the_step() {
     );
 }
 
+#[tokio::test]
+async fn an_alias_bomb_in_a_function_s_output_is_refused_naming_the_step() {
+    use crate::nesting::bombs;
+    for bomb in [bombs::wide(), bombs::listed(), bombs::laughs()] {
+        let output: &'static str = Box::leak(format!("config: {bomb}\n").into_boxed_str());
+        let script = Script::new(&[output]);
+        let err = run_alpha(&[function("bomb", json!({}))], &script, &observed())
+            .await
+            .unwrap_err();
+        let text = crate::chain::one_line(&err);
+        assert!(
+            text.starts_with(
+                "pipeline step \"bomb\" failed: the output is not a FunctionIO: its aliases expand too far"
+            ),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn go_durations() {
     assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));

@@ -151,6 +151,7 @@ pub async fn execute(
     }
     // What the kernel counts per host uid only (src/sandbox/ucounts.rs).
     log_function_uids(namespace);
+    log_socket_scoping();
     let (incoming, gate) = match bound {
         Bound::Gate(gate) => {
             let counters = gate.counters();
@@ -219,6 +220,24 @@ fn log_function_uids(namespace: &Namespace) {
              user 65536 ids in /etc/subuid and /etc/subgid and newuidmap/newgidmap (--subids), \
              so that functions run under other uids (docs/start.md: Whose host uid functions run \
              under)"
+        ),
+    }
+}
+
+/// Says at start whether the kernel keeps functions (those with
+/// `NetworkPolicy Runner` share the socket's network namespace) from
+/// connecting to the daemon's socket (docs/start.md: Who may call).
+fn log_socket_scoping() {
+    match crate::sandbox::scope::scoping() {
+        crate::sandbox::scope::Scoping::Enforced(_) => tracing::info!(
+            "functions cannot connect to abstract sockets outside their run (Landlock scope): \
+             the kernel refuses their connects to this socket"
+        ),
+        crate::sandbox::scope::Scoping::Unavailable(why) => tracing::warn!(
+            %why,
+            "functions with NetworkPolicy Runner can connect to this socket: the gatekeeper \
+             refuses them, but a function looping connect() races it for CPU where limits are \
+             not enforced (Linux 6.12 with Landlock enabled lets the kernel refuse them)"
         ),
     }
 }

@@ -73,7 +73,7 @@ measure() {
     cache="$WORK/cache-$1-$2"
     mkdir -p "$cache"
     chown "$NONROOT:$NONROOT" "$cache"
-    $AS_NONROOT "$WORK/$1" start --cache-dir "$cache" --address "@$socket" \
+    $AS_NONROOT "$WORK/$1" start --allow-shared-uid --cache-dir "$cache" --address "@$socket" \
         --max-queued-runs 64 2>"$WORK/xfn-$1-$2.log" &
     XFN_PID=$!
     sleep 1

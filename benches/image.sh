@@ -73,7 +73,7 @@ T0=$(python3 -c 'import time; print(time.time())')
 podman_ run -d --name "$NAME" --network host $PODMAN_HOST_FLAGS \
     --read-only --read-only-tmpfs=false \
     --security-opt "seccomp=$PWD/seccomp/runner.json" --security-opt 'unmask=/proc/*' \
-    -v "$WORK/cache-container:/xfn" "$TAG" start --address "@$SOCKET_C" >/dev/null
+    -v "$WORK/cache-container:/xfn" "$TAG" start --allow-shared-uid --address "@$SOCKET_C" >/dev/null
 COLD=$(first_call "$T0" "$SOCKET_C")
 
 # The same binary on the host, as uid 65532.
@@ -81,7 +81,7 @@ mkdir -p "$WORK/cache-host"
 chown "$NONROOT:$NONROOT" "$WORK/cache-host"
 SOCKET_H="xfn-image-bench/$$/host"
 T0=$(python3 -c 'import time; print(time.time())')
-$AS_NONROOT "$WORK/xfn" start --cache-dir "$WORK/cache-host" --address "@$SOCKET_H" 2>"$WORK/host.log" &
+$AS_NONROOT "$WORK/xfn" start --allow-shared-uid --cache-dir "$WORK/cache-host" --address "@$SOCKET_H" 2>"$WORK/host.log" &
 XFN_PID=$!
 COLD_HOST=$(first_call "$T0" "$SOCKET_H")
 

@@ -128,7 +128,7 @@ chown "$NONROOT:$NONROOT" "$WORK/cache"
 up_start() {
     name=$1; shift
     socket="xfn-python-bench-$$-$name"
-    $AS_NONROOT "$XFN" start --cache-dir "$WORK/cache" --address "@$socket" "$@" \
+    $AS_NONROOT "$XFN" start --allow-shared-uid --cache-dir "$WORK/cache" --address "@$socket" "$@" \
         2>"$WORK/$name.log" &
     XFN_PID=$!
     for _ in $(seq 300); do grep -q "@$socket\$" /proc/net/unix && break; sleep 0.1; done

@@ -161,7 +161,7 @@ measure_daemon() {
     cache="$WORK/cache-$name"
     mkdir -p "$cache"
     chown "$NONROOT:$NONROOT" "$cache"
-    $AS_NONROOT "$XFN" start --cache-dir "$cache" --address "@$socket" \
+    $AS_NONROOT "$XFN" start --allow-shared-uid --cache-dir "$cache" --address "@$socket" \
         --max-queued-runs 64 "$@" 2>"$WORK/xfn-$name.log" &
     XFN_PID=$!
     sleep 1
@@ -204,7 +204,7 @@ measure_phases() {
     cache="$WORK/cache-phases-$name"
     mkdir -p "$cache"
     chown "$NONROOT:$NONROOT" "$cache"
-    $AS_NONROOT "$XFN" -d start --cache-dir "$cache" --address "@$socket" "$@" 2>"$WORK/phases-$name.log" &
+    $AS_NONROOT "$XFN" -d start --allow-shared-uid --cache-dir "$cache" --address "@$socket" "$@" 2>"$WORK/phases-$name.log" &
     XFN_PID=$!
     sleep 1
     $AS_NONROOT env IDLE_CALLS=0 PACE_MS=0 "$LOAD" "$socket" "$IMAGE" "$WORK/input.yaml" 100 1 1 >/dev/null

@@ -160,6 +160,21 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
         sc["capabilities"]["add"].as_sequence().map(Vec::len),
         Some(0)
     );
+    // Helm replaces the args list: the fallback keeps values.yaml's and
+    // accepts the shared uid, which `xfn start` refuses otherwise.
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&manifest("crossplane-v1.13/values.yaml")).expect("YAML");
+    let args = |values: &yaml_serde::Value| -> Vec<String> {
+        values["xfn"]["args"]
+            .as_sequence()
+            .expect("xfn.args")
+            .iter()
+            .map(|arg| arg.as_str().expect("a string").to_string())
+            .collect()
+    };
+    let mut expected = args(&values);
+    expected.push("--allow-shared-uid".to_string());
+    assert_eq!(args(&shared), expected);
     let ops: yaml_serde::Value =
         yaml_serde::from_str(&manifest("function/shared-uid-patch.yaml")).expect("YAML");
     let replaced = |suffix: &str| {

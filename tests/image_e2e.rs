@@ -268,6 +268,9 @@ async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cac
         "--address".to_string(),
         format!("@{socket}"),
         "--debug".to_string(),
+        // 65532 without capabilities: functions share its uid
+        // (deploy/'s shared-uid fallback passes the same).
+        "--allow-shared-uid".to_string(),
     ]);
     let container = Container::start(name.clone(), &args);
     assert_eq!(

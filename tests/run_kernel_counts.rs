@@ -305,6 +305,37 @@ async fn xfn_start_warns_that_epoll_watches_are_shared_with_its_functions() {
     );
 }
 
+/// Issue 31, item 6: with functions on xfn's own uid, one holding every
+/// epoll watch of that uid left 0 of 10 other calls served, and nothing
+/// can be registered ahead for them. So `xfn start` as 65532 without
+/// capabilities or subordinate ids refuses to start unless
+/// `--allow-shared-uid` accepts it, saying why and how to give it ids.
+#[test]
+fn xfn_start_on_its_own_uid_without_ids_refuses_to_start_unless_the_shared_uid_is_allowed() {
+    let dir = world_traversable_tempdir();
+    let cache = nonroot_cache(&dir);
+    let mut start = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+    start
+        .arg("start")
+        .arg("--address")
+        .arg(format!("@xfn-test/{}/shared-uid", std::process::id()))
+        .arg("--metrics-address")
+        .arg("127.0.0.1:0")
+        .arg("--cache-dir")
+        .arg(&cache);
+    // A daemon that serves instead is killed at the limit, and fails this.
+    let out = child::output_within(&mut start, "xfn start", Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("functions would run under xfn's own host uid")
+            && stderr.contains("fs.epoll.max_user_watches")
+            && stderr.contains("/etc/subuid")
+            && stderr.contains("--allow-shared-uid"),
+        "{stderr}"
+    );
+}
+
 /// `xfn run` bounds its runs alike, unprivileged (its own id) and as root
 /// (a 65536-id range): the run's namespace shows its share.
 #[test]

@@ -70,6 +70,7 @@ fn xfn_start_refuses_to_serve_without_crun() {
         ])
         .arg("--runtime")
         .arg(&runtime)
+        .arg("--allow-shared-uid")
         .stdin(Stdio::null())
         .output()
         .unwrap();

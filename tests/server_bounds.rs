@@ -481,6 +481,7 @@ fn start_refused(cache: &Path) -> (std::process::ExitStatus, String) {
         .arg("127.0.0.1:0")
         .arg("--cache-dir")
         .arg(cache)
+        .arg("--allow-shared-uid")
         .stdin(std::process::Stdio::null())
         .stderr(log.reopen().unwrap())
         .spawn()

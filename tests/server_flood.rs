@@ -1,6 +1,8 @@
-//! A refused neighbour's connect flood against `xfn start`: allowed callers
-//! keep being served while a uid the daemon refuses loops `connect()`, and
-//! the refusals are counted and logged sparingly.
+//! Connect floods against `xfn start`: allowed callers keep being served
+//! while a uid the daemon refuses loops `connect()` (the refusals counted and
+//! logged sparingly), and while functions with `NetworkPolicy Runner` (in
+//! the socket's network namespace, on xfn's own uid) loop it: the kernel
+//! refuses theirs (`src/sandbox/scope.rs`).
 //!
 //! In a binary of its own (`server_alone`, run with nothing else): the
 //! flood races the gatekeeper for the two CPUs, so any other test's work
@@ -97,4 +99,159 @@ async fn a_refused_neighbours_connect_flood_leaves_every_allowed_call_served_and
         "{lines} lines for {refused} refusals"
     );
     assert!(daemon.log().contains("suppressed"), "{}", daemon.log());
+}
+
+/// The kernel's Landlock ABI, 0 without Landlock.
+fn landlock_abi() -> i64 {
+    // SAFETY: the version query of landlock_create_ruleset takes no
+    // attribute (NULL, size 0, flag LANDLOCK_CREATE_RULESET_VERSION).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    abi.max(0)
+}
+
+/// The counts a flooding function keeps in its /tmp/flood (flood.c), by
+/// name: attempts, connected, refused (EPERM), other, errno.
+fn flood_counts(pid: u32) -> Option<std::collections::BTreeMap<String, u64>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/root/tmp/flood")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|pair| {
+                let (key, value) = pair.split_once('=')?;
+                Some((key.to_string(), value.parse().ok()?))
+            })
+            .collect(),
+    )
+}
+
+/// Issue 31, item 5: `flooders` functions with `NetworkPolicy Runner` loop
+/// `connect()` at the daemon's socket (xfn as 65532 without subordinate
+/// ids: they run on its uid, so only their PID namespace tells the
+/// gatekeeper who they are) while 30 calls are made, each on a new
+/// connection as gRPC clients make them. Every call is served, the kernel
+/// refuses every flood connect, and the gatekeeper never sees one.
+async fn functions_flooding_the_socket_leave_every_other_call_served(flooders: usize) {
+    use std::time::Duration;
+    use xfn::proto::v1alpha1 as pb;
+    let abi = landlock_abi();
+    if abi < 6 {
+        eprintln!(
+            "SKIPPED: the kernel's Landlock ABI is {abi}: it cannot refuse a function's \
+             connect() to an abstract socket (ABI 6, Linux 6.12), and the gatekeeper alone \
+             loses this race for CPU"
+        );
+        return;
+    }
+    let registry = Registry::start();
+    let echo = echo_image(&registry, "echo:v1");
+    // Room for the flooders beside the calls.
+    let daemon = Daemon::start_alone(&["--max-concurrent-runs", "4"]).await;
+    assert!(
+        daemon.log().contains("the kernel refuses their connects"),
+        "{}",
+        daemon.log()
+    );
+    let flood = ImageBuilder::new()
+        .layer(Layer::busybox().file("/bin/flood", 0o755, flood_binary()))
+        .entrypoint([
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!("cat >/dev/null; exec /bin/flood '{}'", daemon.socket),
+        ])
+        .push(&registry, "flood:v1")
+        .reference;
+    daemon.call_ok(&echo).await;
+    let mut floods = Vec::new();
+    for _ in 0..flooders {
+        let mut client = daemon.client().await;
+        let mut req = request_with_timeout(&flood, FUNCTION_IO, Duration::from_secs(600));
+        if let Some(config) = req.run_function_config.as_mut() {
+            config.network = Some(pb::NetworkConfig {
+                policy: pb::NetworkPolicy::Runner as i32,
+            });
+        }
+        floods.push(tokio::spawn(async move { client.run_function(req).await }));
+    }
+    // Every flood under way, each past 10,000 attempts.
+    let command = format!("/bin/flood {}", daemon.socket);
+    let pids = loop {
+        let pids = processes_where(|cmdline| cmdline == command);
+        let going = pids.len() == flooders
+            && pids.iter().all(|&pid| {
+                flood_counts(pid).is_some_and(|counts| counts.get("attempts") >= Some(&10_000))
+            });
+        if going {
+            break pids;
+        }
+        for flood in &floods {
+            assert!(
+                !flood.is_finished(),
+                "a flood ended early\n{}",
+                daemon.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut failed = Vec::new();
+    for _ in 0..30 {
+        let result = match daemon.channel_as(Some(NONROOT)).await {
+            Ok(channel) => Client::new(channel)
+                .run_function(request(&echo, FUNCTION_IO))
+                .await
+                .map(|_| ()),
+            Err(err) => Err(tonic::Status::unavailable(err.to_string())),
+        };
+        if let Err(status) = result {
+            failed.push(status);
+        }
+    }
+    let counts: Vec<_> = pids.iter().map(|&pid| flood_counts(pid)).collect();
+    for &pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    for flood in floods {
+        let _ = flood.await;
+    }
+    eprintln!(
+        "{flooders} flooding function(s): {} of 30 calls served; floods: {counts:?}",
+        30 - failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of 30 calls failed while {flooders} function(s) flooded: {failed:?}\n{}",
+        failed.len(),
+        daemon.log()
+    );
+    for counts in counts {
+        let counts = counts.expect("the flood's counts");
+        assert_eq!(counts.get("connected"), Some(&0), "{counts:?}");
+        assert_eq!(counts.get("refused"), counts.get("attempts"), "{counts:?}");
+    }
+    // The gatekeeper never saw one of them.
+    let refused = daemon
+        .metric(r#"xfn_callers_refused_total{reason="container"}"#)
+        .await;
+    assert_eq!(refused, 0.0, "{}", daemon.metrics_text().await);
+    daemon.call_ok(&echo).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_flooding_the_daemons_socket_is_refused_by_the_kernel_and_every_call_is_served()
+{
+    functions_flooding_the_socket_leave_every_other_call_served(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_functions_flooding_the_daemons_socket_are_refused_by_the_kernel_and_every_call_is_served(
+) {
+    functions_flooding_the_socket_leave_every_other_call_served(2).await;
 }

@@ -150,7 +150,7 @@ SH
 
 # --- For the benchmarks that drive `xfn start` (benches/cpu.sh, image.sh,
 # python.sh, server.sh): run as root, they run xfn as the sidecar's
-# unprivileged user.
+# unprivileged user (no ids for functions: they pass --allow-shared-uid).
 
 # The sidecar's uid, and the prefix that runs a command as it with no
 # capabilities.

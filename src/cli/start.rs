@@ -48,6 +48,12 @@ pub struct StartArgs {
     /// closed at accept (they see a transport error, not a gRPC status).
     #[arg(long = "allow-uid")]
     pub allow_uids: Vec<u32>,
+    /// Serve even where functions must run under xfn's own host uid (no
+    /// CAP_SETUID/CAP_SETGID, no subordinate ids): a function can then take
+    /// every epoll watch the kernel allows that uid, and no new call is
+    /// served while it holds them. Refused at start without this flag.
+    #[arg(long)]
+    pub allow_shared_uid: bool,
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
@@ -126,6 +132,7 @@ pub async fn execute(
     state_in_memory: bool,
     global: &super::Global,
 ) -> anyhow::Result<ExitCode> {
+    refuse_shared_uid(namespace, args.allow_shared_uid)?;
     let store = args.store.open_store(&global.registry)?;
     // Runner::new sweeps what killed xfn processes left under <cache>/run
     // (bundles, crun state, rootfs dirs of dead pids; their mounts died with
@@ -151,6 +158,7 @@ pub async fn execute(
     }
     // What the kernel counts per host uid only (src/sandbox/ucounts.rs).
     log_function_uids(namespace);
+    log_socket_scoping();
     let (incoming, gate) = match bound {
         Bound::Gate(gate) => {
             let counters = gate.counters();
@@ -178,6 +186,29 @@ pub async fn execute(
     );
     daemon.serve(incoming, service.into_services()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses to serve where functions share xfn's host uid, unless the
+/// operator accepts it (`--allow-shared-uid`). Epoll watches are counted
+/// per host uid (`fs.epoll.max_user_watches`), and the daemon needs one for
+/// every connection it adopts and every run's pipes (tokio registers each):
+/// a function holding them all left 0 of 10 other calls served (issue 31).
+/// Nothing xfn can register ahead covers that, so the shape is refused
+/// rather than served half-working (docs/start.md: Whose host uid functions
+/// run under).
+fn refuse_shared_uid(namespace: &Namespace, allowed: bool) -> anyhow::Result<()> {
+    match namespace.why_shared_uid() {
+        Some(why) if !allowed => anyhow::bail!(
+            "functions would run under xfn's own host uid ({why}): one function could take \
+             every epoll watch the kernel allows that uid (fs.epoll.max_user_watches) and no \
+             new call would be served. Run xfn with CAP_SETUID/CAP_SETGID (as the root of a \
+             pod with hostUsers: false, and CAP_SETFCAP: deploy/), or give its user 65536 ids \
+             in /etc/subuid and /etc/subgid and newuidmap/newgidmap, so that functions run \
+             under other uids; or pass --allow-shared-uid to serve anyway \
+             (docs/start.md: Whose host uid functions run under)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Says at start whose host uid functions run under, and what follows from
@@ -212,13 +243,32 @@ fn log_function_uids(namespace: &Namespace) {
         Some(why) => tracing::warn!(
             max_user_watches = epoll_watches,
             %why,
-            "functions share xfn's host uid, and with it the epoll watches the kernel allows per \
-             uid (fs.epoll.max_user_watches), which the gatekeeper needs to accept calls: only a \
-             --memory limit bounds a function's share. Run xfn with CAP_SETUID/CAP_SETGID (as \
+            "functions share xfn's host uid (--allow-shared-uid), and with it the epoll watches \
+             the kernel allows per uid (fs.epoll.max_user_watches), which the daemon needs for \
+             every connection and run: a function holding them all stops new calls being \
+             served, and only a --memory limit bounds its share. Run xfn with CAP_SETUID/CAP_SETGID (as \
              the root of a pod with hostUsers: false, and CAP_SETFCAP: deploy/), or give its \
              user 65536 ids in /etc/subuid and /etc/subgid and newuidmap/newgidmap (--subids), \
              so that functions run under other uids (docs/start.md: Whose host uid functions run \
              under)"
+        ),
+    }
+}
+
+/// Says at start whether the kernel keeps functions (those with
+/// `NetworkPolicy Runner` share the socket's network namespace) from
+/// connecting to the daemon's socket (docs/start.md: Who may call).
+fn log_socket_scoping() {
+    match crate::sandbox::scope::scoping() {
+        crate::sandbox::scope::Scoping::Enforced(_) => tracing::info!(
+            "functions cannot connect to abstract sockets outside their run (Landlock scope): \
+             the kernel refuses their connects to this socket"
+        ),
+        crate::sandbox::scope::Scoping::Unavailable(why) => tracing::warn!(
+            %why,
+            "functions with NetworkPolicy Runner can connect to this socket: the gatekeeper \
+             refuses them, but a function looping connect() races it for CPU where limits are \
+             not enforced (Linux 6.12 with Landlock enabled lets the kernel refuse them)"
         ),
     }
 }
@@ -249,5 +299,7 @@ mod tests {
         );
         // The image cache's budget on a shared node.
         assert_eq!(args.cache_max_size, 10 << 30);
+        // Functions on xfn's own uid are refused unless accepted.
+        assert!(!args.allow_shared_uid);
     }
 }

@@ -135,10 +135,14 @@ impl Crun {
                 .stdout(Stdio::from(stdout))
                 .stderr(Stdio::from(stderr))
                 .kill_on_drop(true);
-            crate::fork_lock::spawn_async(&mut cmd).map_err(|source| CrunError::Spawn {
-                runtime: self.binary.clone(),
-                source,
-            })?
+            // The container may not reach abstract sockets outside its
+            // run, the daemon's among them (super::scope).
+            super::scope::spawn(cmd)
+                .await
+                .map_err(|source| CrunError::Spawn {
+                    runtime: self.binary.clone(),
+                    source,
+                })?
         };
         Ok(child.wait().await?)
     }

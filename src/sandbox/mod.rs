@@ -14,6 +14,7 @@ pub mod function_server;
 pub mod netns;
 pub mod oci_runtime;
 pub mod reaper;
+pub(crate) mod scope;
 pub mod seccomp;
 mod seccomp_bpf;
 pub mod spec;

@@ -14,6 +14,12 @@
 //!
 //! # Under a flood
 //!
+//! Functions (with `NetworkPolicy Runner` in the socket's network
+//! namespace) do not get this far where the kernel has Landlock's
+//! abstract-socket scope: it refuses their `connect()` before the listen
+//! queue (`crate::sandbox::scope`), at no cost to the gatekeeper. Anyone
+//! else, and functions on older kernels, are refused here.
+//!
 //! A neighbour that is refused can still loop `connect()`: every attempt
 //! lands in the listen queue the allowed callers share, and a caller whose
 //! non-blocking `connect()` (every gRPC client's) finds the queue full gets

@@ -85,7 +85,10 @@ impl PeerPlace {
         if pid == 0 {
             return Self::Invisible;
         }
-        match (ns_depth("self"), ns_depth(&pid.to_string())) {
+        // Ours is read once: a refusal then reads one file, not two.
+        static OURS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let ours = *OURS.get_or_init(|| ns_depth("self"));
+        match (ours, ns_depth(&pid.to_string())) {
             (Some(ours), Some(theirs)) if theirs == ours => Self::OurNamespace,
             (Some(ours), Some(theirs)) if theirs > ours => Self::Container,
             _ => Self::Unknown,

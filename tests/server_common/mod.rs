@@ -416,6 +416,11 @@ impl Daemon {
         if debug {
             command.arg("--debug");
         }
+        if matches!(shape, Shape::Plain) && user.is_some_and(|uid| uid != 0) {
+            // No capabilities and no subordinate ids: its functions run on
+            // its own uid, which xfn refuses unless accepted.
+            command.arg("--allow-shared-uid");
+        }
         let child = command
             .arg("--cache-dir")
             .arg(&cache_dir)

@@ -244,19 +244,28 @@ pub fn failure(out: &std::process::Output) -> String {
 /// `served`, `refused` or `unreachable: …`. Built once per test process.
 pub fn dial_binary() -> Vec<u8> {
     static BINARY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let out = dir.path().join("dial");
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/dial.c");
-            let status = Command::new("cc")
-                .args(["-static", "-O2", "-o"])
-                .arg(&out)
-                .arg(&source)
-                .status()
-                .expect("run cc (Debian packages gcc and libc6-dev)");
-            assert!(status.success(), "cc -static {} failed", source.display());
-            std::fs::read(&out).expect("read the dial binary")
-        })
-        .clone()
+    BINARY.get_or_init(|| static_c_binary("dial")).clone()
+}
+
+/// `tests/support/flood.c`, linked statically: `flood NAME` loops
+/// `connect()` to the abstract socket `@NAME` for ever and keeps its counts
+/// in `/tmp/flood`. Built once per test process.
+pub fn flood_binary() -> Vec<u8> {
+    static BINARY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| static_c_binary("flood")).clone()
+}
+
+/// `tests/support/NAME.c` built with `cc -static -O2`.
+fn static_c_binary(name: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/support/{name}.c"));
+    let status = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .expect("run cc (Debian packages gcc and libc6-dev)");
+    assert!(status.success(), "cc -static {} failed", source.display());
+    std::fs::read(&out).expect("read the built binary")
 }

@@ -3,6 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use crate::echo::Echo;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::nesting::{check_depth_until, off_thread, NestingError, MAX_DEPTH};
 use crate::proto::v1alpha1 as pb;
@@ -111,7 +112,8 @@ fn check_function_io_until(
             .ok_or_else(|| InvalidRequest::WrongType("apiVersion is not a string".into()))?;
         if !FUNCTION_IO_API_VERSIONS.contains(&api_version) {
             return Err(InvalidRequest::WrongType(format!(
-                "apiVersion {api_version:?} is not one of {FUNCTION_IO_API_VERSIONS:?}"
+                "apiVersion {:?} is not one of {FUNCTION_IO_API_VERSIONS:?}",
+                Echo(api_version)
             )));
         }
     }
@@ -120,7 +122,8 @@ fn check_function_io_until(
             Some("FunctionIO") => {}
             Some(kind) => {
                 return Err(InvalidRequest::WrongType(format!(
-                    "kind is {kind:?}, not FunctionIO"
+                    "kind is {:?}, not FunctionIO",
+                    Echo(kind)
                 )))
             }
             None => return Err(InvalidRequest::WrongType("kind is not a string".into())),

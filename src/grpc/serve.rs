@@ -188,6 +188,12 @@ where
     let mut incoming = Box::pin(incoming);
     tokio::pin!(stop);
     loop {
+        // At most one over the cap held open, whatever the flood: the next
+        // connection is taken only once there is room for it.
+        tokio::select! {
+            () = &mut stop => break,
+            () = connections.room() => {}
+        }
         tokio::select! {
             () = &mut stop => break,
             next = incoming.next() => match next {

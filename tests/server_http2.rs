@@ -261,7 +261,7 @@ async fn a_header_block_that_hpack_expands_is_refused_within_the_memory_budget()
         // Just over the list bound (five 4 KiB fields: h2 refuses the
         // stream alone), the largest block xfn decodes, and one far larger
         // than any it takes.
-        for refs in [5, WRAPPER_BLOCK - 4200, 1 << 20] {
+        for refs in [5, WRAPPER_BLOCK - 4300, 1 << 20] {
             let block = header_block(authority, refs);
             let name = format!("{}-byte first block, {path}", block.len());
             attacks.push((name, header_frames(1, &block), 1));
@@ -270,7 +270,7 @@ async fn a_header_block_that_hpack_expands_is_refused_within_the_memory_budget()
         let mut frames = header_frames(1, &header_block(authority, 0));
         frames.extend(header_frames(
             3,
-            &header_block(authority, WRAPPER_BLOCK - 4200),
+            &header_block(authority, WRAPPER_BLOCK - 4300),
         ));
         attacks.push((format!("second block, {path}"), frames, 3));
     }

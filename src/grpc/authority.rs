@@ -19,7 +19,8 @@
 //! block decodes to up to 4,000 times its size. A block is gathered up to
 //! 64 KiB and its fields kept up to [`MAX_HEADER_LIST`] (what h2 announces);
 //! past either it goes to h2 unchanged, which refuses it (431, or the
-//! connection), or, once blocks were re-encoded, the connection fails.
+//! connection); once blocks are re-encoded, a list past the bound is sent
+//! on over it (431), a block past 64 KiB fails the connection.
 //! The authority is only a name: callers are judged by uid (gatekeeper).
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -47,6 +48,8 @@ const MAX_BLOCK: usize = 4 * MAX_HEADER_LIST;
 /// The dynamic table size h2 announces (`SETTINGS_HEADER_TABLE_SIZE`
 /// default): the client's encoder may use no more.
 const TABLE_SIZE: usize = 4096;
+/// The field that makes a re-encoded list over the bound read as over it.
+const OVERSIZE_NAME: &[u8] = b"x-xfn-header-list-over-bound";
 /// What a bad authority becomes.
 const REPLACEMENT: &[u8] = b"localhost";
 
@@ -265,12 +268,18 @@ impl<IO> LenientAuthority<IO> {
             }
         });
         let headers = match decoded {
+            // Re-encoded, with a field that takes it past h2's bound (and
+            // not past 4 times it): h2 refuses the stream alone (431), as
+            // it would have the client's block.
+            Ok(()) if size > MAX_HEADER_LIST && rewriting => {
+                tracing::debug!(
+                    size,
+                    "a header list over the bound: re-encoded for h2 to refuse"
+                );
+                headers.push((OVERSIZE_NAME.to_vec(), vec![b'x'; MAX_HEADER_LIST]));
+                headers
+            }
             Ok(()) if size > MAX_HEADER_LIST => {
-                if rewriting {
-                    return Err(malformed(&format!(
-                        "a header list over {MAX_HEADER_LIST} bytes decoded"
-                    )));
-                }
                 // Unchanged, h2 refuses it (431, or the connection when
                 // far over) with its own bounded decoder.
                 tracing::debug!(size, "a header list over the bound: passed to h2 to refuse");
@@ -530,19 +539,21 @@ mod tests {
         read
     }
 
-    /// The header lists of the HEADERS frames in `bytes` (after the preface).
+    /// The header lists of the header blocks (HEADERS and their
+    /// CONTINUATIONs, no padding or priority) in `bytes` (after the preface).
     fn header_lists(bytes: &[u8]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut decoder = loona_hpack::Decoder::new();
         let mut lists = Vec::new();
+        let mut block = Vec::new();
         let mut rest = &bytes[PREFACE.len()..];
         while rest.len() >= FRAME_HEADER_LEN {
             let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
-            if rest[3] == HEADERS {
-                lists.push(
-                    decoder
-                        .decode(&rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len])
-                        .unwrap(),
-                );
+            if rest[3] == HEADERS || rest[3] == CONTINUATION {
+                block.extend_from_slice(&rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len]);
+                if rest[4] & END_HEADERS != 0 {
+                    lists.push(decoder.decode(&block).unwrap());
+                    block.clear();
+                }
             }
             rest = &rest[FRAME_HEADER_LEN + len..];
         }
@@ -646,23 +657,46 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_block_over_the_header_list_bound_after_re_encoded_ones_fails_the_connection() {
-        for size in [MAX_BLOCK - 64, 4 * MAX_BLOCK] {
-            let mut encoder = loona_hpack::Encoder::new();
-            let mut input = PREFACE.to_vec();
-            input.extend(frames(1, &request(b"crossplane%2Ffn", &mut encoder)));
-            input.extend(frames(3, &bomb(b"crossplane%2Ffn", size, &mut encoder)));
-            let (mut client, server) = tokio::io::duplex(8 << 20);
-            client.write_all(&input).await.unwrap();
-            drop(client);
-            let mut read = Vec::new();
-            let err = LenientAuthority::new(server)
-                .read_to_end(&mut read)
-                .await
-                .unwrap_err();
-            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{size}: {err}");
-            // The first block was re-encoded and passed on.
-            assert_eq!(header_lists(&read).len(), 1, "{size}");
-        }
+    async fn a_list_over_the_bound_after_re_encoded_blocks_reaches_h2_over_it_and_no_larger() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(frames(1, &request(b"crossplane%2Ffn", &mut encoder)));
+        input.extend(frames(
+            3,
+            &bomb(b"crossplane%2Ffn", MAX_BLOCK - 64, &mut encoder),
+        ));
+        let lists = header_lists(&through(input).await);
+        assert_eq!(lists.len(), 2);
+        let size = |list: &Vec<(Vec<u8>, Vec<u8>)>| {
+            list.iter()
+                .map(|(n, v)| n.len() + v.len() + 32)
+                .sum::<usize>()
+        };
+        assert!(size(&lists[1]) > MAX_HEADER_LIST, "{}", size(&lists[1]));
+        assert!(size(&lists[1]) < 4 * MAX_HEADER_LIST, "{}", size(&lists[1]));
+        let authority = lists[1].iter().find(|(n, _)| n == b":authority").unwrap();
+        assert_eq!(authority.1, b"localhost");
+    }
+
+    #[tokio::test]
+    async fn a_block_past_the_gathering_bound_after_re_encoded_ones_fails_the_connection() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(frames(1, &request(b"crossplane%2Ffn", &mut encoder)));
+        input.extend(frames(
+            3,
+            &bomb(b"crossplane%2Ffn", 4 * MAX_BLOCK, &mut encoder),
+        ));
+        let (mut client, server) = tokio::io::duplex(8 << 20);
+        client.write_all(&input).await.unwrap();
+        drop(client);
+        let mut read = Vec::new();
+        let err = LenientAuthority::new(server)
+            .read_to_end(&mut read)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        // The first block was re-encoded and passed on.
+        assert_eq!(header_lists(&read).len(), 1);
     }
 }

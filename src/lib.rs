@@ -51,6 +51,7 @@ mod adaptor;
 mod cli;
 mod compose;
 mod duration;
+mod echo;
 mod fork_lock;
 mod grpc;
 mod instance;

@@ -8,11 +8,16 @@
 //! 100 millicores, then rounded up like Kubernetes does when asked for an
 //! integer in a given unit.
 
+use crate::echo::Echo;
+
 /// Errors of quantity parsing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// The text is not a quantity.
-    #[error("{text:?} is not a Kubernetes quantity ({reason}); e.g. 100m, 0.5, 2, 128Mi, 1G, 1e3")]
+    #[error(
+        "{:?} is not a Kubernetes quantity ({reason}); e.g. 100m, 0.5, 2, 128Mi, 1G, 1e3",
+        Echo(.text)
+    )]
     Invalid {
         /// What was given.
         text: String,
@@ -20,13 +25,13 @@ pub enum QuantityError {
         reason: &'static str,
     },
     /// The quantity does not fit what it is used for.
-    #[error("quantity {text:?} is out of range")]
+    #[error("quantity {:?} is out of range", Echo(.text))]
     OutOfRange {
         /// What was given.
         text: String,
     },
     /// Negative quantities make no sense as limits.
-    #[error("quantity {text:?} is negative; a limit must be positive")]
+    #[error("quantity {:?} is negative; a limit must be positive", Echo(.text))]
     Negative {
         /// What was given.
         text: String,

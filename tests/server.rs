@@ -13,6 +13,8 @@ mod adapt_e2e;
 mod server_bounds;
 #[path = "server_calls.rs"]
 mod server_calls;
+#[path = "server_http2.rs"]
+mod server_http2;
 #[path = "server_lifecycle.rs"]
 mod server_lifecycle;
 #[path = "server_pool.rs"]

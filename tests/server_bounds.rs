@@ -529,3 +529,77 @@ async fn a_cache_dir_another_user_owns_is_refused_at_start_and_root_s_is_not() {
     let daemon = Daemon::start_with_cache(Some(&empty_dir), &[]).await;
     daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
 }
+
+/// The longest line of the daemon's log.
+fn longest_log_line(daemon: &Daemon) -> usize {
+    daemon.log().lines().map(str::len).max().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn megabyte_inputs_are_refused_as_invalid_with_a_short_echo_in_the_status_and_the_log() {
+    let daemon = Daemon::start(&[]).await;
+    let long = "a".repeat(1 << 20);
+    // Through grpcio (C-core): a status message past its metadata limit
+    // became RESOURCE_EXHAUSTED there, whatever the daemon's code.
+    let image = format!("registry.invalid/fn:{long}");
+    let refused = grpcio_run_function(
+        &daemon,
+        &daemon.grpcio_target(),
+        &request(&image, FUNCTION_IO),
+    )
+    .expect_err("a 1 MiB image reference is refused");
+    eprintln!("grpcio: {} bytes: {}", refused.len(), refused.trim());
+    assert!(
+        refused.starts_with("INVALID_ARGUMENT: invalid image reference \"registry.invalid/fn:aaa")
+            && refused.contains(&format!("…[{} more bytes]", image.len() - 256)),
+        "{refused}"
+    );
+    assert!(refused.len() < 1024, "{} bytes", refused.len());
+
+    // Every other field a request echoes, through tonic.
+    let mut client = daemon.client().await;
+    let mut limits = request("registry.invalid/fn:v1", FUNCTION_IO);
+    limits.run_function_config = Some(xfn::proto::v1alpha1::RunFunctionConfig {
+        resources: Some(xfn::proto::v1alpha1::ResourceConfig {
+            limits: Some(xfn::proto::v1alpha1::ResourceLimits {
+                memory: long.clone(),
+                cpu: String::new(),
+            }),
+        }),
+        ..Default::default()
+    });
+    for (what, req) in [
+        (
+            "image",
+            request(&format!("registry.invalid/{long}:v1"), FUNCTION_IO),
+        ),
+        (
+            "apiVersion",
+            request(
+                "registry.invalid/fn:v1",
+                &format!("apiVersion: {long}\nkind: FunctionIO\n"),
+            ),
+        ),
+        (
+            "kind",
+            request(
+                "registry.invalid/fn:v1",
+                &format!("apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: {long}\n"),
+            ),
+        ),
+        ("memory limit", limits),
+    ] {
+        let status = client.run_function(req).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+        let message = status.message();
+        assert!(
+            message.contains("aaaa\"…[") && message.contains(" more bytes]"),
+            "{what}: {message}"
+        );
+        assert!(message.len() < 1024, "{what}: {} bytes", message.len());
+    }
+    // The log said each refusal, none with the megabyte.
+    daemon.wait_for_log("call failed", 5).await;
+    let longest = longest_log_line(&daemon);
+    assert!(longest < 4096, "a log line of {longest} bytes");
+}

@@ -2,7 +2,8 @@
 //! while a uid the daemon refuses loops `connect()` (the refusals counted and
 //! logged sparingly), and while functions with `NetworkPolicy Runner` (in
 //! the socket's network namespace, on xfn's own uid) loop it: the kernel
-//! refuses theirs (`src/sandbox/scope.rs`).
+//! refuses theirs (`src/sandbox/scope.rs`); and while allowed callers open
+//! connections faster than they close, never more than one over the cap.
 //!
 //! In a binary of its own (`server_alone`, run with nothing else): the
 //! flood races the gatekeeper for the two CPUs, so any other test's work
@@ -255,3 +256,80 @@ async fn two_functions_flooding_the_daemons_socket_are_refused_by_the_kernel_and
 ) {
     functions_flooding_the_socket_leave_every_other_call_served(2).await;
 }
+
+/// Descriptors `pid` holds open now.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_allowed_connections_never_holds_more_than_one_over_the_cap_open() {
+    use std::io::Write;
+    use std::os::linux::net::SocketAddrExt;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    use std::sync::Arc;
+    const CAP: usize = 64;
+    const PER_THREAD: usize = 1500;
+    // Alone: how far the table runs behind the sockets it was handed is
+    // a race for the CPUs, which the bound must not depend on.
+    let daemon = Daemon::start_alone(&["--max-connections", &CAP.to_string()]).await;
+    daemon.wait_for_metric("xfn_connections_open", 0.0).await;
+    let pid = daemon.xfn_pid();
+    // At rest, with no connection: the least of a few looks (a look may
+    // fall while the metrics scrape's connection closes).
+    let mut rest = usize::MAX;
+    for _ in 0..20 {
+        rest = rest.min(open_fds(pid));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (stop, most) = (stop.clone(), most.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Relaxed) {
+                most.fetch_max(open_fds(pid), Relaxed);
+            }
+        })
+    };
+    // Two allowed callers (root) open connections as fast as they can,
+    // say hello and keep them.
+    let flood: Vec<_> = (0..2)
+        .map(|_| {
+            let name = daemon.socket.clone();
+            std::thread::spawn(move || {
+                let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                    .expect("an abstract name");
+                let mut kept = Vec::new();
+                for _ in 0..PER_THREAD {
+                    let Ok(mut conn) = std::os::unix::net::UnixStream::connect_addr(&addr) else {
+                        continue;
+                    };
+                    let _ = conn.write_all(HTTP2_HELLO);
+                    kept.push(conn);
+                }
+                kept
+            })
+        })
+        .collect();
+    let kept: Vec<_> = flood.into_iter().map(|t| t.join().unwrap()).collect();
+    // The daemon catches up with what was handed over.
+    for _ in 0..100 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stop.store(true, Relaxed);
+    sampler.join().unwrap();
+    let most = most.load(Relaxed);
+    let kept: usize = kept.iter().map(Vec::len).sum();
+    eprintln!(
+        "{kept} connections made; xfn held at most {most} descriptors, {rest} at rest, cap {CAP}"
+    );
+    assert!(kept > 10 * CAP, "the flood made only {kept} connections");
+    assert!(
+        most <= rest + CAP + 1,
+        "xfn held {most} descriptors: {} connections over the cap of {CAP}",
+        most - rest - CAP
+    );
+}
+
+const HTTP2_HELLO: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";

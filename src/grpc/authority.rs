@@ -1,29 +1,27 @@
 //! Accepting any gRPC client's `:authority` on a Unix socket.
 //!
-//! gRPC C-core clients (Python's grpcio, Ruby, PHP, C++) name a Unix
-//! socket's `:authority` after its path, percent-encoded:
-//! `unix-abstract:crossplane/fn/default.sock`, Crossplane's own address,
-//! becomes `crossplane%2Ffn%2Fdefault.sock`. The `http` crate refuses a
-//! `%` outside user info in an authority, so h2 (which builds each request's
-//! URI with it) resets every such stream with PROTOCOL_ERROR: the client
-//! sees `INTERNAL: Stream removed`, and no call ever reaches xfn. h2 has no
-//! option to relax this (hyperium/h2#487 proposes one; open since 2020) and
-//! neither hyper nor tonic can reach it; grpc-go sends `localhost` instead,
-//! which is why Crossplane itself is not affected.
+//! gRPC C-core clients (grpcio, Ruby, PHP, C++) name a Unix socket's
+//! `:authority` after its path, percent-encoded (`crossplane%2Ffn%2F…`).
+//! The `http` crate refuses a `%` there, so h2 resets every such stream
+//! (`INTERNAL: Stream removed`); h2 has no option to relax it
+//! (hyperium/h2#487) and neither hyper nor tonic reach it. grpc-go sends
+//! `localhost`, so Crossplane itself is not affected.
 //!
-//! Choice: on Unix connections, xfn reads the client's first header block
-//! before h2 does. When its `:authority` parses (or is absent) — every
-//! grpc-go and tonic client — the connection is handed to h2 untouched
-//! from then on, byte for byte. When it does not, every header block of
-//! that connection is decoded (HPACK, with the client's dynamic table,
-//! `loona-hpack`) and re-encoded for h2 as literals that never touch h2's
-//! dynamic table, with the bad `:authority` replaced by `localhost` (what
-//! grpc-go sends for a Unix socket; xfn routes by path and never reads the
-//! authority). The other frames pass unchanged. Patching h2 instead would
-//! pin a private copy of the crate that carries the HTTP/2 security fixes.
+//! Choice: xfn reads a Unix connection's first header block before h2.
+//! When its `:authority` parses (or is absent), the connection goes to h2
+//! untouched, byte for byte. When not, every header block of it is decoded
+//! (HPACK, `loona-hpack`, with the client's dynamic table) and re-encoded
+//! as literals that never touch h2's table, `:authority` as `localhost`;
+//! other frames pass unchanged. Patching h2 would pin a private copy of
+//! the crate that carries the HTTP/2 security fixes.
 //!
-//! The authority is only a name on a Unix socket: the caller is judged by
-//! its uid (the gatekeeper), never by what it calls the server.
+//! Bounded as h2 is: one HPACK byte can name a 4 KiB table entry, so a
+//! block decodes to up to 4,000 times its size. A block is gathered up to
+//! 64 KiB and its fields kept up to [`MAX_HEADER_LIST`] (what h2 announces);
+//! past either it goes to h2 unchanged, which refuses it (431, or the
+//! connection); once blocks are re-encoded, a list past the bound is sent
+//! on over it (431), a block past 64 KiB fails the connection.
+//! The authority is only a name: callers are judged by uid (gatekeeper).
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
@@ -38,12 +36,20 @@ const FRAME_HEADER_LEN: usize = 9;
 /// The frame size h2 allows by default (`SETTINGS_MAX_FRAME_SIZE`); a larger
 /// frame is h2's to refuse, so it passes through.
 const MAX_FRAME: usize = 16_384;
-/// Most header-block bytes buffered for one request (h2 allows far less
-/// once decoded): past it the connection fails.
-const MAX_BLOCK: usize = 1 << 20;
+/// The largest header list xfn takes, counted as HPACK counts it (name,
+/// value and 32 bytes per field, RFC 7541 4.1): what h2 announces as
+/// `SETTINGS_MAX_HEADER_LIST_SIZE` (`serve` sets it from here) and refuses
+/// past, and where decoding here stops keeping fields.
+pub(crate) const MAX_HEADER_LIST: usize = 16 << 10;
+/// Most header-block bytes gathered for one request before it goes to h2
+/// as it came (or, once blocks are re-encoded, the connection fails): h2's
+/// own limit for a list it will not even skip over (4 × the list).
+const MAX_BLOCK: usize = 4 * MAX_HEADER_LIST;
 /// The dynamic table size h2 announces (`SETTINGS_HEADER_TABLE_SIZE`
 /// default): the client's encoder may use no more.
 const TABLE_SIZE: usize = 4096;
+/// The field that makes a re-encoded list over the bound read as over it.
+const OVERSIZE_NAME: &[u8] = b"x-xfn-header-list-over-bound";
 /// What a bad authority becomes.
 const REPLACEMENT: &[u8] = b"localhost";
 
@@ -166,7 +172,7 @@ impl<IO> LenientAuthority<IO> {
                         if self.block.is_some() {
                             // A header block interrupted: h2's error is the
                             // right one, and only unchanged bytes give it.
-                            self.give_up()?;
+                            self.give_up("a header block interrupted by another frame")?;
                             continue;
                         }
                         self.forward(FRAME_HEADER_LEN);
@@ -175,7 +181,7 @@ impl<IO> LenientAuthority<IO> {
                     }
                     if len > MAX_FRAME {
                         // A header frame h2 refuses (FRAME_SIZE_ERROR).
-                        self.give_up()?;
+                        self.give_up("a header frame over 16 KiB")?;
                         continue;
                     }
                     if self.pending.len() < FRAME_HEADER_LEN + len {
@@ -229,14 +235,15 @@ impl<IO> LenientAuthority<IO> {
         let mut block = block;
         block.fragment.extend_from_slice(payload);
         block.raw.extend_from_slice(frame);
-        if block.raw.len() > MAX_BLOCK {
-            return Err(malformed("a header block over 1 MiB"));
-        }
-        if flags & END_HEADERS != 0 {
-            return Ok(Some(block));
-        }
+        let done = flags & END_HEADERS != 0;
         self.block = Some(block);
-        Ok(None)
+        if self.block.as_ref().is_some_and(|b| b.raw.len() > MAX_BLOCK) {
+            // h2 bounds what it reads of it (its CONTINUATION count, its
+            // decoded list) and refuses it.
+            self.give_up("a header block over 64 KiB")?;
+            return Ok(None);
+        }
+        Ok(if done { self.block.take() } else { None })
     }
 
     /// Passes a finished block on: unchanged (and everything after it, when
@@ -248,8 +255,39 @@ impl<IO> LenientAuthority<IO> {
             decoder.set_max_allowed_table_size(TABLE_SIZE);
             decoder
         });
-        let headers = match decoder.decode(&block.fragment) {
-            Ok(headers) => headers,
+        // Decoded under the bound: a one-byte reference to a 4 KiB table
+        // entry decodes to 4 KiB, so a block's list may be 4,000 times its
+        // size. Past the bound, fields are decoded (the table must follow
+        // the client's) but not kept.
+        let mut size = 0usize;
+        let mut headers = Vec::new();
+        let decoded = decoder.decode_with_cb(&block.fragment, |name, value| {
+            size = size.saturating_add(name.len() + value.len() + 32);
+            if size <= MAX_HEADER_LIST {
+                headers.push((name.into_owned(), value.into_owned()));
+            }
+        });
+        let headers = match decoded {
+            // Re-encoded, with a field that takes it past h2's bound (and
+            // not past 4 times it): h2 refuses the stream alone (431), as
+            // it would have the client's block.
+            Ok(()) if size > MAX_HEADER_LIST && rewriting => {
+                tracing::debug!(
+                    size,
+                    "a header list over the bound: re-encoded for h2 to refuse"
+                );
+                headers.push((OVERSIZE_NAME.to_vec(), vec![b'x'; MAX_HEADER_LIST]));
+                headers
+            }
+            Ok(()) if size > MAX_HEADER_LIST => {
+                // Unchanged, h2 refuses it (431, or the connection when
+                // far over) with its own bounded decoder.
+                tracing::debug!(size, "a header list over the bound: passed to h2 to refuse");
+                self.out.extend_from_slice(&block.raw);
+                self.stage = Stage::Passthrough;
+                return Ok(());
+            }
+            Ok(()) => headers,
             Err(err) if !rewriting => {
                 // Unchanged, h2 says what is wrong with it.
                 tracing::debug!(
@@ -297,11 +335,11 @@ impl<IO> LenientAuthority<IO> {
     /// Passes what is gathered unchanged, and everything after it; fails
     /// when header blocks were already re-encoded (h2's HPACK state no
     /// longer matches the client's).
-    fn give_up(&mut self) -> io::Result<()> {
+    fn give_up(&mut self, what: &str) -> io::Result<()> {
         if self.rewriting.is_some() {
-            return Err(malformed(
-                "a header block h2 would refuse, after re-encoded ones",
-            ));
+            return Err(malformed(&format!(
+                "{what}, which h2 would refuse, after re-encoded blocks"
+            )));
         }
         if let Some(block) = self.block.take() {
             self.out.extend_from_slice(&block.raw);
@@ -501,19 +539,21 @@ mod tests {
         read
     }
 
-    /// The header lists of the HEADERS frames in `bytes` (after the preface).
+    /// The header lists of the header blocks (HEADERS and their
+    /// CONTINUATIONs, no padding or priority) in `bytes` (after the preface).
     fn header_lists(bytes: &[u8]) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut decoder = loona_hpack::Decoder::new();
         let mut lists = Vec::new();
+        let mut block = Vec::new();
         let mut rest = &bytes[PREFACE.len()..];
         while rest.len() >= FRAME_HEADER_LEN {
             let len = usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
-            if rest[3] == HEADERS {
-                lists.push(
-                    decoder
-                        .decode(&rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len])
-                        .unwrap(),
-                );
+            if rest[3] == HEADERS || rest[3] == CONTINUATION {
+                block.extend_from_slice(&rest[FRAME_HEADER_LEN..FRAME_HEADER_LEN + len]);
+                if rest[4] & END_HEADERS != 0 {
+                    lists.push(decoder.decode(&block).unwrap());
+                    block.clear();
+                }
             }
             rest = &rest[FRAME_HEADER_LEN + len..];
         }
@@ -571,5 +611,92 @@ mod tests {
         }
         // The DATA frame passes unchanged.
         assert!(output.windows(data.len()).any(|w| w == data));
+    }
+
+    /// A block that adds a 4,000-byte field to the dynamic table, then
+    /// refers to it until the block is `size` bytes: its list decodes to
+    /// about 4 KiB per byte.
+    fn bomb(authority: &[u8], size: usize, encoder: &mut loona_hpack::Encoder<'_>) -> Vec<u8> {
+        let mut block = request(authority, encoder);
+        block.push(0x40);
+        encode_integer(&mut block, 0, 7, 6);
+        block.extend_from_slice(b"x-bomb");
+        encode_integer(&mut block, 0, 7, 4000);
+        block.extend_from_slice(&[b'b'; 4000]);
+        // The newest dynamic-table entry: 62 in the encoder's table.
+        block.resize(size, 0x80 | 62);
+        block
+    }
+
+    fn frames(stream: u32, block: &[u8]) -> Vec<u8> {
+        let chunks: Vec<&[u8]> = block.chunks(MAX_FRAME).collect();
+        let mut out = Vec::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let kind = if i == 0 { HEADERS } else { CONTINUATION };
+            let flags = if i + 1 == chunks.len() {
+                END_HEADERS
+            } else {
+                0
+            };
+            out.extend(frame(kind, flags, stream, chunk));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_first_block_over_the_header_list_bound_goes_to_h2_as_it_came() {
+        for authority in [b"localhost".as_slice(), b"crossplane%2Ffn"] {
+            // At the gathering bound, and over it.
+            for size in [MAX_BLOCK - 64, 4 * MAX_BLOCK] {
+                let mut encoder = loona_hpack::Encoder::new();
+                let mut input = PREFACE.to_vec();
+                input.extend(frames(1, &bomb(authority, size, &mut encoder)));
+                assert_eq!(through(input.clone()).await, input, "{size}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_over_the_bound_after_re_encoded_blocks_reaches_h2_over_it_and_no_larger() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(frames(1, &request(b"crossplane%2Ffn", &mut encoder)));
+        input.extend(frames(
+            3,
+            &bomb(b"crossplane%2Ffn", MAX_BLOCK - 64, &mut encoder),
+        ));
+        let lists = header_lists(&through(input).await);
+        assert_eq!(lists.len(), 2);
+        let size = |list: &Vec<(Vec<u8>, Vec<u8>)>| {
+            list.iter()
+                .map(|(n, v)| n.len() + v.len() + 32)
+                .sum::<usize>()
+        };
+        assert!(size(&lists[1]) > MAX_HEADER_LIST, "{}", size(&lists[1]));
+        assert!(size(&lists[1]) < 4 * MAX_HEADER_LIST, "{}", size(&lists[1]));
+        let authority = lists[1].iter().find(|(n, _)| n == b":authority").unwrap();
+        assert_eq!(authority.1, b"localhost");
+    }
+
+    #[tokio::test]
+    async fn a_block_past_the_gathering_bound_after_re_encoded_ones_fails_the_connection() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let mut input = PREFACE.to_vec();
+        input.extend(frames(1, &request(b"crossplane%2Ffn", &mut encoder)));
+        input.extend(frames(
+            3,
+            &bomb(b"crossplane%2Ffn", 4 * MAX_BLOCK, &mut encoder),
+        ));
+        let (mut client, server) = tokio::io::duplex(8 << 20);
+        client.write_all(&input).await.unwrap();
+        drop(client);
+        let mut read = Vec::new();
+        let err = LenientAuthority::new(server)
+            .read_to_end(&mut read)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        // The first block was re-encoded and passed on.
+        assert_eq!(header_lists(&read).len(), 1);
     }
 }

@@ -14,6 +14,7 @@ use super::admission::{Admission, AdmissionLimits};
 use super::metrics::Metrics;
 use super::serve::Drain;
 use super::status::{admission_status, outcome_label};
+use crate::echo::Echo;
 
 /// The run slots, their queue and the metrics every call goes through
 /// (share it in an `Arc` between the service and [`Calls::drain`]).
@@ -60,7 +61,7 @@ impl Drop for CancelRecord<'_> {
         if !self.finished {
             let elapsed = self.started.elapsed();
             self.metrics.record_run("cancelled", elapsed);
-            tracing::info!(subject = %self.subject, ?elapsed, "call cancelled by the caller; run stopped");
+            tracing::info!(subject = %Echo(self.subject), ?elapsed, "call cancelled by the caller; run stopped");
         }
     }
 }
@@ -181,14 +182,14 @@ impl Calls {
         match &result {
             Ok((_, outcome)) => {
                 self.metrics.record_run(outcome, elapsed);
-                tracing::debug!(%subject, ?elapsed, outcome, "call answered");
+                tracing::debug!(subject = %Echo(subject), ?elapsed, outcome, "call answered");
             }
             Err(status) => {
                 self.metrics
                     .record_run(outcome_label(status.code()), elapsed);
                 // `error`, not `message`: that is the event's own key, and JSON
                 // lines would carry it twice.
-                tracing::warn!(%subject, ?elapsed, code = ?status.code(), error = status.message(), "call failed");
+                tracing::warn!(subject = %Echo(subject), ?elapsed, code = ?status.code(), error = status.message(), "call failed");
             }
         }
         result.map(|(answer, _)| answer)

@@ -29,7 +29,10 @@
 //!   newcomer is served; one already closing is cut instead, so at most one
 //!   connection over the cap is ever open. Connections with calls in flight
 //!   are never closed for the cap: when every connection is busy, the new
-//!   one is refused (the caller sees a transport error and retries).
+//!   one is refused (the caller sees a transport error and retries). Open
+//!   means holding a descriptor: a cut connection counts until its socket
+//!   is closed, and no new one is taken while one over the cap is held
+//!   ([`Connections::room`]), so a flood waits in the listen queue.
 //!
 //! A connection asked to close gracefully gets [`CLOSE_GRACE`] after its
 //! last call ends to finish the GOAWAY exchange; a client that does not
@@ -39,6 +42,7 @@
 //! Every close the daemon decides is counted by reason in
 //! `xfn_connections_closed_total`; `xfn_connections_open` is the gauge.
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -350,44 +354,76 @@ impl Connections {
         })
     }
 
-    /// Takes a new connection in, making room under the cap; `None` when
-    /// it is refused (every connection busy), `io` then closes.
+    /// Waits until a new connection may be taken with at most one over
+    /// the cap held open. A connection cut still holds its descriptor
+    /// until hyper drops it, which its task does only when it next runs:
+    /// counting it, and waiting here for it to go, bounds the descriptors
+    /// by the table rather than by how far the tasks run behind a flood.
+    /// Quiet connections already asked to close are cut meanwhile (they
+    /// had their warning).
+    pub async fn room(&self) {
+        let mut open = self.open.subscribe();
+        loop {
+            {
+                let table = lock(&self.table);
+                if table.open.len() <= self.limits.max_connections {
+                    return;
+                }
+                for conn in table.open.values() {
+                    let s = conn.state();
+                    if s.closing && s.calls == 0 && !s.cut && !s.ended {
+                        conn.cut();
+                        self.count(CloseReason::Unresponsive);
+                    }
+                }
+            }
+            // Every removal sends; the sender lives as long as `self`.
+            if open.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Takes a new connection in (after [`Connections::room`]), making
+    /// room under the cap; `None` when it is refused (every connection
+    /// busy), `io` then closes.
     pub fn admit<IO: AsRawFd>(self: &Arc<Self>, io: IO) -> Option<Tracked<IO>> {
         let mut table = lock(&self.table);
-        let mut live: Vec<(Arc<Conn>, State)> = table
-            .open
-            .values()
-            .map(|c| (Arc::clone(c), c.state()))
-            .filter(|(_, s)| !s.cut)
-            .collect();
-        // Oldest idle first.
-        live.sort_by_key(|(_, s)| s.idle_since);
-        let mut count = live.len();
-        let mut cut = live
-            .iter()
-            .filter(|(_, s)| s.closing && s.calls == 0)
-            .map(|(c, _)| c);
-        let mut idle = live.iter().filter(|(_, s)| s.idle()).map(|(c, _)| c);
-        while count >= self.limits.max_connections {
-            // One already asked to go, and quiet: it had its warning.
-            if let Some(conn) = cut.next() {
-                conn.cut();
-                self.count(CloseReason::Unresponsive);
-                count -= 1;
-                continue;
+        // Every connection not yet dropped holds a descriptor, cut or not.
+        if table.open.len() >= self.limits.max_connections {
+            let states: Vec<(Arc<Conn>, State)> = table
+                .open
+                .values()
+                .map(|c| (Arc::clone(c), c.state()))
+                .collect();
+            // One already asked to go, and quiet, had its warning; one cut
+            // is going: either makes room soon.
+            let mut going = false;
+            for (conn, s) in &states {
+                if s.closing && s.calls == 0 && !s.cut && !s.ended {
+                    conn.cut();
+                    self.count(CloseReason::Unresponsive);
+                    going = true;
+                } else if s.cut && !s.ended {
+                    going = true;
+                }
             }
-            if let Some(conn) = idle.next() {
+            let oldest_idle = states
+                .iter()
+                .filter(|(_, s)| s.idle())
+                .min_by_key(|(_, s)| s.idle_since);
+            if let Some((conn, _)) = oldest_idle {
                 conn.request_close();
                 self.count(CloseReason::Evicted);
                 self.log_cap(&mut table, "closing the connection idle the longest");
-                break;
+            } else if !going {
+                self.count(CloseReason::OverCapacity);
+                self.log_cap(
+                    &mut table,
+                    "every connection has a call in flight: refusing the new one",
+                );
+                return None;
             }
-            self.count(CloseReason::OverCapacity);
-            self.log_cap(
-                &mut table,
-                "every connection has a call in flight: refusing the new one",
-            );
-            return None;
         }
         table.next_id += 1;
         let now = Instant::now();
@@ -413,7 +449,7 @@ impl Connections {
         self.open.send_replace(count);
         self.metrics.connections_open().set(count as i64);
         Some(Tracked {
-            io,
+            io: ManuallyDrop::new(io),
             conn,
             read: 0,
             table: Arc::clone(self),
@@ -534,7 +570,9 @@ impl Connections {
 /// its [`Conn`] to the call counter as tonic's connect info.
 #[derive(Debug)]
 pub struct Tracked<IO> {
-    io: IO,
+    /// Closed in `drop` before the connection leaves the table, so the
+    /// table never counts fewer descriptors than are open.
+    io: ManuallyDrop<IO>,
     conn: Arc<Conn>,
     read: usize,
     table: Arc<Connections>,
@@ -549,10 +587,15 @@ impl<IO> Tracked<IO> {
 
 impl<IO> Drop for Tracked<IO> {
     fn drop(&mut self) {
-        // Before `io` closes (fields drop after this): no cut may reach the
-        // descriptor number once it can be reused.
+        // Before `io` closes: no cut may reach the descriptor number once
+        // it can be reused.
         lock(&self.conn.fd).take();
+        // SAFETY: `io` is dropped here once, and `self` is never used
+        // again after its own drop.
+        unsafe { ManuallyDrop::drop(&mut self.io) };
         self.conn.state.send_modify(|s| s.ended = true);
+        // Only once its descriptor is closed does a connection leave the
+        // count `room` waits on.
         self.table.remove(self.conn.id);
     }
 }
@@ -564,7 +607,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let polled = Pin::new(&mut *self.io).poll_read(cx, buf);
         if self.read < HANDSHAKE_BYTES {
             self.read += buf.filled().len() - before;
             if self.read >= HANDSHAKE_BYTES {
@@ -581,15 +624,15 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        Pin::new(&mut *self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        Pin::new(&mut *self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        Pin::new(&mut *self.io).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -597,7 +640,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        Pin::new(&mut *self.io).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -729,11 +772,35 @@ mod tests {
         let _third = table.admit(socket()).unwrap();
         assert!(!first.conn().state().closing);
         assert!(second.conn().state().closing);
-        // The next newcomer cuts the one already asked, instead of asking
-        // another: never more than one over the cap.
-        let _fourth = table.admit(socket()).unwrap();
+        // The next newcomer waits: the one already asked is cut, and its
+        // descriptor counts until it is dropped. Never more than one over
+        // the cap is held.
+        let room = table.room();
+        tokio::pin!(room);
+        assert!(futures::FutureExt::now_or_never(room.as_mut()).is_none());
         assert!(second.conn().state().cut);
+        drop(second);
+        room.await;
+        let _fourth = table.admit(socket()).unwrap();
         assert!(!first.conn().state().closing);
+    }
+
+    #[tokio::test]
+    async fn connections_cut_but_not_yet_dropped_count_against_the_cap() {
+        let table = table(2);
+        let first = table.admit(socket()).unwrap();
+        let _second = table.admit(socket()).unwrap();
+        // Cut (say, at its handshake timeout) and not yet dropped by hyper:
+        // its descriptor is still open.
+        first.conn().cut();
+        table.room().await;
+        let _third = table.admit(socket()).unwrap();
+        // Three held against a cap of two: no fourth until one is gone.
+        let room = table.room();
+        tokio::pin!(room);
+        assert!(futures::FutureExt::now_or_never(room.as_mut()).is_none());
+        drop(first);
+        room.await;
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use tonic::transport::server::Router;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
-use super::authority::LenientAuthority;
+use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{Connections, CountCallsLayer, Tracked};
 use super::deadline::StampArrivalLayer;
 use super::listen::tcp_incoming;
@@ -132,7 +132,10 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1()?)
         .add_service(reflection_v1alpha()?);
-    let mut builder = Server::builder();
+    // h2's default already, said here so the `:authority` fix-up decodes
+    // under the same bound h2 announces and refuses past.
+    let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
+    let mut builder = Server::builder().http2_max_header_list_size(max_header_list);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
@@ -185,6 +188,12 @@ where
     let mut incoming = Box::pin(incoming);
     tokio::pin!(stop);
     loop {
+        // At most one over the cap held open, whatever the flood: the next
+        // connection is taken only once there is room for it.
+        tokio::select! {
+            () = &mut stop => break,
+            () = connections.room() => {}
+        }
         tokio::select! {
             () = &mut stop => break,
             next = incoming.next() => match next {

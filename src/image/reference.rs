@@ -16,6 +16,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use crate::echo::Echo;
+
 /// Registry names that all mean Docker Hub.
 const DOCKER_HUB_ALIASES: &[&str] = &["docker.io", "index.docker.io", "registry-1.docker.io"];
 /// How Docker Hub is named in normalised references.
@@ -24,6 +26,9 @@ const DOCKER_HUB: &str = "docker.io";
 const MAX_NAME_LEN: usize = 255;
 /// Longest tag Distribution accepts.
 const MAX_TAG_LEN: usize = 128;
+/// Longest reference read at all: a registry host (253) and port, a
+/// repository (255), a tag (128) and a digest (71) fit with room to spare.
+const MAX_REFERENCE_LEN: usize = 1024;
 
 /// Why a reference is not valid.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -32,7 +37,7 @@ pub enum ReferenceError {
     #[error("invalid image reference: empty")]
     Empty,
     /// Some part does not follow the reference grammar.
-    #[error("invalid image reference {reference:?}: {reason}")]
+    #[error("invalid image reference {:?}: {reason}", Echo(.reference))]
     Invalid {
         /// The reference as given.
         reference: String,
@@ -66,6 +71,9 @@ impl ImageReference {
         };
         if reference.is_empty() {
             return Err(ReferenceError::Empty);
+        }
+        if reference.len() > MAX_REFERENCE_LEN {
+            return Err(invalid("longer than 1024 bytes"));
         }
         if reference.trim() != reference || reference.chars().any(char::is_whitespace) {
             return Err(invalid("contains whitespace"));
@@ -232,7 +240,7 @@ fn looks_like_registry(first: &str) -> bool {
 }
 
 fn validate_registry(registry: &str) -> Result<(), String> {
-    let bad = || format!("invalid registry {registry:?}");
+    let bad = || format!("invalid registry {:?}", Echo(registry));
     if registry.starts_with('[') {
         let end = registry.find(']').ok_or_else(bad)?;
         registry[1..end]
@@ -274,8 +282,9 @@ fn validate_path(path: &str) -> Result<(), String> {
     for component in path.split('/') {
         if !valid_component(component) {
             return Err(format!(
-                "invalid repository path component {component:?} \
-                 (lower-case letters, digits and single separators . _ __ - only)"
+                "invalid repository path component {:?} \
+                 (lower-case letters, digits and single separators . _ __ - only)",
+                Echo(component)
             ));
         }
     }
@@ -319,24 +328,30 @@ fn validate_tag(tag: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid tag {tag:?} (letters, digits, _ . - ; at most 128; not starting with . or -)"
+            "invalid tag {:?} (letters, digits, _ . - ; at most 128; not starting with . or -)",
+            Echo(tag)
         ))
     }
 }
 
 /// `sha256:<64 lower-case hex>` (the only algorithm registries serve).
 fn validate_digest(digest: &str) -> Result<(), String> {
-    let (algorithm, hex) = digest
-        .split_once(':')
-        .ok_or_else(|| format!("invalid digest {digest:?} (want sha256:<64 hex digits>)"))?;
+    let (algorithm, hex) = digest.split_once(':').ok_or_else(|| {
+        format!(
+            "invalid digest {:?} (want sha256:<64 hex digits>)",
+            Echo(digest)
+        )
+    })?;
     if algorithm != "sha256" {
         return Err(format!(
-            "unsupported digest algorithm {algorithm:?} (only sha256)"
+            "unsupported digest algorithm {:?} (only sha256)",
+            Echo(algorithm)
         ));
     }
     if hex.len() != 64 || !hex.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')) {
         return Err(format!(
-            "invalid digest {digest:?} (want sha256:<64 lower-case hex digits>)"
+            "invalid digest {:?} (want sha256:<64 lower-case hex digits>)",
+            Echo(digest)
         ));
     }
     Ok(())

@@ -3,6 +3,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use crate::echo::Echo;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::nesting::{check_until, off_thread, NestingError};
 use crate::proto::v1alpha1 as pb;
@@ -53,6 +54,19 @@ pub enum InvalidRequest {
     /// A negative timeout.
     #[error("run_function_config.timeout is negative")]
     NegativeTimeout,
+    /// A timeout that is no protobuf Duration: its nanos outside
+    /// ±999,999,999, or of the other sign than its seconds.
+    #[error(
+        "run_function_config.timeout is not a protobuf Duration: nanos {nanos} {why} (seconds {seconds})"
+    )]
+    MalformedTimeout {
+        /// Its seconds.
+        seconds: i64,
+        /// Its nanos.
+        nanos: i32,
+        /// What is wrong with them.
+        why: &'static str,
+    },
     /// A cpu or memory limit that is no Kubernetes quantity.
     #[error("run_function_config.resources.limits")]
     Quantity(#[from] QuantityError),
@@ -99,7 +113,8 @@ fn check_function_io_until(
             .ok_or_else(|| InvalidRequest::WrongType("apiVersion is not a string".into()))?;
         if !FUNCTION_IO_API_VERSIONS.contains(&api_version) {
             return Err(InvalidRequest::WrongType(format!(
-                "apiVersion {api_version:?} is not one of {FUNCTION_IO_API_VERSIONS:?}"
+                "apiVersion {:?} is not one of {FUNCTION_IO_API_VERSIONS:?}",
+                Echo(api_version)
             )));
         }
     }
@@ -108,7 +123,8 @@ fn check_function_io_until(
             Some("FunctionIO") => {}
             Some(kind) => {
                 return Err(InvalidRequest::WrongType(format!(
-                    "kind is {kind:?}, not FunctionIO"
+                    "kind is {:?}, not FunctionIO",
+                    Echo(kind)
                 )))
             }
             None => return Err(InvalidRequest::WrongType("kind is not a string".into())),
@@ -219,10 +235,7 @@ fn run_config_until(
     }
     if let Some(run) = &request.run_function_config {
         if let Some(timeout) = &run.timeout {
-            if timeout.seconds < 0 || timeout.nanos < 0 {
-                return Err(InvalidRequest::NegativeTimeout);
-            }
-            let timeout = Duration::new(timeout.seconds as u64, timeout.nanos as u32);
+            let timeout = timeout_of(timeout)?;
             // Zero means "not set" in proto3; Crossplane's runner fell back too.
             if !timeout.is_zero() {
                 config.timeout = timeout;
@@ -239,6 +252,29 @@ fn run_config_until(
         }
     }
     Ok(config)
+}
+
+/// A request's timeout as a [`Duration`]; refused when it is no valid
+/// protobuf Duration (which `Duration::new` would silently carry: nanos of
+/// 2e9 read as 2 s more) or when it is negative.
+fn timeout_of(timeout: &prost_types::Duration) -> Result<Duration, InvalidRequest> {
+    const NANOS_PER_SECOND: i32 = 1_000_000_000;
+    let (seconds, nanos) = (timeout.seconds, timeout.nanos);
+    let malformed = |why| InvalidRequest::MalformedTimeout {
+        seconds,
+        nanos,
+        why,
+    };
+    if nanos <= -NANOS_PER_SECOND || nanos >= NANOS_PER_SECOND {
+        return Err(malformed("is outside -999999999..=999999999"));
+    }
+    if (seconds < 0 && nanos > 0) || (seconds > 0 && nanos < 0) {
+        return Err(malformed("has the other sign than seconds"));
+    }
+    match (u64::try_from(seconds), u32::try_from(nanos)) {
+        (Ok(seconds), Ok(nanos)) => Ok(Duration::new(seconds, nanos)),
+        _ => Err(InvalidRequest::NegativeTimeout),
+    }
 }
 
 /// A protobuf enum field as the engine's type (its `From`, next to that
@@ -528,5 +564,76 @@ mod tests {
             run_config_of(&req, Duration::from_secs(1), 1 << 20).unwrap_err(),
             InvalidRequest::NegativeTimeout
         ));
+    }
+
+    fn with_timeout(seconds: i64, nanos: i32) -> pb::RunFunctionRequest {
+        let mut req = request(IO);
+        req.run_function_config = Some(pb::RunFunctionConfig {
+            timeout: Some(prost_types::Duration { seconds, nanos }),
+            ..Default::default()
+        });
+        req
+    }
+
+    #[test]
+    fn a_timeout_whose_nanos_are_no_protobuf_duration_is_refused_naming_the_field() {
+        for (seconds, nanos) in [
+            (1, 2_000_000_000),
+            (0, 1_000_000_000),
+            (0, i32::MAX),
+            (0, -1_000_000_000),
+            (1, -1),
+            (-1, 1),
+        ] {
+            let err = run_config_of(
+                &with_timeout(seconds, nanos),
+                Duration::from_secs(1),
+                1 << 20,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, InvalidRequest::MalformedTimeout { .. }),
+                "({seconds}, {nanos}): {err:?}"
+            );
+            let text = crate::chain::one_line(&err);
+            assert!(
+                text.starts_with("run_function_config.timeout is not a protobuf Duration: nanos"),
+                "{text}"
+            );
+            assert_eq!(
+                crate::grpc::status::invalid_request_status(&err).code(),
+                tonic::Code::InvalidArgument
+            );
+        }
+        for (seconds, nanos) in [(-1, 0), (0, -1), (-1, -999_999_999)] {
+            let err = run_config_of(
+                &with_timeout(seconds, nanos),
+                Duration::from_secs(1),
+                1 << 20,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, InvalidRequest::NegativeTimeout),
+                "({seconds}, {nanos}): {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_timeout_at_the_edges_of_a_protobuf_duration_is_read_exactly() {
+        let config = run_config_of(
+            &with_timeout(2, 999_999_999),
+            Duration::from_secs(1),
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(config.timeout, Duration::new(2, 999_999_999));
+        let config = run_config_of(
+            &with_timeout(0, 500_000_000),
+            Duration::from_secs(1),
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(config.timeout, Duration::from_millis(500));
     }
 }

@@ -4,6 +4,9 @@ socket, its percent-encoded name). Used by tests/server_lifecycle.rs.
 
     grpcio_call.py TARGET METHOD REQUEST_HEX
 
+REQUEST_HEX `-` reads it from stdin (a request past the 128 KiB an
+argument may hold).
+
 Prints the response as hex; on a failed call, prints the status to stderr
 and exits 1.
 """
@@ -12,6 +15,8 @@ import sys
 import grpc
 
 target, method, request_hex = sys.argv[1:4]
+if request_hex == "-":
+    request_hex = sys.stdin.read().strip()
 with grpc.insecure_channel(target) as channel:
     # No serializers: the request and response are the serialized bytes.
     call = channel.unary_unary(method)

@@ -673,6 +673,15 @@ impl Daemon {
         connect_unix_as(&self.endpoint, uid).await
     }
 
+    /// The daemon's address as a gRPC C-core client (grpcio) names it.
+    pub fn grpcio_target(&self) -> String {
+        match &self.endpoint {
+            Dial::Abstract(name) | Dial::AbstractIn(name, _) => format!("unix-abstract:{name}"),
+            Dial::Path(path) => format!("unix:{}", path.display()),
+            Dial::Tcp(addr) => addr.to_string(),
+        }
+    }
+
     /// The network namespace the daemon listens in, when it has its own.
     pub fn network_namespace(&self) -> Option<PathBuf> {
         match &self.endpoint {
@@ -910,12 +919,16 @@ pub fn grpcio_run_function(
         }
         None => std::process::Command::new("python3"),
     };
-    let out = command
-        .arg(script)
-        .args([target, method])
-        .arg(hex::encode(req.encode_to_vec()))
-        .output()
-        .expect("run python3 (scripts/setup.sh installs grpcio)");
+    // On stdin: a request may be larger than an argument can be.
+    let child = crate::support::child::ChildGuard::spawn_with_input(
+        command
+            .arg(script)
+            .args([target, method, "-"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+        hex::encode(req.encode_to_vec()).as_bytes(),
+    );
+    let out = child.output_within("grpcio_call.py", Duration::from_secs(120));
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }

@@ -82,9 +82,26 @@ pub fn spawn_async(
 /// lock is held until it is gone, as it holds copies of every descriptor.
 pub fn run_forked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
     use nix::sys::wait::{waitpid, WaitStatus};
+    let pid = nix::unistd::Pid::from_raw(clone_vforked(child)?);
+    loop {
+        match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128 + signal as i32),
+            Ok(_) | Err(nix::Error::EINTR) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Starts `child` as [`run_forked`] does, and returns its pid once it has
+/// exec'd or exited (`CLONE_VFORK`), unreaped: a spawn that does more
+/// between fork and exec than std's `Command` can without copying this
+/// process's page tables (`sandbox/nproc.rs`: a `setns`). The same rules
+/// hold for `child`: system calls only.
+pub(crate) fn clone_vforked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
     extern "C" fn trampoline<F: FnOnce() -> i32>(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the `Option<F>` below, alive until `clone`
-        // returns, which is after this child exits (CLONE_VFORK).
+        // returns, which is after this child exits or execs (CLONE_VFORK).
         let child = unsafe { &mut *(arg as *mut Option<F>) };
         child.take().map_or(1, |child| child())
     }
@@ -108,15 +125,7 @@ pub fn run_forked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let pid = nix::unistd::Pid::from_raw(pid);
-    loop {
-        match waitpid(pid, None) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128 + signal as i32),
-            Ok(_) | Err(nix::Error::EINTR) => continue,
-            Err(err) => return Err(err.into()),
-        }
-    }
+    Ok(pid)
 }
 
 /// `command.status()` through [`spawn`] (stdio inherited unless set).

@@ -7,8 +7,9 @@
 //!   are the documented ones.
 //! - No core files, a bounded number of open files.
 //! - Processes: a fork bomb stops at `--pids-limit` (RLIMIT_NPROC, counted
-//!   per run's user namespace) while a neighbour of the same uid forks
-//!   freely, and nothing of it outlives its run.
+//!   per run: `src/sandbox/nproc.rs`) while a neighbour of the same uid
+//!   forks freely, and nothing of it outlives its run (neighbours in one
+//!   daemon: `run_kernel_counts.rs`).
 //! - The seccomp allow-list: refused syscalls fail with EPERM, syscalls it
 //!   does not name with ENOSYS; busybox, a static Rust binary and Python
 //!   (the host's Debian python3, copied into an image) run.

@@ -3,7 +3,9 @@
 //! real `xfn start` as uid 65532 without capabilities: a function taking
 //! every inotify instance it can gets its run's share, its neighbours
 //! theirs, and the host's processes of the uid keep half; what cannot be
-//! bounded (epoll watches) is said at start.
+//! bounded (epoll watches) is said at start. The process count too: one
+//! function's fork bomb holds its run's limit and fails no neighbour's
+//! fork (`src/sandbox/nproc.rs`), in each id shape.
 //!
 //! Needs: crun, docker-registry, busybox-static, rustc with static glibc,
 //! util-linux (setpriv); root.
@@ -373,4 +375,165 @@ fn xfn_run_bounds_each_runs_inotify_and_fanotify_counts_with_either_mapping() {
         let out = stdout(&run_with_input(cmd, FUNCTION_IO.as_bytes()));
         assert_eq!(out, format!("{}\n{host}\n", host / 8), "{unprivileged_run}");
     }
+}
+
+/// `/setuid ID PROGRAM ARGS…`: runs PROGRAM as uid and gid ID (groups
+/// dropped where the run may).
+const SETUID: &str = r#"
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_uint};
+extern "C" {
+    fn setgroups(size: usize, list: *const c_uint) -> c_int;
+    fn setresgid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
+    fn setresuid(r: c_uint, e: c_uint, s: c_uint) -> c_int;
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int;
+}
+fn main() {
+    let args: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
+    let id: c_uint = args[0].to_str().unwrap().parse().unwrap();
+    unsafe {
+        setgroups(0, std::ptr::null());
+        assert_eq!(setresgid(id, id, id), 0, "setresgid {id}");
+        assert_eq!(setresuid(id, id, id), 0, "setresuid {id}");
+        let mut argv: Vec<*const c_char> = args[1..].iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        execv(argv[0], argv.as_ptr());
+    }
+    panic!("exec {:?}", args[1]);
+}
+"#;
+
+/// Issue 31's fork bomb, against the daemon in each id shape: a function
+/// forks sleepers until the kernel refuses (as each of `uids`, which its
+/// run maps: the run's limit holds for all its uids together) and holds
+/// them; meanwhile 10 calls of another image and a neighbour forking 200
+/// children succeed, then the bomb's call reports its refused fork. Before
+/// the fix every run's tasks were counted against one shared limit, and 9
+/// of 10 other calls failed with `clone: Resource temporarily unavailable`.
+async fn a_fork_bomb_leaves_its_neighbours_forking(daemon: Daemon, uids: &str, marker: u32) {
+    let dir = world_traversable_tempdir();
+    let setuid = static_rust_binary(dir.path(), "setuid", SETUID);
+    let registry = Registry::start();
+    let (sleeper, holder) = (format!("sleep {marker}1"), format!("sleep {marker}2"));
+    let bomb = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/setuid", 0o755, std::fs::read(&setuid).unwrap()))
+        .entrypoint([
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!(
+                "cat >/dev/null; for u in {uids}; do /setuid $u /bin/sh -c \
+                 'i=0; while [ $i -lt 2048 ]; do {sleeper} </dev/null >/dev/null 2>&1 & \
+                 i=$((i+1)); done; echo forked 2048 times >&2' & p=\"$p $!\"; done; wait $p; \
+                 exec {holder}"
+            ),
+        ])
+        .push(&registry, "fork-bomb:v1")
+        .reference;
+    let neighbour = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            "cat >/dev/null; for i in $(seq 200); do sleep 1 & done; wait && echo forked 200",
+        ])
+        .push(&registry, "neighbour:v1")
+        .reference;
+    let echo = echo_image(&registry, "echo:v1");
+    daemon.call_ok(&echo).await;
+    let mut client = daemon.client().await;
+    let bomb_request = request_with_timeout(&bomb, FUNCTION_IO, Duration::from_secs(300));
+    let bombing = tokio::spawn(async move { client.run_function(bomb_request).await });
+    let held = loop {
+        if let Some(pid) = process_where(|cmdline| cmdline == holder) {
+            break pid;
+        }
+        assert!(!bombing.is_finished(), "{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The run holds its limit, all its uids together: the sleepers, less
+    // its own few tasks (its shell, crun's setting it up) counted while it
+    // forked.
+    let limit = xfn::runner::DEFAULT_PIDS_LIMIT as usize;
+    let sleepers = processes_where(|cmdline| cmdline == sleeper).len();
+    let bounded = sleepers < limit && sleepers >= limit - 16;
+    // Other callers, each on a new connection, and a neighbour that forks.
+    let mut failed = Vec::new();
+    for _ in 0..10 {
+        if let Err(status) = daemon
+            .client()
+            .await
+            .run_function(request(&echo, FUNCTION_IO))
+            .await
+        {
+            failed.push(status.message().to_string());
+        }
+    }
+    let forked = daemon
+        .client()
+        .await
+        .run_function(request(&neighbour, FUNCTION_IO))
+        .await
+        .map(|out| String::from_utf8_lossy(&out.into_inner().output).into_owned());
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(held as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let bombed = bombing.await.unwrap();
+    println!(
+        "{uids}: the bomb held {sleepers} (limit {limit}); {} of 10 other calls failed; \
+         the neighbour: {forked:?}",
+        failed.len()
+    );
+    assert!(
+        bounded,
+        "the bomb holds {sleepers} processes, the limit is {limit}"
+    );
+    assert_eq!(failed, Vec::<String>::new(), "{}", daemon.log());
+    assert_eq!(forked.as_deref().ok(), Some("forked 200\n"), "{forked:?}");
+    let status = bombed.expect_err("the bomb's holder was killed");
+    assert!(
+        status
+            .message()
+            .contains("can't fork: Resource temporarily unavailable"),
+        "{status:?}"
+    );
+    // Killing the function's first process ended its run and every
+    // process the bomb made.
+    for _ in 0..1200 {
+        if processes_where(|cmdline| cmdline == sleeper).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        processes_where(|cmdline| cmdline == sleeper),
+        Vec::<u32>::new()
+    );
+    daemon.call_ok(&echo).await;
+}
+
+/// xfn unprivileged with its own id only (functions under xfn's uid).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_bomb_under_xfns_own_id_leaves_other_calls_and_a_forking_neighbour_served() {
+    let daemon = Daemon::start(&["--max-concurrent-runs", "3"]).await;
+    a_fork_bomb_leaves_its_neighbours_forking(daemon, "0", 3741).await;
+}
+
+/// xfn unprivileged with subordinate ids: the bomb switches between three
+/// of its uids, and its run's limit holds for them together.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_bomb_over_three_subordinate_ids_leaves_other_calls_and_a_forking_neighbour_served()
+{
+    let first = subordinate_range(3);
+    let daemon = Daemon::start_with_subordinate_ids(first, &["--max-concurrent-runs", "3"]).await;
+    a_fork_bomb_leaves_its_neighbours_forking(daemon, "0 1 2", 3751).await;
+}
+
+/// xfn as root, mapping a 65536-id range: as with subordinate ids.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_bomb_over_three_ids_of_roots_range_leaves_other_calls_and_a_forking_neighbour_served(
+) {
+    let daemon = Daemon::start_as_root(&["--max-concurrent-runs", "3"]).await;
+    a_fork_bomb_leaves_its_neighbours_forking(daemon, "0 1 2", 3761).await;
 }

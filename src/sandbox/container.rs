@@ -225,6 +225,14 @@ impl Sandbox {
             armed: true,
         };
         let pid_file = bundle.dir.join("container.pid");
+        // Where the spec's RLIMIT_NPROC bounds the run (no cgroup's
+        // pids.max), crun makes the run's namespace in one of its own, so
+        // that the limit counts this run alone (`nproc.rs`).
+        let own_level = if run_cgroup.is_none() {
+            Some(super::nproc::run_level(&self.own_ids)?)
+        } else {
+            None
+        };
         let status = self
             .crun
             .create(
@@ -232,8 +240,10 @@ impl Sandbox {
                 &bundle.dir,
                 &pid_file,
                 [stdin_read, stdout_write, stderr_write],
+                own_level.as_ref().map(|fd| fd.as_fd()),
             )
             .await?;
+        drop(own_level);
         let stderr = pipe::Receiver::from_owned_fd(stderr_read).map_err(io)?;
         if !status.success() {
             // crun said why on the stderr it shared with the container.

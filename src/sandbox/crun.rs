@@ -110,7 +110,8 @@ impl Crun {
     }
 
     /// `crun create` of `bundle` as `id`, the container's stdio being
-    /// `stdio` (stdin, stdout, stderr), its pid written to `pid_file`. Returns
+    /// `stdio` (stdin, stdout, stderr), its pid written to `pid_file`; crun
+    /// in the user namespace `user_ns` where given (`nproc.rs`). Returns
     /// crun's exit status once the container waits to be started.
     pub(super) async fn create(
         &self,
@@ -118,7 +119,11 @@ impl Crun {
         bundle: &Path,
         pid_file: &Path,
         stdio: [std::os::fd::OwnedFd; 3],
+        user_ns: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> Result<std::process::ExitStatus, CrunError> {
+        if let Some(level) = user_ns {
+            return self.create_in(level, id, bundle, pid_file, stdio).await;
+        }
         let [stdin, stdout, stderr] = stdio;
         let mut child = {
             // Dropped right after the spawn: the container must hold the
@@ -145,6 +150,47 @@ impl Crun {
                 })?
         };
         Ok(child.wait().await?)
+    }
+
+    /// [`Crun::create`] with crun in the user namespace `level`
+    /// (`nproc.rs`), killed and reaped if dropped before it exits.
+    async fn create_in(
+        &self,
+        level: std::os::fd::BorrowedFd<'_>,
+        id: &str,
+        bundle: &Path,
+        pid_file: &Path,
+        stdio: [std::os::fd::OwnedFd; 3],
+    ) -> Result<std::process::ExitStatus, CrunError> {
+        use std::os::unix::process::ExitStatusExt;
+        let spawn_error = |source| CrunError::Spawn {
+            runtime: self.binary.clone(),
+            source,
+        };
+        let program = resolve_binary(&self.binary)
+            .ok_or_else(|| spawn_error(std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+        let args: [&std::ffi::OsStr; 10] = [
+            "--root".as_ref(),
+            self.state_root.as_os_str(),
+            self.cgroup_manager().as_ref(),
+            "create".as_ref(),
+            "--bundle".as_ref(),
+            bundle.as_os_str(),
+            "--no-new-keyring".as_ref(),
+            "--pid-file".as_ref(),
+            pid_file.as_os_str(),
+            id.as_ref(),
+        ];
+        let crun = KilledUnlessReaped(Some(
+            super::nproc::spawn_in(level, &program, &args, stdio).map_err(spawn_error)?,
+        ));
+        let Some(pidfd) = &crun.0 else {
+            return Err(CrunError::Io(std::io::Error::other("no crun process")));
+        };
+        let code = super::container::wait_exit(pidfd).await?;
+        let mut crun = crun;
+        crun.0 = None;
+        Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8))
     }
 
     /// Starts the created container `id`: what `crun start` does (open the
@@ -377,6 +423,23 @@ pub(super) async fn read_tail(
         tail.drain(..tail.len() - STDERR_TAIL_BYTES);
     }
     Ok(tail)
+}
+
+/// A process of xfn's (through its pidfd), killed and reaped when dropped
+/// unless it was reaped already (the field is then `None`).
+struct KilledUnlessReaped(Option<std::os::fd::OwnedFd>);
+
+impl Drop for KilledUnlessReaped {
+    fn drop(&mut self) {
+        if let Some(pidfd) = self.0.take() {
+            use rustix::process::{pidfd_send_signal, waitid, Signal, WaitId, WaitIdOptions};
+            let _ = pidfd_send_signal(&pidfd, Signal::KILL);
+            let _ = waitid(
+                WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+                WaitIdOptions::EXITED,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod container;
 pub mod crun;
 pub mod function_server;
 pub mod netns;
+pub mod nproc;
 pub mod oci_runtime;
 pub mod reaper;
 pub(crate) mod scope;
@@ -63,6 +64,9 @@ pub enum SandboxError {
     /// A served container kept running but never listened where expected.
     #[error(transparent)]
     NotServing(#[from] NotServing),
+    /// The run's own level of the process count could not be made.
+    #[error(transparent)]
+    ProcessCount(#[from] nproc::NprocError),
 }
 
 /// cpu/memory/pids limits are required (`--require-limits`) but this host
@@ -155,6 +159,9 @@ pub struct Sandbox {
     function_ids: userns::FunctionIds,
     /// Per-namespace kernel counts set on each run's user namespace.
     ucounts: ucounts::UcountLimits,
+    /// The id maps of each run's own level of the process count
+    /// (`nproc.rs`), where no cgroup bounds a run's processes.
+    own_ids: nproc::OwnIds,
 }
 
 static LIMITS_WARNING: Once = Once::new();
@@ -201,6 +208,7 @@ impl Sandbox {
             seccomp_bpf: None,
             function_ids,
             ucounts: namespace.ucounts().clone(),
+            own_ids: nproc::OwnIds::read()?,
         };
         sandbox.seccomp_bpf = sandbox.precompiled_seccomp();
         // After the seccomp probe, whose container crun deletes without

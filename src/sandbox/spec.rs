@@ -267,17 +267,19 @@ fn capabilities() -> HashSet<Capability> {
 ///   `pids.max` alone holds, as it is exact (all uids, only the run's
 ///   tasks) while this count also holds a few tasks of crun's setting the
 ///   container up (6 to 8 here), which would make it bite first and hide
-///   the cgroup's limit. It bounds this run alone, not every function of
-///   xfn's user: the kernel (5.14+) counts tasks per *(user namespace,
-///   uid)*, and every run gets a user namespace of its own, so a run's
-///   count holds only its own tasks, and fork fails with `EAGAIN` at the
-///   limit however many tasks its neighbours, all the same uid outside,
-///   have. Nothing in the container can lift it: the only exemptions are
+///   the cgroup's limit. The kernel (5.14+, `kernel/ucount.c`) counts a
+///   task at its (user namespace, uid) against its own `RLIMIT_NPROC`, and
+///   at every ancestor namespace under the uid that created the one below,
+///   against the `RLIMIT_NPROC` that one was created with. crun sets this
+///   limit before it creates the run's namespace, so the level above the
+///   run holds every task of the run, whatever its uid, against this
+///   limit; crun creates the run's namespace inside one made for the run
+///   alone (`nproc.rs`), so that level counts this run and nothing of its
+///   neighbours', and one function's bomb cannot fail another's fork.
+///   The run's own level stops each of its uids at the limit too. Nothing
+///   in the container can lift it: the only exemptions are
 ///   `CAP_SYS_RESOURCE`/`CAP_SYS_ADMIN` in the *initial* namespace and the
-///   host's root uid, which no function holds or is mapped to. It is per
-///   uid inside the run: with a 65536-id range mapped (xfn with
-///   CAP_SETUID), a function switching uids gets this many per uid; with
-///   xfn's own id mapped (no capabilities, the sidecar) it holds one uid.
+///   host's root uid, which no function holds or is mapped to.
 ///
 /// Each is capped at xfn's own hard limit (no namespace can raise one).
 ///

@@ -22,8 +22,7 @@
 //! Choice: **functions never run under xfn's host uid where the deployment
 //! gives other ids.** The kernel counts some resources per host uid and
 //! not per user namespace: epoll watches (`fs.epoll.max_user_watches`),
-//! pipe buffer pages (`fs.pipe-user-pages-soft`), and, for a namespace's
-//! ancestors, RLIMIT_NPROC. A function under xfn's uid that adds epoll
+//! pipe buffer pages (`fs.pipe-user-pages-soft`). A function under xfn's uid that adds epoll
 //! watches until `ENOSPC` leaves the gatekeeper unable to adopt a
 //! connection: every new call fails. So xfn's namespace keeps id 0 for xfn
 //! itself (its host uid, which owns the cache and the gatekeeper) and maps
@@ -64,7 +63,7 @@
 //! costs a run what a pull costs. So concurrent functions share their host
 //! ids with each other, not with xfn; what they share per uid is bounded
 //! per run where the kernel counts it per namespace (`ucounts.rs`,
-//! RLIMIT_NPROC in `spec.rs`).
+//! RLIMIT_NPROC: `nproc.rs`).
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -556,6 +555,13 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
             nix::unistd::setgroups(&[]).map_err(sys("drop supplementary groups"))?;
             nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
                 .map_err(sys("setresuid(0) in the new namespace"))?;
+            // Leaving host root made the kernel mark xfn not dumpable, so
+            // the /proc files of the processes sharing its memory (each
+            // run's own namespace maker, `nproc.rs`) belong to host root,
+            // out of xfn's reach. xfn holds nothing of root's: it is as if
+            // started as its host uid, which no function has.
+            nix::sys::prctl::set_dumpable(true)
+                .map_err(sys("stay dumpable as the range's root"))?;
         }
     }
     if let IdMapping::Range { uid, .. } = mapping {

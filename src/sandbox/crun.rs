@@ -1,6 +1,7 @@
 //! crun, the OCI runtime: `crun create` and what `crun start` does (the
 //! lifecycle around them is `container.rs`), removal of crun's state on
 //! every path, and the capped readers of a container's stdout and stderr.
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -169,7 +170,7 @@ impl Crun {
         };
         let program = resolve_binary(&self.binary)
             .ok_or_else(|| spawn_error(std::io::Error::from(std::io::ErrorKind::NotFound)))?;
-        let args: [&std::ffi::OsStr; 10] = [
+        let args: Vec<std::ffi::OsString> = [
             "--root".as_ref(),
             self.state_root.as_os_str(),
             self.cgroup_manager().as_ref(),
@@ -180,10 +181,21 @@ impl Crun {
             "--pid-file".as_ref(),
             pid_file.as_os_str(),
             id.as_ref(),
-        ];
-        let crun = KilledUnlessReaped(Some(
-            super::nproc::spawn_in(level, &program, &args, stdio).map_err(spawn_error)?,
-        ));
+        ]
+        .map(std::ffi::OsStr::to_os_string)
+        .into();
+        // crun starts in the abstract-socket domain (super::scope) too: the
+        // spawn runs on its thread, with what it needs moved there.
+        let level = level.try_clone_to_owned().map_err(spawn_error)?;
+        // Killed on drop from here on, even when this call was dropped
+        // before the thread's answer came.
+        let crun = super::scope::in_domain(move || {
+            let args: Vec<&std::ffi::OsStr> = args.iter().map(|arg| arg.as_os_str()).collect();
+            super::nproc::spawn_in(level.as_fd(), &program, &args, stdio)
+                .map(|pidfd| KilledUnlessReaped(Some(pidfd)))
+        })
+        .await
+        .map_err(spawn_error)?;
         let Some(pidfd) = &crun.0 else {
             return Err(CrunError::Io(std::io::Error::other("no crun process")));
         };

@@ -50,13 +50,8 @@ pub(crate) enum Scoping {
     Unavailable(String),
 }
 
-/// A spawn request: the command, the runtime its child belongs to, and
-/// where the child goes.
-type Request = (
-    tokio::process::Command,
-    tokio::runtime::Handle,
-    tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
-);
+/// Work for the thread in the domain: a spawn, whose child inherits it.
+type Request = Box<dyn FnOnce() + Send>;
 
 /// The way to the thread in the domain.
 #[derive(Debug)]
@@ -71,6 +66,27 @@ pub(crate) fn scoping() -> &'static Scoping {
     })
 }
 
+/// Runs `spawn` (which starts crun) on the thread in the domain where the
+/// kernel has the scope, so that its child, and everything the child
+/// starts, is in the domain; on the calling thread elsewhere.
+pub(crate) async fn in_domain<R: Send + 'static>(
+    spawn: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+) -> std::io::Result<R> {
+    let Scoping::Enforced(Spawner(requests)) = scoping() else {
+        return spawn();
+    };
+    let (reply, result) = tokio::sync::oneshot::channel();
+    let gone = || std::io::Error::other("the thread that spawns crun is gone");
+    requests
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(Box::new(move || {
+            let _ = reply.send(spawn());
+        }))
+        .map_err(|_| gone())?;
+    result.await.map_err(|_| gone())?
+}
+
 /// Spawns `command` (under the fork lock, `crate::fork_lock`) in the scoped
 /// domain where the kernel has the scope, as it is elsewhere. `command` is
 /// dropped before this returns: the child holds the only copies of the
@@ -78,18 +94,14 @@ pub(crate) fn scoping() -> &'static Scoping {
 pub(crate) async fn spawn(
     mut command: tokio::process::Command,
 ) -> std::io::Result<tokio::process::Child> {
-    let Scoping::Enforced(Spawner(requests)) = scoping() else {
-        return crate::fork_lock::spawn_async(&mut command);
-    };
-    let handle = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
-    let (reply, child) = tokio::sync::oneshot::channel();
-    let gone = || std::io::Error::other("the thread that spawns crun is gone");
-    requests
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send((command, handle, reply))
-        .map_err(|_| gone())?;
-    child.await.map_err(|_| gone())?
+    let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+    in_domain(move || {
+        let _runtime = runtime.enter();
+        let child = crate::fork_lock::spawn_async(&mut command);
+        drop(command);
+        child
+    })
+    .await
 }
 
 /// The ruleset that scopes abstract sockets, or why there is none.
@@ -155,11 +167,8 @@ fn start_spawner(ruleset: OwnedFd) -> Result<Spawner, String> {
             if !ok {
                 return;
             }
-            for (mut command, runtime, reply) in incoming {
-                let _runtime = runtime.enter();
-                let child = crate::fork_lock::spawn_async(&mut command);
-                drop(command);
-                let _ = reply.send(child);
+            for work in incoming {
+                work();
             }
         })
         .map_err(|err| format!("cannot start the thread that spawns crun ({err})"))?;

@@ -128,6 +128,18 @@ pub enum ComposeError {
         /// What is wrong, in words.
         message: String,
     },
+    /// A step's requirements kept changing for every call core allows.
+    #[error(
+        "{what} {step:?}: requirements didn't stabilize after the maximum number of iterations ({max})"
+    )]
+    RequirementsUnstable {
+        /// Core's wording of the step: Composition or Operation.
+        what: &'static str,
+        /// The step.
+        step: String,
+        /// The iterations allowed.
+        max: usize,
+    },
     /// A step failed: calling its function, or reading what it returned.
     #[error("pipeline step {step:?} failed")]
     Step {

@@ -39,6 +39,7 @@ pub mod schemas;
 pub mod v1;
 pub mod value;
 pub mod xrd;
+mod yaml11;
 
 /// Errors of the composition core. File errors name the file, step errors
 /// the step; each says its own step, and what failed beneath is its typed

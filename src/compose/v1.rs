@@ -119,7 +119,7 @@ impl V1Pipeline<'_> {
     pub async fn run(&self) -> Result<Outcome, ComposeError> {
         // Fail on a wrong functionRef before running anything.
         self.check_function_refs()?;
-        let observed = self.observed.map(observed_state);
+        let observed = self.observed.map(|o| self.observed_state(o));
         // Core starts the pipeline with an empty desired state and an empty
         // (present) context; each step then gets exactly what the previous
         // one returned, absent when it returned none.
@@ -288,6 +288,58 @@ impl V1Pipeline<'_> {
         })
     }
 
+    /// The observed state every step sees: the XR and each composed resource
+    /// with the connection details of the Secret its
+    /// `spec.writeConnectionSecretToRef` names, found among the resources
+    /// render was given (`-e`, `--function-credentials`), as core's
+    /// `SecretConnectionDetailsFetcher` reads them from the cluster (a
+    /// namespaced object's Secret is in its own namespace).
+    fn observed_state(&self, observed: &Observed) -> pb::State {
+        let resource = |object: &Value| pb::Resource {
+            resource: to_struct(object),
+            connection_details: self.connection_details(object),
+            ..Default::default()
+        };
+        pb::State {
+            composite: Some(resource(&observed.composite)),
+            resources: observed
+                .resources
+                .iter()
+                .map(|(name, object)| (name.clone(), resource(object)))
+                .collect(),
+        }
+    }
+
+    /// The data of the connection Secret of `object`, none when it names
+    /// none or it is not given; a value that is not base64 is left out.
+    fn connection_details(&self, object: &Value) -> HashMap<String, Vec<u8>> {
+        use base64::Engine;
+        let Some(name) = get_str(object, &["spec", "writeConnectionSecretToRef", "name"]) else {
+            return HashMap::new();
+        };
+        let namespace = get_str(object, &["metadata", "namespace"])
+            .filter(|n| !n.is_empty())
+            .or_else(|| get_str(object, &["spec", "writeConnectionSecretToRef", "namespace"]))
+            .unwrap_or_default();
+        let secret = self.required.iter().chain(self.credentials).find(|s| {
+            get_str(s, &["apiVersion"]) == Some("v1")
+                && get_str(s, &["kind"]) == Some("Secret")
+                && get_str(s, &["metadata", "name"]) == Some(name)
+                && get_str(s, &["metadata", "namespace"]).unwrap_or_default() == namespace
+        });
+        let Some(Value::Object(data)) = secret.and_then(|s| get(s, &["data"])) else {
+            return HashMap::new();
+        };
+        data.iter()
+            .filter_map(|(key, value)| {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(value.as_str()?)
+                    .ok()?;
+                Some((key.clone(), decoded))
+            })
+            .collect()
+    }
+
     /// The resources and schemas of the step's `requirements` (bootstrap
     /// requirements, given on the first call).
     fn bootstrap(
@@ -452,29 +504,6 @@ impl V1Pipeline<'_> {
                 pb::CredentialData { data },
             )),
         })
-    }
-}
-
-/// The observed state every step sees.
-fn observed_state(observed: &Observed) -> pb::State {
-    pb::State {
-        composite: Some(pb::Resource {
-            resource: to_struct(&observed.composite),
-            ..Default::default()
-        }),
-        resources: observed
-            .resources
-            .iter()
-            .map(|(name, object)| {
-                (
-                    name.clone(),
-                    pb::Resource {
-                        resource: to_struct(object),
-                        ..Default::default()
-                    },
-                )
-            })
-            .collect(),
     }
 }
 

@@ -657,3 +657,52 @@ fn a_name_selector_is_a_get_of_that_namespace_and_a_list_spans_every_namespace_s
         "no cluster-scoped a"
     );
 }
+
+#[tokio::test]
+async fn observed_resources_carry_the_connection_details_of_the_secret_they_name() {
+    let fake = Fake::new(|_| pb::RunFunctionResponse::default());
+    let observed = Observed {
+        composite: json!({"apiVersion": "example.org/v1", "kind": "XBucket", "metadata": {"name": "xr"}}),
+        resources: vec![
+            (
+                "cluster".into(),
+                json!({"kind": "Cluster", "metadata": {"name": "c"},
+                       "spec": {"writeConnectionSecretToRef": {"name": "conn", "namespace": "ns"}}}),
+            ),
+            (
+                "namespaced".into(),
+                json!({"kind": "Db", "metadata": {"name": "d", "namespace": "team"},
+                       "spec": {"writeConnectionSecretToRef": {"name": "conn", "namespace": "ns"}}}),
+            ),
+        ],
+    };
+    let secret = |namespace: &str, value: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "conn", "namespace": namespace},
+               "data": {"password": value}})
+    };
+    let required = [secret("ns", "c2VjcmV0"), secret("team", "b3RoZXI=")];
+    let steps = [step("s", "f")];
+    let callers = callers(&[("f", fake.clone())]);
+    V1Pipeline {
+        steps: &steps,
+        callers: &callers,
+        observed: Some(&observed),
+        required: &required,
+        schemas: &[],
+        credentials: &[],
+        context: None,
+    }
+    .run()
+    .await
+    .unwrap();
+    let seen = fake.calls()[0].observed.clone().unwrap();
+    assert_eq!(
+        seen.resources["cluster"].connection_details["password"],
+        b"secret"
+    );
+    // A namespaced resource's Secret is in its own namespace, as core's.
+    assert_eq!(
+        seen.resources["namespaced"].connection_details["password"],
+        b"other"
+    );
+}

@@ -64,3 +64,25 @@ fi
 # The Debian package starts a registry on :5000 where systemd runs; the tests
 # start their own on random loopback ports, so that one is not needed.
 command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+# function-pythonic 0.6.3 (tests/render_pythonic.rs: its own renderer against
+# xfn render) needs Python >= 3.12; bookworm has 3.11. A Debian trixie root
+# with python3 (mmdebstrap, ~15 s, ~170 MB), the wheels downloaded on the
+# host (registries' certificates are not trusted inside a chroot) for
+# CPython 3.13, run by chroot (root only: skipped otherwise, and the test
+# says so).
+pythonic_root=/var/cache/xfn-test/function-pythonic-0.6.3
+if [ "$(id -u)" = 0 ] && [ ! -d "$pythonic_root/opt/function-pythonic/crossplane_function_pythonic-0.6.3.dist-info" ]; then
+  echo "setup: building $pythonic_root (Debian trixie python3 + function-pythonic 0.6.3)" >&2
+  rm -rf "$pythonic_root.tmp"
+  mkdir -p "$(dirname "$pythonic_root")"
+  timeout 600 mmdebstrap --quiet --variant=minbase --include=python3 trixie "$pythonic_root.tmp" http://deb.debian.org/debian
+  python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  timeout 300 python3 -m pip install --quiet --disable-pip-version-check --ignore-requires-python \
+    --target "$pythonic_root.tmp/opt/function-pythonic" --python-version 3.13 --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --only-binary=:all: \
+    crossplane-function-pythonic==0.6.3
+  chroot "$pythonic_root.tmp" env PYTHONPATH=/opt/function-pythonic python3 -m crossplane.pythonic version
+  rm -rf "$pythonic_root"
+  mv "$pythonic_root.tmp" "$pythonic_root"
+fi

@@ -13,5 +13,7 @@ mod render_docker;
 mod render_e2e;
 #[path = "render_parity.rs"]
 mod render_parity;
+#[path = "render_pythonic.rs"]
+mod render_pythonic;
 #[path = "render_v2.rs"]
 mod render_v2;

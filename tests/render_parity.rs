@@ -483,7 +483,7 @@ fn iterations_feed_the_output_back_until_it_is_stable() {
             log.contains("the output is stable") && log.contains("renders=3"),
             "{runtime}: {log}"
         );
-        assert!(text.contains("index: '1'"), "{runtime}: {text}");
+        assert!(text.contains("index: \"1\""), "{runtime}: {text}");
         assert_golden("parity-iterations.yaml", &text);
         // Two renders are too few to tell: said so, the second printed.
         let out = fx.render(&[&args[..], &["--iterations", "2"]].concat());

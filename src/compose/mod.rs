@@ -39,6 +39,7 @@ pub mod schemas;
 pub mod v1;
 pub mod value;
 pub mod xrd;
+mod yaml11;
 
 /// Errors of the composition core. File errors name the file, step errors
 /// the step; each says its own step, and what failed beneath is its typed
@@ -128,6 +129,18 @@ pub enum ComposeError {
         step: String,
         /// What is wrong, in words.
         message: String,
+    },
+    /// A step's requirements kept changing for every call core allows.
+    #[error(
+        "{what} {step:?}: requirements didn't stabilize after the maximum number of iterations ({max})"
+    )]
+    RequirementsUnstable {
+        /// Core's wording of the step: Composition or Operation.
+        what: &'static str,
+        /// The step.
+        step: String,
+        /// The iterations allowed.
+        max: usize,
     },
     /// A step failed: calling its function, or reading what it returned.
     #[error("pipeline step {step:?} failed")]

@@ -522,12 +522,14 @@ pub fn json_object(objects: &[Value]) -> Value {
     Value::Object(out)
 }
 
-/// The objects as a `---` separated YAML stream.
+/// The objects as a `---` separated YAML stream, quoted as `crossplane
+/// render` quotes (go-yaml v2: what a YAML 1.1 reader would not read back
+/// as a string is double-quoted).
 pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     let mut text = String::new();
     for object in objects {
         text.push_str("---\n");
-        text.push_str(&yaml_serde::to_string(object).map_err(ComposeError::OutputYaml)?);
+        text.push_str(&super::yaml11::to_string(object).map_err(ComposeError::OutputYaml)?);
     }
     Ok(text)
 }

@@ -15,8 +15,18 @@ use super::{
 };
 use crate::proto::v1 as pb;
 
-/// How many times a step is re-run to satisfy its requirements, as Crossplane.
-pub const MAX_REQUIREMENT_ROUNDS: usize = 5;
+/// How many times a step is re-called to satisfy its requirements: core's
+/// `MaxRequirementsIterations` (so at most 6 calls, iterations 0 to 5).
+pub const MAX_REQUIREMENT_ITERATIONS: usize = 5;
+
+/// What a request says the caller supports: core's `SupportedCapabilities`.
+const CAPABILITIES: [pb::Capability; 5] = [
+    pb::Capability::Capabilities,
+    pb::Capability::RequiredResources,
+    pb::Capability::Credentials,
+    pb::Capability::Conditions,
+    pb::Capability::RequiredSchemas,
+];
 
 /// Calls one Function. Implementations: a running server (Development), one
 /// container run per call (Exec), fakes in tests.
@@ -109,17 +119,25 @@ impl V1Pipeline<'_> {
     pub async fn run(&self) -> Result<Outcome, ComposeError> {
         // Fail on a wrong functionRef before running anything.
         self.check_function_refs()?;
-        let observed = self.observed.map(observed_state);
-        let mut desired = pb::State::default();
-        let mut context = self.context.as_ref().and_then(to_struct);
+        let observed = self.observed.map(|o| self.observed_state(o));
+        // Core starts the pipeline with an empty desired state and an empty
+        // (present) context; each step then gets exactly what the previous
+        // one returned, absent when it returned none.
+        let mut desired = Some(pb::State::default());
+        let mut context = Some(
+            self.context
+                .as_ref()
+                .and_then(to_struct)
+                .unwrap_or_default(),
+        );
         let mut outcome = Outcome::default();
         for step in self.steps {
             let caller = &self.callers[&step.function_ref.name];
             let (required_resources, required_schemas) = self.bootstrap(step);
-            let request = pb::RunFunctionRequest {
+            let mut request = pb::RunFunctionRequest {
                 meta: None,
                 observed: observed.clone(),
-                desired: Some(desired.clone()),
+                desired: desired.clone(),
                 input: step.input.as_ref().and_then(to_struct),
                 context: context.clone(),
                 credentials: self.step_credentials(step)?,
@@ -127,6 +145,11 @@ impl V1Pipeline<'_> {
                 required_schemas,
                 ..Default::default()
             };
+            // Tagged once per step, from what the first call carries, as core.
+            request.meta = Some(pb::RequestMeta {
+                tag: tag(&request),
+                capabilities: CAPABILITIES.iter().map(|c| *c as i32).collect(),
+            });
             let response = self.call_with_requirements(step, caller, request).await?;
             if let Some(requirements) = &response.requirements {
                 record_requirements(&mut outcome, requirements)?;
@@ -158,9 +181,10 @@ impl V1Pipeline<'_> {
                     .push((step.step.clone(), from_struct(output)));
             }
             // A step returns the whole desired state: what it drops is gone.
-            desired = response.desired.unwrap_or_default();
+            desired = response.desired;
             context = response.context;
         }
+        let desired = desired.unwrap_or_default();
         outcome.desired_composite = desired
             .composite
             .as_ref()
@@ -188,26 +212,29 @@ impl V1Pipeline<'_> {
         Ok(outcome)
     }
 
-    /// Calls the step, then re-calls it with what its requirements select
-    /// until they stop changing (at most [`MAX_REQUIREMENT_ROUNDS`] re-runs).
+    /// Calls the step as core's `FetchingFunctionRunner` does
+    /// (crossplane/crossplane `internal/xfn/required_resources.go`), rule by
+    /// rule as docs/render.md lists them: at most
+    /// [`MAX_REQUIREMENT_ITERATIONS`] + 1 calls; a Fatal result ends the
+    /// loop; requirements equal to the previous call's end it; on the first
+    /// call only, requirements that resolve to exactly what was sent end it
+    /// (the bootstrap short-cut); otherwise the next call gets the bootstrap
+    /// resources and schemas plus what the requirements select, and the
+    /// context this call returned. The request's meta (its tag) is the
+    /// first call's on every call: core computes it once per step, and
+    /// tells a function its iteration nowhere else.
     async fn call_with_requirements(
         &self,
         step: &PipelineStep,
         caller: &Arc<dyn FunctionCaller>,
         mut request: pb::RunFunctionRequest,
     ) -> Result<pb::RunFunctionResponse, ComposeError> {
-        let mut previous = pb::Requirements::default();
-        for round in 0..=MAX_REQUIREMENT_ROUNDS {
-            request.meta = Some(pb::RequestMeta {
-                tag: tag(&request),
-                capabilities: vec![
-                    pb::Capability::Capabilities as i32,
-                    pb::Capability::RequiredResources as i32,
-                    pb::Capability::Credentials as i32,
-                    pb::Capability::Conditions as i32,
-                    pb::Capability::RequiredSchemas as i32,
-                ],
-            });
+        let bootstrap_resources = request.required_resources.clone();
+        let bootstrap_schemas = request.required_schemas.clone();
+        // What the previous call asked for; none before the first (core's
+        // nil, which only an absent `requirements` equals).
+        let mut requirements: Option<pb::Requirements> = None;
+        for iteration in 0..=MAX_REQUIREMENT_ITERATIONS {
             let response =
                 caller
                     .run_function(request.clone())
@@ -216,33 +243,101 @@ impl V1Pipeline<'_> {
                         step: step.step.clone(),
                         source: Box::new(e),
                     })?;
-            let requirements = response.requirements.clone().unwrap_or_default();
-            if requirements == previous {
+            if response
+                .results
+                .iter()
+                .any(|r| r.severity == pb::Severity::Fatal as i32)
+            {
                 return Ok(response);
             }
-            if round == MAX_REQUIREMENT_ROUNDS {
-                break;
+            if response.requirements == requirements {
+                return Ok(response);
             }
-            request.extra_resources = self.select_all(&requirements.extra_resources);
-            // Bootstrap requirements stay; what the function asks for is added.
-            let (mut resources, mut schemas) = self.bootstrap(step);
-            resources.extend(self.select_all(&requirements.resources));
-            schemas.extend(requirements.schemas.iter().map(|(key, selector)| {
+            let asked = response.requirements.clone().unwrap_or_default();
+            let extra = self.select_all(&asked.extra_resources);
+            let mut resources = bootstrap_resources.clone();
+            resources.extend(self.select_all(&asked.resources));
+            let mut schemas = bootstrap_schemas.clone();
+            schemas.extend(asked.schemas.iter().map(|(key, selector)| {
                 (
                     key.clone(),
                     self.schema(&selector.api_version, &selector.kind),
                 )
             }));
+            if iteration == 0
+                && request.required_resources == resources
+                && request.extra_resources == extra
+                && request.required_schemas == schemas
+            {
+                return Ok(response);
+            }
+            requirements = response.requirements;
             request.required_resources = resources;
+            request.extra_resources = extra;
             request.required_schemas = schemas;
-            previous = requirements;
+            request.context = response.context;
         }
-        Err(ComposeError::StepFailed {
+        Err(ComposeError::RequirementsUnstable {
+            what: if self.observed.is_some() {
+                "cannot run Composition pipeline step"
+            } else {
+                "failed to invoke pipeline step"
+            },
             step: step.step.clone(),
-            message: format!(
-                "its requirements did not stabilize after {MAX_REQUIREMENT_ROUNDS} re-runs"
-            ),
+            max: MAX_REQUIREMENT_ITERATIONS,
         })
+    }
+
+    /// The observed state every step sees: the XR and each composed resource
+    /// with the connection details of the Secret its
+    /// `spec.writeConnectionSecretToRef` names, found among the resources
+    /// render was given (`-e`, `--function-credentials`), as core's
+    /// `SecretConnectionDetailsFetcher` reads them from the cluster (a
+    /// namespaced object's Secret is in its own namespace).
+    fn observed_state(&self, observed: &Observed) -> pb::State {
+        let resource = |object: &Value| pb::Resource {
+            resource: to_struct(object),
+            connection_details: self.connection_details(object),
+            ..Default::default()
+        };
+        pb::State {
+            composite: Some(resource(&observed.composite)),
+            resources: observed
+                .resources
+                .iter()
+                .map(|(name, object)| (name.clone(), resource(object)))
+                .collect(),
+        }
+    }
+
+    /// The data of the connection Secret of `object`, none when it names
+    /// none or it is not given; a value that is not base64 is left out.
+    fn connection_details(&self, object: &Value) -> HashMap<String, Vec<u8>> {
+        use base64::Engine;
+        let Some(name) = get_str(object, &["spec", "writeConnectionSecretToRef", "name"]) else {
+            return HashMap::new();
+        };
+        let namespace = get_str(object, &["metadata", "namespace"])
+            .filter(|n| !n.is_empty())
+            .or_else(|| get_str(object, &["spec", "writeConnectionSecretToRef", "namespace"]))
+            .unwrap_or_default();
+        let secret = self.required.iter().chain(self.credentials).find(|s| {
+            get_str(s, &["apiVersion"]) == Some("v1")
+                && get_str(s, &["kind"]) == Some("Secret")
+                && get_str(s, &["metadata", "name"]) == Some(name)
+                && get_str(s, &["metadata", "namespace"]).unwrap_or_default() == namespace
+        });
+        let Some(Value::Object(data)) = secret.and_then(|s| get(s, &["data"])) else {
+            return HashMap::new();
+        };
+        data.iter()
+            .filter_map(|(key, value)| {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(value.as_str()?)
+                    .ok()?;
+                Some((key.clone(), decoded))
+            })
+            .collect()
     }
 
     /// The resources and schemas of the step's `requirements` (bootstrap
@@ -299,11 +394,24 @@ impl V1Pipeline<'_> {
         }
     }
 
+    /// What core's `ExistingRequiredResourcesFetcher` returns from a
+    /// cluster holding the `-e` resources: sorted by namespace/name.
     fn select(&self, selector: &pb::ResourceSelector) -> pb::Resources {
-        let items = self
+        let mut found: Vec<&Value> = self
             .required
             .iter()
             .filter(|object| matches_selector(object, selector))
+            .collect();
+        let key = |object: &Value| {
+            format!(
+                "{}/{}",
+                get_str(object, &["metadata", "namespace"]).unwrap_or_default(),
+                get_str(object, &["metadata", "name"]).unwrap_or_default()
+            )
+        };
+        found.sort_by_cached_key(|object| key(object));
+        let items = found
+            .into_iter()
             .map(|object| pb::Resource {
                 resource: to_struct(object),
                 ..Default::default()
@@ -399,29 +507,6 @@ impl V1Pipeline<'_> {
     }
 }
 
-/// The observed state every step sees.
-fn observed_state(observed: &Observed) -> pb::State {
-    pb::State {
-        composite: Some(pb::Resource {
-            resource: to_struct(&observed.composite),
-            ..Default::default()
-        }),
-        resources: observed
-            .resources
-            .iter()
-            .map(|(name, object)| {
-                (
-                    name.clone(),
-                    pb::Resource {
-                        resource: to_struct(object),
-                        ..Default::default()
-                    },
-                )
-            })
-            .collect(),
-    }
-}
-
 /// A hash of the request (without its meta), so a function can cache by it.
 /// Protobuf encodes maps in iteration order, which is random for the
 /// generated `HashMap`s, so the hash walks every map in key order instead:
@@ -497,28 +582,32 @@ fn hash_resource(h: &mut Sha256, resource: Option<&pb::Resource>) {
     h.update(r.ready.to_le_bytes());
 }
 
-/// Whether `object` is what `selector` asks for.
-pub fn matches_selector(object: &Value, selector: &pb::ResourceSelector) -> bool {
+/// Whether `object` is what `selector` asks for, as core's fetcher reads a
+/// selector: a name is a `Get` of exactly that namespace and name (no
+/// namespace: a cluster-scoped object); labels or nothing are a `List` in
+/// the namespace, or across every namespace when it is empty or absent.
+fn matches_selector(object: &Value, selector: &pb::ResourceSelector) -> bool {
     if get_str(object, &["apiVersion"]) != Some(selector.api_version.as_str())
         || get_str(object, &["kind"]) != Some(selector.kind.as_str())
     {
         return false;
     }
-    if let Some(namespace) = &selector.namespace {
-        if get_str(object, &["metadata", "namespace"]).unwrap_or_default() != namespace {
-            return false;
-        }
-    }
+    let namespace = selector.namespace.as_deref().unwrap_or_default();
+    let object_namespace = get_str(object, &["metadata", "namespace"]).unwrap_or_default();
+    let in_namespace = namespace.is_empty() || object_namespace == namespace;
     match &selector.r#match {
         Some(pb::resource_selector::Match::MatchName(name)) => {
-            get_str(object, &["metadata", "name"]) == Some(name.as_str())
+            object_namespace == namespace
+                && get_str(object, &["metadata", "name"]) == Some(name.as_str())
         }
-        Some(pb::resource_selector::Match::MatchLabels(labels)) => labels
-            .labels
-            .iter()
-            .all(|(k, v)| get_str(object, &["metadata", "labels", k.as_str()]) == Some(v.as_str())),
+        Some(pb::resource_selector::Match::MatchLabels(labels)) => {
+            in_namespace
+                && labels.labels.iter().all(|(k, v)| {
+                    get_str(object, &["metadata", "labels", k.as_str()]) == Some(v.as_str())
+                })
+        }
         // No name and no labels: every resource of the kind, as Crossplane.
-        None => true,
+        None => in_namespace,
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::*;
-use crate::compose::model::{FunctionRef, SecretRef};
+use crate::compose::model::{FunctionRef, RequiredResourceSelector, SecretRef, StepRequirements};
 
 type Handler = dyn Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync;
 
@@ -185,7 +185,7 @@ async fn desired_state_and_context_flow_and_a_dropped_resource_is_gone() {
 }
 
 #[tokio::test]
-async fn requirements_rerun_the_step_with_the_selected_resources() {
+async fn requirements_equal_to_the_previous_calls_end_the_loop() {
     let fake = Fake::new(|req| {
         let mut requirements = pb::Requirements::default();
         requirements.resources.insert(
@@ -243,7 +243,7 @@ async fn requirements_rerun_the_step_with_the_selected_resources() {
 }
 
 #[tokio::test]
-async fn requirements_that_never_settle_fail_after_five_reruns() {
+async fn requirements_that_never_settle_fail_after_six_calls_worded_as_core_words_it() {
     let counter = Mutex::new(0);
     let fake = Fake::new(move |_| {
         let mut n = counter.lock().unwrap();
@@ -271,9 +271,12 @@ async fn requirements_that_never_settle_fail_after_five_reruns() {
     )
     .await
     .unwrap_err();
-    assert_eq!(fake.calls().len(), 1 + MAX_REQUIREMENT_ROUNDS);
-    assert!(err.to_string().contains("pipeline step \"s\""), "{err}");
-    assert!(err.to_string().contains("did not stabilize"), "{err}");
+    assert_eq!(fake.calls().len(), 1 + MAX_REQUIREMENT_ITERATIONS);
+    assert_eq!(
+        err.to_string(),
+        "cannot run Composition pipeline step \"s\": requirements didn't stabilize \
+         after the maximum number of iterations (5)"
+    );
 }
 
 #[tokio::test]
@@ -402,4 +405,304 @@ fn the_tag_does_not_depend_on_map_order() {
     let mut c = build(false);
     c.desired.as_mut().unwrap().resources.remove("r3");
     assert_ne!(tag(&a), tag(&c));
+}
+
+/// Requirements asking for a ConfigMap by name in `ns` under `key`.
+fn asking(key: &str, name: &str) -> pb::Requirements {
+    let mut requirements = pb::Requirements::default();
+    requirements.resources.insert(
+        key.into(),
+        pb::ResourceSelector {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            r#match: Some(pb::resource_selector::Match::MatchName(name.into())),
+            namespace: Some("ns".into()),
+        },
+    );
+    requirements
+}
+
+fn config_map(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}})
+}
+
+/// The number in the request's context under `seen`, 0 when absent.
+fn seen(req: &pb::RunFunctionRequest) -> f64 {
+    req.context
+        .as_ref()
+        .map(from_struct)
+        .and_then(|c| c["seen"].as_f64())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_context_a_call_returns_is_what_the_next_iteration_of_the_step_sees() {
+    // function-pythonic's way: remember in the context what was asked for,
+    // and ask for something more until the memory says it is done.
+    let fake = Fake::new(|req| {
+        let n = seen(req) + 1.0;
+        let requirements = if n < 3.0 {
+            asking(&format!("r{n}"), "cm")
+        } else {
+            asking("r2", "cm")
+        };
+        pb::RunFunctionResponse {
+            context: to_struct(&json!({"seen": n})),
+            requirements: Some(requirements),
+            ..Default::default()
+        }
+    });
+    let outcome = run(
+        &[step("s", "f")],
+        &callers(&[("f", fake.clone())]),
+        &[config_map("cm")],
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    let calls: Vec<f64> = fake.calls().iter().map(seen).collect();
+    // Calls 1 and 2 ask for r1 then r2; call 3 asks for r2 again: stable.
+    assert_eq!(
+        calls,
+        [0.0, 1.0, 2.0],
+        "each call sees the last one's context"
+    );
+    assert_eq!(outcome.context, Some(json!({"seen": 3})));
+}
+
+#[tokio::test]
+async fn a_first_call_given_all_it_asks_for_by_bootstrap_requirements_is_final() {
+    let fake = Fake::new(|_| pb::RunFunctionResponse {
+        requirements: Some(asking("cm", "cm")),
+        ..Default::default()
+    });
+    let mut s = step("s", "f");
+    s.requirements = Some(StepRequirements {
+        required_resources: vec![RequiredResourceSelector {
+            requirement_name: "cm".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: Some("cm".into()),
+            match_labels: None,
+            namespace: Some("ns".into()),
+        }],
+        required_schemas: Vec::new(),
+    });
+    run(
+        &[s],
+        &callers(&[("f", fake.clone())]),
+        &[config_map("cm")],
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 1, "the bootstrap short-cut: no second call");
+    assert_eq!(calls[0].required_resources["cm"].items.len(), 1);
+}
+
+#[tokio::test]
+async fn bootstrap_resources_stay_on_every_iteration_beside_what_the_function_asks_for() {
+    let fake = Fake::new(|_| pb::RunFunctionResponse {
+        requirements: Some(asking("other", "other")),
+        ..Default::default()
+    });
+    let mut s = step("s", "f");
+    s.requirements = Some(StepRequirements {
+        required_resources: vec![RequiredResourceSelector {
+            requirement_name: "boot".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: Some("cm".into()),
+            match_labels: None,
+            namespace: Some("ns".into()),
+        }],
+        required_schemas: Vec::new(),
+    });
+    run(
+        &[s],
+        &callers(&[("f", fake.clone())]),
+        &[config_map("cm"), config_map("other")],
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    let calls = fake.calls();
+    assert_eq!(calls.len(), 2);
+    let mut keys: Vec<_> = calls[1].required_resources.keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, ["boot", "other"]);
+}
+
+#[tokio::test]
+async fn a_fatal_result_ends_the_requirements_loop_at_once() {
+    let counter = Mutex::new(0);
+    let fake = Fake::new(move |_| {
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        pb::RunFunctionResponse {
+            requirements: Some(asking(&format!("r{n}"), "cm")),
+            results: vec![pb::Result {
+                severity: pb::Severity::Fatal as i32,
+                message: "stop".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    });
+    let outcome = run(
+        &[step("s", "f")],
+        &callers(&[("f", fake.clone())]),
+        &[config_map("cm")],
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake.calls().len(), 1, "no iteration after a fatal result");
+    assert_eq!(outcome.fatal.map(|f| f.message).as_deref(), Some("stop"));
+}
+
+#[tokio::test]
+async fn the_function_is_not_told_its_iteration_every_call_carries_the_first_calls_tag() {
+    let fake = Fake::new(|req| pb::RunFunctionResponse {
+        requirements: Some(asking(&format!("r{}", req.required_resources.len()), "cm")),
+        ..Default::default()
+    });
+    let _ = run(
+        &[step("s", "f")],
+        &callers(&[("f", fake.clone())]),
+        &[config_map("cm")],
+        &[],
+        None,
+    )
+    .await;
+    let calls = fake.calls();
+    assert!(calls.len() > 2, "{} calls", calls.len());
+    assert!(
+        calls.iter().all(|c| c.meta == calls[0].meta),
+        "core tags a step once, before its first call"
+    );
+    assert_ne!(calls[1].required_resources, calls[0].required_resources);
+}
+
+#[tokio::test]
+async fn the_first_step_gets_an_empty_context_and_the_next_exactly_what_the_previous_returned() {
+    let first = Fake::new(|_| pb::RunFunctionResponse::default());
+    let second = Fake::new(|_| pb::RunFunctionResponse::default());
+    run(
+        &[step("one", "first"), step("two", "second")],
+        &callers(&[("first", first.clone()), ("second", second.clone())]),
+        &[],
+        &[],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.calls()[0].context, Some(Default::default()));
+    assert_eq!(first.calls()[0].desired, Some(Default::default()));
+    // The first step returned no context and no desired state: none goes on.
+    assert_eq!(second.calls()[0].context, None);
+    assert_eq!(second.calls()[0].desired, None);
+}
+
+#[test]
+fn a_name_selector_is_a_get_of_that_namespace_and_a_list_spans_every_namespace_sorted() {
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "y"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "y"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}}),
+    ];
+    let steps = [];
+    let callers = HashMap::new();
+    let pipeline = V1Pipeline {
+        steps: &steps,
+        callers: &callers,
+        observed: None,
+        required: &objects,
+        schemas: &[],
+        credentials: &[],
+        context: None,
+    };
+    let names = |selector: pb::ResourceSelector| -> Vec<String> {
+        pipeline
+            .select(&selector)
+            .items
+            .iter()
+            .map(|r| {
+                let o = from_struct(r.resource.as_ref().unwrap());
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    let selector = |namespace: Option<&str>, name: Option<&str>| pb::ResourceSelector {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: namespace.map(Into::into),
+        r#match: name.map(|n| pb::resource_selector::Match::MatchName(n.into())),
+    };
+    assert_eq!(names(selector(None, None)), ["x/a", "y/a", "y/b"]);
+    assert_eq!(names(selector(Some(""), None)), ["x/a", "y/a", "y/b"]);
+    assert_eq!(names(selector(Some("y"), None)), ["y/a", "y/b"]);
+    assert_eq!(names(selector(Some("y"), Some("a"))), ["y/a"]);
+    assert!(
+        names(selector(None, Some("a"))).is_empty(),
+        "no cluster-scoped a"
+    );
+}
+
+#[tokio::test]
+async fn observed_resources_carry_the_connection_details_of_the_secret_they_name() {
+    let fake = Fake::new(|_| pb::RunFunctionResponse::default());
+    let observed = Observed {
+        composite: json!({"apiVersion": "example.org/v1", "kind": "XBucket", "metadata": {"name": "xr"}}),
+        resources: vec![
+            (
+                "cluster".into(),
+                json!({"kind": "Cluster", "metadata": {"name": "c"},
+                       "spec": {"writeConnectionSecretToRef": {"name": "conn", "namespace": "ns"}}}),
+            ),
+            (
+                "namespaced".into(),
+                json!({"kind": "Db", "metadata": {"name": "d", "namespace": "team"},
+                       "spec": {"writeConnectionSecretToRef": {"name": "conn", "namespace": "ns"}}}),
+            ),
+        ],
+    };
+    let secret = |namespace: &str, value: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "conn", "namespace": namespace},
+               "data": {"password": value}})
+    };
+    let required = [secret("ns", "c2VjcmV0"), secret("team", "b3RoZXI=")];
+    let steps = [step("s", "f")];
+    let callers = callers(&[("f", fake.clone())]);
+    V1Pipeline {
+        steps: &steps,
+        callers: &callers,
+        observed: Some(&observed),
+        required: &required,
+        schemas: &[],
+        credentials: &[],
+        context: None,
+    }
+    .run()
+    .await
+    .unwrap();
+    let seen = fake.calls()[0].observed.clone().unwrap();
+    assert_eq!(
+        seen.resources["cluster"].connection_details["password"],
+        b"secret"
+    );
+    // A namespaced resource's Secret is in its own namespace, as core's.
+    assert_eq!(
+        seen.resources["namespaced"].connection_details["password"],
+        b"other"
+    );
 }

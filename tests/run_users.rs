@@ -329,17 +329,16 @@ async fn an_image_passwd_past_the_bound_is_refused_without_the_daemon_reading_it
     let mut client = daemon.client().await;
     // The call pulls too: layers are extracted as a stream, a few MiB.
     let before = peak_memory(daemon.xfn_pid());
-    let status = client
-        .run_function(request(&image, FUNCTION_IO))
-        .await
-        .map(|out| String::from_utf8_lossy(&out.into_inner().output).into_owned())
-        .expect_err("a 32 MiB /etc/passwd was read");
+    let result = client.run_function(request(&image, FUNCTION_IO)).await;
     let after = peak_memory(daemon.xfn_pid());
     eprintln!(
         "peak resident memory of xfn: {} MiB before the call, {} MiB after",
         before >> 20,
         after >> 20
     );
+    let status = result
+        .map(|out| String::from_utf8_lossy(&out.into_inner().output).into_owned())
+        .expect_err("a 32 MiB /etc/passwd was read");
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(
         status

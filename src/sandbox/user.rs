@@ -162,7 +162,10 @@ pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
                 named_group = Some(g.gid);
             }
             if let Some(member) = member {
-                if g.members.split(|&b| b == b',').any(|m| m == member.as_bytes()) {
+                if g.members
+                    .split(|&b| b == b',')
+                    .any(|m| m == member.as_bytes())
+                {
                     memberships.push(g.gid);
                 }
             }
@@ -577,10 +580,20 @@ mod tests {
         passwd.set_len(MAX_USER_DB + 1).unwrap();
         let err = resolve("fn", dir.path()).unwrap_err();
         assert!(
-            matches!(err, UserError::TooLarge { file: "etc/passwd", limit: MAX_USER_DB }),
+            matches!(
+                err,
+                UserError::TooLarge {
+                    file: "etc/passwd",
+                    limit: MAX_USER_DB
+                }
+            ),
             "{err:?}"
         );
-        assert!(err.to_string().contains("/etc/passwd is larger than 4194304 bytes"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("/etc/passwd is larger than 4194304 bytes"),
+            "{err}"
+        );
         // A group file alike, read only when a name needs it.
         let dir = rootfs();
         let group = std::fs::File::options()
@@ -591,7 +604,10 @@ mod tests {
         assert_eq!(resolve("4242:4343", dir.path()).unwrap().gid, 4343);
         assert!(matches!(
             resolve("fn", dir.path()),
-            Err(UserError::TooLarge { file: "etc/group", .. })
+            Err(UserError::TooLarge {
+                file: "etc/group",
+                ..
+            })
         ));
     }
 

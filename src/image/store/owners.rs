@@ -107,11 +107,7 @@ fn set_aside(root: &Path, was: u32, shift: u32) {
     }
     // A name of its own: one left from an earlier switch (not removable
     // then) must not make this rename fail and leave the layers in place.
-    let aside = root.join(format!(
-        "owners-{was}.{}.{}",
-        std::process::id(),
-        SET_ASIDE
-    ));
+    let aside = root.join(format!("owners-{was}.{}.{}", std::process::id(), SET_ASIDE));
     for dir in [REFS, LAYERS, ROOTFS] {
         let (from, to) = (root.join(dir), aside.join(dir));
         if let Err(err) = std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(&from, &to))
@@ -211,7 +207,10 @@ mod tests {
             .filter(|n| n.starts_with("owners-"))
             .collect();
         assert_eq!(left, Vec::<String>::new());
-        assert!(!root.join("layers/abc").exists(), "set aside for the new shift");
+        assert!(
+            !root.join("layers/abc").exists(),
+            "set aside for the new shift"
+        );
         // Collected at a start with no switch too; a symlink is not followed.
         let outside = dir.path().join("outside");
         std::fs::create_dir(&outside).unwrap();

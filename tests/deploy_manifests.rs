@@ -175,4 +175,19 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
         Some(65532)
     );
     assert!(replaced("containers/0/securityContext/capabilities")["add"].is_null());
+
+    // As 65532 xfn refuses the /xfn emptyDir (root's, 0777: issue 31), so
+    // both fallbacks keep the cache in the image's dir of 65532's own.
+    assert_eq!(
+        replaced("containers/0/env")[0]["value"].as_str(),
+        Some("/var/cache/xfn")
+    );
+    assert!(shared["xfn"]["args"]
+        .as_sequence()
+        .expect("xfn.args")
+        .iter()
+        .any(|a| a.as_str() == Some("--cache-dir=/var/cache/xfn")));
+    assert!(manifest("../Dockerfile").contains(
+        "mkdir -p /var/cache/xfn && chown 65532:65532 /var/cache/xfn && chmod 0700 /var/cache/xfn"
+    ));
 }

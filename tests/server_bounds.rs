@@ -443,11 +443,6 @@ async fn a_cache_dir_another_uid_can_rename_entries_in_is_refused_at_start() {
     dir_owned_by(&inside, NONROOT);
     for (cache, dir, why) in [
         (
-            &foreign,
-            &foreign,
-            "is owned by uid 4322, not by root or xfn",
-        ),
-        (
             &empty_dir,
             &empty_dir,
             "is writable by its group and others (mode 777) without the sticky bit",
@@ -456,6 +451,11 @@ async fn a_cache_dir_another_uid_can_rename_entries_in_is_refused_at_start() {
             &inside,
             &empty_dir,
             "is writable by its group and others (mode 777) without the sticky bit",
+        ),
+        (
+            &foreign,
+            &foreign,
+            "is owned by uid 4322, not by root or xfn",
         ),
     ] {
         let before = std::fs::read_dir(cache).unwrap().count();

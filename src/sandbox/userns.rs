@@ -531,6 +531,7 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
             IdMapping::Range { uid, .. } => Some(uid),
             _ => None,
         },
+        unmapped: crate::image::store::trust::unmapped_owner(),
     };
     crate::image::store::trust::check_before_entering(&options.cache_dir, &trusted)
         .map_err(UsernsError::UnsafeCache)?;

@@ -16,7 +16,11 @@
 //! are made by xfn, 0700. Called where the cache is opened (`Store::open`,
 //! and `userns::enter` before it maps ids: inside the namespace, host
 //! root and other uids both show as unmapped and cannot be told apart).
-//! As root, xfn takes a cache dir of another owner over (`userns`).
+//! As root, xfn takes a cache dir of another owner over (`userns`). In a
+//! user namespace that leaves ids unmapped (a pod's), a directory above the
+//! cache owned by the overflow uid is taken as the node's: it cannot be
+//! told from another unmapped uid there, and no process in the namespace
+//! can be either.
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -46,6 +50,9 @@ pub(crate) struct Trusted {
     pub(crate) own: u32,
     /// Other uids besides root (the root of a range xfn maps).
     pub(crate) also: Option<u32>,
+    /// The uid unmapped owners show as, where this process's user
+    /// namespace leaves ids unmapped: trusted above the cache only.
+    pub(crate) unmapped: Option<u32>,
 }
 
 impl Trusted {
@@ -54,12 +61,36 @@ impl Trusted {
         Self {
             own: rustix::process::geteuid().as_raw(),
             also: None,
+            unmapped: unmapped_owner(),
         }
     }
 
     fn trusts(&self, uid: u32) -> bool {
         uid == 0 || uid == self.own || Some(uid) == self.also
     }
+
+    fn trusts_above(&self, uid: u32) -> bool {
+        self.trusts(uid) || Some(uid) == self.unmapped
+    }
+}
+
+/// The overflow uid, where this process's user namespace does not map
+/// every id (a pod's with `hostUsers: false`, or a test's); else none.
+pub(crate) fn unmapped_owner() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let all = map
+        .split_whitespace()
+        .map(str::to_string)
+        .collect::<Vec<_>>()
+        == ["0", "0", "4294967295"];
+    if all {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The cache dir checked before entering xfn's namespace, as the path was.
@@ -128,7 +159,7 @@ pub(crate) fn check(cache: &Path, trusted: &Trusted) -> Result<(), UnsafeCacheDi
 fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
     let mut dir = PathBuf::from("/");
     let mut meta = dir.metadata().map_err(|e| (dir.clone(), e.to_string()))?;
-    owned(&dir, &meta, trusted)?;
+    owned(&dir, &meta, trusted, false)?;
     let mut components = path.components().peekable();
     while let Some(component) = components.next() {
         let name = match component {
@@ -151,7 +182,7 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
             if !sticky {
                 return Err((dir, writable(mode)));
             }
-            if !trusted.trusts(child_meta.uid()) {
+            if !trusted.trusts_above(child_meta.uid()) {
                 return Err((
                     child,
                     format!(
@@ -166,8 +197,9 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
         meta = child
             .metadata()
             .map_err(|e| (child.clone(), e.to_string()))?;
-        if !(components.peek().is_none() && trusted.own == 0) {
-            owned(&child, &meta, trusted)?;
+        let last = components.peek().is_none();
+        if !(last && trusted.own == 0) {
+            owned(&child, &meta, trusted, last)?;
         }
         dir = child;
     }
@@ -180,8 +212,19 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
     Ok(())
 }
 
-fn owned(dir: &Path, meta: &std::fs::Metadata, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
-    if trusted.trusts(meta.uid()) {
+/// Whether `dir` is a trusted uid's (`cache`: the cache dir itself, which
+/// an unmapped uid may not own).
+fn owned(
+    dir: &Path,
+    meta: &std::fs::Metadata,
+    trusted: &Trusted,
+    cache: bool,
+) -> Result<(), (PathBuf, String)> {
+    let trusts = match cache {
+        true => trusted.trusts(meta.uid()),
+        false => trusted.trusts_above(meta.uid()),
+    };
+    if trusts {
         return Ok(());
     }
     Err((
@@ -223,6 +266,7 @@ mod tests {
         Trusted {
             own: 65532,
             also: None,
+            unmapped: None,
         }
     }
 
@@ -299,6 +343,7 @@ mod tests {
         let range = Trusted {
             own: 0,
             also: Some(4322),
+            unmapped: None,
         };
         check(&theirs.join("cache"), &range).unwrap();
 
@@ -307,6 +352,14 @@ mod tests {
         std::os::unix::fs::chown(&cache, Some(65532), Some(65532)).unwrap();
         std::os::unix::fs::chown(cache.join("layers"), Some(4322), Some(4322)).unwrap();
         assert_eq!(check(&cache, &xfn()).unwrap_err().dir, cache.join("layers"));
+        // In a namespace where 4322 shows as the overflow uid: trusted
+        // above the cache, never for the cache itself.
+        let in_pod = Trusted {
+            unmapped: Some(4322),
+            ..xfn()
+        };
+        check(&theirs.join("cache"), &in_pod).unwrap();
+        assert_eq!(check(&theirs, &in_pod).unwrap_err().dir, theirs);
     }
 
     #[test]

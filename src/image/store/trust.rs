@@ -176,13 +176,17 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
             // Missing: xfn makes it, private.
             return Ok(());
         };
+        // As root, xfn takes the cache dir over whoever owns it (`userns`
+        // hands it to the range root it maps).
+        let last = components.peek().is_none();
+        let taken_over = last && trusted.own == 0;
         let mode = meta.mode();
         if mode & 0o022 != 0 {
             let sticky = mode & libc::S_ISVTX != 0;
             if !sticky {
                 return Err((dir, writable(mode)));
             }
-            if !trusted.trusts_above(child_meta.uid()) {
+            if !taken_over && !trusted.trusts_above(child_meta.uid()) {
                 return Err((
                     child,
                     format!(
@@ -197,8 +201,7 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
         meta = child
             .metadata()
             .map_err(|e| (child.clone(), e.to_string()))?;
-        let last = components.peek().is_none();
-        if !(last && trusted.own == 0) {
+        if !taken_over {
             owned(&child, &meta, trusted, last)?;
         }
         dir = child;

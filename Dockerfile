@@ -47,6 +47,9 @@ COPY --from=build /out/xfn /usr/local/bin/xfn
 # mounts an emptyDir there); 65532 is the sidecar's user (distroless
 # nonroot), which owns it.
 RUN mkdir -p /xfn && chown 65532:65532 /xfn && chmod 0700 /xfn
+# The cache of the shared-uid fallbacks (deploy/): xfn as 65532 cannot use
+# an emptyDir, root's and mode 0777, that other uids can rename entries in.
+RUN mkdir -p /var/cache/xfn && chown 65532:65532 /var/cache/xfn && chmod 0700 /var/cache/xfn
 VOLUME /xfn
 USER 65532:65532
 ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin

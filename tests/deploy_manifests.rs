@@ -160,8 +160,9 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
         sc["capabilities"]["add"].as_sequence().map(Vec::len),
         Some(0)
     );
-    // Helm replaces the args list: the fallback keeps values.yaml's and
-    // accepts the shared uid, which `xfn start` refuses otherwise.
+    // Helm replaces the args list: the fallback keeps values.yaml's,
+    // accepts the shared uid, which `xfn start` refuses otherwise, and
+    // keeps its cache in a dir of its own (below).
     let values: yaml_serde::Value =
         yaml_serde::from_str(&manifest("crossplane-v1.13/values.yaml")).expect("YAML");
     let args = |values: &yaml_serde::Value| -> Vec<String> {
@@ -174,6 +175,7 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
     };
     let mut expected = args(&values);
     expected.push("--allow-shared-uid".to_string());
+    expected.push("--cache-dir=/var/cache/xfn".to_string());
     assert_eq!(args(&shared), expected);
     let ops: yaml_serde::Value =
         yaml_serde::from_str(&manifest("function/shared-uid-patch.yaml")).expect("YAML");
@@ -190,4 +192,19 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
         Some(65532)
     );
     assert!(replaced("containers/0/securityContext/capabilities")["add"].is_null());
+
+    // As 65532 xfn refuses the /xfn emptyDir (root's, 0777: issue 31), so
+    // both fallbacks keep the cache in the image's dir of 65532's own.
+    assert_eq!(
+        replaced("containers/0/env")[0]["value"].as_str(),
+        Some("/var/cache/xfn")
+    );
+    assert!(shared["xfn"]["args"]
+        .as_sequence()
+        .expect("xfn.args")
+        .iter()
+        .any(|a| a.as_str() == Some("--cache-dir=/var/cache/xfn")));
+    assert!(manifest("../Dockerfile").contains(
+        "mkdir -p /var/cache/xfn && chown 65532:65532 /var/cache/xfn && chmod 0700 /var/cache/xfn"
+    ));
 }

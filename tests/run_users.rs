@@ -9,6 +9,7 @@ use crate::server_common;
 use crate::support;
 
 use std::path::Path;
+use std::time::Duration;
 
 use server_common::*;
 use support::*;
@@ -240,3 +241,134 @@ async fn the_daemon_with_subordinate_ids_runs_image_users_as_themselves_over_ids
 /// functions print: ids, owner of the image's files, uid map.
 const WHO_AM_I_BRIEF: &str = "id -u; id -g; stat -c %u:%g /bin/busybox; \
     cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'";
+
+/// The peak resident memory (`VmHWM`) of `pid`, in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib << 10
+}
+
+/// Issue 31, item 8: an image with no user database of its own, only
+/// `/etc -> /etc`, and `User: daemon`, a name the host's /etc/passwd has
+/// (uid 1). Resolved through the symlink from the daemon, the name was the
+/// host's and the function ran as uid 1; inside the rootfs the link leads
+/// to itself, so the image has no `daemon` and is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_whose_etc_links_to_etc_cannot_name_a_user_of_the_hosts_passwd() {
+    let host = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert!(host.lines().any(|l| l.starts_with("daemon:x:1:")), "{host}");
+    let registry = Registry::start();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let image = ImageBuilder::new()
+        .layer(
+            Layer::new()
+                .dir("/bin", 0o755)
+                .file("/bin/busybox", 0o755, busybox)
+                .symlink("/bin/sh", "busybox")
+                .symlink("/bin/id", "busybox")
+                .symlink("/bin/cat", "busybox")
+                .symlink("/etc", "/etc")
+                .dir("/tmp", 0o1777)
+                .dir("/proc", 0o555)
+                .dir("/sys", 0o555)
+                .dir("/dev", 0o755),
+        )
+        .entrypoint(["/bin/sh", "-c", "id -u; cat"])
+        .user("daemon")
+        .push(&registry, "etc-loop:v1")
+        .reference;
+    let daemon = Daemon::start(&[]).await;
+    let status = daemon
+        .client()
+        .await
+        .run_function(request(&image, FUNCTION_IO))
+        .await
+        .map(|out| String::from_utf8_lossy(&out.into_inner().output).into_owned())
+        .expect_err("ran under a user of the host's /etc/passwd");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("image user \"daemon\" is not in the image's /etc/passwd"),
+        "{status:?}"
+    );
+}
+
+/// How large the hostile /etc/passwd of
+/// [`an_image_passwd_past_the_bound_is_refused_without_the_daemon_reading_it`] is.
+const HOSTILE_PASSWD_BYTES: usize = 32 << 20;
+
+/// Issue 31, item 3: an image whose /etc/passwd is 32 MiB of entries, the
+/// user asked for last. Read whole and parsed into a list, it cost the
+/// daemon a few times its size (a 256 MiB one, +516 MiB); refused past
+/// 4 MiB before a byte of it is read, the call costs a few MiB, and the
+/// daemon keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_passwd_past_the_bound_is_refused_without_the_daemon_reading_it() {
+    let registry = Registry::start();
+    let mut passwd = String::with_capacity(HOSTILE_PASSWD_BYTES + 64);
+    let mut i = 0u32;
+    while passwd.len() < HOSTILE_PASSWD_BYTES {
+        passwd += &format!("u{i}:x:{i}:{i}::/:/bin/sh\n");
+        i += 1;
+    }
+    passwd += "last:x:4242:4242::/:/bin/sh\n";
+    let layers = || {
+        ImageBuilder::new()
+            .layer(Layer::busybox())
+            .layer(Layer::new().file("/etc/passwd", 0o644, passwd.as_bytes()))
+    };
+    let image = layers()
+        .entrypoint(["/bin/sh", "-c", "id -u; cat"])
+        .user("last")
+        .push(&registry, "big-passwd:v1")
+        .reference;
+    // Its layers, in an image with nothing to run: refused before its
+    // user is looked up, so that what the measured call costs is reading
+    // the user database, not extracting the layer.
+    let layers_only = layers()
+        .user("last")
+        .push(&registry, "big-passwd-layers:v1");
+    let daemon = Daemon::start(&[]).await;
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+    let mut client = daemon.client().await;
+    let pulled = client
+        .run_function(request_with_timeout(
+            &layers_only.reference,
+            FUNCTION_IO,
+            Duration::from_secs(600),
+        ))
+        .await
+        .expect_err("nothing to run");
+    assert_eq!(pulled.code(), Code::InvalidArgument, "{pulled:?}");
+    let before = peak_memory(daemon.xfn_pid());
+    let result = client.run_function(request(&image, FUNCTION_IO)).await;
+    let after = peak_memory(daemon.xfn_pid());
+    eprintln!(
+        "peak resident memory of xfn: {} MiB before the call, {} MiB after",
+        before >> 20,
+        after >> 20
+    );
+    let status = result
+        .map(|out| String::from_utf8_lossy(&out.into_inner().output).into_owned())
+        .expect_err("a hostile /etc/passwd was read");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("the image's /etc/passwd is larger than 4194304 bytes"),
+        "{status:?}"
+    );
+    assert!(
+        after - before < 8 << 20,
+        "reading the image's /etc/passwd took xfn from {} to {} MiB",
+        before >> 20,
+        after >> 20
+    );
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+}

@@ -501,32 +501,78 @@ fn start_refused(cache: &Path) -> (std::process::ExitStatus, String) {
     );
 }
 
+/// Issue 31, item 7: a cache dir another uid can rename entries in is
+/// refused before anything is put in it. A root-owned 0777 dir (what an
+/// emptyDir or a shared /var/tmp path looks like) was accepted with a
+/// warning; another uid renamed `layers`, xfn pulled into the replacement,
+/// and that uid rewrote the function the next calls ran.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_cache_dir_another_user_owns_is_refused_at_start_and_root_s_is_not() {
+async fn a_cache_dir_another_uid_can_rename_entries_in_is_refused_at_start() {
     use std::os::unix::fs::PermissionsExt;
+    let chmod = |path: &Path, mode| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
     let base = world_traversable_tempdir();
     // Writable by xfn, so nothing but the check keeps xfn from using it.
     let foreign = base.path().join("foreign");
     dir_owned_by(&foreign, 4322);
-    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let (status, stderr) = start_refused(&foreign);
-    assert!(!status.success(), "{stderr}");
-    assert!(
-        stderr.contains("is owned by uid 4322, not by xfn (uid 65532) or root"),
-        "{stderr}"
-    );
-    assert_eq!(
-        std::fs::read_dir(&foreign).unwrap().count(),
-        0,
-        "nothing is put in it"
-    );
-
-    // A Kubernetes emptyDir: root's, mode 0777.
+    chmod(&foreign, 0o777);
+    // An emptyDir: root's, mode 0777; and xfn's own dir inside one.
     let empty_dir = base.path().join("empty-dir");
     std::fs::create_dir(&empty_dir).unwrap();
-    std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    chmod(&empty_dir, 0o777);
+    let inside = empty_dir.join("xfn");
+    dir_owned_by(&inside, NONROOT);
+    for (cache, dir, why) in [
+        (
+            &empty_dir,
+            &empty_dir,
+            "is writable by its group and others (mode 777) without the sticky bit",
+        ),
+        (
+            &inside,
+            &empty_dir,
+            "is writable by its group and others (mode 777) without the sticky bit",
+        ),
+        (
+            &foreign,
+            &foreign,
+            "is owned by uid 4322, not by root or xfn",
+        ),
+    ] {
+        let before = std::fs::read_dir(cache).unwrap().count();
+        let (status, stderr) = start_refused(cache);
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "the cache dir {} is not xfn's alone: {} {why}",
+                cache.display(),
+                dir.display()
+            )) && stderr.contains("Use a cache dir that only xfn's uid 65532 (or root) can write"),
+            "{stderr}"
+        );
+        assert_eq!(
+            std::fs::read_dir(cache).unwrap().count(),
+            before,
+            "nothing is put in it"
+        );
+    }
+
+    // What passes: xfn's own dir in a sticky one (others cannot rename
+    // it), and a dir xfn creates under root's dirs others cannot write.
     let registry = Registry::start();
-    let daemon = Daemon::start_with_cache(Some(&empty_dir), &[]).await;
+    let sticky = base.path().join("shared");
+    std::fs::create_dir(&sticky).unwrap();
+    chmod(&sticky, 0o1777);
+    let own = sticky.join("xfn");
+    dir_owned_by(&own, NONROOT);
+    chmod(&own, 0o700);
+    let daemon = Daemon::start_with_cache(Some(&own), &[]).await;
+    daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
+    drop(daemon);
+    let parent = base.path().join("var-cache");
+    dir_owned_by(&parent, NONROOT);
+    let daemon = Daemon::start_with_cache(Some(&parent.join("xfn")), &[]).await;
     daemon.call_ok(&echo_image(&registry, "echo:v1")).await;
 }
 

@@ -465,36 +465,7 @@ pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result
         cache_dir: store.cache_dir.clone(),
         subordinate_ids: userns.subids == SubIds::Auto,
     };
-    check_cache_owner(&store.cache_dir, &options)?;
     crate::runner::enter_namespace(&options).context("cannot enter xfn's user namespace")
-}
-
-/// Refuses a cache dir that another user owns, before anything is put in
-/// it. Its owner can rename and replace the entries of a directory it owns
-/// whatever their own modes, so that user could swap layers under running
-/// functions or break every call. Root may own it (a Kubernetes emptyDir is
-/// root's, mode 0777, reachable only inside the pod); as root, or allowed
-/// to map a range, xfn hands the dir to the mapped root itself.
-fn check_cache_owner(
-    dir: &std::path::Path,
-    userns: &crate::runner::UsernsOptions,
-) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(dir) else {
-        // Absent: xfn creates it, owned by itself.
-        return Ok(());
-    };
-    let (owner, own) = (meta.uid(), nix::unistd::geteuid().as_raw());
-    let range_root = || userns.range().map(|(uid, _)| uid);
-    if own == 0 || owner == own || owner == 0 || Some(owner) == range_root() {
-        return Ok(());
-    }
-    anyhow::bail!(
-        "the cache dir {} is owned by uid {owner}, not by xfn (uid {own}) or root: that user \
-         could rename or replace the cache's entries under running functions. Give xfn a \
-         cache dir of its own (--cache-dir), or chown this one to uid {own}",
-        dir.display()
-    )
 }
 
 /// Puts the servers (`start`, `adapt`) under PID 1 of a PID namespace of

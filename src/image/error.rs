@@ -70,6 +70,9 @@ pub enum ImageError {
         /// Whose bound it was.
         bound: PullBound,
     },
+    /// The cache dir is not xfn's alone.
+    #[error(transparent)]
+    UnsafeCache(#[from] super::store::trust::UnsafeCacheDir),
     /// Local file system trouble.
     #[error("{path}")]
     Io {
@@ -142,7 +145,7 @@ impl ImageError {
             ImageError::Extract { .. } => ImageErrorKind::Extract,
             ImageError::Timeout { .. } => ImageErrorKind::Timeout,
             ImageError::Io { source, .. } if no_space(source) => ImageErrorKind::NoSpace,
-            ImageError::Io { .. } => ImageErrorKind::Io,
+            ImageError::Io { .. } | ImageError::UnsafeCache(_) => ImageErrorKind::Io,
         }
     }
 }

@@ -114,6 +114,7 @@ pub mod owners;
 mod pin;
 mod publish;
 mod rootfs;
+pub(crate) mod trust;
 
 pub(crate) use codec::{extract_verified, ChannelReader};
 pub(crate) use entries::parse_config;
@@ -197,7 +198,10 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating when absent) the store under `cache_dir`, and
     /// removes leftovers of dead processes from `tmp/`.
+    /// Refuses a cache dir another uid could rename entries in
+    /// ([`trust`]); in xfn's namespace that was checked on entering it.
     pub fn open(cache_dir: &Path, limits: Limits) -> Result<Self, ImageError> {
+        trust::check_at_open(cache_dir)?;
         layout::create_private_dirs(cache_dir)?;
         let instance = crate::instance::of_cache(cache_dir).map_err(|err| match err {
             crate::instance::InstanceError::Io { path, source } => ImageError::Io { path, source },

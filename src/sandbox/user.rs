@@ -28,7 +28,20 @@
 //! An id of 4294967295 (`(uid_t)-1`) is refused, never passed on:
 //! `setresuid(-1, …)` means "leave unchanged", so the function would keep
 //! the runtime's root.
+//!
+//! The image's /etc/passwd and /etc/group are the image's, whatever its
+//! symlinks say: opened with `openat2(RESOLVE_IN_ROOT)` under an fd of the
+//! rootfs, so `/etc -> /etc` or `/etc/passwd -> /etc/passwd` resolve inside
+//! it, never to the host's (where openat2 is refused, each component is
+//! opened with `O_NOFOLLOW` and a symlink counts as absent). Each is read
+//! as a stream of lines, keeping only the entries asked for, and refused
+//! past [`MAX_USER_DB`] bytes: an image decides their size.
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
 use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use super::userns::FunctionIds;
 
@@ -57,6 +70,22 @@ pub enum UserError {
         user: String,
         /// The id.
         id: u32,
+    },
+    /// The image's /etc/passwd or /etc/group is larger than xfn reads.
+    #[error("the image's /{file} is larger than {limit} bytes, the most xfn reads of a user database; rebuild the image with a smaller one")]
+    TooLarge {
+        /// The file, relative to the rootfs.
+        file: &'static str,
+        /// The bound.
+        limit: u64,
+    },
+    /// The image's /etc/passwd or /etc/group exists but cannot be read.
+    #[error("cannot read the image's /{file}")]
+    Read {
+        /// The file, relative to the rootfs.
+        file: &'static str,
+        /// Why.
+        source: std::io::Error,
     },
     /// An id is outside the range xfn's namespace maps.
     #[error("image user {user:?}: id {id} is outside the {mapped} ids xfn maps (0-{}); rebuild the image with an id below {mapped}", mapped - 1)]
@@ -100,44 +129,60 @@ pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
     if user.is_empty() || group.is_some_and(|g| g.is_empty() || g.contains(':')) {
         return Err(UserError::Malformed(spec.to_string()));
     }
-    let passwd = read_image_file(rootfs, "etc/passwd");
-    let groups = read_image_file(rootfs, "etc/group");
-    let entry = parse_passwd(&passwd)
-        .into_iter()
-        .find(|e| match user.parse::<u32>() {
-            Ok(uid) => e.uid == uid,
-            Err(_) => e.name == user,
+    let root = open_root(rootfs)?;
+    let uid_asked = user.parse::<u32>().ok();
+    let mut entry = None;
+    scan_image_file(&root, PASSWD, |line| {
+        entry = parse_passwd_line(line).filter(|e| match uid_asked {
+            Some(uid) => e.uid == uid,
+            None => e.name == user,
         });
-    let (uid, mut gid, name) = match (entry, user.parse::<u32>()) {
+        entry.is_none()
+    })?;
+    let (uid, mut gid, name) = match (entry, uid_asked) {
         (Some(e), _) => (e.uid, e.gid, Some(e.name)),
-        (None, Ok(uid)) => (uid, 0, None),
-        (None, Err(_)) => {
+        (None, Some(uid)) => (uid, 0, None),
+        (None, None) => {
             return Err(UserError::UnknownUser {
                 user: user.to_string(),
             })
         }
     };
-    let group_entries = parse_group(&groups);
+    let group_gid = group.and_then(|g| g.parse::<u32>().ok());
+    let mut named_group = None;
+    let mut memberships = Vec::new();
+    // Memberships count only where no group is named (as Docker does).
+    let member = name.as_deref().filter(|n| group.is_none() && !n.is_empty());
+    if (group.is_some() && group_gid.is_none()) || member.is_some() {
+        scan_image_file(&root, GROUP, |line| {
+            let Some(g) = parse_group_line(line) else {
+                return true;
+            };
+            if named_group.is_none() && group.is_some_and(|n| n.as_bytes() == g.name) {
+                named_group = Some(g.gid);
+            }
+            if let Some(member) = member {
+                if g.members
+                    .split(|&b| b == b',')
+                    .any(|m| m == member.as_bytes())
+                {
+                    memberships.push(g.gid);
+                }
+            }
+            true
+        })?;
+    }
     if let Some(group) = group {
-        gid = match group.parse::<u32>() {
-            Ok(gid) => gid,
-            Err(_) => group_entries
-                .iter()
-                .find(|g| g.name == group)
-                .map(|g| g.gid)
-                .ok_or_else(|| UserError::UnknownGroup {
+        gid = match group_gid.or(named_group) {
+            Some(gid) => gid,
+            None => {
+                return Err(UserError::UnknownGroup {
                     group: group.to_string(),
-                })?,
+                })
+            }
         };
     }
-    let mut additional_gids = Vec::new();
-    if let (Some(name), None) = (name, group) {
-        for g in &group_entries {
-            if g.gid != gid && g.members.contains(&name) {
-                additional_gids.push(g.gid);
-            }
-        }
-    }
+    let additional_gids: Vec<u32> = memberships.into_iter().filter(|&g| g != gid).collect();
     for id in [uid, gid]
         .into_iter()
         .chain(additional_gids.iter().copied())
@@ -214,14 +259,94 @@ pub fn map(spec: &str, resolved: ResolvedUser, ids: FunctionIds) -> Result<Mappe
     })
 }
 
-/// Reads a file of the image without following a symlink out of it: an
-/// image's /etc/passwd that is a symlink (possibly to the host's) counts as
-/// absent.
-fn read_image_file(rootfs: &Path, relative: &str) -> String {
-    let path = rootfs.join(relative);
-    match std::fs::symlink_metadata(&path) {
-        Ok(meta) if meta.is_file() => std::fs::read_to_string(&path).unwrap_or_default(),
-        _ => String::new(),
+/// The most bytes of an image's /etc/passwd or /etc/group xfn reads: a
+/// distribution's are a few KiB; past this the image is refused.
+pub(crate) const MAX_USER_DB: u64 = 4 << 20;
+
+const PASSWD: &str = "etc/passwd";
+const GROUP: &str = "etc/group";
+
+fn open_root(rootfs: &Path) -> Result<OwnedFd, UserError> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    rustix::fs::open(rootfs, flags, Mode::empty()).map_err(|e| UserError::Read {
+        file: PASSWD,
+        source: e.into(),
+    })
+}
+
+/// Opens `relative` (no leading `/`) of the rootfs `root` for reading,
+/// resolving every symlink inside the rootfs (see the header); `None` when
+/// it is absent, not a regular file, or reached only through a symlink
+/// where openat2 is refused.
+fn open_image_file(root: &OwnedFd, relative: &str) -> Result<Option<std::fs::File>, Errno> {
+    // Non-blocking: a FIFO in the image must not hang the daemon.
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
+    let opened = match rustix::fs::openat2(root, relative, flags, Mode::empty(), resolve) {
+        Err(Errno::NOSYS) | Err(Errno::PERM) => open_without_symlinks(root, relative, flags),
+        other => other,
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR | Errno::XDEV | Errno::ACCESS) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    if rustix::fs::fstat(&fd)?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(None);
+    }
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+/// The fallback of [`open_image_file`]: one component at a time, never
+/// following a symlink (`ELOOP`/`ENOTDIR`: absent).
+fn open_without_symlinks(root: &OwnedFd, relative: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let (dirs, file) = relative.rsplit_once('/').unwrap_or(("", relative));
+    let mut dir = rustix::fs::openat(root, ".", dir_flags, Mode::empty())?;
+    for comp in dirs.split('/').filter(|c| !c.is_empty()) {
+        dir = rustix::fs::openat(&dir, comp, dir_flags, Mode::empty())?;
+    }
+    rustix::fs::openat(&dir, file, flags | OFlags::NOFOLLOW, Mode::empty())
+}
+
+/// Feeds the lines of the image's `relative` to `line` until it returns
+/// false or the file ends; an absent file has no lines. Refuses a file
+/// past [`MAX_USER_DB`] before reading it, and stops reading there if it
+/// grows meanwhile: memory is one line, at most the bound.
+fn scan_image_file(
+    root: &OwnedFd,
+    relative: &'static str,
+    mut line: impl FnMut(&[u8]) -> bool,
+) -> Result<(), UserError> {
+    let read_err = |source: std::io::Error| UserError::Read {
+        file: relative,
+        source,
+    };
+    let too_large = UserError::TooLarge {
+        file: relative,
+        limit: MAX_USER_DB,
+    };
+    let Some(file) = open_image_file(root, relative).map_err(|e| read_err(e.into()))? else {
+        return Ok(());
+    };
+    if file.metadata().map_err(read_err)?.len() > MAX_USER_DB {
+        return Err(too_large);
+    }
+    let mut reader = BufReader::new(file.take(MAX_USER_DB + 1));
+    let (mut buf, mut total) = (Vec::new(), 0u64);
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(read_err)?;
+        total += n as u64;
+        if total > MAX_USER_DB {
+            return Err(too_large);
+        }
+        let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        if n == 0 || !line(text.strip_suffix(b"\r").unwrap_or(text)) {
+            return Ok(());
+        }
     }
 }
 
@@ -231,50 +356,41 @@ struct PasswdEntry {
     gid: u32,
 }
 
-fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            if fields.len() < 4 || line.starts_with('#') {
-                return None;
-            }
-            Some(PasswdEntry {
-                name: fields[0].to_string(),
-                uid: fields[2].parse().ok()?,
-                gid: fields[3].parse().ok()?,
-            })
-        })
-        .collect()
+fn parse_passwd_line(line: &[u8]) -> Option<PasswdEntry> {
+    if line.starts_with(b"#") {
+        return None;
+    }
+    let mut fields = line.split(|&b| b == b':');
+    let name = fields.next()?;
+    let _password = fields.next()?;
+    let uid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    let gid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    Some(PasswdEntry {
+        name: String::from_utf8(name.to_vec()).ok()?,
+        uid,
+        gid,
+    })
 }
 
-struct GroupEntry {
-    name: String,
+struct GroupEntry<'a> {
+    name: &'a [u8],
     gid: u32,
-    members: Vec<String>,
+    members: &'a [u8],
 }
 
-fn parse_group(text: &str) -> Vec<GroupEntry> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            if fields.len() < 3 || line.starts_with('#') {
-                return None;
-            }
-            Some(GroupEntry {
-                name: fields[0].to_string(),
-                gid: fields[2].parse().ok()?,
-                members: fields
-                    .get(3)
-                    .map(|m| {
-                        m.split(',')
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-        })
-        .collect()
+fn parse_group_line(line: &[u8]) -> Option<GroupEntry<'_>> {
+    if line.starts_with(b"#") {
+        return None;
+    }
+    let mut fields = line.split(|&b| b == b':');
+    let name = fields.next()?;
+    let _password = fields.next()?;
+    let gid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    Some(GroupEntry {
+        name,
+        gid,
+        members: fields.next().unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -414,5 +530,110 @@ mod tests {
             resolve("root", dir.path()),
             Err(UserError::UnknownUser { .. })
         ));
+    }
+
+    #[test]
+    fn an_etc_that_is_a_symlink_to_etc_is_the_images_not_the_hosts() {
+        // The attack: the host's /etc/passwd names `daemon`; the image has
+        // no user database, only `/etc -> /etc`.
+        let host = std::fs::read_to_string("/etc/passwd").unwrap();
+        assert!(host.lines().any(|l| l.starts_with("daemon:")), "{host}");
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("etc")).unwrap();
+        assert!(matches!(
+            resolve("daemon", dir.path()),
+            Err(UserError::UnknownUser { .. })
+        ));
+        // An absolute symlink inside the image is followed inside it.
+        let dir = rootfs();
+        std::fs::rename(dir.path().join("etc"), dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("/real", dir.path().join("etc")).unwrap();
+        assert_eq!(resolve("fn", dir.path()).unwrap().uid, 1000);
+        // As is one out of it, clamped to the rootfs: `../../real`.
+        std::fs::remove_file(dir.path().join("etc")).unwrap();
+        std::os::unix::fs::symlink("../../../real", dir.path().join("etc")).unwrap();
+        assert_eq!(resolve("fn", dir.path()).unwrap().uid, 1000);
+    }
+
+    #[test]
+    fn the_fallback_without_openat2_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("etc")).unwrap();
+        let root = open_root(dir.path()).unwrap();
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        assert_eq!(
+            open_without_symlinks(&root, PASSWD, flags).err(),
+            Some(Errno::NOTDIR)
+        );
+        let dir = rootfs();
+        let root = open_root(dir.path()).unwrap();
+        assert!(open_without_symlinks(&root, PASSWD, flags).is_ok());
+    }
+
+    #[test]
+    fn a_user_database_past_the_bound_is_refused_before_it_is_read() {
+        let dir = rootfs();
+        let passwd = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("etc/passwd"))
+            .unwrap();
+        passwd.set_len(MAX_USER_DB + 1).unwrap();
+        let err = resolve("fn", dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                UserError::TooLarge {
+                    file: "etc/passwd",
+                    limit: MAX_USER_DB
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("/etc/passwd is larger than 4194304 bytes"),
+            "{err}"
+        );
+        // A group file alike, read only when a name needs it.
+        let dir = rootfs();
+        let group = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join("etc/group"))
+            .unwrap();
+        group.set_len(64 << 20).unwrap();
+        assert_eq!(resolve("4242:4343", dir.path()).unwrap().gid, 4343);
+        assert!(matches!(
+            resolve("fn", dir.path()),
+            Err(UserError::TooLarge {
+                file: "etc/group",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_user_database_at_the_bound_is_read_line_by_line() {
+        let dir = rootfs();
+        let mut text = std::fs::read_to_string(dir.path().join("etc/passwd")).unwrap();
+        let filler = "x".repeat(1000) + "\n";
+        while text.len() + filler.len() + 30 < MAX_USER_DB as usize {
+            text.push_str(&filler);
+        }
+        text.push_str("last:x:7:7::/:/bin/sh\n");
+        std::fs::write(dir.path().join("etc/passwd"), &text).unwrap();
+        let last = resolve("last", dir.path()).unwrap();
+        assert_eq!((last.uid, last.gid), (7, 7));
+    }
+
+    #[test]
+    fn a_fifo_for_passwd_counts_as_absent_and_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join("etc/passwd"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        assert_eq!(resolve("7", dir.path()).unwrap().uid, 7);
     }
 }

@@ -118,6 +118,17 @@ pub enum UsernsError {
         /// The error.
         source: std::io::Error,
     },
+    /// The cache dir is not xfn's alone.
+    #[error(transparent)]
+    UnsafeCache(crate::image::store::trust::UnsafeCacheDir),
+    /// The cache's layers could not be settled for this namespace's ids.
+    #[error("cannot prepare the cache dir {path}")]
+    CacheSettle {
+        /// The dir.
+        path: PathBuf,
+        /// Why.
+        source: crate::image::ImageError,
+    },
     /// With a range mapped, the cache dir must be reachable by the mapped root.
     #[error("the cache dir {path} is not reachable by xfn's mapped root (host uid {uid}): every parent directory must be searchable by that uid; choose another --cache-dir (e.g. /var/cache/xfn) or make the parents world-searchable")]
     CacheUnreachable {
@@ -512,6 +523,17 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
     if mapping.maps_outer_root() && !has_effective(caps::Capability::CAP_SETFCAP) {
         return Err(UsernsError::NeedsSetfcap);
     }
+    // From outside: inside, host root and other uids are both unmapped.
+    let trusted = crate::image::store::trust::Trusted {
+        own: own_uid,
+        also: match mapping {
+            IdMapping::Range { uid, .. } => Some(uid),
+            _ => None,
+        },
+        unmapped: crate::image::store::trust::unmapped_owner(),
+    };
+    crate::image::store::trust::check_before_entering(&options.cache_dir, &trusted)
+        .map_err(UsernsError::UnsafeCache)?;
     if let IdMapping::Range { uid, gid } = mapping {
         own_cache_dir(&options.cache_dir, uid, gid)?;
     }
@@ -596,9 +618,9 @@ pub fn enter(options: &UsernsOptions) -> Result<Namespace, UsernsError> {
     }
     // Layers must be extracted for the ids this namespace's runs map.
     crate::image::store::owners::settle(&options.cache_dir, mapping.owner_shift()).map_err(
-        |e| UsernsError::CacheDir {
+        |source| UsernsError::CacheSettle {
             path: options.cache_dir.clone(),
-            source: std::io::Error::other(e.to_string()),
+            source,
         },
     )?;
     // All functions together leave the host's processes of xfn's uid half
@@ -774,6 +796,23 @@ fn write_file(path: &str, text: &str) -> Result<(), UsernsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_that_cannot_be_settled_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let cache = file.join("cache");
+        let err = crate::image::store::owners::settle(&cache, 1)
+            .map_err(|source| UsernsError::CacheSettle {
+                path: cache.clone(),
+                source,
+            })
+            .unwrap_err();
+        let text = crate::chain::one_line(&err);
+        assert!(text.starts_with("cannot prepare the cache dir"), "{text}");
+        assert!(text.contains("Not a directory"), "{text}");
+    }
 
     #[test]
     fn map_coverage() {

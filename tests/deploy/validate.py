@@ -111,15 +111,19 @@ def check_xfn_container(container, what):
 
 
 def json_patch(obj, ops):
-    """RFC 6902 `replace` (all the fallback patches use), on a copy."""
+    """RFC 6902 `replace`, and `add` of an object member (what the fallback
+    patches use), on a copy."""
     out = copy.deepcopy(obj)
     for op in ops:
-        assert op["op"] == "replace", op
+        assert op["op"] in ("replace", "add"), op
         *parents, last = [int(p) if p.isdigit() else p for p in op["path"].lstrip("/").split("/")]
         node = out
         for key in parents:
             node = node[key]
-        assert (last in node) if isinstance(node, dict) else last < len(node), op["path"]
+        if op["op"] == "add":
+            assert isinstance(node, dict) and last not in node, op["path"]
+        else:
+            assert (last in node) if isinstance(node, dict) else last < len(node), op["path"]
         node[last] = copy.deepcopy(op["value"])
     return out
 

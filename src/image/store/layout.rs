@@ -22,7 +22,7 @@ pub(super) const GATE: &str = "locks/gc.gate";
 /// The lock one collection at a time holds.
 pub(super) const COLLECTOR: &str = "locks/gc.run";
 
-const DIRS: &[&str] = &[
+pub(super) const DIRS: &[&str] = &[
     REFS, MANIFESTS, CONFIGS, "blobs", BLOBS, LAYERS, ROOTFS, LOCKS, TMP, PINS,
 ];
 

@@ -51,6 +51,7 @@ fn parse(text: &str) -> Option<u32> {
 /// Called once the namespace is entered, before the store is opened.
 pub fn settle(root: &Path, shift: u32) -> Result<(), ImageError> {
     layout::create_private_dirs(root)?;
+    collect_set_aside(root);
     let was = shift_of(root);
     if was != shift {
         set_aside(root, was, shift);
@@ -104,7 +105,9 @@ fn set_aside(root: &Path, was: u32, shift: u32) {
     if !has_layers {
         return;
     }
-    let aside = root.join(format!("owners-{was}.set-aside"));
+    // A name of its own: one left from an earlier switch (not removable
+    // then) must not make this rename fail and leave the layers in place.
+    let aside = root.join(format!("owners-{was}.{}.{}", std::process::id(), SET_ASIDE));
     for dir in [REFS, LAYERS, ROOTFS] {
         let (from, to) = (root.join(dir), aside.join(dir));
         if let Err(err) = std::fs::create_dir_all(&aside).and_then(|()| std::fs::rename(&from, &to))
@@ -132,6 +135,33 @@ fn set_aside(root: &Path, was: u32, shift: u32) {
     }
 }
 
+/// How the names of set-aside entries end.
+const SET_ASIDE: &str = "set-aside";
+
+/// Removes what earlier switches set aside and could not remove then
+/// (owned by ids that namespace did not map, which this one may): a cache
+/// switched back and forth would otherwise keep a copy of its layers per
+/// switch. What still cannot be removed stays, with a warning.
+fn collect_set_aside(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("owners-") && name.ends_with(SET_ASIDE)) {
+            continue;
+        }
+        // Never through a symlink: only a directory of the cache's own.
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if let Err(err) = std::fs::remove_dir_all(entry.path()) {
+            tracing::warn!(left = %entry.path().display(), "cannot remove layers set aside earlier ({err}): remove them as root");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +186,39 @@ mod tests {
         settle(&root, 0).unwrap();
         assert_eq!(shift_of(&root), 0);
         assert!(!root.join("owners").exists());
+    }
+
+    #[test]
+    fn layers_set_aside_and_left_by_earlier_switches_are_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        settle(&root, 0).unwrap();
+        // Left by switches whose namespaces could not remove them, the
+        // second under the name an older xfn gave every set-aside of shift 0.
+        for left in ["owners-1.set-aside", "owners-0.set-aside"] {
+            std::fs::create_dir_all(root.join(left).join("layers/old")).unwrap();
+            std::fs::write(root.join(left).join("layers/old/f"), "x").unwrap();
+        }
+        std::fs::create_dir_all(root.join("layers/abc")).unwrap();
+        settle(&root, 1).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("owners-"))
+            .collect();
+        assert_eq!(left, Vec::<String>::new());
+        assert!(
+            !root.join("layers/abc").exists(),
+            "set aside for the new shift"
+        );
+        // Collected at a start with no switch too; a symlink is not followed.
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("owners-9.set-aside")).unwrap();
+        std::fs::create_dir_all(root.join("owners-2.set-aside/refs")).unwrap();
+        settle(&root, 1).unwrap();
+        assert!(!root.join("owners-2.set-aside").exists());
+        assert!(outside.is_dir());
     }
 
     #[test]

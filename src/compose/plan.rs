@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::alpha::{run_alpha, ContainerConfig};
 use super::claim;
-use super::files::{parse_annotation_overrides, read_functions, read_objects, read_one};
+use super::files::{read_functions, read_objects, read_one};
 use super::model::{
     observed_by_name, AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep,
     RuntimeKind,
@@ -59,12 +59,16 @@ pub struct RenderInputs {
     pub watched_resource: Option<PathBuf>,
     /// `--function-credentials`.
     pub function_credentials: Option<PathBuf>,
-    /// `-a KEY=VALUE`, repeatable.
-    pub function_annotations: Vec<String>,
-    /// `--context-files key=file`.
-    pub context_files: Vec<String>,
-    /// `--context-values key=json`.
-    pub context_values: Vec<String>,
+    /// `-a KEY=VALUE`, repeatable: set on every Function's annotations,
+    /// in order (a later one for the same key wins, all over the
+    /// Functions' own).
+    pub function_annotations: Vec<(String, String)>,
+    /// `--context-files key=file`: a context field read from a JSON or
+    /// YAML file.
+    pub context_files: Vec<(String, PathBuf)>,
+    /// `--context-values key=value`: a context field, JSON or YAML text
+    /// (these win over the files).
+    pub context_values: Vec<(String, String)>,
     /// What to print.
     pub output: OutputOptions,
     /// `--iterations N`: render an XR up to N times, each time observing
@@ -194,12 +198,6 @@ impl RenderPlan {
             None => Vec::new(),
         };
         let context = initial_context(&inputs.context_files, &inputs.context_values)?;
-        let overrides = parse_annotation_overrides(&inputs.function_annotations).map_err(|m| {
-            ComposeError::Invalid {
-                path: PathBuf::from("--function-annotations"),
-                message: m,
-            }
-        })?;
         let mut plan = Self {
             subject: Subject::Operation(Operation {
                 object: Value::Null,
@@ -232,7 +230,7 @@ impl RenderPlan {
             ));
         };
         steps.extend(plan.nested.iter().flat_map(|(_, _, s)| s.iter().cloned()));
-        let functions = read_functions(&functions_path, &overrides)?;
+        let functions = read_functions(&functions_path, &inputs.function_annotations)?;
         // Only the Functions a step uses must be runnable; a step that
         // names an unknown one fails here, before anything starts.
         for step in &steps {
@@ -1025,66 +1023,38 @@ fn check_observed(
 }
 
 /// The context from `--context-files` (JSON or YAML files) and
-/// `--context-values` (JSON or YAML; these win). Each flag is a kong map
-/// flag as upstream's: repeatable, each value `key=value` entries separated
-/// by `;` (`\;` is a literal `;`).
-fn initial_context(files: &[String], values: &[String]) -> Result<Option<Value>, ComposeError> {
+/// `--context-values` (JSON or YAML; these win), their `key=value`
+/// entries parsed by the CLI.
+fn initial_context(
+    files: &[(String, PathBuf)],
+    values: &[(String, String)],
+) -> Result<Option<Value>, ComposeError> {
     if files.is_empty() && values.is_empty() {
         return Ok(None);
     }
-    let flag = |name: &str, message: String| ComposeError::Invalid {
-        path: PathBuf::from(name),
-        message,
-    };
     let mut fields = serde_json::Map::new();
-    for (key, file) in map_entries("--context-files", files)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| ComposeError::Read {
-            path: PathBuf::from(&file),
+    for (key, file) in files {
+        let text = std::fs::read_to_string(file).map_err(|source| ComposeError::Read {
+            path: file.clone(),
             source,
         })?;
         // A context value need not be an object: any JSON or YAML, its
         // nesting bounded before it is parsed.
-        fields.insert(key, super::files::parse_value(Path::new(&file), &text)?);
+        fields.insert(key.clone(), super::files::parse_value(file, &text)?);
     }
-    for (key, text) in map_entries("--context-values", values)? {
-        let value = super::files::parse_value(Path::new("--context-values"), &text).map_err(
+    for (key, text) in values {
+        let value = super::files::parse_value(Path::new("--context-values"), text).map_err(
             |e| match e {
-                ComposeError::Invalid { message, .. } => {
-                    flag("--context-values", format!("{key}={text}: {message}"))
-                }
+                ComposeError::Invalid { message, .. } => ComposeError::Invalid {
+                    path: PathBuf::from("--context-values"),
+                    message: format!("{key}={text}: {message}"),
+                },
                 other => other,
             },
         )?;
-        fields.insert(key, value);
+        fields.insert(key.clone(), value);
     }
     Ok(Some(Value::Object(fields)))
-}
-
-/// The `key=value` entries of a kong map flag's values: each value split
-/// at every `;` not escaped by a backslash, each entry at its first `=`.
-fn map_entries(flag: &str, values: &[String]) -> Result<Vec<(String, String)>, ComposeError> {
-    let mut entries = Vec::new();
-    for value in values {
-        let mut entry = String::new();
-        let mut chars = value.chars().peekable();
-        let mut tokens = Vec::new();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if chars.peek() == Some(&';') => entry.push(chars.next().unwrap_or(';')),
-                ';' => tokens.push(std::mem::take(&mut entry)),
-                c => entry.push(c),
-            }
-        }
-        tokens.push(entry);
-        for token in tokens.into_iter().filter(|t| !t.is_empty()) {
-            let (key, value) = token.split_once('=').ok_or_else(|| ComposeError::Invalid {
-                path: PathBuf::from(flag),
-                message: format!("expected \"<key>=<value>\" but got {token:?}"),
-            })?;
-            entries.push((key.to_string(), value.to_string()));
-        }
-    }
-    Ok(entries)
 }
 
 /// The Functions' callers by name.
@@ -1095,28 +1065,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn context_flags_split_as_kong_maps() {
-        let values = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let entries = map_entries(
-            "--context-values",
-            &values(&["a=1;b=x=y", r"c=p\;q;", "d="]),
-        )
-        .unwrap();
-        let expected = [("a", "1"), ("b", "x=y"), ("c", "p;q"), ("d", "")];
-        assert_eq!(
-            entries,
-            expected.map(|(k, v)| (k.to_string(), v.to_string()))
-        );
-        let err = map_entries("--context-files", &values(&["a=f;b"]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("expected \"<key>=<value>\" but got \"b\""),
-            "{err}"
-        );
-        let context = initial_context(&[], &values(&["n=3;s=hello;o={\"a\": true}"]))
-            .unwrap()
-            .unwrap();
+    fn context_values_are_read_as_json_or_yaml_text() {
+        let entry = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let values = [
+            entry("n", "3"),
+            entry("s", "hello"),
+            entry("o", "{\"a\": true}"),
+        ];
+        let context = initial_context(&[], &values).unwrap().unwrap();
         assert_eq!(context, json!({"n": 3, "s": "hello", "o": {"a": true}}));
+        assert_eq!(initial_context(&[], &[]).unwrap(), None);
     }
 }

@@ -14,7 +14,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use crate::compose::output::OutputOptions;
-use crate::compose::plan::{RenderInputs, RenderPlan};
+use crate::compose::plan::RenderPlan;
+use crate::compose::read::RenderInputs;
 use crate::compose::runtimes::kept::KeeperCommand;
 use crate::compose::runtimes::ContainerDefaults;
 use crate::compose::ComposeError;

@@ -11,6 +11,7 @@ pub mod adapt;
 pub mod cache;
 pub mod daemon_flags;
 pub mod logging;
+mod map_flag;
 pub mod pull;
 pub mod render;
 pub mod render_servers;

@@ -14,13 +14,15 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use crate::compose::output::OutputOptions;
-use crate::compose::plan::{RenderInputs, RenderPlan};
+use crate::compose::plan::RenderPlan;
+use crate::compose::read::RenderInputs;
 use crate::compose::runtimes::kept::KeeperCommand;
 use crate::compose::runtimes::ContainerDefaults;
 use crate::compose::ComposeError;
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 
+use super::map_flag::{annotation_overrides, map_entries};
 use super::run::parse_duration;
 use super::UsernsArgs;
 
@@ -175,9 +177,10 @@ impl RenderArgs {
         }
     }
 
-    /// The inputs the flags name.
-    fn inputs(&self) -> RenderInputs {
-        RenderInputs {
+    /// The inputs the flags name, their `key=value` syntax parsed.
+    fn inputs(&self) -> Result<RenderInputs, ComposeError> {
+        let context_files = map_entries("--context-files", &self.context_files)?;
+        Ok(RenderInputs {
             xr_or_operation: self.composite_resource.clone(),
             more_xrs: self.more_xrs.clone(),
             composition_or_functions: Some(self.composition.clone()),
@@ -193,9 +196,12 @@ impl RenderArgs {
             xrd: self.xrd.clone(),
             watched_resource: self.watched_resource.clone(),
             function_credentials: self.function_credentials.clone(),
-            function_annotations: self.function_annotations.clone(),
-            context_files: self.context_files.clone(),
-            context_values: self.context_values.clone(),
+            function_annotations: annotation_overrides(&self.function_annotations)?,
+            context_files: context_files
+                .into_iter()
+                .map(|(key, file)| (key, PathBuf::from(file)))
+                .collect(),
+            context_values: map_entries("--context-values", &self.context_values)?,
             output: OutputOptions {
                 include_full: self.include_full_xr || self.include_full_operation,
                 include_results: self.include_function_results,
@@ -205,12 +211,13 @@ impl RenderArgs {
             },
             iterations: self.iterations,
             nested_compositions: self.nested_composition.clone(),
-        }
+        })
     }
 
     /// The plan (read on first use, before the namespace and the runtime).
     pub fn plan(&self) -> &Result<RenderPlan, ComposeError> {
-        self.plan.get_or_init(|| RenderPlan::read(&self.inputs()))
+        self.plan
+            .get_or_init(|| self.inputs().and_then(|inputs| RenderPlan::read(&inputs)))
     }
 
     /// Whether this render runs containers, and so needs xfn's user

@@ -113,20 +113,6 @@ impl Composition {
     }
 }
 
-/// `-a/--function-annotations KEY=VALUE`: parsed, in order (a later one
-/// for the same key wins, and all win over the Functions' own).
-pub fn parse_annotation_overrides(entries: &[String]) -> Result<Vec<(String, String)>, String> {
-    entries
-        .iter()
-        .map(|entry| {
-            entry
-                .split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .ok_or_else(|| format!("invalid function annotation {entry:?}, expected KEY=VALUE"))
-        })
-        .collect()
-}
-
 /// Reads the Functions in `path` (a file or a directory), with
 /// `overrides` applied to every Function's annotations.
 pub fn read_functions(

@@ -1,25 +1,24 @@
 //! The composition core: runs a Composition's function pipeline locally and
-//! produces what Crossplane would compose, for `xfn render`.
+//! produces what Crossplane would compose, for `xfn render`, in four
+//! stages (the plan reads no input file; read runs nothing):
 //!
-//! - [`plan`]: a render decided before anything runs: every input read and
-//!   checked, the runtimes (and so the namespaces) it needs; it starts,
-//!   reuses and stops function servers, and serves composition and
-//!   operation renders alike.
-//! - [`model`]: Crossplane's objects (the XR, Composition, Functions,
-//!   observed resources), each checked as it is built; [`files`]: reading
-//!   them from files and directories;
-//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations),
+//! - read: [`read`] reads and checks every input once into one
+//!   `Read`, through [`files`] (files and directories) and
+//!   [`model`] (the XR, Composition, Functions, observed resources), with
+//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations) and
 //!   [`claim`] (a claim given as the XR).
-//! - [`v1`]: `mode: Pipeline` Compositions, one `RunFunctionRequest` per step,
-//!   through a [`v1::FunctionCaller`] per Function.
-//! - [`alpha`]: `spec.functions[]` Compositions, one FunctionIO per step,
-//!   through an [`alpha::AlphaStep`].
-//! - [`runtimes`]: the callers and steps over the real runner, a running
-//!   function server or the runner daemon.
-//! - [`output`]: the YAML stream `crossplane render` prints, with the
-//!   metadata [`names`] gives composed resources.
+//! - plan: [`plan`] knows the runtimes (and so the namespaces) a render
+//!   needs, starts, reuses and stops function servers, renders XRs and the
+//!   nested XRs they compose, Operations alike.
+//! - run: [`v1`] (`mode: Pipeline`, one `RunFunctionRequest` per step
+//!   through a [`v1::FunctionCaller`]) and [`alpha`] (`spec.functions[]`,
+//!   one FunctionIO per step), over [`runtimes`]: the real runner, a
+//!   running function server or the runner daemon.
+//! - print: [`output`], the YAML stream `crossplane render` prints, with
+//!   the metadata [`names`] gives composed resources.
 //!
-//! No CLI lives here; `src/cli/render.rs` wires flags to this module.
+//! No CLI lives here, nor any flag syntax: `src/cli/render.rs` (and
+//! `cli/map_flag.rs`) map flags onto [`read::RenderInputs`].
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -34,6 +33,7 @@ pub mod names;
 pub mod operation;
 pub mod output;
 pub mod plan;
+pub mod read;
 pub mod runtimes;
 pub mod schemas;
 pub mod v1;

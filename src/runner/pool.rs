@@ -47,7 +47,15 @@
 //!   child subreaper): each is reaped by its container, and any other
 //!   container init orphaned to xfn by the runner's sweep
 //!   (`sandbox::reaper::reap_orphans`).
+//!
+//! # The seam
+//! The pool asks one thing of a container, through [`Containers`]: to be
+//! made ahead of a call. Handing out is the pool's own (a [`Lease`]), and
+//! a teardown is a drop on the teardown thread. [`Crun`] is the real maker;
+//! the unit tests below drive the pool's logic over a fake one.
 use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -56,6 +64,8 @@ use tokio_util::task::TaskTracker;
 use super::container::{FunctionContainer, Recipe, Settings};
 use super::teardown::Teardown;
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
+use crate::image::ImagePin;
+use crate::rootfs::Rootfs;
 use crate::sandbox::{Created, CrunOutput, Limits, Sandbox, Started};
 
 /// What a container must match to serve a call.
@@ -177,10 +187,70 @@ pub struct PoolStats {
     pub discarded: u64,
 }
 
+/// What the pool asks of a container: to be made ahead of its call. What
+/// is made or left is torn down by dropping it (on the teardown thread).
+pub(super) trait Containers: Debug + Send + Sync + 'static {
+    /// What every container of a key is made from.
+    type Recipe: Debug + Send + Sync + 'static;
+    /// A container ready for a call.
+    type Waiting: Debug + Send + 'static;
+    /// What a failed creation leaves, removed by the pool.
+    type Remains: Send + 'static;
+    /// Makes one container of `key` from `recipe`.
+    fn create(
+        &self,
+        key: &PoolKey,
+        recipe: &Self::Recipe,
+    ) -> impl Future<Output = Result<Self::Waiting, (RunError, Self::Remains)>> + Send;
+    /// The container's id, for the logs.
+    fn id(waiting: &Self::Waiting) -> &str;
+}
+
+/// The real maker: containers created by crun in the sandbox, on a rootfs
+/// of their own, started ahead unless [`PoolOptions::start`] says not.
+#[derive(Debug)]
+pub(super) struct Crun {
+    sandbox: Arc<Sandbox>,
+    rootfs: Arc<RootfsMaker>,
+    start: WarmStart,
+}
+
+impl Containers for Crun {
+    type Recipe = Recipe;
+    type Waiting = Waiting;
+    type Remains = (Option<Rootfs>, ImagePin);
+
+    async fn create(
+        &self,
+        key: &PoolKey,
+        recipe: &Recipe,
+    ) -> Result<Waiting, (RunError, Self::Remains)> {
+        let settings = Settings {
+            host_network: key.host_network,
+            limits: key.limits(),
+            ..Settings::default()
+        };
+        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
+            .await
+            .map_err(|(err, rootfs)| (err, (rootfs, recipe.pin.clone())))?;
+        match self.start {
+            WarmStart::Created => Ok(Waiting::Created(created)),
+            WarmStart::Started => match created.start().await {
+                Ok(started) => Ok(Waiting::Started(started)),
+                Err((err, rootfs)) => Err((err, (Some(rootfs), recipe.pin.clone()))),
+            },
+        }
+    }
+
+    fn id(waiting: &Waiting) -> &str {
+        waiting.id()
+    }
+}
+
 /// A container ready for a call (its rootfs and pin with it), created or
 /// started ahead as [`PoolOptions::start`] says.
 #[derive(Debug)]
-enum Waiting {
+pub(super) enum Waiting {
     Created(FunctionContainer<Created>),
     Started(FunctionContainer<Started>),
 }
@@ -196,12 +266,12 @@ impl Waiting {
 
 /// A container handed to a call.
 #[derive(Debug)]
-pub(super) struct Warm {
-    waiting: Waiting,
-    pool: Arc<Pool>,
+pub(super) struct Warm<C: Containers = Crun> {
+    waiting: C::Waiting,
+    pool: Arc<Pool<C>>,
 }
 
-impl Warm {
+impl Warm<Crun> {
     /// Runs the call in this container (starting it first unless it was
     /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
@@ -217,11 +287,10 @@ impl Warm {
 
 /// The warm containers of every key.
 #[derive(Debug)]
-pub(super) struct Pool {
-    sandbox: Arc<Sandbox>,
-    rootfs: Arc<RootfsMaker>,
+pub(super) struct Pool<C: Containers = Crun> {
+    containers: C,
     options: PoolOptions,
-    state: Mutex<State>,
+    state: Mutex<State<C>>,
     /// Told when a creation ends (ready or failed), for [`Pool::prepare`].
     created_one: tokio::sync::Notify,
     /// Creations and teardowns in flight, awaited by `shutdown`.
@@ -230,19 +299,30 @@ pub(super) struct Pool {
     teardown: Teardown,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    slots: HashMap<PoolKey, Slot>,
+#[derive(Debug)]
+struct State<C: Containers> {
+    slots: HashMap<PoolKey, Slot<C>>,
     /// Containers ready or being created, over all slots.
     total: usize,
     closed: bool,
     stats: PoolStats,
 }
 
+impl<C: Containers> Default for State<C> {
+    fn default() -> Self {
+        Self {
+            slots: HashMap::new(),
+            total: 0,
+            closed: false,
+            stats: PoolStats::default(),
+        }
+    }
+}
+
 #[derive(Debug)]
-struct Slot {
-    recipe: Arc<Recipe>,
-    ready: Vec<Waiting>,
+struct Slot<C: Containers> {
+    recipe: Arc<C::Recipe>,
+    ready: Vec<C::Waiting>,
     creating: usize,
     /// Calls of this key in flight now.
     in_use: usize,
@@ -254,8 +334,8 @@ struct Slot {
     failed_at: Option<Instant>,
 }
 
-impl Slot {
-    fn new(recipe: Recipe) -> Self {
+impl<C: Containers> Slot<C> {
+    fn new(recipe: C::Recipe) -> Self {
         Self {
             recipe: Arc::new(recipe),
             ready: Vec::new(),
@@ -278,15 +358,15 @@ impl Slot {
 /// One call's hold on a key: counts it in flight while it lives, and may
 /// carry a warm container for it.
 #[derive(Debug)]
-pub(super) struct Lease {
-    pool: Arc<Pool>,
+pub(super) struct Lease<C: Containers = Crun> {
+    pool: Arc<Pool<C>>,
     key: PoolKey,
-    warm: Option<Waiting>,
+    warm: Option<C::Waiting>,
 }
 
-impl Lease {
+impl<C: Containers> Lease<C> {
     /// The warm container, if one was ready.
-    pub(super) fn take(&mut self) -> Option<Warm> {
+    pub(super) fn take(&mut self) -> Option<Warm<C>> {
         self.warm.take().map(|waiting| Warm {
             waiting,
             pool: Arc::clone(&self.pool),
@@ -294,7 +374,7 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl<C: Containers> Drop for Lease<C> {
     fn drop(&mut self) {
         {
             let mut state = self.pool.lock();
@@ -315,7 +395,7 @@ impl Drop for Lease {
 /// How long a failed creation keeps a key from trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-impl Pool {
+impl Pool<Crun> {
     /// A pool creating containers in `sandbox` on rootfs made by `rootfs`;
     /// starts the pool's clock.
     pub(super) fn new(
@@ -323,9 +403,20 @@ impl Pool {
         rootfs: Arc<RootfsMaker>,
         options: PoolOptions,
     ) -> Result<Arc<Self>, RunError> {
-        let pool = Arc::new(Self {
+        let containers = Crun {
             sandbox,
             rootfs,
+            start: options.start,
+        };
+        Ok(Self::with(containers, options))
+    }
+}
+
+impl<C: Containers> Pool<C> {
+    /// A pool of containers made by `containers`; starts the pool's clock.
+    fn with(containers: C, options: PoolOptions) -> Arc<Self> {
+        let pool = Arc::new(Self {
+            containers,
             options,
             state: Mutex::new(State::default()),
             created_one: tokio::sync::Notify::new(),
@@ -339,16 +430,20 @@ impl Pool {
             start = ?options.start,
             "warm containers: made ahead of calls"
         );
-        Ok(pool)
+        pool
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<C>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts a call of `key` in flight and hands it a warm container when
     /// one is ready; starts creating more where recent demand wants them.
-    pub(super) fn lease(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) -> Lease {
+    pub(super) fn lease(
+        self: &Arc<Self>,
+        key: PoolKey,
+        recipe: impl FnOnce() -> C::Recipe,
+    ) -> Lease<C> {
         let warm = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -387,7 +482,11 @@ impl Pool {
     /// without counting a call (a render prepares every step's container
     /// before its first step runs), and waits until one is ready or its
     /// creation failed (the call then takes the cold path and says why).
-    pub(super) async fn prepare(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) {
+    pub(super) async fn prepare(
+        self: &Arc<Self>,
+        key: PoolKey,
+        recipe: impl FnOnce() -> C::Recipe,
+    ) {
         self.lock()
             .slots
             .entry(key.clone())
@@ -446,39 +545,26 @@ impl Pool {
         }
     }
 
-    /// Makes one container of `key`, started ahead where the pool says so.
-    async fn create(&self, key: &PoolKey, recipe: &Recipe) -> Result<Waiting, RunError> {
-        let settings = Settings {
-            host_network: key.host_network,
-            limits: key.limits(),
-            ..Settings::default()
-        };
-        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
+    /// Makes one container of `key`; what a failed creation leaves goes
+    /// to the teardown.
+    async fn create(&self, key: &PoolKey, recipe: &C::Recipe) -> Result<C::Waiting, RunError> {
+        self.containers
+            .create(key, recipe)
             .await
-            .map_err(|(err, rootfs)| {
-                self.dispose((rootfs, recipe.pin.clone()));
+            .map_err(|(err, remains)| {
+                self.dispose(remains);
                 err
-            })?;
-        match self.options.start {
-            WarmStart::Created => Ok(Waiting::Created(created)),
-            WarmStart::Started => match created.start().await {
-                Ok(started) => Ok(Waiting::Started(started)),
-                Err((err, rootfs)) => {
-                    self.dispose((rootfs, recipe.pin.clone()));
-                    Err(err)
-                }
-            },
-        }
+            })
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
     /// longer wants it.
-    fn created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
+    fn created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
         self.put_created(key, created);
         self.created_one.notify_waiters();
     }
 
-    fn put_created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
+    fn put_created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
         let mut state = self.lock();
         let state = &mut *state;
         let closed = state.closed;
@@ -493,7 +579,7 @@ impl Pool {
             (Ok(warm), Some(slot)) => {
                 slot.creating -= 1;
                 if !closed && slot.ready.len() < slot.target(size) {
-                    tracing::debug!(container = warm.id(), "warm container ready");
+                    tracing::debug!(container = C::id(&warm), "warm container ready");
                     slot.ready.push(warm);
                     state.total += 1;
                     return;
@@ -576,7 +662,7 @@ impl Pool {
         usize,
         impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let mut removed: Vec<Waiting> = Vec::new();
+        let mut removed: Vec<C::Waiting> = Vec::new();
         let mut recipes = Vec::new();
         {
             let mut state = self.lock();
@@ -623,7 +709,7 @@ impl Pool {
     /// Stops creating, removes every waiting container and waits until
     /// creations and teardowns in flight are done.
     pub(super) async fn shutdown(&self) {
-        let removed: Vec<Waiting> = {
+        let removed: Vec<C::Waiting> = {
             let mut state = self.lock();
             state.closed = true;
             let mut removed = Vec::new();
@@ -646,7 +732,7 @@ impl Pool {
 
 /// The pool's clock while it lives: ages demand every `idle / 6` (20 s by
 /// default).
-async fn maintain(pool: Weak<Pool>) {
+async fn maintain<C: Containers>(pool: Weak<Pool<C>>) {
     let period = match pool.upgrade() {
         Some(pool) => (pool.options.idle / 6).max(Duration::from_millis(100)),
         None => return,

@@ -751,3 +751,301 @@ async fn maintain<C: Containers>(pool: Weak<Pool<C>>) {
         pool.maintain_once();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The pool's logic over a fake maker: no crun, no rootfs. What the
+    //! fake makes or leaves is a [`Token`] that counts itself alive, so a
+    //! test sees what the pool holds, hands out and tears down.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Counts {
+        /// Tokens alive now: containers made and not torn down, remains.
+        live: AtomicUsize,
+        /// Most tokens alive at once.
+        peak: AtomicUsize,
+        /// Creations started.
+        made: AtomicUsize,
+    }
+
+    /// A container (or a failed creation's remains) of the fake.
+    #[derive(Debug)]
+    struct Token {
+        id: String,
+        counts: Arc<Counts>,
+        /// Its teardown takes a while (on the teardown thread).
+        slow: bool,
+    }
+
+    impl Drop for Token {
+        fn drop(&mut self) {
+            if self.slow {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            self.counts.live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    #[derive(Debug)]
+    struct Fake {
+        counts: Arc<Counts>,
+        /// Every creation fails, leaving remains.
+        fail: AtomicBool,
+        slow: bool,
+        /// A creation waits for a permit here.
+        gate: Semaphore,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Self {
+                counts: Arc::default(),
+                fail: AtomicBool::new(false),
+                slow: false,
+                gate: Semaphore::new(Semaphore::MAX_PERMITS),
+            }
+        }
+
+        fn token(&self) -> Token {
+            let n = self.counts.made.fetch_add(1, Ordering::AcqRel);
+            let live = self.counts.live.fetch_add(1, Ordering::AcqRel) + 1;
+            self.counts.peak.fetch_max(live, Ordering::AcqRel);
+            Token {
+                id: format!("c{n}"),
+                counts: Arc::clone(&self.counts),
+                slow: self.slow,
+            }
+        }
+
+        fn live(&self) -> usize {
+            self.counts.live.load(Ordering::Acquire)
+        }
+    }
+
+    impl Containers for Fake {
+        type Recipe = ();
+        type Waiting = Token;
+        type Remains = Token;
+
+        async fn create(&self, _key: &PoolKey, _recipe: &()) -> Result<Token, (RunError, Token)> {
+            let token = self.token();
+            if let Ok(permit) = self.gate.acquire().await {
+                drop(permit);
+            }
+            tokio::task::yield_now().await;
+            if self.fail.load(Ordering::Acquire) {
+                return Err((RunError::Timeout(Duration::ZERO), token));
+            }
+            Ok(token)
+        }
+
+        fn id(waiting: &Token) -> &str {
+            &waiting.id
+        }
+    }
+
+    fn key(digest: &str) -> PoolKey {
+        PoolKey {
+            digest: digest.to_string(),
+            host_network: false,
+            cpu_millis: None,
+            memory_bytes: None,
+        }
+    }
+
+    fn pool(fake: Fake, size: usize, idle: Duration) -> Arc<Pool<Fake>> {
+        let options = PoolOptions {
+            size,
+            idle,
+            start: WarmStart::Started,
+        };
+        Pool::with(fake, options)
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Waits until no creation is in flight.
+    async fn settled(pool: &Pool<Fake>) {
+        loop {
+            let created = pool.created_one.notified();
+            tokio::pin!(created);
+            created.as_mut().enable();
+            if pool.lock().slots.values().all(|slot| slot.creating == 0) {
+                return;
+            }
+            created.await;
+        }
+    }
+
+    fn ready(pool: &Pool<Fake>, digest: &str) -> usize {
+        pool.lock()
+            .slots
+            .get(&key(digest))
+            .map_or(0, |s| s.ready.len())
+    }
+
+    #[tokio::test]
+    async fn the_pool_never_holds_more_containers_than_its_size_over_all_keys() {
+        let pool = pool(Fake::new(), 3, HOUR);
+        // Two calls in flight of each of two images: each key wants two.
+        let leases: Vec<_> = ["a", "a", "b", "b"]
+            .into_iter()
+            .map(|d| pool.lease(key(d), || ()))
+            .collect();
+        settled(&pool).await;
+        let stats = pool.stats();
+        assert_eq!(stats.total, 3, "{stats:?}");
+        assert_eq!(stats.ready, 3, "{stats:?}");
+        assert_eq!(pool.containers.counts.peak.load(Ordering::Acquire), 3);
+        drop(leases);
+        settled(&pool).await;
+        assert!(pool.stats().total <= 3, "{:?}", pool.stats());
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_is_refilled_to_the_most_calls_seen_in_flight_at_once() {
+        let pool = pool(Fake::new(), 8, HOUR);
+        let leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        assert_eq!(pool.stats().cold_calls, 3);
+        settled(&pool).await;
+        assert_eq!(ready(&pool, "a"), 3);
+        drop(leases);
+        settled(&pool).await;
+        // As many calls again find one ready each.
+        let mut leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        assert!(leases.iter_mut().all(|lease| lease.take().is_some()));
+        assert_eq!(pool.stats().warm_calls, 3);
+        drop(leases);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_image_not_called_for_its_idle_time_loses_its_containers() {
+        for (idle, kept) in [(HOUR, 1), (Duration::ZERO, 0)] {
+            let pool = pool(Fake::new(), 4, idle);
+            pool.prepare(key("a"), || ()).await;
+            pool.maintain_once();
+            assert_eq!(ready(&pool, "a"), kept, "idle {idle:?}");
+            assert_eq!(pool.stats().total, kept, "idle {idle:?}");
+            assert_eq!(pool.lock().slots.contains_key(&key("a")), kept == 1);
+            pool.shutdown().await;
+            assert_eq!(pool.containers.live(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_creation_leaks_nothing_and_its_call_goes_cold() {
+        let fake = Fake::new();
+        fake.fail.store(true, Ordering::Release);
+        let pool = pool(fake, 4, HOUR);
+        let mut lease = pool.lease(key("a"), || ());
+        assert!(lease.take().is_none());
+        settled(&pool).await;
+        let stats = pool.stats();
+        assert_eq!((stats.create_failures, stats.total, stats.ready), (1, 0, 0));
+        drop(lease);
+        // Within the retry window a call goes cold and starts no creation.
+        let mut lease = pool.lease(key("a"), || ());
+        assert!(lease.take().is_none());
+        drop(lease);
+        assert_eq!(pool.containers.counts.made.load(Ordering::Acquire), 1);
+        assert_eq!(pool.stats().cold_calls, 2);
+        pool.shutdown().await;
+        // The failed creation's remains were torn down.
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_before_taking_its_warm_container_has_it_removed_not_reused() {
+        let pool = pool(Fake::new(), 4, HOUR);
+        pool.prepare(key("a"), || ()).await;
+        // The call gets c0 and is cancelled before it takes it.
+        drop(pool.lease(key("a"), || ()));
+        settled(&pool).await;
+        let mut lease = pool.lease(key("a"), || ());
+        let warm = lease.take().expect("a replacement is ready");
+        assert_eq!(warm.waiting.id, "c1");
+        pool.dispose(warm.waiting);
+        drop(lease);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_removes_every_waiting_container_and_waits_for_teardowns_in_flight() {
+        let mut fake = Fake::new();
+        fake.slow = true;
+        let pool = pool(fake, 4, HOUR);
+        pool.prepare(key("a"), || ()).await;
+        pool.prepare(key("b"), || ()).await;
+        // A used container's teardown, in flight when shutdown starts.
+        let mut lease = pool.lease(key("a"), || ());
+        let warm = lease.take().expect("one is ready");
+        pool.dispose(warm.waiting);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+        let stats = pool.stats();
+        assert_eq!((stats.total, stats.ready), (0, 0), "{stats:?}");
+        drop(lease);
+        // Closed: a later call makes nothing.
+        drop(pool.lease(key("c"), || ()));
+        assert_eq!(pool.stats().total, 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_waits_for_creations_in_flight_and_keeps_nothing_they_make() {
+        let fake = Fake::new();
+        fake.gate.forget_permits(Semaphore::MAX_PERMITS);
+        let pool = pool(fake, 4, HOUR);
+        drop(pool.lease(key("a"), || ()));
+        assert_eq!(pool.stats().total, 1);
+        let closing = tokio::spawn({
+            let pool = Arc::clone(&pool);
+            async move { pool.shutdown().await }
+        });
+        while !pool.lock().closed {
+            tokio::task::yield_now().await;
+        }
+        // The creation cannot end until the gate opens, nor shutdown.
+        assert!(!closing.is_finished());
+        pool.containers.gate.add_permits(1);
+        closing.await.expect("shutdown");
+        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(pool.stats().discarded, 1);
+    }
+
+    #[tokio::test]
+    async fn release_idle_removes_only_the_keys_of_those_images_no_call_uses() {
+        let pool = pool(Fake::new(), 8, HOUR);
+        let in_use = PoolKey {
+            memory_bytes: Some(1 << 20),
+            ..key("a")
+        };
+        pool.prepare(key("a"), || ()).await;
+        pool.prepare(key("b"), || ()).await;
+        let lease = pool.lease(in_use.clone(), || ());
+        settled(&pool).await;
+        assert_eq!(pool.containers.live(), 3);
+        let (count, done) = pool.release_idle(&["a".to_string()]);
+        done.await;
+        assert_eq!(count, 1);
+        assert_eq!(pool.containers.live(), 2);
+        {
+            let state = pool.lock();
+            assert!(!state.slots.contains_key(&key("a")));
+            assert!(state.slots.contains_key(&key("b")));
+            assert!(state.slots.contains_key(&in_use));
+        }
+        drop(lease);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+}

@@ -47,7 +47,15 @@
 //!   child subreaper): each is reaped by its container, and any other
 //!   container init orphaned to xfn by the runner's sweep
 //!   (`sandbox::reaper::reap_orphans`).
+//!
+//! # The seam
+//! The pool asks one thing of a container, through [`Containers`]: to be
+//! made ahead of a call. Handing out is the pool's own (a [`Lease`]), and
+//! a teardown is a drop on the teardown thread. [`Crun`] is the real maker;
+//! the unit tests below drive the pool's logic over a fake one.
 use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -56,6 +64,8 @@ use tokio_util::task::TaskTracker;
 use super::container::{FunctionContainer, Recipe, Settings};
 use super::teardown::Teardown;
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
+use crate::image::ImagePin;
+use crate::rootfs::Rootfs;
 use crate::sandbox::{Created, CrunOutput, Limits, Sandbox, Started};
 
 /// What a container must match to serve a call.
@@ -177,10 +187,70 @@ pub struct PoolStats {
     pub discarded: u64,
 }
 
+/// What the pool asks of a container: to be made ahead of its call. What
+/// is made or left is torn down by dropping it (on the teardown thread).
+pub(super) trait Containers: Debug + Send + Sync + 'static {
+    /// What every container of a key is made from.
+    type Recipe: Debug + Send + Sync + 'static;
+    /// A container ready for a call.
+    type Waiting: Debug + Send + 'static;
+    /// What a failed creation leaves, removed by the pool.
+    type Remains: Send + 'static;
+    /// Makes one container of `key` from `recipe`.
+    fn create(
+        &self,
+        key: &PoolKey,
+        recipe: &Self::Recipe,
+    ) -> impl Future<Output = Result<Self::Waiting, (RunError, Self::Remains)>> + Send;
+    /// The container's id, for the logs.
+    fn id(waiting: &Self::Waiting) -> &str;
+}
+
+/// The real maker: containers created by crun in the sandbox, on a rootfs
+/// of their own, started ahead unless [`PoolOptions::start`] says not.
+#[derive(Debug)]
+pub(super) struct Crun {
+    sandbox: Arc<Sandbox>,
+    rootfs: Arc<RootfsMaker>,
+    start: WarmStart,
+}
+
+impl Containers for Crun {
+    type Recipe = Recipe;
+    type Waiting = Waiting;
+    type Remains = (Option<Rootfs>, ImagePin);
+
+    async fn create(
+        &self,
+        key: &PoolKey,
+        recipe: &Recipe,
+    ) -> Result<Waiting, (RunError, Self::Remains)> {
+        let settings = Settings {
+            host_network: key.host_network,
+            limits: key.limits(),
+            ..Settings::default()
+        };
+        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
+            .await
+            .map_err(|(err, rootfs)| (err, (rootfs, recipe.pin.clone())))?;
+        match self.start {
+            WarmStart::Created => Ok(Waiting::Created(created)),
+            WarmStart::Started => match created.start().await {
+                Ok(started) => Ok(Waiting::Started(started)),
+                Err((err, rootfs)) => Err((err, (Some(rootfs), recipe.pin.clone()))),
+            },
+        }
+    }
+
+    fn id(waiting: &Waiting) -> &str {
+        waiting.id()
+    }
+}
+
 /// A container ready for a call (its rootfs and pin with it), created or
 /// started ahead as [`PoolOptions::start`] says.
 #[derive(Debug)]
-enum Waiting {
+pub(super) enum Waiting {
     Created(FunctionContainer<Created>),
     Started(FunctionContainer<Started>),
 }
@@ -196,12 +266,12 @@ impl Waiting {
 
 /// A container handed to a call.
 #[derive(Debug)]
-pub(super) struct Warm {
-    waiting: Waiting,
-    pool: Arc<Pool>,
+pub(super) struct Warm<C: Containers = Crun> {
+    waiting: C::Waiting,
+    pool: Arc<Pool<C>>,
 }
 
-impl Warm {
+impl Warm<Crun> {
     /// Runs the call in this container (starting it first unless it was
     /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
@@ -217,11 +287,10 @@ impl Warm {
 
 /// The warm containers of every key.
 #[derive(Debug)]
-pub(super) struct Pool {
-    sandbox: Arc<Sandbox>,
-    rootfs: Arc<RootfsMaker>,
+pub(super) struct Pool<C: Containers = Crun> {
+    containers: C,
     options: PoolOptions,
-    state: Mutex<State>,
+    state: Mutex<State<C>>,
     /// Told when a creation ends (ready or failed), for [`Pool::prepare`].
     created_one: tokio::sync::Notify,
     /// Creations and teardowns in flight, awaited by `shutdown`.
@@ -230,19 +299,30 @@ pub(super) struct Pool {
     teardown: Teardown,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    slots: HashMap<PoolKey, Slot>,
+#[derive(Debug)]
+struct State<C: Containers> {
+    slots: HashMap<PoolKey, Slot<C>>,
     /// Containers ready or being created, over all slots.
     total: usize,
     closed: bool,
     stats: PoolStats,
 }
 
+impl<C: Containers> Default for State<C> {
+    fn default() -> Self {
+        Self {
+            slots: HashMap::new(),
+            total: 0,
+            closed: false,
+            stats: PoolStats::default(),
+        }
+    }
+}
+
 #[derive(Debug)]
-struct Slot {
-    recipe: Arc<Recipe>,
-    ready: Vec<Waiting>,
+struct Slot<C: Containers> {
+    recipe: Arc<C::Recipe>,
+    ready: Vec<C::Waiting>,
     creating: usize,
     /// Calls of this key in flight now.
     in_use: usize,
@@ -254,8 +334,8 @@ struct Slot {
     failed_at: Option<Instant>,
 }
 
-impl Slot {
-    fn new(recipe: Recipe) -> Self {
+impl<C: Containers> Slot<C> {
+    fn new(recipe: C::Recipe) -> Self {
         Self {
             recipe: Arc::new(recipe),
             ready: Vec::new(),
@@ -278,15 +358,15 @@ impl Slot {
 /// One call's hold on a key: counts it in flight while it lives, and may
 /// carry a warm container for it.
 #[derive(Debug)]
-pub(super) struct Lease {
-    pool: Arc<Pool>,
+pub(super) struct Lease<C: Containers = Crun> {
+    pool: Arc<Pool<C>>,
     key: PoolKey,
-    warm: Option<Waiting>,
+    warm: Option<C::Waiting>,
 }
 
-impl Lease {
+impl<C: Containers> Lease<C> {
     /// The warm container, if one was ready.
-    pub(super) fn take(&mut self) -> Option<Warm> {
+    pub(super) fn take(&mut self) -> Option<Warm<C>> {
         self.warm.take().map(|waiting| Warm {
             waiting,
             pool: Arc::clone(&self.pool),
@@ -294,7 +374,7 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl<C: Containers> Drop for Lease<C> {
     fn drop(&mut self) {
         {
             let mut state = self.pool.lock();
@@ -315,7 +395,7 @@ impl Drop for Lease {
 /// How long a failed creation keeps a key from trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-impl Pool {
+impl Pool<Crun> {
     /// A pool creating containers in `sandbox` on rootfs made by `rootfs`;
     /// starts the pool's clock.
     pub(super) fn new(
@@ -323,9 +403,20 @@ impl Pool {
         rootfs: Arc<RootfsMaker>,
         options: PoolOptions,
     ) -> Result<Arc<Self>, RunError> {
-        let pool = Arc::new(Self {
+        let containers = Crun {
             sandbox,
             rootfs,
+            start: options.start,
+        };
+        Ok(Self::with(containers, options))
+    }
+}
+
+impl<C: Containers> Pool<C> {
+    /// A pool of containers made by `containers`; starts the pool's clock.
+    fn with(containers: C, options: PoolOptions) -> Arc<Self> {
+        let pool = Arc::new(Self {
+            containers,
             options,
             state: Mutex::new(State::default()),
             created_one: tokio::sync::Notify::new(),
@@ -339,16 +430,20 @@ impl Pool {
             start = ?options.start,
             "warm containers: made ahead of calls"
         );
-        Ok(pool)
+        pool
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<C>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Counts a call of `key` in flight and hands it a warm container when
     /// one is ready; starts creating more where recent demand wants them.
-    pub(super) fn lease(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) -> Lease {
+    pub(super) fn lease(
+        self: &Arc<Self>,
+        key: PoolKey,
+        recipe: impl FnOnce() -> C::Recipe,
+    ) -> Lease<C> {
         let warm = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -387,7 +482,11 @@ impl Pool {
     /// without counting a call (a render prepares every step's container
     /// before its first step runs), and waits until one is ready or its
     /// creation failed (the call then takes the cold path and says why).
-    pub(super) async fn prepare(self: &Arc<Self>, key: PoolKey, recipe: impl FnOnce() -> Recipe) {
+    pub(super) async fn prepare(
+        self: &Arc<Self>,
+        key: PoolKey,
+        recipe: impl FnOnce() -> C::Recipe,
+    ) {
         self.lock()
             .slots
             .entry(key.clone())
@@ -446,39 +545,26 @@ impl Pool {
         }
     }
 
-    /// Makes one container of `key`, started ahead where the pool says so.
-    async fn create(&self, key: &PoolKey, recipe: &Recipe) -> Result<Waiting, RunError> {
-        let settings = Settings {
-            host_network: key.host_network,
-            limits: key.limits(),
-            ..Settings::default()
-        };
-        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
+    /// Makes one container of `key`; what a failed creation leaves goes
+    /// to the teardown.
+    async fn create(&self, key: &PoolKey, recipe: &C::Recipe) -> Result<C::Waiting, RunError> {
+        self.containers
+            .create(key, recipe)
             .await
-            .map_err(|(err, rootfs)| {
-                self.dispose((rootfs, recipe.pin.clone()));
+            .map_err(|(err, remains)| {
+                self.dispose(remains);
                 err
-            })?;
-        match self.options.start {
-            WarmStart::Created => Ok(Waiting::Created(created)),
-            WarmStart::Started => match created.start().await {
-                Ok(started) => Ok(Waiting::Started(started)),
-                Err((err, rootfs)) => {
-                    self.dispose((rootfs, recipe.pin.clone()));
-                    Err(err)
-                }
-            },
-        }
+            })
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
     /// longer wants it.
-    fn created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
+    fn created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
         self.put_created(key, created);
         self.created_one.notify_waiters();
     }
 
-    fn put_created(&self, key: &PoolKey, created: Result<Waiting, RunError>) {
+    fn put_created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
         let mut state = self.lock();
         let state = &mut *state;
         let closed = state.closed;
@@ -493,7 +579,7 @@ impl Pool {
             (Ok(warm), Some(slot)) => {
                 slot.creating -= 1;
                 if !closed && slot.ready.len() < slot.target(size) {
-                    tracing::debug!(container = warm.id(), "warm container ready");
+                    tracing::debug!(container = C::id(&warm), "warm container ready");
                     slot.ready.push(warm);
                     state.total += 1;
                     return;
@@ -576,7 +662,7 @@ impl Pool {
         usize,
         impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let mut removed: Vec<Waiting> = Vec::new();
+        let mut removed: Vec<C::Waiting> = Vec::new();
         let mut recipes = Vec::new();
         {
             let mut state = self.lock();
@@ -623,7 +709,7 @@ impl Pool {
     /// Stops creating, removes every waiting container and waits until
     /// creations and teardowns in flight are done.
     pub(super) async fn shutdown(&self) {
-        let removed: Vec<Waiting> = {
+        let removed: Vec<C::Waiting> = {
             let mut state = self.lock();
             state.closed = true;
             let mut removed = Vec::new();
@@ -646,7 +732,7 @@ impl Pool {
 
 /// The pool's clock while it lives: ages demand every `idle / 6` (20 s by
 /// default).
-async fn maintain(pool: Weak<Pool>) {
+async fn maintain<C: Containers>(pool: Weak<Pool<C>>) {
     let period = match pool.upgrade() {
         Some(pool) => (pool.options.idle / 6).max(Duration::from_millis(100)),
         None => return,
@@ -663,5 +749,303 @@ async fn maintain(pool: Weak<Pool>) {
             return;
         }
         pool.maintain_once();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pool's logic over a fake maker: no crun, no rootfs. What the
+    //! fake makes or leaves is a [`Token`] that counts itself alive, so a
+    //! test sees what the pool holds, hands out and tears down.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Counts {
+        /// Tokens alive now: containers made and not torn down, remains.
+        live: AtomicUsize,
+        /// Most tokens alive at once.
+        peak: AtomicUsize,
+        /// Creations started.
+        made: AtomicUsize,
+    }
+
+    /// A container (or a failed creation's remains) of the fake.
+    #[derive(Debug)]
+    struct Token {
+        id: String,
+        counts: Arc<Counts>,
+        /// Its teardown takes a while (on the teardown thread).
+        slow: bool,
+    }
+
+    impl Drop for Token {
+        fn drop(&mut self) {
+            if self.slow {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            self.counts.live.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    #[derive(Debug)]
+    struct Fake {
+        counts: Arc<Counts>,
+        /// Every creation fails, leaving remains.
+        fail: AtomicBool,
+        slow: bool,
+        /// A creation waits for a permit here.
+        gate: Semaphore,
+    }
+
+    impl Fake {
+        fn new() -> Self {
+            Self {
+                counts: Arc::default(),
+                fail: AtomicBool::new(false),
+                slow: false,
+                gate: Semaphore::new(Semaphore::MAX_PERMITS),
+            }
+        }
+
+        fn token(&self) -> Token {
+            let n = self.counts.made.fetch_add(1, Ordering::AcqRel);
+            let live = self.counts.live.fetch_add(1, Ordering::AcqRel) + 1;
+            self.counts.peak.fetch_max(live, Ordering::AcqRel);
+            Token {
+                id: format!("c{n}"),
+                counts: Arc::clone(&self.counts),
+                slow: self.slow,
+            }
+        }
+
+        fn live(&self) -> usize {
+            self.counts.live.load(Ordering::Acquire)
+        }
+    }
+
+    impl Containers for Fake {
+        type Recipe = ();
+        type Waiting = Token;
+        type Remains = Token;
+
+        async fn create(&self, _key: &PoolKey, _recipe: &()) -> Result<Token, (RunError, Token)> {
+            let token = self.token();
+            if let Ok(permit) = self.gate.acquire().await {
+                drop(permit);
+            }
+            tokio::task::yield_now().await;
+            if self.fail.load(Ordering::Acquire) {
+                return Err((RunError::Timeout(Duration::ZERO), token));
+            }
+            Ok(token)
+        }
+
+        fn id(waiting: &Token) -> &str {
+            &waiting.id
+        }
+    }
+
+    fn key(digest: &str) -> PoolKey {
+        PoolKey {
+            digest: digest.to_string(),
+            host_network: false,
+            cpu_millis: None,
+            memory_bytes: None,
+        }
+    }
+
+    fn pool(fake: Fake, size: usize, idle: Duration) -> Arc<Pool<Fake>> {
+        let options = PoolOptions {
+            size,
+            idle,
+            start: WarmStart::Started,
+        };
+        Pool::with(fake, options)
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Waits until no creation is in flight.
+    async fn settled(pool: &Pool<Fake>) {
+        loop {
+            let created = pool.created_one.notified();
+            tokio::pin!(created);
+            created.as_mut().enable();
+            if pool.lock().slots.values().all(|slot| slot.creating == 0) {
+                return;
+            }
+            created.await;
+        }
+    }
+
+    fn ready(pool: &Pool<Fake>, digest: &str) -> usize {
+        pool.lock()
+            .slots
+            .get(&key(digest))
+            .map_or(0, |s| s.ready.len())
+    }
+
+    #[tokio::test]
+    async fn the_pool_never_holds_more_containers_than_its_size_over_all_keys() {
+        let pool = pool(Fake::new(), 3, HOUR);
+        // Two calls in flight of each of two images: each key wants two.
+        let leases: Vec<_> = ["a", "a", "b", "b"]
+            .into_iter()
+            .map(|d| pool.lease(key(d), || ()))
+            .collect();
+        settled(&pool).await;
+        let stats = pool.stats();
+        assert_eq!(stats.total, 3, "{stats:?}");
+        assert_eq!(stats.ready, 3, "{stats:?}");
+        assert_eq!(pool.containers.counts.peak.load(Ordering::Acquire), 3);
+        drop(leases);
+        settled(&pool).await;
+        assert!(pool.stats().total <= 3, "{:?}", pool.stats());
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_is_refilled_to_the_most_calls_seen_in_flight_at_once() {
+        let pool = pool(Fake::new(), 8, HOUR);
+        let leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        assert_eq!(pool.stats().cold_calls, 3);
+        settled(&pool).await;
+        assert_eq!(ready(&pool, "a"), 3);
+        drop(leases);
+        settled(&pool).await;
+        // As many calls again find one ready each.
+        let mut leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        assert!(leases.iter_mut().all(|lease| lease.take().is_some()));
+        assert_eq!(pool.stats().warm_calls, 3);
+        drop(leases);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_image_not_called_for_its_idle_time_loses_its_containers() {
+        for (idle, kept) in [(HOUR, 1), (Duration::ZERO, 0)] {
+            let pool = pool(Fake::new(), 4, idle);
+            pool.prepare(key("a"), || ()).await;
+            pool.maintain_once();
+            assert_eq!(ready(&pool, "a"), kept, "idle {idle:?}");
+            assert_eq!(pool.stats().total, kept, "idle {idle:?}");
+            assert_eq!(pool.lock().slots.contains_key(&key("a")), kept == 1);
+            pool.shutdown().await;
+            assert_eq!(pool.containers.live(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_creation_leaks_nothing_and_its_call_goes_cold() {
+        let fake = Fake::new();
+        fake.fail.store(true, Ordering::Release);
+        let pool = pool(fake, 4, HOUR);
+        let mut lease = pool.lease(key("a"), || ());
+        assert!(lease.take().is_none());
+        settled(&pool).await;
+        let stats = pool.stats();
+        assert_eq!((stats.create_failures, stats.total, stats.ready), (1, 0, 0));
+        drop(lease);
+        // Within the retry window a call goes cold and starts no creation.
+        let mut lease = pool.lease(key("a"), || ());
+        assert!(lease.take().is_none());
+        drop(lease);
+        assert_eq!(pool.containers.counts.made.load(Ordering::Acquire), 1);
+        assert_eq!(pool.stats().cold_calls, 2);
+        pool.shutdown().await;
+        // The failed creation's remains were torn down.
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_before_taking_its_warm_container_has_it_removed_not_reused() {
+        let pool = pool(Fake::new(), 4, HOUR);
+        pool.prepare(key("a"), || ()).await;
+        // The call gets c0 and is cancelled before it takes it.
+        drop(pool.lease(key("a"), || ()));
+        settled(&pool).await;
+        let mut lease = pool.lease(key("a"), || ());
+        let warm = lease.take().expect("a replacement is ready");
+        assert_eq!(warm.waiting.id, "c1");
+        pool.dispose(warm.waiting);
+        drop(lease);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_removes_every_waiting_container_and_waits_for_teardowns_in_flight() {
+        let mut fake = Fake::new();
+        fake.slow = true;
+        let pool = pool(fake, 4, HOUR);
+        pool.prepare(key("a"), || ()).await;
+        pool.prepare(key("b"), || ()).await;
+        // A used container's teardown, in flight when shutdown starts.
+        let mut lease = pool.lease(key("a"), || ());
+        let warm = lease.take().expect("one is ready");
+        pool.dispose(warm.waiting);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
+        let stats = pool.stats();
+        assert_eq!((stats.total, stats.ready), (0, 0), "{stats:?}");
+        drop(lease);
+        // Closed: a later call makes nothing.
+        drop(pool.lease(key("c"), || ()));
+        assert_eq!(pool.stats().total, 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_waits_for_creations_in_flight_and_keeps_nothing_they_make() {
+        let fake = Fake::new();
+        fake.gate.forget_permits(Semaphore::MAX_PERMITS);
+        let pool = pool(fake, 4, HOUR);
+        drop(pool.lease(key("a"), || ()));
+        assert_eq!(pool.stats().total, 1);
+        let closing = tokio::spawn({
+            let pool = Arc::clone(&pool);
+            async move { pool.shutdown().await }
+        });
+        while !pool.lock().closed {
+            tokio::task::yield_now().await;
+        }
+        // The creation cannot end until the gate opens, nor shutdown.
+        assert!(!closing.is_finished());
+        pool.containers.gate.add_permits(1);
+        closing.await.expect("shutdown");
+        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(pool.stats().discarded, 1);
+    }
+
+    #[tokio::test]
+    async fn release_idle_removes_only_the_keys_of_those_images_no_call_uses() {
+        let pool = pool(Fake::new(), 8, HOUR);
+        let in_use = PoolKey {
+            memory_bytes: Some(1 << 20),
+            ..key("a")
+        };
+        pool.prepare(key("a"), || ()).await;
+        pool.prepare(key("b"), || ()).await;
+        let lease = pool.lease(in_use.clone(), || ());
+        settled(&pool).await;
+        assert_eq!(pool.containers.live(), 3);
+        let (count, done) = pool.release_idle(&["a".to_string()]);
+        done.await;
+        assert_eq!(count, 1);
+        assert_eq!(pool.containers.live(), 2);
+        {
+            let state = pool.lock();
+            assert!(!state.slots.contains_key(&key("a")));
+            assert!(state.slots.contains_key(&key("b")));
+            assert!(state.slots.contains_key(&in_use));
+        }
+        drop(lease);
+        pool.shutdown().await;
+        assert_eq!(pool.containers.live(), 0);
     }
 }

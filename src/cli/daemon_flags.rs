@@ -84,7 +84,7 @@ impl ServingArgs {
     pub fn daemon_options(
         &self,
         cache_max_bytes: Option<u64>,
-        gate: Option<crate::server::gate::GateCounters>,
+        gate: Option<crate::grpc::refusals::RefusalCounters>,
     ) -> DaemonOptions {
         DaemonOptions {
             admission: self.limits(),

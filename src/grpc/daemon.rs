@@ -65,7 +65,7 @@ pub struct DaemonOptions {
     pub cache_max_bytes: Option<u64>,
     /// The gatekeeper's counters, when callers come through one (Unix
     /// sockets).
-    pub gate: Option<crate::server::gate::GateCounters>,
+    pub gate: Option<super::refusals::RefusalCounters>,
 }
 
 /// A runner, its admission and its metrics, ready to serve.

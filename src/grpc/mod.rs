@@ -29,6 +29,7 @@
 //! wait      recent run times and the least wait they predict
 //! status    run and admission errors ─► gRPC status; metric labels
 //! metrics   Prometheus registry and the /metrics endpoint
+//! refusals  callers a front end refused, counted across its processes
 //! ```
 //!
 //! # Invariants
@@ -71,9 +72,10 @@ pub mod daemon;
 pub mod deadline;
 pub mod listen;
 pub mod metrics;
+pub mod refusals;
 pub mod serve;
 pub mod status;
 pub mod wait;
 
 pub use calls::Calls;
-pub use status::{invalid_request_status, status_of};
+pub use status::status_of;

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::validate::checked;
+use super::validate::{checked, InvalidRequest};
 use super::FunctionRunner;
+use crate::chain::Chain;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
 use crate::grpc::serve::Services;
-use crate::grpc::{invalid_request_status, status_of, Calls};
+use crate::grpc::{status_of, Calls};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
@@ -32,6 +33,12 @@ impl Default for ServiceOptions {
             max_input_bytes: 4 << 20,
         }
     }
+}
+
+/// The status of a request refused before it ran (InvalidArgument), with
+/// its chain: the field, then what is wrong with it.
+pub(super) fn invalid_request_status(err: &InvalidRequest) -> Status {
+    Status::invalid_argument(Chain(err).to_string())
 }
 
 /// Room for the protobuf framing around an input at the size limit, so an

@@ -57,6 +57,7 @@ mod grpc;
 mod instance;
 mod nesting;
 mod pid1;
+mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;

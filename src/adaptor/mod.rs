@@ -24,10 +24,10 @@ use std::time::Instant;
 use tonic::Status;
 
 use crate::chain::Chain;
-use crate::compose::json::{request_to_json, response_from_json};
 use crate::grpc::deadline::effective_timeout;
 use crate::grpc::{status_of, Calls};
 use crate::proto::v1 as pb;
+use crate::proto_json::{request_to_json, response_from_json};
 use crate::runner::{RunConfig, Runner};
 use cache::{ttl_of, CacheKey, ResponseCache};
 

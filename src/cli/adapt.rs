@@ -150,7 +150,7 @@ pub async fn execute(
     // No cache budget: the adaptor's one image is pinned for its life.
     let daemon = Daemon::new(runner, args.serving.daemon_options(None, None));
     let adaptor = Arc::new(Adaptor::new(
-        Arc::clone(daemon.runner()),
+        Arc::clone(daemon.runner()) as Arc<dyn crate::grpc::FunctionRunner>,
         image,
         AdaptorOptions {
             name,

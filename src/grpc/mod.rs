@@ -25,6 +25,7 @@
 //!           cap where the longest idle connection makes room
 //! deadline  grpc-timeout counted from the request's arrival
 //! calls     one call: admission ─► run under the slot ─► outcome metrics
+//! function_runner  the trait a service runs functions through (and its layers wrap)
 //! admission FIFO run slots, queue caps in calls and bytes, caller deadline
 //! wait      recent run times and the least wait they predict
 //! status    run and admission errors ─► gRPC status; metric labels
@@ -70,6 +71,7 @@ pub mod calls;
 pub mod connections;
 pub mod daemon;
 pub mod deadline;
+pub mod function_runner;
 pub mod listen;
 pub mod metrics;
 pub mod refusals;
@@ -78,4 +80,5 @@ pub mod status;
 pub mod wait;
 
 pub use calls::Calls;
+pub use function_runner::FunctionRunner;
 pub use status::status_of;

@@ -9,11 +9,9 @@
 //!   ─► gate (a process outside the namespace: accept, SO_PEERCRED uid policy, hand over)
 //!   ─► service (validate ─► serving::Calls: admission ─► FunctionRunner ─► status_of)
 //! ```
-pub mod function_runner;
 pub mod gate;
 pub mod peer;
 pub mod service;
 pub mod validate;
 
-pub use function_runner::FunctionRunner;
 pub use service::{RunnerService, ServiceOptions};

@@ -7,11 +7,10 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::validate::{checked, InvalidRequest};
-use super::FunctionRunner;
 use crate::chain::Chain;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
 use crate::grpc::serve::Services;
-use crate::grpc::{status_of, Calls};
+use crate::grpc::{status_of, Calls, FunctionRunner};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,

@@ -13,7 +13,7 @@
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
 //! `xfn start`, `xfn render`, `xfn adapt`) calls. The front ends, and the
 //! command line over them, are the crate's own; so are `rootfs`, `sandbox`
-//! and the serving layer the two gRPC daemons share.
+//! and the gRPC layer the two gRPC daemons share.
 //!
 //! The public API is what an embedding program or xfn's integration tests
 //! need, and no more:

@@ -12,7 +12,7 @@
 //! a held answer is given before the call waits for a run slot.
 //!
 //! Listening, admission, draining, metrics and status mapping are the
-//! serving layer's ([`crate::grpc`]), shared with `xfn start`.
+//! gRPC layer's ([`crate::grpc`]), shared with `xfn start`.
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.

@@ -1,4 +1,4 @@
-//! A daemon: one runner behind the serving layer, as `xfn start` and `xfn
+//! A daemon: one runner behind the gRPC layer, as `xfn start` and `xfn
 //! adapt` both are. A front end brings its listener and its gRPC service;
 //! the daemon brings everything they share, in one place:
 //!
@@ -47,7 +47,7 @@ pub enum DaemonError {
     Serve(#[from] ServeError),
 }
 
-/// How a daemon serves: the serving layer's bounds and where its metrics go.
+/// How a daemon serves: the gRPC layer's bounds and where its metrics go.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     /// Run slots and queue caps.

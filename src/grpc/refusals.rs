@@ -1,7 +1,7 @@
 //! Callers refused before any gRPC byte, counted where they are refused
 //! and exported here as `xfn_callers_refused_total`.
 //!
-//! The serving layer owns this type so that it reports what a front end
+//! The gRPC layer owns this type so that it reports what a front end
 //! refused without importing the front end: `xfn start`'s gatekeeper
 //! ([`crate::server::gate`], a process of its own) adds to it, the metrics
 //! read it. One page of memory shared by the two processes (mapped

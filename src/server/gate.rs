@@ -417,7 +417,7 @@ impl GateReceiver {
         self.counters.clone()
     }
 
-    /// The connections the gatekeeper hands over, for the serving layer.
+    /// The connections the gatekeeper hands over, for the gRPC layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
     pub fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {

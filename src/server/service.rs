@@ -1,5 +1,5 @@
 //! The `ContainerizedFunctionRunnerService` implementation: validate, then
-//! hand the call to the serving layer (admission, deadline, drain, metrics)
+//! hand the call to the gRPC layer (admission, deadline, drain, metrics)
 //! to run the image under.
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +67,7 @@ impl<R: FunctionRunner> RunnerService<R> {
         }
     }
 
-    /// The service as the serving layer serves it, with its message limits.
+    /// The service as the gRPC layer serves it, with its message limits.
     pub fn into_services(self) -> Services {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);
         Services::new().with_service(

@@ -13,7 +13,7 @@
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
 //! `xfn start`, `xfn render`, `xfn adapt`) calls. The front ends, and the
 //! command line over them, are the crate's own; so are `rootfs`, `sandbox`
-//! and the serving layer the two gRPC daemons share.
+//! and the gRPC layer the two gRPC daemons share.
 //!
 //! The public API is what an embedding program or xfn's integration tests
 //! need, and no more:
@@ -57,6 +57,7 @@ mod grpc;
 mod instance;
 mod nesting;
 mod pid1;
+mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;

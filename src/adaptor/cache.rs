@@ -1,50 +1,83 @@
 //! The response cache the v1 protocol designed (`ResponseMeta.ttl`) and
-//! Crossplane never built: a response that sets a TTL answers identical
-//! requests from memory until it expires.
+//! Crossplane never built, as a layer over a [`FunctionRunner`] (as
+//! Crossplane's `internal/xfn/cached` wraps its runner): a run whose
+//! response sets a TTL answers identical requests from memory until it
+//! expires. The input is a `RunFunctionRequest` as protobuf JSON, the
+//! output's stdout a `RunFunctionResponse`.
 //!
 //! Bounded by entry count: when full, expired entries go first, then the one
 //! closest to expiry (it had the least life left to serve).
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 
+use crate::grpc::FunctionRunner;
 use crate::proto::v1 as pb;
+use crate::proto_json::response_from_json;
+use crate::runner::{RunConfig, RunError, RunOutput};
 
-/// Identifies identical requests: the request's `meta.tag` (Crossplane sets
-/// it to a hash of the request), or a hash of the request when it has none.
+/// Identifies identical requests to one image: the request's `meta.tag`
+/// (Crossplane sets it to a hash of the request), or a hash of the request
+/// when it has none.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CacheKey(String);
+pub(crate) struct CacheKey(String);
+
+/// The part of a request's JSON the key reads: everything else is skipped
+/// without being kept.
+#[derive(serde::Deserialize)]
+struct TagOnly {
+    meta: Option<TagMeta>,
+}
+
+#[derive(serde::Deserialize)]
+struct TagMeta {
+    tag: Option<String>,
+}
+
+/// The part of a response's JSON that says whether to keep it.
+#[derive(serde::Deserialize)]
+struct TtlOnly {
+    meta: Option<TtlMeta>,
+}
+
+#[derive(serde::Deserialize)]
+struct TtlMeta {
+    ttl: Option<serde::de::IgnoredAny>,
+}
 
 impl CacheKey {
-    /// The key of a request whose protobuf JSON is `json` (hashed only when
-    /// the tag is empty). The JSON is re-serialised through a sorted map
-    /// first, so map order in the encoding does not split identical requests.
-    pub fn of(request: &pb::RunFunctionRequest, json: &[u8]) -> Self {
-        if let Some(tag) = request.meta.as_ref().map(|m| &m.tag) {
-            if !tag.is_empty() {
-                return CacheKey(format!("tag:{tag}"));
-            }
+    /// The key of a request to `image` whose protobuf JSON is `json`
+    /// (hashed only when the tag is empty). The JSON is re-serialised
+    /// through a sorted map first, so map order in the encoding (prost-
+    /// reflect's maps are hash maps) does not split identical requests.
+    pub(crate) fn of(image: &str, json: &[u8]) -> Self {
+        let tag = serde_json::from_slice::<TagOnly>(json)
+            .ok()
+            .and_then(|r| r.meta?.tag)
+            .filter(|tag| !tag.is_empty());
+        if let Some(tag) = tag {
+            return CacheKey(format!("{image}\ntag:{tag}"));
         }
         let canonical = serde_json::from_slice::<serde_json::Value>(json)
             .ok()
             .and_then(|v| serde_json::to_vec(&v).ok())
             .unwrap_or_else(|| json.to_vec());
         CacheKey(format!(
-            "sha256:{}",
+            "{image}\nsha256:{}",
             hex::encode(Sha256::digest(&canonical))
         ))
     }
 }
 
 struct Entry {
-    response: pb::RunFunctionResponse,
+    output: RunOutput,
     expires: Instant,
 }
 
 /// The cache (shared by every call; internally locked).
-pub struct ResponseCache {
+struct ResponseCache {
     capacity: usize,
     entries: Mutex<HashMap<CacheKey, Entry>>,
 }
@@ -58,7 +91,7 @@ impl std::fmt::Debug for ResponseCache {
 }
 
 /// The TTL a response asks for, if a positive one.
-pub fn ttl_of(response: &pb::RunFunctionResponse) -> Option<Duration> {
+fn ttl_of(response: &pb::RunFunctionResponse) -> Option<Duration> {
     let ttl = response.meta.as_ref()?.ttl.as_ref()?;
     let seconds = u64::try_from(ttl.seconds).ok()?;
     let nanos = u32::try_from(ttl.nanos).ok()?;
@@ -68,7 +101,7 @@ pub fn ttl_of(response: &pb::RunFunctionResponse) -> Option<Duration> {
 
 impl ResponseCache {
     /// A cache of at most `capacity` responses (at least one).
-    pub fn new(capacity: usize) -> Self {
+    fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
             entries: Mutex::new(HashMap::new()),
@@ -81,11 +114,11 @@ impl ResponseCache {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The cached response for `key`, if one has not expired.
-    pub fn get(&self, key: &CacheKey, now: Instant) -> Option<pb::RunFunctionResponse> {
+    /// The cached output for `key`, if one has not expired.
+    fn get(&self, key: &CacheKey, now: Instant) -> Option<RunOutput> {
         let mut entries = self.lock();
         match entries.get(key) {
-            Some(entry) if entry.expires > now => Some(entry.response.clone()),
+            Some(entry) if entry.expires > now => Some(entry.output.clone()),
             Some(_) => {
                 entries.remove(key);
                 None
@@ -94,14 +127,8 @@ impl ResponseCache {
         }
     }
 
-    /// Remembers `response` for `ttl` from `now`.
-    pub fn insert(
-        &self,
-        key: CacheKey,
-        response: pb::RunFunctionResponse,
-        ttl: Duration,
-        now: Instant,
-    ) {
+    /// Remembers `output` for `ttl` from `now`.
+    fn insert(&self, key: CacheKey, output: RunOutput, ttl: Duration, now: Instant) {
         let Some(expires) = now.checked_add(ttl) else {
             return;
         };
@@ -118,57 +145,126 @@ impl ResponseCache {
                 }
             }
         }
-        entries.insert(key, Entry { response, expires });
+        entries.insert(key, Entry { output, expires });
     }
 
     /// Entries held now (expired ones included until touched).
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether the cache holds nothing.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A [`FunctionRunner`] that answers from memory what the runner beneath
+/// answered with a `meta.ttl` that has not run out.
+pub(crate) struct CachedRunner<R: ?Sized> {
+    inner: Arc<R>,
+    cache: ResponseCache,
+}
+
+impl<R: ?Sized> std::fmt::Debug for CachedRunner<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedRunner")
+            .field("cache", &self.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: FunctionRunner + ?Sized> CachedRunner<R> {
+    /// `inner`, with at most `capacity` responses kept (at least one).
+    pub(crate) fn new(inner: Arc<R>, capacity: usize) -> Self {
+        Self {
+            inner,
+            cache: ResponseCache::new(capacity),
+        }
+    }
+}
+
+/// How long `output` may answer for its request: its response's positive
+/// `meta.ttl`, when its stdout is a response the caller will read (a
+/// response without a TTL, the common case, is not decoded here).
+fn keep_for(output: &RunOutput) -> Option<Duration> {
+    let asks = serde_json::from_slice::<TtlOnly>(&output.stdout)
+        .ok()
+        .and_then(|r| r.meta?.ttl)
+        .is_some();
+    if !asks {
+        return None;
+    }
+    ttl_of(&response_from_json(&output.stdout).ok()?)
+}
+
+#[async_trait::async_trait]
+impl<R: FunctionRunner + ?Sized> FunctionRunner for CachedRunner<R> {
+    async fn run(
+        &self,
+        image: &str,
+        input: &[u8],
+        config: &RunConfig,
+    ) -> Result<RunOutput, RunError> {
+        let key = CacheKey::of(image, input);
+        if let Some(output) = self.cache.get(&key, Instant::now()) {
+            return Ok(output);
+        }
+        let output = self.inner.run(image, input, config).await?;
+        if let Some(ttl) = keep_for(&output) {
+            // A hit used no CPU or memory: it reports no usage.
+            let kept = RunOutput {
+                usage: None,
+                ..output.clone()
+            };
+            self.cache.insert(key, kept, ttl, Instant::now());
+        }
+        Ok(output)
+    }
+
+    fn held(&self, image: &str, input: &[u8]) -> Option<RunOutput> {
+        self.cache.get(&CacheKey::of(image, input), Instant::now())
+    }
+
+    fn limits_enforced(&self) -> bool {
+        self.inner.limits_enforced()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    fn response(message: &str) -> pb::RunFunctionResponse {
-        pb::RunFunctionResponse {
-            results: vec![pb::Result {
-                message: message.into(),
-                ..Default::default()
-            }],
-            ..Default::default()
+    use super::*;
+    use crate::runner::RunUsage;
+
+    fn output(stdout: &str) -> RunOutput {
+        RunOutput {
+            stdout: stdout.as_bytes().to_vec(),
+            stderr_tail: Vec::new(),
+            usage: None,
         }
     }
 
     fn key(tag: &str) -> CacheKey {
-        let request = pb::RunFunctionRequest {
-            meta: Some(pb::RequestMeta {
-                tag: tag.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        CacheKey::of(&request, b"{}")
+        CacheKey::of(
+            "image",
+            format!(r#"{{"meta":{{"tag":"{tag}"}}}}"#).as_bytes(),
+        )
     }
 
     #[test]
     fn entries_expire() {
         let cache = ResponseCache::new(4);
         let now = Instant::now();
-        cache.insert(key("a"), response("a"), Duration::from_secs(10), now);
-        assert_eq!(
-            cache.get(&key("a"), now + Duration::from_secs(9)),
-            Some(response("a"))
-        );
-        assert_eq!(cache.get(&key("a"), now + Duration::from_secs(10)), None);
+        cache.insert(key("a"), output("a"), Duration::from_secs(10), now);
+        let held = cache.get(&key("a"), now + Duration::from_secs(9));
+        assert_eq!(held.map(|o| o.stdout), Some(b"a".to_vec()));
+        assert!(cache
+            .get(&key("a"), now + Duration::from_secs(10))
+            .is_none());
         assert!(cache.is_empty());
     }
 
@@ -176,9 +272,9 @@ mod tests {
     fn full_cache_drops_the_soonest_to_expire() {
         let cache = ResponseCache::new(2);
         let now = Instant::now();
-        cache.insert(key("long"), response("l"), Duration::from_secs(100), now);
-        cache.insert(key("short"), response("s"), Duration::from_secs(5), now);
-        cache.insert(key("new"), response("n"), Duration::from_secs(50), now);
+        cache.insert(key("long"), output("l"), Duration::from_secs(100), now);
+        cache.insert(key("short"), output("s"), Duration::from_secs(5), now);
+        cache.insert(key("new"), output("n"), Duration::from_secs(50), now);
         assert_eq!(cache.len(), 2);
         assert!(cache.get(&key("short"), now).is_none());
         assert!(cache.get(&key("long"), now).is_some());
@@ -187,21 +283,28 @@ mod tests {
 
     #[test]
     fn untagged_requests_are_keyed_by_content_regardless_of_key_order() {
-        let untagged = pb::RunFunctionRequest::default();
         assert_eq!(
-            CacheKey::of(&untagged, br#"{"a":1,"b":2}"#),
-            CacheKey::of(&untagged, br#"{"b":2,"a":1}"#)
+            CacheKey::of("image", br#"{"a":1,"b":2}"#),
+            CacheKey::of("image", br#"{"b":2,"a":1}"#)
         );
         assert_ne!(
-            CacheKey::of(&untagged, br#"{"a":1}"#),
-            CacheKey::of(&untagged, br#"{"a":2}"#)
+            CacheKey::of("image", br#"{"a":1}"#),
+            CacheKey::of("image", br#"{"a":2}"#)
+        );
+        assert_eq!(
+            CacheKey::of("image", br#"{"meta":{"tag":""},"a":1}"#),
+            CacheKey::of("image", br#"{"a":1,"meta":{"tag":""}}"#)
         );
         assert_ne!(key("x"), key("y"));
+        assert_ne!(
+            CacheKey::of("one", br#"{"meta":{"tag":"t"}}"#),
+            CacheKey::of("other", br#"{"meta":{"tag":"t"}}"#)
+        );
     }
 
     #[test]
     fn only_positive_ttls_count() {
-        let mut r = response("r");
+        let mut r = pb::RunFunctionResponse::default();
         assert_eq!(ttl_of(&r), None);
         r.meta = Some(pb::ResponseMeta {
             ttl: Some(prost_types::Duration {
@@ -219,5 +322,132 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(ttl_of(&r), Some(Duration::from_secs(60)));
+    }
+
+    /// Answers every run with `stdout` (or fails), counting the runs.
+    struct FakeRunner {
+        stdout: &'static str,
+        fail: bool,
+        runs: AtomicUsize,
+    }
+
+    impl FakeRunner {
+        fn answering(stdout: &'static str) -> Arc<Self> {
+            Arc::new(Self {
+                stdout,
+                fail: false,
+                runs: AtomicUsize::new(0),
+            })
+        }
+
+        fn runs(&self) -> usize {
+            self.runs.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl FunctionRunner for FakeRunner {
+        async fn run(
+            &self,
+            _image: &str,
+            _input: &[u8],
+            _config: &RunConfig,
+        ) -> Result<RunOutput, RunError> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            if self.fail {
+                return Err(RunError::Timeout(Duration::from_secs(1)));
+            }
+            Ok(RunOutput {
+                usage: Some(RunUsage {
+                    cpu_usec: 1000,
+                    ..RunUsage::default()
+                }),
+                ..output(self.stdout)
+            })
+        }
+
+        fn limits_enforced(&self) -> bool {
+            true
+        }
+    }
+
+    const TAGGED: &[u8] = br#"{"meta":{"tag":"t"},"input":{"a":1}}"#;
+    const KEPT: &str = r#"{"meta":{"tag":"t","ttl":"60s"},"results":[{"message":"m"}]}"#;
+
+    async fn run(layer: &CachedRunner<FakeRunner>, input: &[u8]) -> Result<RunOutput, RunError> {
+        layer.run("image", input, &RunConfig::default()).await
+    }
+
+    #[tokio::test]
+    async fn a_response_with_a_ttl_is_run_once_then_held_without_usage() {
+        let inner = FakeRunner::answering(KEPT);
+        let layer = CachedRunner::new(Arc::clone(&inner), 8);
+        assert!(layer.held("image", TAGGED).is_none());
+        let first = run(&layer, TAGGED).await.unwrap();
+        assert!(first.usage.is_some());
+        let held = layer.held("image", TAGGED).expect("held after its run");
+        assert_eq!(held.stdout, KEPT.as_bytes());
+        assert_eq!(held.usage, None);
+        let second = run(&layer, TAGGED).await.unwrap();
+        assert_eq!(second.stdout, KEPT.as_bytes());
+        assert_eq!(inner.runs(), 1);
+        assert!(layer.limits_enforced());
+    }
+
+    #[tokio::test]
+    async fn another_tag_or_image_is_not_answered_with_a_held_response() {
+        let inner = FakeRunner::answering(KEPT);
+        let layer = CachedRunner::new(Arc::clone(&inner), 8);
+        run(&layer, TAGGED).await.unwrap();
+        run(&layer, br#"{"meta":{"tag":"u"},"input":{"a":1}}"#)
+            .await
+            .unwrap();
+        assert!(layer.held("other-image", TAGGED).is_none());
+        assert_eq!(inner.runs(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_response_without_a_positive_ttl_is_run_every_time() {
+        for stdout in [
+            r#"{"results":[{"message":"m"}]}"#,
+            r#"{"meta":{"ttl":"0s"}}"#,
+            r#"{"meta":{"ttl":null}}"#,
+        ] {
+            let inner = FakeRunner::answering(stdout);
+            let layer = CachedRunner::new(Arc::clone(&inner), 8);
+            run(&layer, TAGGED).await.unwrap();
+            run(&layer, TAGGED).await.unwrap();
+            assert_eq!(inner.runs(), 2, "{stdout}");
+            assert!(layer.held("image", TAGGED).is_none(), "{stdout}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_output_that_is_no_response_is_not_held_even_with_a_ttl() {
+        for stdout in [
+            r#"{"meta":{"ttl":"60s"},"results":"not a list"}"#,
+            r#"{"meta":{"ttl":"sixty"}}"#,
+            r#"{"meta":{"ttl":"60s"}} trailing"#,
+        ] {
+            let inner = FakeRunner::answering(stdout);
+            let layer = CachedRunner::new(Arc::clone(&inner), 8);
+            run(&layer, TAGGED).await.unwrap();
+            run(&layer, TAGGED).await.unwrap();
+            assert_eq!(inner.runs(), 2, "{stdout}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_run_is_not_held() {
+        let inner = Arc::new(FakeRunner {
+            stdout: KEPT,
+            fail: true,
+            runs: AtomicUsize::new(0),
+        });
+        let layer = CachedRunner::new(Arc::clone(&inner), 8);
+        assert!(run(&layer, TAGGED).await.is_err());
+        assert!(run(&layer, TAGGED).await.is_err());
+        assert_eq!(inner.runs(), 2);
+        assert!(layer.held("image", TAGGED).is_none());
     }
 }

@@ -3,13 +3,16 @@
 //! modern Crossplane Function (`FunctionRunnerService`, v1 and v1beta1).
 //!
 //! ```text
-//! gRPC call ─► response cache? ─► serving::Calls (run slot, deadline, drain)
-//!           ─► Runner::run(image, request JSON)
-//!           ─► RunFunctionResponse from stdout ─► meta.tag ─► cache (meta.ttl)
+//! gRPC call ─► request JSON ─► held by the cache layer? ─► grpc::Calls (run slot, deadline, drain)
+//!           ─► FunctionRunner::run(image, request JSON): [CachedRunner ─►] Runner
+//!           ─► RunFunctionResponse from stdout ─► meta.tag
 //! ```
 //!
+//! The response cache is a layer over the runner ([`cache::CachedRunner`]);
+//! a held answer is given before the call waits for a run slot.
+//!
 //! Listening, admission, draining, metrics and status mapping are the
-//! serving layer's ([`crate::grpc`]), shared with `xfn start`.
+//! gRPC layer's ([`crate::grpc`]), shared with `xfn start`.
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
@@ -19,17 +22,16 @@ pub mod transport;
 pub mod wrap;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tonic::Status;
 
 use crate::chain::Chain;
-use crate::compose::json::{request_to_json, response_from_json};
 use crate::grpc::deadline::effective_timeout;
-use crate::grpc::{status_of, Calls};
+use crate::grpc::{status_of, Calls, FunctionRunner};
 use crate::proto::v1 as pb;
-use crate::runner::{RunConfig, Runner};
-use cache::{ttl_of, CacheKey, ResponseCache};
+use crate::proto_json::{request_to_json, response_from_json};
+use crate::runner::RunConfig;
+use cache::CachedRunner;
 
 /// Errors of setting the adaptor up.
 #[derive(Debug, thiserror::Error)]
@@ -57,29 +59,41 @@ pub struct AdaptorOptions {
 }
 
 /// The adaptor for one image (share it in an `Arc`).
-#[derive(Debug)]
 pub struct Adaptor {
-    runner: Arc<Runner>,
+    /// The engine, behind the response cache when there is one.
+    runner: Arc<dyn FunctionRunner>,
     image: String,
     options: AdaptorOptions,
-    cache: Option<ResponseCache>,
     calls: Arc<Calls>,
 }
 
+impl std::fmt::Debug for Adaptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adaptor")
+            .field("image", &self.image)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Adaptor {
-    /// An adaptor running `image` (already in the runner's store) per call,
+    /// An adaptor running `image` (already in the runner's store) per call
+    /// on `runner` (wrapped in the response cache the options ask for),
     /// its calls going through `calls`.
     pub fn new(
-        runner: Arc<Runner>,
+        runner: Arc<dyn FunctionRunner>,
         image: String,
         options: AdaptorOptions,
         calls: Arc<Calls>,
     ) -> Self {
         calls
             .metrics()
-            .set_limits_enforced(runner.limits_unavailable().is_none());
+            .set_limits_enforced(runner.limits_enforced());
+        let runner = match options.response_cache_size {
+            Some(capacity) => Arc::new(CachedRunner::new(runner, capacity)),
+            None => runner,
+        };
         Self {
-            cache: options.response_cache_size.map(ResponseCache::new),
             runner,
             image,
             options,
@@ -107,12 +121,9 @@ impl Adaptor {
     ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
         let input =
             request_to_json(&request).map_err(|e| Status::internal(Chain(&e).to_string()))?;
-        let key = self.cache.as_ref().map(|_| CacheKey::of(&request, &input));
-        if let (Some(cache), Some(key)) = (&self.cache, &key) {
-            if let Some(response) = cache.get(key, Instant::now()) {
-                tracing::debug!(?key, "answered from the response cache");
-                return Ok((response, "cache_hit"));
-            }
+        if let Some(output) = self.runner.held(&self.image, &input) {
+            tracing::debug!(function = %self.options.name, "answered from the response cache");
+            return Ok((self.response(&request, &output)?, "cache_hit"));
         }
         let output = self
             .calls
@@ -139,6 +150,16 @@ impl Adaptor {
         if let Some(usage) = &output.usage {
             self.calls.metrics().record_usage(usage);
         }
+        Ok((self.response(&request, &output)?, "ok"))
+    }
+
+    /// The response a run wrote, its `meta.tag` the request's unless it
+    /// set its own.
+    fn response(
+        &self,
+        request: &pb::RunFunctionRequest,
+        output: &crate::runner::RunOutput,
+    ) -> Result<pb::RunFunctionResponse, Status> {
         let mut response = response_from_json(&output.stdout).map_err(|e| {
             Status::internal(format!(
                 "function {}: {} (on its stdout); its stderr: {}",
@@ -147,14 +168,14 @@ impl Adaptor {
                 crate::runner::stderr_tail_text(&output.stderr_tail)
             ))
         })?;
-        let tag = request.meta.map(|m| m.tag).unwrap_or_default();
         let meta = response.meta.get_or_insert_with(Default::default);
         if meta.tag.is_empty() {
-            meta.tag = tag;
+            meta.tag = request
+                .meta
+                .as_ref()
+                .map(|m| m.tag.clone())
+                .unwrap_or_default();
         }
-        if let (Some(cache), Some(key), Some(ttl)) = (&self.cache, key, ttl_of(&response)) {
-            cache.insert(key, response.clone(), ttl, Instant::now());
-        }
-        Ok((response, "ok"))
+        Ok(response)
     }
 }

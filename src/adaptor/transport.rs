@@ -1,4 +1,4 @@
-//! What the adaptor serves over the serving layer: both service versions,
+//! What the adaptor serves over the gRPC layer: both service versions,
 //! with mTLS (client certificates required, as Crossplane's function SDKs
 //! serve) or plaintext.
 use std::path::Path;

@@ -61,7 +61,7 @@ pub struct AdaptArgs {
     pub timeout: Duration,
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
-    pub serving: super::daemon_flags::ServingArgs,
+    pub daemon: super::daemon_flags::DaemonArgs,
     /// Do not answer identical requests from responses that set `meta.ttl`.
     #[arg(long)]
     pub no_response_cache: bool,
@@ -148,9 +148,9 @@ pub async fn execute(
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
     // No cache budget: the adaptor's one image is pinned for its life.
-    let daemon = Daemon::new(runner, args.serving.daemon_options(None, None));
+    let daemon = Daemon::new(runner, args.daemon.daemon_options(None, None));
     let adaptor = Arc::new(Adaptor::new(
-        Arc::clone(daemon.runner()),
+        Arc::clone(daemon.runner()) as Arc<dyn crate::grpc::FunctionRunner>,
         image,
         AdaptorOptions {
             name,

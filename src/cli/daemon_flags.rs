@@ -1,4 +1,4 @@
-//! The flags of the serving layer, shared by `xfn start` and `xfn adapt`
+//! The flags of the gRPC layer, shared by `xfn start` and `xfn adapt`
 //! (one set of defaults for both front ends; see `crate::grpc`), mapped to
 //! the library's `DaemonOptions`.
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use super::run::parse_duration;
 
 /// Admission, drain and metrics flags.
 #[derive(Debug, Clone, Args)]
-pub struct ServingArgs {
+pub struct DaemonArgs {
     /// Runs at once (default: the number of CPUs); later callers wait in
     /// FIFO order, each until its own deadline (grpc-timeout).
     #[arg(long)]
@@ -47,7 +47,7 @@ pub struct ServingArgs {
     pub idle_connection_timeout: Duration,
 }
 
-impl ServingArgs {
+impl DaemonArgs {
     /// The admission limits these flags give.
     pub fn limits(&self) -> AdmissionLimits {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -84,7 +84,7 @@ impl ServingArgs {
     pub fn daemon_options(
         &self,
         cache_max_bytes: Option<u64>,
-        gate: Option<crate::server::gate::GateCounters>,
+        gate: Option<crate::grpc::refusals::RefusalCounters>,
     ) -> DaemonOptions {
         DaemonOptions {
             admission: self.limits(),

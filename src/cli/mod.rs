@@ -1,4 +1,5 @@
 //! The command line: one module per subcommand. `anyhow` lives here only.
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use std::process::ExitCode;
@@ -98,7 +99,7 @@ pub fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
 }
 
 /// Flags every command that touches the image store shares.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct StoreArgs {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = default_cache_dir())]
@@ -114,9 +115,45 @@ pub struct StoreArgs {
     pub bounds: PullBoundsArgs,
 }
 
+impl StoreArgs {
+    /// The flags that parse back to these (a child xfn's command line).
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            cache_dir,
+            insecure_registries,
+            ca_bundle_path,
+            bounds,
+        } = self;
+        let mut args = flag("--cache-dir", cache_dir);
+        for registry in insecure_registries {
+            args.extend(flag("--insecure-registry", registry));
+        }
+        if let Some(ca) = ca_bundle_path {
+            args.extend(flag("--ca-bundle-path", ca));
+        }
+        args.extend(bounds.to_args());
+        args
+    }
+}
+
+/// `name value`, as a child's command line takes them.
+fn flag(name: &str, value: impl Into<OsString>) -> Vec<OsString> {
+    vec![name.into(), value.into()]
+}
+
+/// The name a flag of type `T` is given `value` by.
+fn value_name<T: clap::ValueEnum>(value: &T) -> Option<String> {
+    value.to_possible_value().map(|v| v.get_name().to_owned())
+}
+
+/// A duration as [`run::parse_duration`] reads it back, to the nanosecond.
+fn duration_arg(duration: std::time::Duration) -> String {
+    format!("{}ns", duration.as_nanos())
+}
+
 /// Bounds on what one pull may take from a registry: hostile or broken
 /// images are refused while they stream, with an error naming the bound.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct PullBoundsArgs {
     /// Most bytes one image may unpack to (a quantity: 4Gi, 500Mi, 1G).
     #[arg(long, default_value = "4Gi", value_parser = parse_size)]
@@ -127,6 +164,23 @@ pub struct PullBoundsArgs {
     /// Give up on a pull (resolving and downloading) after this long.
     #[arg(long, default_value = "10m", value_parser = run::parse_duration)]
     pub pull_timeout: std::time::Duration,
+}
+
+impl PullBoundsArgs {
+    /// The flags that parse back to these.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            max_image_size,
+            max_layer_entries,
+            pull_timeout,
+        } = self;
+        [
+            flag("--max-image-size", max_image_size.to_string()),
+            flag("--max-layer-entries", max_layer_entries.to_string()),
+            flag("--pull-timeout", duration_arg(*pull_timeout)),
+        ]
+        .concat()
+    }
 }
 
 /// A byte size given as a Kubernetes quantity (`2Gi`, `500M`, `1e9`).
@@ -165,7 +219,7 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 /// Flags of the run engine, shared by every command that runs functions.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct RunnerArgs {
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
@@ -194,6 +248,36 @@ pub struct RunnerArgs {
     /// 256Mi: beyond it, writes fail with ENOSPC.
     #[arg(long, default_value = "256Mi", value_parser = parse_nonzero_size)]
     pub rootfs_size: u64,
+}
+
+impl RunnerArgs {
+    /// The flags that parse back to these.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            rootfs,
+            runtime,
+            require_limits,
+            max_output_bytes,
+            pids_limit,
+            tmp_size,
+            rootfs_size,
+        } = self;
+        let mut args = [
+            flag("--runtime", runtime),
+            flag("--max-output-bytes", max_output_bytes.to_string()),
+            flag("--pids-limit", pids_limit.to_string()),
+            flag("--tmp-size", tmp_size.to_string()),
+            flag("--rootfs-size", rootfs_size.to_string()),
+        ]
+        .concat();
+        if let Some(mode) = value_name(rootfs) {
+            args.extend(flag("--rootfs", mode));
+        }
+        if *require_limits {
+            args.push("--require-limits".into());
+        }
+        args
+    }
 }
 
 /// [`parse_size`] for the sizes of a function's tmpfs mounts: never zero
@@ -263,7 +347,7 @@ impl WarmPoolArgs {
 }
 
 /// Flags of the user namespace xfn enters before anything else.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct UsernsArgs {
     /// The first of the 65536 uids xfn maps when it may map a range
     /// (CAP_SETUID): xfn is that uid, functions the rest. Default: 100000
@@ -281,6 +365,29 @@ pub struct UsernsArgs {
     /// deployment gives them; `off` keeps them on xfn's uid.
     #[arg(long, value_enum, default_value = "auto")]
     pub subids: SubIds,
+}
+
+impl UsernsArgs {
+    /// The flags that parse back to these. Unset ids stay unset: the child
+    /// chooses as the parent would (`userns::choose_start`).
+    pub fn to_args(&self) -> Vec<OsString> {
+        let Self {
+            map_root_uid,
+            map_root_gid,
+            subids,
+        } = self;
+        let mut args = Vec::new();
+        if let Some(uid) = map_root_uid {
+            args.extend(flag("--map-root-uid", uid.to_string()));
+        }
+        if let Some(gid) = map_root_gid {
+            args.extend(flag("--map-root-gid", gid.to_string()));
+        }
+        if let Some(subids) = value_name(subids) {
+            args.extend(flag("--subids", subids));
+        }
+        args
+    }
 }
 
 /// `--subids`.

@@ -239,43 +239,21 @@ pub fn start_kept(args: &RenderArgs, global: &super::Global) -> anyhow::Result<(
     Ok(())
 }
 
-/// How this render starts keepers: this binary with the flags they share.
+/// How this render starts keepers: this binary with the flags they share,
+/// written by the same flag types `keep` parses them with
+/// ([`super::StoreArgs::to_args`] and its kind), so a flag added to one is
+/// passed on.
 fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<KeeperCommand> {
-    let mut flags: Vec<OsString> = vec![
-        "render-servers".into(),
-        "keep".into(),
-        "--cache-dir".into(),
-        args.cache_dir.clone().into(),
+    let mut flags: Vec<OsString> = vec!["render-servers".into(), "keep".into()];
+    flags.extend(args.store_args().to_args());
+    flags.extend(args.userns.to_args());
+    flags.extend(args.runner.to_args());
+    flags.extend([
         "--registry".into(),
         global.registry.clone().into(),
         "--timeout".into(),
-        format!("{}ms", args.timeout.as_millis()).into(),
-        "--runtime".into(),
-        args.runner.runtime.clone().into(),
-        "--pids-limit".into(),
-        args.runner.pids_limit.to_string().into(),
-        "--max-output-bytes".into(),
-        args.runner.max_output_bytes.to_string().into(),
-    ];
-    if let Some(mode) = args.runner.rootfs.to_possible_value() {
-        flags.extend(["--rootfs".into(), mode.get_name().into()]);
-    }
-    // Unset, the keepers choose as this render would (`userns::choose_start`).
-    if let Some(uid) = args.userns.map_root_uid {
-        flags.extend(["--map-root-uid".into(), uid.to_string().into()]);
-    }
-    if let Some(gid) = args.userns.map_root_gid {
-        flags.extend(["--map-root-gid".into(), gid.to_string().into()]);
-    }
-    if args.runner.require_limits {
-        flags.push("--require-limits".into());
-    }
-    for registry in &args.insecure_registries {
-        flags.extend(["--insecure-registry".into(), registry.into()]);
-    }
-    if let Some(ca) = &args.ca_bundle_path {
-        flags.extend(["--ca-bundle-path".into(), ca.clone().into()]);
-    }
+        format!("{}ns", args.timeout.as_nanos()).into(),
+    ]);
     if global.debug {
         flags.push("--debug".into());
     }
@@ -456,5 +434,95 @@ mod tests {
         assert_eq!(cli.registry, "other.example");
         let cli = parse(&["xfn", "pull", "-r", "third.example", "img"]);
         assert_eq!(cli.registry, "third.example");
+    }
+
+    /// Renders `flags`, starts (on paper) its kept server and parses that
+    /// server's command line as the server would: what it was given, what
+    /// the server got.
+    fn render_and_keeper(flags: &[&str]) -> (RenderArgs, super::super::Cli, super::super::Global) {
+        let mut args = vec!["xfn"];
+        args.extend_from_slice(flags);
+        args.extend(["xr.yaml", "composition.yaml", "functions.yaml"]);
+        let cli = parse(&args);
+        let global = super::super::Global {
+            registry: cli.registry,
+            debug: cli.debug,
+            log_format: cli.log_format,
+        };
+        let super::super::Command::Render(render) = cli.command else {
+            panic!("not a render");
+        };
+        let keeper = keeper_command(&render, &global).unwrap();
+        let mut kept = vec![OsString::from("xfn")];
+        kept.extend(keeper.args);
+        kept.extend(["--name", "n", "--function", "f", "--image", "i"].map(OsString::from));
+        (render, parse_cli(kept), global)
+    }
+
+    fn assert_kept_as_given(flags: &[&str]) {
+        let (render, kept, global) = render_and_keeper(flags);
+        assert_eq!(kept.registry, global.registry);
+        assert_eq!(kept.debug, global.debug);
+        let super::super::Command::RenderServers(
+            super::super::render_servers::RenderServersCommand::Keep(keep),
+        ) = kept.command
+        else {
+            panic!("not a keeper");
+        };
+        assert_eq!(keep.store, render.store_args());
+        assert_eq!(keep.userns, render.userns);
+        assert_eq!(keep.runner, render.runner);
+        assert_eq!(keep.timeout, render.timeout);
+    }
+
+    #[test]
+    fn a_kept_server_parses_back_every_shared_flag_the_render_was_given() {
+        assert_kept_as_given(&[
+            "--registry",
+            "reg.example",
+            "--debug",
+            "render",
+            "--cache-dir",
+            "/cache",
+            "--insecure-registry",
+            "a.example:5000",
+            "--insecure-registry",
+            "b.example",
+            "--ca-bundle-path",
+            "/ca.pem",
+            "--max-image-size",
+            "1Gi",
+            "--max-layer-entries",
+            "7",
+            "--pull-timeout",
+            "1m30.000000001s",
+            "--map-root-uid",
+            "200000",
+            "--map-root-gid",
+            "300000",
+            "--subids",
+            "off",
+            "--rootfs",
+            "copy",
+            "--runtime",
+            "/opt/crun",
+            "--require-limits",
+            "--max-output-bytes",
+            "3Mi",
+            "--pids-limit",
+            "9",
+            "--tmp-size",
+            "64Mi",
+            "--rootfs-size",
+            "1Gi",
+            "--timeout",
+            "1.25s",
+        ]);
+    }
+
+    #[test]
+    fn a_kept_server_of_a_render_with_no_flags_gets_the_render_defaults() {
+        assert_kept_as_given(&["render", "--cache-dir", "/cache"]);
+        assert_kept_as_given(&["render"]);
     }
 }

@@ -36,7 +36,7 @@ pub struct StartArgs {
     pub address: String,
     /// Admission, drain and metrics.
     #[command(flatten)]
-    pub serving: super::daemon_flags::ServingArgs,
+    pub daemon: super::daemon_flags::DaemonArgs,
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
     pub default_timeout: Duration,
@@ -168,7 +168,7 @@ pub async fn execute(
     };
     let daemon = Daemon::new(
         runner,
-        args.serving.daemon_options(Some(args.cache_max_size), gate),
+        args.daemon.daemon_options(Some(args.cache_max_size), gate),
     );
     let service = RunnerService::new(
         Arc::clone(daemon.runner()),
@@ -284,13 +284,13 @@ mod tests {
         assert_eq!(args.address, "@crossplane/fn/default.sock");
         assert_eq!(args.default_timeout, Duration::from_secs(25));
         assert_eq!(args.max_input_bytes, 4 << 20);
-        assert_eq!(args.serving.grace_period, Duration::from_secs(25));
-        assert_eq!(args.serving.max_queued_runs, 1024);
+        assert_eq!(args.daemon.grace_period, Duration::from_secs(25));
+        assert_eq!(args.daemon.max_queued_runs, 1024);
         assert_eq!(
-            args.serving.max_queued_bytes,
+            args.daemon.max_queued_bytes,
             crate::grpc::admission::DEFAULT_MAX_QUEUED_BYTES
         );
-        assert_eq!(args.serving.max_concurrent_runs, None);
+        assert_eq!(args.daemon.max_concurrent_runs, None);
         // Warm containers on by default, two per CPU, kept 2 minutes idle,
         // started ahead of their calls.
         assert_eq!(

@@ -27,7 +27,6 @@ use serde_json::Value;
 pub mod alpha;
 pub mod claim;
 pub mod files;
-pub mod json;
 pub mod model;
 pub mod names;
 pub mod operation;
@@ -169,7 +168,7 @@ pub enum ComposeError {
     },
     /// Converting a message to or from a function failed.
     #[error(transparent)]
-    Protocol(#[from] json::ProtocolError),
+    Protocol(#[from] crate::proto_json::ProtocolError),
     /// A Function cannot be run as given (no package, a bad pull policy).
     #[error("Function {function:?}: {message}")]
     FunctionInvalid {
@@ -232,7 +231,7 @@ pub enum CallError {
     },
     /// Its request or response could not be converted.
     #[error(transparent)]
-    Protocol(#[from] json::ProtocolError),
+    Protocol(#[from] crate::proto_json::ProtocolError),
     /// Its step's pull policy is not one xfn knows.
     #[error(transparent)]
     PullPolicy(#[from] crate::image::UnknownPullPolicy),

@@ -83,14 +83,14 @@ fn record_requirements(
         .chain(&requirements.resources)
         .collect();
     for selector in resources.values() {
-        let json = super::json::to_json("ResourceSelector", *selector)?;
+        let json = crate::proto_json::to_json("ResourceSelector", *selector)?;
         if !outcome.required_resources.contains(&json) {
             outcome.required_resources.push(json);
         }
     }
     let schemas: BTreeMap<_, _> = requirements.schemas.iter().collect();
     for selector in schemas.values() {
-        let json = super::json::to_json("SchemaSelector", *selector)?;
+        let json = crate::proto_json::to_json("SchemaSelector", *selector)?;
         if !outcome.required_schemas.contains(&json) {
             outcome.required_schemas.push(json);
         }

@@ -1,4 +1,4 @@
-//! A daemon: one runner behind the serving layer, as `xfn start` and `xfn
+//! A daemon: one runner behind the gRPC layer, as `xfn start` and `xfn
 //! adapt` both are. A front end brings its listener and its gRPC service;
 //! the daemon brings everything they share, in one place:
 //!
@@ -47,7 +47,7 @@ pub enum DaemonError {
     Serve(#[from] ServeError),
 }
 
-/// How a daemon serves: the serving layer's bounds and where its metrics go.
+/// How a daemon serves: the gRPC layer's bounds and where its metrics go.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     /// Run slots and queue caps.
@@ -65,7 +65,7 @@ pub struct DaemonOptions {
     pub cache_max_bytes: Option<u64>,
     /// The gatekeeper's counters, when callers come through one (Unix
     /// sockets).
-    pub gate: Option<crate::server::gate::GateCounters>,
+    pub gate: Option<super::refusals::RefusalCounters>,
 }
 
 /// A runner, its admission and its metrics, ready to serve.

@@ -171,7 +171,7 @@ impl Metrics {
     }
 
     /// Also exports the gatekeeper's refusal counters (read at each scrape).
-    pub fn with_gate(mut self, counters: crate::server::gate::GateCounters) -> Self {
+    pub fn with_gate(mut self, counters: super::refusals::RefusalCounters) -> Self {
         self.registry
             .register_collector(Box::new(GateCollector { counters }));
         self
@@ -270,10 +270,10 @@ fn encode_counters(
 }
 
 /// The gatekeeper's refusals, counted in its own process (see
-/// [`crate::server::gate::GateCounters`]).
+/// [`RefusalCounters`](super::refusals::RefusalCounters)).
 #[derive(Debug)]
 struct GateCollector {
-    counters: crate::server::gate::GateCounters,
+    counters: super::refusals::RefusalCounters,
 }
 
 impl prometheus_client::collector::Collector for GateCollector {

@@ -1,4 +1,4 @@
-//! The serving layer under both gRPC front ends: `xfn start` ([`crate::server`],
+//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::server`],
 //! Crossplane's alpha `ContainerizedFunctionRunnerService` on an abstract
 //! socket behind the gatekeeper) and `xfn adapt` ([`crate::adaptor`], the
 //! v1/v1beta1 `FunctionRunnerService` on TCP). A front end brings its
@@ -25,10 +25,12 @@
 //!           cap where the longest idle connection makes room
 //! deadline  grpc-timeout counted from the request's arrival
 //! calls     one call: admission ─► run under the slot ─► outcome metrics
+//! function_runner  the trait a service runs functions through (and its layers wrap)
 //! admission FIFO run slots, queue caps in calls and bytes, caller deadline
 //! wait      recent run times and the least wait they predict
 //! status    run and admission errors ─► gRPC status; metric labels
 //! metrics   Prometheus registry and the /metrics endpoint
+//! refusals  callers a front end refused, counted across its processes
 //! ```
 //!
 //! # Invariants
@@ -69,11 +71,14 @@ pub mod calls;
 pub mod connections;
 pub mod daemon;
 pub mod deadline;
+pub mod function_runner;
 pub mod listen;
 pub mod metrics;
+pub mod refusals;
 pub mod serve;
 pub mod status;
 pub mod wait;
 
 pub use calls::Calls;
-pub use status::{invalid_request_status, status_of};
+pub use function_runner::FunctionRunner;
+pub use status::status_of;

@@ -7,7 +7,6 @@ use super::admission::AdmissionError;
 use crate::chain::Chain;
 use crate::image::ImageErrorKind;
 use crate::runner::RunError;
-use crate::server::validate::InvalidRequest;
 
 /// The gRPC code of an image error.
 fn image_code(kind: ImageErrorKind) -> Code {
@@ -52,12 +51,6 @@ pub fn status_of(err: &RunError) -> Status {
         | RunError::RunDir { .. } => Code::Internal,
     };
     Status::new(code, Chain(err).to_string())
-}
-
-/// The status of a request refused before it ran (InvalidArgument), with
-/// its chain: the field, then what is wrong with it.
-pub fn invalid_request_status(err: &InvalidRequest) -> Status {
-    Status::invalid_argument(Chain(err).to_string())
 }
 
 /// The status of a call that was not admitted.

@@ -1,6 +1,6 @@
 //! The content-addressed image store under the cache dir: what is on disk,
 //! how it gets there whole, and how it is read back. It never talks to a
-//! registry: [`super::fetch`] resolves and downloads, and hands the store
+//! registry: [`super::pull`] resolves and downloads, and hands the store
 //! verified bytes to publish.
 //!
 //! # Layout

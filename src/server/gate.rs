@@ -40,7 +40,7 @@
 //!   `listen` asks for it), so bursts wait rather than fail;
 //! - refusals are logged at most once per [`REFUSAL_LOG_INTERVAL`] (the line
 //!   says how many were not) and counted by reason in shared memory the
-//!   daemon exports as `xfn_callers_refused_total` ([`GateCounters`]).
+//!   daemon exports as `xfn_callers_refused_total` ([`RefusalCounters`]).
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -53,6 +53,7 @@ use nix::sys::socket::{
 use tokio::io::unix::AsyncFd;
 
 use super::peer::{CallerPolicy, PeerPlace};
+use crate::grpc::refusals::{RefusalCounters, RefusalReason};
 
 /// At most one refusal logged per this long, so a caller retrying in a
 /// loop cannot flood the log; the next line says how many were not logged.
@@ -101,94 +102,11 @@ fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> GateError {
     move |source| GateError::Sys { what, source }
 }
 
-/// The refusal counts, one per reason (see [`GateCounters::refused`]).
-#[derive(Debug, Default)]
-#[repr(C)]
-struct Counts {
-    uid: std::sync::atomic::AtomicU64,
-    container: std::sync::atomic::AtomicU64,
-    credentials: std::sync::atomic::AtomicU64,
-}
-
-/// Counters the gatekeeper adds to and the daemon reads: one page of
-/// memory shared by the two processes (mapped `MAP_SHARED` before the
-/// fork, so both see the same atomics). A channel message per refusal
-/// would cost the flood path a system call; this costs an atomic add.
-#[derive(Debug, Clone)]
-pub struct GateCounters(std::sync::Arc<SharedPage>);
-
-/// The shared mapping of [`Counts`]; unmapped (in this process) on drop.
-#[derive(Debug)]
-struct SharedPage(std::ptr::NonNull<Counts>);
-
-// SAFETY: the mapping holds only atomics, which any thread may access
-// through a shared reference; it stays mapped until the page is dropped.
-unsafe impl Send for SharedPage {}
-// SAFETY: as above.
-unsafe impl Sync for SharedPage {}
-
-impl Drop for SharedPage {
-    fn drop(&mut self) {
-        // SAFETY: the pointer and size are those `mmap` returned and took;
-        // no reference into the page outlives `self`.
-        unsafe {
-            libc::munmap(self.0.as_ptr().cast(), std::mem::size_of::<Counts>());
-        }
-    }
-}
-
-impl GateCounters {
-    fn new() -> Result<Self, GateError> {
-        // SAFETY: an anonymous shared mapping of a fresh page: no file, no
-        // address hint; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                std::mem::size_of::<Counts>(),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(GateError::Sys {
-                what: "map the refusal counters",
-                source: nix::Error::last(),
-            });
-        }
-        // A fresh anonymous mapping is zero-filled and page-aligned: valid
-        // (zeroed) atomics.
-        let page = std::ptr::NonNull::new(ptr.cast::<Counts>()).ok_or(GateError::Sys {
-            what: "map the refusal counters",
-            source: nix::Error::EINVAL,
-        })?;
-        Ok(Self(std::sync::Arc::new(SharedPage(page))))
-    }
-
-    fn counts(&self) -> &Counts {
-        // SAFETY: the page is mapped and initialised for as long as `self`
-        // (which holds it) lives; only atomics are accessed through it.
-        unsafe { self.0 .0.as_ref() }
-    }
-
-    /// Refusals so far, by reason label.
-    pub fn refused(&self) -> [(&'static str, u64); 3] {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = self.counts();
-        [
-            ("uid", c.uid.load(Relaxed)),
-            ("container", c.container.load(Relaxed)),
-            ("credentials", c.credentials.load(Relaxed)),
-        ]
-    }
-}
-
 /// The daemon's end of the channel from the gatekeeper.
 #[derive(Debug)]
 pub struct GateReceiver {
     channel: OwnedFd,
-    counters: GateCounters,
+    counters: RefusalCounters,
 }
 
 /// The connected pair: (gatekeeper's end, daemon's end).
@@ -206,7 +124,7 @@ fn channel() -> Result<(OwnedFd, GateReceiver), GateError> {
         gate,
         GateReceiver {
             channel: daemon,
-            counters: GateCounters::new()?,
+            counters: RefusalCounters::new().map_err(sys("map the refusal counters"))?,
         },
     ))
 }
@@ -336,15 +254,12 @@ fn judge(stream: &UnixStream, policy: &CallerPolicy) -> Result<u32, Refusal> {
 }
 
 /// Counts `refusal` and logs it unless one was logged lately.
-fn refuse(refusal: Refusal, refusals: &std::sync::Mutex<Refusals>, counters: &GateCounters) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let counts = counters.counts();
-    let counter = match &refusal {
-        Refusal::Credentials(_) => &counts.credentials,
-        Refusal::Uid { .. } => &counts.uid,
-        Refusal::Container { .. } => &counts.container,
-    };
-    counter.fetch_add(1, Relaxed);
+fn refuse(refusal: Refusal, refusals: &std::sync::Mutex<Refusals>, counters: &RefusalCounters) {
+    counters.add(match &refusal {
+        Refusal::Credentials(_) => RefusalReason::Credentials,
+        Refusal::Uid { .. } => RefusalReason::Uid,
+        Refusal::Container { .. } => RefusalReason::Container,
+    });
     let mut refusals = refusals
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -375,7 +290,7 @@ pub fn run(
     listener: &UnixListener,
     policy: &CallerPolicy,
     daemon: &OwnedFd,
-    counters: &GateCounters,
+    counters: &RefusalCounters,
 ) {
     // Non-blocking: each wake-up takes every waiting caller (see the
     // module's "Under a flood"). Without it, one per wake-up.
@@ -397,7 +312,7 @@ fn accept_loop(
     listener: &UnixListener,
     policy: &CallerPolicy,
     daemon: &OwnedFd,
-    counters: &GateCounters,
+    counters: &RefusalCounters,
     refusals: &std::sync::Mutex<Refusals>,
     drains: bool,
 ) {
@@ -498,11 +413,11 @@ fn receive(channel: &OwnedFd) -> std::io::Result<Option<(UnixStream, u32)>> {
 
 impl GateReceiver {
     /// The gatekeeper's refusal counters (for the metrics).
-    pub fn counters(&self) -> GateCounters {
+    pub fn counters(&self) -> RefusalCounters {
         self.counters.clone()
     }
 
-    /// The connections the gatekeeper hands over, for the serving layer.
+    /// The connections the gatekeeper hands over, for the gRPC layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
     pub fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {

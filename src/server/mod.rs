@@ -1,19 +1,17 @@
 //! `xfn start`'s front end: the alpha runner service Crossplane's sidecar
 //! protocol speaks, and who may call it. Admission, deadlines, draining,
-//! metrics and status mapping are the serving layer's ([`crate::grpc`]).
+//! metrics and status mapping are the gRPC layer's ([`crate::grpc`]).
 //!
 //! The pieces, in the order a call meets them:
 //!
 //! ```text
-//! listen (serving: unix abstract/path or tcp, bound before the user namespace)
+//! listen (grpc: unix abstract/path or tcp, bound before the user namespace)
 //!   ─► gate (a process outside the namespace: accept, SO_PEERCRED uid policy, hand over)
-//!   ─► service (validate ─► serving::Calls: admission ─► FunctionRunner ─► status_of)
+//!   ─► service (validate ─► grpc::Calls: admission ─► FunctionRunner ─► status_of)
 //! ```
-pub mod function_runner;
 pub mod gate;
 pub mod peer;
 pub mod service;
 pub mod validate;
 
-pub use function_runner::FunctionRunner;
 pub use service::{RunnerService, ServiceOptions};

@@ -1,16 +1,16 @@
 //! The `ContainerizedFunctionRunnerService` implementation: validate, then
-//! hand the call to the serving layer (admission, deadline, drain, metrics)
+//! hand the call to the gRPC layer (admission, deadline, drain, metrics)
 //! to run the image under.
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::validate::checked;
-use super::FunctionRunner;
+use super::validate::{checked, InvalidRequest};
+use crate::chain::Chain;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
 use crate::grpc::serve::Services;
-use crate::grpc::{invalid_request_status, status_of, Calls};
+use crate::grpc::{status_of, Calls, FunctionRunner};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
@@ -32,6 +32,12 @@ impl Default for ServiceOptions {
             max_input_bytes: 4 << 20,
         }
     }
+}
+
+/// The status of a request refused before it ran (InvalidArgument), with
+/// its chain: the field, then what is wrong with it.
+pub(super) fn invalid_request_status(err: &InvalidRequest) -> Status {
+    Status::invalid_argument(Chain(err).to_string())
 }
 
 /// Room for the protobuf framing around an input at the size limit, so an
@@ -61,7 +67,7 @@ impl<R: FunctionRunner> RunnerService<R> {
         }
     }
 
-    /// The service as the serving layer serves it, with its message limits.
+    /// The service as the gRPC layer serves it, with its message limits.
     pub fn into_services(self) -> Services {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);
         Services::new().with_service(

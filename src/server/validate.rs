@@ -17,7 +17,7 @@ pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
 ];
 
 /// Why a request is refused before it runs; each becomes InvalidArgument
-/// (`grpc::status::invalid_request_status`).
+/// (`super::service::invalid_request_status`).
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidRequest {
     /// No image.
@@ -601,7 +601,7 @@ mod tests {
                 "{text}"
             );
             assert_eq!(
-                crate::grpc::status::invalid_request_status(&err).code(),
+                crate::server::service::invalid_request_status(&err).code(),
                 tonic::Code::InvalidArgument
             );
         }

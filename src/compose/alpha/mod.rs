@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::json::ProtocolError;
 use super::model::AlphaFunction;
 use super::value::get;
 use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
+use crate::proto_json::ProtocolError;
 
 pub mod container;
 pub mod function_io;

@@ -55,25 +55,25 @@ pub struct Docker {
     /// Egress (any `runtime-docker-network` but `none`).
     pub(super) host_network: bool,
     /// The running server, once started.
-    pub(super) serving: tokio::sync::OnceCell<Serving>,
+    pub(super) started: tokio::sync::OnceCell<StartedServer>,
 }
 
 /// A started server and the channel to it.
 #[derive(Debug)]
-pub(super) struct Serving {
+pub(super) struct StartedServer {
     channel: Channel,
     /// Taken by [`FunctionCaller::stop`].
     server: Mutex<Option<ServedFunction>>,
 }
 
 impl Docker {
-    async fn serving(&self) -> Result<&Serving, ComposeError> {
-        self.serving.get_or_try_init(|| self.start_server()).await
+    async fn started(&self) -> Result<&StartedServer, ComposeError> {
+        self.started.get_or_try_init(|| self.start_server()).await
     }
 
-    async fn start_server(&self) -> Result<Serving, ComposeError> {
+    async fn start_server(&self) -> Result<StartedServer, ComposeError> {
         let started = Instant::now();
-        let (server, address) = serve_function(&ServerSpec {
+        let (server, address) = start_function_server(&FunctionServerSpec {
             function: &self.function,
             runner: &self.runner,
             image: &self.image,
@@ -100,7 +100,7 @@ impl Docker {
             elapsed = ?started.elapsed(),
             "function server started"
         );
-        Ok(Serving {
+        Ok(StartedServer {
             channel,
             server: Mutex::new(Some(server)),
         })
@@ -108,7 +108,7 @@ impl Docker {
 }
 
 /// What a function server is started from.
-pub struct ServerSpec<'a> {
+pub struct FunctionServerSpec<'a> {
     /// The Function's name, for errors.
     pub function: &'a str,
     /// The in-process runner.
@@ -127,8 +127,8 @@ pub struct ServerSpec<'a> {
 /// until it listens; returns it and the address it listens on (inside its
 /// namespace). A server that exits or never listens is named with the
 /// tail of its output.
-pub async fn serve_function(
-    spec: &ServerSpec<'_>,
+pub async fn start_function_server(
+    spec: &FunctionServerSpec<'_>,
 ) -> Result<(ServedFunction, SocketAddr), ComposeError> {
     let failed = |source: StartError| ComposeError::FunctionStart {
         function: spec.function.to_string(),
@@ -189,17 +189,17 @@ pub async fn serve_function(
 #[async_trait::async_trait(?Send)]
 impl FunctionCaller for Docker {
     async fn start(&self) -> Result<(), ComposeError> {
-        self.serving().await.map(|_| ())
+        self.started().await.map(|_| ())
     }
 
     async fn run_function(
         &self,
         request: v1::RunFunctionRequest,
     ) -> Result<v1::RunFunctionResponse, ComposeError> {
-        let serving = self.serving().await?;
-        let result = super::grpc::run_function(serving.channel.clone(), &self.image, request).await;
+        let started = self.started().await?;
+        let result = super::grpc::run_function(started.channel.clone(), &self.image, request).await;
         // A server that died answers "connection refused"; say why it died.
-        let exited = match serving.server.lock() {
+        let exited = match started.server.lock() {
             Ok(mut server) if result.is_err() => server.as_mut().and_then(|s| s.exited()),
             _ => None,
         };
@@ -213,10 +213,10 @@ impl FunctionCaller for Docker {
     }
 
     async fn stop(&self) {
-        let Some(serving) = self.serving.get() else {
+        let Some(started) = self.started.get() else {
             return;
         };
-        let server = serving.server.lock().ok().and_then(|mut s| s.take());
+        let server = started.server.lock().ok().and_then(|mut s| s.take());
         if let Some(server) = server {
             server.stop().await;
         }

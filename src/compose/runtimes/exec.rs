@@ -3,10 +3,10 @@
 //! first step, in the runner's warm pool.
 use std::sync::Arc;
 
-use crate::compose::json::{request_to_json, response_from_json};
 use crate::compose::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
 use crate::proto::v1;
+use crate::proto_json::{request_to_json, response_from_json};
 use crate::runner::{RunConfig, Runner};
 
 /// One container run per call (`Exec` runtime): the JSON RunFunctionRequest

@@ -4,9 +4,9 @@ use prost::Message;
 use tonic::transport::Channel;
 
 use super::{grpc_error, MAX_MESSAGE_BYTES};
-use crate::compose::json::ProtocolError;
 use crate::compose::ComposeError;
 use crate::proto::{v1, v1beta1};
+use crate::proto_json::ProtocolError;
 
 /// Runs the function served on `channel`; `target` names it in errors.
 pub(super) async fn run_function(

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::docker::{serve_function, ServerSpec};
+use super::docker::{start_function_server, FunctionServerSpec};
 use crate::compose::model::Function;
 use crate::compose::v1::FunctionCaller;
 use crate::compose::{ComposeError, StartError};
@@ -378,7 +378,7 @@ pub async fn keep(
     env: &[String],
     host_network: bool,
 ) -> Result<(), ComposeError> {
-    let (mut server, address) = serve_function(&ServerSpec {
+    let (mut server, address) = start_function_server(&FunctionServerSpec {
         function: &info.function,
         runner,
         image: &info.image,

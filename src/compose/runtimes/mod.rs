@@ -137,7 +137,7 @@ pub fn caller_for(
                 config,
                 env: function.env.clone(),
                 host_network: function.host_network,
-                serving: tokio::sync::OnceCell::new(),
+                started: tokio::sync::OnceCell::new(),
             }))
         }
     }

@@ -1,8 +1,10 @@
 //! The protobuf JSON mapping of v1 function messages, for functions that
 //! read a `RunFunctionRequest` on stdin and write a `RunFunctionResponse` on
-//! stdout (the Exec runtime). Done reflectively over xfn's own descriptor set,
-//! so the mapping is the standard one (camelCase names, enum names, Struct as
-//! plain JSON, bytes as base64).
+//! stdout (render's Exec runtime and the adaptor). Done reflectively over
+//! xfn's own descriptor set, so the mapping is the standard one (camelCase
+//! names, enum names, Struct as plain JSON, bytes as base64). It sits
+//! beside [`crate::proto`], below both its users, so neither front end
+//! imports the other.
 use std::sync::{Arc, LazyLock};
 
 use prost::Message;
@@ -12,7 +14,7 @@ use crate::proto::v1 as pb;
 
 /// Why a message to or from a function could not be converted.
 #[derive(Debug, thiserror::Error)]
-pub enum ProtocolError {
+pub(crate) enum ProtocolError {
     /// xfn's own descriptor set does not decode (a build defect).
     #[error("xfn's protobuf descriptor set does not decode")]
     Descriptors(#[source] Arc<prost_reflect::DescriptorError>),
@@ -83,14 +85,14 @@ fn descriptor(name: &str) -> Result<MessageDescriptor, ProtocolError> {
 }
 
 /// A `RunFunctionRequest` as protobuf JSON.
-pub fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ProtocolError> {
+pub(crate) fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ProtocolError> {
     let what = "RunFunctionRequest";
     let dynamic = dynamic(what, request)?;
     serde_json::to_vec(&dynamic).map_err(|source| ProtocolError::ToJson { what, source })
 }
 
 /// The v1 message `name` (`ResourceSelector`, …) as a protobuf JSON value.
-pub fn to_json(
+pub(crate) fn to_json(
     name: &'static str,
     message: &impl Message,
 ) -> Result<serde_json::Value, ProtocolError> {
@@ -107,7 +109,7 @@ fn dynamic(name: &'static str, message: &impl Message) -> Result<DynamicMessage,
 /// A `RunFunctionResponse` from protobuf JSON. Unknown fields are ignored so
 /// functions built against newer protocol versions still work. Its nesting
 /// is bounded first ([`crate::nesting`]), as every input's.
-pub fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ProtocolError> {
+pub(crate) fn response_from_json(json: &[u8]) -> Result<pb::RunFunctionResponse, ProtocolError> {
     let what = "RunFunctionResponse";
     crate::nesting::check(json).map_err(|source| ProtocolError::OutOfBounds { what, source })?;
     let desc = descriptor("apiextensions.fn.proto.v1.RunFunctionResponse")?;

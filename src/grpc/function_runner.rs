@@ -1,5 +1,8 @@
-//! The seam between the gRPC service and the run engine, so the service's
-//! admission, deadline and status logic can be unit-tested with a fake.
+//! The seam between a daemon's gRPC service and the run engine: both
+//! daemons call through it, so a service's admission, deadline and status
+//! logic can be unit-tested with a fake, and layers (the adaptor's response
+//! cache) wrap the engine as Crossplane's `internal/xfn` wraps its
+//! `FunctionRunner`.
 use crate::runner::{RunConfig, RunError, RunOutput, Runner};
 
 /// Something that runs one function image once.
@@ -13,6 +16,13 @@ pub trait FunctionRunner: Send + Sync + 'static {
         input: &[u8],
         config: &RunConfig,
     ) -> Result<RunOutput, RunError>;
+
+    /// An answer this runner already holds for `image` and `input`, given
+    /// without a run (so a caller may ask before it waits for a run slot):
+    /// a cache layer's hit. The engine itself holds none.
+    fn held(&self, _image: &str, _input: &[u8]) -> Option<RunOutput> {
+        None
+    }
 
     /// Whether CPU/memory/pids limits are really enforced (cgroup v2
     /// delegation) — exported as the `xfn_limits_enforced` gauge.

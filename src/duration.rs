@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// Parses a Go duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration; use e.g. 30s, 1m, 1m30s, 500ms");
     let mut rest = text.trim();
     if rest.is_empty() {

@@ -39,12 +39,12 @@ static FORK_LOCK: RwLock<()> = RwLock::new(());
 /// Held while a file that may be executed is open for writing: no child is
 /// spawned meanwhile. Drop it after the file's last descriptor is closed.
 #[derive(Debug)]
-pub struct WritingExecutable {
+pub(crate) struct WritingExecutable {
     _shared: RwLockReadGuard<'static, ()>,
 }
 
 /// Takes the fork lock shared, for writing a file that may be executed.
-pub fn writing_executable() -> WritingExecutable {
+pub(crate) fn writing_executable() -> WritingExecutable {
     WritingExecutable {
         // Poisoned only by a panic while it was held; the lock guards no
         // data, so it is as good as ever.
@@ -57,14 +57,14 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
 }
 
 /// `command.spawn()`, with no executable open for writing in this process.
-pub fn spawn(command: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+pub(crate) fn spawn(command: &mut std::process::Command) -> std::io::Result<std::process::Child> {
     let _exclusive = exclusive();
     command.spawn()
 }
 
 /// [`spawn`] for tokio's `Command`, whose `spawn` is std's underneath (it
 /// returns once the child has exec'd, and never awaits).
-pub fn spawn_async(
+pub(crate) fn spawn_async(
     command: &mut tokio::process::Command,
 ) -> std::io::Result<tokio::process::Child> {
     let _exclusive = exclusive();
@@ -80,7 +80,7 @@ pub fn spawn_async(
 /// the filesystem context, so it may enter namespaces (`setns` of a user
 /// namespace wants a caller alone in its thread group and its `fs`). The
 /// lock is held until it is gone, as it holds copies of every descriptor.
-pub fn run_forked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
+pub(crate) fn run_forked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32> {
     use nix::sys::wait::{waitpid, WaitStatus};
     let pid = nix::unistd::Pid::from_raw(clone_vforked(child)?);
     loop {
@@ -129,20 +129,22 @@ pub(crate) fn clone_vforked<F: FnOnce() -> i32>(child: F) -> std::io::Result<i32
 }
 
 /// `command.status()` through [`spawn`] (stdio inherited unless set).
-pub fn status(command: &mut std::process::Command) -> std::io::Result<std::process::ExitStatus> {
+pub(crate) fn status(
+    command: &mut std::process::Command,
+) -> std::io::Result<std::process::ExitStatus> {
     spawn(command)?.wait()
 }
 
 /// `command.output()` through [`spawn`]: stdout and stderr captured, stdin
 /// from /dev/null unless set.
-pub fn output(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
+pub(crate) fn output(command: &mut std::process::Command) -> std::io::Result<std::process::Output> {
     use std::process::Stdio;
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     spawn(command)?.wait_with_output()
 }
 
 /// [`output`] for tokio's `Command`.
-pub async fn output_async(
+pub(crate) async fn output_async(
     command: &mut tokio::process::Command,
 ) -> std::io::Result<std::process::Output> {
     use std::process::Stdio;

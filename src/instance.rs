@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex};
 use nix::fcntl::{Flock, FlockArg};
 
 /// The directory under the cache root holding one lock file per instance.
-pub const INSTANCES_DIR: &str = "instances";
+pub(crate) const INSTANCES_DIR: &str = "instances";
 
 /// Errors of claiming an instance id.
 #[derive(Debug, thiserror::Error)]
-pub enum InstanceError {
+pub(crate) enum InstanceError {
     /// The instances directory or a lock file could not be made or locked.
     #[error("cannot claim an instance id under {path}")]
     Io {
@@ -103,7 +103,7 @@ impl Instance {
 /// The instance of this process in the cache at `root`, claimed on first
 /// use and kept for the life of the process. Claiming also removes the
 /// lock files of dead instances (their work is then dead by absence).
-pub fn of_cache(root: &Path) -> Result<Arc<Instance>, InstanceError> {
+pub(crate) fn of_cache(root: &Path) -> Result<Arc<Instance>, InstanceError> {
     static CLAIMED: Mutex<Option<HashMap<PathBuf, Arc<Instance>>>> = Mutex::new(None);
     let key = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
     let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());

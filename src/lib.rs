@@ -34,6 +34,7 @@
 //! compiler reports one nothing uses, and `missing_docs` holds for all
 //! that is public.
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
 // The public surface: what an embedding program and xfn's integration tests
 // use. Everything else is the crate's own (`mod`, not `pub mod`), so a

@@ -37,7 +37,7 @@ use libyaml_rs as sys;
 /// messages nested past 100, which a Struct reaches at 34 levels of its
 /// JSON (measured), so a v1 function never sees anything deeper than that
 /// anyway; yaml_serde's own recursion limit is 128.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Tokens (or events) read between two looks at whether the caller is
 /// still there.
@@ -45,7 +45,7 @@ const TOKENS_PER_LOOK: u32 = 4096;
 
 /// Why an input was refused before it was parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NestingError {
+pub(crate) enum NestingError {
     /// Deeper than the bound.
     #[error(
         "nested more than {limit} levels deep (at line {line}, column {column}); refused before parsing"
@@ -107,12 +107,12 @@ pub enum NestingError {
 /// this check's: where libyaml stops, the check stops, and the parser that
 /// runs next reports the error. Every YAML or JSON any caller, file or
 /// function gives xfn passes here before a parser reads it.
-pub fn check(input: &[u8]) -> Result<(), NestingError> {
+pub(crate) fn check(input: &[u8]) -> Result<(), NestingError> {
     check_until(input, &AtomicBool::new(false))
 }
 
 /// [`check`], stopping with [`NestingError::Abandoned`] once `stop` is set.
-pub fn check_until(input: &[u8], stop: &AtomicBool) -> Result<(), NestingError> {
+pub(crate) fn check_until(input: &[u8], stop: &AtomicBool) -> Result<(), NestingError> {
     let scanned = check_depth_until(input, MAX_DEPTH, stop)?;
     if scanned.aliases {
         aliases::check_until(input, stop)?;
@@ -371,11 +371,11 @@ pub(crate) mod bombs {
 /// Set when the future of [`off_thread`] is dropped: the work on the
 /// blocking thread looks at it and stops.
 #[derive(Debug, Clone, Default)]
-pub struct Abandoned(Arc<AtomicBool>);
+pub(crate) struct Abandoned(Arc<AtomicBool>);
 
 impl Abandoned {
     /// The flag, for [`check_until`].
-    pub fn flag(&self) -> &AtomicBool {
+    pub(crate) fn flag(&self) -> &AtomicBool {
         &self.0
     }
 }
@@ -395,7 +395,7 @@ impl Drop for RaiseOnDrop {
 /// once would take more than the 2 GiB a sidecar is given. Within this
 /// budget (about 700 MiB of parser memory) parsing waits its turn; calls
 /// with small inputs, Crossplane's kind, hardly ever wait.
-pub const PARSE_BUDGET_BYTES: usize = 8 << 20;
+pub(crate) const PARSE_BUDGET_BYTES: usize = 8 << 20;
 
 /// One permit per KiB of [`PARSE_BUDGET_BYTES`].
 const PERMIT_BYTES: usize = 1 << 10;
@@ -422,7 +422,7 @@ fn permits_for(bytes: usize) -> u32 {
 /// nothing; while `work` runs, it raises the flag `work` is given, which
 /// [`check_until`] obeys, and what runs after the check is bounded
 /// by it. `None` when `work` panicked.
-pub async fn off_thread<T, F>(bytes: usize, work: F) -> Option<T>
+pub(crate) async fn off_thread<T, F>(bytes: usize, work: F) -> Option<T>
 where
     T: Send + 'static,
     F: FnOnce(&Abandoned) -> T + Send + 'static,

@@ -60,7 +60,7 @@ static UNDER_INIT: AtomicBool = AtomicBool::new(false);
 /// When this process is PID 1, forks: returns in the child (xfn goes on),
 /// while the parent becomes the init and never returns. Otherwise returns
 /// at once. Must be called before any thread is started.
-pub fn init_if_pid1() {
+pub(crate) fn init_if_pid1() {
     if getpid().as_raw() != 1 {
         return;
     }
@@ -74,7 +74,7 @@ pub fn init_if_pid1() {
 }
 
 /// Whether xfn runs under an init of this module ([`init_if_pid1`]).
-pub fn under_init() -> bool {
+pub(crate) fn under_init() -> bool {
     UNDER_INIT.load(Ordering::SeqCst)
 }
 
@@ -85,7 +85,7 @@ pub fn under_init() -> bool {
 /// keeps only stdin, stdout and stderr open: a listening socket xfn closes
 /// to stop taking callers must not stay open in it. Must be called while
 /// the process has a single thread.
-pub fn fork_under_supervisor() -> nix::Result<()> {
+pub(crate) fn fork_under_supervisor() -> nix::Result<()> {
     let mut handled = SigSet::empty();
     for signal in FORWARDED {
         handled.add(signal);

@@ -36,7 +36,7 @@
 /// before it gives its file pages back again: longer than the gap between
 /// a busy caller's calls, short enough that a sidecar idle between
 /// reconciles (Crossplane polls every minute) holds only what idling needs.
-pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A release that gives back less than this finds the process settled:
 /// what idling itself runs (the warm pool's clock each second, timers)
@@ -48,7 +48,7 @@ const SETTLED_KB: u64 = 4096;
 /// Decides, looked at once per [`IDLE_AFTER`], when a process that serves
 /// work is idle enough to release its file pages again.
 #[derive(Debug, Default)]
-pub struct IdleWatch {
+pub(crate) struct IdleWatch {
     /// Work begun as of the last look.
     seen: u64,
     /// Work begun as of the release that found the process settled.
@@ -62,14 +62,14 @@ impl IdleWatch {
     /// ([`IdleWatch::released`]): work that trails the calls (a warm
     /// container's teardown, its replacement's creation) brings code back
     /// after the first idle release, and the next looks take it.
-    pub fn due(&mut self, begun: u64, busy: bool) -> bool {
+    pub(crate) fn due(&mut self, begun: u64, busy: bool) -> bool {
         let quiet = !busy && begun == self.seen;
         self.seen = begun;
         quiet && self.settled_at != Some(begun)
     }
 
     /// What the release [`IdleWatch::due`] asked for gave back, in kB.
-    pub fn released(&mut self, kb: u64) {
+    pub(crate) fn released(&mut self, kb: u64) {
         if kb < SETTLED_KB {
             self.settled_at = Some(self.seen);
         }
@@ -79,7 +79,7 @@ impl IdleWatch {
 /// Releases this process's file pages whenever `activity` (work begun so
 /// far, whether any is in flight) shows it idle for [`IDLE_AFTER`]; runs
 /// until dropped.
-pub async fn release_when_idle(activity: impl Fn() -> (u64, bool)) {
+pub(crate) async fn release_when_idle(activity: impl Fn() -> (u64, bool)) {
     let mut watch = IdleWatch::default();
     let mut looks = tokio::time::interval(IDLE_AFTER);
     looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -110,7 +110,7 @@ fn trim_heap() {
 /// Drops this process's resident pages of read-only, file-backed mappings
 /// without private pages (see the module doc); returns the kB released.
 /// Harmless to call at any time, from any thread.
-pub fn release_file_pages() -> u64 {
+pub(crate) fn release_file_pages() -> u64 {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return 0;
     };

@@ -16,10 +16,10 @@
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
-pub mod cache;
-pub mod service;
-pub mod transport;
-pub mod wrap;
+pub(crate) mod cache;
+pub(crate) mod service;
+pub(crate) mod transport;
+pub(crate) mod wrap;
 
 use std::sync::Arc;
 
@@ -35,7 +35,7 @@ use cache::CachedRunner;
 
 /// Errors of setting the adaptor up.
 #[derive(Debug, thiserror::Error)]
-pub enum AdaptorError {
+pub(crate) enum AdaptorError {
     /// The TLS files could not be read.
     #[error("cannot read {path}")]
     TlsFile {
@@ -48,7 +48,7 @@ pub enum AdaptorError {
 
 /// How the adaptor runs calls.
 #[derive(Debug, Clone)]
-pub struct AdaptorOptions {
+pub(crate) struct AdaptorOptions {
     /// How errors name the function: the image reference, or the file it
     /// was loaded from.
     pub name: String,
@@ -59,7 +59,7 @@ pub struct AdaptorOptions {
 }
 
 /// The adaptor for one image (share it in an `Arc`).
-pub struct Adaptor {
+pub(crate) struct Adaptor {
     /// The engine, behind the response cache when there is one.
     runner: Arc<dyn FunctionRunner>,
     image: String,
@@ -80,7 +80,7 @@ impl Adaptor {
     /// An adaptor running `image` (already in the runner's store) per call
     /// on `runner` (wrapped in the response cache the options ask for),
     /// its calls going through `calls`.
-    pub fn new(
+    pub(crate) fn new(
         runner: Arc<dyn FunctionRunner>,
         image: String,
         options: AdaptorOptions,
@@ -103,7 +103,7 @@ impl Adaptor {
 
     /// Answers one call due by `deadline`: from the cache, or by running the
     /// container.
-    pub async fn run_function(
+    pub(crate) async fn run_function(
         &self,
         request: pb::RunFunctionRequest,
         deadline: Option<tokio::time::Instant>,

@@ -12,11 +12,11 @@ use crate::proto::{v1, v1beta1};
 
 /// The v1 service over an [`Adaptor`].
 #[derive(Debug, Clone)]
-pub struct V1Service(pub Arc<Adaptor>);
+pub(crate) struct V1Service(pub Arc<Adaptor>);
 
 /// The v1beta1 service over an [`Adaptor`].
 #[derive(Debug, Clone)]
-pub struct V1beta1Service(pub Arc<Adaptor>);
+pub(crate) struct V1beta1Service(pub Arc<Adaptor>);
 
 #[async_trait::async_trait]
 impl v1::function_runner_service_server::FunctionRunnerService for V1Service {

@@ -14,7 +14,7 @@ use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerService
 
 /// Transport security.
 #[derive(Debug, Clone)]
-pub enum Security {
+pub(crate) enum Security {
     /// mTLS: server identity and the CA that signs client certificates.
     MutualTls(ServerTlsConfig),
     /// Plaintext (`--insecure`).
@@ -29,7 +29,7 @@ fn read(dir: &Path, name: &str) -> Result<Vec<u8>, AdaptorError> {
 /// mTLS from `dir` (`tls.crt`, `tls.key`, `ca.crt`, the layout Crossplane
 /// mounts): clients must present a certificate the CA signed. rustls speaks
 /// TLS 1.2 and 1.3 only.
-pub fn mutual_tls(dir: &Path) -> Result<Security, AdaptorError> {
+pub(crate) fn mutual_tls(dir: &Path) -> Result<Security, AdaptorError> {
     let identity = Identity::from_pem(read(dir, "tls.crt")?, read(dir, "tls.key")?);
     let config = ServerTlsConfig::new()
         .identity(identity)
@@ -40,7 +40,7 @@ pub fn mutual_tls(dir: &Path) -> Result<Security, AdaptorError> {
 
 /// v1 and v1beta1 over `adaptor`, refusing requests over
 /// `max_recv_message_size` bytes, under `security`.
-pub fn services(
+pub(crate) fn services(
     adaptor: Arc<Adaptor>,
     max_recv_message_size: usize,
     security: Security,

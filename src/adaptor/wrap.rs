@@ -28,9 +28,9 @@ use crate::image::reference::{ImageReference, ReferenceError};
 use crate::image::RegistryAuth;
 
 /// Where the function tarball goes in the image.
-pub const FUNCTION_PATH: &str = "/function.tar";
+pub(crate) const FUNCTION_PATH: &str = "/function.tar";
 /// The layer annotation Crossplane's package manager looks for.
-pub const XPKG_ANNOTATION: &str = "io.crossplane.xpkg";
+pub(crate) const XPKG_ANNOTATION: &str = "io.crossplane.xpkg";
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -38,7 +38,7 @@ const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 /// Errors of wrapping.
 #[derive(Debug, thiserror::Error)]
-pub enum WrapError {
+pub(crate) enum WrapError {
     /// A reference does not parse.
     #[error(transparent)]
     Reference(#[from] ReferenceError),
@@ -96,7 +96,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WrapError + '_ {
 
 /// What to build.
 #[derive(Debug, Clone)]
-pub struct WrapSpec {
+pub(crate) struct WrapSpec {
     /// The function image tarball (`docker save` output).
     pub function: PathBuf,
     /// The base image reference.
@@ -123,7 +123,7 @@ pub struct WrapSpec {
 
 /// Where the result goes.
 #[derive(Debug, Clone)]
-pub enum WrapOutput {
+pub(crate) enum WrapOutput {
     /// Pushed as `WrapSpec::tag`.
     Push,
     /// An OCI image layout in a tar file.
@@ -176,13 +176,13 @@ fn layer(files: &[(&str, u32, &[u8])]) -> Result<Layer, std::io::Error> {
 /// What a Function package may declare it serves (Crossplane uses a
 /// Function for Operations only with `operation`); an adaptor serves any
 /// call, so it declares both unless told otherwise.
-pub const CAPABILITIES: &[&str] = &["composition", "operation"];
+pub(crate) const CAPABILITIES: &[&str] = &["composition", "operation"];
 
 /// The `package.yaml` of a Function package: `base` (a user's
 /// `crossplane.yaml`, checked to be a `meta.pkg.crossplane.io` Function) or
 /// a new `meta.pkg.crossplane.io/v1` one, with `name`, `annotations` and
 /// `capabilities` set over it.
-pub fn package_yaml(
+pub(crate) fn package_yaml(
     base: Option<(&str, Value)>,
     name: &str,
     annotations: &[(String, String)],
@@ -255,7 +255,7 @@ const MAX_INDEX_BYTES: u64 = 4 << 20;
 /// `docker save` archive of exactly one image or an OCI layout in a tar
 /// (gzipped or not), with every file its index names. Reads the tar once,
 /// without unpacking it.
-pub fn check_function_tarball(path: &Path) -> Result<(), WrapError> {
+pub(crate) fn check_function_tarball(path: &Path) -> Result<(), WrapError> {
     let bad = |reason: String| WrapError::BadFunction {
         path: path.to_path_buf(),
         reason,
@@ -404,7 +404,7 @@ fn oci_layer_type(media_type: &str) -> String {
 }
 
 /// Builds the image and pushes it or writes it; returns the manifest digest.
-pub async fn wrap(spec: &WrapSpec, output: &WrapOutput) -> Result<String, WrapError> {
+pub(crate) async fn wrap(spec: &WrapSpec, output: &WrapOutput) -> Result<String, WrapError> {
     // What comes from files is checked before any download or push.
     let target = ImageReference::parse(&spec.tag, &spec.default_registry)?;
     let function_path = spec.function.clone();

@@ -25,7 +25,7 @@ use super::{StoreArgs, UsernsArgs};
 /// Flags of `xfn adapt`.
 #[derive(Debug, Clone, Args)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["image_tarball", "image_layout", "image"])))]
-pub struct AdaptArgs {
+pub(crate) struct AdaptArgs {
     /// The function image as `docker save` wrote it (gzipped or not), or an
     /// OCI layout in a tar.
     #[arg(long)]
@@ -82,7 +82,7 @@ const IMPORTED_REPOSITORY: &str = "adapt.xfn.invalid/function";
 /// Reads the TLS files while xfn still has its own uid (before the user
 /// namespace, where a key readable only by that uid is out of reach), and
 /// refuses to go on with neither TLS nor `--insecure`.
-pub fn prepare(args: &AdaptArgs) -> anyhow::Result<Security> {
+pub(crate) fn prepare(args: &AdaptArgs) -> anyhow::Result<Security> {
     Ok(match (&args.tls_certs_dir, args.insecure) {
         (Some(dir), _) => mutual_tls(dir).context("cannot load the TLS certificates")?,
         (None, true) => {
@@ -96,7 +96,7 @@ pub fn prepare(args: &AdaptArgs) -> anyhow::Result<Security> {
 }
 
 /// Runs `xfn adapt`.
-pub async fn execute(
+pub(crate) async fn execute(
     args: AdaptArgs,
     security: Security,
     namespace: &Namespace,

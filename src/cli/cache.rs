@@ -9,7 +9,7 @@ use super::{parse_size, print_json, ListFormat, StoreArgs};
 
 /// `xfn cache` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum CacheCommand {
+pub(crate) enum CacheCommand {
     /// List cached images: digest, disk held (all, and not shared with
     /// another image), compressed download size.
     Ls(LsArgs),
@@ -24,7 +24,7 @@ pub enum CacheCommand {
 
 /// Flags of `xfn cache ls`.
 #[derive(Debug, Args)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// Cache flags.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -35,7 +35,7 @@ pub struct LsArgs {
 
 /// Flags of `xfn cache rm`.
 #[derive(Debug, Args)]
-pub struct RmArgs {
+pub(crate) struct RmArgs {
     /// Cache flags.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -46,7 +46,7 @@ pub struct RmArgs {
 
 /// Flags of `xfn cache gc`.
 #[derive(Debug, Args)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// Cache flags.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -59,7 +59,7 @@ pub struct GcArgs {
 
 impl CacheCommand {
     /// The cache flags of any subcommand.
-    pub fn store(&self) -> &StoreArgs {
+    pub(crate) fn store(&self) -> &StoreArgs {
         match self {
             CacheCommand::Ls(args) => &args.store,
             CacheCommand::Rm(args) => &args.store,
@@ -69,7 +69,10 @@ impl CacheCommand {
 }
 
 /// Runs `xfn cache`.
-pub async fn execute(command: CacheCommand, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub(crate) async fn execute(
+    command: CacheCommand,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
     let store = command.store().open_store(&global.registry)?;
     match command {
         CacheCommand::Ls(args) => {

@@ -14,7 +14,7 @@ use super::run::parse_duration;
 
 /// Admission, drain and metrics flags.
 #[derive(Debug, Clone, Args)]
-pub struct DaemonArgs {
+pub(crate) struct DaemonArgs {
     /// Runs at once (default: the number of CPUs); later callers wait in
     /// FIFO order, each until its own deadline (grpc-timeout).
     #[arg(long)]
@@ -49,7 +49,7 @@ pub struct DaemonArgs {
 
 impl DaemonArgs {
     /// The admission limits these flags give.
-    pub fn limits(&self) -> AdmissionLimits {
+    pub(crate) fn limits(&self) -> AdmissionLimits {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         AdmissionLimits {
             max_running: self.max_concurrent_runs.unwrap_or(cpus).max(1),
@@ -60,7 +60,7 @@ impl DaemonArgs {
 
     /// The connection bounds these flags give, fitted under the descriptor
     /// limit (raised to its hard limit first).
-    pub fn connection_limits(&self) -> ConnectionLimits {
+    pub(crate) fn connection_limits(&self) -> ConnectionLimits {
         let asked = ConnectionLimits {
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_connection_timeout,
@@ -81,7 +81,7 @@ impl DaemonArgs {
 
     /// The daemon these flags give, with the cache's budget and the
     /// gatekeeper's counters of the front end.
-    pub fn daemon_options(
+    pub(crate) fn daemon_options(
         &self,
         cache_max_bytes: Option<u64>,
         gate: Option<crate::grpc::refusals::RefusalCounters>,

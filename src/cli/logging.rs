@@ -19,7 +19,7 @@ use tracing_subscriber::fmt::FormatFields;
 /// italics on a terminal: the escaping cannot tell a style's ESC from one
 /// that came with a value.
 #[derive(Debug, Default)]
-pub struct EscapedFields;
+pub(crate) struct EscapedFields;
 
 impl<'writer> FormatFields<'writer> for EscapedFields {
     fn format_fields<R: RecordFields>(

@@ -8,22 +8,22 @@ use crate::adaptor::transport::Security;
 use crate::runner::Namespace;
 use clap::{Args, Parser, Subcommand};
 
-pub mod adapt;
-pub mod cache;
-pub mod daemon_flags;
-pub mod logging;
+pub(crate) mod adapt;
+pub(crate) mod cache;
+pub(crate) mod daemon_flags;
+pub(crate) mod logging;
 mod map_flag;
-pub mod pull;
-pub mod render;
-pub mod render_servers;
-pub mod run;
-pub mod start;
-pub mod wrap;
+pub(crate) mod pull;
+pub(crate) mod render;
+pub(crate) mod render_servers;
+pub(crate) mod run;
+pub(crate) mod start;
+pub(crate) mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
 #[derive(Debug, Parser)]
 #[command(name = "xfn", version, about, arg_required_else_help = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Registry for image references that name none.
     #[arg(
         short = 'r',
@@ -48,7 +48,7 @@ pub struct Cli {
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human readable.
     Text,
     /// One JSON object per line.
@@ -58,7 +58,7 @@ pub enum LogFormat {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the runner API for Crossplane (the runner image's command).
     Start(start::StartArgs),
     /// Run one function once.
@@ -82,7 +82,7 @@ pub enum Command {
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum ListFormat {
+pub(crate) enum ListFormat {
     /// Aligned columns for a person.
     #[default]
     Text,
@@ -91,7 +91,7 @@ pub enum ListFormat {
 }
 
 /// Prints `rows` as one JSON array (`--format json`).
-pub fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
+pub(crate) fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut stdout, rows)?;
     std::io::Write::write_all(&mut stdout, b"\n")?;
@@ -100,7 +100,7 @@ pub fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
 
 /// Flags every command that touches the image store shares.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = default_cache_dir())]
     pub cache_dir: PathBuf,
@@ -117,7 +117,7 @@ pub struct StoreArgs {
 
 impl StoreArgs {
     /// The flags that parse back to these (a child xfn's command line).
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let Self {
             cache_dir,
             insecure_registries,
@@ -154,7 +154,7 @@ fn duration_arg(duration: std::time::Duration) -> String {
 /// Bounds on what one pull may take from a registry: hostile or broken
 /// images are refused while they stream, with an error naming the bound.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct PullBoundsArgs {
+pub(crate) struct PullBoundsArgs {
     /// Most bytes one image may unpack to (a quantity: 4Gi, 500Mi, 1G).
     #[arg(long, default_value = "4Gi", value_parser = parse_size)]
     pub max_image_size: u64,
@@ -168,7 +168,7 @@ pub struct PullBoundsArgs {
 
 impl PullBoundsArgs {
     /// The flags that parse back to these.
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let Self {
             max_image_size,
             max_layer_entries,
@@ -184,7 +184,7 @@ impl PullBoundsArgs {
 }
 
 /// A byte size given as a Kubernetes quantity (`2Gi`, `500M`, `1e9`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     crate::quantity::Quantity::parse(text)
         .and_then(|q| q.bytes())
         .map_err(|e| e.to_string())
@@ -192,7 +192,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// A byte count given as a quantity (`4Mi`, `100M`, or plain bytes), for
 /// the caps held in memory as `usize`: every size flag takes the same form.
-pub fn parse_byte_count(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_byte_count(text: &str) -> Result<usize, String> {
     let bytes = parse_size(text)?;
     usize::try_from(bytes).map_err(|_| format!("{text:?}: too large for this machine"))
 }
@@ -201,7 +201,7 @@ pub fn parse_byte_count(text: &str) -> Result<usize, String> {
 /// for root `/var/cache/xfn`, because root maps a 65536-id range whose root
 /// cannot search `/root` (mode 0700); else the user's cache dir, so `xfn run`
 /// works on a laptop without set-up.
-pub fn default_cache_dir() -> PathBuf {
+pub(crate) fn default_cache_dir() -> PathBuf {
     let sidecar = PathBuf::from("/xfn");
     if sidecar.is_dir() {
         return sidecar;
@@ -220,7 +220,7 @@ pub fn default_cache_dir() -> PathBuf {
 
 /// Flags of the run engine, shared by every command that runs functions.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct RunnerArgs {
+pub(crate) struct RunnerArgs {
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
     pub rootfs: crate::runner::RootfsMode,
@@ -252,7 +252,7 @@ pub struct RunnerArgs {
 
 impl RunnerArgs {
     /// The flags that parse back to these.
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let Self {
             rootfs,
             runtime,
@@ -282,7 +282,7 @@ impl RunnerArgs {
 
 /// [`parse_size`] for the sizes of a function's tmpfs mounts: never zero
 /// (a tmpfs of `size=0` is unbounded).
-pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_nonzero_size(text: &str) -> Result<u64, String> {
     match parse_size(text)? {
         0 => Err(format!("{text:?}: a size must be more than zero")),
         bytes => Ok(bytes),
@@ -291,7 +291,7 @@ pub fn parse_nonzero_size(text: &str) -> Result<u64, String> {
 
 impl RunnerArgs {
     /// The runner's options these flags give.
-    pub fn options(&self) -> crate::runner::RunnerOptions {
+    pub(crate) fn options(&self) -> crate::runner::RunnerOptions {
         crate::runner::RunnerOptions {
             runtime: self.runtime.clone(),
             max_output_bytes: self.max_output_bytes,
@@ -310,7 +310,7 @@ impl RunnerArgs {
 /// Flags of the warm containers a daemon keeps ahead of its calls (`xfn
 /// start`, `xfn adapt`): one definition, one set of defaults.
 #[derive(Debug, Clone, Args)]
-pub struct WarmPoolArgs {
+pub(crate) struct WarmPoolArgs {
     /// Most warm containers kept ready ahead of calls, over all images and
     /// settings (default: 2 per CPU); 0 turns them off. Each is made for an
     /// image and settings in recent demand and serves one call.
@@ -329,13 +329,13 @@ pub struct WarmPoolArgs {
 
 impl WarmPoolArgs {
     /// The pool these flags give.
-    pub fn options(&self) -> crate::runner::PoolOptions {
+    pub(crate) fn options(&self) -> crate::runner::PoolOptions {
         self.options_for_at_least(0)
     }
 
     /// The pool these flags give, whose default size holds at least
     /// `containers` (a render's per-call containers, all made ahead).
-    pub fn options_for_at_least(&self, containers: usize) -> crate::runner::PoolOptions {
+    pub(crate) fn options_for_at_least(&self, containers: usize) -> crate::runner::PoolOptions {
         crate::runner::PoolOptions {
             size: self
                 .warm_pool
@@ -348,7 +348,7 @@ impl WarmPoolArgs {
 
 /// Flags of the user namespace xfn enters before anything else.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct UsernsArgs {
+pub(crate) struct UsernsArgs {
     /// The first of the 65536 uids xfn maps when it may map a range
     /// (CAP_SETUID): xfn is that uid, functions the rest. Default: 100000
     /// where those are mapped (a host), else 0 where xfn is 0 and 0..65535
@@ -370,7 +370,7 @@ pub struct UsernsArgs {
 impl UsernsArgs {
     /// The flags that parse back to these. Unset ids stay unset: the child
     /// chooses as the parent would (`userns::choose_start`).
-    pub fn to_args(&self) -> Vec<OsString> {
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
         let Self {
             map_root_uid,
             map_root_gid,
@@ -392,7 +392,7 @@ impl UsernsArgs {
 
 /// `--subids`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SubIds {
+pub(crate) enum SubIds {
     /// Use them where the deployment gives them.
     Auto,
     /// Never.
@@ -412,7 +412,7 @@ impl Default for UsernsArgs {
 /// Flags that hold for every subcommand, after parsing.
 #[derive(Debug, Clone)]
 #[allow(dead_code)] // `registry` is read by the image commands as they land.
-pub struct Global {
+pub(crate) struct Global {
     /// Registry for references that name none.
     pub registry: String,
     /// Debug logging.
@@ -424,7 +424,7 @@ pub struct Global {
 /// Sets up tracing to stderr: `info` (and why h2 reset a stream) by
 /// default, `debug` with `-d`, or whatever `RUST_LOG` says. Text lines
 /// escape what their fields carry (see [`logging`]); JSON escapes by itself.
-pub fn init_logging(global: &Global) {
+pub(crate) fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
     // h2 says at debug level only why it reset a caller's stream or
     // connection (a malformed header, a bad preface): the caller sees
@@ -452,7 +452,7 @@ pub fn init_logging(global: &Global) {
 /// single-threaded, handed over as values: the namespace token its runner
 /// needs, a bound listener, TLS material read with xfn's own uid.
 #[allow(clippy::large_enum_variant)] // one per process, as `Command`
-pub enum Prepared {
+pub(crate) enum Prepared {
     /// `xfn start`: its listener (gatekeeper forked), namespace, and
     /// whether its containers end with it (its PID namespace).
     Start(start::StartArgs, start::Bound, Namespace, bool),
@@ -479,7 +479,7 @@ pub enum Prepared {
 /// Whatever must happen while the process is still single-threaded: entering
 /// the user and mount namespace for the commands that run or unpack images,
 /// and what must be done outside it first.
-pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prepared> {
+pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prepared> {
     Ok(match command {
         Command::Run(args) => run::prepare(args)?,
         Command::Render(args) => {
@@ -537,7 +537,7 @@ pub fn prepare_process(command: Command, global: &Global) -> anyhow::Result<Prep
 
 impl Prepared {
     /// Runs the command (on the async runtime, started after preparing).
-    pub async fn execute(self, global: &Global) -> anyhow::Result<std::process::ExitCode> {
+    pub(crate) async fn execute(self, global: &Global) -> anyhow::Result<std::process::ExitCode> {
         match self {
             Prepared::Start(args, incoming, namespace, in_memory) => {
                 start::execute(args, incoming, &namespace, in_memory, global).await
@@ -565,7 +565,7 @@ impl Prepared {
 /// Enters xfn's user and mount namespace (see `crate::runner::enter_namespace`
 /// for why in-process and how ids are mapped). Once per process,
 /// single-threaded.
-pub fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
+pub(crate) fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
     let options = crate::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
@@ -600,7 +600,7 @@ fn enter_pid_namespace() -> anyhow::Result<bool> {
 /// The `xfn` binary's `main`: as PID 1, fork an init (`crate::pid1`);
 /// parse flags, enter the user namespace while still single-threaded, then
 /// start the async runtime and dispatch.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     // As PID 1 (a container's main process) xfn leaves PID 1 to a tiny init
     // that reaps orphans and forwards signals: see `crate::pid1`. First, while
     // the process has one thread.

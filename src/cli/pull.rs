@@ -16,7 +16,7 @@ use super::StoreArgs;
 
 /// Flags of `xfn pull`.
 #[derive(Debug, Args)]
-pub struct PullArgs {
+pub(crate) struct PullArgs {
     /// Cache and registry flags.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -29,7 +29,7 @@ pub struct PullArgs {
 
 impl StoreArgs {
     /// Store options from the flags and the global default registry.
-    pub fn store_options(&self, default_registry: &str) -> StoreOptions {
+    pub(crate) fn store_options(&self, default_registry: &str) -> StoreOptions {
         StoreOptions {
             default_registry: default_registry.to_string(),
             insecure_registries: self.insecure_registries.clone(),
@@ -41,14 +41,17 @@ impl StoreArgs {
     }
 
     /// Opens the image store these flags name.
-    pub fn open_store(&self, default_registry: &str) -> anyhow::Result<ImageStore> {
+    pub(crate) fn open_store(&self, default_registry: &str) -> anyhow::Result<ImageStore> {
         ImageStore::open(&self.cache_dir, self.store_options(default_registry))
             .with_context(|| format!("opening the image cache {}", self.cache_dir.display()))
     }
 }
 
 /// Credentials for `image` from the docker config (anonymous when none).
-pub fn docker_config_auth(image: &str, default_registry: &str) -> anyhow::Result<RegistryAuth> {
+pub(crate) fn docker_config_auth(
+    image: &str,
+    default_registry: &str,
+) -> anyhow::Result<RegistryAuth> {
     let reference = ImageReference::parse(image, default_registry)?;
     Ok(RegistryAuth::from_docker_config(&reference.registry)?)
 }
@@ -67,7 +70,7 @@ impl PullProgress for Bar {
 }
 
 /// Runs `xfn pull`.
-pub async fn execute(args: PullArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub(crate) async fn execute(args: PullArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let store = args.store.open_store(&global.registry)?;
     let auth = docker_config_auth(&args.image, &global.registry)?;
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -113,7 +116,7 @@ pub async fn execute(args: PullArgs, global: &super::Global) -> anyhow::Result<E
 }
 
 /// `52.1 MB`: decimal units, one decimal.
-pub fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: &[&str] = &["B", "kB", "MB", "GB", "TB"];
     let mut value = bytes as f64;
     let mut unit = 0;

@@ -28,7 +28,7 @@ use super::UsernsArgs;
 
 /// What `xfn render` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// A YAML stream, as `crossplane render`.
     Yaml,
     /// One JSON object a line per XR (or Operation).
@@ -38,7 +38,7 @@ pub enum OutputFormat {
 /// Flags of `xfn render`, as `crossplane composition render`'s and
 /// `crossplane operation render`'s.
 #[derive(Debug, Args)]
-pub struct RenderArgs {
+pub(crate) struct RenderArgs {
     /// The composite resource (XR), a YAML file (several XRs as documents
     /// of one file render each in turn); or an Operation, CronOperation or
     /// WatchOperation (then the next argument is FUNCTIONS).
@@ -168,7 +168,7 @@ pub struct RenderArgs {
 
 impl RenderArgs {
     /// The store flags in the shape the namespace entry takes.
-    pub fn store_args(&self) -> super::StoreArgs {
+    pub(crate) fn store_args(&self) -> super::StoreArgs {
         super::StoreArgs {
             cache_dir: self.cache_dir.clone(),
             insecure_registries: self.insecure_registries.clone(),
@@ -215,7 +215,7 @@ impl RenderArgs {
     }
 
     /// The plan (read on first use, before the namespace and the runtime).
-    pub fn plan(&self) -> &Result<RenderPlan, ComposeError> {
+    pub(crate) fn plan(&self) -> &Result<RenderPlan, ComposeError> {
         self.plan
             .get_or_init(|| self.inputs().and_then(|inputs| RenderPlan::read(&inputs)))
     }
@@ -223,7 +223,7 @@ impl RenderArgs {
     /// Whether this render runs containers, and so needs xfn's user
     /// namespace (see [`RenderPlan::needs_containers`]). Unreadable inputs
     /// answer false; the render then reports them, naming the file.
-    pub fn needs_containers(&self) -> bool {
+    pub(crate) fn needs_containers(&self) -> bool {
         self.plan().as_ref().is_ok_and(RenderPlan::needs_containers)
     }
 }
@@ -231,7 +231,7 @@ impl RenderArgs {
 /// Starts (or finds) the kept servers the render's Functions ask for,
 /// before the process enters any namespace. Unreadable inputs are left to
 /// the render to report.
-pub fn start_kept(args: &RenderArgs, global: &super::Global) -> anyhow::Result<()> {
+pub(crate) fn start_kept(args: &RenderArgs, global: &super::Global) -> anyhow::Result<()> {
     let Ok(plan) = args.plan() else {
         return Ok(());
     };
@@ -266,7 +266,7 @@ fn keeper_command(args: &RenderArgs, global: &super::Global) -> anyhow::Result<K
 
 /// Exit code of a render cut short by a Fatal result (its partial output
 /// is printed), as `crossplane internal render` (the CLI exits 1).
-pub const EXIT_FATAL: u8 = 3;
+pub(crate) const EXIT_FATAL: u8 = 3;
 
 /// What `-c` and `-r` mean after `render`, for errors that may come from
 /// reading them as they mean elsewhere.
@@ -280,7 +280,7 @@ const SHORT_FLAGS_NOTE: &str = "note: in `xfn render`, -c is --include-context a
 /// `crossplane render`: render gets `--registry` without its short form,
 /// so its help and its errors say what its `-r` is. A usage error of a
 /// render that used `-c` or `-r` says what they mean there.
-pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> super::Cli {
+pub(crate) fn parse_cli(args: impl IntoIterator<Item = OsString>) -> super::Cli {
     use clap::{CommandFactory, FromArgMatches};
     let args: Vec<OsString> = args.into_iter().collect();
     let command = super::Cli::command();
@@ -336,7 +336,7 @@ pub fn parse_cli(args: impl IntoIterator<Item = OsString>) -> super::Cli {
 /// when a Fatal result cut it short, 1 on any other failure, 128 + the
 /// signal's number on SIGINT or SIGTERM (every function server and
 /// container the render started is killed and removed first).
-pub async fn execute(
+pub(crate) async fn execute(
     mut args: RenderArgs,
     namespace: Option<&Namespace>,
     global: &super::Global,

@@ -19,7 +19,7 @@ use super::{RunnerArgs, StoreArgs, UsernsArgs};
 /// `xfn render-servers`.
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
-pub enum RenderServersCommand {
+pub(crate) enum RenderServersCommand {
     /// List kept function servers: name, Function, image, keeper pid, age.
     Ls(LsArgs),
     /// Stop kept function servers (and remove everything of them).
@@ -31,7 +31,7 @@ pub enum RenderServersCommand {
 
 /// The cache whose kept servers are meant.
 #[derive(Debug, Args)]
-pub struct CacheArg {
+pub(crate) struct CacheArg {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
     pub cache_dir: PathBuf,
@@ -39,7 +39,7 @@ pub struct CacheArg {
 
 /// `xfn render-servers ls`.
 #[derive(Debug, Args)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// The cache.
     #[command(flatten)]
     pub cache: CacheArg,
@@ -50,7 +50,7 @@ pub struct LsArgs {
 
 /// `xfn render-servers stop`.
 #[derive(Debug, Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     /// The cache.
     #[command(flatten)]
     pub cache: CacheArg,
@@ -64,7 +64,7 @@ pub struct StopArgs {
 
 /// `xfn render-servers keep`.
 #[derive(Debug, Args)]
-pub struct KeepArgs {
+pub(crate) struct KeepArgs {
     /// Store flags.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -98,7 +98,7 @@ pub struct KeepArgs {
 }
 
 /// Runs `xfn render-servers …`.
-pub async fn execute(
+pub(crate) async fn execute(
     command: RenderServersCommand,
     namespace: Option<&Namespace>,
     global: &super::Global,

@@ -14,7 +14,7 @@ use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn run`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The function image.
     pub image: String,
     /// The input document (a FunctionIO, or a RunFunctionRequest as JSON); `-` for stdin.
@@ -53,12 +53,12 @@ fn parse_cpu(text: &str) -> Result<u64, String> {
 }
 
 /// Parses a Go-style duration: `30s`, `1m`, `1m30s`, `1.5h`, `500ms`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::duration::parse_go_duration(text)
 }
 
 /// [`parse_duration`] for timeouts: zero would kill every run at once.
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         d if d.is_zero() => Err(format!("{text:?}: a timeout must be longer than zero")),
         d => Ok(d),
@@ -72,7 +72,7 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// function of Crossplane reads a FunctionIO: a wrong or unreadable file
 /// or a forgotten pipe is the user's to fix, said as such, exiting 2 (a
 /// usage error). The input is the user's own: no size limit but memory.
-pub fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
+pub(crate) fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
     let checked = read_input(&args.input).and_then(|input| {
         check_function_io(&input, usize::MAX)
             .map_err(|err| anyhow::anyhow!(refusal(&args.input, &err)))?;
@@ -90,7 +90,7 @@ pub fn prepare(args: RunArgs) -> anyhow::Result<super::Prepared> {
 }
 
 /// Runs `xfn run` on the input [`prepare`] read and checked.
-pub async fn execute(
+pub(crate) async fn execute(
     args: RunArgs,
     input: Vec<u8>,
     namespace: &Namespace,

@@ -21,7 +21,7 @@ use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn start` (Crossplane's runner flags, plus xfn's own).
 #[derive(Debug, Clone, Args)]
-pub struct StartArgs {
+pub(crate) struct StartArgs {
     /// Image cache and per-run state.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -74,7 +74,7 @@ pub struct StartArgs {
 /// (function images are tens to a few hundred MB, unpacked plus their kept
 /// blobs) and more than twice the largest image `--max-image-size` admits
 /// by default (4 GiB), so one big image never evicts itself.
-pub const DEFAULT_CACHE_MAX_SIZE: &str = "10Gi";
+pub(crate) const DEFAULT_CACHE_MAX_SIZE: &str = "10Gi";
 
 /// Parses `StartArgs` alone, for their defaults.
 #[derive(Debug, Parser)]
@@ -97,7 +97,7 @@ impl Default for StartArgs {
 /// What `prepare` bound, for `execute` (which needs the async runtime to
 /// take connections from it).
 #[derive(Debug)]
-pub enum Bound {
+pub(crate) enum Bound {
     /// The gatekeeper's channel (Unix sockets).
     Gate(GateReceiver),
     /// TCP.
@@ -108,7 +108,7 @@ pub enum Bound {
 /// that checks callers' uids. Runs while xfn is still single-threaded and
 /// outside its user namespace: inside it, callers' uids are unreadable (see
 /// `crate::server::gate`).
-pub fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
+pub(crate) fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
     let address = ListenAddress::parse(args.network, &args.address)?;
     let bound = match listen::bind(&address)? {
         Listener::Unix(listener) => {
@@ -125,7 +125,7 @@ pub fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
 }
 
 /// Runs `xfn start`.
-pub async fn execute(
+pub(crate) async fn execute(
     args: StartArgs,
     bound: Bound,
     namespace: &Namespace,

@@ -15,7 +15,7 @@ use crate::image::{ImageReference, RegistryAuth};
 /// Flags of `xfn wrap`.
 #[derive(Debug, Clone, Args)]
 #[command(group(clap::ArgGroup::new("destination").required(true).args(["push", "output"])))]
-pub struct WrapArgs {
+pub(crate) struct WrapArgs {
     /// The function image as `docker save` wrote it.
     #[arg(long)]
     pub function: PathBuf,
@@ -62,7 +62,7 @@ fn parse_annotation(text: &str) -> Result<(String, String), String> {
 }
 
 /// Runs `xfn wrap`.
-pub async fn execute(args: WrapArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
+pub(crate) async fn execute(args: WrapArgs, global: &super::Global) -> anyhow::Result<ExitCode> {
     let target = ImageReference::parse(&args.tag, &global.registry)?;
     let mut connect = ConnectOptions {
         insecure_registries: args.insecure_registries.clone(),

@@ -37,7 +37,7 @@ const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Whether `object` is a claim of XRs of `composite` (`apiVersion`, `kind`):
 /// a namespaced object of the same API group and another kind.
-pub fn is_claim_of(object: &Value, composite: (&str, &str)) -> bool {
+pub(crate) fn is_claim_of(object: &Value, composite: (&str, &str)) -> bool {
     let api_version = get_str(object, &["apiVersion"]).unwrap_or_default();
     let kind = get_str(object, &["kind"]).unwrap_or_default();
     let namespaced = get_str(object, &["metadata", "namespace"]).is_some_and(|n| !n.is_empty());
@@ -45,7 +45,7 @@ pub fn is_claim_of(object: &Value, composite: (&str, &str)) -> bool {
 }
 
 /// The XR of type `composite` Crossplane creates for `claim`.
-pub fn composite_of(claim: &Value, composite: (&str, &str)) -> Value {
+pub(crate) fn composite_of(claim: &Value, composite: (&str, &str)) -> Value {
     let text = |path: &[&str]| get_str(claim, path).unwrap_or_default().to_string();
     let (name, namespace) = (
         text(&["metadata", "name"]),

@@ -11,7 +11,7 @@ use super::ComposeError;
 
 /// Reads every object of a YAML stream in `path` (a file, or a directory of
 /// `.yaml`/`.yml`/`.json` files read in name order).
-pub fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
+pub(crate) fn read_objects(path: &Path) -> Result<Vec<Value>, ComposeError> {
     let mut files = Vec::new();
     if path.is_dir() {
         let entries = std::fs::read_dir(path).map_err(|source| ComposeError::Read {
@@ -51,7 +51,7 @@ fn check_nesting(path: &Path, text: &str) -> Result<(), ComposeError> {
 }
 
 /// Parses one YAML (or JSON) value of any kind, its nesting bounded first.
-pub fn parse_value(path: &Path, text: &str) -> Result<Value, ComposeError> {
+pub(crate) fn parse_value(path: &Path, text: &str) -> Result<Value, ComposeError> {
     check_nesting(path, text)?;
     yaml_serde::from_str::<Value>(text).map_err(|source| ComposeError::Yaml {
         path: path.to_path_buf(),
@@ -62,7 +62,7 @@ pub fn parse_value(path: &Path, text: &str) -> Result<Value, ComposeError> {
 
 /// Parses a YAML stream; empty documents are skipped, anything but an
 /// object is an error. Its nesting is bounded before it is parsed.
-pub fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
+pub(crate) fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
     check_nesting(path, text)?;
     let mut objects = Vec::new();
     for document in yaml_serde::Deserializer::from_str(text) {
@@ -86,7 +86,7 @@ pub fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError>
 }
 
 /// Reads a file holding exactly one object.
-pub fn read_one(path: &Path) -> Result<Value, ComposeError> {
+pub(crate) fn read_one(path: &Path) -> Result<Value, ComposeError> {
     let mut objects = read_objects(path)?;
     match objects.len() {
         1 => Ok(objects.remove(0)),
@@ -100,7 +100,7 @@ pub fn read_one(path: &Path) -> Result<Value, ComposeError> {
 impl Composite {
     /// Reads and checks the XR at `path`.
     #[cfg(test)]
-    pub fn read(path: &Path) -> Result<Self, ComposeError> {
+    pub(crate) fn read(path: &Path) -> Result<Self, ComposeError> {
         Self::from_object(path, read_one(path)?)
     }
 }
@@ -108,14 +108,14 @@ impl Composite {
 impl Composition {
     /// Reads the Composition at `path` and checks it composes `xr`.
     #[cfg(test)]
-    pub fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
+    pub(crate) fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
         Self::from_object(path, read_one(path)?, xr)
     }
 }
 
 /// Reads the Functions in `path` (a file or a directory), with
 /// `overrides` applied to every Function's annotations.
-pub fn read_functions(
+pub(crate) fn read_functions(
     path: &Path,
     overrides: &[(String, String)],
 ) -> Result<Vec<Function>, ComposeError> {

@@ -24,27 +24,27 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-pub mod alpha;
-pub mod claim;
-pub mod files;
-pub mod model;
-pub mod names;
-pub mod operation;
-pub mod output;
-pub mod plan;
-pub mod read;
-pub mod runtimes;
-pub mod schemas;
-pub mod v1;
-pub mod value;
-pub mod xrd;
+pub(crate) mod alpha;
+pub(crate) mod claim;
+pub(crate) mod files;
+pub(crate) mod model;
+pub(crate) mod names;
+pub(crate) mod operation;
+pub(crate) mod output;
+pub(crate) mod plan;
+pub(crate) mod read;
+pub(crate) mod runtimes;
+pub(crate) mod schemas;
+pub(crate) mod v1;
+pub(crate) mod value;
+pub(crate) mod xrd;
 mod yaml11;
 
 /// Errors of the composition core. File errors name the file, step errors
 /// the step; each says its own step, and what failed beneath is its typed
 /// source (a person reads the chain: `crate::chain`).
 #[derive(Debug, thiserror::Error)]
-pub enum ComposeError {
+pub(crate) enum ComposeError {
     /// A file cannot be read.
     #[error("cannot read {path}")]
     Read {
@@ -209,7 +209,7 @@ pub enum ComposeError {
 
 /// Why calling a Function failed: the source of [`ComposeError::Call`].
 #[derive(Debug, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// Its container run failed (the image, its exit code and stderr, its
     /// limits).
     #[error(transparent)]
@@ -246,7 +246,7 @@ pub enum CallError {
 /// Why a Function's server could not be started: the source of
 /// [`ComposeError::FunctionStart`].
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     /// Its container could not be run, exited or never listened.
     #[error(transparent)]
     Run(#[from] crate::runner::RunError),
@@ -271,7 +271,7 @@ pub enum StartError {
 
 /// What was observed: the XR and its composed resources by name.
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The XR as given.
     pub composite: Value,
     /// Observed composed resources: (composition resource name, object).
@@ -280,7 +280,7 @@ pub struct Observed {
 
 impl Observed {
     /// The observed composed resource called `name`.
-    pub fn resource(&self, name: &str) -> Option<&Value> {
+    pub(crate) fn resource(&self, name: &str) -> Option<&Value> {
         self.resources
             .iter()
             .find(|(n, _)| n == name)
@@ -290,7 +290,7 @@ impl Observed {
 
 /// Readiness of a desired composed resource, as the function said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readiness {
+pub(crate) enum Readiness {
     /// Ready.
     True,
     /// Not ready.
@@ -301,7 +301,7 @@ pub enum Readiness {
 
 /// One desired composed resource.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ComposedResource {
+pub(crate) struct ComposedResource {
     /// The object as the pipeline desires it.
     pub object: Value,
     /// Its readiness.
@@ -310,7 +310,7 @@ pub struct ComposedResource {
 
 /// A result a step returned, attributed to the step.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StepResult {
+pub(crate) struct StepResult {
     /// The step that returned it.
     pub step: String,
     /// Its severity.
@@ -323,7 +323,7 @@ pub struct StepResult {
 
 /// A condition a step set on the XR.
 #[derive(Debug, Clone, PartialEq)]
-pub struct XrCondition {
+pub(crate) struct XrCondition {
     /// `type`.
     pub kind: String,
     /// `True`, `False` or `Unknown`.
@@ -336,7 +336,7 @@ pub struct XrCondition {
 
 /// What a pipeline produced.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The desired XR (typically only its status), if a step set one.
     pub desired_composite: Option<Value>,
     /// Desired composed resources by name (sorted).

@@ -12,7 +12,7 @@ use super::value::{get, get_str};
 use super::ComposeError;
 
 /// Annotation naming a composed resource within its Composition.
-pub const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";
+pub(crate) const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";
 
 /// `apiVersion` without the version: `example.org/v1` → `example.org`.
 pub(crate) fn group(api_version: &str) -> &str {
@@ -23,14 +23,14 @@ pub(crate) fn group(api_version: &str) -> &str {
 
 /// A composite resource (XR) read from a file.
 #[derive(Debug, Clone)]
-pub struct Composite {
+pub(crate) struct Composite {
     /// The object.
     pub object: Value,
 }
 
 impl Composite {
     /// Checks the XR `object` read from `path`.
-    pub fn from_object(path: &Path, object: Value) -> Result<Self, ComposeError> {
+    pub(crate) fn from_object(path: &Path, object: Value) -> Result<Self, ComposeError> {
         for field in ["apiVersion", "kind"] {
             if get_str(&object, &[field]).is_none_or(str::is_empty) {
                 return Err(ComposeError::Invalid {
@@ -49,18 +49,18 @@ impl Composite {
     }
 
     /// `apiVersion`.
-    pub fn api_version(&self) -> &str {
+    pub(crate) fn api_version(&self) -> &str {
         get_str(&self.object, &["apiVersion"]).unwrap_or_default()
     }
     /// `kind`.
-    pub fn kind(&self) -> &str {
+    pub(crate) fn kind(&self) -> &str {
         get_str(&self.object, &["kind"]).unwrap_or_default()
     }
 }
 
 /// One step of a v1 (`mode: Pipeline`) Composition.
 #[derive(Debug, Clone, Deserialize)]
-pub struct PipelineStep {
+pub(crate) struct PipelineStep {
     /// The step's name.
     pub step: String,
     /// Which Function runs it.
@@ -81,7 +81,7 @@ pub struct PipelineStep {
 /// `requirements` of a pipeline step.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StepRequirements {
+pub(crate) struct StepRequirements {
     /// Resources, by requirement name.
     #[serde(default)]
     pub required_resources: Vec<RequiredResourceSelector>,
@@ -93,7 +93,7 @@ pub struct StepRequirements {
 /// One `requirements.requiredResources[]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RequiredResourceSelector {
+pub(crate) struct RequiredResourceSelector {
     /// The name the function sees them under.
     pub requirement_name: String,
     /// apiVersion of the resources.
@@ -114,7 +114,7 @@ pub struct RequiredResourceSelector {
 /// One `requirements.requiredSchemas[]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RequiredSchemaSelector {
+pub(crate) struct RequiredSchemaSelector {
     /// The name the function sees it under.
     pub requirement_name: String,
     /// apiVersion of the kind.
@@ -125,14 +125,14 @@ pub struct RequiredSchemaSelector {
 
 /// `functionRef`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct FunctionRef {
+pub(crate) struct FunctionRef {
     /// The Function's `metadata.name`.
     pub name: String,
 }
 
 /// One `credentials[]` entry of a step.
 #[derive(Debug, Clone, Deserialize)]
-pub struct StepCredentials {
+pub(crate) struct StepCredentials {
     /// The name the function sees them under.
     pub name: String,
     /// Only `Secret` exists.
@@ -145,7 +145,7 @@ pub struct StepCredentials {
 
 /// A reference to a Secret.
 #[derive(Debug, Clone, Deserialize)]
-pub struct SecretRef {
+pub(crate) struct SecretRef {
     /// Namespace.
     #[serde(default)]
     pub namespace: String,
@@ -155,7 +155,7 @@ pub struct SecretRef {
 
 /// One step of an alpha Composition (`spec.functions[]`).
 #[derive(Debug, Clone, Deserialize)]
-pub struct AlphaFunction {
+pub(crate) struct AlphaFunction {
     /// The step's name.
     pub name: String,
     /// Only `Container` exists.
@@ -172,7 +172,7 @@ pub struct AlphaFunction {
 /// `container` of an alpha function.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerSpec {
+pub(crate) struct ContainerSpec {
     /// OCI reference.
     pub image: String,
     /// IfNotPresent (default), Always or Never.
@@ -194,7 +194,7 @@ pub struct ContainerSpec {
 
 /// `container.network`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct NetworkSpec {
+pub(crate) struct NetworkSpec {
     /// Isolated or Runner.
     #[serde(default)]
     pub policy: Option<String>,
@@ -202,7 +202,7 @@ pub struct NetworkSpec {
 
 /// `container.resources`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ResourcesSpec {
+pub(crate) struct ResourcesSpec {
     /// `limits`.
     #[serde(default)]
     pub limits: Option<LimitsSpec>,
@@ -210,7 +210,7 @@ pub struct ResourcesSpec {
 
 /// `container.resources.limits`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct LimitsSpec {
+pub(crate) struct LimitsSpec {
     /// CPU quantity.
     #[serde(default)]
     pub cpu: Option<String>,
@@ -221,7 +221,7 @@ pub struct LimitsSpec {
 
 /// `container.runner`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct RunnerSpec {
+pub(crate) struct RunnerSpec {
     /// gRPC endpoint of the runner daemon.
     #[serde(default)]
     pub endpoint: Option<String>,
@@ -229,7 +229,7 @@ pub struct RunnerSpec {
 
 /// What a Composition asks for.
 #[derive(Debug, Clone)]
-pub enum Pipeline {
+pub(crate) enum Pipeline {
     /// `mode: Pipeline`.
     V1(Vec<PipelineStep>),
     /// `spec.functions[]` (Crossplane v1.11–v1.13).
@@ -239,7 +239,7 @@ pub enum Pipeline {
 /// A Composition (or a CompositionRevision, the revision an XR is pinned
 /// to) read from a file.
 #[derive(Debug, Clone)]
-pub struct Composition {
+pub(crate) struct Composition {
     /// The Composition's name (a revision's `crossplane.io/composition-name`
     /// label, else its name without the hash suffix).
     pub name: String,
@@ -250,13 +250,13 @@ pub struct Composition {
 }
 
 /// The label naming a CompositionRevision's Composition.
-pub const COMPOSITION_NAME_LABEL: &str = "crossplane.io/composition-name";
+pub(crate) const COMPOSITION_NAME_LABEL: &str = "crossplane.io/composition-name";
 
 impl Composition {
     /// The `compositeTypeRef` (`apiVersion`, `kind`) of a Composition
     /// object, empty where it has none (then [`Composition::from_object`]
     /// says so).
-    pub fn composite_type(object: &Value) -> (&str, &str) {
+    pub(crate) fn composite_type(object: &Value) -> (&str, &str) {
         let field =
             |name: &str| get_str(object, &["spec", "compositeTypeRef", name]).unwrap_or_default();
         (field("apiVersion"), field("kind"))
@@ -264,7 +264,11 @@ impl Composition {
 
     /// Checks the Composition `object` read from `path` and that it
     /// composes `xr`.
-    pub fn from_object(path: &Path, object: Value, xr: &Composite) -> Result<Self, ComposeError> {
+    pub(crate) fn from_object(
+        path: &Path,
+        object: Value,
+        xr: &Composite,
+    ) -> Result<Self, ComposeError> {
         let invalid = |message: String| ComposeError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -394,7 +398,7 @@ impl Composition {
 
 /// How a v1 Function is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuntimeKind {
+pub(crate) enum RuntimeKind {
     /// Run the image as a long-lived gRPC server.
     Docker,
     /// One run of the image per call, JSON on stdin and stdout.
@@ -408,7 +412,7 @@ pub enum RuntimeKind {
 
 /// A `pkg.crossplane.io` Function.
 #[derive(Debug, Clone)]
-pub struct Function {
+pub(crate) struct Function {
     /// `metadata.name`.
     pub name: String,
     /// `spec.package`.
@@ -439,32 +443,32 @@ pub struct Function {
 
 impl Function {
     /// The image its container runs.
-    pub fn image(&self) -> &str {
+    pub(crate) fn image(&self) -> &str {
         self.image_override.as_deref().unwrap_or(&self.package)
     }
 }
 
 /// Annotation choosing the runtime.
-pub const RUNTIME_ANNOTATION: &str = "render.crossplane.io/runtime";
+pub(crate) const RUNTIME_ANNOTATION: &str = "render.crossplane.io/runtime";
 /// Annotation giving the Development target.
-pub const TARGET_ANNOTATION: &str = "render.crossplane.io/runtime-development-target";
+pub(crate) const TARGET_ANNOTATION: &str = "render.crossplane.io/runtime-development-target";
 /// Annotation giving the pull policy.
-pub const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pull-policy";
+pub(crate) const PULL_POLICY_ANNOTATION: &str = "render.crossplane.io/runtime-docker-pull-policy";
 /// Annotation giving an image to run instead of `spec.package`.
-pub const IMAGE_ANNOTATION: &str = "render.crossplane.io/runtime-docker-image";
+pub(crate) const IMAGE_ANNOTATION: &str = "render.crossplane.io/runtime-docker-image";
 /// Annotation giving the server's environment.
-pub const ENV_ANNOTATION: &str = "render.crossplane.io/runtime-docker-env";
+pub(crate) const ENV_ANNOTATION: &str = "render.crossplane.io/runtime-docker-env";
 /// Annotation naming the server's Docker network (`none`: no network).
-pub const NETWORK_ANNOTATION: &str = "render.crossplane.io/runtime-docker-network";
+pub(crate) const NETWORK_ANNOTATION: &str = "render.crossplane.io/runtime-docker-network";
 /// Annotation saying what happens to the server after the render.
-pub const CLEANUP_ANNOTATION: &str = "render.crossplane.io/runtime-docker-cleanup";
+pub(crate) const CLEANUP_ANNOTATION: &str = "render.crossplane.io/runtime-docker-cleanup";
 /// Annotation naming a kept server.
-pub const NAME_ANNOTATION: &str = "render.crossplane.io/runtime-docker-name";
+pub(crate) const NAME_ANNOTATION: &str = "render.crossplane.io/runtime-docker-name";
 
 impl Function {
     /// Checks the Function `object` read from `path` (its annotations
     /// already overridden by `-a`) and reads how it is run.
-    pub fn from_object(path: &Path, object: Value) -> Result<Self, ComposeError> {
+    pub(crate) fn from_object(path: &Path, object: Value) -> Result<Self, ComposeError> {
         let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
         let kind = get_str(&object, &["kind"]).unwrap_or_default();
         if group(api_version) != "pkg.crossplane.io" || kind != "Function" {
@@ -572,7 +576,7 @@ fn development_target(target: &str) -> String {
 }
 
 /// Composed resources as observed, keyed by their composition resource name.
-pub fn observed_by_name(
+pub(crate) fn observed_by_name(
     path: &Path,
     objects: Vec<Value>,
 ) -> Result<Vec<(String, Value)>, ComposeError> {

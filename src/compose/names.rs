@@ -15,7 +15,7 @@ const MAX_SUBDOMAIN: usize = 253;
 /// (version 5) UUID in the nil namespace of `<gvk>\0<namespace>\0<name>`,
 /// where `<gvk>` is written as Go's `GroupVersionKind.String()` does
 /// (`group/version, Kind=kind`).
-pub fn xr_uid(api_version: &str, kind: &str, namespace: &str, name: &str) -> String {
+pub(crate) fn xr_uid(api_version: &str, kind: &str, namespace: &str, name: &str) -> String {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = format!("{group}/{version}, Kind={kind}");
     let data = format!("{gvk}\0{namespace}\0{name}");
@@ -26,7 +26,7 @@ pub fn xr_uid(api_version: &str, kind: &str, namespace: &str, name: &str) -> Str
 /// and generate-name prefix `prefix`: the prefix (ending in one `-`,
 /// truncated to fit 63 characters) and 12 hex characters of
 /// `sha256(parent_uid + resource_name)`, as Crossplane names it.
-pub fn child_name(prefix: &str, parent_uid: &str, resource_name: &str) -> String {
+pub(crate) fn child_name(prefix: &str, parent_uid: &str, resource_name: &str) -> String {
     let digest = Sha256::digest(format!("{parent_uid}{resource_name}"));
     let suffix = &hex::encode(digest)[..CHILD_HASH_LEN];
     let mut parent = prefix.to_string();
@@ -53,7 +53,7 @@ pub fn child_name(prefix: &str, parent_uid: &str, resource_name: &str) -> String
 /// most object names): at most 253 characters, lowercase alphanumerics, `-`
 /// and `.`, each dot-separated label starting and ending alphanumeric. RBAC
 /// kinds may also hold `:`, as Crossplane allows.
-pub fn valid_object_name(name: &str, api_version: &str, kind: &str) -> bool {
+pub(crate) fn valid_object_name(name: &str, api_version: &str, kind: &str) -> bool {
     let rbac = api_version.starts_with("rbac.authorization.k8s.io/")
         && matches!(
             kind,

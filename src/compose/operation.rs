@@ -19,11 +19,11 @@ use super::value::{get, get_str, merge, object_at};
 use super::{ComposeError, Outcome};
 
 /// The requirement name a WatchOperation's watched resource is given under.
-pub const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";
+pub(crate) const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";
 
 /// An Operation to render.
 #[derive(Debug, Clone)]
-pub struct Operation {
+pub(crate) struct Operation {
     /// The Operation object (from a CronOperation or WatchOperation: the
     /// one its template makes).
     pub object: Value,
@@ -32,14 +32,14 @@ pub struct Operation {
 }
 
 /// Whether `object` is an Operation, CronOperation or WatchOperation.
-pub fn is_operation(object: &Value) -> bool {
+pub(crate) fn is_operation(object: &Value) -> bool {
     get_str(object, &["apiVersion"]).is_some_and(|v| v.starts_with("ops.crossplane.io/"))
 }
 
 impl Operation {
     /// The Operation `object` (read from `path`) is or makes; `watched` is
     /// the resource a WatchOperation watches.
-    pub fn from_object(
+    pub(crate) fn from_object(
         path: &Path,
         object: Value,
         watched: Option<&Value>,
@@ -161,7 +161,7 @@ impl Operation {
     /// The output objects: the Operation with its status (all of it with
     /// `include_full`), the applied resources, the events (`-r`) and the
     /// context (`-c`).
-    pub fn objects(&self, outcome: &Outcome, options: OutputOptions) -> Vec<Value> {
+    pub(crate) fn objects(&self, outcome: &Outcome, options: OutputOptions) -> Vec<Value> {
         let mut events: Vec<Event> = outcome
             .results
             .iter()

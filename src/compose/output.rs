@@ -19,16 +19,16 @@ use crate::proto::v1::Severity;
 
 /// Label naming the XR a resource belongs to (and the prefix of its
 /// composed resources' names).
-pub const COMPOSITE_LABEL: &str = "crossplane.io/composite";
+pub(crate) const COMPOSITE_LABEL: &str = "crossplane.io/composite";
 /// `lastTransitionTime` of every condition, fixed (as `crossplane render`
 /// does) so output is reproducible.
-pub const TRANSITION_TIME: &str = "2024-01-01T00:00:00Z";
+pub(crate) const TRANSITION_TIME: &str = "2024-01-01T00:00:00Z";
 /// apiVersion of Result and Context objects.
-pub const RENDER_API_VERSION: &str = "render.crossplane.io/v1beta1";
+pub(crate) const RENDER_API_VERSION: &str = "render.crossplane.io/v1beta1";
 
 /// What to print besides the XR and the composed resources.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OutputOptions {
+pub(crate) struct OutputOptions {
     /// `-x` (composition) / `--include-full-operation`: the whole input
     /// object, not just its identity and status.
     pub include_full: bool,
@@ -47,7 +47,7 @@ pub struct OutputOptions {
 
 /// An event of the reconcile: what `-r` prints as a Result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Event {
+pub(crate) struct Event {
     /// `Normal` or `Warning`.
     pub warning: bool,
     /// Why.
@@ -74,7 +74,7 @@ impl Event {
 
     /// The event of a function's result: its own reason or `default_reason`,
     /// the message prefixed with the step, as Crossplane records them.
-    pub fn of_result(result: &StepResult, default_reason: &str, own_reason: bool) -> Self {
+    pub(crate) fn of_result(result: &StepResult, default_reason: &str, own_reason: bool) -> Self {
         let reason = result
             .reason
             .as_deref()
@@ -102,7 +102,7 @@ impl Event {
     }
 
     /// As a `Result` object.
-    pub fn to_object(&self) -> Value {
+    pub(crate) fn to_object(&self) -> Value {
         json!({
             "apiVersion": RENDER_API_VERSION,
             "kind": "Result",
@@ -114,7 +114,7 @@ impl Event {
 }
 
 /// A condition as Crossplane writes it.
-pub fn condition(kind: &str, status: &str, reason: &str, message: Option<&str>) -> Value {
+pub(crate) fn condition(kind: &str, status: &str, reason: &str, message: Option<&str>) -> Value {
     let mut c = json!({
         "type": kind,
         "status": status,
@@ -140,7 +140,7 @@ const REASON_COMPOSE: &str = "ComposeResources";
 const REASON_NAMESPACE: &str = "NamespaceOverridden";
 
 /// Everything a composition render's output is made of.
-pub struct CompositeOutput<'a> {
+pub(crate) struct CompositeOutput<'a> {
     /// The XR as the pipeline saw it (uid, composite label, defaults).
     pub xr: &'a Value,
     /// The XR as given (for `-x`).
@@ -160,7 +160,7 @@ pub struct CompositeOutput<'a> {
 impl CompositeOutput<'_> {
     /// The output objects, in order. Fails as Crossplane's reconcile does
     /// on a composed resource it cannot create (an invalid name).
-    pub fn objects(&self) -> Result<Vec<Value>, ComposeError> {
+    pub(crate) fn objects(&self) -> Result<Vec<Value>, ComposeError> {
         let outcome = self.outcome;
         let mut events = vec![Event::normal(
             REASON_SELECT,
@@ -457,7 +457,7 @@ impl CompositeOutput<'_> {
 
 /// The Requirements object `--include-requirements` prints: every
 /// resource and schema the pipeline's steps required in their last call.
-pub fn requirements_object(outcome: &Outcome) -> Value {
+pub(crate) fn requirements_object(outcome: &Outcome) -> Value {
     json!({
         "apiVersion": RENDER_API_VERSION,
         "kind": "Requirements",
@@ -467,7 +467,7 @@ pub fn requirements_object(outcome: &Outcome) -> Value {
 }
 
 /// The Context object `-c` prints.
-pub fn context_object(outcome: &Outcome) -> Value {
+pub(crate) fn context_object(outcome: &Outcome) -> Value {
     json!({
         "apiVersion": RENDER_API_VERSION,
         "kind": "Context",
@@ -481,7 +481,7 @@ pub fn context_object(outcome: &Outcome) -> Value {
 /// "results": [Result], "context": {fields}, "deletedResources":
 /// [DeletedResource], "requirements": {…}}`, the optional keys only where
 /// the flags that print them were given.
-pub fn json_object(objects: &[Value]) -> Value {
+pub(crate) fn json_object(objects: &[Value]) -> Value {
     let mut out = Map::new();
     let Some((first, rest)) = objects.split_first() else {
         return Value::Object(out);
@@ -525,7 +525,7 @@ pub fn json_object(objects: &[Value]) -> Value {
 /// The objects as a `---` separated YAML stream, quoted as `crossplane
 /// render` quotes (go-yaml v2: what a YAML 1.1 reader would not read back
 /// as a string is double-quoted).
-pub fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
+pub(crate) fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> {
     let mut text = String::new();
     for object in objects {
         text.push_str("---\n");
@@ -548,7 +548,7 @@ fn ready_condition(unready: &[&str], composite_ready: Option<bool>) -> Value {
 
 /// Crossplane's Ready condition for the given unready resources: Available
 /// when none, else Creating naming the first three and how many more.
-pub fn readiness_of(unready: &[&str]) -> Value {
+pub(crate) fn readiness_of(unready: &[&str]) -> Value {
     if unready.is_empty() {
         return condition("Ready", "True", "Available", None);
     }

@@ -26,11 +26,11 @@ use crate::runner::Runner;
 
 /// How deep nested XRs are rendered: a Composition that composes its own
 /// type (directly or through others) stops here with an error.
-pub const MAX_NESTING: usize = 8;
+pub(crate) const MAX_NESTING: usize = 8;
 
 /// A render with every input read and checked.
 #[derive(Debug)]
-pub struct RenderPlan {
+pub(crate) struct RenderPlan {
     subject: Subject,
     /// The Functions a step uses.
     functions: Vec<Function>,
@@ -49,7 +49,7 @@ pub struct RenderPlan {
 
 /// What a render printed, and whether a Fatal result cut it short.
 #[derive(Debug)]
-pub struct Rendered {
+pub(crate) struct Rendered {
     /// The output objects of each XR (or of the Operation), in input
     /// order: the XR first, then what `crossplane render` prints after it.
     pub renders: Vec<Vec<Value>>,
@@ -62,14 +62,14 @@ pub struct Rendered {
 impl Rendered {
     /// The YAML stream `crossplane render` prints; several XRs' outputs
     /// follow each other as documents of one stream.
-    pub fn to_yaml(&self) -> Result<String, ComposeError> {
+    pub(crate) fn to_yaml(&self) -> Result<String, ComposeError> {
         let objects: Vec<Value> = self.renders.iter().flatten().cloned().collect();
         to_yaml_stream(&objects)
     }
 
     /// One JSON object a line per XR (or Operation): see
     /// [`super::output::json_object`].
-    pub fn to_json_lines(&self) -> Result<String, ComposeError> {
+    pub(crate) fn to_json_lines(&self) -> Result<String, ComposeError> {
         let mut text = String::new();
         for objects in &self.renders {
             let line = serde_json::to_string(&super::output::json_object(objects))
@@ -83,7 +83,7 @@ impl Rendered {
 
 impl RenderPlan {
     /// Reads and checks every input ([`super::read`]).
-    pub fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
+    pub(crate) fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
         let Read {
             subject,
             functions,
@@ -114,7 +114,7 @@ impl RenderPlan {
     /// needs xfn's user namespace. A render of Development Functions (or
     /// of alpha steps that all go to a daemon, which must see xfn's own
     /// uid) does not, and works wherever a namespace cannot be entered.
-    pub fn needs_containers(&self) -> bool {
+    pub(crate) fn needs_containers(&self) -> bool {
         match &self.subject {
             Subject::Alpha { functions, .. } => functions.iter().any(|f| {
                 let spec = f.container.clone().unwrap_or_default();
@@ -132,7 +132,7 @@ impl RenderPlan {
     /// How many containers the render runs per call in-process (Exec
     /// Functions, alpha steps no daemon runs): each is made ahead in the
     /// runner's warm pool, which should hold them all.
-    pub fn per_call_containers(&self) -> usize {
+    pub(crate) fn per_call_containers(&self) -> usize {
         match &self.subject {
             Subject::Alpha { functions, .. } => functions
                 .iter()
@@ -153,7 +153,7 @@ impl RenderPlan {
     /// the process is single-threaded and outside any namespace: keepers
     /// enter their own, as any xfn does. `pull_policy` is the default for
     /// Functions that set none.
-    pub fn start_kept(
+    pub(crate) fn start_kept(
         &self,
         keeper: &KeeperCommand,
         pull_policy: PullPolicy,
@@ -200,7 +200,7 @@ impl RenderPlan {
     /// Runs the render: every function server a step uses started (or
     /// reused) at once, the pipeline, the servers stopped (kept ones
     /// left running), the output assembled.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
@@ -449,4 +449,4 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
 }
 
 /// The Functions' callers by name.
-pub type CallerMap = HashMap<String, Arc<dyn super::v1::FunctionCaller>>;
+pub(crate) type CallerMap = HashMap<String, Arc<dyn super::v1::FunctionCaller>>;

@@ -25,7 +25,7 @@ use super::{names, ComposeError};
 /// What a render is given, as paths and flags: what `xfn render`'s command
 /// line maps onto.
 #[derive(Debug, Clone, Default)]
-pub struct RenderInputs {
+pub(crate) struct RenderInputs {
     /// `crossplane render`'s positional form, `XR COMPOSITION [FUNCTIONS]`
     /// or `OPERATION FUNCTIONS` (which it is, is read from this file's
     /// kind): the XR (or several, a multi-document file), or an Operation,

@@ -16,7 +16,7 @@ const REF_PREFIX: &str = "#/components/schemas/";
 const MAX_REF_DEPTH: usize = 32;
 
 /// Reads every `.json` (or YAML) document in `dir`, in name order.
-pub fn read_schema_documents(dir: &Path) -> Result<Vec<Value>, ComposeError> {
+pub(crate) fn read_schema_documents(dir: &Path) -> Result<Vec<Value>, ComposeError> {
     if !dir.is_dir() {
         return Err(ComposeError::Invalid {
             path: dir.to_path_buf(),
@@ -37,7 +37,7 @@ pub fn read_schema_documents(dir: &Path) -> Result<Vec<Value>, ComposeError> {
 
 /// The schema of `api_version` `kind` in `documents`, `$ref`s inlined, or
 /// `None` when no document defines it.
-pub fn find_schema(documents: &[Value], api_version: &str, kind: &str) -> Option<Value> {
+pub(crate) fn find_schema(documents: &[Value], api_version: &str, kind: &str) -> Option<Value> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     for document in documents {
         let Some(schemas) = get(document, &["components", "schemas"]).and_then(Value::as_object)

@@ -17,7 +17,7 @@ use crate::proto::v1 as pb;
 
 /// How many times a step is re-called to satisfy its requirements: core's
 /// `MaxRequirementsIterations` (so at most 6 calls, iterations 0 to 5).
-pub const MAX_REQUIREMENT_ITERATIONS: usize = 5;
+pub(crate) const MAX_REQUIREMENT_ITERATIONS: usize = 5;
 
 /// What a request says the caller supports: core's `SupportedCapabilities`.
 const CAPABILITIES: [pb::Capability; 5] = [
@@ -34,7 +34,7 @@ const CAPABILITIES: [pb::Capability; 5] = [
 // lifetime limit of rustc inside the image store); render runs the pipeline
 // on one task, so it need not be.
 #[async_trait::async_trait(?Send)]
-pub trait FunctionCaller: Send + Sync {
+pub(crate) trait FunctionCaller: Send + Sync {
     /// Gets ready to be called (starts a server, for instance), so that
     /// callers can prepare every Function at once before the first step.
     /// Calling without it works too: whatever is needed happens then.
@@ -53,7 +53,7 @@ pub trait FunctionCaller: Send + Sync {
 }
 
 /// Everything a v1 pipeline run needs.
-pub struct V1Pipeline<'a> {
+pub(crate) struct V1Pipeline<'a> {
     /// The Composition's steps.
     pub steps: &'a [PipelineStep],
     /// A caller per Function name.
@@ -100,7 +100,7 @@ fn record_requirements(
 
 impl V1Pipeline<'_> {
     /// Fails on a step whose `functionRef` names no known Function.
-    pub fn check_function_refs(&self) -> Result<(), ComposeError> {
+    pub(crate) fn check_function_refs(&self) -> Result<(), ComposeError> {
         for step in self.steps {
             if !self.callers.contains_key(&step.function_ref.name) {
                 let mut known: Vec<_> = self.callers.keys().cloned().collect();
@@ -116,7 +116,7 @@ impl V1Pipeline<'_> {
     }
 
     /// Runs every step in order.
-    pub async fn run(&self) -> Result<Outcome, ComposeError> {
+    pub(crate) async fn run(&self) -> Result<Outcome, ComposeError> {
         // Fail on a wrong functionRef before running anything.
         self.check_function_refs()?;
         let observed = self.observed.map(|o| self.observed_state(o));

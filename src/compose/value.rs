@@ -73,7 +73,7 @@ fn number(n: f64) -> Value {
 
 /// Deep-merges `patch` into `base`: objects merge key by key, anything else
 /// is replaced.
-pub fn merge(base: &mut Value, patch: &Value) {
+pub(crate) fn merge(base: &mut Value, patch: &Value) {
     match (base, patch) {
         (Value::Object(base), Value::Object(patch)) => {
             for (k, v) in patch {
@@ -85,18 +85,18 @@ pub fn merge(base: &mut Value, patch: &Value) {
 }
 
 /// `value.a.b.c` for a path of keys, when every step is an object.
-pub fn get<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn get<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(value, |v, key| v.get(key))
 }
 
 /// `value.a.b.c` as a string.
-pub fn get_str<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+pub(crate) fn get_str<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
     get(value, path).and_then(Value::as_str)
 }
 
 /// `value.a.b.c` as a mutable object, created (and non-objects replaced)
 /// along the way.
-pub fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
+pub(crate) fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
     let mut current = value;
     for key in path {
         if !current.is_object() {

@@ -15,7 +15,7 @@ use super::ComposeError;
 
 /// Where Crossplane keeps its own fields of an XR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum XrSchema {
+pub(crate) enum XrSchema {
     /// v2: `spec.crossplane.*` (namespaced, cluster, and v2 XRDs).
     #[default]
     Modern,
@@ -25,7 +25,7 @@ pub enum XrSchema {
 
 impl XrSchema {
     /// The path of Crossplane's field `field` in the XR's spec.
-    pub fn spec_path(self, field: &'static str) -> Vec<&'static str> {
+    pub(crate) fn spec_path(self, field: &'static str) -> Vec<&'static str> {
         match self {
             XrSchema::Modern => vec!["spec", "crossplane", field],
             XrSchema::Legacy => vec!["spec", field],
@@ -35,7 +35,7 @@ impl XrSchema {
 
 /// A CompositeResourceDefinition read from a file.
 #[derive(Debug, Clone)]
-pub struct Xrd {
+pub(crate) struct Xrd {
     /// The XR shape it implies.
     pub schema: XrSchema,
     /// The object.
@@ -46,7 +46,7 @@ impl Xrd {
     /// Reads the XRD at `path` and checks that it defines `xr`'s group and
     /// kind (any served version: the XR may use one that is not
     /// referenceable).
-    pub fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
+    pub(crate) fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
         let object = read_one(path)?;
         let invalid = |message: String| ComposeError::Invalid {
             path: path.to_path_buf(),
@@ -95,13 +95,13 @@ impl Xrd {
     }
 
     /// The kind of the XRD's claims (`spec.claimNames.kind`), if it offers them.
-    pub fn claim_kind(&self) -> Option<&str> {
+    pub(crate) fn claim_kind(&self) -> Option<&str> {
         get_str(&self.object, &["spec", "claimNames", "kind"]).filter(|k| !k.is_empty())
     }
 
     /// The scope the XRD gives its XRs (`Namespaced`, `Cluster` or
     /// `LegacyCluster`).
-    pub fn scope(&self) -> &str {
+    pub(crate) fn scope(&self) -> &str {
         match get_str(&self.object, &["spec", "scope"]) {
             Some(scope) => scope,
             None if self.schema == XrSchema::Legacy => "LegacyCluster",
@@ -112,7 +112,7 @@ impl Xrd {
     /// Applies the defaults of the schema of `api_version` (the XR's
     /// version) to `xr`, and Crossplane's own default composition update
     /// policy, as the API server would on create.
-    pub fn apply_defaults(&self, xr: &mut Value, path: &Path) -> Result<(), ComposeError> {
+    pub(crate) fn apply_defaults(&self, xr: &mut Value, path: &Path) -> Result<(), ComposeError> {
         let version = api_version_name(xr);
         let versions = get(&self.object, &["spec", "versions"])
             .and_then(Value::as_array)
@@ -155,7 +155,7 @@ fn api_version_name(xr: &Value) -> String {
 /// `default` gets it, then every present property (defaulted ones
 /// included) is defaulted by its own schema; `additionalProperties` and
 /// array `items` likewise.
-pub fn apply_schema_defaults(value: &mut Value, schema: &Value) {
+pub(crate) fn apply_schema_defaults(value: &mut Value, schema: &Value) {
     match value {
         Value::Object(map) => {
             let properties = get(schema, &["properties"]).and_then(Value::as_object);

@@ -32,15 +32,15 @@ use super::wait::{least_wait, RunTimes};
 /// Calls allowed to wait by default: more than Crossplane's reconcilers
 /// call at once on a busy control plane (each composite resource kind
 /// reconciles up to `--max-reconcile-rate`, 10 by default, at a time).
-pub const DEFAULT_MAX_QUEUED_RUNS: usize = 1024;
+pub(crate) const DEFAULT_MAX_QUEUED_RUNS: usize = 1024;
 
 /// Input bytes allowed to wait by default: the queue's memory, a fraction
 /// of the 2 GiB a Crossplane sidecar is given.
-pub const DEFAULT_MAX_QUEUED_BYTES: usize = 256 << 20;
+pub(crate) const DEFAULT_MAX_QUEUED_BYTES: usize = 256 << 20;
 
 /// Why a call was not admitted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AdmissionError {
+pub(crate) enum AdmissionError {
     /// Every run slot is busy and the queue is at one of its caps.
     #[error(
         "{running} runs in flight and the queue is full ({queued} calls, {queued_bytes} input bytes waiting; caps --max-queued-runs {max_queued}, --max-queued-bytes {max_queued_bytes}); try again later"
@@ -110,7 +110,7 @@ impl AdmissionLimits {
 
 /// Run slots and the queue in front of them.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     slots: Arc<Semaphore>,
     limits: AdmissionLimits,
     waiting: AtomicUsize,
@@ -124,7 +124,7 @@ pub struct Admission {
 /// A held run slot; the slot frees when it drops, and how long it was held
 /// goes into the run times the wait estimate reads.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     _permit: OwnedSemaphorePermit,
     taken: Instant,
     run_times: Arc<RunTimes>,
@@ -156,7 +156,7 @@ impl Drop for Waiting<'_> {
 impl Admission {
     /// Slots and queue under `limits`; `waiting_gauge` follows the number of
     /// waiting calls.
-    pub fn new(limits: AdmissionLimits, waiting_gauge: Gauge) -> Self {
+    pub(crate) fn new(limits: AdmissionLimits, waiting_gauge: Gauge) -> Self {
         let limits = AdmissionLimits {
             max_running: limits.max_running.max(1),
             ..limits
@@ -180,12 +180,12 @@ impl Admission {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> AdmissionLimits {
+    pub(crate) fn limits(&self) -> AdmissionLimits {
         self.limits
     }
 
     /// Calls waiting for a slot now.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
     }
 
@@ -193,7 +193,7 @@ impl Admission {
     /// order when none is free, until `deadline` at the latest. Refuses at
     /// once when the queue is at a cap or cannot clear before `deadline`.
     /// Cancel-safe: dropping the future leaves the queue.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         bytes: usize,
         deadline: Option<Instant>,

@@ -86,7 +86,7 @@ struct Block {
 
 /// A Unix connection's socket, with the client's header blocks fixed up
 /// before h2 reads them (see the module).
-pub struct LenientAuthority<IO> {
+pub(crate) struct LenientAuthority<IO> {
     io: IO,
     stage: Stage,
     /// Raw bytes read and not yet handled.
@@ -113,7 +113,7 @@ impl<IO> std::fmt::Debug for LenientAuthority<IO> {
 
 impl<IO> LenientAuthority<IO> {
     /// Wraps a connection's socket.
-    pub fn new(io: IO) -> Self {
+    pub(crate) fn new(io: IO) -> Self {
         Self {
             io,
             stage: Stage::Preface,

@@ -57,20 +57,20 @@ use tokio::time::Instant;
 use super::metrics::Metrics;
 
 /// Default of `--handshake-timeout`.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `--idle-connection-timeout`.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default of `--max-connections`: far above the few connections Crossplane
 /// keeps (one per client it made), below the descriptors a default
 /// container limit leaves once [`FD_RESERVE`] is set aside.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Descriptors kept for everything but connections (runs, pulls, the
 /// cache, logs) when the cap is fitted under the descriptor limit.
-pub const FD_RESERVE: usize = 1024;
+pub(crate) const FD_RESERVE: usize = 1024;
 /// How long a connection asked to close may take, after its last call, to
 /// finish the GOAWAY exchange before it is cut. A client on the same node
 /// answers in microseconds.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Bytes a client sends first: the 24-byte HTTP/2 preface and a 9-byte
 /// frame header (its SETTINGS).
 const HANDSHAKE_BYTES: usize = 24 + 9;
@@ -117,7 +117,7 @@ impl ConnectionLimits {
 /// Raises the soft descriptor limit to the hard one (as the Go runtime
 /// does for every Go program) and returns it: the default soft limit of
 /// many container runtimes (1024) is far below what they allow.
-pub fn raise_fd_limit() -> u64 {
+pub(crate) fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
@@ -134,7 +134,7 @@ pub fn raise_fd_limit() -> u64 {
 
 /// Why the daemon closed a connection (the `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// It sent nothing within the handshake timeout: cut.
     HandshakeTimeout,
     /// No call for the idle timeout: GOAWAY.
@@ -149,7 +149,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// The metric label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::HandshakeTimeout => "handshake_timeout",
             Self::IdleTimeout => "idle_timeout",
@@ -244,7 +244,7 @@ impl CallCount {
 /// One open connection, shared by its socket wrapper ([`Tracked`]), the
 /// call counter and the table.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     id: u64,
     opened: Instant,
     state: watch::Sender<Lifecycle>,
@@ -274,7 +274,7 @@ impl Conn {
 
     /// Counts a call from its start until the guard drops (its response
     /// body is done or dropped).
-    pub fn begin_call(self: &Arc<Self>) -> CallGuard {
+    pub(crate) fn begin_call(self: &Arc<Self>) -> CallGuard {
         self.calls.begin();
         // A call means the handshake is done; that wakes the watcher once.
         self.state
@@ -309,7 +309,7 @@ impl Conn {
 
     /// Resolves once the connection is asked to close, or ended: what the
     /// per-connection server stops on.
-    pub async fn close_requested(self: Arc<Self>) {
+    pub(crate) async fn close_requested(self: Arc<Self>) {
         let mut rx = self.state.subscribe();
         let _ = rx.wait_for(|s| s.closing || s.cut || s.ended).await;
     }
@@ -317,7 +317,7 @@ impl Conn {
 
 /// Holds one call of a connection open (see [`Conn::begin_call`]).
 #[derive(Debug)]
-pub struct CallGuard(Arc<Conn>);
+pub(crate) struct CallGuard(Arc<Conn>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
@@ -327,7 +327,7 @@ impl Drop for CallGuard {
 
 /// The table of open connections of one server.
 #[derive(Debug)]
-pub struct Connections {
+pub(crate) struct Connections {
     limits: ConnectionLimits,
     metrics: Arc<Metrics>,
     table: Mutex<Table>,
@@ -345,7 +345,7 @@ struct Table {
 
 impl Connections {
     /// An empty table under `limits`, counting into `metrics`.
-    pub fn new(limits: ConnectionLimits, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub(crate) fn new(limits: ConnectionLimits, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             limits,
             metrics,
@@ -361,7 +361,7 @@ impl Connections {
     /// by the table rather than by how far the tasks run behind a flood.
     /// Quiet connections already asked to close are cut meanwhile (they
     /// had their warning).
-    pub async fn room(&self) {
+    pub(crate) async fn room(&self) {
         let mut open = self.open.subscribe();
         loop {
             {
@@ -387,7 +387,7 @@ impl Connections {
     /// Takes a new connection in (after [`Connections::room`]), making
     /// room under the cap; `None` when it is refused (every connection
     /// busy), `io` then closes.
-    pub fn admit<IO: AsRawFd>(self: &Arc<Self>, io: IO) -> Option<Tracked<IO>> {
+    pub(crate) fn admit<IO: AsRawFd>(self: &Arc<Self>, io: IO) -> Option<Tracked<IO>> {
         let mut table = lock(&self.table);
         // Every connection not yet dropped holds a descriptor, cut or not.
         if table.open.len() >= self.limits.max_connections {
@@ -497,7 +497,7 @@ impl Connections {
 
     /// Asks every connection to close gracefully and waits until all are
     /// gone (their calls decide when: see the drain in `serve`).
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let all: Vec<Arc<Conn>> = lock(&self.table).open.values().cloned().collect();
         for conn in all {
             conn.request_close();
@@ -509,7 +509,7 @@ impl Connections {
     /// Watches one connection until it ends: cuts it past the handshake
     /// timeout, closes it past the idle timeout, and cuts it when asked to
     /// close and still there [`CLOSE_GRACE`] after its last call.
-    pub async fn watch(&self, conn: &Conn) {
+    pub(crate) async fn watch(&self, conn: &Conn) {
         let mut rx = conn.state.subscribe();
         loop {
             rx.borrow_and_update();
@@ -569,7 +569,7 @@ impl Connections {
 /// handshake), takes it out of the table when hyper drops it, and carries
 /// its [`Conn`] to the call counter as tonic's connect info.
 #[derive(Debug)]
-pub struct Tracked<IO> {
+pub(crate) struct Tracked<IO> {
     /// Closed in `drop` before the connection leaves the table, so the
     /// table never counts fewer descriptors than are open.
     io: ManuallyDrop<IO>,
@@ -580,7 +580,7 @@ pub struct Tracked<IO> {
 
 impl<IO> Tracked<IO> {
     /// The connection.
-    pub fn conn(&self) -> &Arc<Conn> {
+    pub(crate) fn conn(&self) -> &Arc<Conn> {
         &self.conn
     }
 }
@@ -651,7 +651,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
 /// What tonic puts in each request's extensions for a [`Tracked`]
 /// connection: the call counter finds the connection there.
 #[derive(Debug, Clone)]
-pub struct ConnInfo(pub Arc<Conn>);
+pub(crate) struct ConnInfo(pub Arc<Conn>);
 
 impl<IO> tonic::transport::server::Connected for Tracked<IO> {
     type ConnectInfo = ConnInfo;
@@ -666,7 +666,7 @@ impl<IO> tonic::transport::server::Connected for Tracked<IO> {
 /// for as long as it streams): what "idle" means. Give it to
 /// `tonic::transport::Server::layer`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CountCallsLayer;
+pub(crate) struct CountCallsLayer;
 
 impl<S> tower::Layer<S> for CountCallsLayer {
     type Service = CountCalls<S>;
@@ -678,7 +678,7 @@ impl<S> tower::Layer<S> for CountCallsLayer {
 
 /// The service [`CountCallsLayer`] makes.
 #[derive(Debug, Clone)]
-pub struct CountCalls<S>(S);
+pub(crate) struct CountCalls<S>(S);
 
 impl<S, B, ResBody> tower::Service<tonic::codegen::http::Request<B>> for CountCalls<S>
 where
@@ -718,7 +718,7 @@ where
 
 /// A response body that holds its call's [`CallGuard`] until it is done.
 #[derive(Debug)]
-pub struct Counted<B> {
+pub(crate) struct Counted<B> {
     body: B,
     _guard: Option<CallGuard>,
 }

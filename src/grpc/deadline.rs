@@ -17,12 +17,12 @@ use tokio::time::Instant;
 use tonic::codegen::http;
 
 /// The metadata key gRPC clients put their deadline in.
-pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
 
 /// Parses a `grpc-timeout` value: at most 8 ASCII digits and a unit
 /// (`H`, `M`, `S`, `m`, `u`, `n`). `None` when malformed, as gRPC servers
 /// treat a malformed header as absent.
-pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 {
         return None;
     }
@@ -43,7 +43,7 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 }
 
 /// The caller's deadline from request metadata, if it sent one.
-pub fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+pub(crate) fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
     metadata
         .get(GRPC_TIMEOUT_HEADER)
         .and_then(|value| value.to_str().ok())
@@ -52,12 +52,12 @@ pub fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Durati
 
 /// When a request arrived, as [`StampArrival`] recorded it.
 #[derive(Debug, Clone, Copy)]
-pub struct Arrived(pub Instant);
+pub(crate) struct Arrived(pub Instant);
 
 /// A tower layer that stamps each request with its [`Arrived`] instant; give
 /// it to `tonic::transport::Server::layer`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StampArrivalLayer;
+pub(crate) struct StampArrivalLayer;
 
 impl<S> tower::Layer<S> for StampArrivalLayer {
     type Service = StampArrival<S>;
@@ -69,7 +69,7 @@ impl<S> tower::Layer<S> for StampArrivalLayer {
 
 /// The service [`StampArrivalLayer`] makes.
 #[derive(Debug, Clone)]
-pub struct StampArrival<S>(S);
+pub(crate) struct StampArrival<S>(S);
 
 impl<S, B> tower::Service<http::Request<B>> for StampArrival<S>
 where
@@ -91,7 +91,7 @@ where
 
 /// The instant the caller's deadline passes, if it sent one: counted from
 /// the request's arrival (now, when it was not stamped).
-pub fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
+pub(crate) fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
     let arrived = request
         .extensions()
         .get::<Arrived>()
@@ -101,7 +101,7 @@ pub fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
 
 /// The time a run gets: the request's own timeout capped by the caller's
 /// deadline, when it has one.
-pub fn effective_timeout(requested: Duration, caller: Option<Duration>) -> Duration {
+pub(crate) fn effective_timeout(requested: Duration, caller: Option<Duration>) -> Duration {
     match caller {
         Some(caller) => requested.min(caller),
         None => requested,

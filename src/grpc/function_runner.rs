@@ -7,7 +7,7 @@ use crate::runner::{RunConfig, RunError, RunOutput, Runner};
 
 /// Something that runs one function image once.
 #[async_trait::async_trait]
-pub trait FunctionRunner: Send + Sync + 'static {
+pub(crate) trait FunctionRunner: Send + Sync + 'static {
     /// Runs `image` with `input` on stdin. Dropping the returned future must
     /// stop the run and clean up after it (a cancelled gRPC call drops it).
     async fn run(

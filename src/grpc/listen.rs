@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Errors of binding the listen address.
 #[derive(Debug, thiserror::Error)]
-pub enum ListenError {
+pub(crate) enum ListenError {
     /// A TCP address that does not parse.
     #[error("--address {0:?} is not a host:port socket address for --network tcp")]
     BadTcpAddress(String),
@@ -39,7 +39,7 @@ pub enum ListenError {
 
 /// The transport, as Crossplane's `--network` flag names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Network {
+pub(crate) enum Network {
     /// A Unix socket (`@name` for an abstract one).
     Unix,
     /// TCP: no caller checks; for tests and benchmarks.
@@ -48,7 +48,7 @@ pub enum Network {
 
 /// A parsed listen address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListenAddress {
+pub(crate) enum ListenAddress {
     /// A Linux abstract socket name (without the leading `@`).
     Abstract(String),
     /// A socket file.
@@ -69,7 +69,7 @@ impl std::fmt::Display for ListenAddress {
 
 impl ListenAddress {
     /// Parses `--network` and `--address`.
-    pub fn parse(network: Network, address: &str) -> Result<Self, ListenError> {
+    pub(crate) fn parse(network: Network, address: &str) -> Result<Self, ListenError> {
         match network {
             Network::Tcp => address
                 .parse()
@@ -87,7 +87,7 @@ impl ListenAddress {
 
 /// A bound listener (std types: bound before the async runtime starts).
 #[derive(Debug)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// Unix (abstract or path), blocking: the gatekeeper accepts on it.
     Unix(UnixListener),
     /// TCP, non-blocking, for [`tcp_incoming`].
@@ -96,7 +96,7 @@ pub enum Listener {
 
 /// Binds `address`. A stale socket file at a path address (left by a killed
 /// daemon) is replaced; anything else at that path is an error.
-pub fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
+pub(crate) fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
     let fail = |source| ListenError::Bind {
         address: address.to_string(),
         source,
@@ -136,7 +136,9 @@ pub fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The TCP connections (no caller check: TCP carries no credentials).
-pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
+pub(crate) fn tcp_incoming(
+    listener: TcpListener,
+) -> impl Stream<Item = std::io::Result<TcpStream>> {
     futures::stream::unfold(listener, |listener| async move {
         loop {
             match listener.accept().await {

@@ -377,7 +377,7 @@ impl prometheus_client::collector::Collector for PoolCollector {
 
 /// A running metrics endpoint; [`MetricsServer::stop`] ends it.
 #[derive(Debug)]
-pub struct MetricsServer {
+pub(crate) struct MetricsServer {
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<Result<(), MetricsError>>,
 }
@@ -385,7 +385,7 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Serves `metrics` at `address` when one is given (`--metrics-address`),
     /// in a task of its own.
-    pub async fn start(
+    pub(crate) async fn start(
         address: Option<SocketAddr>,
         metrics: Arc<Metrics>,
     ) -> Result<Option<Self>, MetricsError> {
@@ -406,7 +406,7 @@ impl MetricsServer {
     }
 
     /// Stops serving and waits for the server to end.
-    pub async fn stop(self) -> Result<(), MetricsError> {
+    pub(crate) async fn stop(self) -> Result<(), MetricsError> {
         self.stop.cancel();
         self.task
             .await
@@ -415,14 +415,14 @@ impl MetricsServer {
 }
 
 /// Binds `address` for the metrics endpoint.
-pub async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
+pub(crate) async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
     tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| MetricsError::Bind { address, source })
 }
 
 /// Serves `GET /metrics` on `listener` until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

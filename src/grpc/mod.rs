@@ -65,20 +65,20 @@
 //!   call is counted with outcome `cancelled`.
 //! - Errors become statuses in one place ([`status`]), so both front ends
 //!   answer the same failure with the same code.
-pub mod admission;
-pub mod authority;
-pub mod calls;
-pub mod connections;
-pub mod daemon;
-pub mod deadline;
-pub mod function_runner;
-pub mod listen;
-pub mod metrics;
-pub mod refusals;
-pub mod serve;
-pub mod status;
-pub mod wait;
+pub(crate) mod admission;
+pub(crate) mod authority;
+pub(crate) mod calls;
+pub(crate) mod connections;
+pub(crate) mod daemon;
+pub(crate) mod deadline;
+pub(crate) mod function_runner;
+pub(crate) mod listen;
+pub(crate) mod metrics;
+pub(crate) mod refusals;
+pub(crate) mod serve;
+pub(crate) mod status;
+pub(crate) mod wait;
 
-pub use calls::Calls;
-pub use function_runner::FunctionRunner;
-pub use status::status_of;
+pub(crate) use calls::Calls;
+pub(crate) use function_runner::FunctionRunner;
+pub(crate) use status::status_of;

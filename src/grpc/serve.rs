@@ -113,7 +113,7 @@ pub struct Drain {
 /// connection under the bounds of `connections`, until `shutdown`
 /// resolves, then stops accepting, lets calls in flight finish within the
 /// grace period, cancels the rest, and returns.
-pub async fn serve(
+pub(crate) async fn serve(
     incoming: Incoming,
     services: Services,
     connections: Arc<Connections>,
@@ -219,7 +219,7 @@ where
 /// What [`serve_each`] needs of a router: to serve one connection until a
 /// signal (`Router::serve_with_incoming_shutdown`, with its bounds spelled
 /// once here).
-pub trait Serves<IO>: Clone + Send + 'static {
+pub(crate) trait Serves<IO>: Clone + Send + 'static {
     /// Serves `io` until `stop`, then closes it gracefully.
     fn serve_one(
         self,
@@ -334,7 +334,7 @@ async fn drain_on(
 
 /// Resolves on the first SIGTERM or SIGINT: the shutdown both front ends
 /// drain on.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

@@ -34,7 +34,7 @@ fn image_code(kind: ImageErrorKind) -> Code {
 /// act on: the error's [`Chain`] (each step and the cause beneath; it names
 /// the image, the exit code and the tail of the function's stderr where
 /// there is one).
-pub fn status_of(err: &RunError) -> Status {
+pub(crate) fn status_of(err: &RunError) -> Status {
     let code = match err {
         RunError::Image(image) => image_code(image.kind()),
         RunError::InvalidConfig(_) | RunError::RootfsMode(_) => Code::InvalidArgument,
@@ -54,7 +54,7 @@ pub fn status_of(err: &RunError) -> Status {
 }
 
 /// The status of a call that was not admitted.
-pub fn admission_status(err: &AdmissionError) -> Status {
+pub(crate) fn admission_status(err: &AdmissionError) -> Status {
     match err {
         AdmissionError::QueueFull { .. } | AdmissionError::WouldMissDeadline { .. } => {
             Status::resource_exhausted(err.to_string())
@@ -64,7 +64,7 @@ pub fn admission_status(err: &AdmissionError) -> Status {
 }
 
 /// A metric label for a status code.
-pub fn outcome_label(code: Code) -> &'static str {
+pub(crate) fn outcome_label(code: Code) -> &'static str {
     match code {
         Code::Ok => "ok",
         Code::Cancelled => "cancelled",

@@ -7,21 +7,21 @@ use std::time::Duration;
 
 /// Runs remembered: enough for a stable median, few enough to follow a
 /// change of workload within a minute of Crossplane's traffic.
-pub const WINDOW: usize = 64;
+pub(crate) const WINDOW: usize = 64;
 
 /// Runs seen before any estimate is made: a fresh daemon (cold pulls,
 /// first runs) predicts nothing and refuses nothing.
-pub const MIN_RUNS: usize = 8;
+pub(crate) const MIN_RUNS: usize = 8;
 
 /// The times the last [`WINDOW`] runs held their slot.
 #[derive(Debug, Default)]
-pub struct RunTimes {
+pub(crate) struct RunTimes {
     recent: Mutex<VecDeque<Duration>>,
 }
 
 impl RunTimes {
     /// Remembers one run's slot time.
-    pub fn record(&self, held: Duration) {
+    pub(crate) fn record(&self, held: Duration) {
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() == WINDOW {
             recent.pop_front();
@@ -32,7 +32,7 @@ impl RunTimes {
     /// The median of the remembered runs, once [`MIN_RUNS`] were seen: a few
     /// slow runs (a cold pull, a timeout) do not move it, and a run cut
     /// short only lowers it.
-    pub fn typical(&self) -> Option<Duration> {
+    pub(crate) fn typical(&self) -> Option<Duration> {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if recent.len() < MIN_RUNS {
             return None;
@@ -48,7 +48,7 @@ impl RunTimes {
 /// `slots` run slots, each run taking `typical`: some slot must finish
 /// `floor(ahead / slots)` whole runs before it (the runs in flight may be
 /// about to end, so they count for nothing).
-pub fn least_wait(ahead: usize, slots: usize, typical: Duration) -> Duration {
+pub(crate) fn least_wait(ahead: usize, slots: usize, typical: Duration) -> Duration {
     let whole_runs = ahead / slots.max(1);
     typical.saturating_mul(u32::try_from(whole_runs).unwrap_or(u32::MAX))
 }

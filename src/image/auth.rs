@@ -159,7 +159,7 @@ impl RegistryAuth {
 }
 
 /// Where the docker CLI keeps its config.
-pub fn docker_config_path() -> Option<PathBuf> {
+pub(crate) fn docker_config_path() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("DOCKER_CONFIG") {
         return Some(PathBuf::from(dir).join("config.json"));
     }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A content descriptor as found in manifests and indexes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlobRef {
+pub(crate) struct BlobRef {
     /// Media type (may be empty in old Docker manifests).
     #[serde(rename = "mediaType", default)]
     pub media_type: String,
@@ -17,7 +17,7 @@ pub struct BlobRef {
 
 /// The parts of an image manifest (OCI or Docker schema 2) the store uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     /// The config blob.
     pub config: BlobRef,
     /// Layer blobs, bottom first.
@@ -25,14 +25,14 @@ pub struct Manifest {
 }
 
 /// `sha256:` and 64 lower-case hex digits: the digest is also a file name.
-pub fn is_sha256_digest(digest: &str) -> bool {
+pub(crate) fn is_sha256_digest(digest: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|hex| {
         hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     })
 }
 
 /// `sha256:<hex>` of `data`.
-pub fn sha256_digest(data: &[u8]) -> String {
+pub(crate) fn sha256_digest(data: &[u8]) -> String {
     use sha2::{Digest as _, Sha256};
     format!("sha256:{}", hex::encode(Sha256::digest(data)))
 }

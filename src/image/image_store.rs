@@ -46,7 +46,7 @@ pub struct StoreOptions {
 /// Default of `--pull-timeout`: long enough for a few hundred MB over a slow
 /// link, short enough that a registry feeding bytes one at a time cannot
 /// hold a pull (and whoever waits for the same image) forever.
-pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Default for StoreOptions {
     fn default() -> Self {

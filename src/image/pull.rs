@@ -25,7 +25,7 @@ use super::reference::{is_loopback_registry, ImageReference};
 
 mod manifest;
 
-pub use super::descriptor::{sha256_digest, BlobRef, Manifest};
+pub(crate) use super::descriptor::{sha256_digest, BlobRef, Manifest};
 use manifest::{bad, choose_platform, parse_raw, to_manifest};
 
 /// Manifests and indexes this client accepts.
@@ -38,7 +38,7 @@ const ACCEPTED_MANIFESTS: &[&str] = &[
 /// An image config is small JSON; refuse to buffer anything absurd.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 /// A manifest is small JSON too (the limit Distribution itself applies).
-pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// How long to wait for a registry to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a registry may go silent mid-response.
@@ -154,7 +154,7 @@ impl PullError {
 
 /// A resolved platform manifest.
 #[derive(Debug, Clone)]
-pub struct ResolvedManifest {
+pub(crate) struct ResolvedManifest {
     /// Its raw bytes (what its digest is of).
     pub bytes: Vec<u8>,
     /// `sha256:<hex>` of `bytes`.
@@ -166,7 +166,7 @@ pub struct ResolvedManifest {
 /// One pull's connection to one registry. A client per pull, because
 /// oci-client caches the first credentials it sees per registry and calls
 /// may carry different ones.
-pub struct Puller {
+pub(crate) struct Puller {
     client: Client,
     /// For manifests, read with a bound (oci-client reads them whole).
     http: reqwest::Client,
@@ -177,7 +177,7 @@ pub struct Puller {
 
 /// Connection settings shared by every pull.
 #[derive(Debug, Clone, Default)]
-pub struct ConnectOptions {
+pub(crate) struct ConnectOptions {
     /// Registries reached over plain HTTP besides loopback ones.
     pub insecure_registries: Vec<String>,
     /// Extra trusted CAs (PEM blocks).
@@ -187,7 +187,7 @@ pub struct ConnectOptions {
 impl ConnectOptions {
     /// Reads the PEM CA bundle at `path` (each certificate separately:
     /// reqwest's PEM parser takes one certificate at a time).
-    pub fn load_ca_bundle(&mut self, path: &Path) -> Result<(), PullError> {
+    pub(crate) fn load_ca_bundle(&mut self, path: &Path) -> Result<(), PullError> {
         let text = std::fs::read_to_string(path).map_err(|source| PullError::CaBundle {
             path: path.to_path_buf(),
             source,
@@ -216,7 +216,7 @@ impl ConnectOptions {
 
     /// The one registry client every pull and push uses: plain HTTP for
     /// insecure registries, the extra CAs, connect and read timeouts.
-    pub fn oci_client(&self, reference: &ImageReference) -> Result<Client, PullError> {
+    pub(crate) fn oci_client(&self, reference: &ImageReference) -> Result<Client, PullError> {
         let protocol = if self.is_insecure(&reference.registry) {
             ClientProtocol::Http
         } else {
@@ -267,7 +267,7 @@ impl ConnectOptions {
 
 impl Puller {
     /// A client for `reference`'s registry with `auth`.
-    pub fn new(
+    pub(crate) fn new(
         reference: &ImageReference,
         auth: &RegistryAuth,
         options: &ConnectOptions,
@@ -287,7 +287,10 @@ impl Puller {
     }
 
     /// Resolves `reference` to the host platform's image manifest.
-    pub async fn resolve(&self, reference: &ImageReference) -> Result<ResolvedManifest, PullError> {
+    pub(crate) async fn resolve(
+        &self,
+        reference: &ImageReference,
+    ) -> Result<ResolvedManifest, PullError> {
         let (bytes, digest) = self.fetch_manifest(&reference.to_oci()).await?;
         if let Some(want) = &reference.digest {
             check_digest("manifest", want, &digest)?;
@@ -378,7 +381,7 @@ impl Puller {
     }
 
     /// Fetches a small blob (the config) into memory and verifies it.
-    pub async fn fetch_config(
+    pub(crate) async fn fetch_config(
         &self,
         reference: &ImageReference,
         blob: &BlobRef,
@@ -426,7 +429,7 @@ impl Puller {
     /// download continues, so a digest mismatch is still found and reported
     /// as such. Errors on a digest mismatch: the caller then discards the
     /// file and anything made from the tee.
-    pub async fn fetch_blob_to_file(
+    pub(crate) async fn fetch_blob_to_file(
         &self,
         reference: &ImageReference,
         blob: &BlobRef,

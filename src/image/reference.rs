@@ -202,7 +202,7 @@ impl fmt::Display for ImageReference {
 }
 
 /// Whether `registry` (host[:port]) is a loopback address.
-pub fn is_loopback_registry(registry: &str) -> bool {
+pub(crate) fn is_loopback_registry(registry: &str) -> bool {
     let host = host_of(registry);
     if host.eq_ignore_ascii_case("localhost") {
         return true;
@@ -212,7 +212,7 @@ pub fn is_loopback_registry(registry: &str) -> bool {
 }
 
 /// The host part of `host[:port]` or `[v6]:port`.
-pub fn host_of(registry: &str) -> &str {
+pub(crate) fn host_of(registry: &str) -> &str {
     if registry.starts_with('[') {
         return match registry.find(']') {
             Some(end) => &registry[..=end],
@@ -226,7 +226,7 @@ pub fn host_of(registry: &str) -> &str {
 }
 
 /// Whether `registry` names Docker Hub.
-pub fn is_docker_hub(registry: &str) -> bool {
+pub(crate) fn is_docker_hub(registry: &str) -> bool {
     DOCKER_HUB_ALIASES
         .iter()
         .any(|alias| registry.eq_ignore_ascii_case(alias))

@@ -110,7 +110,7 @@ mod import;
 mod layout;
 mod listing;
 mod lock;
-pub mod owners;
+pub(crate) mod owners;
 mod pin;
 mod publish;
 mod rootfs;
@@ -121,7 +121,7 @@ pub(crate) use entries::parse_config;
 pub use entries::PulledImage;
 pub use gc::GcReport;
 pub(crate) use import::file_digest;
-pub use import::ImportSource;
+pub(crate) use import::ImportSource;
 pub use listing::{CacheListing, CachedImage};
 pub use pin::ImagePin;
 
@@ -132,7 +132,7 @@ use super::extract::bounds::{DEFAULT_MAX_IMAGE_SIZE, DEFAULT_MAX_LAYER_ENTRIES};
 use super::extract::{Budget, ExtractOptions, LayerBounds};
 
 /// Most layers an image may have (what overlayfs and Docker accept).
-pub const MAX_LAYERS: usize = 256;
+pub(crate) const MAX_LAYERS: usize = 256;
 
 /// The bounds the store applies whenever it unpacks layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use crate::image::extract::fsops;
 
 /// What a copy did.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct CopyStats {
+pub(crate) struct CopyStats {
     /// Entries made.
     pub entries: u64,
     /// Bytes of file content copied (or cloned).
@@ -43,7 +43,7 @@ struct Copier {
 
 /// Copies the tree under `src` into the new directory `dst` (created here;
 /// its parent must exist).
-pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
+pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let src_fd = rustix::fs::open(src, dir_flags, Mode::empty())?;
     let st = rustix::fs::fstat(&src_fd)?;

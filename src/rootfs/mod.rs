@@ -38,7 +38,7 @@ mod overlay;
 
 use std::path::{Path, PathBuf};
 
-pub use copy::copy_tree;
+pub(crate) use copy::copy_tree;
 pub(crate) use overlay::{mount_tmpfs, unmount};
 
 /// `--rootfs`: how runs get their root filesystem.
@@ -110,19 +110,19 @@ fn io_err<'a>(
 /// The default of [`RootfsOptions::size_bytes`] (`--rootfs-size`): room
 /// for what functions write (caches, generated files), a stop for one that
 /// would fill the node's memory.
-pub const DEFAULT_ROOTFS_SIZE: u64 = 256 << 20;
+pub(crate) const DEFAULT_ROOTFS_SIZE: u64 = 256 << 20;
 
 /// How many files a tmpfs of `size_bytes` may hold: one per 8 KiB, at least
 /// 1024. Inodes take kernel memory that `size=` does not count, so a tmpfs
 /// of a bounded size needs a bounded inode count too (millions of empty
 /// files would otherwise fit in any size).
-pub fn tmpfs_inodes(size_bytes: u64) -> u64 {
+pub(crate) fn tmpfs_inodes(size_bytes: u64) -> u64 {
     (size_bytes / 8192).max(1024)
 }
 
 /// Tuning of [`Rootfs::prepare_with`].
 #[derive(Debug, Clone)]
-pub struct RootfsOptions {
+pub(crate) struct RootfsOptions {
     /// The most a run can write to its rootfs, in bytes (and in files:
     /// [`tmpfs_inodes`] of it): the size of the tmpfs holding the overlay's
     /// upper dir, or what a copy's tmpfs may hold beyond the copy (tmpfs
@@ -151,7 +151,7 @@ impl Default for RootfsOptions {
 
 /// One run's root filesystem.
 #[derive(Debug)]
-pub struct Rootfs {
+pub(crate) struct Rootfs {
     run_dir: PathBuf,
     path: PathBuf,
     /// Mounts made, in order (unmounted in reverse).
@@ -175,7 +175,7 @@ impl Rootfs {
     /// Prepares a rootfs in `run_dir` (created here with its parents; must
     /// not exist yet) with default options. `layers` are the extracted layer dirs, bottom first
     /// (overlay mode); `flattened` is the flattened rootfs (copy mode).
-    pub fn prepare(
+    pub(crate) fn prepare(
         mode: ResolvedMode,
         layers: &[PathBuf],
         flattened: Option<&Path>,
@@ -185,7 +185,7 @@ impl Rootfs {
     }
 
     /// [`Rootfs::prepare`] with explicit options.
-    pub fn prepare_with(
+    pub(crate) fn prepare_with(
         mode: ResolvedMode,
         layers: &[PathBuf],
         flattened: Option<&Path>,
@@ -266,13 +266,13 @@ impl Rootfs {
     }
 
     /// The root filesystem's directory (an OCI bundle's `root.path`).
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Unmounts and removes everything of this run. Idempotent; also run on
     /// drop (where errors can only be logged).
-    pub fn cleanup(&mut self) -> Result<(), RootfsError> {
+    pub(crate) fn cleanup(&mut self) -> Result<(), RootfsError> {
         if self.cleaned {
             return Ok(());
         }
@@ -291,7 +291,7 @@ impl Rootfs {
 
     /// Removes what a killed process left in `run_dir` (mounts under it,
     /// then the dir); for a restarted daemon's sweep of its run dirs.
-    pub fn cleanup_stale(run_dir: &Path) -> Result<(), RootfsError> {
+    pub(crate) fn cleanup_stale(run_dir: &Path) -> Result<(), RootfsError> {
         remove_run_dir(run_dir)
     }
 }
@@ -344,7 +344,7 @@ impl Drop for Rootfs {
 /// (char device 0:0) and an opaque dir, mounts it exactly as a run would
 /// (tmpfs upper, `userxattr`), checks that the whiteout hides, the opaque dir
 /// hides and a write lands in the upper dir, then cleans up.
-pub fn overlay_supported(scratch_dir: &Path) -> bool {
+pub(crate) fn overlay_supported(scratch_dir: &Path) -> bool {
     match probe(scratch_dir) {
         Ok(()) => true,
         Err(e) => {

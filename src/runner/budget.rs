@@ -28,7 +28,7 @@ const COLLECT_AGAIN_OVER_BUDGET: Duration = Duration::from_secs(30);
 /// Where images in use keep it over, the idle warm containers of those
 /// images go and it collects again at once: only runs and pulls in flight
 /// hold it over its budget.
-pub fn keep_cache_within(runner: Arc<Runner>, max_size: u64) {
+pub(crate) fn keep_cache_within(runner: Arc<Runner>, max_size: u64) {
     let store = runner.store().clone();
     tokio::spawn(async move {
         let mut was_over = false;

@@ -147,14 +147,14 @@ pub enum WarmStart {
 /// needs more ready than that; twice as many let two images (a pipeline's
 /// usual steps) each keep a container per running slot. Each costs a
 /// blocked crun process and an empty tmpfs (benches/PROFILE.md).
-pub fn default_size() -> usize {
+pub(crate) fn default_size() -> usize {
     2 * std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The default idle expiry: two minutes, past Crossplane's default poll
 /// interval (1m), so that an XR reconciled on that schedule still finds a
 /// container; an image nobody calls costs nothing after it.
-pub const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+pub(super) const DEFAULT_IDLE: Duration = Duration::from_secs(120);
 
 impl Default for PoolOptions {
     fn default() -> Self {

@@ -52,7 +52,7 @@ pub enum BundleError {
 /// state, `rootfs/` for the runs' root filesystems; in `<cache>/run`
 /// itself, or in the tmpfs `<cache>/run/live` (see the module doc).
 #[derive(Debug)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     /// `<cache>/run`, on the disk.
     root: PathBuf,
     /// Where this xfn's runs put their state: `root`, or `live`'s.
@@ -75,7 +75,7 @@ impl RunDir {
     /// entries (`.<instance>.…`, see [`Instance::temp_name`]) of dead
     /// instances from the disk; with `in_memory`, this xfn's own runs then
     /// keep their state in the tmpfs `root/live` (see the module doc).
-    pub fn open(
+    pub(crate) fn open(
         root: &Path,
         instance: Arc<Instance>,
         in_memory: bool,
@@ -129,30 +129,30 @@ impl RunDir {
     }
 
     /// Whether the container or bundle `id` belongs to an xfn that is gone.
-    pub fn is_stale(&self, id: &str) -> bool {
+    pub(crate) fn is_stale(&self, id: &str) -> bool {
         id.strip_prefix(PREFIX)
             .is_some_and(|name| self.instance.is_dead_name(name))
     }
 
     /// crun's `--root` for this xfn's runs.
-    pub fn crun_state(&self) -> PathBuf {
+    pub(crate) fn crun_state(&self) -> PathBuf {
         self.state.join("crun")
     }
 
     /// crun's `--root` on the disk, where dead instances' containers may be
     /// (the same as [`Self::crun_state`] unless the state is in memory).
-    pub fn crun_state_on_disk(&self) -> PathBuf {
+    pub(crate) fn crun_state_on_disk(&self) -> PathBuf {
         self.root.join("crun")
     }
 
     /// Where this xfn's runs get their root filesystems.
-    pub fn rootfs_dir(&self) -> PathBuf {
+    pub(crate) fn rootfs_dir(&self) -> PathBuf {
         self.state.join("rootfs")
     }
 
     /// A fresh bundle directory with `spec` saved as its config.json; removed
     /// when the returned [`Bundle`] is dropped.
-    pub fn bundle(&self) -> Result<Bundle, BundleError> {
+    pub(crate) fn bundle(&self) -> Result<Bundle, BundleError> {
         let id = format!(
             "{PREFIX}{}",
             self.instance
@@ -169,7 +169,7 @@ impl RunDir {
 
 /// One run's bundle directory; removed on drop.
 #[derive(Debug)]
-pub struct Bundle {
+pub(crate) struct Bundle {
     /// The container id.
     pub id: String,
     /// The directory.
@@ -178,7 +178,7 @@ pub struct Bundle {
 
 impl Bundle {
     /// Writes config.json.
-    pub fn write_spec(&self, spec: &Spec) -> Result<(), BundleError> {
+    pub(crate) fn write_spec(&self, spec: &Spec) -> Result<(), BundleError> {
         spec.save(self.dir.join("config.json"))?;
         Ok(())
     }

@@ -16,7 +16,7 @@
 //! Kubernetes pod with cgroup v2 (private namespace, mount rooted at the
 //! container's cgroup) and under systemd. xfn enters no cgroup namespace of
 //! its own, so they keep agreeing inside its user and mount namespace.
-pub mod run;
+pub(crate) mod run;
 
 use std::path::{Path, PathBuf};
 
@@ -24,14 +24,14 @@ use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC};
 use nix::unistd::{access, AccessFlags};
 
 /// The controllers a run's limits need.
-pub const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
+pub(crate) const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// The leaf xfn moves itself into.
-pub const SUPERVISOR_LEAF: &str = "supervisor";
+pub(crate) const SUPERVISOR_LEAF: &str = "supervisor";
 
 /// A delegated cgroup v2 subtree set up for runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delegation {
+pub(crate) struct Delegation {
     /// The subtree's directory (under `/sys/fs/cgroup`).
     pub dir: PathBuf,
     /// The same cgroup as crun's cgroupfs manager names it (`/a/b`).
@@ -40,7 +40,7 @@ pub struct Delegation {
 
 /// How cgroups look from here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CgroupSupport {
+pub(crate) enum CgroupSupport {
     /// A delegated cgroup v2 subtree with `cpu memory pids` enabled for
     /// children: limits are enforced.
     DelegatedV2(Delegation),
@@ -56,7 +56,7 @@ pub enum CgroupSupport {
 impl CgroupSupport {
     /// Looks at `/sys/fs/cgroup` and `/proc/self/cgroup` and, where xfn's
     /// cgroup is a writable v2 one, takes it over for runs.
-    pub fn detect() -> Self {
+    pub(crate) fn detect() -> Self {
         Self::detect_at(Path::new("/sys/fs/cgroup"), Path::new("/proc/self/cgroup"))
     }
 
@@ -98,7 +98,7 @@ impl CgroupSupport {
     }
 
     /// The subtree runs go under, when limits are enforced.
-    pub fn delegation(&self) -> Option<&Delegation> {
+    pub(crate) fn delegation(&self) -> Option<&Delegation> {
         match self {
             Self::DelegatedV2(delegation) => Some(delegation),
             _ => None,
@@ -107,13 +107,13 @@ impl CgroupSupport {
 
     /// Whether /sys/fs/cgroup must be covered by a tmpfs for crun to start.
     /// Never on a v2 host: crun needs the real cgroupfs there.
-    pub fn needs_cover(&self) -> bool {
+    pub(crate) fn needs_cover(&self) -> bool {
         matches!(self, Self::NotV2)
     }
 
     /// Why limits are not enforced, in words for a log line or an error;
     /// `None` when they are.
-    pub fn why_no_limits(&self) -> Option<String> {
+    pub(crate) fn why_no_limits(&self) -> Option<String> {
         match self {
             Self::DelegatedV2(_) => None,
             Self::DelegationFailed(why) => Some(format!(
@@ -132,7 +132,7 @@ impl CgroupSupport {
     /// the subtree to it, as systemd's `Delegate=yes` hands one to a user
     /// (the directory and the files a delegatee writes). Call before
     /// entering the namespace; on failure limits are reported unenforced.
-    pub fn hand_to(self, uid: u32, gid: u32) -> Self {
+    pub(crate) fn hand_to(self, uid: u32, gid: u32) -> Self {
         let Self::DelegatedV2(delegation) = &self else {
             return self;
         };

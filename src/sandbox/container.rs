@@ -82,7 +82,7 @@ use super::{Limits, Sandbox, SandboxError};
 /// What a container is made from: everything of a run but its input and
 /// timeout, which come with the call.
 #[derive(Debug, Clone)]
-pub struct ContainerRequest<'a> {
+pub(crate) struct ContainerRequest<'a> {
     /// The prepared, per-container root filesystem; it must outlive the
     /// container.
     pub rootfs: &'a Path,
@@ -103,7 +103,7 @@ pub struct ContainerRequest<'a> {
 /// A container in state `S`: [`Created`], [`Started`] (or, once serving,
 /// a [`super::function_server::Served`]).
 #[derive(Debug)]
-pub struct Container<S> {
+pub(crate) struct Container<S> {
     // The state first: its pipes close before the init is killed.
     pub(super) state: S,
     pub(super) parts: Parts,
@@ -111,14 +111,14 @@ pub struct Container<S> {
 
 /// Set up, its init blocked before it execs the function.
 #[derive(Debug)]
-pub struct Created {
+pub(crate) struct Created {
     stdio: Stdio,
 }
 
 /// The function's process runs (blocked on its stdin until a call feeds
 /// it), since `at`.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     pub(super) stdio: Stdio,
     at: Instant,
 }
@@ -148,7 +148,7 @@ pub(super) struct Parts {
 /// What is left of a container once it ran: its crun state, cgroup and
 /// bundle, removed when dropped (blocking: drop it off the async threads).
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     namespaces: HeldNamespaces,
     crun: Crun,
     id: String,
@@ -205,7 +205,7 @@ impl Sandbox {
     /// Prepares and creates a container (bundle, spec, cgroup, `crun
     /// create`), which waits for [`Container::start`]. The process must be
     /// a child subreaper (the sandbox makes it one).
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         request: &ContainerRequest<'_>,
     ) -> Result<Container<Created>, SandboxError> {
@@ -310,7 +310,7 @@ impl Sandbox {
 
 impl<S> Container<S> {
     /// The container id.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.parts.guard.id
     }
 }
@@ -318,7 +318,7 @@ impl<S> Container<S> {
 impl Container<Created> {
     /// Starts the function: it execs and runs until it reads its stdin.
     /// Fails (and leaves nothing) when the container is gone.
-    pub async fn start(self) -> Result<Container<Started>, SandboxError> {
+    pub(crate) async fn start(self) -> Result<Container<Started>, SandboxError> {
         let Self { state, parts } = self;
         parts.guard.crun.start(&parts.guard.id).await?;
         Ok(Container {
@@ -332,7 +332,7 @@ impl Container<Created> {
 
     /// Starts the container and feeds it, both within `timeout` counted
     /// from `since` (the call's start: a cold call's creation counts).
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         input: &[u8],
         timeout: Duration,
@@ -367,7 +367,7 @@ impl Container<Started> {
     /// and waits for it to exit, all within `timeout` from now (output caps
     /// and OOM mapping as for every run). Returns the outcome and what is
     /// left to remove, which the caller drops off the reply path.
-    pub async fn feed(
+    pub(crate) async fn feed(
         self,
         input: &[u8],
         timeout: Duration,

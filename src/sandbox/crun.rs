@@ -48,7 +48,7 @@ pub enum CrunError {
 }
 
 /// A stderr tail as a message ends: trimmed, or "(no stderr)".
-pub fn tail_text(tail: &[u8]) -> String {
+pub(crate) fn tail_text(tail: &[u8]) -> String {
     let text = String::from_utf8_lossy(tail);
     let text = text.trim();
     if text.is_empty() {
@@ -72,7 +72,7 @@ pub struct CrunOutput {
 
 /// The OCI runtime: a crun binary and its state root.
 #[derive(Debug, Clone)]
-pub struct Crun {
+pub(crate) struct Crun {
     /// The crun binary (a path, or a name looked up in PATH).
     pub binary: PathBuf,
     /// crun's `--root`: where it keeps container state.
@@ -270,7 +270,7 @@ impl Crun {
     /// other processes do not see the mount. Nothing is done where the
     /// binary already is read-only, or cannot be found; a failure only costs
     /// the re-exec.
-    pub fn pin_read_only(&self) {
+    pub(crate) fn pin_read_only(&self) {
         let Some(path) = resolve_binary(&self.binary) else {
             return;
         };
@@ -287,7 +287,7 @@ impl Crun {
 
     /// Removes containers left in the state root by an xfn that died, as told
     /// by `is_stale(id)`.
-    pub fn delete_stale(&self, is_stale: impl Fn(&str) -> bool) {
+    pub(crate) fn delete_stale(&self, is_stale: impl Fn(&str) -> bool) {
         let Ok(entries) = std::fs::read_dir(&self.state_root) else {
             return;
         };

@@ -24,7 +24,7 @@ use super::SandboxError;
 
 /// A container serving: its output is logged, its tail kept for errors.
 #[derive(Debug)]
-pub struct Serving {
+pub(crate) struct Serving {
     output: Arc<Output>,
     network: NetworkNamespace,
     /// The init's exit code, once it was reaped.
@@ -35,7 +35,7 @@ impl Container<Started> {
     /// Leaves the function running as a server: its stdin is closed (a
     /// server reads none), its stdout and stderr go to xfn's log (at debug
     /// level) and to a tail kept for errors.
-    pub fn serve(self, host_network: bool) -> Result<Container<Serving>, SandboxError> {
+    pub(crate) fn serve(self, host_network: bool) -> Result<Container<Serving>, SandboxError> {
         let Self { state, mut parts } = self;
         let stdio = state.stdio;
         drop(stdio.stdin);
@@ -81,12 +81,12 @@ impl Container<Started> {
 
 impl Container<Serving> {
     /// The container's own network namespace, to connect in.
-    pub fn network(&self) -> &NetworkNamespace {
+    pub(crate) fn network(&self) -> &NetworkNamespace {
         &self.state.network
     }
 
     /// The last bytes the container wrote (stdout and stderr, interleaved).
-    pub fn output_tail(&self) -> Vec<u8> {
+    pub(crate) fn output_tail(&self) -> Vec<u8> {
         self.state.output.tail()
     }
 
@@ -103,7 +103,7 @@ impl Container<Serving> {
 
     /// Why the container is gone, if it is: its exit code (and an OOM kill
     /// where its cgroup saw one) with the tail of its output so far.
-    pub fn exited(&mut self) -> Option<SandboxError> {
+    pub(crate) fn exited(&mut self) -> Option<SandboxError> {
         let code = self.exit_code()?;
         Some(self.parts.failure(code, self.output_tail()))
     }
@@ -124,7 +124,7 @@ impl Container<Serving> {
     /// Waits until something listens on `address` inside the container
     /// (connecting, as a client will), or fails when the container exits or
     /// `timeout` passes first.
-    pub async fn wait_listening(
+    pub(crate) async fn wait_listening(
         &mut self,
         address: SocketAddr,
         timeout: Duration,
@@ -159,7 +159,7 @@ impl Container<Serving> {
 
     /// Kills the container, waits for it and removes its state and cgroup.
     /// Returns what its cgroup measured, where it had one.
-    pub async fn stop(self) -> Option<RunUsage> {
+    pub(crate) async fn stop(self) -> Option<RunUsage> {
         let Self { mut parts, .. } = self;
         // SIGKILL to the init ends its pid namespace, and with it every
         // process of the container.

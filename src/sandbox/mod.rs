@@ -6,35 +6,36 @@
 //! any number of containers concurrently, each from a prepared root
 //! filesystem, all through one lifecycle ([`container`]: create, start,
 //! feed or serve, teardown).
-pub mod bundle;
-pub mod cgroup;
-pub mod container;
-pub mod crun;
-pub mod function_server;
-pub mod netns;
-pub mod nproc;
-pub mod oci_runtime;
-pub mod reaper;
+pub(crate) mod bundle;
+pub(crate) mod cgroup;
+pub(crate) mod container;
+pub(crate) mod crun;
+pub(crate) mod function_server;
+pub(crate) mod netns;
+pub(crate) mod nproc;
+pub(crate) mod oci_runtime;
+pub(crate) mod reaper;
 pub(crate) mod scope;
-pub mod seccomp;
+pub(crate) mod seccomp;
 mod seccomp_bpf;
-pub mod spec;
-pub mod subids;
-pub mod ucounts;
-pub mod user;
-pub mod userns;
+pub(crate) mod spec;
+pub(crate) mod subids;
+pub(crate) mod ucounts;
+pub(crate) mod user;
+pub(crate) mod userns;
 
 use std::path::PathBuf;
 use std::sync::Once;
 use std::time::Duration;
 
-pub use bundle::{Bundle, RunDir};
-pub use container::{Container, ContainerRequest, Created, Finished, Started};
-pub use crun::{Crun, CrunError, CrunOutput};
-pub use spec::{Limits, SpecError};
+pub(crate) use bundle::{Bundle, RunDir};
+pub(crate) use container::{Container, ContainerRequest, Created, Finished, Started};
+pub(crate) use crun::{Crun, CrunError, CrunOutput};
+pub use spec::Limits;
+pub(crate) use spec::SpecError;
 
 /// The default cap on stdout and on stderr of a run: 100 MiB.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
+pub(crate) const DEFAULT_MAX_OUTPUT_BYTES: usize = 100 << 20;
 
 /// Errors of the sandbox. Each says its own step; what failed beneath is
 /// its source (see `crate::chain`).
@@ -119,7 +120,7 @@ pub struct NotServing {
 
 /// How the sandbox runs containers.
 #[derive(Debug, Clone)]
-pub struct SandboxOptions {
+pub(crate) struct SandboxOptions {
     /// The crun binary.
     pub runtime: PathBuf,
     /// `<cache>/run`: bundles and crun state.
@@ -143,7 +144,7 @@ pub struct SandboxOptions {
 
 /// Runs containers; shared by every call.
 #[derive(Debug)]
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     crun: Crun,
     run_dir: RunDir,
     options: SandboxOptions,
@@ -170,7 +171,7 @@ impl Sandbox {
     /// A sandbox in the namespace xfn entered. Sweeps what a dead xfn left in
     /// the run dir. Makes this process a child subreaper: every container's
     /// init becomes its child (`container.rs`).
-    pub fn new(
+    pub(crate) fn new(
         namespace: &userns::Namespace,
         options: SandboxOptions,
     ) -> Result<Self, SandboxError> {
@@ -219,14 +220,14 @@ impl Sandbox {
 
     /// Where this sandbox's runs get their root filesystems (in memory or on
     /// the disk, as its run state: `bundle.rs`).
-    pub fn rootfs_dir(&self) -> PathBuf {
+    pub(crate) fn rootfs_dir(&self) -> PathBuf {
         self.run_dir.rootfs_dir()
     }
 
     /// Checks once that the OCI runtime is crun, new enough
     /// ([`oci_runtime::MIN_CRUN`]); every container start calls it, and daemons
     /// call it at start to refuse to serve without a usable runtime.
-    pub fn check_runtime(&self) -> Result<oci_runtime::CrunVersion, SandboxError> {
+    pub(crate) fn check_runtime(&self) -> Result<oci_runtime::CrunVersion, SandboxError> {
         self.runtime_checked
             .get_or_init(|| {
                 oci_runtime::check(
@@ -294,7 +295,7 @@ impl Sandbox {
     }
 
     /// Fails when limits are required but not enforced.
-    pub fn check_limits(&self) -> Result<(), SandboxError> {
+    pub(crate) fn check_limits(&self) -> Result<(), SandboxError> {
         match (self.options.require_limits, &self.limits_unavailable) {
             (true, Some(why)) => Err(LimitsUnavailable { why: why.clone() }.into()),
             _ => Ok(()),
@@ -303,7 +304,7 @@ impl Sandbox {
 
     /// Why cpu/memory/pids limits are not enforced, when they are not: for a
     /// daemon to report at start and in its metrics.
-    pub fn limits_unavailable(&self) -> Option<&str> {
+    pub(crate) fn limits_unavailable(&self) -> Option<&str> {
         self.limits_unavailable.as_deref()
     }
 

@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The oldest crun xfn runs with.
-pub const MIN_CRUN: CrunVersion = CrunVersion {
+pub(crate) const MIN_CRUN: CrunVersion = CrunVersion {
     major: 1,
     minor: 8,
     patch: 1,
@@ -91,7 +91,7 @@ impl CrunVersion {
 }
 
 /// The verdict on `--version` output of `runtime`.
-pub fn judge(runtime: &Path, version_output: &str) -> Result<CrunVersion, RuntimeError> {
+pub(crate) fn judge(runtime: &Path, version_output: &str) -> Result<CrunVersion, RuntimeError> {
     let first = version_output.lines().next().unwrap_or("").trim();
     let found = first
         .strip_prefix("crun version ")
@@ -112,7 +112,7 @@ pub fn judge(runtime: &Path, version_output: &str) -> Result<CrunVersion, Runtim
 
 /// Checks `runtime` (a path, or a name looked up in PATH), remembering an
 /// accepted version in `run_dir` (written as `instance`'s temp entry first).
-pub fn check(
+pub(crate) fn check(
     runtime: &Path,
     run_dir: &Path,
     instance: &crate::instance::Instance,

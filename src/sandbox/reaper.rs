@@ -11,7 +11,7 @@ use super::SandboxError;
 
 /// Makes this process the reaper of its orphaned descendants, as created
 /// containers' inits are once `crun create` exits. Idempotent.
-pub fn become_subreaper() -> Result<(), SandboxError> {
+pub(crate) fn become_subreaper() -> Result<(), SandboxError> {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .map_err(|e| SandboxError::Crun(CrunError::Io(e.into())))
 }
@@ -39,7 +39,7 @@ fn claimed() -> std::sync::MutexGuard<'static, Option<std::collections::HashSet<
 /// is reaped only once it was seen a second time, `settle` after the
 /// first, so that an init whose creation has not yet claimed it is not
 /// reaped under it.
-pub fn reap_orphans(
+pub(crate) fn reap_orphans(
     seen: &mut std::collections::HashMap<i32, std::time::Instant>,
     settle: Duration,
 ) -> usize {

@@ -36,7 +36,7 @@ use oci_spec::runtime::{Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSyscall};
 use serde::Deserialize;
 
 /// The profile as written in `seccomp/default.json`.
-pub const PROFILE_JSON: &str = include_str!("../../seccomp/default.json");
+pub(crate) const PROFILE_JSON: &str = include_str!("../../seccomp/default.json");
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -61,7 +61,7 @@ static PROFILE: LazyLock<Result<LinuxSeccomp, Arc<serde_json::Error>>> = LazyLoc
 });
 
 /// The functions' profile for this machine's arch (parsed once per process).
-pub fn profile() -> Result<LinuxSeccomp, Arc<serde_json::Error>> {
+pub(crate) fn profile() -> Result<LinuxSeccomp, Arc<serde_json::Error>> {
     PROFILE.clone()
 }
 
@@ -108,7 +108,7 @@ fn architectures(arch: &str, x32: bool) -> Option<Vec<Arch>> {
 /// a filter of xfn's own pod that kills on an arch it does not name kills
 /// the child only (then no function could make one either).
 #[cfg(target_arch = "x86_64")]
-pub fn x32_runs() -> bool {
+pub(crate) fn x32_runs() -> bool {
     const X32_SYSCALL_BIT: libc::c_long = 0x4000_0000;
     crate::fork_lock::run_forked(|| {
         // SAFETY: getpid takes no arguments; on a kernel without x32 it

@@ -16,7 +16,8 @@ use super::userns::FunctionIds;
 use crate::quantity::{Quantity, QuantityError};
 
 /// PATH used when the image sets none (Docker's default).
-pub const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The default pids limit of a run (processes and threads at once): a
 /// function is one process, maybe a shell and a few helpers, with a thread
@@ -30,7 +31,7 @@ pub const PIDS_LIMIT: i64 = 1024;
 /// The default size of a run's `/tmp` (a tmpfs: memory, taken only as
 /// written): room for any function's scratch files, a stop for one that
 /// would fill the node's memory.
-pub const TMP_SIZE: u64 = 128 << 20;
+pub(crate) const TMP_SIZE: u64 = 128 << 20;
 
 /// Errors of spec building.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +74,7 @@ impl Limits {
 
 /// Everything a spec is built from.
 #[derive(Debug, Clone)]
-pub struct SpecInput<'a> {
+pub(crate) struct SpecInput<'a> {
     /// The prepared, writable root filesystem of this run.
     pub rootfs: &'a Path,
     /// The image config's `config` section.
@@ -108,10 +109,10 @@ pub struct SpecInput<'a> {
 }
 
 /// The crun annotation that carries a precompiled seccomp filter.
-pub const SECCOMP_BPF_ANNOTATION: &str = "run.oci.seccomp_bpf_data";
+pub(crate) const SECCOMP_BPF_ANNOTATION: &str = "run.oci.seccomp_bpf_data";
 
 /// Builds the spec.
-pub fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
+pub(crate) fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     let empty = ImageConfig::default();
     let image = input.image.unwrap_or(&empty);
 

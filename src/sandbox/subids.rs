@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 
 /// Fewest subordinate ids worth using: functions get container ids 0 to
 /// count-1, one to one, and `65532` (distroless `nonroot`) must be one.
-pub const MIN_COUNT: u32 = 65536;
+pub(crate) const MIN_COUNT: u32 = 65536;
 
 /// The subordinate ids xfn maps: host ids `uid..uid+count` and
 /// `gid..gid+count`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubIds {
+pub(crate) struct SubIds {
     /// First subordinate uid.
     pub uid: u32,
     /// First subordinate gid.
@@ -39,7 +39,7 @@ pub struct SubIds {
 const HELPER_DIRS: [&str; 3] = ["/usr/bin", "/usr/sbin", "/bin"];
 
 /// The subordinate ids this process may map, or why none.
-pub fn detect(uid: u32) -> Result<SubIds, String> {
+pub(crate) fn detect(uid: u32) -> Result<SubIds, String> {
     let name = user_name(uid).ok_or_else(|| {
         format!("uid {uid} has no passwd entry (newuidmap looks the user's name up)")
     })?;

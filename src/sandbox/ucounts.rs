@@ -63,7 +63,7 @@ const RUN_SHARE: u64 = 8;
 
 /// The limits set, read from the host's at entry.
 #[derive(Debug, Clone, Default)]
-pub struct UcountLimits {
+pub(crate) struct UcountLimits {
     /// `(path under /proc/sys/user, value)` for xfn's namespace.
     own: Vec<(CString, CString)>,
     /// The same for each run's.
@@ -73,7 +73,7 @@ pub struct UcountLimits {
 impl UcountLimits {
     /// Reads the host's per-uid limits (any namespace sees them) and
     /// derives xfn's and each run's; a count the kernel lacks is left out.
-    pub fn from_host() -> Self {
+    pub(crate) fn from_host() -> Self {
         let mut limits = Self::default();
         for (name, host) in COUNTS {
             let Some(host) = std::fs::read_to_string(host)
@@ -99,7 +99,7 @@ impl UcountLimits {
     /// Bounds the namespace this process is in (xfn's, just entered: it
     /// holds every capability there). Returns the counts it could not
     /// bound, with why.
-    pub fn bound_own(&self) -> Vec<String> {
+    pub(crate) fn bound_own(&self) -> Vec<String> {
         let mut failed = Vec::new();
         for (path, value) in &self.own {
             if let Err(err) = std::fs::write(path.to_string_lossy().as_ref(), value.as_bytes()) {
@@ -111,7 +111,7 @@ impl UcountLimits {
 
     /// Bounds the user namespace of the process behind `pidfd` (a created
     /// container's init, blocked before the function's exec).
-    pub fn bound_run(&self, pidfd: BorrowedFd<'_>) -> std::io::Result<()> {
+    pub(crate) fn bound_run(&self, pidfd: BorrowedFd<'_>) -> std::io::Result<()> {
         if self.run.is_empty() {
             return Ok(());
         }

@@ -101,7 +101,7 @@ pub enum UserError {
 
 /// The ids a container process runs as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResolvedUser {
+pub(crate) struct ResolvedUser {
     /// User id.
     pub uid: u32,
     /// Primary group id.
@@ -113,7 +113,7 @@ pub struct ResolvedUser {
 /// Resolves `spec` (the image config's `User`) against the rootfs at `rootfs`.
 /// Empty means root. A numeric uid that is not in /etc/passwd is allowed
 /// (with gid 0 unless given), as Docker does; a name must exist.
-pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
+pub(crate) fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
     let spec = spec.trim();
     if spec.is_empty() {
         return Ok(ResolvedUser {
@@ -204,7 +204,7 @@ pub fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
 /// A resolved user as the run's namespace sees it: the ids the process
 /// takes and the uid and gid maps that make them exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MappedUser {
+pub(crate) struct MappedUser {
     /// The ids the function runs as (supplementary groups dropped where
     /// they cannot be mapped).
     pub user: ResolvedUser,
@@ -222,7 +222,11 @@ pub struct MappedUser {
 /// Maps `resolved` into a run's namespace over the functions' ids of xfn's
 /// namespace (`userns::FunctionIds`: xfn's own id, or spare ids from 1),
 /// as the module header says. `spec` is the User field, for errors.
-pub fn map(spec: &str, resolved: ResolvedUser, ids: FunctionIds) -> Result<MappedUser, UserError> {
+pub(crate) fn map(
+    spec: &str,
+    resolved: ResolvedUser,
+    ids: FunctionIds,
+) -> Result<MappedUser, UserError> {
     let count = match ids {
         FunctionIds::Own => {
             return Ok(MappedUser {

@@ -81,7 +81,7 @@ use super::subids::{self, SubIds};
 use super::ucounts::UcountLimits;
 
 /// How many ids a privileged mapping maps.
-pub const RANGE_SIZE: u32 = 65536;
+pub(crate) const RANGE_SIZE: u32 = 65536;
 
 /// Errors of namespace entry.
 #[derive(Debug, thiserror::Error)]
@@ -350,7 +350,7 @@ fn has_effective(cap: caps::Capability) -> bool {
 
 /// Where a privileged range starts on a host when `--map-root-uid/gid` are
 /// not given: the host's own users' ids are below it.
-pub const HOST_RANGE_START: u32 = 100_000;
+pub(crate) const HOST_RANGE_START: u32 = 100_000;
 
 /// Why no range is mapped.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -84,7 +84,7 @@ impl Refusals {
 
 /// Errors of the gatekeeper.
 #[derive(Debug, thiserror::Error)]
-pub enum GateError {
+pub(crate) enum GateError {
     /// A system call failed.
     #[error("gatekeeper: {what}")]
     Sys {
@@ -104,7 +104,7 @@ fn sys(what: &'static str) -> impl FnOnce(nix::Error) -> GateError {
 
 /// The daemon's end of the channel from the gatekeeper.
 #[derive(Debug)]
-pub struct GateReceiver {
+pub(crate) struct GateReceiver {
     channel: OwnedFd,
     counters: RefusalCounters,
 }
@@ -132,7 +132,10 @@ fn channel() -> Result<(OwnedFd, GateReceiver), GateError> {
 /// Forks the gatekeeper for `listener` under `policy` and returns the
 /// daemon's end. Must be called while the process is single-threaded
 /// (before the async runtime starts), and before entering the namespace.
-pub fn spawn(listener: UnixListener, policy: CallerPolicy) -> Result<GateReceiver, GateError> {
+pub(crate) fn spawn(
+    listener: UnixListener,
+    policy: CallerPolicy,
+) -> Result<GateReceiver, GateError> {
     let (gate_end, receiver) = channel()?;
     let counters = receiver.counters.clone();
     let parent = nix::unistd::getpid();
@@ -286,7 +289,7 @@ const MAX_ACCEPTORS: usize = 4;
 /// The gatekeeper: accept, check, hand over, on one thread per CPU (at
 /// most [`MAX_ACCEPTORS`]), so that one flooding process cannot out-run it
 /// alone; returns when the daemon is gone.
-pub fn run(
+pub(crate) fn run(
     listener: &UnixListener,
     policy: &CallerPolicy,
     daemon: &OwnedFd,
@@ -413,14 +416,14 @@ fn receive(channel: &OwnedFd) -> std::io::Result<Option<(UnixStream, u32)>> {
 
 impl GateReceiver {
     /// The gatekeeper's refusal counters (for the metrics).
-    pub fn counters(&self) -> RefusalCounters {
+    pub(crate) fn counters(&self) -> RefusalCounters {
         self.counters.clone()
     }
 
     /// The connections the gatekeeper hands over, for the gRPC layer.
     /// Ends when the gatekeeper exits (after logging an error: no new caller
     /// can connect then). Needs the async runtime.
-    pub fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {
+    pub(crate) fn incoming(self) -> Result<crate::grpc::serve::Incoming, GateError> {
         Ok(crate::grpc::serve::Incoming::Unix(Box::pin(
             self.connections()?,
         )))

@@ -9,9 +9,9 @@
 //!   ─► gate (a process outside the namespace: accept, SO_PEERCRED uid policy, hand over)
 //!   ─► service (validate ─► grpc::Calls: admission ─► FunctionRunner ─► status_of)
 //! ```
-pub mod gate;
-pub mod peer;
-pub mod service;
-pub mod validate;
+pub(crate) mod gate;
+pub(crate) mod peer;
+pub(crate) mod service;
+pub(crate) mod validate;
 
-pub use service::{RunnerService, ServiceOptions};
+pub(crate) use service::{RunnerService, ServiceOptions};

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 /// Why a caller was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("caller uid {uid} is not allowed (allowed: {allowed:?}; widen with --allow-uid)")]
-pub struct Refused {
+pub(crate) struct Refused {
     /// The caller's uid.
     pub uid: u32,
     /// The allowed uids.
@@ -15,13 +15,13 @@ pub struct Refused {
 
 /// The uids allowed to call.
 #[derive(Debug, Clone)]
-pub struct CallerPolicy {
+pub(crate) struct CallerPolicy {
     allowed: BTreeSet<u32>,
 }
 
 impl CallerPolicy {
     /// Allows `own_uid`, root and `extra`.
-    pub fn new(own_uid: u32, extra: &[u32]) -> Self {
+    pub(crate) fn new(own_uid: u32, extra: &[u32]) -> Self {
         let mut allowed: BTreeSet<u32> = extra.iter().copied().collect();
         allowed.insert(0);
         allowed.insert(own_uid);
@@ -30,17 +30,17 @@ impl CallerPolicy {
 
     /// The policy for this process (call it before entering the user
     /// namespace, where the own uid still reads as the host's).
-    pub fn for_self(extra: &[u32]) -> Self {
+    pub(crate) fn for_self(extra: &[u32]) -> Self {
         Self::new(nix::unistd::geteuid().as_raw(), extra)
     }
 
     /// The allowed uids.
-    pub fn allowed(&self) -> Vec<u32> {
+    pub(crate) fn allowed(&self) -> Vec<u32> {
         self.allowed.iter().copied().collect()
     }
 
     /// Decides on a caller with host uid `uid`.
-    pub fn check(&self, uid: u32) -> Result<(), Refused> {
+    pub(crate) fn check(&self, uid: u32) -> Result<(), Refused> {
         if self.allowed.contains(&uid) {
             Ok(())
         } else {
@@ -65,7 +65,7 @@ impl CallerPolicy {
 /// deeper than us. Crossplane, in another container of the pod, is invisible;
 /// a caller on the same host shares our namespace. Both are judged by uid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PeerPlace {
+pub(crate) enum PeerPlace {
     /// Not visible from here (pid 0): another container of the pod.
     Invisible,
     /// In the gatekeeper's own PID namespace.
@@ -81,7 +81,7 @@ impl PeerPlace {
     /// by the depth of its `NSpid` list (world-readable, unlike
     /// `/proc/PID/ns`) against ours. A visible process at our depth is in
     /// our namespace; deeper, in one below it.
-    pub fn of(pid: i32) -> Self {
+    pub(crate) fn of(pid: i32) -> Self {
         if pid == 0 {
             return Self::Invisible;
         }
@@ -96,7 +96,7 @@ impl PeerPlace {
     }
 
     /// Whether a caller from here may be judged by its uid at all.
-    pub fn may_call(self) -> bool {
+    pub(crate) fn may_call(self) -> bool {
         matches!(self, Self::Invisible | Self::OurNamespace)
     }
 }

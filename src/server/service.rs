@@ -18,7 +18,7 @@ use crate::proto::v1alpha1::containerized_function_runner_service_server::{
 
 /// Tunables of the service.
 #[derive(Debug, Clone)]
-pub struct ServiceOptions {
+pub(crate) struct ServiceOptions {
     /// Run timeout when the request names none (Crossplane's runner: 25 s).
     pub default_timeout: Duration,
     /// Largest accepted input.
@@ -47,7 +47,7 @@ const DECODE_SLACK: usize = 1 << 20;
 
 /// The runner service over any [`FunctionRunner`].
 #[derive(Debug)]
-pub struct RunnerService<R> {
+pub(crate) struct RunnerService<R> {
     runner: Arc<R>,
     options: ServiceOptions,
     calls: Arc<Calls>,
@@ -56,7 +56,7 @@ pub struct RunnerService<R> {
 impl<R: FunctionRunner> RunnerService<R> {
     /// A service running functions on `runner`, its calls going through
     /// `calls`.
-    pub fn new(runner: Arc<R>, options: ServiceOptions, calls: Arc<Calls>) -> Self {
+    pub(crate) fn new(runner: Arc<R>, options: ServiceOptions, calls: Arc<Calls>) -> Self {
         calls
             .metrics()
             .set_limits_enforced(runner.limits_enforced());
@@ -68,7 +68,7 @@ impl<R: FunctionRunner> RunnerService<R> {
     }
 
     /// The service as the gRPC layer serves it, with its message limits.
-    pub fn into_services(self) -> Services {
+    pub(crate) fn into_services(self) -> Services {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);
         Services::new().with_service(
             ContainerizedFunctionRunnerServiceServer::new(self)

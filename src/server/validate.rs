@@ -11,7 +11,7 @@ use crate::quantity::QuantityError;
 use crate::runner::{Limits, NetworkPolicy, RunConfig};
 
 /// The apiVersions a FunctionIO may carry (the alpha and its renamed group).
-pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
+pub(crate) const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
     "apiextensions.crossplane.io/v1alpha1",
     "fn.apiextensions.crossplane.io/v1alpha1",
 ];
@@ -19,7 +19,7 @@ pub const FUNCTION_IO_API_VERSIONS: [&str; 2] = [
 /// Why a request is refused before it runs; each becomes InvalidArgument
 /// (`super::service::invalid_request_status`).
 #[derive(Debug, thiserror::Error)]
-pub enum InvalidRequest {
+pub(crate) enum InvalidRequest {
     /// No image.
     #[error("image is empty")]
     EmptyImage,
@@ -83,7 +83,7 @@ pub enum InvalidRequest {
 /// Checks that `input` is a FunctionIO: a YAML mapping whose apiVersion and
 /// kind, where present, name FunctionIO (Crossplane's runner sent them; older
 /// hand-written inputs omit them). `xfn run` checks its input with it.
-pub fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
+pub(crate) fn check_function_io(input: &[u8], limit: usize) -> Result<(), InvalidRequest> {
     check_function_io_until(input, limit, &AtomicBool::new(false))
 }
 
@@ -149,7 +149,7 @@ fn is_blank(input: &[u8]) -> bool {
 /// pass), and holds that thread no longer than a call's own gRPC work.
 /// Crossplane's inputs are mostly this small; larger ones go to a blocking
 /// thread within the parse budget ([`off_thread`]).
-pub const INLINE_CHECK_BYTES: usize = 8 << 10;
+pub(crate) const INLINE_CHECK_BYTES: usize = 8 << 10;
 
 /// [`run_config_of`], and with it the input's check: up to
 /// [`INLINE_CHECK_BYTES`] here, past it on a blocking thread, as the input
@@ -159,7 +159,7 @@ pub const INLINE_CHECK_BYTES: usize = 8 << 10;
 /// after it is bounded by it. The request comes back with its
 /// configuration; a check that panicked (a parser bug) is
 /// [`InvalidRequest::Unchecked`] either way.
-pub async fn checked(
+pub(crate) async fn checked(
     request: pb::RunFunctionRequest,
     default_timeout: Duration,
     max_input_bytes: usize,
@@ -190,7 +190,7 @@ pub async fn checked(
 /// timeout is the request's, else `default_timeout` (before the caller's
 /// deadline caps it).
 #[cfg(test)]
-pub fn run_config_of(
+pub(crate) fn run_config_of(
     request: &pb::RunFunctionRequest,
     default_timeout: Duration,
     max_input_bytes: usize,

@@ -1,16 +1,16 @@
 //! How an alpha step's container runs, from its `container` spec.
 use std::time::Duration;
 
-pub use crate::duration::parse_go_duration;
+pub(crate) use crate::duration::parse_go_duration;
 
 use crate::compose::model::ContainerSpec;
 
 /// The runner endpoint alpha functions use unless they name another.
-pub const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";
+pub(crate) const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";
 
 /// How to run one alpha step's container, from its `container` spec.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ContainerConfig {
+pub(crate) struct ContainerConfig {
     /// OCI reference.
     pub image: String,
     /// IfNotPresent, Always or Never.
@@ -29,7 +29,7 @@ pub struct ContainerConfig {
 
 impl ContainerConfig {
     /// The config of `spec`, with Crossplane's defaults (20s, 100m, 128Mi).
-    pub fn from_spec(spec: &ContainerSpec) -> Result<Self, String> {
+    pub(crate) fn from_spec(spec: &ContainerSpec) -> Result<Self, String> {
         let timeout = match &spec.timeout {
             Some(t) => parse_go_duration(t)?,
             None => Duration::from_secs(20),

@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// `apiVersion` of FunctionIO documents xfn writes.
-pub const FUNCTION_IO_API_VERSION: &str = "fn.apiextensions.crossplane.io/v1alpha1";
+pub(crate) const FUNCTION_IO_API_VERSION: &str = "fn.apiextensions.crossplane.io/v1alpha1";
 
 /// `key:` with nothing after it is YAML null; treat it as absent, since
 /// functions written in shell print exactly that for an empty list.
@@ -17,7 +17,7 @@ where
 
 /// The FunctionIO document.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct FunctionIo {
+pub(crate) struct FunctionIo {
     /// Written as [`FUNCTION_IO_API_VERSION`]; accepted absent.
     #[serde(
         rename = "apiVersion",
@@ -48,7 +48,7 @@ pub struct FunctionIo {
 
 /// `observed`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ObservedState {
+pub(crate) struct ObservedState {
     /// The XR.
     #[serde(default)]
     pub composite: ObservedComposite,
@@ -64,7 +64,7 @@ pub struct ObservedState {
 /// `observed.composite`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ObservedComposite {
+pub(crate) struct ObservedComposite {
     /// The object.
     #[serde(default)]
     pub resource: Value,
@@ -80,7 +80,7 @@ pub struct ObservedComposite {
 /// `observed.resources[]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ObservedResource {
+pub(crate) struct ObservedResource {
     /// Composition resource name.
     pub name: String,
     /// The object.
@@ -97,7 +97,7 @@ pub struct ObservedResource {
 
 /// `desired`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DesiredState {
+pub(crate) struct DesiredState {
     /// The desired XR.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub composite: Option<ObservedComposite>,
@@ -113,7 +113,7 @@ pub struct DesiredState {
 /// `desired.resources[]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct DesiredResource {
+pub(crate) struct DesiredResource {
     /// Composition resource name.
     pub name: String,
     /// The object; `null` means delete.
@@ -138,7 +138,7 @@ pub struct DesiredResource {
 /// `readinessChecks[]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ReadinessCheck {
+pub(crate) struct ReadinessCheck {
     /// MatchString, MatchInteger, NonEmpty, None or MatchCondition.
     #[serde(rename = "type")]
     pub kind: String,
@@ -158,7 +158,7 @@ pub struct ReadinessCheck {
 
 /// `matchCondition`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct MatchCondition {
+pub(crate) struct MatchCondition {
     /// Condition type.
     #[serde(rename = "type")]
     pub kind: String,
@@ -168,7 +168,7 @@ pub struct MatchCondition {
 
 /// `results[]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct AlphaResult {
+pub(crate) struct AlphaResult {
     /// Fatal, Warning or Normal.
     pub severity: String,
     /// The message.

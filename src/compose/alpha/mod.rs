@@ -14,19 +14,19 @@ use super::value::get;
 use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
 use crate::proto_json::ProtocolError;
 
-pub mod container;
-pub mod function_io;
-pub mod output;
+pub(crate) mod container;
+pub(crate) mod function_io;
+pub(crate) mod output;
 
-pub use container::ContainerConfig;
-pub use function_io::*;
+pub(crate) use container::ContainerConfig;
+pub(crate) use function_io::*;
 
 /// Runs one alpha step's container: FunctionIO YAML in, FunctionIO YAML out.
 // `?Send`: the runner's future is not provably `Send` (a higher-ranked
 // lifetime limit of rustc inside the image store); render runs the pipeline
 // on one task, so it need not be.
 #[async_trait::async_trait(?Send)]
-pub trait AlphaStep: Send + Sync {
+pub(crate) trait AlphaStep: Send + Sync {
     /// Gets ready to run a step's container (pulls its image, makes its
     /// container ahead), so that every step's is prepared at once before
     /// the first runs. Running without it works too.
@@ -39,7 +39,7 @@ pub trait AlphaStep: Send + Sync {
 }
 
 /// Runs an alpha pipeline.
-pub async fn run_alpha(
+pub(crate) async fn run_alpha(
     functions: &[AlphaFunction],
     executor: &dyn AlphaStep,
     observed: &Observed,
@@ -210,7 +210,7 @@ fn field_path<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Whether `object` has condition `kind` with `status`.
-pub fn condition_is(object: &Value, kind: &str, status: &str) -> bool {
+pub(crate) fn condition_is(object: &Value, kind: &str, status: &str) -> bool {
     get(object, &["status", "conditions"])
         .and_then(Value::as_array)
         .is_some_and(|conditions| {

@@ -14,7 +14,11 @@ use crate::compose::value::{get_str, merge, object_at};
 use crate::compose::{Observed, Outcome, Readiness};
 
 /// The output objects, in order.
-pub fn alpha_objects(observed: &Observed, outcome: &Outcome, options: OutputOptions) -> Vec<Value> {
+pub(crate) fn alpha_objects(
+    observed: &Observed,
+    outcome: &Outcome,
+    options: OutputOptions,
+) -> Vec<Value> {
     let xr = &observed.composite;
     let xr_name = get_str(xr, &["metadata", "name"]).unwrap_or_default();
     let mut out = Vec::new();

@@ -16,7 +16,7 @@ use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner, UnknownNetworkPoli
 /// Runs alpha steps' containers: through the runner daemon at the step's
 /// endpoint when it answers, else in-process with `runner`.
 #[derive(Debug)]
-pub struct ContainerSteps {
+pub(crate) struct ContainerSteps {
     /// The in-process runner, if xfn could make one.
     pub runner: Option<Arc<Runner>>,
     /// Registry and defaults.
@@ -151,7 +151,7 @@ async fn connect_daemon(endpoint: &str) -> Result<Channel, tonic::transport::Err
 /// Whether something accepts connections at `endpoint` (blocking; for use
 /// before the async runtime starts, to decide whether the in-process runner
 /// and its user namespace are needed at all).
-pub fn daemon_answers(endpoint: &str) -> bool {
+pub(crate) fn daemon_answers(endpoint: &str) -> bool {
     if let Some(name) = endpoint.strip_prefix("unix-abstract:") {
         use std::os::linux::net::SocketAddrExt;
         let name = name.trim_start_matches('@');

@@ -7,14 +7,14 @@ use crate::proto::v1;
 
 /// A function server that is already running (`Development` runtime).
 #[derive(Debug)]
-pub struct Development {
+pub(crate) struct Development {
     target: String,
     channel: tokio::sync::OnceCell<Channel>,
 }
 
 impl Development {
     /// A caller of the server at `target` (`host:port`).
-    pub fn new(target: &str) -> Self {
+    pub(crate) fn new(target: &str) -> Self {
         Self {
             target: target.to_string(),
             channel: tokio::sync::OnceCell::new(),

@@ -28,20 +28,20 @@ fn free_loopback_port() -> std::io::Result<u16> {
 }
 
 /// Where Crossplane's function SDKs listen by default.
-pub const FUNCTION_PORT: u16 = 9443;
+pub(super) const FUNCTION_PORT: u16 = 9443;
 
 /// The arguments `crossplane render` runs a function image with (they take
 /// the place of the image's `Cmd`).
-pub const SERVER_ARGS: &[&str] = &["--insecure"];
+pub(super) const SERVER_ARGS: &[&str] = &["--insecure"];
 
 /// The longest a server may take to listen once its container runs. SDK
 /// servers listen within milliseconds (Go) to a second or two (Python); a
 /// server that does not is reported by name long before a render's timeout.
-pub const MAX_SERVER_START: Duration = Duration::from_secs(30);
+pub(super) const MAX_SERVER_START: Duration = Duration::from_secs(30);
 
 /// A Function whose image runs as a gRPC server (`Docker` runtime).
 #[derive(Debug)]
-pub struct Docker {
+pub(crate) struct Docker {
     /// The Function's name, for errors.
     pub(super) function: String,
     /// The in-process runner.
@@ -108,7 +108,7 @@ impl Docker {
 }
 
 /// What a function server is started from.
-pub struct FunctionServerSpec<'a> {
+pub(super) struct FunctionServerSpec<'a> {
     /// The Function's name, for errors.
     pub function: &'a str,
     /// The in-process runner.
@@ -127,7 +127,7 @@ pub struct FunctionServerSpec<'a> {
 /// until it listens; returns it and the address it listens on (inside its
 /// namespace). A server that exits or never listens is named with the
 /// tail of its output.
-pub async fn start_function_server(
+pub(super) async fn start_function_server(
     spec: &FunctionServerSpec<'_>,
 ) -> Result<(ServedFunction, SocketAddr), ComposeError> {
     let failed = |source: StartError| ComposeError::FunctionStart {

@@ -12,7 +12,7 @@ use crate::runner::{RunConfig, Runner};
 /// One container run per call (`Exec` runtime): the JSON RunFunctionRequest
 /// on stdin, the JSON RunFunctionResponse on stdout.
 #[derive(Debug)]
-pub struct Exec {
+pub(crate) struct Exec {
     /// The in-process runner.
     pub(super) runner: Arc<Runner>,
     /// The Function's image.

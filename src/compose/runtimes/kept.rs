@@ -48,7 +48,7 @@ use crate::runner::{RunConfig, Runner};
 /// How to start a keeper: xfn's own binary and the flags (cache, registry,
 /// user namespace, runner) it shares with the render.
 #[derive(Debug, Clone)]
-pub struct KeeperCommand {
+pub(crate) struct KeeperCommand {
     /// The xfn binary.
     pub program: PathBuf,
     /// Flags before `keep`'s own (`render-servers keep --cache-dir … …`).
@@ -59,7 +59,7 @@ pub struct KeeperCommand {
 
 /// What `info.json` says about a kept server.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct KeptInfo {
+pub(crate) struct KeptInfo {
     /// Its name.
     pub name: String,
     /// The Function that started it.
@@ -74,23 +74,23 @@ pub struct KeptInfo {
 
 /// The files of kept server `name` in `cache_dir`.
 #[derive(Debug, Clone)]
-pub struct KeptDir(PathBuf);
+pub(crate) struct KeptDir(PathBuf);
 
 impl KeptDir {
     /// Where kept servers live in `cache_dir`.
-    pub fn root(cache_dir: &Path) -> PathBuf {
+    pub(crate) fn root(cache_dir: &Path) -> PathBuf {
         cache_dir.join("run").join("kept")
     }
     /// The files of `name`.
-    pub fn new(cache_dir: &Path, name: &str) -> Self {
+    pub(crate) fn new(cache_dir: &Path, name: &str) -> Self {
         Self(Self::root(cache_dir).join(name))
     }
     /// The directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
     /// The socket renders connect to.
-    pub fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.0.join("server.sock")
     }
     fn info_file(&self) -> PathBuf {
@@ -100,7 +100,7 @@ impl KeptDir {
         self.0.join("keeper.log")
     }
     /// What `info.json` says, if it is there.
-    pub fn info(&self) -> Option<KeptInfo> {
+    pub(crate) fn info(&self) -> Option<KeptInfo> {
         let text = std::fs::read(self.info_file()).ok()?;
         serde_json::from_slice(&text).ok()
     }
@@ -127,7 +127,7 @@ fn is_keeper(pid: u32) -> bool {
 
 /// How a kept server was got ready for a render.
 #[derive(Debug)]
-pub enum KeptStart {
+pub(crate) enum KeptStart {
     /// A running server with the same image: reused.
     Reused,
     /// A keeper was started; it is ready once its socket answers. The
@@ -140,7 +140,7 @@ pub enum KeptStart {
 /// Gets kept server `function.keep` ready for a render, before the render
 /// enters any namespace: reuses a running one with the same image, else
 /// (stopping one with another image) starts its keeper.
-pub fn prepare(
+pub(crate) fn prepare(
     function: &Function,
     image: &str,
     pull_policy: PullPolicy,
@@ -273,7 +273,7 @@ fn stop_and_wait(dir: &KeptDir, pid: u32, patience: Duration) -> bool {
 
 /// A Function served by a kept server, reached through its socket file.
 #[derive(Debug)]
-pub struct Kept {
+pub(crate) struct Kept {
     pub(super) function: String,
     pub(super) image: String,
     pub(super) dir: KeptDir,
@@ -370,7 +370,7 @@ impl FunctionCaller for Kept {
 /// every connection on its socket file into the server's namespace, and on
 /// SIGTERM/SIGINT, or when the server dies, stops it and removes its
 /// directory. (`xfn render-servers keep`; runs inside its own namespace.)
-pub async fn keep(
+pub(crate) async fn keep(
     runner: &Runner,
     dir: &KeptDir,
     info: KeptInfo,
@@ -449,7 +449,7 @@ pub async fn keep(
 }
 
 /// The kept servers in `cache_dir` whose keeper runs.
-pub fn list(cache_dir: &Path) -> Vec<KeptInfo> {
+pub(crate) fn list(cache_dir: &Path) -> Vec<KeptInfo> {
     let mut servers: Vec<KeptInfo> = std::fs::read_dir(KeptDir::root(cache_dir))
         .into_iter()
         .flatten()
@@ -463,7 +463,7 @@ pub fn list(cache_dir: &Path) -> Vec<KeptInfo> {
 
 /// Stops kept server `name` and waits until everything of it is gone.
 /// Returns false when there was none.
-pub fn stop(cache_dir: &Path, name: &str) -> bool {
+pub(crate) fn stop(cache_dir: &Path, name: &str) -> bool {
     let dir = KeptDir::new(cache_dir, name);
     match dir.info() {
         Some(info) if is_keeper(info.pid) => {

@@ -23,12 +23,12 @@ mod development;
 mod docker;
 mod exec;
 mod grpc;
-pub mod kept;
+pub(crate) mod kept;
 
-pub use alpha_steps::{daemon_answers, ContainerSteps};
-pub use development::Development;
-pub use docker::Docker;
-pub use exec::Exec;
+pub(crate) use alpha_steps::{daemon_answers, ContainerSteps};
+pub(crate) use development::Development;
+pub(crate) use docker::Docker;
+pub(crate) use exec::Exec;
 
 /// Largest gRPC message accepted from a function (Crossplane's functions
 /// default to 4 MiB; render is generous).
@@ -36,7 +36,7 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Settings shared by every container xfn runs for a render.
 #[derive(Debug, Clone)]
-pub struct ContainerDefaults {
+pub(crate) struct ContainerDefaults {
     /// Registry for references that name none (for credential lookup).
     pub default_registry: String,
     /// Kill a run after this long.
@@ -53,13 +53,13 @@ pub struct ContainerDefaults {
 /// before the pipeline, and stops them after it whatever its outcome;
 /// kept servers (`runtime-docker-cleanup: Orphan`) are reused and left
 /// running.
-pub struct Callers {
+pub(crate) struct Callers {
     map: HashMap<String, Arc<dyn FunctionCaller>>,
 }
 
 impl Callers {
     /// A caller per Function.
-    pub fn new(
+    pub(crate) fn new(
         functions: &[Function],
         runner: Option<&Arc<Runner>>,
         defaults: &ContainerDefaults,
@@ -93,12 +93,12 @@ impl Callers {
     }
 
     /// The callers by Function name.
-    pub fn map(&self) -> &HashMap<String, Arc<dyn FunctionCaller>> {
+    pub(crate) fn map(&self) -> &HashMap<String, Arc<dyn FunctionCaller>> {
         &self.map
     }
 
     /// Starts every server, runs `work`, stops the servers.
-    pub async fn around<T>(
+    pub(crate) async fn around<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, ComposeError>>,
     ) -> Result<T, ComposeError> {
@@ -113,7 +113,7 @@ impl Callers {
 }
 
 /// The caller for `function` by its runtime annotation.
-pub fn caller_for(
+pub(crate) fn caller_for(
     function: &Function,
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,

@@ -46,7 +46,7 @@ impl std::fmt::Display for Platform {
 }
 
 /// The host platform in OCI terms: (`linux`, `amd64`).
-pub fn host_platform() -> (&'static str, &'static str) {
+pub(super) fn host_platform() -> (&'static str, &'static str) {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

@@ -49,7 +49,7 @@ fn parse(text: &str) -> Option<u32> {
 /// Makes the cache at `root` (created when absent) hold layers extracted
 /// with `shift`: records it, setting aside what was extracted with another.
 /// Called once the namespace is entered, before the store is opened.
-pub fn settle(root: &Path, shift: u32) -> Result<(), ImageError> {
+pub(crate) fn settle(root: &Path, shift: u32) -> Result<(), ImageError> {
     layout::create_private_dirs(root)?;
     collect_set_aside(root);
     let was = shift_of(root);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::Delegation;
 
 /// Prefix of every run cgroup's name (stale ones are found by it).
-pub const RUN_PREFIX: &str = "xfn-run-";
+pub(crate) const RUN_PREFIX: &str = "xfn-run-";
 
 /// The leaf crun creates (and removes) for the container.
 const CONTAINER_LEAF: &str = "container";
@@ -48,7 +48,7 @@ pub struct RunUsage {
 
 /// A run's cgroup; removed (processes killed first) when dropped.
 #[derive(Debug)]
-pub struct RunCgroup {
+pub(crate) struct RunCgroup {
     dir: PathBuf,
     container_cgroup: String,
 }
@@ -56,7 +56,7 @@ pub struct RunCgroup {
 impl RunCgroup {
     /// Creates `<delegated>/xfn-run-<name>` with the run controllers enabled
     /// for crun's container cgroup below it.
-    pub fn create(delegation: &Delegation, name: &str) -> Result<Self, CgroupError> {
+    pub(crate) fn create(delegation: &Delegation, name: &str) -> Result<Self, CgroupError> {
         let leaf = format!("{RUN_PREFIX}{name}");
         let dir = delegation.dir.join(&leaf);
         std::fs::create_dir(&dir).map_err(|source| CgroupError::Io {
@@ -77,12 +77,12 @@ impl RunCgroup {
     }
 
     /// `linux.cgroupsPath` for crun (cgroupfs manager).
-    pub fn container_cgroup(&self) -> &str {
+    pub(crate) fn container_cgroup(&self) -> &str {
         &self.container_cgroup
     }
 
     /// What the run used so far (the counters are hierarchical).
-    pub fn usage(&self) -> RunUsage {
+    pub(crate) fn usage(&self) -> RunUsage {
         let file = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
         RunUsage {
             cpu_usec: keyed(&file("cpu.stat"), "usage_usec").unwrap_or(0),
@@ -105,7 +105,7 @@ impl Drop for RunCgroup {
 
 /// Removes run cgroups left by xfn processes that died, as told by
 /// `is_stale(name without the prefix)`.
-pub fn sweep_stale(delegation: &Delegation, is_stale: impl Fn(&str) -> bool) {
+pub(crate) fn sweep_stale(delegation: &Delegation, is_stale: impl Fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(&delegation.dir) else {
         return;
     };
@@ -126,7 +126,7 @@ pub fn sweep_stale(delegation: &Delegation, is_stale: impl Fn(&str) -> bool) {
 /// Kills every process in the cgroup tree at `dir` and removes it, deepest
 /// first. A cgroup can only be removed once empty, and killed processes take
 /// a moment to leave, so each rmdir is retried for a while.
-pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_tree(dir: &Path) -> std::io::Result<()> {
     if !dir.exists() {
         return Ok(());
     }

@@ -242,17 +242,6 @@ async fn the_daemon_with_subordinate_ids_runs_image_users_as_themselves_over_ids
 const WHO_AM_I_BRIEF: &str = "id -u; id -g; stat -c %u:%g /bin/busybox; \
     cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'";
 
-/// The peak resident memory (`VmHWM`) of `pid`, in bytes.
-fn peak_memory(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib << 10
-}
-
 /// Issue 31, item 8: an image with no user database of its own, only
 /// `/etc -> /etc`, and `User: daemon`, a name the host's /etc/passwd has
 /// (uid 1). Resolved through the symlink from the daemon, the name was the

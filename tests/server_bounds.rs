@@ -101,17 +101,6 @@ fn large_input() -> String {
     text + &pad
 }
 
-/// The peak resident memory of a process, in bytes.
-fn peak_memory(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib << 10
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
     let daemon = Daemon::start(&[]).await;

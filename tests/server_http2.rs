@@ -10,7 +10,7 @@ use crate::support;
 use std::time::Duration;
 
 use server_common::*;
-use support::NONROOT;
+use support::{peak_memory, NONROOT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 
@@ -193,17 +193,6 @@ async fn call_answered(daemon: &Daemon) {
     });
     let status = daemon.client().await.run_function(req).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-}
-
-/// The peak resident memory of a process, in bytes.
-fn peak_memory(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kib << 10
 }
 
 /// Sends every attack of `attacks` (frames, and the stream the bomb is on)

@@ -111,6 +111,18 @@ pub fn alias_bombs() -> [(&'static str, String); 3] {
 /// The uid/gid of the unprivileged user tests run things as (distroless `nonroot`).
 pub const NONROOT: u32 = 65532;
 
+/// The peak resident memory (`VmHWM`) of `pid`, in bytes: what an attack
+/// cost a daemon is the growth of this across it.
+pub fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib << 10
+}
+
 /// A `Command` for the `xfn` binary cargo built for this test run.
 pub fn xfn_command() -> Command {
     Command::new(env!("CARGO_BIN_EXE_xfn"))

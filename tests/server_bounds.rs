@@ -547,6 +547,21 @@ async fn a_cache_dir_another_uid_can_rename_entries_in_is_refused_at_start() {
         );
     }
 
+    // One not made yet, which xfn would make there (and its neighbours
+    // then rename): refused before it is made.
+    let later = empty_dir.join("later");
+    let (status, stderr) = start_refused(&later);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the cache dir {} is not xfn's alone: {} is writable",
+            later.display(),
+            empty_dir.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!later.exists(), "nothing is made");
+
     // What passes: xfn's own dir in a sticky one (others cannot rename
     // it), and a dir xfn creates under root's dirs others cannot write.
     let registry = Registry::start();

@@ -173,7 +173,12 @@ fn walk(path: &Path, trusted: &Trusted) -> Result<(), (PathBuf, String)> {
         };
         let child = dir.join(name);
         let Ok(child_meta) = child.symlink_metadata() else {
-            // Missing: xfn makes it, private.
+            // Missing: xfn makes it, private; but in a directory others
+            // can write without the sticky bit, they could rename it then.
+            let mode = meta.mode();
+            if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+                return Err((dir, writable(mode)));
+            }
             return Ok(());
         };
         // As root, xfn takes the cache dir over whoever owns it (`userns`
@@ -305,6 +310,10 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         std::os::unix::fs::chown(&sub, Some(65532), Some(65532)).unwrap();
         assert_eq!(check(&sub, &xfn()).unwrap_err().dir, cache);
+        // So is one not made yet, which xfn would make there.
+        let later = cache.join("later");
+        assert_eq!(check(&later, &xfn()).unwrap_err().dir, cache);
+        assert!(!later.exists());
         // Group-writable alone is refused too.
         chmod(&cache, 0o775);
         assert!(check(&sub, &xfn())
@@ -323,6 +332,8 @@ mod tests {
         std::fs::create_dir(&cache).unwrap();
         std::os::unix::fs::chown(&cache, Some(65532), Some(65532)).unwrap();
         check(&cache, &xfn()).unwrap();
+        // One xfn makes there is its own, which others cannot rename.
+        check(&shared.join("not-yet"), &xfn()).unwrap();
         // Another uid's entry in it is theirs to rename.
         std::os::unix::fs::chown(&cache, Some(4322), Some(4322)).unwrap();
         let err = check(&cache.join("sub"), &xfn()).unwrap_err();

@@ -45,6 +45,7 @@ fn flood_connects(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_neighbours_connect_flood_leaves_every_allowed_call_served_and_is_counted() {
+    let _alone = crate::ALONE.lock().await;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
     let registry = Registry::start();
@@ -67,20 +68,42 @@ async fn a_refused_neighbours_connect_flood_leaves_every_allowed_call_served_and
         "the flood did not get going"
     );
     // Thirty calls, each on a new connection made as gRPC clients make
-    // them (non-blocking: a full listen queue fails the connect).
+    // them (non-blocking: a full listen queue fails the connect), and
+    // made again after a failed connect as gRPC clients reconnect: the
+    // flood and the gatekeeper race for the two CPUs, so now and then
+    // the queue is full at the moment of a connect (seen on the code
+    // before issue 31 too, 1 of 4 runs). A gatekeeper that loses the race
+    // fails most first tries, and a call whose three tries all fail.
     let mut failed = Vec::new();
+    let mut retried = Vec::new();
     for _ in 0..30 {
-        let result = match daemon.channel_as(Some(NONROOT)).await {
-            Ok(channel) => Client::new(channel)
-                .run_function(request(&image, FUNCTION_IO))
-                .await
-                .map(|_| ()),
-            Err(err) => Err(tonic::Status::unavailable(err.to_string())),
-        };
-        if let Err(status) = result {
-            failed.push(status);
+        for attempt in 1..=3 {
+            let result = match daemon.channel_as(Some(NONROOT)).await {
+                Ok(channel) => Client::new(channel)
+                    .run_function(request(&image, FUNCTION_IO))
+                    .await
+                    .map(|_| ()),
+                Err(err) => Err(tonic::Status::unavailable(err.to_string())),
+            };
+            match result {
+                Ok(()) => break,
+                Err(status) if attempt < 3 && status.code() == tonic::Code::Unavailable => {
+                    retried.push(status);
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(status) => {
+                    failed.push(status);
+                    break;
+                }
+            }
         }
     }
+    eprintln!("{} of 30 calls connected again: {retried:?}", retried.len());
+    assert!(
+        retried.len() <= 5,
+        "{} of 30 calls' connects failed during the flood: {retried:?}",
+        retried.len()
+    );
     stop.store(true, Relaxed);
     flood.join().unwrap();
     assert!(
@@ -138,6 +161,7 @@ fn flood_counts(pid: u32) -> Option<std::collections::BTreeMap<String, u64>> {
 /// connection as gRPC clients make them. Every call is served, the kernel
 /// refuses every flood connect, and the gatekeeper never sees one.
 async fn functions_flooding_the_socket_leave_every_other_call_served(flooders: usize) {
+    let _alone = crate::ALONE.lock().await;
     use std::time::Duration;
     use xfn::proto::v1alpha1 as pb;
     let abi = landlock_abi();
@@ -257,13 +281,24 @@ async fn two_functions_flooding_the_daemons_socket_are_refused_by_the_kernel_and
     functions_flooding_the_socket_leave_every_other_call_served(2).await;
 }
 
-/// Descriptors `pid` holds open now.
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+/// Sockets `pid` holds open now: its connections, beside a few of its
+/// own (listeners, the gatekeeper's channel). Other descriptors come and
+/// go with the daemon's own work (a /proc file read, a run's namespace)
+/// and are not what the cap bounds.
+fn open_sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| {
+        dir.filter_map(Result::ok)
+            .filter(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_allowed_connections_never_holds_more_than_one_over_the_cap_open() {
+    let _alone = crate::ALONE.lock().await;
     use std::io::Write;
     use std::os::linux::net::SocketAddrExt;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -279,7 +314,7 @@ async fn a_flood_of_allowed_connections_never_holds_more_than_one_over_the_cap_o
     // fall while the metrics scrape's connection closes).
     let mut rest = usize::MAX;
     for _ in 0..20 {
-        rest = rest.min(open_fds(pid));
+        rest = rest.min(open_sockets(pid));
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -288,7 +323,7 @@ async fn a_flood_of_allowed_connections_never_holds_more_than_one_over_the_cap_o
         let (stop, most) = (stop.clone(), most.clone());
         std::thread::spawn(move || {
             while !stop.load(Relaxed) {
-                most.fetch_max(open_fds(pid), Relaxed);
+                most.fetch_max(open_sockets(pid), Relaxed);
             }
         })
     };
@@ -322,12 +357,12 @@ async fn a_flood_of_allowed_connections_never_holds_more_than_one_over_the_cap_o
     let most = most.load(Relaxed);
     let kept: usize = kept.iter().map(Vec::len).sum();
     eprintln!(
-        "{kept} connections made; xfn held at most {most} descriptors, {rest} at rest, cap {CAP}"
+        "{kept} connections made; xfn held at most {most} sockets, {rest} at rest, cap {CAP}"
     );
     assert!(kept > 10 * CAP, "the flood made only {kept} connections");
     assert!(
         most <= rest + CAP + 1,
-        "xfn held {most} descriptors: {} connections over the cap of {CAP}",
+        "xfn held {most} sockets: {} connections over the cap of {CAP}",
         most - rest - CAP
     );
 }

@@ -240,10 +240,9 @@ impl Sandbox {
                 &bundle.dir,
                 &pid_file,
                 [stdin_read, stdout_write, stderr_write],
-                own_level.as_ref().map(|fd| fd.as_fd()),
+                own_level,
             )
             .await?;
-        drop(own_level);
         let stderr = pipe::Receiver::from_owned_fd(stderr_read).map_err(io)?;
         if !status.success() {
             // crun said why on the stderr it shared with the container.

@@ -120,7 +120,7 @@ impl Crun {
         bundle: &Path,
         pid_file: &Path,
         stdio: [std::os::fd::OwnedFd; 3],
-        user_ns: Option<std::os::fd::BorrowedFd<'_>>,
+        user_ns: Option<std::os::fd::OwnedFd>,
     ) -> Result<std::process::ExitStatus, CrunError> {
         if let Some(level) = user_ns {
             return self.create_in(level, id, bundle, pid_file, stdio).await;
@@ -157,7 +157,7 @@ impl Crun {
     /// (`nproc.rs`), killed and reaped if dropped before it exits.
     async fn create_in(
         &self,
-        level: std::os::fd::BorrowedFd<'_>,
+        level: std::os::fd::OwnedFd,
         id: &str,
         bundle: &Path,
         pid_file: &Path,
@@ -186,7 +186,6 @@ impl Crun {
         .into();
         // crun starts in the abstract-socket domain (super::scope) too: the
         // spawn runs on its thread, with what it needs moved there.
-        let level = level.try_clone_to_owned().map_err(spawn_error)?;
         // Killed on drop from here on, even when this call was dropped
         // before the thread's answer came.
         let crun = super::scope::in_domain(move || {

@@ -55,7 +55,7 @@ type Request = Box<dyn FnOnce() + Send>;
 
 /// The way to the thread in the domain.
 #[derive(Debug)]
-pub(crate) struct Spawner(std::sync::Mutex<std::sync::mpsc::Sender<Request>>);
+pub(crate) struct Spawner(std::sync::mpsc::Sender<Request>);
 
 /// This process's [`Scoping`], found out (and its thread started) once.
 pub(crate) fn scoping() -> &'static Scoping {
@@ -78,8 +78,6 @@ pub(crate) async fn in_domain<R: Send + 'static>(
     let (reply, result) = tokio::sync::oneshot::channel();
     let gone = || std::io::Error::other("the thread that spawns crun is gone");
     requests
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .send(Box::new(move || {
             let _ = reply.send(spawn());
         }))
@@ -173,7 +171,7 @@ fn start_spawner(ruleset: OwnedFd) -> Result<Spawner, String> {
         })
         .map_err(|err| format!("cannot start the thread that spawns crun ({err})"))?;
     match outcome.recv() {
-        Ok(Ok(())) => Ok(Spawner(std::sync::Mutex::new(requests))),
+        Ok(Ok(())) => Ok(Spawner(requests)),
         Ok(Err(err)) => Err(format!("cannot enter a Landlock domain ({err})")),
         Err(_) => Err("the thread that spawns crun ended at once".into()),
     }

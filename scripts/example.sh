@@ -40,9 +40,13 @@ if [ "$mode" = registry ]; then
     # A registry that outlives this script, with the example image as fn:v1.
     WORK=/tmp/xfn-example-registry
     PORT=5000
-    if wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/fn/manifests/v1" 2>/dev/null; then
+    if wget -q -O - "http://127.0.0.1:$PORT/v2/fn/tags/list" 2>/dev/null | grep -q '"v1"'; then
         echo "# a registry on 127.0.0.1:$PORT already holds fn:v1" >&2
         exit 0
+    fi
+    if wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null; then
+        echo "127.0.0.1:$PORT already serves a registry without fn:v1; stop it first" >&2
+        exit 1
     fi
     rm -rf "$WORK" && mkdir -p "$WORK" && chmod 755 "$WORK"
     . scripts/lib/testbed.sh

@@ -4,6 +4,13 @@
 # function, with umoci: no Docker), pushes it to a registry it starts on
 # 127.0.0.1, and runs the function with xfn on example/functionio.yaml.
 #
+# It installs the built xfn as `xfn` on PATH (~/.cargo/bin, as `cargo
+# install` would), so the README's commands run as written after it.
+#
+# `scripts/example.sh registry` leaves a registry running on 127.0.0.1:5000
+# (detached; it prints the pid to stop it) holding the example function as
+# 127.0.0.1:5000/fn:v1, for the README's `xfn run` line.
+#
 # `scripts/example.sh render` instead renders example/render/ with the
 # `Docker` runtime: it builds an image of a gRPC function server
 # (tests/fixtures/fn_server.rs, linked statically, on busybox), pushes it, and runs
@@ -12,9 +19,9 @@
 set -euo pipefail
 mode=${1:-run}
 case $mode in
-run | render) ;;
+run | render | registry) ;;
 *)
-    echo "usage: scripts/example.sh [run|render]" >&2
+    echo "usage: scripts/example.sh [run|render|registry]" >&2
     exit 2
     ;;
 esac
@@ -22,6 +29,34 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --quiet
 xfn="$PWD/target/release/xfn"
+bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+install -D -m 0755 "$xfn" "$bin/xfn"
+case ":$PATH:" in
+*":$bin:"*) ;;
+*) echo "# xfn is installed at $bin/xfn; add $bin to PATH to run it as \`xfn\`" >&2 ;;
+esac
+
+if [ "$mode" = registry ]; then
+    # A registry that outlives this script, with the example image as fn:v1.
+    WORK=/tmp/xfn-example-registry
+    PORT=5000
+    if wget -q -O - "http://127.0.0.1:$PORT/v2/fn/tags/list" 2>/dev/null | grep -q '"v1"'; then
+        echo "# a registry on 127.0.0.1:$PORT already holds fn:v1" >&2
+        exit 0
+    fi
+    if wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null; then
+        echo "127.0.0.1:$PORT already serves a registry without fn:v1; stop it first" >&2
+        exit 1
+    fi
+    rm -rf "$WORK" && mkdir -p "$WORK" && chmod 755 "$WORK"
+    . scripts/lib/testbed.sh
+    start_registry
+    new_busybox_image sh cat sed head printf
+    install -m 0755 example/function/fn.sh "$WORK/unpacked/rootfs/fn.sh"
+    push_image /fn.sh fn:v1
+    echo "# $IMAGE is served by a registry on 127.0.0.1:$PORT (stop it: kill $REG_PID)" >&2
+    exit 0
+fi
 
 work=$(mktemp -d)
 # As root, xfn maps container root to host uid 100000, which must be able to

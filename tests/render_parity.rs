@@ -204,21 +204,28 @@ fn a_claim_renders_as_the_xr_crossplane_creates_for_it() {
             ),
         );
         let args = ["claim.yaml", "composition.yaml", "functions.yaml", "-c"];
-        let text = stdout(&fx.render(&args));
-        // What the function observed: the XR, with the claim's labels.
+        // Without the XRD, a namespaced object of another kind than the
+        // Composition's is not guessed to be a claim: it names both kinds.
+        let err = failure(&fx.render(&args));
         assert!(
-            text.contains("crossplane.io/claim-name: mine") && text.contains("kind: XBucket"),
-            "{runtime}: {text}"
+            err.contains("the XR input is an example.org/v1 Bucket")
+                && err.contains("composes example.org/v1 XBucket")
+                && err.contains("give the XRD (--xrd)"),
+            "{runtime}: {err}"
         );
-        assert_golden("parity-claim.yaml", &text);
-        // The same with the XRD that names the claim.
+        // With the XRD that names the claim, it renders as the XR
+        // Crossplane creates for it.
         let mut with_xrd = args.to_vec();
         with_xrd.extend(["--xrd", "xrd.yaml"]);
         let text = stdout(&fx.render(&with_xrd));
+        // What the function observed: the XR, with the claim's labels.
         assert!(
-            text.contains("compositionUpdatePolicy"),
+            text.contains("crossplane.io/claim-name: mine")
+                && text.contains("kind: XBucket")
+                && text.contains("compositionUpdatePolicy"),
             "{runtime}: {text}"
         );
+        assert_golden("parity-claim.yaml", &text);
     }
     // An XRD offering no such claim says so.
     fx.write("xrd.yaml", &xrd_v1_legacy());

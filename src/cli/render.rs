@@ -133,6 +133,10 @@ pub(crate) struct RenderArgs {
     /// Give up on the whole render after this long.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// How long a Development runtime's function server may take to accept
+    /// its first connection (one started just before the render).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub development_wait: Duration,
     /// Directory of the image cache (and per-run state).
     #[arg(long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
     pub cache_dir: PathBuf,
@@ -179,6 +183,21 @@ impl RenderArgs {
 
     /// The inputs the flags name, their `key=value` syntax parsed.
     fn inputs(&self) -> Result<RenderInputs, ComposeError> {
+        // `-o json` read as "output JSON": say what -o is.
+        if let Some(path) = &self.observed_resources {
+            let format = path.to_str().filter(|p| matches!(*p, "json" | "yaml"));
+            if let (Some(format), false) = (format, path.exists()) {
+                return Err(ComposeError::Invalid {
+                    path: path.clone(),
+                    message: format!(
+                        "no such file: -o is --observed-resources (a file or directory of \
+                         observed resources), as in crossplane render; to print {}, use \
+                         --output {format}",
+                        format.to_uppercase()
+                    ),
+                });
+            }
+        }
         let context_files = map_entries("--context-files", &self.context_files)?;
         Ok(RenderInputs {
             xr_or_operation: self.composite_resource.clone(),
@@ -194,6 +213,7 @@ impl RenderArgs {
                 .collect(),
             required_schemas: self.required_schemas.clone(),
             xrd: self.xrd.clone(),
+            claim: false,
             watched_resource: self.watched_resource.clone(),
             function_credentials: self.function_credentials.clone(),
             function_annotations: annotation_overrides(&self.function_annotations)?,
@@ -356,10 +376,12 @@ pub(crate) async fn execute(
         let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
         let options = crate::runner::RunnerOptions {
-            warm_pool: Some(
+            // Warm containers only for what runs per call (Exec steps,
+            // alpha steps): a render of Docker servers makes none.
+            warm_pool: (plan.per_call_containers() > 0).then(|| {
                 args.warm_pool
-                    .options_for_at_least(plan.per_call_containers()),
-            ),
+                    .options_for_at_least(plan.per_call_containers())
+            }),
             ..args.runner.options()
         };
         Some(Arc::new(Runner::new(namespace, store, options)?))
@@ -371,6 +393,7 @@ pub(crate) async fn execute(
         timeout,
         pull_policy: args.image_pull_policy,
         keeper: Some(keeper_command(&args, global)?),
+        development_wait: args.development_wait,
     };
     let pooled = runner.clone();
     let mut render = Box::pin(tokio::time::timeout(timeout, plan.run(runner, defaults)));

@@ -65,7 +65,7 @@ pub(crate) fn parse_value(path: &Path, text: &str) -> Result<Value, ComposeError
 pub(crate) fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, ComposeError> {
     check_nesting(path, text)?;
     let mut objects = Vec::new();
-    for document in yaml_serde::Deserializer::from_str(text) {
+    for (index, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let value = Value::deserialize(document).map_err(|source| ComposeError::Yaml {
             path: path.to_path_buf(),
             what: "invalid YAML",
@@ -77,7 +77,10 @@ pub(crate) fn parse_stream(path: &Path, text: &str) -> Result<Vec<Value>, Compos
             other => {
                 return Err(ComposeError::Invalid {
                     path: path.to_path_buf(),
-                    message: format!("expected a Kubernetes object, found {other}"),
+                    message: format!(
+                        "document {}: expected a Kubernetes object, found {other}",
+                        index + 1
+                    ),
                 })
             }
         }
@@ -120,12 +123,16 @@ pub(crate) fn read_functions(
     overrides: &[(String, String)],
 ) -> Result<Vec<Function>, ComposeError> {
     let mut functions = Vec::new();
-    for mut object in read_objects(path)? {
+    let objects = read_objects(path)?;
+    let count = objects.len();
+    for (index, mut object) in objects.into_iter().enumerate() {
         let annotations = super::value::object_at(&mut object, &["metadata", "annotations"]);
         for (key, value) in overrides {
             annotations.insert(key.clone(), Value::String(value.clone()));
         }
-        functions.push(Function::from_object(path, object)?);
+        let function = Function::from_object(path, object.clone())
+            .map_err(|e| e.in_document(path, index, count, &object))?;
+        functions.push(function);
     }
     Ok(functions)
 }
@@ -323,9 +330,11 @@ mod tests {
             parse_stream(path, "---\n---\na: 1\n---\n").unwrap().len(),
             1
         );
-        let err = parse_stream(path, "- 1\n").unwrap_err().to_string();
+        let err = parse_stream(path, "a: 1\n---\n- 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(
-            err.starts_with("s.yaml: expected a Kubernetes object"),
+            err.starts_with("s.yaml: document 2: expected a Kubernetes object"),
             "{err}"
         );
         let dir = tempfile::tempdir().unwrap();

@@ -90,8 +90,23 @@ pub(crate) enum ComposeError {
         /// Why it does not parse.
         source: serde_json::Error,
     },
+    /// One object of a file of several is refused.
+    #[error("{path}: document {index} of {count} ({what})")]
+    InDocument {
+        /// The file.
+        path: PathBuf,
+        /// The document's place in the file, from 1.
+        index: usize,
+        /// How many objects the file holds.
+        count: usize,
+        /// The object's kind and name.
+        what: String,
+        /// Why it is refused.
+        #[source]
+        source: Box<ComposeError>,
+    },
     /// A file holds the wrong kind of object.
-    #[error("{path}: expected a {expected}, found {found:?}")]
+    #[error("{path}: expected {} {expected}, found {found:?}", article(.expected))]
     WrongKind {
         /// The file.
         path: PathBuf,
@@ -101,7 +116,7 @@ pub(crate) enum ComposeError {
         found: String,
     },
     /// The Composition composes another type than the XR's.
-    #[error("{path}: the Composition composes {composes}, but the XR is a {xr}")]
+    #[error("{path}: the Composition composes {composes}, but the XR is {} {xr}", article(.xr))]
     TypeMismatch {
         /// The Composition file.
         path: PathBuf,
@@ -207,6 +222,44 @@ pub(crate) enum ComposeError {
     OutputJson(#[source] serde_json::Error),
 }
 
+/// "a" or "an" before `word`, as English reads it aloud (`an
+/// apiextensions…`, `a Composition`).
+pub(crate) fn article(word: &str) -> &'static str {
+    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+        _ => "a",
+    }
+}
+
+impl ComposeError {
+    /// Names the document `index` (from 0) of `count` in `path` that
+    /// `object` came from, where the file holds several.
+    pub(crate) fn in_document(
+        self,
+        path: &std::path::Path,
+        index: usize,
+        count: usize,
+        object: &Value,
+    ) -> Self {
+        if count < 2 {
+            return self;
+        }
+        let field = |name: &str| {
+            value::get_str(object, &[name])
+                .unwrap_or_default()
+                .to_string()
+        };
+        let name = value::get_str(object, &["metadata", "name"]).unwrap_or_default();
+        ComposeError::InDocument {
+            path: path.to_path_buf(),
+            index: index + 1,
+            count,
+            what: format!("{} {} {name:?}", field("apiVersion"), field("kind")),
+            source: Box::new(self),
+        }
+    }
+}
+
 /// Why calling a Function failed: the source of [`ComposeError::Call`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CallError {
@@ -221,8 +274,18 @@ pub(crate) enum CallError {
     #[error("{:?}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     /// Nothing answers where it should.
-    #[error("cannot connect")]
-    Connect(#[source] tonic::transport::Error),
+    #[error(
+        "cannot connect after waiting {:.1} s: check that the function is running at \
+         that address (--development-wait waits longer for one still starting)",
+        .waited.as_secs_f64()
+    )]
+    Connect {
+        /// How long render tried.
+        waited: std::time::Duration,
+        /// The last attempt's error.
+        #[source]
+        source: tonic::transport::Error,
+    },
     /// There is nowhere to run it.
     #[error("no runner daemon answers at {endpoint} and there is no in-process runner")]
     NoRunner {

@@ -322,7 +322,7 @@ impl RenderPlan {
                     ),
                 ));
             }
-            let mut xr = composite_xr(None, path, object.clone(), path, composition)?;
+            let mut xr = composite_xr(None, path, object.clone(), path, composition, false)?;
             configure(&mut xr);
             nested.push(xr);
         }
@@ -379,7 +379,8 @@ impl RenderPlan {
                 if outcome.fatal.is_none() {
                     tracing::warn!(
                         renders = round,
-                        "the output was still changing after --iterations renders"
+                        "the output still changed in the last of {round} renders \
+                         (--iterations {round}); printing the last"
                     );
                 }
                 return Ok((outcome, observed));

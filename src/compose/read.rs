@@ -7,6 +7,7 @@
 //! nested XRs found later by the plan are made the same way, through
 //! `composite_xr` and `configure`. Files are parsed by [`super::files`],
 //! objects checked by [`super::model`]; flag syntax is the CLI's.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -47,6 +48,10 @@ pub(crate) struct RenderInputs {
     pub required_schemas: Option<PathBuf>,
     /// `--xrd`.
     pub xrd: Option<PathBuf>,
+    /// The XR input is a claim even with no XRD saying so (`xfn test`'s
+    /// `claim:` input); otherwise only the XRD's `spec.claimNames` makes an
+    /// object of another kind than the Composition's a claim.
+    pub claim: bool,
     /// `-w`: a WatchOperation's watched resource.
     pub watched_resource: Option<PathBuf>,
     /// `--function-credentials`.
@@ -297,21 +302,69 @@ impl Read {
                 "an XR render takes XR COMPOSITION [FUNCTIONS]",
             ));
         };
+        // Files given in another order than `XR COMPOSITION [FUNCTIONS]`
+        // are named for what they are, with the order.
+        let order = |path: &Path, object: &Value, place: &str| {
+            let kind = get_str(object, &["kind"]).unwrap_or_default();
+            usage(
+                path,
+                &format!(
+                    "holds {} {kind}, given as the {place}: an XR render takes XR COMPOSITION \
+                     [FUNCTIONS], in that order",
+                    super::article(kind)
+                ),
+            )
+        };
+        let is_composition = |object: &Value| {
+            let api = get_str(object, &["apiVersion"]).unwrap_or_default();
+            let kind = get_str(object, &["kind"]).unwrap_or_default();
+            api.starts_with("apiextensions.crossplane.io/")
+                && matches!(kind, "Composition" | "CompositionRevision")
+        };
+        let is_function = |object: &Value| {
+            let api = get_str(object, &["apiVersion"]).unwrap_or_default();
+            api.starts_with("pkg.crossplane.io/") && get_str(object, &["kind"]) == Some("Function")
+        };
+        if let Some((path, object)) = subjects
+            .iter()
+            .find(|(_, o)| is_composition(o) || is_function(o))
+        {
+            return Err(order(path, object, "XR"));
+        }
         let composition_object = read_one(composition_path)?;
+        if !is_composition(&composition_object) && !composition_object["kind"].is_null() {
+            let kind = get_str(&composition_object, &["kind"]).unwrap_or_default();
+            if is_function(&composition_object) || subjects.iter().any(|(_, o)| o["kind"] == kind) {
+                return Err(order(composition_path, &composition_object, "COMPOSITION"));
+            }
+        }
         let observed = match &inputs.observed_resources {
             Some(path) => Some((path, observed_by_name(path, read_objects(path)?)?)),
             None => None,
         };
         let several = subjects.len() > 1;
         let mut xrs = Vec::new();
+        let mut seen: BTreeMap<PathBuf, usize> = BTreeMap::new();
+        let counts = subjects
+            .iter()
+            .fold(BTreeMap::new(), |mut counts, (path, _)| {
+                *counts.entry(path.clone()).or_insert(0) += 1;
+                counts
+            });
         for (path, object) in subjects {
-            xrs.push(composite_xr(
+            let index = seen.entry(path.clone()).or_insert(0);
+            let (this, count) = (*index, counts[&path]);
+            *index += 1;
+            let xr = composite_xr(
                 inputs.xrd.as_deref(),
                 &path,
-                object,
+                object.clone(),
                 composition_path,
                 &composition_object,
-            )?);
+                inputs.claim,
+            )
+            .map_err(|e| e.in_document(&path, this, count, &object))?;
+            xrs.push(xr);
         }
         let composition = xrs[0].composition.clone();
         if let Some((path, observed)) = observed {
@@ -370,12 +423,48 @@ pub(super) fn composite_xr(
     object: Value,
     composition_path: &Path,
     composition_object: &Value,
+    claim: bool,
 ) -> Result<CompositeXr, ComposeError> {
     let (composite_api, composite_kind) = Composition::composite_type(composition_object);
     let composite_type = (composite_api.to_string(), composite_kind.to_string());
-    // A claim is rendered as the XR Crossplane creates for it.
-    let claim_kind = claim::is_claim_of(&object, (&composite_type.0, &composite_type.1))
-        .then(|| get_str(&object, &["kind"]).unwrap_or_default().to_string());
+    // The XRD, read whole before the XR: it is what says a namespaced
+    // object of another kind is a claim.
+    let xrd = xrd
+        .map(|path| Ok::<_, ComposeError>((path, Xrd::read(path)?)))
+        .transpose()?;
+    // A claim is rendered as the XR Crossplane creates for it; an object of
+    // another kind is one only when the XRD's `spec.claimNames` (or the
+    // caller, `claim`) says so, never by guess: a namespaced XR of the
+    // wrong kind would otherwise render as a plausible, wrong XR.
+    let kind = get_str(&object, &["kind"]).unwrap_or_default().to_string();
+    let api = get_str(&object, &["apiVersion"])
+        .unwrap_or_default()
+        .to_string();
+    let claim_kind = if claim::is_claim_of(&object, (&composite_type.0, &composite_type.1)) {
+        let named = xrd.as_ref().and_then(|(_, x)| x.claim_kind()) == Some(kind.as_str());
+        if !(named || claim) {
+            let hint = match &xrd {
+                Some(_) => "the XRD given names no such claim (spec.claimNames.kind)",
+                None => {
+                    "if it is a claim, give the XRD (--xrd) whose spec.claimNames.kind names it"
+                }
+            };
+            return Err(usage(
+                path,
+                &format!(
+                    "the XR input is {} {api} {kind}, but the Composition {} composes {} {} \
+                     (spec.compositeTypeRef); {hint}",
+                    super::article(&api),
+                    composition_path.display(),
+                    composite_type.0,
+                    composite_type.1,
+                ),
+            ));
+        }
+        Some(kind)
+    } else {
+        None
+    };
     let object = match &claim_kind {
         Some(kind) => {
             tracing::info!(
@@ -392,21 +481,12 @@ pub(super) fn composite_xr(
         Composition::from_object(composition_path, composition_object.clone(), &composite)?;
     let mut xr = composite.object.clone();
     let xrd = match (xrd, &composition.pipeline) {
-        (Some(path), Pipeline::V1(_)) => Some((path, Xrd::read(path, &composite)?)),
+        (Some((path, xrd)), Pipeline::V1(_)) => {
+            xrd.check_defines(path, &composite)?;
+            Some((path, xrd))
+        }
         _ => None,
     };
-    if let (Some((path, xrd)), Some(kind)) = (&xrd, &claim_kind) {
-        if xrd.claim_kind() != Some(kind.as_str()) {
-            return Err(usage(
-                path,
-                &format!(
-                    "the XR input is a {kind} (a claim of {}), but the XRD \
-                     names no such claim (spec.claimNames.kind)",
-                    composite.kind()
-                ),
-            ));
-        }
-    }
     // Claims exist only for Legacy (v1 LegacyCluster) XRs.
     let schema = match (&xrd, &claim_kind) {
         (Some((_, x)), _) => x.schema,
@@ -689,5 +769,97 @@ mod tests {
         let context = initial_context(&[], &values).unwrap().unwrap();
         assert_eq!(context, json!({"n": 3, "s": "hello", "o": {"a": true}}));
         assert_eq!(initial_context(&[], &[]).unwrap(), None);
+    }
+
+    const COMPOSITION: &str = "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata: {name: c}
+spec:
+  compositeTypeRef: {apiVersion: example.org/v1, kind: XBucket}
+  mode: Pipeline
+  pipeline:
+  - step: s
+    functionRef: {name: f}
+";
+    const FUNCTIONS: &str =
+        "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata: {name: f}\nspec: {package: x}\n";
+
+    /// Reads `xr` (and the Composition and Functions above) as `xfn render
+    /// xr.yaml composition.yaml functions.yaml` would, with `--xrd` if given.
+    fn read_with(xr: &str, xrd: Option<&str>, claim: bool) -> Result<Read, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let inputs = RenderInputs {
+            xr_or_operation: write("xr.yaml", xr),
+            composition_or_functions: Some(write("composition.yaml", COMPOSITION)),
+            functions: Some(write("functions.yaml", FUNCTIONS)),
+            xrd: xrd.map(|x| write("xrd.yaml", x)),
+            claim,
+            ..Default::default()
+        };
+        Read::from_inputs(&inputs).map_err(|e| crate::chain::one_line(&e))
+    }
+
+    const BUCKET_CLAIM: &str =
+        "apiVersion: example.org/v1\nkind: Bucket\nmetadata: {name: mine, namespace: team-a}\n";
+
+    #[test]
+    fn a_namespaced_xr_of_another_kind_is_refused_naming_both_kinds_unless_it_is_a_claim() {
+        let err = read_with(BUCKET_CLAIM, None, false).err().unwrap();
+        assert!(
+            err.contains("the XR input is an example.org/v1 Bucket")
+                && err.contains("composes example.org/v1 XBucket (spec.compositeTypeRef)")
+                && err.contains("give the XRD (--xrd)"),
+            "{err}"
+        );
+        // An XRD that names it as its claim, or the caller, makes it one.
+        let xrd = "apiVersion: apiextensions.crossplane.io/v1
+kind: CompositeResourceDefinition
+metadata: {name: xbuckets.example.org}
+spec:
+  group: example.org
+  names: {kind: XBucket, plural: xbuckets}
+  claimNames: {kind: Bucket, plural: buckets}
+  versions: [{name: v1, served: true, referenceable: true}]
+";
+        assert!(read_with(BUCKET_CLAIM, Some(xrd), false).is_ok());
+        assert!(read_with(BUCKET_CLAIM, None, true).is_ok());
+        let other = xrd.replace("  claimNames: {kind: Bucket, plural: buckets}\n", "");
+        let err = read_with(BUCKET_CLAIM, Some(&other), false).err().unwrap();
+        assert!(err.contains("the XRD given names no such claim"), "{err}");
+    }
+
+    #[test]
+    fn an_error_in_one_xr_of_several_names_the_document() {
+        let xrs = "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: a}\n---\n\
+                   apiVersion: example.org/v1\nkind: XQueue\nmetadata: {name: b}\n";
+        let err = read_with(xrs, None, false).err().unwrap();
+        assert!(
+            err.contains("xr.yaml: document 2 of 2 (example.org/v1 XQueue \"b\")")
+                && err.contains("but the XR is an example.org/v1 XQueue"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn files_given_out_of_order_are_named_with_the_order() {
+        let err = read_with(COMPOSITION, None, false).err().unwrap();
+        assert!(
+            err.contains("xr.yaml: holds a Composition, given as the XR: an XR render takes XR COMPOSITION [FUNCTIONS], in that order"),
+            "{err}"
+        );
+        let err = read_with(FUNCTIONS, None, false).err().unwrap();
+        assert!(err.contains("holds a Function, given as the XR"), "{err}");
+    }
+
+    #[test]
+    fn articles_read_as_english() {
+        assert_eq!(crate::compose::article("apiextensions.crossplane.io"), "an");
+        assert_eq!(crate::compose::article("Composition"), "a");
+        assert_eq!(crate::compose::article("XBucket"), "a");
     }
 }

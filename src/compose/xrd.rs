@@ -43,15 +43,11 @@ pub(crate) struct Xrd {
 }
 
 impl Xrd {
-    /// Reads the XRD at `path` and checks that it defines `xr`'s group and
-    /// kind (any served version: the XR may use one that is not
-    /// referenceable).
-    pub(crate) fn read(path: &Path, xr: &Composite) -> Result<Self, ComposeError> {
+    /// Reads the XRD at `path` (whether it defines the XR is
+    /// [`Xrd::check_defines`]'s: any served version, the XR may use one
+    /// that is not referenceable).
+    pub(crate) fn read(path: &Path) -> Result<Self, ComposeError> {
         let object = read_one(path)?;
-        let invalid = |message: String| ComposeError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        };
         let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
         let kind = get_str(&object, &["kind"]).unwrap_or_default();
         let legacy_by_default = match api_version {
@@ -73,17 +69,6 @@ impl Xrd {
                 found: format!("{api_version} {kind}"),
             });
         }
-        let xrd_group = get_str(&object, &["spec", "group"]).unwrap_or_default();
-        let xrd_kind = get_str(&object, &["spec", "names", "kind"]).unwrap_or_default();
-        if xrd_group != group(xr.api_version()) || xrd_kind != xr.kind() {
-            let name = get_str(&object, &["metadata", "name"]).unwrap_or_default();
-            return Err(invalid(format!(
-                "the CompositeResourceDefinition {name:?} defines group {xrd_group:?} kind \
-                 {xrd_kind:?}, but the XR is a {} {}",
-                xr.api_version(),
-                xr.kind()
-            )));
-        }
         // A v1 XRD without a scope is LegacyCluster. A v2 XRD can say
         // LegacyCluster too (one posted as v1, read back as v2).
         let schema = match get_str(&object, &["spec", "scope"]) {
@@ -92,6 +77,25 @@ impl Xrd {
             _ => XrSchema::Modern,
         };
         Ok(Self { schema, object })
+    }
+
+    /// Refuses an XRD that does not define `xr`'s group and kind.
+    pub(crate) fn check_defines(&self, path: &Path, xr: &Composite) -> Result<(), ComposeError> {
+        let xrd_group = get_str(&self.object, &["spec", "group"]).unwrap_or_default();
+        let xrd_kind = get_str(&self.object, &["spec", "names", "kind"]).unwrap_or_default();
+        if xrd_group != group(xr.api_version()) || xrd_kind != xr.kind() {
+            let name = get_str(&self.object, &["metadata", "name"]).unwrap_or_default();
+            return Err(ComposeError::Invalid {
+                path: path.to_path_buf(),
+                message: format!(
+                    "the CompositeResourceDefinition {name:?} defines group {xrd_group:?} kind \
+                     {xrd_kind:?}, but the XR is a {} {}",
+                    xr.api_version(),
+                    xr.kind()
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The kind of the XRD's claims (`spec.claimNames.kind`), if it offers them.

@@ -1,4 +1,10 @@
-//! The `Development` runtime: a function server that is already running.
+//! The `Development` runtime: a function server that is already running,
+//! or still starting: the first connect is retried for up to a short wait
+//! (`--development-wait`), since a function started just before the render
+//! (a script's `python fn.py &`) is often not listening yet; a refusal past
+//! it says how long render waited and what to check.
+use std::time::{Duration, Instant};
+
 use tonic::transport::{Channel, Endpoint};
 
 use crate::compose::v1::FunctionCaller;
@@ -9,22 +15,28 @@ use crate::proto::v1;
 #[derive(Debug)]
 pub(crate) struct Development {
     target: String,
+    wait: Duration,
     channel: tokio::sync::OnceCell<Channel>,
 }
 
+/// How often a connect is tried again while the server may be starting.
+const RETRY_EVERY: Duration = Duration::from_millis(50);
+
 impl Development {
-    /// A caller of the server at `target` (`host:port`).
-    pub(crate) fn new(target: &str) -> Self {
+    /// A caller of the server at `target` (`host:port`), waiting up to
+    /// `wait` for it to accept a connection.
+    pub(crate) fn new(target: &str, wait: Duration) -> Self {
         Self {
             target: target.to_string(),
+            wait,
             channel: tokio::sync::OnceCell::new(),
         }
     }
 
     async fn channel(&self) -> Result<Channel, ComposeError> {
-        let unreachable = |e| ComposeError::Call {
+        let unreachable = |waited, source| ComposeError::Call {
             target: self.target.clone(),
-            source: Box::new(CallError::Connect(e)),
+            source: Box::new(CallError::Connect { waited, source }),
         };
         self.channel
             .get_or_try_init(|| async {
@@ -33,11 +45,18 @@ impl Development {
                 } else {
                     format!("http://{}", self.target)
                 };
-                Endpoint::from_shared(uri)
-                    .map_err(unreachable)?
-                    .connect()
-                    .await
-                    .map_err(unreachable)
+                let endpoint =
+                    Endpoint::from_shared(uri).map_err(|e| unreachable(Duration::ZERO, e))?;
+                let started = Instant::now();
+                loop {
+                    match endpoint.connect().await {
+                        Ok(channel) => return Ok(channel),
+                        Err(e) if started.elapsed() >= self.wait => {
+                            return Err(unreachable(started.elapsed(), e))
+                        }
+                        Err(_) => tokio::time::sleep(RETRY_EVERY).await,
+                    }
+                }
             })
             .await
             .cloned()

@@ -46,6 +46,9 @@ pub(crate) struct ContainerDefaults {
     /// How to start keepers of kept servers (`runtime-docker-cleanup:
     /// Orphan`); without one, kept servers are refused.
     pub keeper: Option<kept::KeeperCommand>,
+    /// How long a Development runtime's server may take to accept its
+    /// first connection (`--development-wait`).
+    pub development_wait: Duration,
 }
 
 /// The callers of a render's Functions, by name. They own the function
@@ -119,7 +122,10 @@ pub(crate) fn caller_for(
     defaults: &ContainerDefaults,
 ) -> Result<Arc<dyn FunctionCaller>, ComposeError> {
     match &function.runtime {
-        RuntimeKind::Development { target } => Ok(Arc::new(Development::new(target))),
+        RuntimeKind::Development { target } => Ok(Arc::new(Development::new(
+            target,
+            defaults.development_wait,
+        ))),
         RuntimeKind::Exec => {
             let (runner, image, config) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Exec {

@@ -9,6 +9,17 @@ use super::*;
 use crate::compose::alpha::{AlphaStep, ContainerConfig};
 use crate::proto::{v1, v1alpha1, v1beta1};
 
+/// Defaults as `xfn render`'s, with no keeper.
+fn defaults() -> ContainerDefaults {
+    ContainerDefaults {
+        default_registry: "index.docker.io".into(),
+        timeout: Duration::from_secs(60),
+        pull_policy: crate::image::PullPolicy::IfNotPresent,
+        keeper: None,
+        development_wait: Duration::from_secs(5),
+    }
+}
+
 /// Serves only the v1beta1 function service; echoes the request's tag.
 struct BetaOnly;
 
@@ -42,7 +53,7 @@ async fn development_falls_back_to_v1beta1_on_unimplemented() {
             )
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    let caller = Development::new(&address.to_string());
+    let caller = Development::new(&address.to_string(), Duration::ZERO);
     let response = caller
         .run_function(v1::RunFunctionRequest {
             meta: Some(v1::RequestMeta {
@@ -58,17 +69,41 @@ async fn development_falls_back_to_v1beta1_on_unimplemented() {
 }
 
 #[tokio::test]
+async fn development_waits_for_a_server_that_starts_listening_after_the_render() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+        tonic::transport::Server::builder()
+            .add_service(
+                v1beta1::function_runner_service_server::FunctionRunnerServiceServer::new(BetaOnly),
+            )
+            .serve_with_incoming(TcpListenerStream::new(listener))
+            .await
+    });
+    let response = Development::new(&address.to_string(), defaults().development_wait)
+        .run_function(v1::RunFunctionRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(response.results[0].message, "served by v1beta1");
+}
+
+#[tokio::test]
 async fn development_names_the_target_it_cannot_reach() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let err = Development::new(&address)
+    let err = Development::new(&address, Duration::from_millis(200))
         .run_function(v1::RunFunctionRequest::default())
         .await
         .unwrap_err();
     let text = crate::chain::one_line(&err);
     assert!(
-        text.contains(&address) && text.contains("cannot connect"),
+        text.contains(&address)
+            && text.contains("cannot connect after waiting 0.")
+            && text.contains("check that the function is running at that address"),
         "{text}"
     );
 }
@@ -125,12 +160,7 @@ async fn alpha_steps_go_to_the_daemon_on_an_abstract_socket_when_it_answers() {
     );
     let steps = ContainerSteps {
         runner: None,
-        defaults: ContainerDefaults {
-            default_registry: "index.docker.io".into(),
-            timeout: Duration::from_secs(60),
-            pull_policy: PullPolicy::IfNotPresent,
-            keeper: None,
-        },
+        defaults: defaults(),
     };
     let output = steps
         .run(b"observed: {}", &config(&format!("unix-abstract:{name}")))
@@ -165,12 +195,7 @@ async fn alpha_steps_go_to_the_daemon_on_an_abstract_socket_when_it_answers() {
 async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
     let steps = ContainerSteps {
         runner: None,
-        defaults: ContainerDefaults {
-            default_registry: "index.docker.io".into(),
-            timeout: Duration::from_secs(60),
-            pull_policy: PullPolicy::IfNotPresent,
-            keeper: None,
-        },
+        defaults: defaults(),
     };
     let name = format!("xfn-test/nobody-{}.sock", std::process::id());
     let err = steps
@@ -184,12 +209,7 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
 #[test]
 fn container_functions_name_what_is_wrong_with_them() {
     use crate::compose::model::Function;
-    let defaults = ContainerDefaults {
-        default_registry: "index.docker.io".into(),
-        timeout: std::time::Duration::from_secs(60),
-        pull_policy: crate::image::PullPolicy::IfNotPresent,
-        keeper: None,
-    };
+    let defaults = defaults();
     let function = |runtime: RuntimeKind, package: &str, pull_policy: Option<&str>| Function {
         name: "fn-a".into(),
         package: package.into(),

@@ -62,7 +62,7 @@ mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;
-mod server;
+mod sidecar;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

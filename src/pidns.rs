@@ -32,7 +32,7 @@
 //!   namespace numbers them and reads `/proc/<pid>` with them, and xfn's
 //!   pidfds, pid files and `/proc/self` reads must agree with it.
 //!
-//! The gatekeeper (`server::gate`) is forked earlier and stays in the
+//! The gatekeeper (`sidecar::gate`) is forked earlier and stays in the
 //! host's namespaces: it still sees callers' real uids and pids, and
 //! functions, now two PID namespaces below it, still as containers. As PID
 //! 1 already (a container's main process, `pid1`), nothing is done: the

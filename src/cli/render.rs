@@ -373,7 +373,7 @@ pub(crate) async fn execute(
         keeper: Some(keeper_command(&args, global)?),
     };
     let pooled = runner.clone();
-    let mut render = Box::pin(tokio::time::timeout(timeout, plan.run(runner, defaults)));
+    let mut render = Box::pin(tokio::time::timeout(timeout, plan.render(runner, defaults)));
     let rendered = tokio::select! {
         biased;
         _ = interrupt.recv() => Err(nix::sys::signal::Signal::SIGINT),

@@ -200,7 +200,7 @@ impl RenderPlan {
     /// Runs the render: every function server a step uses started (or
     /// reused) at once, the pipeline, the servers stopped (kept ones
     /// left running), the output assembled.
-    pub(crate) async fn run(
+    pub(crate) async fn render(
         self,
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
@@ -346,7 +346,7 @@ impl RenderPlan {
             credentials: &self.credentials,
             context: self.context.clone(),
         }
-        .run()
+        .run_steps()
         .await
     }
 

@@ -116,7 +116,7 @@ impl V1Pipeline<'_> {
     }
 
     /// Runs every step in order.
-    pub(crate) async fn run(&self) -> Result<Outcome, ComposeError> {
+    pub(crate) async fn run_steps(&self) -> Result<Outcome, ComposeError> {
         // Fail on a wrong functionRef before running anything.
         self.check_function_refs()?;
         let observed = self.observed.map(|o| self.observed_state(o));

@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::grpc::admission::AdmissionLimits;
 use crate::grpc::connections::{ConnectionLimits, Connections};
 use crate::grpc::metrics::{Metrics, MetricsError, MetricsServer};
-use crate::grpc::serve::{serve, shutdown_signal, Incoming, ServeError, Services};
+use crate::grpc::serve::{serve, shutdown_signal, Incoming, ServeError, ServiceSet};
 use crate::grpc::Calls;
 use crate::runner::Runner;
 
@@ -114,7 +114,7 @@ impl Daemon {
     /// Serves `services` on `incoming` (and the metrics endpoint) until
     /// SIGTERM/SIGINT, drains within the grace period, then shuts the warm
     /// pool down.
-    pub async fn serve(self, incoming: Incoming, services: Services) -> Result<(), DaemonError> {
+    pub async fn serve(self, incoming: Incoming, services: ServiceSet) -> Result<(), DaemonError> {
         let served = self.serve_until_drained(incoming, services).await;
         // Runs are drained or cancelled by now: no warm container outlives
         // the daemon, whatever serving returned.
@@ -125,7 +125,7 @@ impl Daemon {
     async fn serve_until_drained(
         &self,
         incoming: Incoming,
-        services: Services,
+        services: ServiceSet,
     ) -> Result<(), DaemonError> {
         let options = &self.options;
         let metrics_server =

@@ -1,4 +1,4 @@
-//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::server`],
+//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::sidecar`],
 //! Crossplane's alpha `ContainerizedFunctionRunnerService` on an abstract
 //! socket behind the gatekeeper) and `xfn adapt` ([`crate::adaptor`], the
 //! v1/v1beta1 `FunctionRunnerService` on TCP). A front end brings its

@@ -166,7 +166,7 @@ pub struct StoreStats {
 
 /// The store: cheap to clone, shared by every caller in a process.
 #[derive(Clone)]
-pub struct Store {
+pub struct ContentStore {
     inner: Arc<Inner>,
 }
 
@@ -187,15 +187,15 @@ struct Inner {
     owner_shift: u32,
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for ContentStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
+        f.debug_struct("ContentStore")
             .field("root", &self.inner.root)
             .finish_non_exhaustive()
     }
 }
 
-impl Store {
+impl ContentStore {
     /// Opens (creating when absent) the store under `cache_dir`, and
     /// removes leftovers of dead processes from `tmp/`.
     /// Refuses a cache dir another uid could rename entries in
@@ -206,7 +206,7 @@ impl Store {
         let instance = crate::instance::of_cache(cache_dir).map_err(|err| match err {
             crate::instance::InstanceError::Io { path, source } => ImageError::Io { path, source },
         })?;
-        let store = Store {
+        let store = ContentStore {
             inner: Arc::new(Inner {
                 root: cache_dir.to_path_buf(),
                 limits,
@@ -299,7 +299,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stale = dir.path().join("tmp/0123456789abcdef.layer.abc");
         std::fs::create_dir_all(&stale).unwrap();
-        let store = Store::open(dir.path(), Limits::default()).unwrap();
+        let store = ContentStore::open(dir.path(), Limits::default()).unwrap();
         assert!(!stale.exists());
         // A live instance's entries stay.
         let live = dir

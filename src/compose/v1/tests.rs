@@ -79,7 +79,7 @@ fn callers(list: &[(&str, Arc<Fake>)]) -> HashMap<String, Arc<dyn FunctionCaller
         .collect()
 }
 
-async fn run(
+async fn run_pipeline(
     steps: &[PipelineStep],
     callers: &HashMap<String, Arc<dyn FunctionCaller>>,
     required: &[Value],
@@ -95,7 +95,7 @@ async fn run(
         credentials,
         context,
     }
-    .run()
+    .run_steps()
     .await
 }
 
@@ -139,7 +139,7 @@ async fn desired_state_and_context_flow_and_a_dropped_resource_is_gone() {
         }
     });
     let callers = callers(&[("f1", first.clone()), ("f2", second.clone())]);
-    let outcome = run(
+    let outcome = run_pipeline(
         &[step("one", "f1"), step("two", "f2")],
         &callers,
         &[],
@@ -228,7 +228,7 @@ async fn requirements_equal_to_the_previous_calls_end_the_loop() {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "y", "labels": {"team": "a"}}}),
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "z", "labels": {"team": "a"}}}),
     ];
-    let outcome = run(
+    let outcome = run_pipeline(
         &[step("s", "f")],
         &callers(&[("f", fake.clone())]),
         &required,
@@ -262,7 +262,7 @@ async fn requirements_that_never_settle_fail_after_six_calls_worded_as_core_word
             ..Default::default()
         }
     });
-    let err = run(
+    let err = run_pipeline(
         &[step("s", "f")],
         &callers(&[("f", fake.clone())]),
         &[],
@@ -297,7 +297,7 @@ async fn a_fatal_result_stops_the_pipeline_keeping_what_came_before() {
         ..Default::default()
     });
     let after = Fake::new(|_| pb::RunFunctionResponse::default());
-    let outcome = run(
+    let outcome = run_pipeline(
         &[step("check", "fatal"), step("later", "after")],
         &callers(&[("fatal", fatal), ("after", after.clone())]),
         &[],
@@ -321,7 +321,7 @@ async fn a_fatal_result_stops_the_pipeline_keeping_what_came_before() {
 #[tokio::test]
 async fn an_unknown_function_fails_before_anything_runs() {
     let known = Fake::new(|_| pb::RunFunctionResponse::default());
-    let err = run(
+    let err = run_pipeline(
         &[step("one", "known"), step("two", "missing")],
         &callers(&[("known", known.clone())]),
         &[],
@@ -354,7 +354,7 @@ async fn credentials_come_from_the_named_secret() {
         "metadata": {"name": "db-creds", "namespace": "crossplane-system"},
         "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}})];
     let callers = callers(&[("f", fake.clone())]);
-    run(&[with_credentials.clone()], &callers, &[], &secrets, None)
+    run_pipeline(&[with_credentials.clone()], &callers, &[], &secrets, None)
         .await
         .unwrap();
     let Some(pb::credentials::Source::CredentialData(data)) =
@@ -365,7 +365,7 @@ async fn credentials_come_from_the_named_secret() {
     assert_eq!(data.data["password"], b"hunter2");
     assert_eq!(data.data["user"], b"admin");
 
-    let err = run(&[with_credentials], &callers, &[], &[], None)
+    let err = run_pipeline(&[with_credentials], &callers, &[], &[], None)
         .await
         .unwrap_err();
     assert!(
@@ -452,7 +452,7 @@ async fn the_context_a_call_returns_is_what_the_next_iteration_of_the_step_sees(
             ..Default::default()
         }
     });
-    let outcome = run(
+    let outcome = run_pipeline(
         &[step("s", "f")],
         &callers(&[("f", fake.clone())]),
         &[config_map("cm")],
@@ -489,7 +489,7 @@ async fn a_first_call_given_all_it_asks_for_by_bootstrap_requirements_is_final()
         }],
         required_schemas: Vec::new(),
     });
-    run(
+    run_pipeline(
         &[s],
         &callers(&[("f", fake.clone())]),
         &[config_map("cm")],
@@ -521,7 +521,7 @@ async fn bootstrap_resources_stay_on_every_iteration_beside_what_the_function_as
         }],
         required_schemas: Vec::new(),
     });
-    run(
+    run_pipeline(
         &[s],
         &callers(&[("f", fake.clone())]),
         &[config_map("cm"), config_map("other")],
@@ -553,7 +553,7 @@ async fn a_fatal_result_ends_the_requirements_loop_at_once() {
             ..Default::default()
         }
     });
-    let outcome = run(
+    let outcome = run_pipeline(
         &[step("s", "f")],
         &callers(&[("f", fake.clone())]),
         &[config_map("cm")],
@@ -572,7 +572,7 @@ async fn the_function_is_not_told_its_iteration_every_call_carries_the_first_cal
         requirements: Some(asking(&format!("r{}", req.required_resources.len()), "cm")),
         ..Default::default()
     });
-    let _ = run(
+    let _ = run_pipeline(
         &[step("s", "f")],
         &callers(&[("f", fake.clone())]),
         &[config_map("cm")],
@@ -593,7 +593,7 @@ async fn the_function_is_not_told_its_iteration_every_call_carries_the_first_cal
 async fn the_first_step_gets_an_empty_context_and_the_next_exactly_what_the_previous_returned() {
     let first = Fake::new(|_| pb::RunFunctionResponse::default());
     let second = Fake::new(|_| pb::RunFunctionResponse::default());
-    run(
+    run_pipeline(
         &[step("one", "first"), step("two", "second")],
         &callers(&[("first", first.clone()), ("second", second.clone())]),
         &[],
@@ -692,7 +692,7 @@ async fn observed_resources_carry_the_connection_details_of_the_secret_they_name
         credentials: &[],
         context: None,
     }
-    .run()
+    .run_steps()
     .await
     .unwrap();
     let seen = fake.calls()[0].observed.clone().unwrap();

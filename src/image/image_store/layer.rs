@@ -12,7 +12,7 @@ use crate::image::error::{io_err, join_err, ImageError};
 use crate::image::extract::Budget;
 use crate::image::pull::Puller;
 use crate::image::reference::ImageReference;
-use crate::image::store::{extract_verified, file_digest, ChannelReader, Store};
+use crate::image::store::{extract_verified, file_digest, ChannelReader, ContentStore};
 use crate::image::ImageErrorKind;
 
 /// What one pull's layers downloaded, summed.
@@ -37,7 +37,10 @@ pub(super) struct LayerJob<'a> {
 
 /// Makes one layer's directory exist: download (unless the blob is
 /// cached), verify, extract, verify the diff id, publish.
-pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<PathBuf, ImageError> {
+pub(super) async fn ensure_layer(
+    store: &ContentStore,
+    job: LayerJob<'_>,
+) -> Result<PathBuf, ImageError> {
     let blob = job.blob;
     let dest = store.layer_dir(&blob.digest)?;
     let report_cached = || {

@@ -53,7 +53,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use super::entries::parse_manifest;
 use super::layout::{hex_of, GATE, PINS};
-use super::{io_err, ImageError, Store};
+use super::{io_err, ContentStore, ImageError};
 use crate::image::descriptor::{sha256_digest, Manifest};
 
 /// A hold on one image: while any clone lives, no collection removes it.
@@ -101,7 +101,7 @@ pub(super) struct Gate {
     _lock: Flock<File>,
 }
 
-impl Store {
+impl ContentStore {
     /// Takes the gate (shared to pin, exclusive to collect).
     pub(super) fn gate(&self, exclusive: bool) -> Result<Gate, ImageError> {
         let path = self.root().join(GATE);
@@ -223,13 +223,13 @@ mod tests {
 
     const DIGEST: &str = "sha256:1aab5c70a981f9fbc171524372b9dfa9a71ad0f8219065a5c4e6437127f64f5d";
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, ContentStore) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), super::super::Limits::default()).unwrap();
+        let store = ContentStore::open(dir.path(), super::super::Limits::default()).unwrap();
         (dir, store)
     }
 
-    fn pinned(store: &Store) -> bool {
+    fn pinned(store: &ContentStore) -> bool {
         let gate = store.gate(true).unwrap();
         store.is_pinned(DIGEST.trim_start_matches("sha256:"), &gate)
     }

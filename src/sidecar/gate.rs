@@ -154,7 +154,7 @@ pub(crate) fn spawn(
             // Only the accept loop runs from here on: the start-up's pages
             // can go.
             crate::resident::release_file_pages();
-            run(&listener, &policy, &gate_end, &counters);
+            accept_callers(&listener, &policy, &gate_end, &counters);
             std::process::exit(0);
         }
         nix::unistd::ForkResult::Parent { child } => {
@@ -289,7 +289,7 @@ const MAX_ACCEPTORS: usize = 4;
 /// The gatekeeper: accept, check, hand over, on one thread per CPU (at
 /// most [`MAX_ACCEPTORS`]), so that one flooding process cannot out-run it
 /// alone; returns when the daemon is gone.
-pub(crate) fn run(
+pub(crate) fn accept_callers(
     listener: &UnixListener,
     policy: &CallerPolicy,
     daemon: &OwnedFd,
@@ -497,7 +497,7 @@ mod tests {
         let (gate_end, receiver) = channel().unwrap();
         let counters = receiver.counters();
         let gate = std::thread::spawn(move || {
-            run(&listener, &CallerPolicy::new(me, &[]), &gate_end, &counters);
+            accept_callers(&listener, &CallerPolicy::new(me, &[]), &gate_end, &counters);
         });
         let mut incoming = Box::pin(receiver.connections().unwrap());
 

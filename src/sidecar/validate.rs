@@ -601,7 +601,7 @@ mod tests {
                 "{text}"
             );
             assert_eq!(
-                crate::server::service::invalid_request_status(&err).code(),
+                crate::sidecar::service::invalid_request_status(&err).code(),
                 tonic::Code::InvalidArgument
             );
         }

@@ -14,4 +14,4 @@ pub(crate) mod peer;
 pub(crate) mod service;
 pub(crate) mod validate;
 
-pub(crate) use service::{RunnerService, ServiceOptions};
+pub(crate) use service::{ServiceOptions, SidecarService};

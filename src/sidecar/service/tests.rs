@@ -55,7 +55,7 @@ impl FunctionRunner for FakeRunner {
 fn service(
     runner: FakeRunner,
     options: ServiceOptions,
-) -> (Arc<RunnerService<FakeRunner>>, Arc<FakeRunner>) {
+) -> (Arc<SidecarService<FakeRunner>>, Arc<FakeRunner>) {
     service_limited(runner, options, AdmissionLimits::with_runs(1))
 }
 
@@ -63,10 +63,10 @@ fn service_limited(
     runner: FakeRunner,
     options: ServiceOptions,
     limits: AdmissionLimits,
-) -> (Arc<RunnerService<FakeRunner>>, Arc<FakeRunner>) {
+) -> (Arc<SidecarService<FakeRunner>>, Arc<FakeRunner>) {
     let runner = Arc::new(runner);
     let calls = Arc::new(Calls::new(limits, Arc::new(Metrics::new())));
-    let svc = RunnerService::new(runner.clone(), options, calls);
+    let svc = SidecarService::new(runner.clone(), options, calls);
     (Arc::new(svc), runner)
 }
 

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use super::validate::{checked, InvalidRequest};
 use crate::chain::Chain;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
-use crate::grpc::serve::Services;
+use crate::grpc::serve::ServiceSet;
 use crate::grpc::{status_of, Calls, FunctionRunner};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
@@ -47,13 +47,13 @@ const DECODE_SLACK: usize = 1 << 20;
 
 /// The runner service over any [`FunctionRunner`].
 #[derive(Debug)]
-pub(crate) struct RunnerService<R> {
+pub(crate) struct SidecarService<R> {
     runner: Arc<R>,
     options: ServiceOptions,
     calls: Arc<Calls>,
 }
 
-impl<R: FunctionRunner> RunnerService<R> {
+impl<R: FunctionRunner> SidecarService<R> {
     /// A service running functions on `runner`, its calls going through
     /// `calls`.
     pub(crate) fn new(runner: Arc<R>, options: ServiceOptions, calls: Arc<Calls>) -> Self {
@@ -68,9 +68,9 @@ impl<R: FunctionRunner> RunnerService<R> {
     }
 
     /// The service as the gRPC layer serves it, with its message limits.
-    pub(crate) fn into_services(self) -> Services {
+    pub(crate) fn into_service_set(self) -> ServiceSet {
         let max_decode = self.options.max_input_bytes.saturating_add(DECODE_SLACK);
-        Services::new().with_service(
+        ServiceSet::new().with_service(
             ContainerizedFunctionRunnerServiceServer::new(self)
                 .max_decoding_message_size(max_decode)
                 .max_encoding_message_size(usize::MAX),
@@ -91,7 +91,7 @@ impl<R: FunctionRunner> RunnerService<R> {
         .map_err(|e| invalid_request_status(&e))?;
         let output = self
             .calls
-            .run(request.input.len(), deadline, |caller_left| async move {
+            .admit(request.input.len(), deadline, |caller_left| async move {
                 config.timeout = effective_timeout(config.timeout, caller_left);
                 self.runner
                     .run(&request.image, &request.input, &config)
@@ -107,7 +107,7 @@ impl<R: FunctionRunner> RunnerService<R> {
 }
 
 #[tonic::async_trait]
-impl<R: FunctionRunner> ContainerizedFunctionRunnerService for RunnerService<R> {
+impl<R: FunctionRunner> ContainerizedFunctionRunnerService for SidecarService<R> {
     async fn run_function(
         &self,
         request: Request<pb::RunFunctionRequest>,

@@ -13,12 +13,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::compose::output::OutputOptions;
 use crate::compose::plan::RenderPlan;
 use crate::compose::read::RenderInputs;
-use crate::compose::runtimes::kept::KeeperCommand;
-use crate::compose::runtimes::ContainerDefaults;
+use crate::compose::run::runtimes::kept::KeeperCommand;
+use crate::compose::run::runtimes::ContainerDefaults;
 use crate::compose::ComposeError;
+use crate::compose::OutputOptions;
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::model::AlphaFunction;
-use super::value::get;
-use super::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
+use crate::compose::read::model::AlphaFunction;
+use crate::compose::value::get;
+use crate::compose::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
 use crate::proto_json::ProtocolError;
 
 pub(crate) mod container;

@@ -8,9 +8,11 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::condition_is;
-use crate::compose::model::RESOURCE_NAME_ANNOTATION;
-use crate::compose::output::{readiness_of, OutputOptions, COMPOSITE_LABEL, TRANSITION_TIME};
+use crate::compose::names::COMPOSITE_LABEL;
+use crate::compose::print::output::{readiness_of, TRANSITION_TIME};
+use crate::compose::read::model::RESOURCE_NAME_ANNOTATION;
 use crate::compose::value::{get_str, merge, object_at};
+use crate::compose::OutputOptions;
 use crate::compose::{Observed, Outcome, Readiness};
 
 /// The output objects, in order.

@@ -6,7 +6,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
 use super::*;
-use crate::compose::alpha::{AlphaStep, ContainerConfig};
+use crate::compose::run::alpha::{AlphaStep, ContainerConfig};
 use crate::proto::{v1, v1alpha1, v1beta1};
 
 /// Serves only the v1beta1 function service; echoes the request's tag.
@@ -183,7 +183,7 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
 
 #[test]
 fn container_functions_name_what_is_wrong_with_them() {
-    use crate::compose::model::Function;
+    use crate::compose::read::model::Function;
     let defaults = ContainerDefaults {
         default_registry: "index.docker.io".into(),
         timeout: std::time::Duration::from_secs(60),

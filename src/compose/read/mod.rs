@@ -1,26 +1,35 @@
 //! The read stage of a render: every input file read and checked once,
-//! into one `Read` that [`super::plan`] consumes. It runs while the
+//! into one `Read` that [`crate::compose::plan`] consumes. It runs while the
 //! process is still single-threaded (before xfn's user namespace and the
 //! async runtime), so a bad input fails before anything starts. The XRs
 //! come out as Crossplane's reconciler hands them to the pipeline (a claim
 //! as its XR, the XRD's defaults applied, uid, labels and references set);
 //! nested XRs found later by the plan are made the same way, through
-//! `composite_xr` and `configure`. Files are parsed by [`super::files`],
-//! objects checked by [`super::model`]; flag syntax is the CLI's.
+//! `composite_xr` and `configure`. Files are parsed by [`crate::compose::read::files`],
+//! objects checked by [`crate::compose::read::model`]; flag syntax is the CLI's.
+//! Nothing here imports a later stage (plan, run).
+pub(crate) mod claim;
+pub(crate) mod files;
+pub(crate) mod model;
+pub(crate) mod operation;
+pub(crate) mod schemas;
+pub(crate) mod xrd;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::claim;
-use super::files::{parse_value, read_functions, read_objects, read_one};
-use super::model::{
+use self::files::{parse_value, read_functions, read_objects, read_one};
+use self::model::{
     observed_by_name, AlphaFunction, Composite, Composition, Function, Pipeline, PipelineStep,
 };
-use super::operation::{is_operation, Operation};
-use super::output::{OutputOptions, COMPOSITE_LABEL};
-use super::value::{get_str, object_at};
-use super::xrd::{XrSchema, Xrd};
-use super::{names, ComposeError};
+use self::operation::{is_operation, Operation};
+use self::xrd::{XrSchema, Xrd};
+use crate::compose::names;
+use crate::compose::names::COMPOSITE_LABEL;
+use crate::compose::value::{get_str, object_at};
+use crate::compose::ComposeError;
+use crate::compose::OutputOptions;
 
 /// What a render is given, as paths and flags: what `xfn render`'s command
 /// line maps onto.
@@ -148,7 +157,7 @@ impl Read {
         let first = subjects[0].1.clone();
         let required = read_all(&inputs.required_resources)?;
         let schemas = match &inputs.required_schemas {
-            Some(dir) => super::schemas::read_schema_documents(dir)?,
+            Some(dir) => crate::compose::read::schemas::read_schema_documents(dir)?,
             None => Vec::new(),
         };
         let credentials = match &inputs.function_credentials {

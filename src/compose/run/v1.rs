@@ -8,9 +8,9 @@ use prost::Message;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::model::{PipelineStep, StepCredentials};
-use super::value::{from_struct, get, get_str, to_struct};
-use super::{
+use crate::compose::read::model::{PipelineStep, StepCredentials};
+use crate::compose::value::{from_struct, get, get_str, to_struct};
+use crate::compose::{
     ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult, XrCondition,
 };
 use crate::proto::v1 as pb;
@@ -388,7 +388,7 @@ impl V1Pipeline<'_> {
     /// The schema of `api_version` `kind` from `-s`, empty when unknown.
     fn schema(&self, api_version: &str, kind: &str) -> pb::Schema {
         pb::Schema {
-            openapi_v3: super::schemas::find_schema(self.schemas, api_version, kind)
+            openapi_v3: crate::compose::read::schemas::find_schema(self.schemas, api_version, kind)
                 .as_ref()
                 .and_then(to_struct),
         }

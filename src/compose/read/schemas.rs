@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::value::{get, get_str};
-use super::ComposeError;
+use crate::compose::value::{get, get_str};
+use crate::compose::ComposeError;
 
 const REF_PREFIX: &str = "#/components/schemas/";
 /// `$ref`s inlined deeper than this are left as they are (a cycle).
@@ -23,7 +23,7 @@ pub(crate) fn read_schema_documents(dir: &Path) -> Result<Vec<Value>, ComposeErr
             message: "--required-schemas must name a directory of OpenAPI v3 documents".into(),
         });
     }
-    let documents = super::files::read_objects(dir)?;
+    let documents = crate::compose::read::files::read_objects(dir)?;
     for document in &documents {
         if get(document, &["components", "schemas"]).is_none() {
             return Err(ComposeError::Invalid {

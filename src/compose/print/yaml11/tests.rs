@@ -131,6 +131,7 @@ fn a_yaml_1_1_reader_reads_every_string_of_the_render_output_back_as_that_string
         "status": {"conditions": [{"type": "Ready", "lastTransitionTime": "2023-11-03T09:07:31Z"}]},
         "data": object,
     });
-    let stream = crate::compose::output::to_yaml_stream(std::slice::from_ref(&object)).unwrap();
+    let stream =
+        crate::compose::print::output::to_yaml_stream(std::slice::from_ref(&object)).unwrap();
     assert_eq!(pyyaml(&stream), json!([object]), "{stream}");
 }

@@ -1,7 +1,7 @@
 //! The `Development` runtime: a function server that is already running.
 use tonic::transport::{Channel, Endpoint};
 
-use crate::compose::v1::FunctionCaller;
+use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
 use crate::proto::v1;
 

@@ -38,8 +38,8 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::docker::{start_function_server, FunctionServerSpec};
-use crate::compose::model::Function;
-use crate::compose::v1::FunctionCaller;
+use crate::compose::read::model::Function;
+use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{ComposeError, StartError};
 use crate::image::PullPolicy;
 use crate::proto::v1;

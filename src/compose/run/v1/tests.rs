@@ -4,7 +4,9 @@ use std::sync::Mutex;
 use serde_json::json;
 
 use super::*;
-use crate::compose::model::{FunctionRef, RequiredResourceSelector, SecretRef, StepRequirements};
+use crate::compose::read::model::{
+    FunctionRef, RequiredResourceSelector, SecretRef, StepRequirements,
+};
 
 type Handler = dyn Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync;
 

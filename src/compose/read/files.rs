@@ -1,13 +1,13 @@
 //! Reading the render's files: YAML or JSON streams (a file, or a
 //! directory of them), their nesting bounded before they are parsed, into
-//! the objects of [`super::model`]. Every error names the file.
+//! the objects of [`crate::compose::read::model`]. Every error names the file.
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::model::{Composite, Composition, Function};
-use super::ComposeError;
+use crate::compose::read::model::{Composite, Composition, Function};
+use crate::compose::ComposeError;
 
 /// Reads every object of a YAML stream in `path` (a file, or a directory of
 /// `.yaml`/`.yml`/`.json` files read in name order).
@@ -121,7 +121,8 @@ pub(crate) fn read_functions(
 ) -> Result<Vec<Function>, ComposeError> {
     let mut functions = Vec::new();
     for mut object in read_objects(path)? {
-        let annotations = super::value::object_at(&mut object, &["metadata", "annotations"]);
+        let annotations =
+            crate::compose::value::object_at(&mut object, &["metadata", "annotations"]);
         for (key, value) in overrides {
             annotations.insert(key.clone(), Value::String(value.clone()));
         }
@@ -135,7 +136,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    use crate::compose::model::*;
+    use crate::compose::read::model::*;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);

@@ -2,14 +2,14 @@
 //! (its pipeline steps, or an alpha Composition's functions), the
 //! Functions and how each is run, observed composed resources. Each is
 //! checked as it is built from an object; reading the files they come
-//! from is [`super::files`]'s. Every error names the file.
+//! from is [`crate::compose::read::files`]'s. Every error names the file.
 use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::value::{get, get_str};
-use super::ComposeError;
+use crate::compose::value::{get, get_str};
+use crate::compose::ComposeError;
 
 /// Annotation naming a composed resource within its Composition.
 pub(crate) const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";
@@ -543,7 +543,7 @@ impl Function {
             }
         };
         if let Some(keep) = &keep {
-            if !super::names::valid_object_name(keep, "", "") || keep.contains('.') {
+            if !crate::compose::names::valid_object_name(keep, "", "") || keep.contains('.') {
                 return Err(invalid(format!(
                     "{NAME_ANNOTATION} {keep:?}: a kept server's name must be lowercase \
                  letters, digits and '-'"

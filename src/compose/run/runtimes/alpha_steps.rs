@@ -7,7 +7,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use super::{docker_auth, grpc_error};
 use super::{ContainerDefaults, MAX_MESSAGE_BYTES};
 use crate::chain::Chain;
-use crate::compose::alpha::{AlphaStep, ContainerConfig};
+use crate::compose::run::alpha::{AlphaStep, ContainerConfig};
 use crate::compose::{CallError, ComposeError};
 use crate::image::{PullPolicy, UnknownPullPolicy};
 use crate::proto::v1alpha1;

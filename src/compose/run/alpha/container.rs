@@ -3,7 +3,7 @@ use std::time::Duration;
 
 pub(crate) use crate::duration::parse_go_duration;
 
-use crate::compose::model::ContainerSpec;
+use crate::compose::read::model::ContainerSpec;
 
 /// The runner endpoint alpha functions use unless they name another.
 pub(crate) const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/default.sock";

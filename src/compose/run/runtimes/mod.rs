@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::model::{Function, RuntimeKind};
-use super::v1::FunctionCaller;
-use super::{CallError, ComposeError};
+use crate::compose::read::model::{Function, RuntimeKind};
+use crate::compose::run::v1::FunctionCaller;
+use crate::compose::{CallError, ComposeError};
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner};
 

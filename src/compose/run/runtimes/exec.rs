@@ -3,7 +3,7 @@
 //! first step, in the runner's warm pool.
 use std::sync::Arc;
 
-use crate::compose::v1::FunctionCaller;
+use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
 use crate::proto::v1;
 use crate::proto_json::{request_to_json, response_from_json};

@@ -10,40 +10,21 @@
 //! resources.
 use serde_json::{json, Map, Value};
 
-use super::model::RESOURCE_NAME_ANNOTATION;
-use super::names::{child_name, valid_object_name};
-use super::value::{get_str, merge, object_at};
-use super::xrd::XrSchema;
-use super::{ComposeError, Observed, Outcome, Readiness, StepResult, XrCondition};
+use crate::compose::names::COMPOSITE_LABEL;
+use crate::compose::names::{child_name, valid_object_name};
+use crate::compose::read::model::RESOURCE_NAME_ANNOTATION;
+use crate::compose::read::xrd::XrSchema;
+use crate::compose::value::{get_str, merge, object_at};
+use crate::compose::{
+    ComposeError, Observed, Outcome, OutputOptions, Readiness, StepResult, XrCondition,
+};
 use crate::proto::v1::Severity;
 
-/// Label naming the XR a resource belongs to (and the prefix of its
-/// composed resources' names).
-pub(crate) const COMPOSITE_LABEL: &str = "crossplane.io/composite";
 /// `lastTransitionTime` of every condition, fixed (as `crossplane render`
 /// does) so output is reproducible.
 pub(crate) const TRANSITION_TIME: &str = "2024-01-01T00:00:00Z";
 /// apiVersion of Result and Context objects.
 pub(crate) const RENDER_API_VERSION: &str = "render.crossplane.io/v1beta1";
-
-/// What to print besides the XR and the composed resources.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct OutputOptions {
-    /// `-x` (composition) / `--include-full-operation`: the whole input
-    /// object, not just its identity and status.
-    pub include_full: bool,
-    /// `-r`: the results.
-    pub include_results: bool,
-    /// `-c`: the context.
-    pub include_context: bool,
-    /// `--include-deleted-resources` (xfn): the observed composed
-    /// resources Crossplane would garbage collect, as the engine's
-    /// `deleted_resources`.
-    pub include_deleted: bool,
-    /// `--include-requirements` (xfn): what the pipeline required, as the
-    /// engine's `required_resources` and `required_schemas`.
-    pub include_requirements: bool,
-}
 
 /// An event of the reconcile: what `-r` prints as a Result.
 #[derive(Debug, Clone, PartialEq)]
@@ -529,7 +510,9 @@ pub(crate) fn to_yaml_stream(objects: &[Value]) -> Result<String, ComposeError> 
     let mut text = String::new();
     for object in objects {
         text.push_str("---\n");
-        text.push_str(&super::yaml11::to_string(object).map_err(ComposeError::OutputYaml)?);
+        text.push_str(
+            &crate::compose::print::yaml11::to_string(object).map_err(ComposeError::OutputYaml)?,
+        );
     }
     Ok(text)
 }

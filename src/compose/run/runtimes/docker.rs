@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::compose::v1::FunctionCaller;
+use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError, StartError};
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};

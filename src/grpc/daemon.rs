@@ -12,19 +12,14 @@
 //!                                   while idle; then the warm containers go
 //! ```
 //!
-//! # Why in the library
-//! Both front ends face the same caller in the same pod (see
-//! [`crate::grpc`]). When this sequence was written out in each command,
-//! `xfn adapt` had neither the metrics of the gate nor a warm pool's
-//! shutdown for a while; a program embedding xfn would have had to copy it a
-//! third time.
-//!
 //! # Invariants
 //! - **No warm container outlives the daemon**: [`Daemon::serve`] shuts the
 //!   runner's pool down after serving, whatever serving returned.
 //! - **The cache's budget holds from the start**: the collector
 //!   ([`crate::runner::budget`]) is started by [`Daemon::new`], before the
 //!   first call, when a budget is given.
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/grpc/daemon.rs`.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

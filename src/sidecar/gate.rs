@@ -20,27 +20,7 @@
 //! queue (`crate::sandbox::scope`), at no cost to the gatekeeper. Anyone
 //! else, and functions on older kernels, are refused here.
 //!
-//! A neighbour that is refused can still loop `connect()`: every attempt
-//! lands in the listen queue the allowed callers share, and a caller whose
-//! non-blocking `connect()` (every gRPC client's) finds the queue full gets
-//! EAGAIN, i.e. UNAVAILABLE. So the gatekeeper must take connections off the
-//! queue faster than any one process can put them there:
-//!
-//! - it accepts on one thread per CPU (at most [`MAX_ACCEPTORS`]), each
-//!   draining the whole queue on each wake-up (a non-blocking listener),
-//!   not one connection per `poll`: one flooding process cannot out-run
-//!   it (measured: a C loop of `connect()` as a refused uid, ~50,000 a
-//!   second, leaves the queue of 4096 empty with two acceptors; two such
-//!   loops on a 2-CPU machine fill it: this is a race for CPU, and a
-//!   function's is bounded by its limits where they are enforced);
-//! - a refusal costs `accept`, one `getsockopt(SO_PEERCRED)` and `close`:
-//!   the uid is judged first, and only an allowed uid's process is looked
-//!   up in `/proc` (where it sits: [`PeerPlace`]);
-//! - the listen queue is the kernel's largest (`somaxconn`; std's
-//!   `listen` asks for it), so bursts wait rather than fail;
-//! - refusals are logged at most once per [`REFUSAL_LOG_INTERVAL`] (the line
-//!   says how many were not) and counted by reason in shared memory the
-//!   daemon exports as `xfn_callers_refused_total` ([`RefusalCounters`]).
+//! More of the why: docs/design.md, "Notes behind the code", `src/sidecar/gate.rs`.
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -5,13 +5,6 @@
 //!
 //! # Choice: a keeper process per server, reached through a socket file
 //!
-//! A served container lives in a network namespace owned by the user
-//! namespace of the xfn that started it. A later `xfn render` is another
-//! process in another user namespace: it holds no capability over the first
-//! one, so it can neither `setns` into the server's network namespace nor
-//! manage its container. Publishing a port on the host would work but
-//! exposes the function to every local process and can clash.
-//!
 //! So each kept server has a *keeper*: a small detached `xfn render-servers
 //! keep` process, started by the render before it enters any namespace (so
 //! the keeper enters its own, like any xfn), which runs the server exactly
@@ -24,11 +17,7 @@
 //! included. A keeper killed outright leaves a container the next xfn on
 //! that cache sweeps, as it sweeps any dead xfn's runs.
 //!
-//! Files per server, in `<cache>/run/kept/<name>/`: `server.sock` (exists
-//! and accepts once the server listens), `info.json` (name, Function,
-//! image, keeper pid, start time), `keeper.log` (the keeper's log, whose
-//! tail is shown when it fails to start), `lock` (renders starting the same
-//! server at once start it once).
+//! More of the why: docs/design.md, "Notes behind the code", `src/compose/run/runtimes/kept.rs`.
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

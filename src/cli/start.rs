@@ -5,17 +5,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, Parser};
 
 use crate::grpc::daemon::Daemon;
 use crate::grpc::listen::{self, ListenAddress, Listener, Network};
 use crate::grpc::serve::Incoming;
-use crate::runner::{Namespace, Runner};
+use crate::runner::Namespace;
 use crate::sidecar::gate::GateReceiver;
 use crate::sidecar::peer::CallerPolicy;
 use crate::sidecar::{ServiceOptions, SidecarService};
 
+use super::daemon_flags::daemon_runner;
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
 
@@ -139,14 +139,13 @@ pub(crate) async fn execute(
     // their mount namespace), so a restarted daemon starts clean. This
     // daemon's own state is in memory where its containers end with it
     // (`state_in_memory`), and goes with it.
-    let options = crate::runner::RunnerOptions {
-        warm_pool: Some(args.warm_pool.options()),
+    let runner = daemon_runner(
+        namespace,
+        store,
+        &args.runner,
+        &args.warm_pool,
         state_in_memory,
-        ..args.runner.options()
-    };
-    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
-    let crun = runner.check_runtime()?;
-    tracing::info!(%crun, "OCI runtime");
+    )?;
     match runner.limits_unavailable() {
         None => tracing::info!("cpu/memory/pids limits are enforced"),
         Some(why) if args.runner.require_limits => {

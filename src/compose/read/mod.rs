@@ -480,15 +480,7 @@ fn distribute_observed(
         return Ok(());
     }
     for (name, object) in observed {
-        let controller = object
-            .get("metadata")
-            .and_then(|m| m.get("ownerReferences"))
-            .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.get("controller") == Some(&json!(true)))
-            })
-            .cloned();
+        let controller = controller_ref(&object).cloned();
         let owner = controller.as_ref().and_then(|c| {
             xrs.iter_mut()
                 .find(|xr| get_str(c, &["uid"]) == Some(xr_uid(&xr.xr).as_str()))
@@ -619,14 +611,7 @@ fn check_observed(
     let mut problems = Vec::new();
     for (_, o) in observed {
         let name = get_str(o, &["metadata", "name"]).unwrap_or_default();
-        let controller = o
-            .get("metadata")
-            .and_then(|m| m.get("ownerReferences"))
-            .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.get("controller") == Some(&json!(true)))
-            });
+        let controller = controller_ref(o);
         if controller.is_some_and(|c| get_str(c, &["uid"]).unwrap_or_default() != uid) {
             problems.push(format!(
                 "observed resource {name} has a controller ref but is not controlled by the XR"
@@ -683,6 +668,18 @@ fn initial_context(
     Ok(Some(Value::Object(fields)))
 }
 
+/// An object's controller reference (`metadata.ownerReferences[]` with
+/// `controller: true`), if it has one.
+fn controller_ref(object: &Value) -> Option<&Value> {
+    object
+        .get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller") == Some(&json!(true)))
+        })
+}
 #[cfg(test)]
 mod tests {
     use super::*;

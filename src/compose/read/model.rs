@@ -348,19 +348,11 @@ impl Composition {
         );
         let pipeline =
             if mode == "Pipeline" {
-                let steps = get(&object, &["spec", "pipeline"])
-                    .cloned()
-                    .ok_or_else(|| invalid("mode Pipeline but no spec.pipeline".into()))?;
-                let steps: Vec<PipelineStep> =
-                    serde_json::from_value(steps).map_err(|source| ComposeError::Field {
-                        path: path.to_path_buf(),
-                        field: "spec.pipeline",
-                        source,
-                    })?;
-                if steps.is_empty() {
-                    return Err(invalid("spec.pipeline is empty".into()));
-                }
-                Pipeline::V1(steps)
+                Pipeline::V1(pipeline_steps(
+                    &object,
+                    path,
+                    "mode Pipeline but no spec.pipeline",
+                )?)
             } else if let Some(functions) = get(&object, &["spec", "functions"]) {
                 let functions: Vec<AlphaFunction> = serde_json::from_value(functions.clone())
                     .map_err(|source| ComposeError::Field {
@@ -599,6 +591,31 @@ pub(crate) fn observed_by_name(
     Ok(named)
 }
 
+/// `spec.pipeline` of a Composition or an Operation at `path`: its steps,
+/// at least one; `missing` says what is wrong when it has none.
+pub(crate) fn pipeline_steps(
+    object: &Value,
+    path: &Path,
+    missing: &str,
+) -> Result<Vec<PipelineStep>, ComposeError> {
+    let invalid = |message: &str| ComposeError::Invalid {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    };
+    let steps = get(object, &["spec", "pipeline"])
+        .cloned()
+        .ok_or_else(|| invalid(missing))?;
+    let steps: Vec<PipelineStep> =
+        serde_json::from_value(steps).map_err(|source| ComposeError::Field {
+            path: path.to_path_buf(),
+            field: "spec.pipeline",
+            source,
+        })?;
+    if steps.is_empty() {
+        return Err(invalid("spec.pipeline is empty"));
+    }
+    Ok(steps)
+}
 #[cfg(test)]
 mod tests {
     use super::*;

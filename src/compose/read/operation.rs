@@ -11,7 +11,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::compose::read::model::{PipelineStep, RequiredResourceSelector, StepRequirements};
+use crate::compose::read::model::{
+    pipeline_steps, PipelineStep, RequiredResourceSelector, StepRequirements,
+};
 use crate::compose::value::{get, get_str, object_at};
 use crate::compose::ComposeError;
 
@@ -96,18 +98,7 @@ impl Operation {
             }
             _ => {}
         }
-        let steps = get(&operation, &["spec", "pipeline"])
-            .cloned()
-            .ok_or_else(|| invalid("the Operation has no spec.pipeline".into()))?;
-        let mut steps: Vec<PipelineStep> =
-            serde_json::from_value(steps).map_err(|source| ComposeError::Field {
-                path: path.to_path_buf(),
-                field: "spec.pipeline",
-                source,
-            })?;
-        if steps.is_empty() {
-            return Err(invalid("spec.pipeline is empty".into()));
-        }
+        let mut steps = pipeline_steps(&operation, path, "the Operation has no spec.pipeline")?;
         if let Some(watched) = watched {
             let selector = RequiredResourceSelector {
                 requirement_name: WATCHED_RESOURCE.into(),

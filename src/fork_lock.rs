@@ -18,20 +18,9 @@
 //! [`spawn_async`]: std's spawn returns only then, its child reporting
 //! exec through a close-on-exec pipe, or with `posix_spawn` the parent
 //! waiting for it). So no child ever starts with such a descriptor, and
-//! writers never wait for each other. A spawn waits at most for the files
-//! being written to finish (one file each; std's lock lets no new reader in
-//! while a writer waits). Why not the alternatives: closing descriptors in
-//! the child (`close_range` before exec) leaves the window between fork and
-//! that call; copying in a helper process keeps the descriptors out of
-//! xfn's forks, but costs a process per run and a protocol; retrying an
-//! exec that failed with `ETXTBSY` is crun's, not ours, and would only make
-//! the race rarer.
+//! writers never wait for each other.
 //!
-//! Layer extraction does not take the lock: its files are read from a
-//! download, and a stalled registry would hold every spawn behind it. Its
-//! files are not executed until the whole layer is published (renamed into
-//! place), long after the fork that may have copied a descriptor has exec'd.
-//! A run's copy, in contrast, is executed as soon as it is complete.
+//! More of the why: docs/design.md, "Notes behind the code", `src/fork_lock.rs`.
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static FORK_LOCK: RwLock<()> = RwLock::new(());

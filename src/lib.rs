@@ -1,15 +1,6 @@
 //! xfn: a rootless OCI container function runner for Crossplane Composition
 //! Functions.
 //!
-//! The engine, as data flows through it:
-//!
-//! ```text
-//! request ─► image (reference, auth, pull, content-addressed store, layer extraction)
-//!         ─► rootfs (overlay of cached layer dirs, or a per-run copy)
-//!         ─► sandbox (user namespace, OCI spec, crun)
-//!         ─► output or a typed error
-//! ```
-//!
 //! [`runner::Runner`] is the one entry point every front end (`xfn run`,
 //! `xfn start`, `xfn render`, `xfn adapt`) calls. The front ends, and the
 //! command line over them, are the crate's own; so are `rootfs`, `sandbox`
@@ -30,9 +21,7 @@
 //!   quantities, the generated protocol types;
 //! - [`cli_main`]: the whole `xfn` command line (the binary is one call).
 //!
-//! Inside the crate a `pub` item is "for the rest of the crate": the
-//! compiler reports one nothing uses, and `missing_docs` holds for all
-//! that is public.
+//! More of the why: docs/design.md, "Notes behind the code", `src/lib.rs`.
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
 
@@ -62,7 +51,7 @@ mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;
-mod server;
+mod sidecar;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

@@ -18,24 +18,7 @@
 //! gone: PID 1 exiting makes the kernel kill whatever else is left in the
 //! namespace.
 //!
-//! Why not reap everything in xfn itself (a SIGCHLD handler or a thread
-//! calling `waitpid(-1)`): it would take the exit statuses of the children
-//! xfn waits for by pid — crun's exit code, a `Command::status()` that then
-//! fails with ECHILD. `xfn start` with warm containers is a child subreaper
-//! (`sandbox::created`), because it needs its created containers' exit
-//! codes, and reaps only orphaned *container* inits, by pid; orphans below
-//! it go to it, not to PID 1. The init takes the rest: orphans when xfn is
-//! no subreaper (`--warm-pool 0`, copy mode, `xfn run`, `render`, `adapt`
-//! as a Function's main process), and xfn itself. Why not tini or
-//! dumb-init in the image: one more binary to pin, and an `ENTRYPOINT`
-//! users override; this works under any runtime, with its `--init` or
-//! without. Why first thing in `main`: the process is single-threaded then
-//! (the child runs ordinary Rust code after the fork), and everything xfn
-//! sets up afterwards — the gatekeeper, its user namespace, its runs —
-//! belongs to the child. The init costs one sleeping process and nothing
-//! per call. Outside PID 1, `xfn start` and `xfn adapt` make a PID
-//! namespace of their own with this init as its PID 1 (`crate::pidns`);
-//! `xfn run` and `render` are left as they are.
+//! More of the why: docs/design.md, "Notes behind the code", `src/pid1.rs`.
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::errno::Errno;

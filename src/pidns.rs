@@ -1,16 +1,6 @@
 //! A PID namespace of xfn's own, so that the kernel ends every container
 //! of an xfn that dies, however it dies.
 //!
-//! The problem: `xfn start` keeps warm containers (`sandbox::created`),
-//! each an init that `crun create` left blocked on crun's `exec.fifo` until
-//! a call starts it, and every xfn server has cold runs (`crun run` and
-//! its container) in flight. A SIGTERM removes them all, but nothing runs
-//! in a SIGKILLed xfn (the kubelet after its grace, the OOM killer, a CI
-//! timeout, `kill -9`): in a pod the pod ends with it, but on a laptop, in
-//! CI or under a systemd unit its waiting containers stayed blocked for
-//! ever, and its cold runs' functions ran on with no timeout, until another
-//! xfn on the same cache swept them, if one ever started.
-//!
 //! Choice: **outside PID 1, `xfn start` and `xfn adapt` make themselves a
 //! pod: a new PID namespace whose PID 1 is `pid1`'s init, with xfn as its
 //! child**, entered right after the user and mount namespace (the PID
@@ -18,37 +8,9 @@
 //! `proc`) and before the async runtime starts threads. When PID 1 of a
 //! namespace exits, the kernel kills every process in it and in the
 //! namespaces below it, the containers' own included; and the init exits
-//! as soon as xfn does. Three processes, two of them tiny and asleep:
+//! as soon as xfn does.
 //!
-//! - the one that was started (the pid a supervisor, a test or a shell
-//!   knows) stays outside as a supervisor: it passes signals on, and exits
-//!   with xfn's status;
-//! - the init, PID 1 inside, reaps orphans as in a pod; it dies with the
-//!   supervisor (a parent-death SIGKILL, which the kernel delivers to a
-//!   namespace's init from the namespace above), so killing the process
-//!   that was started ends everything;
-//! - xfn, with a `proc` of the namespace mounted on `/proc` in its own mount
-//!   namespace: crun, which runs there too, writes container pids as the
-//!   namespace numbers them and reads `/proc/<pid>` with them, and xfn's
-//!   pidfds, pid files and `/proc/self` reads must agree with it.
-//!
-//! The gatekeeper (`server::gate`) is forked earlier and stays in the
-//! host's namespaces: it still sees callers' real uids and pids, and
-//! functions, now two PID namespaces below it, still as containers. As PID
-//! 1 already (a container's main process, `pid1`), nothing is done: the
-//! container's own namespace ends with xfn's init.
-//!
-//! Why not the alternatives. A parent-death signal on each container's
-//! init: crun offers none, and its parent (`crun create`) exits at once.
-//! Keeping xfn outside with only its children inside (`unshare(CLONE_NEWPID)`
-//! and forking a sentinel PID 1): orphaned container inits would go to the
-//! sentinel, not to xfn, which reaps them for their exit codes, and pids
-//! would differ between xfn and crun. xfn itself as PID 1 of the namespace
-//! (two processes, not three): PID 1 never dies of a signal it has no
-//! handler for, so a SIGTERM before tokio's handler is installed would be
-//! lost, and it would inherit every orphan, the very duties `pid1` keeps
-//! out of xfn. A cgroup to kill: nothing is left to kill it once xfn is
-//! dead, and most hosts give xfn no cgroup of its own.
+//! More of the why: docs/design.md, "Notes behind the code", `src/pidns.rs`.
 use std::os::fd::OwnedFd;
 
 use nix::mount::{mount, MsFlags};

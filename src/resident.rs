@@ -1,15 +1,6 @@
 //! Giving back the resident pages of xfn's binary that a process no longer
 //! runs.
 //!
-//! xfn is one binary forked into up to four long-lived processes (the
-//! supervisor, the gatekeeper, PID 1 of its namespace, the daemon). Each
-//! counts in its resident set every page of the binary it has touched, and
-//! the kernel maps a file's pages 64 KiB at a time around each fault, so a
-//! process that once parsed flags, set up logging, probed crun and swept the
-//! cache keeps most of the 20 MB of code mapped while it sleeps in a wait
-//! loop or serves calls that use a fraction of it (benches/PROFILE.md: file
-//! pages were about three quarters of the daemon's and gatekeeper's RSS).
-//!
 //! Choice: **once a process is past its start-up, drop its page-table
 //! entries of read-only file mappings that hold no private page**
 //! (`madvise(MADV_DONTNEED)`). For such a mapping that is invisible: the
@@ -21,16 +12,9 @@
 //! touched, since dropping those would lose their contents. Not
 //! `MADV_PAGEOUT`, which would evict pages other processes use.
 //!
-//! **And again whenever it has been idle for [`IDLE_AFTER`]**: a call
-//! brings back most of the daemon's code (tokio, hyper, h2, tonic, prost,
-//! serde, the spec: about 12 MB of a 15 MB text, 64 KiB around each
-//! fault), which a sidecar between Crossplane's reconciles would otherwise
-//! hold while it sleeps. The first call after an idle release faults its
-//! code back in from the page cache (benches/PROFILE.md measures what that
-//! costs); a steady caller never pays it, since a process that saw work in
-//! the last [`IDLE_AFTER`] keeps its pages. Why not MADV_RANDOM on the
-//! code, to map one page per fault instead of 64 KiB: the kernel's
-//! fault-around ignores it (measured: the daemon's code RSS did not move).
+//! And again whenever it has been idle for [`IDLE_AFTER`].
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/resident.rs`.
 
 /// How long a long-lived process goes without work (a call, a connection)
 /// before it gives its file pages back again: longer than the gap between

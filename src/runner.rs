@@ -299,7 +299,7 @@ impl Runner {
             mode: rootfs_mode,
             options: RootfsOptions {
                 size_bytes: options.rootfs_size_bytes,
-                root_id: store.store().owner_shift(),
+                root_id: store.content().owner_shift(),
                 ..RootfsOptions::default()
             },
             dir: rootfs_dir,

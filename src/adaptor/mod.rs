@@ -127,7 +127,7 @@ impl Adaptor {
         }
         let output = self
             .calls
-            .run(input.len(), deadline, |caller_left| {
+            .admit(input.len(), deadline, |caller_left| {
                 let config = RunConfig {
                     timeout: effective_timeout(self.options.run.timeout, caller_left),
                     ..self.options.run.clone()

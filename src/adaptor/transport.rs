@@ -8,7 +8,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use super::service::{V1Service, V1beta1Service};
 use super::{Adaptor, AdaptorError};
-use crate::grpc::serve::Services;
+use crate::grpc::serve::ServiceSet;
 use crate::proto::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
 use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
 
@@ -44,14 +44,14 @@ pub(crate) fn services(
     adaptor: Arc<Adaptor>,
     max_recv_message_size: usize,
     security: Security,
-) -> Services {
+) -> ServiceSet {
     let v1 = V1Server::new(V1Service(adaptor.clone()))
         .max_decoding_message_size(max_recv_message_size)
         .max_encoding_message_size(usize::MAX);
     let v1beta1 = V1beta1Server::new(V1beta1Service(adaptor))
         .max_decoding_message_size(max_recv_message_size)
         .max_encoding_message_size(usize::MAX);
-    let services = Services::new().with_service(v1).with_service(v1beta1);
+    let services = ServiceSet::new().with_service(v1).with_service(v1beta1);
     match security {
         Security::MutualTls(tls) => services.with_tls(tls),
         Security::Insecure => services,

@@ -17,8 +17,9 @@ use crate::grpc::daemon::Daemon;
 use crate::grpc::serve::Incoming;
 use crate::image::store::ImportSource;
 use crate::image::{PullPolicy, RegistryAuth};
-use crate::runner::{Namespace, RunConfig, Runner};
+use crate::runner::{Namespace, RunConfig};
 
+use super::daemon_flags::daemon_runner;
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
 
@@ -139,14 +140,13 @@ pub(crate) async fn execute(
         .with_context(|| format!("cannot find {image} in the cache"))?;
     tracing::info!(%image, took = ?started.elapsed(), "function image ready");
 
-    let options = crate::runner::RunnerOptions {
-        warm_pool: Some(args.warm_pool.options()),
+    let runner = daemon_runner(
+        namespace,
+        store,
+        &args.runner,
+        &args.warm_pool,
         state_in_memory,
-        ..args.runner.options()
-    };
-    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
-    let crun = runner.check_runtime()?;
-    tracing::info!(%crun, "OCI runtime");
+    )?;
     // No cache budget: the adaptor's one image is pinned for its life.
     let daemon = Daemon::new(runner, args.daemon.daemon_options(None, None));
     let adaptor = Arc::new(Adaptor::new(

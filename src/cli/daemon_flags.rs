@@ -11,6 +11,10 @@ use crate::grpc::connections::{raise_fd_limit, ConnectionLimits, DEFAULT_MAX_CON
 use crate::grpc::daemon::DaemonOptions;
 
 use super::run::parse_duration;
+use super::{RunnerArgs, WarmPoolArgs};
+use crate::image::ImageStore;
+use crate::runner::{Namespace, Runner, RunnerOptions};
+use anyhow::Context as _;
 
 /// Admission, drain and metrics flags.
 #[derive(Debug, Clone, Args)]
@@ -95,4 +99,25 @@ impl DaemonArgs {
             gate,
         }
     }
+}
+
+/// A daemon's runner (`xfn start`, `xfn adapt`): warm containers on, the
+/// OCI runtime checked and logged. `state_in_memory` where the daemon's
+/// containers end with it.
+pub(crate) fn daemon_runner(
+    namespace: &Namespace,
+    store: ImageStore,
+    runner: &RunnerArgs,
+    warm_pool: &WarmPoolArgs,
+    state_in_memory: bool,
+) -> anyhow::Result<Runner> {
+    let options = RunnerOptions {
+        warm_pool: Some(warm_pool.options()),
+        state_in_memory,
+        ..runner.options()
+    };
+    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
+    let crun = runner.check_runtime()?;
+    tracing::info!(%crun, "OCI runtime");
+    Ok(runner)
 }

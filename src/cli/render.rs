@@ -13,12 +13,12 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::compose::output::OutputOptions;
 use crate::compose::plan::RenderPlan;
 use crate::compose::read::RenderInputs;
-use crate::compose::runtimes::kept::KeeperCommand;
-use crate::compose::runtimes::ContainerDefaults;
+use crate::compose::run::runtimes::kept::KeeperCommand;
+use crate::compose::run::runtimes::ContainerDefaults;
 use crate::compose::ComposeError;
+use crate::compose::OutputOptions;
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 
@@ -396,7 +396,7 @@ pub(crate) async fn execute(
         development_wait: args.development_wait,
     };
     let pooled = runner.clone();
-    let mut render = Box::pin(tokio::time::timeout(timeout, plan.run(runner, defaults)));
+    let mut render = Box::pin(tokio::time::timeout(timeout, plan.render(runner, defaults)));
     let rendered = tokio::select! {
         biased;
         _ = interrupt.recv() => Err(nix::sys::signal::Signal::SIGINT),

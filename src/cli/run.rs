@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, RunError, Runner};
-use crate::server::validate::{check_function_io, InvalidRequest};
+use crate::sidecar::validate::{check_function_io, InvalidRequest};
 
 use super::{StoreArgs, UsernsArgs};
 

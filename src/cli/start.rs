@@ -5,17 +5,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, Parser};
 
 use crate::grpc::daemon::Daemon;
 use crate::grpc::listen::{self, ListenAddress, Listener, Network};
 use crate::grpc::serve::Incoming;
-use crate::runner::{Namespace, Runner};
-use crate::server::gate::GateReceiver;
-use crate::server::peer::CallerPolicy;
-use crate::server::{RunnerService, ServiceOptions};
+use crate::runner::Namespace;
+use crate::sidecar::gate::GateReceiver;
+use crate::sidecar::peer::CallerPolicy;
+use crate::sidecar::{ServiceOptions, SidecarService};
 
+use super::daemon_flags::daemon_runner;
 use super::run::parse_duration;
 use super::{StoreArgs, UsernsArgs};
 
@@ -107,14 +107,14 @@ pub(crate) enum Bound {
 /// Binds the listen address and, for Unix sockets, forks the gatekeeper
 /// that checks callers' uids. Runs while xfn is still single-threaded and
 /// outside its user namespace: inside it, callers' uids are unreadable (see
-/// `crate::server::gate`).
+/// `crate::sidecar::gate`).
 pub(crate) fn prepare(args: &StartArgs) -> anyhow::Result<Bound> {
     let address = ListenAddress::parse(args.network, &args.address)?;
     let bound = match listen::bind(&address)? {
         Listener::Unix(listener) => {
             let policy = CallerPolicy::for_self(&args.allow_uids);
             tracing::info!(%address, allowed_uids = ?policy.allowed(), "listening");
-            Bound::Gate(crate::server::gate::spawn(listener, policy)?)
+            Bound::Gate(crate::sidecar::gate::spawn(listener, policy)?)
         }
         Listener::Tcp(listener) => {
             tracing::warn!(%address, "listening on TCP: callers cannot be checked (no peer credentials)");
@@ -139,14 +139,13 @@ pub(crate) async fn execute(
     // their mount namespace), so a restarted daemon starts clean. This
     // daemon's own state is in memory where its containers end with it
     // (`state_in_memory`), and goes with it.
-    let options = crate::runner::RunnerOptions {
-        warm_pool: Some(args.warm_pool.options()),
+    let runner = daemon_runner(
+        namespace,
+        store,
+        &args.runner,
+        &args.warm_pool,
         state_in_memory,
-        ..args.runner.options()
-    };
-    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
-    let crun = runner.check_runtime()?;
-    tracing::info!(%crun, "OCI runtime");
+    )?;
     match runner.limits_unavailable() {
         None => tracing::info!("cpu/memory/pids limits are enforced"),
         Some(why) if args.runner.require_limits => {
@@ -170,7 +169,7 @@ pub(crate) async fn execute(
         runner,
         args.daemon.daemon_options(Some(args.cache_max_size), gate),
     );
-    let service = RunnerService::new(
+    let service = SidecarService::new(
         Arc::clone(daemon.runner()),
         ServiceOptions {
             default_timeout: args.default_timeout,
@@ -184,7 +183,7 @@ pub(crate) async fn execute(
         cache_max_bytes = args.cache_max_size,
         "serving the function runner API"
     );
-    daemon.serve(incoming, service.into_services()).await?;
+    daemon.serve(incoming, service.into_service_set()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

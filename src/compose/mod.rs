@@ -1,44 +1,55 @@
 //! The composition core: runs a Composition's function pipeline locally and
 //! produces what Crossplane would compose, for `xfn render`, in four
-//! stages (the plan reads no input file; read runs nothing):
+//! stages, a folder each (the plan reads no input file; read runs nothing):
 //!
-//! - read: [`read`] reads and checks every input once into one
-//!   `Read`, through [`files`] (files and directories) and
-//!   [`model`] (the XR, Composition, Functions, observed resources), with
-//!   [`xrd`] (`--xrd`), [`schemas`] (`-s`), [`operation`] (Operations) and
-//!   [`claim`] (a claim given as the XR).
-//! - plan: [`plan`] knows the runtimes (and so the namespaces) a render
-//!   needs, starts, reuses and stops function servers, renders XRs and the
-//!   nested XRs they compose, Operations alike.
-//! - run: [`v1`] (`mode: Pipeline`, one `RunFunctionRequest` per step
-//!   through a [`v1::FunctionCaller`]) and [`alpha`] (`spec.functions[]`,
-//!   one FunctionIO per step), over [`runtimes`]: the real runner, a
-//!   running function server or the runner daemon.
-//! - print: [`output`], the YAML stream `crossplane render` prints, with
-//!   the metadata [`names`] gives composed resources.
+//! - [`read`]: every input read and checked once into one `Read`, through
+//!   `files` (files and directories) and `model` (the XR, Composition,
+//!   Functions, observed resources), with `xrd` (`--xrd`), `schemas`
+//!   (`-s`), `operation` (Operations) and `claim` (a claim given as the XR).
+//! - [`plan`]: the runtimes (and so the namespaces) a render needs; starts,
+//!   reuses and stops function servers; renders XRs and the nested XRs they
+//!   compose, Operations alike.
+//! - [`run`]: `v1` (`mode: Pipeline`) and `alpha` (`spec.functions[]`)
+//!   pipelines, over `runtimes`: the real runner, a running function
+//!   server or the runner daemon.
+//! - [`print`]: `output`, the YAML stream `crossplane render` prints, with
+//!   the metadata `names` gives composed resources, in `yaml11`.
 //!
-//! No CLI lives here, nor any flag syntax: `src/cli/render.rs` (and
-//! `cli/map_flag.rs`) map flags onto [`read::RenderInputs`].
+//! Imports run one way: plan uses read, run and print; run and print use
+//! read's model; read uses no later stage but print's names and output
+//! options. [`value`] (JSON helpers) sits under all four. No CLI lives
+//! here, nor any flag syntax: `src/cli/render.rs` (and `cli/map_flag.rs`)
+//! map flags onto [`read::RenderInputs`].
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
 
-pub(crate) mod alpha;
-pub(crate) mod claim;
-pub(crate) mod files;
-pub(crate) mod model;
 pub(crate) mod names;
-pub(crate) mod operation;
-pub(crate) mod output;
 pub(crate) mod plan;
+pub(crate) mod print;
 pub(crate) mod read;
-pub(crate) mod runtimes;
-pub(crate) mod schemas;
-pub(crate) mod v1;
+pub(crate) mod run;
 pub(crate) mod value;
-pub(crate) mod xrd;
-mod yaml11;
+
+/// What to print besides the XR and the composed resources.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OutputOptions {
+    /// `-x` (composition) / `--include-full-operation`: the whole input
+    /// object, not just its identity and status.
+    pub include_full: bool,
+    /// `-r`: the results.
+    pub include_results: bool,
+    /// `-c`: the context.
+    pub include_context: bool,
+    /// `--include-deleted-resources` (xfn): the observed composed
+    /// resources Crossplane would garbage collect, as the engine's
+    /// `deleted_resources`.
+    pub include_deleted: bool,
+    /// `--include-requirements` (xfn): what the pipeline required, as the
+    /// engine's `required_resources` and `required_schemas`.
+    pub include_requirements: bool,
+}
 
 /// Errors of the composition core. File errors name the file, step errors
 /// the step; each says its own step, and what failed beneath is its typed

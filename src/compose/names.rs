@@ -4,6 +4,10 @@
 //! matches what Crossplane would create.
 use sha2::{Digest, Sha256};
 
+/// Label naming the XR a resource belongs to (and the prefix of its
+/// composed resources' names).
+pub(crate) const COMPOSITE_LABEL: &str = "crossplane.io/composite";
+
 /// The longest Kubernetes object name a child name may have.
 const MAX_CHILD_NAME: usize = 63;
 /// Hex characters of the hash that ends a child name.

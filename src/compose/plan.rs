@@ -1,5 +1,5 @@
 //! A render, decided before anything runs. [`RenderPlan::read`] takes
-//! every input from the read stage ([`super::read`]) and knows from them
+//! every input from the read stage ([`crate::compose::read`]) and knows from them
 //! which runtimes the render needs: [`RenderPlan::needs_containers`] says
 //! whether the namespace must be entered at all. [`RenderPlan::run`] then
 //! starts (or reuses) every function server a step uses, runs the pipeline
@@ -12,15 +12,18 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::alpha::{run_alpha, ContainerConfig};
-use super::model::{Composition, Function, Pipeline, PipelineStep, RuntimeKind};
-use super::output::{to_yaml_stream, CompositeOutput, OutputOptions};
-use super::read::{composite_xr, configure, usage, CompositeXr, Read, RenderInputs, Subject};
-use super::runtimes::kept::{self, KeeperCommand, KeptStart};
-use super::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
-use super::v1::V1Pipeline;
-use super::value::get_str;
-use super::{ComposeError, Observed};
+use crate::compose::print::output::{to_yaml_stream, CompositeOutput};
+use crate::compose::read::model::{Composition, Function, Pipeline, PipelineStep, RuntimeKind};
+use crate::compose::read::{
+    composite_xr, configure, usage, CompositeXr, Read, RenderInputs, Subject,
+};
+use crate::compose::run::alpha::{run_alpha, ContainerConfig};
+use crate::compose::run::runtimes::kept::{self, KeeperCommand, KeptStart};
+use crate::compose::run::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
+use crate::compose::run::v1::V1Pipeline;
+use crate::compose::value::get_str;
+use crate::compose::OutputOptions;
+use crate::compose::{ComposeError, Observed};
 use crate::image::PullPolicy;
 use crate::runner::Runner;
 
@@ -68,11 +71,11 @@ impl Rendered {
     }
 
     /// One JSON object a line per XR (or Operation): see
-    /// [`super::output::json_object`].
+    /// [`crate::compose::print::output::json_object`].
     pub(crate) fn to_json_lines(&self) -> Result<String, ComposeError> {
         let mut text = String::new();
         for objects in &self.renders {
-            let line = serde_json::to_string(&super::output::json_object(objects))
+            let line = serde_json::to_string(&crate::compose::print::output::json_object(objects))
                 .map_err(ComposeError::OutputJson)?;
             text.push_str(&line);
             text.push('\n');
@@ -82,7 +85,7 @@ impl Rendered {
 }
 
 impl RenderPlan {
-    /// Reads and checks every input ([`super::read`]).
+    /// Reads and checks every input ([`crate::compose::read`]).
     pub(crate) fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
         let Read {
             subject,
@@ -200,7 +203,7 @@ impl RenderPlan {
     /// Runs the render: every function server a step uses started (or
     /// reused) at once, the pipeline, the servers stopped (kept ones
     /// left running), the output assembled.
-    pub(crate) async fn run(
+    pub(crate) async fn render(
         self,
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
@@ -217,7 +220,11 @@ impl RenderPlan {
                 };
                 let outcome =
                     run_alpha(functions, &ContainerSteps { runner, defaults }, &observed).await?;
-                let objects = super::alpha::output::alpha_objects(&observed, &outcome, self.output);
+                let objects = crate::compose::run::alpha::output::alpha_objects(
+                    &observed,
+                    &outcome,
+                    self.output,
+                );
                 return Ok(Rendered {
                     renders: vec![objects],
                     fatal: None,
@@ -238,7 +245,7 @@ impl RenderPlan {
     /// Renders the Operation, or each XR in turn over `callers`, each
     /// followed by the nested XRs it composed (depth first).
     async fn render_all(&self, callers: &CallerMap) -> Result<Rendered, ComposeError> {
-        let fatal_message = |outcome: &super::Outcome| {
+        let fatal_message = |outcome: &crate::compose::Outcome| {
             outcome.fatal.as_ref().map(|f| {
                 format!(
                     "pipeline step {:?} returned a fatal result: {}",
@@ -336,7 +343,7 @@ impl RenderPlan {
         steps: &[PipelineStep],
         callers: &CallerMap,
         observed: Option<&Observed>,
-    ) -> Result<super::Outcome, ComposeError> {
+    ) -> Result<crate::compose::Outcome, ComposeError> {
         V1Pipeline {
             steps,
             callers,
@@ -346,7 +353,7 @@ impl RenderPlan {
             credentials: &self.credentials,
             context: self.context.clone(),
         }
-        .run()
+        .run_steps()
         .await
     }
 
@@ -362,7 +369,7 @@ impl RenderPlan {
         callers: &CallerMap,
         xr: &CompositeXr,
         mut observed: Observed,
-    ) -> Result<(super::Outcome, Observed), ComposeError> {
+    ) -> Result<(crate::compose::Outcome, Observed), ComposeError> {
         let mut previous: Option<Vec<Value>> = None;
         for round in 1..=self.iterations {
             let outcome = self.pipeline(steps, callers, Some(&observed)).await?;
@@ -396,7 +403,7 @@ impl RenderPlan {
     fn composite_objects(
         &self,
         xr: &CompositeXr,
-        outcome: &super::Outcome,
+        outcome: &crate::compose::Outcome,
         observed: &Observed,
     ) -> Result<Vec<Value>, ComposeError> {
         CompositeOutput {
@@ -422,7 +429,7 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
         let status = without_status
             .as_object_mut()
             .and_then(|o| o.remove("status"));
-        super::value::merge(&mut composite, &without_status);
+        crate::compose::value::merge(&mut composite, &without_status);
         if let (Some(object), Some(status)) = (composite.as_object_mut(), status) {
             object.insert("status".into(), status);
         }
@@ -437,7 +444,7 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
                 &[
                     "metadata",
                     "annotations",
-                    super::model::RESOURCE_NAME_ANNOTATION,
+                    crate::compose::read::model::RESOURCE_NAME_ANNOTATION,
                 ],
             )?;
             Some((name.to_string(), object.clone()))
@@ -450,4 +457,4 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
 }
 
 /// The Functions' callers by name.
-pub(crate) type CallerMap = HashMap<String, Arc<dyn super::v1::FunctionCaller>>;
+pub(crate) type CallerMap = HashMap<String, Arc<dyn crate::compose::run::v1::FunctionCaller>>;

@@ -112,7 +112,7 @@ impl Calls {
     /// `deadline`, then runs `run(time left before the deadline)` holding
     /// it. A refused call, a deadline passed in the queue and the end of the
     /// grace period come back as their statuses; `run` is not called then.
-    pub async fn run<T, F, Fut>(
+    pub async fn admit<T, F, Fut>(
         &self,
         input_bytes: usize,
         deadline: Option<Instant>,
@@ -219,7 +219,7 @@ mod tests {
         let spawn = |calls: Arc<Calls>| {
             tokio::spawn(async move {
                 calls
-                    .run(0, None, |_| std::future::pending::<Result<(), Status>>())
+                    .admit(0, None, |_| std::future::pending::<Result<(), Status>>())
                     .await
             })
         };
@@ -244,7 +244,7 @@ mod tests {
         let calls = calls(1);
         let deadline = Instant::now() + Duration::from_secs(5);
         let left = calls
-            .run(
+            .admit(
                 0,
                 Some(deadline),
                 |left| async move { Ok::<_, Status>(left) },
@@ -256,7 +256,7 @@ mod tests {
             left <= Duration::from_secs(5) && !left.is_zero(),
             "{left:?}"
         );
-        let left = calls.run(0, None, |left| async move { Ok::<_, Status>(left) });
+        let left = calls.admit(0, None, |left| async move { Ok::<_, Status>(left) });
         assert_eq!(left.await.unwrap(), None);
     }
 

@@ -8,32 +8,6 @@
 //! connections and sends nothing — or opens them and leaves them idle —
 //! takes the last descriptor, and every later call fails with UNAVAILABLE.
 //!
-//! The deployment the defaults are for: Crossplane keeps a few long-lived
-//! HTTP/2 connections to its sidecar, one per client it made, busy in
-//! bursts (a reconcile) with idle minutes between; many reconcilers share
-//! them. So:
-//!
-//! - **Handshake timeout** (`--handshake-timeout`, 10 s): a connection must
-//!   have sent its first 33 bytes (the HTTP/2 client preface and the frame
-//!   header of its SETTINGS; under TLS, its ClientHello) by then, or it is
-//!   cut. A live client on the same node sends them at once.
-//! - **Idle timeout** (`--idle-connection-timeout`, 5 min, as grpc-go's
-//!   `MaxConnectionIdle` counts it): a connection with no call in flight for
-//!   that long is closed gracefully (HTTP/2 GOAWAY). gRPC clients take
-//!   GOAWAY as "reconnect on the next call", so a quiet Crossplane loses
-//!   nothing; a forgotten connection gives its descriptor back.
-//! - **Cap** (`--max-connections`, 1024, at most the descriptor limit less
-//!   a reserve for runs): when a new connection would pass it, the
-//!   connection idle the longest (no call in flight; one still in its
-//!   handshake counts as idle since it opened) is closed gracefully, so the
-//!   newcomer is served; one already closing is cut instead, so at most one
-//!   connection over the cap is ever open. Connections with calls in flight
-//!   are never closed for the cap: when every connection is busy, the new
-//!   one is refused (the caller sees a transport error and retries). Open
-//!   means holding a descriptor: a cut connection counts until its socket
-//!   is closed, and no new one is taken while one over the cap is held
-//!   ([`Connections::room`]), so a flood waits in the listen queue.
-//!
 //! A connection asked to close gracefully gets [`CLOSE_GRACE`] after its
 //! last call ends to finish the GOAWAY exchange; a client that does not
 //! (it never reads) is cut then: its socket is shut down under hyper, which
@@ -41,6 +15,8 @@
 //!
 //! Every close the daemon decides is counted by reason in
 //! `xfn_connections_closed_total`; `xfn_connections_open` is the gauge.
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/grpc/connections.rs`.
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, RawFd};

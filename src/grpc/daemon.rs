@@ -12,19 +12,14 @@
 //!                                   while idle; then the warm containers go
 //! ```
 //!
-//! # Why in the library
-//! Both front ends face the same caller in the same pod (see
-//! [`crate::grpc`]). When this sequence was written out in each command,
-//! `xfn adapt` had neither the metrics of the gate nor a warm pool's
-//! shutdown for a while; a program embedding xfn would have had to copy it a
-//! third time.
-//!
 //! # Invariants
 //! - **No warm container outlives the daemon**: [`Daemon::serve`] shuts the
 //!   runner's pool down after serving, whatever serving returned.
 //! - **The cache's budget holds from the start**: the collector
 //!   ([`crate::runner::budget`]) is started by [`Daemon::new`], before the
 //!   first call, when a budget is given.
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/grpc/daemon.rs`.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +27,7 @@ use std::time::Duration;
 use crate::grpc::admission::AdmissionLimits;
 use crate::grpc::connections::{ConnectionLimits, Connections};
 use crate::grpc::metrics::{Metrics, MetricsError, MetricsServer};
-use crate::grpc::serve::{serve, shutdown_signal, Incoming, ServeError, Services};
+use crate::grpc::serve::{serve, shutdown_signal, Incoming, ServeError, ServiceSet};
 use crate::grpc::Calls;
 use crate::runner::Runner;
 
@@ -114,7 +109,7 @@ impl Daemon {
     /// Serves `services` on `incoming` (and the metrics endpoint) until
     /// SIGTERM/SIGINT, drains within the grace period, then shuts the warm
     /// pool down.
-    pub async fn serve(self, incoming: Incoming, services: Services) -> Result<(), DaemonError> {
+    pub async fn serve(self, incoming: Incoming, services: ServiceSet) -> Result<(), DaemonError> {
         let served = self.serve_until_drained(incoming, services).await;
         // Runs are drained or cancelled by now: no warm container outlives
         // the daemon, whatever serving returned.
@@ -125,7 +120,7 @@ impl Daemon {
     async fn serve_until_drained(
         &self,
         incoming: Incoming,
-        services: Services,
+        services: ServiceSet,
     ) -> Result<(), DaemonError> {
         let options = &self.options;
         let metrics_server =

@@ -1,7 +1,7 @@
 //! Where a front end listens: a Linux abstract Unix socket (`@name`, what
 //! Crossplane dials), a Unix socket path, or TCP. Binding happens before xfn
 //! enters its user namespace; Unix connections are then accepted by the
-//! front end (`xfn start`'s gatekeeper, [`crate::server::gate`]), TCP ones
+//! front end (`xfn start`'s gatekeeper, [`crate::sidecar::gate`]), TCP ones
 //! by [`tcp_incoming`].
 use std::net::SocketAddr;
 use std::os::unix::net::UnixListener;

@@ -1,4 +1,4 @@
-//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::server`],
+//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::sidecar`],
 //! Crossplane's alpha `ContainerizedFunctionRunnerService` on an abstract
 //! socket behind the gatekeeper) and `xfn adapt` ([`crate::adaptor`], the
 //! v1/v1beta1 `FunctionRunnerService` on TCP). A front end brings its
@@ -12,59 +12,13 @@
 //! second set of defaults to get wrong — the adaptor's own copy had an
 //! unbounded queue and no drain.
 //!
-//! # Layout
+//! Invariants: a call waits for a run slot in arrival order, and is refused
+//! (`RESOURCE_EXHAUSTED`) only at a queue cap or when its deadline cannot be
+//! met; time queued counts against its deadline. Every admitted run ends
+//! with the drain's grace period. Gauges are held by guards, so a dropped
+//! call leaves them right. Errors become statuses in one place ([`status`]).
 //!
-//! ```text
-//! daemon    a runner behind all of the below: what `xfn start` and
-//!           `xfn adapt` build in a few lines
-//! listen    bind a Unix (abstract or path) or TCP address; accept TCP
-//! serve     tonic server: the front end's services + health + reflection,
-//!           deadline stamping, mTLS when given; drain on SIGTERM/SIGINT
-//! authority a Unix client's `:authority` that h2 would refuse, read as localhost
-//! connections  each connection's bounds: handshake and idle timeouts, a
-//!           cap where the longest idle connection makes room
-//! deadline  grpc-timeout counted from the request's arrival
-//! calls     one call: admission ─► run under the slot ─► outcome metrics
-//! function_runner  the trait a service runs functions through (and its layers wrap)
-//! admission FIFO run slots, queue caps in calls and bytes, caller deadline
-//! wait      recent run times and the least wait they predict
-//! status    run and admission errors ─► gRPC status; metric labels
-//! metrics   Prometheus registry and the /metrics endpoint
-//! refusals  callers a front end refused, counted across its processes
-//! ```
-//!
-//! # Invariants
-//!
-//! - A call waits for a run slot in arrival order (tokio's semaphore is
-//!   FIFO). It is refused with `RESOURCE_EXHAUSTED` only when the queue is
-//!   at a cap (`--max-queued-runs` calls, default 1024; `--max-queued-bytes`
-//!   of waiting input, default 256 MiB), or when its deadline cannot be met
-//!   (next point). Otherwise it waits, and time waited counts against its
-//!   deadline: still queued when the deadline passes, it is answered
-//!   `DEADLINE_EXCEEDED` and never runs; admitted, its run gets only what
-//!   is left. A caller that goes away leaves the queue at once.
-//! - **An impossible wait is refused up front.** A call that must queue
-//!   behind `q` waiting calls for `s` slots needs at least `floor(q / s)`
-//!   whole runs to finish on some slot before its own starts (the runs now
-//!   in flight may be nearly done, so they count for nothing). With `t` the
-//!   median time a slot was held over the last 64 runs, when
-//!   `floor(q / s) × t` exceeds the time left before the caller's deadline,
-//!   the call is answered `RESOURCE_EXHAUSTED` at once, naming the queue, the
-//!   estimate and the deadline, rather than queued to time out. The rule
-//!   errs towards serving: it ignores the runs in flight and the call's own
-//!   run, the median is not moved by a few slow (cold-pull, timed-out) runs,
-//!   a run cut short lowers it, and it refuses nothing before 8 runs were
-//!   seen or when the caller set no deadline.
-//! - Every admitted run ends when the drain's grace period does: on
-//!   SIGTERM/SIGINT the listener stops accepting and health turns
-//!   `NOT_SERVING`; calls in flight and queued get `--grace-period` (25 s)
-//!   to finish; then the runs still going are cancelled (their callers get
-//!   `UNAVAILABLE`) and the process exits 0.
-//! - Gauges (`xfn_runs_in_flight`, `xfn_runs_queued`) are held by guards, so
-//!   a call whose future is dropped at any point leaves them right; such a
-//!   call is counted with outcome `cancelled`.
-//! - Errors become statuses in one place ([`status`]), so both front ends
-//!   answer the same failure with the same code.
+//! More of the why: docs/design.md, "Notes behind the code", `src/grpc/mod.rs`.
 pub(crate) mod admission;
 pub(crate) mod authority;
 pub(crate) mod calls;

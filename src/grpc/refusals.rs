@@ -3,7 +3,7 @@
 //!
 //! The gRPC layer owns this type so that it reports what a front end
 //! refused without importing the front end: `xfn start`'s gatekeeper
-//! ([`crate::server::gate`], a process of its own) adds to it, the metrics
+//! ([`crate::sidecar::gate`], a process of its own) adds to it, the metrics
 //! read it. One page of memory shared by the two processes (mapped
 //! `MAP_SHARED` before the fork, so both see the same atomics): a channel
 //! message per refusal would cost the flood path a system call; this costs

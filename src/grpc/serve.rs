@@ -59,13 +59,13 @@ impl std::fmt::Debug for Incoming {
 /// What a front end serves: its gRPC services (named for health) and,
 /// optionally, TLS.
 #[derive(Debug, Default)]
-pub struct Services {
+pub struct ServiceSet {
     routes: RoutesBuilder,
     names: Vec<&'static str>,
     tls: Option<ServerTlsConfig>,
 }
 
-impl Services {
+impl ServiceSet {
     /// No services yet.
     pub fn new() -> Self {
         Self::default()
@@ -115,12 +115,12 @@ pub struct Drain {
 /// grace period, cancels the rest, and returns.
 pub(crate) async fn serve(
     incoming: Incoming,
-    services: Services,
+    services: ServiceSet,
     connections: Arc<Connections>,
     drain: Drain,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let Services { routes, names, tls } = services;
+    let ServiceSet { routes, names, tls } = services;
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in &names {
         health
@@ -182,7 +182,7 @@ async fn serve_each<L, IO>(
     stop: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error>
 where
-    Router<L>: Serves<Tracked<IO>>,
+    Router<L>: ConnectionRouter<Tracked<IO>>,
     IO: std::os::fd::AsRawFd + Send + 'static,
 {
     let mut incoming = Box::pin(incoming);
@@ -219,7 +219,7 @@ where
 /// What [`serve_each`] needs of a router: to serve one connection until a
 /// signal (`Router::serve_with_incoming_shutdown`, with its bounds spelled
 /// once here).
-pub(crate) trait Serves<IO>: Clone + Send + 'static {
+pub(crate) trait ConnectionRouter<IO>: Clone + Send + 'static {
     /// Serves `io` until `stop`, then closes it gracefully.
     fn serve_one(
         self,
@@ -228,7 +228,7 @@ pub(crate) trait Serves<IO>: Clone + Send + 'static {
     ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send;
 }
 
-impl<L, IO, ResBody> Serves<IO> for Router<L>
+impl<L, IO, ResBody> ConnectionRouter<IO> for Router<L>
 where
     L: tower::Layer<Routes> + Clone + Send + Sync + 'static,
     L::Service: tower::Service<
@@ -265,7 +265,7 @@ where
 /// Serves one admitted connection until it ends, under its bounds.
 async fn serve_one<R, IO>(router: R, io: Tracked<IO>, connections: Arc<Connections>)
 where
-    R: Serves<Tracked<IO>>,
+    R: ConnectionRouter<Tracked<IO>>,
 {
     let conn = Arc::clone(io.conn());
     let stop = Arc::clone(&conn).close_requested();

@@ -1,4 +1,4 @@
-//! Getting an image into the store: [`ImageStore`] is the [`Store`] plus
+//! Getting an image into the store: [`ImageStore`] is the [`ContentStore`] plus
 //! the registry client. [`ImageStore::ensure`] resolves a reference under a
 //! pull policy, downloads what is missing and has the store publish it; the
 //! store itself never talks to a registry.
@@ -15,8 +15,8 @@ use super::policy::PullPolicy;
 use super::pull::{ConnectOptions, Puller};
 use super::reference::ImageReference;
 use super::store::{
-    parse_config, CacheListing, GcReport, ImportSource, Limits, PulledImage, Store, StoreStats,
-    MAX_LAYERS,
+    parse_config, CacheListing, ContentStore, GcReport, ImportSource, Limits, PulledImage,
+    StoreStats, MAX_LAYERS,
 };
 use super::RegistryAuth;
 
@@ -93,7 +93,7 @@ pub struct ImageStore {
 }
 
 struct Inner {
-    store: Store,
+    store: ContentStore,
     options: StoreOptions,
     connect: ConnectOptions,
     /// Told after each pull that downloaded layers (the daemon's collector).
@@ -125,7 +125,7 @@ impl ImageStore {
         };
         Ok(ImageStore {
             inner: Arc::new(Inner {
-                store: Store::open(cache_dir, limits)?,
+                store: ContentStore::open(cache_dir, limits)?,
                 options,
                 connect,
                 pulled: tokio::sync::Notify::new(),
@@ -133,49 +133,49 @@ impl ImageStore {
         })
     }
 
-    /// The on-disk store.
-    pub fn store(&self) -> &Store {
+    /// The on-disk content store.
+    pub fn content(&self) -> &ContentStore {
         &self.inner.store
     }
 
     /// The store's root directory.
     pub fn root(&self) -> &Path {
-        self.store().root()
+        self.content().root()
     }
 
     /// This process's claim on the cache (see `crate::instance`).
     pub fn instance(&self) -> &Arc<crate::instance::Instance> {
-        self.store().instance()
+        self.content().instance()
     }
 
     /// Counters of what this process fetched.
     pub fn stats(&self) -> &StoreStats {
-        self.store().stats()
+        self.content().stats()
     }
 
-    /// The flattened rootfs of a pulled image (see `Store::flattened_rootfs`).
+    /// The flattened rootfs of a pulled image (see `ContentStore::flattened_rootfs`).
     pub async fn flattened_rootfs(&self, image: &PulledImage) -> Result<PathBuf, ImageError> {
-        self.store().flattened_rootfs(image).await
+        self.content().flattened_rootfs(image).await
     }
 
-    /// Every image with a ref in the cache (see `Store::list`).
+    /// Every image with a ref in the cache (see `ContentStore::list`).
     pub fn list(&self) -> Result<CacheListing, ImageError> {
-        self.store().list()
+        self.content().list()
     }
 
-    /// Imports an image from files (see `Store::import`).
+    /// Imports an image from files (see `ContentStore::import`).
     pub async fn import(
         &self,
         source: ImportSource,
         repository: &str,
     ) -> Result<String, ImageError> {
-        self.store()
+        self.content()
             .import(source, repository, &self.inner.options.default_registry)
             .await
     }
 
     /// Removes the images `references` name (their refs), then what no
-    /// image left uses (see `Store::remove_images`).
+    /// image left uses (see `ContentStore::remove_images`).
     pub async fn remove_images(&self, references: &[String]) -> Result<GcReport, ImageError> {
         let keys = references
             .iter()
@@ -184,16 +184,16 @@ impl ImageStore {
                     .map(|r| r.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let store = self.store().clone();
+        let store = self.content().clone();
         tokio::task::spawn_blocking(move || store.remove_images(&keys))
             .await
             .map_err(join_err)?
     }
 
     /// Collects garbage, evicting least recently used images past
-    /// `max_size` (see `Store::collect`).
+    /// `max_size` (see `ContentStore::collect`).
     pub async fn collect(&self, max_size: Option<u64>) -> Result<GcReport, ImageError> {
-        let store = self.store().clone();
+        let store = self.content().clone();
         tokio::task::spawn_blocking(move || store.collect(max_size))
             .await
             .map_err(join_err)?
@@ -266,7 +266,7 @@ impl ImageStore {
             (pulled.0, report)
         };
         let load_cached = || {
-            self.store()
+            self.content()
                 .cached(&key, reference.digest.as_deref(), image)
         };
         // A cached image needs no lock: entries are whole once they exist,
@@ -284,7 +284,7 @@ impl ImageStore {
             _ => (self.inner.options.pull_timeout, PullBound::PullTimeout),
         };
         let locked_pull = async {
-            let _guard = self.store().lock(&format!("ref {key}")).await?;
+            let _guard = self.content().lock(&format!("ref {key}")).await?;
             if policy != PullPolicy::Always {
                 // Someone else may have pulled it while we waited.
                 if let Some(pulled) = load_cached()? {
@@ -312,7 +312,7 @@ impl ImageStore {
         auth: &RegistryAuth,
         progress: Option<&dyn PullProgress>,
     ) -> Result<(PulledImage, PullReport), ImageError> {
-        let store = self.store();
+        let store = self.content();
         let key = reference.to_string();
         let puller = Puller::new(reference, auth, &self.inner.connect)?;
         let resolved = puller.resolve(reference).await?;

@@ -15,24 +15,13 @@
 //! create at most [`tmpfs_inodes`] of it files) before it gets ENOSPC; the
 //! disk under the cache is never written by a function.
 //!
-//! Choice: **the copy goes to a tmpfs too**, sized after the copy to what
-//! the copy holds plus the allowance (a remount: tmpfs takes a new size
-//! while mounted). On disk, only a filesystem quota could bound a copy, and
-//! none is available to an unprivileged user namespace. The price is the
-//! image's bytes in memory for the length of each run in copy mode, which
-//! is the fallback for hosts without overlayfs in user namespaces (Linux
-//! before 5.11); overlay mode keeps only what a run writes in memory.
-//!
 //! [`Rootfs::cleanup`] (also run on drop) unmounts (detaching a busy mount)
 //! and removes `run_dir`, on every path, including a `prepare` that failed
 //! halfway. These mounts need a user + mount namespace where the caller is
 //! uid 0 (as xfn is after entering its namespace) or real root. Everything
 //! here blocks (mounts, copies): call it from `spawn_blocking` in async code.
 //!
-//! Typical use: `let mode = RootfsMode::Auto.resolve(overlay_supported(cache_dir))?`
-//! once at start; per run `Rootfs::prepare(mode, &image.layers,
-//! flattened.as_deref(), &run_dir)?`, give `rootfs.path()` to the runtime as
-//! the bundle's root, and `rootfs.cleanup()` (or drop it) when the run ends.
+//! More of the why: docs/design.md, "Notes behind the code", `src/rootfs/mod.rs`.
 mod copy;
 mod overlay;
 

@@ -6,7 +6,7 @@
 //!
 //! Why: with `NetworkPolicy Runner` a function shares xfn's network
 //! namespace, where `xfn start`'s abstract socket lives. The gatekeeper
-//! refuses it (`crate::server::gate`), but each refusal costs about what
+//! refuses it (`crate::sidecar::gate`), but each refusal costs about what
 //! the function's `connect()` cost, so a function looping `connect()` wins
 //! the race for CPU where limits are not enforced and fills the listen
 //! queue allowed callers share (issue 31: 0-8 of 30 calls served). Scoped,

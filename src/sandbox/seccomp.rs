@@ -19,17 +19,7 @@
 //! kernel runs it; aarch64: also arm), as Docker's `archMap` does: naming
 //! only those keeps the filter small.
 //!
-//! Choice: **x32 only where the kernel runs x32 syscalls.** Docker names x32
-//! on every x86-64 host. Most kernels refuse x32 outright (built without it,
-//! as Ubuntu's and Fedora's, or off unless booted with `syscall.x32=y`, as
-//! Debian's), so there no x32 program runs, filter or not, and the filter's
-//! x32 branch is about a third of its instructions: the kernel checks and
-//! JITs all of them for every container (seccomp's load was 4.5 % of a
-//! call's CPU, benches/PROFILE.md). So xfn asks the kernel once
-//! ([`x32_runs`]) and names x32 only where its syscalls would run. What a
-//! function observes differs only in how an x32 syscall fails on a kernel
-//! without x32: ENOSYS before, now the filter's answer to an arch it does
-//! not name.
+//! More of the why: docs/design.md, "Notes behind the code", `src/sandbox/seccomp.rs`.
 use std::sync::{Arc, LazyLock};
 
 use oci_spec::runtime::{Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSyscall};

@@ -1,18 +1,5 @@
 //! Bounding the kernel's per-uid counts that functions share.
 //!
-//! The kernel bounds some resources per host uid: inotify instances
-//! (`fs.inotify.max_user_instances`, 128 by default) and watches, fanotify
-//! groups and marks. Functions run under host uids that are not xfn's where
-//! the deployment gives some (`userns.rs`: a range, subordinate ids, the
-//! pod's own ids), else under xfn's one uid; either way concurrent
-//! functions share their uid with each other, and without other ids with
-//! xfn too. A function taking all of a count would leave the daemon's
-//! other functions (and xfn, and the host's processes of that uid) with
-//! `EMFILE`. Since 4.9 these are *ucounts*: counted per user namespace and
-//! uid, up every ancestor namespace, each level bounded by its own
-//! `/proc/sys/user/max_*` (which only a process with `CAP_SYS_RESOURCE` in
-//! that namespace may set, and which a new namespace starts unbounded).
-//!
 //! Choice: **two levels.** At entry xfn bounds its own namespace to half of
 //! each host limit, so all functions together leave the other half to the
 //! host's processes of that uid (the gatekeeper, the supervisor). Each run
@@ -28,13 +15,10 @@
 //! it as xfn's uid), with every capability in it. (`setns` must be in the
 //! runner's seccomp profile for this: seccomp/runner.json allows it.)
 //!
-//! What this cannot bound: **epoll watches** (`fs.epoll.max_user_watches`)
-//! are counted per host uid (the `user_struct`), not per namespace. Where
-//! functions have uids of their own, the gatekeeper's watches are out of
-//! their reach, but concurrent functions still share theirs; where they
-//! share xfn's uid, the gatekeeper's too. Only a memory limit bounds one
-//! function's share (each watch is accounted kernel memory): see
-//! docs/design.md and what `xfn start` logs at start.
+//! Epoll watches are counted per host uid, not per namespace: this cannot
+//! bound them.
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/sandbox/ucounts.rs`.
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 

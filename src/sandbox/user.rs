@@ -15,27 +15,14 @@
 //! `65532:65532`, `1000`) runs as the user it names instead of failing with
 //! "cannot setresgid".
 //!
-//! What a function on xfn's one id sees: `id` prints the image's uid and gid; every
-//! file of its image (extracted by xfn, so owned by xfn's uid) is owned by
-//! that uid and gid, as are `/tmp` and the rootfs's writable upper; root
-//! (uid 0) and every other id are unmapped (they show as 65534, and
-//! `setuid(0)` fails with `EINVAL`); it has no capabilities (a non-root
-//! uid loses them at `execve`); supplementary groups are dropped, as the
-//! one id cannot carry them (the function can then reach less, never
-//! more). Its host uid is still xfn's: the mapping changes the name of the
-//! one id, not who it is outside.
-//!
 //! An id of 4294967295 (`(uid_t)-1`) is refused, never passed on:
 //! `setresuid(-1, …)` means "leave unchanged", so the function would keep
 //! the runtime's root.
 //!
-//! The image's /etc/passwd and /etc/group are the image's, whatever its
-//! symlinks say: opened with `openat2(RESOLVE_IN_ROOT)` under an fd of the
-//! rootfs, so `/etc -> /etc` or `/etc/passwd -> /etc/passwd` resolve inside
-//! it, never to the host's (where openat2 is refused, each component is
-//! opened with `O_NOFOLLOW` and a symlink counts as absent). Each is read
-//! as a stream of lines, keeping only the entries asked for, and refused
-//! past [`MAX_USER_DB`] bytes: an image decides their size.
+//! /etc/passwd and /etc/group are read inside the image's rootfs, never the
+//! host's, and bounded by [`MAX_USER_DB`].
+//!
+//! More of the why: docs/design.md, "Notes behind the code", `src/sandbox/user.rs`.
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::OwnedFd;
 use std::path::Path;

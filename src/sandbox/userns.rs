@@ -20,50 +20,9 @@
 //! kernel's namespace is: an atomic flag refuses a second entry.
 //!
 //! Choice: **functions never run under xfn's host uid where the deployment
-//! gives other ids.** The kernel counts some resources per host uid and
-//! not per user namespace: epoll watches (`fs.epoll.max_user_watches`),
-//! pipe buffer pages (`fs.pipe-user-pages-soft`). A function under xfn's uid that adds epoll
-//! watches until `ENOSPC` leaves the gatekeeper unable to adopt a
-//! connection: every new call fails. So xfn's namespace keeps id 0 for xfn
-//! itself (its host uid, which owns the cache and the gatekeeper) and maps
-//! other host ids at 1 and up, and each run maps its container ids
-//! 0..count onto those, one to one (`user.rs`): a function's root is host
-//! id `first + 1`, never xfn's. Two deployments give them:
-//! - **a privileged range** ([`IdMapping::Range`]): CAP_SETUID/CAP_SETGID
-//!   (root on a host, root in a pod with `hostUsers: false`) map 65536 ids
-//!   of the namespace xfn starts in; xfn becomes their first, functions get
-//!   the 65535 after it (container ids 0..65534). Which 65536 is read from
-//!   what that namespace maps (`choose_start`) unless `--map-root-uid/gid`
-//!   say: on a host (every id mapped) 100000 onwards, above the host's own
-//!   users; in a pod with `hostUsers: false` (0..65535 mapped, nothing
-//!   else) all of them, xfn, the pod's root, at 0 — the only range such a
-//!   pod has, so the shipped sidecar (`deploy/`) runs as the pod's root with
-//!   CAP_SETUID, CAP_SETGID and CAP_SETFCAP, all three the pod's, not the
-//!   node's (the kernel wants the third from whoever maps a namespace's
-//!   uid 0 into a child: `IdMapping::maps_outer_root`);
-//! - **subordinate ids** ([`IdMapping::Subordinate`], `subids.rs`): an
-//!   unprivileged xfn whose user has 65536 ids in /etc/subuid and
-//!   /etc/subgid maps them with `newuidmap`/`newgidmap` beside its own id,
-//!   which stays its root (so the cache, the gatekeeper and the cgroup stay
-//!   its own uid's, as without them).
+//! gives other ids** (a privileged range, or subordinate ids).
 //!
-//! Without either ([`IdMapping::Own`]) functions run under xfn's uid as
-//! before, and `xfn start` says so at start.
-//!
-//! Layers are extracted with their owners shifted alike (image uid `n` is
-//! xfn's id `n + 1`: `image::store::owners`), so a function sees its image's
-//! owners as the image gives them. What a shared overlay cannot give:
-//! **a host uid per concurrent run**. The layers are shared by every run,
-//! owned once on disk, so every run must map the same ids onto them; the
-//! kernel's way around that, an idmapped mount per run, is refused for the
-//! overlay (`mount_setattr(MOUNT_ATTR_IDMAP)`: EINVAL, overlayfs does not
-//! support it, measured on 6.18) and, from a user namespace, for the host
-//! filesystem under the layers (EPERM: it needs CAP_SYS_ADMIN where that
-//! filesystem was mounted). Only a copy of the image per run could, which
-//! costs a run what a pull costs. So concurrent functions share their host
-//! ids with each other, not with xfn; what they share per uid is bounded
-//! per run where the kernel counts it per namespace (`ucounts.rs`,
-//! RLIMIT_NPROC: `nproc.rs`).
+//! More of the why: docs/design.md, "Notes behind the code", `src/sandbox/userns.rs`.
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

@@ -74,7 +74,7 @@ pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 
 /// A FunctionIO, as Crossplane's runner sends it: the input `xfn start`
 /// takes in a call and `xfn run` on stdin (both refuse any other,
-/// `xfn::server::validate::check_function_io`). A test whose function
+/// `xfn::sidecar::validate::check_function_io`). A test whose function
 /// ignores its input gives it this; one that needs runs told apart appends
 /// a comment (`# run 3`).
 pub const FUNCTION_IO: &str = "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\nobserved:\n  composite:\n    resource: {}\n";

@@ -1,7 +1,7 @@
 //! One layer of a pull: downloaded unless its blob is cached, extracted
 //! while it downloads, verified (blob digest, diff id) and published.
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,10 +9,10 @@ use std::sync::Arc;
 use super::PullProgress;
 use crate::image::descriptor::BlobRef;
 use crate::image::error::{io_err, join_err, ImageError};
-use crate::image::extract::Budget;
+use crate::image::extract::{Budget, ExtractOptions};
 use crate::image::pull::Puller;
 use crate::image::reference::ImageReference;
-use crate::image::store::{extract_verified, file_digest, ChannelReader, Store};
+use crate::image::store::{extract_verified, file_digest, ChannelReader, ContentStore};
 use crate::image::ImageErrorKind;
 
 /// What one pull's layers downloaded, summed.
@@ -35,9 +35,38 @@ pub(super) struct LayerJob<'a> {
     pub(super) budget: &'a Arc<Budget>,
 }
 
+/// Where and how one layer blob is extracted, whatever it is read from
+/// (the cached blob, or the download as it arrives).
+struct Extraction {
+    media_type: String,
+    digest: String,
+    diff_id: String,
+    dest: PathBuf,
+    options: ExtractOptions,
+    budget: Arc<Budget>,
+}
+
+impl Extraction {
+    /// Extracts the blob `reader` yields into `dest`, verified.
+    fn from<R: BufRead + Send + 'static>(self, reader: R) -> Result<(), ImageError> {
+        extract_verified(
+            reader,
+            &self.media_type,
+            &self.digest,
+            &self.diff_id,
+            &self.dest,
+            self.options,
+            &self.budget,
+        )
+    }
+}
+
 /// Makes one layer's directory exist: download (unless the blob is
 /// cached), verify, extract, verify the diff id, publish.
-pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<PathBuf, ImageError> {
+pub(super) async fn ensure_layer(
+    store: &ContentStore,
+    job: LayerJob<'_>,
+) -> Result<PathBuf, ImageError> {
     let blob = job.blob;
     let dest = store.layer_dir(&blob.digest)?;
     let report_cached = || {
@@ -57,27 +86,20 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
     let blob_path = store.blob_path(&blob.digest)?;
     let work = store.tmp_dir("layer")?;
     let work_path = work.path().to_path_buf();
-    let (digest, media_type, diff_id) = (
-        blob.digest.clone(),
-        blob.media_type.clone(),
-        job.diff_id.to_string(),
-    );
-    let (budget, options) = (job.budget.clone(), store.extract_options());
+    let extraction = Extraction {
+        media_type: blob.media_type.clone(),
+        digest: blob.digest.clone(),
+        diff_id: job.diff_id.to_string(),
+        dest: work_path.clone(),
+        options: store.extract_options(),
+        budget: job.budget.clone(),
+    };
     if blob_path.is_file() && cached_blob_is_whole(&blob_path, &blob.digest).await? {
         report_cached();
         let blob_path = blob_path.clone();
         tokio::task::spawn_blocking(move || {
             let file = File::open(&blob_path).map_err(io_err(&blob_path))?;
-            let reader = BufReader::with_capacity(1 << 20, file);
-            extract_verified(
-                reader,
-                &media_type,
-                &digest,
-                &diff_id,
-                &work_path,
-                options,
-                &budget,
-            )
+            extraction.from(BufReader::with_capacity(1 << 20, file))
         })
         .await
         .map_err(join_err)??;
@@ -86,18 +108,8 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
         // chunks as they arrive, into a temp dir that is only published
         // once the blob's digest and the diff id both match.
         let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let watched = budget.clone();
         let extractor = tokio::task::spawn_blocking(move || {
-            let reader = BufReader::with_capacity(1 << 20, ChannelReader::new(rx));
-            extract_verified(
-                reader,
-                &media_type,
-                &digest,
-                &diff_id,
-                &work_path,
-                options,
-                &budget,
-            )
+            extraction.from(BufReader::with_capacity(1 << 20, ChannelReader::new(rx)))
         });
         let tmp = store.tmp_file("blob")?;
         let on_bytes = |n: u64| {
@@ -106,7 +118,7 @@ pub(super) async fn ensure_layer(store: &Store, job: LayerJob<'_>) -> Result<Pat
             }
         };
         // A layer refused for a bound is not downloaded further.
-        let stop = || watched.refused();
+        let stop = || job.budget.refused();
         let fetched = job
             .puller
             .fetch_blob_to_file(

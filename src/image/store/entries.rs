@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::pin::Found;
-use super::{io_err, ImageError, ImagePin, Store};
+use super::{io_err, ContentStore, ImageError, ImagePin};
 use crate::image::descriptor::{sha256_digest, BlobRef, Manifest};
 
 /// An image that is whole in the store: config read, every layer extracted.
@@ -30,7 +30,7 @@ pub(super) struct RefEntry {
     pub(super) digest: String,
 }
 
-impl Store {
+impl ContentStore {
     /// Points the normalised reference `key` at a manifest digest.
     pub(crate) fn write_ref(&self, key: &str, digest: &str) -> Result<(), ImageError> {
         let entry = serde_json::to_vec(&RefEntry {
@@ -132,7 +132,7 @@ impl Store {
     }
 
     /// The stored manifest `digest` names, parsed for what the store uses;
-    /// `None` when absent or torn (see [`Store::read_verified`]).
+    /// `None` when absent or torn (see [`ContentStore::read_verified`]).
     pub(crate) fn read_manifest(&self, digest: &str) -> Result<Option<Manifest>, ImageError> {
         let path = self.manifest_path(digest)?;
         let Some(bytes) = self.read_verified(&path, digest)? else {

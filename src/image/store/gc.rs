@@ -28,7 +28,7 @@ use nix::fcntl::FlockArg;
 
 use super::entries::RefEntry;
 use super::layout::{self, COLLECTOR};
-use super::{ImageError, Store};
+use super::{ContentStore, ImageError};
 use crate::image::descriptor::Manifest;
 
 /// What a collection did.
@@ -83,7 +83,7 @@ struct Ref {
     used: SystemTime,
 }
 
-impl Store {
+impl ContentStore {
     /// Removes the refs named by the normalised references `keys`, then
     /// collects garbage (see the module's rules).
     pub fn remove_images(&self, keys: &[String]) -> Result<GcReport, ImageError> {

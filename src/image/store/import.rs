@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::codec::{decompressor, extract_verified};
 use super::layout::hex_of;
-use super::{io_err, ImageError, Store, MAX_LAYERS};
+use super::{io_err, ContentStore, ImageError, MAX_LAYERS};
 use crate::image::descriptor::{is_sha256_digest, BlobRef};
 use crate::image::error::{join_err, ContentError};
 use crate::image::ImageReference;
@@ -116,7 +116,7 @@ fn host_architecture() -> &'static str {
     }
 }
 
-impl Store {
+impl ContentStore {
     /// Imports the image in `source` into the store as
     /// `<repository>:sha256-<manifest hex>` and returns that reference, to
     /// run it by (with `PullPolicy::Never`). Named by content, so processes

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
-use super::{io_err, ImageError, Store};
+use super::{io_err, ContentStore, ImageError};
 use crate::image::descriptor::is_sha256_digest;
 
 pub(super) const REFS: &str = "refs";
@@ -63,7 +63,7 @@ fn make_private(dir: &Path, also: Option<u32>) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE))
 }
 
-impl Store {
+impl ContentStore {
     /// `<root>/<dir>/<hex of digest>`.
     fn by_digest(&self, dir: &str, digest: &str) -> Result<PathBuf, ImageError> {
         Ok(self.root().join(dir).join(hex_of(digest, digest)?))

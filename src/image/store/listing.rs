@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::entries::RefEntry;
 use super::gc::{needed, size_of, Entry};
-use super::{io_err, layout, ImageError, Store};
+use super::{io_err, layout, ContentStore, ImageError};
 
 /// An image in the cache, as `xfn cache ls` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct CacheListing {
     pub disk: u64,
 }
 
-impl Store {
+impl ContentStore {
     /// Every image with a ref in the cache, with what it holds on disk.
     pub fn list(&self) -> Result<CacheListing, ImageError> {
         let refs = self.root().join(layout::REFS);

@@ -9,13 +9,6 @@
 //! each pin file for an exclusive lock: one it cannot get is in use, and
 //! the image's manifest, config, layers and blobs stay, ref or no ref.
 //!
-//! A pin names what it holds: a pull writes the manifest it resolved into
-//! its pin file (an import too), so the collector knows every layer an
-//! image needs before any of them, or its manifest, is in the store. The
-//! store's manifest is published last, once the image is whole, so a pull
-//! that fails leaves no manifest behind; its pin file goes with the next
-//! collection.
-//!
 //! The *gate* (`locks/gc.gate`) orders pins against collections. Pinning
 //! takes it shared, locks the pin and records its manifest; a collection
 //! takes it exclusive while it decides and moves its victims aside
@@ -23,27 +16,7 @@
 //! sees is whole, and no image can be pinned between the collection's
 //! look and its moves.
 //!
-//! One pin per image per process: pinning an image this process already
-//! pins hands out a clone of that pin (taking the gate only to record a
-//! manifest), so a warm call takes no lock and opens no file, and a daemon
-//! holds one pin file open per image in use, not one per call.
-//!
-//! Choice: **what was found under a pin lives in the pin.** Finding a
-//! cached image reads and hashes its manifest and config, parses both and
-//! checks every layer directory (`entries`): a tenth of a millisecond of
-//! every warm call of `xfn start`, for answers that cannot change while
-//! the image is pinned, since no collection in any process removes a
-//! pinned image and what a digest names never changes. So the first lookup
-//! under a pin keeps what it found in the pin, and later lookups under
-//! the same pin use it; it goes when the last clone of the pin does, and
-//! the next lookup reads the disk again, verifying as always. No timer and
-//! no generation count shared between processes: the kernel's lock is the
-//! whole truth. A lookup still reads the ref (another process may point it
-//! at another digest) and `stat`s each layer directory: one lost by hand
-//! or damage is re-extracted by the next pull, so a torn entry stays never
-//! a lasting error. A manifest or config torn on disk under a live pin
-//! does not matter while the verified copy is used; the first lookup after
-//! the pin reads, finds and removes it.
+//! More of the why: docs/design.md, "Notes behind the code", `src/image/store/pin.rs`.
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -53,7 +26,7 @@ use nix::fcntl::{Flock, FlockArg};
 
 use super::entries::parse_manifest;
 use super::layout::{hex_of, GATE, PINS};
-use super::{io_err, ImageError, Store};
+use super::{io_err, ContentStore, ImageError};
 use crate::image::descriptor::{sha256_digest, Manifest};
 
 /// A hold on one image: while any clone lives, no collection removes it.
@@ -101,7 +74,7 @@ pub(super) struct Gate {
     _lock: Flock<File>,
 }
 
-impl Store {
+impl ContentStore {
     /// Takes the gate (shared to pin, exclusive to collect).
     pub(super) fn gate(&self, exclusive: bool) -> Result<Gate, ImageError> {
         let path = self.root().join(GATE);
@@ -223,13 +196,13 @@ mod tests {
 
     const DIGEST: &str = "sha256:1aab5c70a981f9fbc171524372b9dfa9a71ad0f8219065a5c4e6437127f64f5d";
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, ContentStore) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), super::super::Limits::default()).unwrap();
+        let store = ContentStore::open(dir.path(), super::super::Limits::default()).unwrap();
         (dir, store)
     }
 
-    fn pinned(store: &Store) -> bool {
+    fn pinned(store: &ContentStore) -> bool {
         let gate = store.gate(true).unwrap();
         store.is_pinned(DIGEST.trim_start_matches("sha256:"), &gate)
     }

@@ -15,9 +15,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 
-use super::{io_err, ImageError, Store};
+use super::{io_err, ContentStore, ImageError};
 
-impl Store {
+impl ContentStore {
     /// A temp file under `tmp/`, removed when dropped unless published.
     pub(crate) fn tmp_file(&self, what: &str) -> Result<tempfile::TempPath, ImageError> {
         let tmp = self.tmp_root();

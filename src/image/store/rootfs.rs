@@ -5,11 +5,11 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use super::codec::decompressor;
-use super::{io_err, ImageError, PulledImage, Store};
+use super::{io_err, ContentStore, ImageError, PulledImage};
 use crate::image::error::join_err;
 use crate::image::extract::{extract_layer_bounded, WhiteoutMode};
 
-impl Store {
+impl ContentStore {
     /// The flattened rootfs of a pulled image, built once and cached.
     pub async fn flattened_rootfs(&self, image: &PulledImage) -> Result<PathBuf, ImageError> {
         let dest = self.rootfs_dir(&image.digest)?;

@@ -13,7 +13,7 @@
 //! renaming it). The cache dir itself and the store's directories in it must
 //! be a trusted uid's; a cache dir others may write is taken only when it is
 //! xfn's own (it then makes it 0700: `layout`). Directories not yet there
-//! are made by xfn, 0700. Called where the cache is opened (`Store::open`,
+//! are made by xfn, 0700. Called where the cache is opened (`ContentStore::open`,
 //! and `userns::enter` before it maps ids: inside the namespace, host
 //! root and other uids both show as unmapped and cannot be told apart).
 //! As root, xfn takes a cache dir of another owner over (`userns`). In a

@@ -1,0 +1,6 @@
+//! The print stage of a render: [`output`], the YAML stream `crossplane
+//! render` prints (in YAML 1.1 where Crossplane's printer differs,
+//! [`yaml11`]), with the metadata [`names`] gives composed resources.
+mod operation;
+pub(crate) mod output;
+mod yaml11;

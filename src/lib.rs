@@ -62,6 +62,7 @@ mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;
+mod schema;
 mod server;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an

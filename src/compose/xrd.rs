@@ -94,6 +94,31 @@ impl Xrd {
         Ok(Self { schema, object })
     }
 
+    /// An XRD object as it is (for `xfn validate`, which derives the XR's
+    /// schema from it), or `None` when `object` is no v1 or v2
+    /// CompositeResourceDefinition.
+    pub(crate) fn from_object(object: Value) -> Option<Self> {
+        let schema = match get_str(&object, &["apiVersion"]) {
+            Some("apiextensions.crossplane.io/v1") => XrSchema::Legacy,
+            Some("apiextensions.crossplane.io/v2") => XrSchema::Modern,
+            _ => return None,
+        };
+        if get_str(&object, &["kind"]) != Some("CompositeResourceDefinition") {
+            return None;
+        }
+        let schema = match get_str(&object, &["spec", "scope"]) {
+            Some("LegacyCluster") => XrSchema::Legacy,
+            None => schema,
+            _ => XrSchema::Modern,
+        };
+        Some(Self { schema, object })
+    }
+
+    /// The object read.
+    pub(crate) fn object(&self) -> &Value {
+        &self.object
+    }
+
     /// The kind of the XRD's claims (`spec.claimNames.kind`), if it offers them.
     pub(crate) fn claim_kind(&self) -> Option<&str> {
         get_str(&self.object, &["spec", "claimNames", "kind"]).filter(|k| !k.is_empty())

@@ -7,7 +7,9 @@ use std::process::{Output, Stdio};
 use crate::support::xfn_command;
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validate").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/validate")
+        .join(name)
 }
 
 fn validate(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
@@ -26,14 +28,21 @@ fn rendered_output_that_fits_its_crds_and_xrd_passes_with_exit_0() {
         data("valid.yaml").as_os_str(),
     ]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("[✓] XStore/shop (example.org/v1, "), "{stdout}");
-    assert!(stdout.contains("valid.yaml, document 1) validated successfully"), "{stdout}");
+    assert!(
+        stdout.contains("[✓] XStore/shop (example.org/v1, "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("valid.yaml, document 1) validated successfully"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("[✓] Bucket/shop-data (storage.example.org/v1beta1, "),
         "{stdout}"
     );
     assert!(
-        stdout.ends_with("Total 2 resources: 0 missing schemas, 2 success cases, 0 failure cases\n"),
+        stdout
+            .ends_with("Total 2 resources: 0 missing schemas, 2 success cases, 0 failure cases\n"),
         "{stdout}"
     );
 }
@@ -62,7 +71,11 @@ fn each_error_names_the_resource_its_document_the_field_and_the_rule_and_exits_1
 fn a_missing_schema_is_a_warning_unless_error_on_missing_schemas_is_given() {
     let dir = tempfile::tempdir().unwrap();
     let resource = dir.path().join("cm.yaml");
-    std::fs::write(&resource, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n").unwrap();
+    std::fs::write(
+        &resource,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    )
+    .unwrap();
     let extensions = data("extensions");
     let (code, stdout, _) = validate(&[extensions.as_os_str(), resource.as_os_str()]);
     assert_eq!(code, Some(0), "{stdout}");
@@ -93,8 +106,16 @@ fn resources_are_read_from_stdin_and_extensions_from_a_comma_separated_list() {
     child.stdin.take().unwrap().write_all(&text).unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("(example.org/v1, -, document 1) validated successfully"), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("(example.org/v1, -, document 1) validated successfully"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -105,7 +126,10 @@ fn a_resource_file_nested_past_the_bound_is_refused_before_parsing() {
     let (code, stdout, stderr) = validate(&[data("extensions").as_os_str(), resource.as_os_str()]);
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("cannot read the resources in"), "{stderr}");
-    assert!(stderr.contains("nested more than 64 levels deep"), "{stderr}");
+    assert!(
+        stderr.contains("nested more than 64 levels deep"),
+        "{stderr}"
+    );
 }
 
 #[test]

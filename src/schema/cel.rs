@@ -4,8 +4,9 @@
 //! crate lacks (Kubernetes' CEL libraries: lists, strings, quantity, url,
 //! ip, format…) is an error naming it, never a pass.
 //!
-//! Bounds, checked before a rule runs: its length ([`MAX_RULE_BYTES`]) and
-//! bracket nesting ([`MAX_RULE_NESTING`]), which bound the parser's and the
+//! Bounds, checked before a rule runs: its length ([`MAX_RULE_BYTES`]),
+//! bracket nesting ([`MAX_RULE_NESTING`]) and operators
+//! ([`MAX_RULE_OPERATORS`]), which bound the parser's and the
 //! interpreter's recursion; its estimated cost, the rule's node count times
 //! the size of `self` (JSON nodes plus string bytes) to the power of its
 //! comprehension nesting, against the API server's per-call limit
@@ -25,6 +26,10 @@ use super::structural::Issue;
 pub(super) const MAX_RULE_BYTES: usize = 4096;
 /// The deepest bracket nesting of a rule evaluated.
 pub(super) const MAX_RULE_NESTING: usize = 32;
+/// The most operators a rule evaluated has: a chain of them (`1+1+…`)
+/// nests as deep as it is long in the `cel` crate's parser and
+/// interpreter (cel-go refuses recursion past 250 for the same reason).
+pub(super) const MAX_RULE_OPERATORS: usize = 250;
 /// The estimated cost one rule may have (the API server's per-call limit).
 pub(super) const PER_CALL_LIMIT: u64 = 1_000_000;
 /// The estimated cost all rules of one resource may have together (the
@@ -196,6 +201,7 @@ fn within_bounds(text: &str) -> Result<(), String> {
         ));
     }
     let mut depth = 0usize;
+    let mut operators = 0usize;
     let mut quote: Option<char> = None;
     let mut escaped = false;
     for c in text.chars() {
@@ -220,6 +226,12 @@ fn within_bounds(text: &str) -> Result<(), String> {
                 }
             }
             ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            '+' | '-' | '*' | '/' | '%' | '&' | '|' | '=' | '!' | '<' | '>' | '?' | '.' => {
+                operators += 1;
+                if operators > MAX_RULE_OPERATORS {
+                    return Err(format!("it has more than {MAX_RULE_OPERATORS} operators"));
+                }
+            }
             _ => {}
         }
     }

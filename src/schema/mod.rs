@@ -93,6 +93,10 @@ impl Report {
     }
 }
 
+/// The stack of the thread validation runs on (reserved, touched only as
+/// deep as a rule recurses).
+const STACK_BYTES: usize = 32 << 20;
+
 /// Validates resources against CRDs and XRDs.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Validator {
@@ -119,12 +123,38 @@ impl Validator {
     }
 
     /// The whole report on `resources`, each named by its `labels` entry.
+    ///
+    /// Runs on a thread of its own with a [`STACK_BYTES`] stack: the `cel`
+    /// crate's parser and interpreter recurse as deep as a rule's operators
+    /// chain (measured in a debug build: 2,040 `+` overflow a tokio
+    /// worker's or a test thread's 2 MiB and touch ~80 MiB; 250, the bound,
+    /// touch ~9 MiB).
     pub(crate) fn check(
         &self,
         extensions: &[Value],
         resources: &[Value],
         labels: &[String],
     ) -> Report {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("xfn-validate".into())
+                .stack_size(STACK_BYTES)
+                .spawn_scoped(scope, || self.check_here(extensions, resources, labels))
+                .map(|thread| thread.join())
+        })
+        .unwrap_or_else(|spawn| {
+            Ok(Report {
+                extension_errors: vec![format!("cannot start the validation thread: {spawn}")],
+                resources: Vec::new(),
+            })
+        })
+        .unwrap_or_else(|_| Report {
+            extension_errors: vec!["the validation failed unexpectedly (a panic)".into()],
+            resources: Vec::new(),
+        })
+    }
+
+    fn check_here(&self, extensions: &[Value], resources: &[Value], labels: &[String]) -> Report {
         let (schemas, extension_errors) = Schemas::build(extensions);
         let resources = resources
             .iter()

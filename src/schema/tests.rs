@@ -611,3 +611,15 @@ fn a_document_that_is_no_crd_or_xrd_is_an_error() {
     );
     one_error(errs, &["ConfigMap/c (v1, extension 1): not an apiextensions.k8s.io/v1 CustomResourceDefinition"]);
 }
+
+#[test]
+fn the_longest_operator_chain_allowed_runs_and_a_longer_one_is_refused() {
+    // `1 + 1 + …`: the parser's and the interpreter's recursion is as
+    // deep as the chain is long.
+    let chain = |n: usize| format!("{} == {n}", vec!["1"; n].join("+"));
+    assert!(cel(json!([{"rule": chain(240)}]), json!({})).is_empty());
+    one_error(
+        cel(json!([{"rule": chain(2000)}]), json!({})),
+        &["it has more than 250 operators"],
+    );
+}

@@ -522,7 +522,7 @@ fn a_resource_of_an_unserved_version_is_an_error_and_one_without_schema_a_warnin
     let other =
         json!({"apiVersion": "example.org/v2", "kind": "Widget", "metadata": {"name": "x"}});
     assert!(Validator::default()
-        .validate(&[crd(json!({}))], &[other.clone()])
+        .validate(&[crd(json!({}))], std::slice::from_ref(&other))
         .is_empty());
     let strict = Validator {
         error_on_missing_schemas: true,
@@ -557,7 +557,7 @@ fn an_xr_is_validated_against_its_xrd_with_the_fields_crossplane_adds() {
         "status": {"url": "u", "conditions": [{"type": "Ready", "status": "True",
             "reason": "Available", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}});
     assert_eq!(
-        Validator::default().validate(&[modern.clone()], &[xr.clone()]),
+        Validator::default().validate(std::slice::from_ref(&modern), std::slice::from_ref(&xr)),
         Vec::<String>::new()
     );
     let mut bad = xr.clone();
@@ -583,7 +583,7 @@ fn an_xr_is_validated_against_its_xrd_with_the_fields_crossplane_adds() {
             "claimRef": {"apiVersion": "example.org/v1", "kind": "Bucket", "namespace": "n", "name": "b"},
             "writeConnectionSecretToRef": {"name": "s", "namespace": "n"}}});
     assert_eq!(
-        Validator::default().validate(&[legacy.clone()], &[legacy_xr]),
+        Validator::default().validate(std::slice::from_ref(&legacy), &[legacy_xr]),
         Vec::<String>::new()
     );
     let claim = json!({"apiVersion": "example.org/v1", "kind": "Bucket", "metadata": {"name": "b", "namespace": "n"},

@@ -51,6 +51,7 @@ mod proto_json;
 mod resident;
 mod rootfs;
 mod sandbox;
+mod schema;
 mod sidecar;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an

@@ -18,6 +18,7 @@ pub(crate) mod render;
 pub(crate) mod render_servers;
 pub(crate) mod run;
 pub(crate) mod start;
+pub(crate) mod validate;
 pub(crate) mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
@@ -78,6 +79,9 @@ pub(crate) enum Command {
     Adapt(adapt::AdaptArgs),
     /// Build an adaptor image (a Function package) from a function image tarball.
     Wrap(wrap::WrapArgs),
+    /// Validate resources against CRDs and XRDs, like `crossplane beta
+    /// validate`: `xfn validate EXTENSIONS RESOURCES`.
+    Validate(validate::ValidateArgs),
 }
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
@@ -471,6 +475,8 @@ pub(crate) enum Prepared {
     Adapt(adapt::AdaptArgs, Security, Namespace, bool),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
+    /// `xfn validate`.
+    Validate(validate::ValidateArgs),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -532,6 +538,7 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         }
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
+        Command::Validate(args) => Prepared::Validate(args),
     })
 }
 
@@ -557,6 +564,7 @@ impl Prepared {
                 adapt::execute(args, security, &namespace, in_memory, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
+            Prepared::Validate(args) => validate::execute(args),
             Prepared::Exit(code) => Ok(code),
         }
     }

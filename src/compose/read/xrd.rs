@@ -48,35 +48,16 @@ impl Xrd {
     /// that is not referenceable).
     pub(crate) fn read(path: &Path) -> Result<Self, ComposeError> {
         let object = read_one(path)?;
-        let api_version = get_str(&object, &["apiVersion"]).unwrap_or_default();
-        let kind = get_str(&object, &["kind"]).unwrap_or_default();
-        let legacy_by_default = match api_version {
-            "apiextensions.crossplane.io/v1" => true,
-            "apiextensions.crossplane.io/v2" => false,
-            _ => {
-                return Err(ComposeError::WrongKind {
-                    path: path.to_path_buf(),
-                    expected: "apiextensions.crossplane.io/v1 or v2 CompositeResourceDefinition"
-                        .into(),
-                    found: format!("{api_version} {kind}"),
-                })
-            }
-        };
-        if kind != "CompositeResourceDefinition" {
-            return Err(ComposeError::WrongKind {
-                path: path.to_path_buf(),
-                expected: "CompositeResourceDefinition".into(),
-                found: format!("{api_version} {kind}"),
-            });
-        }
-        // A v1 XRD without a scope is LegacyCluster. A v2 XRD can say
-        // LegacyCluster too (one posted as v1, read back as v2).
-        let schema = match get_str(&object, &["spec", "scope"]) {
-            Some("LegacyCluster") => XrSchema::Legacy,
-            None if legacy_by_default => XrSchema::Legacy,
-            _ => XrSchema::Modern,
-        };
-        Ok(Self { schema, object })
+        let found = format!(
+            "{} {}",
+            get_str(&object, &["apiVersion"]).unwrap_or_default(),
+            get_str(&object, &["kind"]).unwrap_or_default()
+        );
+        Self::from_object(object).ok_or_else(|| ComposeError::WrongKind {
+            path: path.to_path_buf(),
+            expected: "apiextensions.crossplane.io/v1 or v2 CompositeResourceDefinition".into(),
+            found,
+        })
     }
 
     /// Refuses an XRD that does not define `xr`'s group and kind.
@@ -96,6 +77,33 @@ impl Xrd {
             });
         }
         Ok(())
+    }
+
+    /// An XRD object as it is (for `xfn validate`, which derives the XR's
+    /// schema from it), or `None` when `object` is no v1 or v2
+    /// CompositeResourceDefinition.
+    pub(crate) fn from_object(object: Value) -> Option<Self> {
+        let schema = match get_str(&object, &["apiVersion"]) {
+            Some("apiextensions.crossplane.io/v1") => XrSchema::Legacy,
+            Some("apiextensions.crossplane.io/v2") => XrSchema::Modern,
+            _ => return None,
+        };
+        if get_str(&object, &["kind"]) != Some("CompositeResourceDefinition") {
+            return None;
+        }
+        // A v1 XRD without a scope is LegacyCluster. A v2 XRD can say
+        // LegacyCluster too (one posted as v1, read back as v2).
+        let schema = match get_str(&object, &["spec", "scope"]) {
+            Some("LegacyCluster") => XrSchema::Legacy,
+            None => schema,
+            _ => XrSchema::Modern,
+        };
+        Some(Self { schema, object })
+    }
+
+    /// The object read.
+    pub(crate) fn object(&self) -> &Value {
+        &self.object
     }
 
     /// The kind of the XRD's claims (`spec.claimNames.kind`), if it offers them.

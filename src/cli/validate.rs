@@ -1,0 +1,93 @@
+//! `xfn validate EXTENSIONS RESOURCES`: resources (rendered output, or any
+//! Kubernetes objects) against the schemas of CRDs and XRDs, with
+//! `crossplane beta validate`'s arguments and report; exit 1 on any error.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::schema::read::read_documents;
+use crate::schema::{label, Validator};
+
+/// `xfn validate`'s flags.
+#[derive(Debug, Args)]
+pub(crate) struct ValidateArgs {
+    /// CRDs and XRDs: files or directories (read recursively), comma-separated.
+    #[arg(value_name = "EXTENSIONS", value_delimiter = ',', required = true)]
+    pub extensions: Vec<PathBuf>,
+    /// The resources to validate: a file, a directory, or `-` for stdin
+    /// (e.g. `xfn render … | xfn validate crds/ -`).
+    #[arg(value_name = "RESOURCES")]
+    pub resources: PathBuf,
+    /// A resource whose kind no CRD or XRD defines is an error, not a warning.
+    #[arg(long)]
+    pub error_on_missing_schemas: bool,
+    /// Print only errors and warnings, not each valid resource.
+    #[arg(long)]
+    pub skip_success_results: bool,
+}
+
+/// Runs `xfn validate`.
+pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let mut extensions = Vec::new();
+    for path in &args.extensions {
+        let documents = read_documents(path)
+            .with_context(|| format!("cannot read the CRDs and XRDs in {}", path.display()))?;
+        extensions.extend(documents.into_iter().map(|d| d.object));
+    }
+    let documents = read_documents(&args.resources)
+        .with_context(|| format!("cannot read the resources in {}", args.resources.display()))?;
+    let labels: Vec<String> = documents
+        .iter()
+        .map(|d| label(&d.object, &d.place))
+        .collect();
+    let resources: Vec<serde_json::Value> = documents.into_iter().map(|d| d.object).collect();
+    let validator = Validator {
+        error_on_missing_schemas: args.error_on_missing_schemas,
+    };
+    let report = validator.check(&extensions, &resources, &labels);
+    let mut out = String::new();
+    for error in &report.extension_errors {
+        out.push_str(&format!("[x] {error}\n"));
+    }
+    let (mut missing, mut failed) = (0, 0);
+    for resource in &report.resources {
+        for note in &resource.notes {
+            out.push_str(&format!("[!] {}: {note}\n", resource.resource));
+        }
+        if resource.missing_schema {
+            missing += 1;
+            out.push_str(&format!(
+                "[!] could not find a CRD or XRD for {}\n",
+                resource.resource
+            ));
+        } else if resource.findings.is_empty() {
+            if !args.skip_success_results {
+                out.push_str(&format!(
+                    "[✓] {} validated successfully\n",
+                    resource.resource
+                ));
+            }
+        } else {
+            failed += 1;
+            for finding in &resource.findings {
+                out.push_str(&format!("[x] {finding}\n"));
+            }
+        }
+    }
+    let total = report.resources.len();
+    out.push_str(&format!(
+        "Total {total} resources: {missing} missing schemas, {} success cases, {failed} failure cases\n",
+        total - missing - failed
+    ));
+    print!("{out}");
+    let failing = !report.extension_errors.is_empty()
+        || failed > 0
+        || (args.error_on_missing_schemas && missing > 0);
+    Ok(if failing {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

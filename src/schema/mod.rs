@@ -1,0 +1,331 @@
+//! Validation of Kubernetes objects against the schemas of CRDs and XRDs, as
+//! `crossplane beta validate` does it: what `xfn validate` prints and what
+//! `xfn test` asserts on rendered output.
+//!
+//! Invariant: every resource is judged as the API server would judge it on
+//! create (no old object): the served version's structural schema, its
+//! defaults applied first ([`crate::compose::xrd::apply_schema_defaults`]),
+//! then types, value validations, unknown fields (which the API server
+//! prunes and `crossplane beta validate` reports), then CEL
+//! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
+//! makes its CRD ([`xrd`]). What xfn cannot check is never passed: a
+//! Kubernetes CEL library function it lacks is an error naming the
+//! function; only transition rules (`oldSelf`) are skipped, and said so.
+//!
+//! Why bounded: CRDs, XRDs and resources come from users and functions.
+//! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
+//! pattern's compiled size is capped; a CEL rule's length, nesting and
+//! estimated cost (its size × the size of `self` to the power of its
+//! comprehension nesting) are capped before it runs ([`cel`]).
+mod cel;
+pub(crate) mod read;
+mod structural;
+mod xrd;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::compose::value::get_str;
+
+/// One error: which resource, which field, what is wrong, which rule says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finding {
+    /// `Kind/name (apiVersion, document N)`.
+    pub resource: String,
+    /// The field path (`spec.forProvider.region`, `spec.items[2]`), `<root>`
+    /// for the object itself.
+    pub path: String,
+    /// What is wrong, in the API server's words where it has them.
+    pub message: String,
+    /// The schema keyword or CEL rule that says so.
+    pub rule: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {} (rule: {})",
+            self.resource, self.path, self.message, self.rule
+        )
+    }
+}
+
+/// What validation said about one resource.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ResourceReport {
+    /// `Kind/name (apiVersion, document N)`.
+    pub resource: String,
+    /// No CRD or XRD defines its kind and version.
+    pub missing_schema: bool,
+    /// Its errors.
+    pub findings: Vec<Finding>,
+    /// What was not checked and why (transition rules).
+    pub notes: Vec<String>,
+}
+
+/// What validation said about every resource.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Report {
+    /// CRDs and XRDs that could not be used, and why.
+    pub extension_errors: Vec<String>,
+    /// One per resource, in order.
+    pub resources: Vec<ResourceReport>,
+}
+
+impl Report {
+    /// Every error as one line; a missing schema is one when `strict`.
+    #[cfg_attr(not(test), allow(dead_code))] // through validate(), xfn test's entry
+    pub(crate) fn errors(&self, strict: bool) -> Vec<String> {
+        let mut errors = self.extension_errors.clone();
+        for resource in &self.resources {
+            if resource.missing_schema && strict {
+                errors.push(format!(
+                    "{}: no CRD or XRD given defines this kind and version",
+                    resource.resource
+                ));
+            }
+            errors.extend(resource.findings.iter().map(Finding::to_string));
+        }
+        errors
+    }
+}
+
+/// The stack of the thread validation runs on (reserved, touched only as
+/// deep as a rule recurses).
+const STACK_BYTES: usize = 32 << 20;
+
+/// Validates resources against CRDs and XRDs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Validator {
+    /// A resource whose kind no CRD or XRD defines is an error (otherwise
+    /// a warning, as in `crossplane beta validate`).
+    pub error_on_missing_schemas: bool,
+}
+
+impl Validator {
+    /// `xfn test`'s entry (src/suite/).
+    ///
+    /// The errors of `rendered` against `crds` (CRDs and XRDs), one string
+    /// each naming the resource, the field path and the rule; empty when
+    /// everything is valid.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn validate(&self, crds: &[Value], rendered: &[Value]) -> Vec<String> {
+        let labels: Vec<String> = rendered
+            .iter()
+            .enumerate()
+            .map(|(i, r)| label(r, &format!("document {}", i + 1)))
+            .collect();
+        self.check(crds, rendered, &labels)
+            .errors(self.error_on_missing_schemas)
+    }
+
+    /// The whole report on `resources`, each named by its `labels` entry.
+    ///
+    /// Runs on a thread of its own with a [`STACK_BYTES`] stack: the `cel`
+    /// crate's parser and interpreter recurse as deep as a rule's operators
+    /// chain (measured in a debug build: 2,040 `+` overflow a tokio
+    /// worker's or a test thread's 2 MiB and touch ~80 MiB; 250, the bound,
+    /// touch ~9 MiB).
+    pub(crate) fn check(
+        &self,
+        extensions: &[Value],
+        resources: &[Value],
+        labels: &[String],
+    ) -> Report {
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("xfn-validate".into())
+                .stack_size(STACK_BYTES)
+                .spawn_scoped(scope, || self.check_here(extensions, resources, labels))
+                .map(|thread| thread.join())
+        })
+        .unwrap_or_else(|spawn| {
+            Ok(Report {
+                extension_errors: vec![format!("cannot start the validation thread: {spawn}")],
+                resources: Vec::new(),
+            })
+        })
+        .unwrap_or_else(|_| Report {
+            extension_errors: vec!["the validation failed unexpectedly (a panic)".into()],
+            resources: Vec::new(),
+        })
+    }
+
+    fn check_here(&self, extensions: &[Value], resources: &[Value], labels: &[String]) -> Report {
+        let (schemas, extension_errors) = Schemas::build(extensions);
+        let resources = resources
+            .iter()
+            .zip(labels)
+            .map(|(resource, label)| schemas.check(resource, label))
+            .collect();
+        Report {
+            extension_errors,
+            resources,
+        }
+    }
+}
+
+/// `Kind/name (apiVersion, WHERE)`: a resource as errors name it. A
+/// composed resource without a name is named by its
+/// `crossplane.io/composition-resource-name`.
+pub(crate) fn label(resource: &Value, place: &str) -> String {
+    let kind = get_str(resource, &["kind"]).unwrap_or("<no kind>");
+    let api_version = get_str(resource, &["apiVersion"]).unwrap_or("<no apiVersion>");
+    let name = get_str(resource, &["metadata", "name"])
+        .map(str::to_string)
+        .or_else(|| get_str(resource, &["metadata", "generateName"]).map(|g| format!("{g}*")))
+        .or_else(|| {
+            resource
+                .pointer("/metadata/annotations/crossplane.io~1composition-resource-name")
+                .and_then(Value::as_str)
+                .map(|n| format!("(composition-resource-name {n})"))
+        })
+        .unwrap_or_else(|| "<no name>".into());
+    format!("{kind}/{name} ({api_version}, {place})")
+}
+
+/// One version of a kind: its schema, whether it is served, who defined it.
+#[derive(Debug, Clone)]
+struct Version {
+    schema: Value,
+    served: bool,
+    source: String,
+}
+
+/// Schemas by (group, version, kind).
+#[derive(Debug, Default)]
+struct Schemas {
+    by_gvk: HashMap<(String, String, String), Version>,
+}
+
+impl Schemas {
+    /// Reads every CRD and XRD in `extensions`; anything else, or one
+    /// without versions, is an error.
+    fn build(extensions: &[Value]) -> (Self, Vec<String>) {
+        let mut schemas = Schemas::default();
+        let mut errors = Vec::new();
+        for (i, extension) in extensions.iter().enumerate() {
+            let place = format!("extension {}", i + 1);
+            let api_version = get_str(extension, &["apiVersion"]).unwrap_or_default();
+            let kind = get_str(extension, &["kind"]).unwrap_or_default();
+            let name = get_str(extension, &["metadata", "name"]).unwrap_or_default();
+            let source = format!("{kind} {name}");
+            let group = get_str(extension, &["spec", "group"]).unwrap_or_default();
+            if api_version == "apiextensions.k8s.io/v1" && kind == "CustomResourceDefinition" {
+                let crd_kind = get_str(extension, &["spec", "names", "kind"]).unwrap_or_default();
+                let versions = extension
+                    .pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                if versions.is_empty() {
+                    errors.push(format!(
+                        "{}: has no spec.versions",
+                        label(extension, &place)
+                    ));
+                }
+                for version in versions {
+                    let version_name = get_str(version, &["name"]).unwrap_or_default();
+                    let schema = version
+                        .pointer("/schema/openAPIV3Schema")
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    schemas.by_gvk.insert(
+                        (group.into(), version_name.into(), crd_kind.into()),
+                        Version {
+                            schema,
+                            served: version.get("served") != Some(&Value::Bool(false)),
+                            source: source.clone(),
+                        },
+                    );
+                }
+            } else if let Some(definition) =
+                crate::compose::xrd::Xrd::from_object(extension.clone())
+            {
+                for (kind, version, schema, served) in xrd::schemas(&definition) {
+                    schemas.by_gvk.insert(
+                        (group.into(), version, kind),
+                        Version {
+                            schema,
+                            served,
+                            source: source.clone(),
+                        },
+                    );
+                }
+            } else {
+                errors.push(format!(
+                    "{}: not an apiextensions.k8s.io/v1 CustomResourceDefinition or an \
+                     apiextensions.crossplane.io v1/v2 CompositeResourceDefinition",
+                    label(extension, &place)
+                ));
+            }
+        }
+        (schemas, errors)
+    }
+
+    /// Validates one resource.
+    fn check(&self, resource: &Value, label: &str) -> ResourceReport {
+        let mut report = ResourceReport {
+            resource: label.to_string(),
+            ..ResourceReport::default()
+        };
+        let api_version = get_str(resource, &["apiVersion"]).unwrap_or_default();
+        let kind = get_str(resource, &["kind"]).unwrap_or_default();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let Some(found) =
+            self.by_gvk
+                .get(&(group.to_string(), version.to_string(), kind.to_string()))
+        else {
+            report.missing_schema = true;
+            return report;
+        };
+        if !found.served {
+            report.findings.push(Finding {
+                resource: label.to_string(),
+                path: "apiVersion".into(),
+                message: format!(
+                    "version {version:?} is not served by the {} that defines {kind}",
+                    found.source
+                ),
+                rule: "served".into(),
+            });
+            return report;
+        }
+        let mut object = resource.clone();
+        crate::compose::xrd::apply_schema_defaults(&mut object, &found.schema);
+        let mut walk = structural::Walk::new();
+        walk.root(&object, &found.schema);
+        for issue in walk.issues {
+            report.findings.push(Finding {
+                resource: label.to_string(),
+                path: if issue.path.is_empty() {
+                    "<root>".into()
+                } else {
+                    issue.path
+                },
+                message: issue.message,
+                rule: issue.rule,
+            });
+        }
+        report.notes = walk.notes;
+        report
+    }
+}
+
+/// What a non-object document is, for an error.
+fn structural_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,681 @@
+//! One walk of an object against its structural schema, in the API server's
+//! order: `nullable`, `type` (or `x-kubernetes-int-or-string`), value
+//! validations (enum, format, pattern, lengths, bounds, counts, required,
+//! list types, allOf/anyOf/oneOf/not), fields the schema does not know
+//! (reported: the API server would prune them), the children, then the
+//! node's CEL rules (only where the node's type is right, as the API
+//! server). `metadata` of the root and of embedded resources is the API
+//! server's own ObjectMeta: only its schema's value validations apply.
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde_json::{Map, Value};
+
+/// The compiled size a CRD's `pattern` may take (regex's own bound on a
+/// program; a larger pattern is an error, not a slow match).
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// One error of the walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Issue {
+    pub path: String,
+    pub message: String,
+    pub rule: String,
+}
+
+/// The walk's state: its errors, its notes, compiled patterns.
+#[derive(Debug, Default)]
+pub(super) struct Walk {
+    pub issues: Vec<Issue>,
+    pub notes: Vec<String>,
+    patterns: HashMap<String, Result<Regex, String>>,
+    cel: super::cel::Budget,
+}
+
+/// How much of the schema a (sub)walk applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Everything.
+    Full,
+    /// Value validations only (allOf/anyOf/oneOf/not branches, ObjectMeta):
+    /// no unknown fields, no CEL.
+    ValuesOnly,
+}
+
+impl Walk {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Walks a whole object: `apiVersion`, `kind`, `metadata` are the API
+    /// server's even where the schema does not list them.
+    pub(super) fn root(&mut self, value: &Value, schema: &Value) {
+        self.node(value, schema, "", Mode::Full, true);
+    }
+
+    fn issue(&mut self, path: &str, message: String, rule: &str) {
+        self.issues.push(Issue {
+            path: path.to_string(),
+            message,
+            rule: rule.to_string(),
+        });
+    }
+
+    fn node(&mut self, value: &Value, schema: &Value, path: &str, mode: Mode, resource: bool) {
+        let Some(s) = schema.as_object() else {
+            return;
+        };
+        let int_or_string = flag(s, "x-kubernetes-int-or-string");
+        let ty = s.get("type").and_then(Value::as_str);
+        if value.is_null() {
+            if flag(s, "nullable") || (ty.is_none() && !int_or_string) {
+                return;
+            }
+            let expected = if int_or_string {
+                "integer or string"
+            } else {
+                ty.unwrap_or("")
+            };
+            self.issue(
+                path,
+                format!(
+                    "Invalid value: null: must be of type {expected} (the schema is not nullable)"
+                ),
+                "nullable",
+            );
+            return;
+        }
+        if int_or_string {
+            if !(is_integer(value) || value.is_string()) {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must be an integer or a string",
+                        short(value)
+                    ),
+                    "x-kubernetes-int-or-string",
+                );
+                return;
+            }
+        } else if let Some(ty) = ty {
+            if !has_type(value, ty) {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must be of type {ty}, not {}",
+                        short(value),
+                        type_of(value)
+                    ),
+                    "type",
+                );
+                return;
+            }
+        }
+        self.values(value, s, path);
+        for (keyword, all) in [("allOf", true), ("anyOf", false), ("oneOf", false)] {
+            let Some(branches) = s.get(keyword).and_then(Value::as_array) else {
+                continue;
+            };
+            let mut passing = 0;
+            let mut first_failure = None;
+            for branch in branches {
+                let mut sub = Walk::new();
+                sub.node(value, branch, path, Mode::ValuesOnly, false);
+                if sub.issues.is_empty() {
+                    passing += 1;
+                } else if all {
+                    self.issues.extend(sub.issues);
+                } else if first_failure.is_none() {
+                    first_failure = sub.issues.into_iter().next();
+                }
+            }
+            let detail = first_failure
+                .map(|i| format!(" (first: {}: {})", display_path(&i.path), i.message))
+                .unwrap_or_default();
+            match keyword {
+                "anyOf" if passing == 0 && !branches.is_empty() => self.issue(
+                    path,
+                    format!("Invalid value: {}: matches none of anyOf{detail}", short(value)),
+                    "anyOf",
+                ),
+                "oneOf" if passing != 1 => self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must match exactly one of oneOf, matches {passing}{detail}",
+                        short(value)
+                    ),
+                    "oneOf",
+                ),
+                _ => {}
+            }
+        }
+        if let Some(not) = s.get("not") {
+            let mut sub = Walk::new();
+            sub.node(value, not, path, Mode::ValuesOnly, false);
+            if sub.issues.is_empty() {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must not match the schema in not",
+                        short(value)
+                    ),
+                    "not",
+                );
+            }
+        }
+        match value {
+            Value::Object(map) => self.object(map, s, path, mode, resource),
+            Value::Array(items) => {
+                if let Some(item_schema) = s.get("items") {
+                    for (i, item) in items.iter().enumerate() {
+                        self.node(item, item_schema, &format!("{path}[{i}]"), mode, false);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if mode == Mode::Full {
+            if let Some(rules) = s.get("x-kubernetes-validations").and_then(Value::as_array) {
+                let (issues, notes) = self.cel.check(value, rules, path);
+                self.issues.extend(issues);
+                self.notes.extend(notes);
+            }
+        }
+    }
+
+    fn object(
+        &mut self,
+        map: &Map<String, Value>,
+        s: &Map<String, Value>,
+        path: &str,
+        mode: Mode,
+        resource: bool,
+    ) {
+        let properties = s.get("properties").and_then(Value::as_object);
+        let additional = s.get("additionalProperties");
+        let preserve = flag(s, "x-kubernetes-preserve-unknown-fields");
+        let resource = resource || flag(s, "x-kubernetes-embedded-resource");
+        if resource && flag(s, "x-kubernetes-embedded-resource") {
+            for field in ["apiVersion", "kind"] {
+                if map
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    self.issue(
+                        &child(path, field),
+                        "Required value: must not be empty (an embedded resource)".into(),
+                        "x-kubernetes-embedded-resource",
+                    );
+                }
+            }
+        }
+        for (key, child_value) in map {
+            let child_path = child(path, key);
+            if resource && key == "metadata" {
+                // The API server's ObjectMeta: only value validations apply.
+                if let Some(meta) = properties.and_then(|p| p.get("metadata")) {
+                    self.node(child_value, meta, &child_path, Mode::ValuesOnly, false);
+                }
+                continue;
+            }
+            if let Some(property) = properties.and_then(|p| p.get(key)) {
+                self.node(child_value, property, &child_path, mode, false);
+                continue;
+            }
+            match additional {
+                Some(Value::Object(additional)) => {
+                    let additional = Value::Object(additional.clone());
+                    self.node(
+                        child_value,
+                        &additional,
+                        &format!("{path}[{key}]"),
+                        mode,
+                        false,
+                    );
+                    continue;
+                }
+                Some(Value::Bool(true)) => continue,
+                _ => {}
+            }
+            if preserve
+                || mode != Mode::Full
+                || (resource && matches!(key.as_str(), "apiVersion" | "kind"))
+            {
+                continue;
+            }
+            self.issue(
+                &child_path,
+                format!(
+                    "Unknown field: {key:?} is not in the schema (the API server would prune it)"
+                ),
+                "unknown field",
+            );
+        }
+    }
+
+    /// The value validations of one node (its type already right).
+    fn values(&mut self, value: &Value, s: &Map<String, Value>, path: &str) {
+        if let Some(allowed) = s.get("enum").and_then(Value::as_array) {
+            if !allowed.contains(value) {
+                let list: Vec<String> = allowed.iter().map(short).collect();
+                self.issue(
+                    path,
+                    format!(
+                        "Unsupported value: {}: supported values: {}",
+                        short(value),
+                        list.join(", ")
+                    ),
+                    "enum",
+                );
+            }
+        }
+        match value {
+            Value::String(text) => self.string(text, s, path),
+            Value::Number(_) => self.number(value, s, path),
+            Value::Array(items) => self.array(items, s, path),
+            Value::Object(map) => {
+                let count = map.len() as u64;
+                if let Some(min) = s.get("minProperties").and_then(Value::as_u64) {
+                    if count < min {
+                        self.issue(
+                            path,
+                            format!("Invalid value: {count} properties: must have at least {min}"),
+                            "minProperties",
+                        );
+                    }
+                }
+                if let Some(max) = s.get("maxProperties").and_then(Value::as_u64) {
+                    if count > max {
+                        self.issue(
+                            path,
+                            format!("Too many: {count}: must have at most {max} properties"),
+                            "maxProperties",
+                        );
+                    }
+                }
+                if let Some(required) = s.get("required").and_then(Value::as_array) {
+                    for field in required.iter().filter_map(Value::as_str) {
+                        if !map.contains_key(field) {
+                            self.issue(&child(path, field), "Required value".into(), "required");
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn string(&mut self, text: &str, s: &Map<String, Value>, path: &str) {
+        let length = text.chars().count() as u64;
+        if let Some(min) = s.get("minLength").and_then(Value::as_u64) {
+            if length < min {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must be at least {min} characters long",
+                        short_str(text)
+                    ),
+                    "minLength",
+                );
+            }
+        }
+        if let Some(max) = s.get("maxLength").and_then(Value::as_u64) {
+            if length > max {
+                self.issue(
+                    path,
+                    format!("Too long: may not be more than {max} characters (it has {length})"),
+                    "maxLength",
+                );
+            }
+        }
+        if let Some(pattern) = s.get("pattern").and_then(Value::as_str) {
+            let compiled = self
+                .patterns
+                .entry(pattern.to_string())
+                .or_insert_with(|| {
+                    regex::RegexBuilder::new(pattern)
+                        .size_limit(PATTERN_SIZE_LIMIT)
+                        .build()
+                        .map_err(|e| e.to_string())
+                })
+                .clone();
+            match compiled {
+                Ok(re) if !re.is_match(text) => self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must match the pattern {pattern:?}",
+                        short_str(text)
+                    ),
+                    "pattern",
+                ),
+                Ok(_) => {}
+                Err(error) => self.issue(
+                    path,
+                    format!("the schema's pattern {pattern:?} cannot be used: {error}"),
+                    "pattern",
+                ),
+            }
+        }
+        if let Some(format) = s.get("format").and_then(Value::as_str) {
+            if let Some(false) = format_ok(format, text) {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {}: must be a valid {format}",
+                        short_str(text)
+                    ),
+                    "format",
+                );
+            }
+        }
+    }
+
+    fn number(&mut self, value: &Value, s: &Map<String, Value>, path: &str) {
+        let Some(n) = value.as_f64() else { return };
+        let shown = short(value);
+        if let Some(min) = s.get("minimum").and_then(Value::as_f64) {
+            let exclusive = flag(s, "exclusiveMinimum");
+            if n < min || (exclusive && n == min) {
+                let how = if exclusive {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {shown}: must be {how} {}",
+                        short(&s["minimum"])
+                    ),
+                    "minimum",
+                );
+            }
+        }
+        if let Some(max) = s.get("maximum").and_then(Value::as_f64) {
+            let exclusive = flag(s, "exclusiveMaximum");
+            if n > max || (exclusive && n == max) {
+                let how = if exclusive {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {shown}: must be {how} {}",
+                        short(&s["maximum"])
+                    ),
+                    "maximum",
+                );
+            }
+        }
+        if let Some(step) = s.get("multipleOf").and_then(Value::as_f64) {
+            if step > 0.0 && (n / step).fract() != 0.0 {
+                self.issue(
+                    path,
+                    format!(
+                        "Invalid value: {shown}: must be a multiple of {}",
+                        short(&s["multipleOf"])
+                    ),
+                    "multipleOf",
+                );
+            }
+        }
+    }
+
+    fn array(&mut self, items: &[Value], s: &Map<String, Value>, path: &str) {
+        let count = items.len() as u64;
+        if let Some(min) = s.get("minItems").and_then(Value::as_u64) {
+            if count < min {
+                self.issue(
+                    path,
+                    format!("Invalid value: {count} items: must have at least {min} items"),
+                    "minItems",
+                );
+            }
+        }
+        if let Some(max) = s.get("maxItems").and_then(Value::as_u64) {
+            if count > max {
+                self.issue(
+                    path,
+                    format!("Too many: {count}: must have at most {max} items"),
+                    "maxItems",
+                );
+            }
+        }
+        let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
+        let unique = flag(s, "uniqueItems") || list_type == Some("set");
+        if unique {
+            for (i, item) in items.iter().enumerate() {
+                if items[..i].contains(item) {
+                    let rule = if list_type == Some("set") {
+                        "x-kubernetes-list-type: set"
+                    } else {
+                        "uniqueItems"
+                    };
+                    self.issue(
+                        &format!("{path}[{i}]"),
+                        format!("Duplicate value: {}", short(item)),
+                        rule,
+                    );
+                }
+            }
+        }
+        if list_type == Some("map") {
+            let keys: Vec<&str> = s
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let key_of = |item: &Value| -> Vec<Value> {
+                keys.iter()
+                    .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
+                    .collect()
+            };
+            let mut seen: Vec<Vec<Value>> = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let key = key_of(item);
+                if seen.contains(&key) {
+                    let shown: Vec<String> = keys
+                        .iter()
+                        .zip(&key)
+                        .map(|(k, v)| format!("{k}={}", short(v)))
+                        .collect();
+                    self.issue(
+                        &format!("{path}[{i}]"),
+                        format!("Duplicate value: {{{}}}", shown.join(", ")),
+                        "x-kubernetes-list-type: map",
+                    );
+                } else {
+                    seen.push(key);
+                }
+            }
+        }
+    }
+}
+
+fn flag(s: &Map<String, Value>, key: &str) -> bool {
+    s.get(key) == Some(&Value::Bool(true))
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() {
+        "<root>"
+    } else {
+        path
+    }
+}
+
+fn is_integer(value: &Value) -> bool {
+    value.is_i64() || value.is_u64()
+}
+
+fn has_type(value: &Value, ty: &str) -> bool {
+    match ty {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "integer" => is_integer(value),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        _ => true,
+    }
+}
+
+fn type_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) if is_integer(value) => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A value as an error shows it: scalars as JSON, collections by kind.
+fn short(value: &Value) -> String {
+    match value {
+        Value::String(s) => short_str(s),
+        Value::Array(_) => "\"array\"".into(),
+        Value::Object(_) => "\"object\"".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A string as an error shows it: quoted, cut after 64 characters.
+fn short_str(text: &str) -> String {
+    const SHOWN: usize = 64;
+    if text.chars().count() > SHOWN {
+        let cut: String = text.chars().take(SHOWN).collect();
+        format!("{cut:?}…")
+    } else {
+        format!("{text:?}")
+    }
+}
+
+macro_rules! pattern {
+    ($name:ident, $re:expr) => {
+        static $name: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new($re).ok());
+    };
+}
+
+pattern!(DATE, r"^(\d{4})-(\d{2})-(\d{2})$");
+pattern!(
+    DATE_TIME,
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+);
+pattern!(
+    UUID,
+    r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?([0-9a-fA-F])[0-9a-fA-F]{3}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
+);
+pattern!(EMAIL, r"^[^@\s]+@[^@\s]+\.[^@\s]+$");
+pattern!(
+    MAC,
+    r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{2}[:-]){7}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{2}[:-]){19}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{4}\.){2}[0-9a-fA-F]{4}$"
+);
+pattern!(URI, r"^([a-zA-Z][a-zA-Z0-9+.\-]*:[^\s]*|/[^\s]*)$");
+pattern!(HEXCOLOR, r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$");
+pattern!(
+    RGBCOLOR,
+    r"^rgb\(\s*\d{1,3}%?\s*,\s*\d{1,3}%?\s*,\s*\d{1,3}%?\s*\)$"
+);
+pattern!(
+    DURATION,
+    r"^[-+]?(\d+(\.\d+)?\s*(ns|us|µs|ms|s|m|h|d|w|nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)\s*)+$"
+);
+
+fn matches(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
+    re.as_ref().is_some_and(|r| r.is_match(text))
+}
+
+/// Whether `text` is a valid `format` by the API server's (kube-openapi's
+/// strfmt) rules; `None` for a format it does not check.
+pub(super) fn format_ok(format: &str, text: &str) -> Option<bool> {
+    Some(match format {
+        "date" => valid_date(&DATE, text),
+        "date-time" | "datetime" => valid_date(&DATE_TIME, text),
+        "byte" => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .is_ok()
+        }
+        "uuid" => matches(&UUID, text),
+        "uuid3" | "uuid4" | "uuid5" => {
+            let want = &format[4..];
+            UUID.as_ref()
+                .and_then(|r| r.captures(text))
+                .and_then(|c| c.get(1))
+                .is_some_and(|v| v.as_str() == want)
+        }
+        "ipv4" => text.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => text.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => text.split_once('/').is_some_and(|(ip, bits)| {
+            let bits: Option<u8> = bits.parse().ok();
+            match (ip.parse::<std::net::IpAddr>(), bits) {
+                (Ok(std::net::IpAddr::V4(_)), Some(b)) => b <= 32,
+                (Ok(std::net::IpAddr::V6(_)), Some(b)) => b <= 128,
+                _ => false,
+            }
+        }),
+        "hostname" => valid_hostname(text),
+        "email" => matches(&EMAIL, text),
+        "mac" => matches(&MAC, text),
+        "uri" => matches(&URI, text),
+        "hexcolor" => matches(&HEXCOLOR, text),
+        "rgbcolor" => matches(&RGBCOLOR, text),
+        "duration" => matches(&DURATION, text),
+        _ => return None,
+    })
+}
+
+fn valid_date(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
+    let Some(c) = re.as_ref().and_then(|r| r.captures(text)) else {
+        return false;
+    };
+    let n = |i: usize| -> u32 {
+        c.get(i)
+            .and_then(|m| m.as_str().parse().ok())
+            .unwrap_or(u32::MAX)
+    };
+    let (year, month, day) = (n(1), n(2), n(3));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    if day == 0 || day > days {
+        return false;
+    }
+    if c.len() > 4 {
+        return n(4) < 24 && n(5) < 60 && n(6) < 61;
+    }
+    true
+}
+
+fn valid_hostname(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && text.trim_end_matches('.').split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}

@@ -1,0 +1,625 @@
+//! Each schema keyword and CEL rule, a passing and a failing case; the
+//! failing ones show the message a user gets.
+use serde_json::{json, Value};
+
+use super::Validator;
+
+/// A CRD of `example.org/v1` `Widget` whose `spec` has `spec_schema`.
+fn crd(spec_schema: Value) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {"group": "example.org", "names": {"kind": "Widget", "plural": "widgets"},
+            "scope": "Namespaced", "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "properties": {"spec": spec_schema}}}}]}})
+}
+
+fn widget(spec: Value) -> Value {
+    json!({"apiVersion": "example.org/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "default", "labels": {"a": "b"}}, "spec": spec})
+}
+
+/// The errors of a Widget with `spec` against a `spec` of `spec_schema`.
+fn errors(spec_schema: Value, spec: Value) -> Vec<String> {
+    Validator::default().validate(&[crd(spec_schema)], &[widget(spec)])
+}
+
+/// `field`'s schema is `field_schema`: the errors of `{field: value}`.
+fn field(field_schema: Value, value: Value) -> Vec<String> {
+    errors(
+        json!({"type": "object", "properties": {"f": field_schema}}),
+        json!({"f": value}),
+    )
+}
+
+/// Exactly one error, containing each of `parts`.
+fn one_error(errors: Vec<String>, parts: &[&str]) {
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    for part in parts {
+        assert!(errors[0].contains(part), "{:?} lacks {part:?}", errors[0]);
+    }
+}
+
+const WIDGET: &str = "Widget/w (example.org/v1, document 1)";
+
+#[test]
+fn a_wrong_type_is_an_error_naming_resource_path_and_rule() {
+    assert!(field(json!({"type": "integer"}), json!(3)).is_empty());
+    assert!(field(json!({"type": "number"}), json!(3.5)).is_empty());
+    assert!(field(json!({"type": "boolean"}), json!(true)).is_empty());
+    one_error(
+        field(json!({"type": "integer"}), json!("3")),
+        &[
+            WIDGET,
+            ": spec.f: ",
+            "must be of type integer, not string",
+            "(rule: type)",
+        ],
+    );
+    one_error(
+        field(json!({"type": "integer"}), json!(3.5)),
+        &["must be of type integer, not number"],
+    );
+    one_error(
+        field(json!({"type": "array"}), json!({})),
+        &["must be of type array, not object"],
+    );
+}
+
+#[test]
+fn required_fields_must_be_present() {
+    let schema = json!({"type": "object", "required": ["size"], "properties": {"size": {"type": "integer"}}});
+    assert!(errors(schema.clone(), json!({"size": 1})).is_empty());
+    one_error(
+        errors(schema, json!({})),
+        &["spec.size: Required value", "(rule: required)"],
+    );
+}
+
+#[test]
+fn a_value_outside_the_enum_is_unsupported() {
+    let schema = json!({"type": "string", "enum": ["small", "large"]});
+    assert!(field(schema.clone(), json!("small")).is_empty());
+    one_error(
+        field(schema, json!("huge")),
+        &[
+            "spec.f: Unsupported value: \"huge\": supported values: \"small\", \"large\"",
+            "(rule: enum)",
+        ],
+    );
+}
+
+#[test]
+fn formats_the_api_server_checks_are_checked() {
+    for (format, good, bad) in [
+        ("date-time", "2024-02-29T10:00:00Z", "2023-02-29T10:00:00Z"),
+        ("date", "2024-01-31", "2024-13-01"),
+        ("byte", "aGVsbG8=", "not base64!"),
+        ("uuid", "123e4567-e89b-12d3-a456-426614174000", "123e4567"),
+        (
+            "uuid4",
+            "123e4567-e89b-42d3-a456-426614174000",
+            "123e4567-e89b-12d3-a456-426614174000",
+        ),
+        ("ipv4", "10.0.0.1", "10.0.0.256"),
+        ("ipv6", "fd00::1", "fd00::g"),
+        ("cidr", "10.0.0.0/8", "10.0.0.0/33"),
+        ("hostname", "db.example.org", "-db.example.org"),
+        ("email", "a@example.org", "a.example.org"),
+        ("mac", "00:1a:2b:3c:4d:5e", "00:1a:2b"),
+        ("uri", "https://example.org/x", "example org"),
+        ("hexcolor", "#ff00aa", "#ff00a"),
+        ("duration", "1h30m", "an hour"),
+    ] {
+        let schema = json!({"type": "string", "format": format});
+        assert!(
+            field(schema.clone(), json!(good)).is_empty(),
+            "{format}: {good}"
+        );
+        one_error(
+            field(schema, json!(bad)),
+            &[
+                &format!("spec.f: Invalid value: {bad:?}: must be a valid {format}"),
+                "(rule: format)",
+            ],
+        );
+    }
+    // A format the API server does not check is not checked.
+    assert!(field(json!({"type": "string", "format": "password"}), json!("x")).is_empty());
+}
+
+#[test]
+fn a_string_must_match_the_pattern() {
+    let schema = json!({"type": "string", "pattern": "^[a-z]+$"});
+    assert!(field(schema.clone(), json!("abc")).is_empty());
+    one_error(
+        field(schema, json!("ABC")),
+        &[
+            "Invalid value: \"ABC\": must match the pattern \"^[a-z]+$\"",
+            "(rule: pattern)",
+        ],
+    );
+}
+
+#[test]
+fn lengths_are_counted_in_characters() {
+    let schema = json!({"type": "string", "minLength": 2, "maxLength": 3});
+    assert!(field(schema.clone(), json!("éé")).is_empty());
+    one_error(
+        field(schema.clone(), json!("a")),
+        &["must be at least 2 characters long", "(rule: minLength)"],
+    );
+    one_error(
+        field(schema, json!("abcd")),
+        &[
+            "Too long: may not be more than 3 characters",
+            "(rule: maxLength)",
+        ],
+    );
+}
+
+#[test]
+fn numbers_are_bounded_by_minimum_maximum_and_multiple_of() {
+    let schema = json!({"type": "integer", "minimum": 1, "maximum": 10, "multipleOf": 2});
+    assert!(field(schema.clone(), json!(4)).is_empty());
+    one_error(
+        field(schema.clone(), json!(0)),
+        &[
+            "Invalid value: 0: must be greater than or equal to 1",
+            "(rule: minimum)",
+        ],
+    );
+    one_error(
+        field(schema.clone(), json!(12)),
+        &[
+            "Invalid value: 12: must be less than or equal to 10",
+            "(rule: maximum)",
+        ],
+    );
+    one_error(
+        field(schema, json!(3)),
+        &["must be a multiple of 2", "(rule: multipleOf)"],
+    );
+    let exclusive = json!({"type": "number", "minimum": 0, "exclusiveMinimum": true,
+        "maximum": 1, "exclusiveMaximum": true});
+    assert!(field(exclusive.clone(), json!(0.5)).is_empty());
+    one_error(
+        field(exclusive.clone(), json!(0)),
+        &["must be greater than 0", "(rule: minimum)"],
+    );
+    one_error(
+        field(exclusive, json!(1)),
+        &["must be less than 1", "(rule: maximum)"],
+    );
+}
+
+#[test]
+fn lists_are_bounded_by_min_and_max_items_and_sets_refuse_duplicates() {
+    let schema =
+        json!({"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string"}});
+    assert!(field(schema.clone(), json!(["a"])).is_empty());
+    one_error(
+        field(schema.clone(), json!([])),
+        &["must have at least 1 items", "(rule: minItems)"],
+    );
+    one_error(
+        field(schema.clone(), json!(["a", "b", "c"])),
+        &["Too many: 3: must have at most 2 items", "(rule: maxItems)"],
+    );
+    one_error(
+        field(schema, json!(["a", 1])),
+        &["spec.f[1]: Invalid value: 1: must be of type string"],
+    );
+    let set =
+        json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}});
+    assert!(field(set.clone(), json!(["a", "b"])).is_empty());
+    one_error(
+        field(set, json!(["a", "a"])),
+        &[
+            "spec.f[1]: Duplicate value: \"a\"",
+            "x-kubernetes-list-type: set",
+        ],
+    );
+    let map = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+        "items": {"type": "object", "properties": {"name": {"type": "string"}}}});
+    assert!(field(map.clone(), json!([{"name": "a"}, {"name": "b"}])).is_empty());
+    one_error(
+        field(map, json!([{"name": "a"}, {"name": "a"}])),
+        &["spec.f[1]: Duplicate value: {name=\"a\"}"],
+    );
+}
+
+#[test]
+fn objects_are_bounded_by_min_and_max_properties() {
+    let schema = json!({"type": "object", "minProperties": 1, "maxProperties": 1,
+        "additionalProperties": {"type": "string"}});
+    assert!(field(schema.clone(), json!({"a": "x"})).is_empty());
+    one_error(
+        field(schema.clone(), json!({})),
+        &["must have at least 1", "(rule: minProperties)"],
+    );
+    one_error(
+        field(schema, json!({"a": "x", "b": "y"})),
+        &["must have at most 1 properties", "(rule: maxProperties)"],
+    );
+}
+
+#[test]
+fn null_is_refused_unless_the_schema_is_nullable() {
+    assert!(field(json!({"type": "string", "nullable": true}), Value::Null).is_empty());
+    one_error(
+        field(json!({"type": "string"}), Value::Null),
+        &[
+            "spec.f: Invalid value: null: must be of type string (the schema is not nullable)",
+            "(rule: nullable)",
+        ],
+    );
+}
+
+#[test]
+fn additional_properties_validate_every_key_not_listed() {
+    let schema = json!({"type": "object", "additionalProperties": {"type": "integer"}});
+    assert!(field(schema.clone(), json!({"a": 1, "b": 2})).is_empty());
+    one_error(
+        field(schema, json!({"a": 1, "b": "two"})),
+        &["spec.f[b]: Invalid value: \"two\": must be of type integer"],
+    );
+    let closed = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": false});
+    one_error(
+        field(closed, json!({"a": 1, "b": 2})),
+        &["spec.f.b: Unknown field"],
+    );
+}
+
+#[test]
+fn an_unknown_field_is_reported_as_the_api_server_would_prune_it() {
+    let schema = json!({"type": "object", "properties": {"size": {"type": "integer"}}});
+    assert!(errors(schema.clone(), json!({"size": 1})).is_empty());
+    one_error(
+        errors(schema, json!({"size": 1, "sise": 2})),
+        &[WIDGET, "spec.sise: Unknown field: \"sise\" is not in the schema (the API server would prune it)", "(rule: unknown field)"],
+    );
+    // Top level: status not in the schema is unknown too; metadata never.
+    let errs = Validator::default().validate(
+        &[crd(json!({"type": "object"}))],
+        &[json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "w", "anything": 1}, "spec": {}, "status": {}})],
+    );
+    one_error(errs, &["status: Unknown field"]);
+}
+
+#[test]
+fn preserve_unknown_fields_keeps_what_the_schema_does_not_list() {
+    let schema = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {"size": {"type": "integer"}}});
+    assert!(errors(schema.clone(), json!({"size": 1, "free": {"form": true}})).is_empty());
+    // Listed fields are still validated.
+    one_error(
+        errors(schema, json!({"size": "one"})),
+        &["spec.size", "must be of type integer"],
+    );
+}
+
+#[test]
+fn int_or_string_takes_either_and_nothing_else() {
+    let schema = json!({"x-kubernetes-int-or-string": true});
+    assert!(field(schema.clone(), json!(80)).is_empty());
+    assert!(field(schema.clone(), json!("http")).is_empty());
+    one_error(
+        field(schema, json!(1.5)),
+        &[
+            "spec.f: Invalid value: 1.5: must be an integer or a string",
+            "(rule: x-kubernetes-int-or-string)",
+        ],
+    );
+}
+
+#[test]
+fn an_embedded_resource_needs_api_version_and_kind_and_keeps_its_metadata() {
+    let schema = json!({"type": "object", "x-kubernetes-embedded-resource": true,
+        "x-kubernetes-preserve-unknown-fields": true});
+    assert!(field(
+        schema.clone(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    )
+    .is_empty());
+    one_error(
+        field(schema, json!({"apiVersion": "v1", "metadata": {}})),
+        &[
+            "spec.f.kind: Required value: must not be empty",
+            "(rule: x-kubernetes-embedded-resource)",
+        ],
+    );
+    let closed = json!({"type": "object", "x-kubernetes-embedded-resource": true,
+        "properties": {"data": {"type": "object", "additionalProperties": {"type": "string"}}}});
+    assert!(field(closed.clone(), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}})).is_empty());
+    one_error(
+        field(
+            closed,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "extra": 1}),
+        ),
+        &["spec.f.extra: Unknown field"],
+    );
+}
+
+#[test]
+fn all_of_any_of_one_of_and_not_combine_value_validations() {
+    let any = json!({"type": "string", "anyOf": [{"pattern": "^a"}, {"pattern": "^b"}]});
+    assert!(field(any.clone(), json!("bee")).is_empty());
+    one_error(
+        field(any, json!("cee")),
+        &["matches none of anyOf", "(rule: anyOf)"],
+    );
+    let one = json!({"type": "integer", "oneOf": [{"minimum": 5}, {"maximum": 7}]});
+    assert!(field(one.clone(), json!(9)).is_empty());
+    one_error(
+        field(one, json!(6)),
+        &[
+            "must match exactly one of oneOf, matches 2",
+            "(rule: oneOf)",
+        ],
+    );
+    let all = json!({"type": "integer", "allOf": [{"minimum": 5}, {"maximum": 7}]});
+    assert!(field(all.clone(), json!(6)).is_empty());
+    one_error(
+        field(all, json!(8)),
+        &["must be less than or equal to 7", "(rule: maximum)"],
+    );
+    let not = json!({"type": "string", "not": {"enum": ["root"]}});
+    assert!(field(not.clone(), json!("user")).is_empty());
+    one_error(
+        field(not, json!("root")),
+        &["must not match the schema in not", "(rule: not)"],
+    );
+}
+
+#[test]
+fn defaults_are_applied_before_validation() {
+    // The default fills the absent field and is itself validated: an
+    // invalid default shows up as an error on the field.
+    let schema = json!({"type": "object", "properties": {
+        "size": {"type": "integer", "default": 20, "maximum": 10}}});
+    one_error(
+        errors(schema.clone(), json!({})),
+        &["spec.size: Invalid value: 20: must be less than or equal to 10"],
+    );
+    assert!(errors(schema, json!({"size": 5})).is_empty());
+    // A defaulted field satisfies `required`.
+    let required = json!({"type": "object", "required": ["region"], "properties": {
+        "region": {"type": "string", "default": "eu-west-1"}}});
+    assert!(errors(required, json!({})).is_empty());
+}
+
+fn cel(rules: Value, spec: Value) -> Vec<String> {
+    errors(
+        json!({"type": "object", "x-kubernetes-validations": rules,
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"},
+                "names": {"type": "array", "items": {"type": "string"}}}}),
+        spec,
+    )
+}
+
+#[test]
+fn a_cel_rule_that_holds_passes_and_one_that_fails_gives_its_message() {
+    let rules = json!([{"rule": "self.min <= self.max", "message": "min must not exceed max"}]);
+    assert!(cel(rules.clone(), json!({"min": 1, "max": 2})).is_empty());
+    one_error(
+        cel(rules, json!({"min": 3, "max": 2})),
+        &[
+            WIDGET,
+            ": spec: Invalid value: \"object\": min must not exceed max",
+            "(rule: x-kubernetes-validations rule \"self.min <= self.max\")",
+        ],
+    );
+    // Without a message, the rule itself.
+    one_error(
+        cel(json!([{"rule": "self.min < 0"}]), json!({"min": 3})),
+        &["failed rule: self.min < 0"],
+    );
+}
+
+#[test]
+fn a_cel_message_expression_builds_the_message() {
+    let rules = json!([{"rule": "self.names.all(n, n.startsWith('app-'))",
+        "messageExpression": "'names must start with app-, found ' + string(size(self.names)) + ' names'",
+        "message": "unused"}]);
+    assert!(cel(rules.clone(), json!({"names": ["app-a"]})).is_empty());
+    one_error(
+        cel(rules, json!({"names": ["app-a", "db"]})),
+        &["names must start with app-, found 2 names"],
+    );
+}
+
+#[test]
+fn a_cel_rule_on_a_field_and_its_field_path_name_where_the_error_is() {
+    let schema = json!({"type": "object", "properties": {"replicas": {"type": "integer",
+        "x-kubernetes-validations": [{"rule": "self % 2 == 1", "message": "must be odd"}]}},
+        "x-kubernetes-validations": [{"rule": "has(self.replicas)", "fieldPath": ".replicas",
+            "message": "replicas is required"}]});
+    assert_eq!(
+        errors(schema.clone(), json!({"replicas": 3})),
+        Vec::<String>::new()
+    );
+    one_error(
+        errors(schema.clone(), json!({"replicas": 2})),
+        &["spec.replicas: Invalid value: 2: must be odd"],
+    );
+    one_error(
+        errors(schema, json!({})),
+        &["spec.replicas: Invalid value: \"object\": replicas is required"],
+    );
+}
+
+#[test]
+fn a_transition_rule_is_skipped_and_said_so() {
+    let validator = Validator::default();
+    let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.min >= oldSelf.min"}]});
+    let report = validator.check(&[crd(schema)], &[widget(json!({"min": 1}))], &["w".into()]);
+    assert!(report.errors(true).is_empty());
+    let notes = &report.resources[0].notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("transition rule \"self.min >= oldSelf.min\" skipped"),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn a_kubernetes_cel_library_function_is_refused_naming_it() {
+    one_error(
+        cel(json!([{"rule": "self.names.isSorted()"}]), json!({"names": ["a"]})),
+        &["the rule was not checked: it calls isSorted(), a function of Kubernetes' CEL libraries that xfn cannot evaluate"],
+    );
+    one_error(
+        cel(
+            json!([{"rule": "quantity('1Gi').isGreaterThan(quantity('1Mi'))"}]),
+            json!({}),
+        ),
+        &["it calls isGreaterThan()"],
+    );
+}
+
+#[test]
+fn a_cel_rule_that_does_not_compile_or_errs_is_an_error() {
+    one_error(
+        cel(json!([{"rule": "self.min <"}]), json!({"min": 1})),
+        &["the rule does not compile"],
+    );
+    one_error(
+        cel(json!([{"rule": "self.nope == 1"}]), json!({"min": 1})),
+        &["the rule could not be evaluated"],
+    );
+}
+
+#[test]
+fn a_cel_rule_past_the_cost_limit_is_not_run_and_says_why() {
+    let names: Vec<String> = (0..2000).map(|i| format!("n{i}")).collect();
+    let rules = json!([{"rule": "self.names.all(a, self.names.all(b, a == b || a != b))"}]);
+    one_error(
+        cel(rules, json!({"names": names})),
+        &[
+            "estimated cost",
+            "exceeds the per-call limit 1000000",
+            "2 levels of comprehensions",
+        ],
+    );
+    let deep = format!("{}1{}", "(".repeat(40), ")".repeat(40));
+    one_error(
+        cel(json!([{"rule": deep}]), json!({})),
+        &["nests brackets more than 32 deep"],
+    );
+}
+
+#[test]
+fn a_resource_of_an_unserved_version_is_an_error_and_one_without_schema_a_warning() {
+    let mut definition = crd(json!({"type": "object"}));
+    definition["spec"]["versions"][0]["served"] = json!(false);
+    one_error(
+        Validator::default().validate(&[definition], &[widget(json!({}))]),
+        &["version \"v1\" is not served by the CustomResourceDefinition widgets.example.org"],
+    );
+    let other =
+        json!({"apiVersion": "example.org/v2", "kind": "Widget", "metadata": {"name": "x"}});
+    assert!(Validator::default()
+        .validate(&[crd(json!({}))], std::slice::from_ref(&other))
+        .is_empty());
+    let strict = Validator {
+        error_on_missing_schemas: true,
+    };
+    one_error(strict.validate(&[crd(json!({}))], &[other]), &["Widget/x (example.org/v2, document 1): no CRD or XRD given defines this kind and version"]);
+}
+
+fn xrd(api_version: &str, scope: Option<&str>) -> Value {
+    let mut xrd = json!({"apiVersion": api_version, "kind": "CompositeResourceDefinition",
+        "metadata": {"name": "xbuckets.example.org"},
+        "spec": {"group": "example.org", "names": {"kind": "XBucket", "plural": "xbuckets"},
+            "claimNames": {"kind": "Bucket", "plural": "buckets"},
+            "versions": [{"name": "v1", "served": true, "referenceable": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["region"], "properties": {
+                        "region": {"type": "string", "enum": ["eu", "us"]},
+                        "size": {"type": "integer", "default": 10, "maximum": 100}}},
+                    "status": {"type": "object", "properties": {"url": {"type": "string"}}}}}}}]}});
+    if let Some(scope) = scope {
+        xrd["spec"]["scope"] = json!(scope);
+    }
+    xrd
+}
+
+#[test]
+fn an_xr_is_validated_against_its_xrd_with_the_fields_crossplane_adds() {
+    let modern = xrd("apiextensions.crossplane.io/v2", Some("Namespaced"));
+    let xr = json!({"apiVersion": "example.org/v1", "kind": "XBucket",
+        "metadata": {"name": "b", "namespace": "team"},
+        "spec": {"region": "eu", "crossplane": {"compositionRef": {"name": "c"},
+            "resourceRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}]}},
+        "status": {"url": "u", "conditions": [{"type": "Ready", "status": "True",
+            "reason": "Available", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}});
+    assert_eq!(
+        Validator::default().validate(std::slice::from_ref(&modern), std::slice::from_ref(&xr)),
+        Vec::<String>::new()
+    );
+    let mut bad = xr.clone();
+    bad["spec"]["region"] = json!("mars");
+    bad["spec"]["size"] = json!(500);
+    bad["spec"]["crossplane"]["compositionUpdatePolicy"] = json!("Sometimes");
+    bad["spec"]["compositionRef"] = json!({"name": "legacy-place"});
+    let errs = Validator::default().validate(&[modern], &[bad]);
+    assert_eq!(errs.len(), 4, "{errs:#?}");
+    let all = errs.join("\n");
+    for part in [
+        "XBucket/b (example.org/v1, document 1): spec.region: Unsupported value: \"mars\"",
+        "spec.size: Invalid value: 500",
+        "spec.crossplane.compositionUpdatePolicy: Unsupported value",
+        "spec.compositionRef: Unknown field",
+    ] {
+        assert!(all.contains(part), "{all} lacks {part}");
+    }
+    // A v1 XRD is LegacyCluster: Crossplane's fields directly in spec, and claims.
+    let legacy = xrd("apiextensions.crossplane.io/v1", None);
+    let legacy_xr = json!({"apiVersion": "example.org/v1", "kind": "XBucket", "metadata": {"name": "b"},
+        "spec": {"region": "us", "compositionRef": {"name": "c"},
+            "claimRef": {"apiVersion": "example.org/v1", "kind": "Bucket", "namespace": "n", "name": "b"},
+            "writeConnectionSecretToRef": {"name": "s", "namespace": "n"}}});
+    assert_eq!(
+        Validator::default().validate(std::slice::from_ref(&legacy), &[legacy_xr]),
+        Vec::<String>::new()
+    );
+    let claim = json!({"apiVersion": "example.org/v1", "kind": "Bucket", "metadata": {"name": "b", "namespace": "n"},
+        "spec": {"compositeDeletePolicy": "Never"}});
+    let errs = Validator::default().validate(&[legacy], &[claim]);
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    assert!(
+        errs.iter()
+            .any(|e| e
+                .contains("Bucket/b (example.org/v1, document 1): spec.region: Required value")),
+        "{errs:#?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("spec.compositeDeletePolicy: Unsupported value: \"Never\"")),
+        "{errs:#?}"
+    );
+}
+
+#[test]
+fn a_document_that_is_no_crd_or_xrd_is_an_error() {
+    let errs = Validator::default().validate(
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})],
+        &[],
+    );
+    one_error(errs, &["ConfigMap/c (v1, extension 1): not an apiextensions.k8s.io/v1 CustomResourceDefinition"]);
+}
+
+#[test]
+fn the_longest_operator_chain_allowed_runs_and_a_longer_one_is_refused() {
+    // `1 + 1 + …`: the parser's and the interpreter's recursion is as
+    // deep as the chain is long.
+    let chain = |n: usize| format!("{} == {n}", vec!["1"; n].join("+"));
+    assert!(cel(json!([{"rule": chain(240)}]), json!({})).is_empty());
+    one_error(
+        cel(json!([{"rule": chain(2000)}]), json!({})),
+        &["it has more than 250 operators"],
+    );
+}

@@ -1,0 +1,9 @@
+//! Test binary `validate`: `xfn validate EXTENSIONS RESOURCES` end to end,
+//! on CRDs, XRDs and rendered output in tests/validate/.
+//!
+//! One binary per area (tests/README.md says which file goes where).
+#[path = "support/mod.rs"]
+mod support;
+
+#[path = "validate_cli.rs"]
+mod validate_cli;

@@ -1,0 +1,146 @@
+//! `xfn validate`: exit codes, the report's lines, stdin, and the bounds on
+//! what it reads.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use crate::support::xfn_command;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/validate")
+        .join(name)
+}
+
+fn validate(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out: Output = xfn_command().arg("validate").args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn rendered_output_that_fits_its_crds_and_xrd_passes_with_exit_0() {
+    let (code, stdout, stderr) = validate(&[
+        data("extensions").as_os_str(),
+        data("valid.yaml").as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("[✓] XStore/shop (example.org/v1, "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("valid.yaml, document 1) validated successfully"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[✓] Bucket/shop-data (storage.example.org/v1beta1, "),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .ends_with("Total 2 resources: 0 missing schemas, 2 success cases, 0 failure cases\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn each_error_names_the_resource_its_document_the_field_and_the_rule_and_exits_1() {
+    let (code, stdout, stderr) = validate(&[
+        data("extensions").as_os_str(),
+        data("invalid.yaml").as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let file = data("invalid.yaml").display().to_string();
+    for line in [
+        format!("[x] XStore/shop (example.org/v1, {file}, document 1): spec.buckets: Invalid value: 9: must be less than or equal to 5 (rule: maximum)"),
+        format!("[x] Bucket/(composition-resource-name data) (storage.example.org/v1beta1, {file}, document 2): spec.forProvider: Invalid value: \"object\": objectLock needs versioning (rule: x-kubernetes-validations rule \"!has(self.versioning) || self.versioning || !has(self.objectLock)\")"),
+        format!("[x] Bucket/logs (storage.example.org/v1beta1, {file}, document 3): spec.forProvider.region: Unsupported value: \"mars-1\": supported values: \"eu-west-1\", \"us-east-1\" (rule: enum)"),
+        format!("[x] Bucket/logs (storage.example.org/v1beta1, {file}, document 3): spec.forProvider.tag: Unknown field: \"tag\" is not in the schema (the API server would prune it) (rule: unknown field)"),
+        format!("[!] could not find a CRD or XRD for ConfigMap/no-schema (v1, {file}, document 4)"),
+        "Total 4 resources: 1 missing schemas, 0 success cases, 3 failure cases".to_string(),
+    ] {
+        assert!(stdout.contains(&line), "no line\n{line}\nin\n{stdout}");
+    }
+}
+
+#[test]
+fn a_missing_schema_is_a_warning_unless_error_on_missing_schemas_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let resource = dir.path().join("cm.yaml");
+    std::fs::write(
+        &resource,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    )
+    .unwrap();
+    let extensions = data("extensions");
+    let (code, stdout, _) = validate(&[extensions.as_os_str(), resource.as_os_str()]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("1 missing schemas"), "{stdout}");
+    let (code, stdout, _) = validate(&[
+        "--error-on-missing-schemas".as_ref(),
+        extensions.as_os_str(),
+        resource.as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
+}
+
+#[test]
+fn resources_are_read_from_stdin_and_extensions_from_a_comma_separated_list() {
+    let extensions = format!(
+        "{},{}",
+        data("extensions/crd.yaml").display(),
+        data("extensions/xrd.yaml").display()
+    );
+    let mut child = xfn_command()
+        .args(["validate", &extensions, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = std::fs::read(data("valid.yaml")).unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("(example.org/v1, -, document 1) validated successfully"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_resource_file_nested_past_the_bound_is_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let resource = dir.path().join("deep.yaml");
+    std::fs::write(&resource, format!("a: {}", "[".repeat(100_000))).unwrap();
+    let (code, stdout, stderr) = validate(&[data("extensions").as_os_str(), resource.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("cannot read the resources in"), "{stderr}");
+    assert!(
+        stderr.contains("nested more than 64 levels deep"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_crd_or_xrd_among_the_extensions_is_an_error() {
+    let (code, stdout, _) = validate(&[
+        data("valid.yaml").as_os_str(),
+        data("valid.yaml").as_os_str(),
+    ]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("[x] XStore/shop (example.org/v1, extension 1): not an apiextensions.k8s.io/v1 CustomResourceDefinition"),
+        "{stdout}"
+    );
+}

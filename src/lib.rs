@@ -63,6 +63,7 @@ mod resident;
 mod rootfs;
 mod sandbox;
 mod server;
+mod suite;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

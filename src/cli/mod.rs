@@ -18,6 +18,7 @@ pub(crate) mod render;
 pub(crate) mod render_servers;
 pub(crate) mod run;
 pub(crate) mod start;
+pub(crate) mod test;
 pub(crate) mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.
@@ -78,6 +79,8 @@ pub(crate) enum Command {
     Adapt(adapt::AdaptArgs),
     /// Build an adaptor image (a Function package) from a function image tarball.
     Wrap(wrap::WrapArgs),
+    /// Run Composition test suites (xprin's format) in one process.
+    Test(test::TestArgs),
 }
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
@@ -471,6 +474,9 @@ pub(crate) enum Prepared {
     Adapt(adapt::AdaptArgs, Security, Namespace, bool),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
+    /// `xfn test`: its suites, read; in a namespace when a Function runs a
+    /// container here.
+    Test(test::TestArgs, test::Loaded, Option<Namespace>),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -532,6 +538,15 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         }
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
+        Command::Test(args) => {
+            let loaded = test::Loaded::read(&args);
+            let namespace = if loaded.needs_containers() {
+                Some(enter_namespace(&args.store, &args.userns)?)
+            } else {
+                None
+            };
+            Prepared::Test(args, loaded, namespace)
+        }
     })
 }
 
@@ -557,6 +572,9 @@ impl Prepared {
                 adapt::execute(args, security, &namespace, in_memory, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
+            Prepared::Test(args, loaded, namespace) => {
+                test::execute(args, loaded, namespace.as_ref(), global).await
+            }
             Prepared::Exit(code) => Ok(code),
         }
     }

@@ -240,17 +240,22 @@ pub(crate) async fn execute(
             }
         }
     });
-    let outcomes = futures::future::join_all(runs).await;
+    // Each suite's lines as soon as it and every suite before it ended
+    // (the order given), as `go test` prints a package when it is done.
+    let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
+    let mut outcomes = Vec::new();
+    while let Some(outcome) = futures::StreamExt::next(&mut runs).await {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(report::text(&outcome, args.verbose).as_bytes())?;
+        stdout.flush()?;
+        outcomes.push(outcome);
+    }
+    drop(runs);
     servers.stop().await;
     if let Some(runner) = runner {
         runner.shutdown().await;
     }
     tracing::debug!(servers = servers.len(), "function servers started");
-    let mut stdout = std::io::stdout().lock();
-    for outcome in &outcomes {
-        stdout.write_all(report::text(outcome, args.verbose).as_bytes())?;
-    }
-    stdout.flush()?;
     if let Some(path) = &args.junit {
         let xml = report::junit(&outcomes).context("cannot write the JUnit report")?;
         std::fs::write(path, xml).with_context(|| format!("cannot write {}", path.display()))?;

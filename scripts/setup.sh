@@ -61,6 +61,13 @@ if ! python3 -c 'import kubernetes_validate' 2>/dev/null; then
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate==1.37.0
 fi
 
+# junitparser: tests/suite.rs reads `xfn test --junit`'s report back with it.
+if ! python3 -c 'import junitparser' 2>/dev/null; then
+  echo "setup: installing junitparser" >&2
+  python3 -m pip install --quiet --disable-pip-version-check junitparser==3.2.0 \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages junitparser==3.2.0
+fi
+
 # The Debian package starts a registry on :5000 where systemd runs; the tests
 # start their own on random loopback ports, so that one is not needed.
 command -v cargo >/dev/null || { echo "setup: cargo not found: install Rust (rustup) first" >&2; exit 1; }

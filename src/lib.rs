@@ -53,6 +53,7 @@ mod rootfs;
 mod sandbox;
 mod schema;
 mod sidecar;
+mod suite;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

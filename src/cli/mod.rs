@@ -18,6 +18,7 @@ pub(crate) mod render;
 pub(crate) mod render_servers;
 pub(crate) mod run;
 pub(crate) mod start;
+pub(crate) mod test;
 pub(crate) mod validate;
 pub(crate) mod wrap;
 
@@ -82,6 +83,8 @@ pub(crate) enum Command {
     /// Validate resources against CRDs and XRDs, like `crossplane beta
     /// validate`: `xfn validate EXTENSIONS RESOURCES`.
     Validate(validate::ValidateArgs),
+    /// Run Composition test suites (xprin's format) in one process.
+    Test(test::TestArgs),
 }
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
@@ -477,6 +480,9 @@ pub(crate) enum Prepared {
     Wrap(wrap::WrapArgs),
     /// `xfn validate`.
     Validate(validate::ValidateArgs),
+    /// `xfn test`: its suites, read; in a namespace when a Function runs a
+    /// container here.
+    Test(test::TestArgs, test::Loaded, Option<Namespace>),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -539,6 +545,15 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
         Command::Validate(args) => Prepared::Validate(args),
+        Command::Test(args) => {
+            let loaded = test::Loaded::read(&args);
+            let namespace = if loaded.needs_containers() {
+                Some(enter_namespace(&args.store, &args.userns)?)
+            } else {
+                None
+            };
+            Prepared::Test(args, loaded, namespace)
+        }
     })
 }
 
@@ -565,6 +580,9 @@ impl Prepared {
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
             Prepared::Validate(args) => validate::execute(args),
+            Prepared::Test(args, loaded, namespace) => {
+                test::execute(args, loaded, namespace.as_ref(), global).await
+            }
             Prepared::Exit(code) => Ok(code),
         }
     }

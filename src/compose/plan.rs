@@ -200,6 +200,24 @@ impl RenderPlan {
         Ok(())
     }
 
+    /// The Functions a step uses.
+    pub(crate) fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+
+    /// Renders over `callers` someone else started and stops (`xfn test`:
+    /// one server per Function for every test that uses it). An alpha
+    /// Composition (`spec.functions`) calls no Function servers and is not
+    /// rendered this way.
+    pub(crate) async fn render_over(&self, callers: &CallerMap) -> Result<Rendered, ComposeError> {
+        if let Subject::Alpha { .. } = &self.subject {
+            return Err(ComposeError::Compose(
+                "an alpha Composition (spec.functions) renders with `xfn render` only".into(),
+            ));
+        }
+        self.render_all(callers).await
+    }
+
     /// Runs the render: every function server a step uses started (or
     /// reused) at once, the pipeline, the servers stopped (kept ones
     /// left running), the output assembled.

@@ -4,7 +4,7 @@
 //!
 //! Invariant: every resource is judged as the API server would judge it on
 //! create (no old object): the served version's structural schema, its
-//! defaults applied first ([`crate::compose::xrd::apply_schema_defaults`]),
+//! defaults applied first ([`crate::compose::read::xrd::apply_schema_defaults`]),
 //! then types, value validations, unknown fields (which the API server
 //! prunes and `crossplane beta validate` reports), then CEL
 //! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
@@ -111,7 +111,6 @@ impl Validator {
     /// The errors of `rendered` against `crds` (CRDs and XRDs), one string
     /// each naming the resource, the field path and the rule; empty when
     /// everything is valid.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn validate(&self, crds: &[Value], rendered: &[Value]) -> Vec<String> {
         let labels: Vec<String> = rendered
             .iter()
@@ -243,7 +242,7 @@ impl Schemas {
                     );
                 }
             } else if let Some(definition) =
-                crate::compose::xrd::Xrd::from_object(extension.clone())
+                crate::compose::read::xrd::Xrd::from_object(extension.clone())
             {
                 for (kind, version, schema, served) in xrd::schemas(&definition) {
                     schemas.by_gvk.insert(
@@ -295,7 +294,7 @@ impl Schemas {
             return report;
         }
         let mut object = resource.clone();
-        crate::compose::xrd::apply_schema_defaults(&mut object, &found.schema);
+        crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
         let mut walk = structural::Walk::new();
         walk.root(&object, &found.schema);
         for issue in walk.issues {

@@ -5,8 +5,8 @@
 //! the XRD offers claims. Mirrors Crossplane's `internal/xcrd` (schemas.go).
 use serde_json::{json, Map, Value};
 
+use crate::compose::read::xrd::Xrd;
 use crate::compose::value::get_str;
-use crate::compose::xrd::Xrd;
 
 /// `(kind, version, schema, served)` of the XR and, when offered, the claim.
 pub(super) fn schemas(xrd: &Xrd) -> Vec<(String, String, Value, bool)> {

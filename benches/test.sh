@@ -1,0 +1,140 @@
+#!/bin/sh
+# `xfn test` of a suite of 30 test cases against the same 30 cases run as
+# xprin runs them: one `xfn render` process per case, then the same checks,
+# side by side in one run.
+#
+#   xfn test      one process: the suite read, the Function's server (a
+#                 Docker-runtime Function: the static tests/fixtures/fn_server.rs
+#                 in a busybox image) started once, 30 renders over it, the
+#                 checks (Count and FieldValue) in-process.
+#   30 renders    30 `xfn render` invocations in sequence, each starting and
+#                 stopping that server as `crossplane render` starts a
+#                 container per render, then one python3 reading all 30
+#                 outputs for the same checks (in one process, so the
+#                 baseline does not pay an interpreter per case).
+#
+# Both sides must agree: all 30 cases pass on each (the checks are the
+# suite's assertions). Prints the wall time of each (median of RUNS, default
+# 3) and the ratio; no threshold. The image is pulled before timing.
+#
+# Needs: crun, docker-registry, umoci, skopeo, busybox-static, python3 with
+# PyYAML, glibc's static libraries (libc6-dev). Run as root from the repo root:
+#   cargo build && benches/test.sh          (XFN=target/release/xfn for release)
+set -eu
+. "$(dirname "$0")/../scripts/lib/testbed.sh"
+
+XFN=${XFN:-target/debug/xfn}
+XFN=$(realpath "$XFN")
+RUNS=${RUNS:-3}
+CASES=30
+WORK=$(mktemp -d /tmp/xfn-test-bench-XXXXXX)
+chmod 755 "$WORK"
+PORT=$(( 20000 + $$ % 20000 ))
+REG_PID=
+DATA=$(realpath tests/suite/data)
+
+cleanup() {
+    [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT INT TERM
+fail() { echo "test bench: $*" >&2; exit 1; }
+
+# FUNCTION_SERVER: a static fn_server already built (the tests build one in
+# target/debug/fn-server-static/); else it is built here, for release.
+if [ -z "${FUNCTION_SERVER:-}" ]; then
+    echo "building the static fn_server (release)..." >&2
+    build_function_server
+fi
+FUNCTION_SERVER=$(realpath "$FUNCTION_SERVER")
+start_registry
+TOP=$WORK
+SERVER_IMAGE=$(
+    WORK=$TOP/fn-server
+    mkdir "$WORK"
+    new_busybox_image sh
+    cp "$FUNCTION_SERVER" "$WORK/unpacked/rootfs/fn_server"
+    push_image /fn_server fn-server:v1
+    echo "$IMAGE"
+)
+WORK=$TOP
+
+# The suite's Composition (4 steps, one Function "fn"), as a Docker Function.
+cp "$DATA/composition.yaml" "$WORK/composition.yaml"
+printf -- '---\napiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: fn\n  annotations:\n    render.crossplane.io/runtime: Docker\nspec:\n  package: %s\n' \
+    "$SERVER_IMAGE" >"$WORK/functions.yaml"
+
+# 30 XRs (spec.count 1..5), a suite of 30 tests asserting on each.
+SUITE=$WORK/bench_xprin.yaml
+printf 'common:\n  inputs: {composition: composition.yaml, functions: functions.yaml}\ntests:\n' >"$SUITE"
+i=1
+while [ "$i" -le "$CASES" ]; do
+    count=$(( i % 5 + 1 ))
+    sed -e "s/name: demo/name: demo-$i/" -e "s/count: 2/count: $count/" "$DATA/xr.yaml" >"$WORK/xr-$i.yaml"
+    cat >>"$SUITE" <<YAML
+- name: case $i
+  inputs: {xr: xr-$i.yaml}
+  assertions:
+    xprin:
+    - {name: buckets, type: Count, resource: ConfigMap, value: $count}
+    - {name: replicas, type: FieldValue, resource: Deployment/my-app, field: spec.replicas, operator: "==", value: 3}
+YAML
+    i=$(( i + 1 ))
+done
+
+CACHE=$WORK/cache
+"$XFN" pull --cache-dir "$CACHE" "$SERVER_IMAGE" >/dev/null
+
+now() { date +%s.%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# The same checks over the 30 render outputs, in one python3.
+check_renders() {
+    python3 - "$WORK" "$CASES" <<'PY'
+import sys, yaml
+work, cases = sys.argv[1], int(sys.argv[2])
+passed = 0
+for i in range(1, cases + 1):
+    docs = [d for d in yaml.safe_load_all(open(f"{work}/out-{i}.yaml")) if d]
+    count = i % 5 + 1
+    cms = [d for d in docs if d.get("kind") == "ConfigMap"]
+    deps = [d for d in docs if d.get("kind") == "Deployment" and d["metadata"]["name"] == "my-app"]
+    if len(cms) == count and deps and all(d["spec"]["replicas"] == 3 for d in deps):
+        passed += 1
+    else:
+        print(f"case {i} failed", file=sys.stderr)
+print(passed)
+PY
+}
+
+: >"$WORK/suite.times"
+: >"$WORK/render.times"
+run=1
+while [ "$run" -le "$RUNS" ]; do
+    start=$(now)
+    "$XFN" test --cache-dir "$CACHE" -v "$SUITE" >"$WORK/suite.out" 2>&1 || { cat "$WORK/suite.out" >&2; fail "xfn test failed"; }
+    end=$(now)
+    echo "$end - $start" | bc >>"$WORK/suite.times"
+
+    start=$(now)
+    i=1
+    while [ "$i" -le "$CASES" ]; do
+        "$XFN" render --cache-dir "$CACHE" -x "$WORK/xr-$i.yaml" "$WORK/composition.yaml" "$WORK/functions.yaml" \
+            >"$WORK/out-$i.yaml" 2>"$WORK/render.err" || { cat "$WORK/render.err" >&2; fail "render of case $i failed"; }
+        i=$(( i + 1 ))
+    done
+    passed=$(check_renders)
+    end=$(now)
+    echo "$end - $start" | bc >>"$WORK/render.times"
+    run=$(( run + 1 ))
+done
+
+suite_passed=$(grep -c -- '^--- PASS: case ' "$WORK/suite.out" || true)
+[ "$suite_passed" = "$CASES" ] || fail "xfn test passed $suite_passed of $CASES"
+[ "$passed" = "$CASES" ] || fail "the renders' checks passed $passed of $CASES"
+SUITE_S=$(median <"$WORK/suite.times")
+RENDER_S=$(median <"$WORK/render.times")
+printf '%d cases, both sides %d/%d passed (median of %d runs)\n' "$CASES" "$CASES" "$CASES" "$RUNS"
+printf '  xfn test (one process)          %8.3f s\n' "$SUITE_S"
+printf '  %d xfn render + the same checks %8.3f s\n' "$CASES" "$RENDER_S"
+printf '  ratio                           %8.1fx\n' "$(echo "$RENDER_S / $SUITE_S" | bc -l)"

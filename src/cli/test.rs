@@ -1,0 +1,279 @@
+//! `xfn test [PATH…]`: runs Composition test suites in xprin's format
+//! (`crate::suite`), every suite in this one process, as `go test` reports:
+//! exit 0 when every test passed, 1 when one failed, 2 when a suite (or the
+//! configuration) could not be read. This module maps flags onto the suite
+//! runner and makes its runner and function servers.
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::compose::read::model::RuntimeKind;
+use crate::compose::run::runtimes::ContainerDefaults;
+use crate::image::PullPolicy;
+use crate::runner::{Namespace, Runner};
+use crate::suite::report::{self, SuiteOutcome};
+use crate::suite::run::{Env, Options};
+use crate::suite::servers::Servers;
+use crate::suite::spec::{discover, Suite};
+use crate::suite::template::Vars;
+use crate::suite::SuiteError;
+
+use super::run::parse_duration;
+
+/// Exit code when a suite could not be read.
+const EXIT_UNREADABLE: u8 = 2;
+
+/// Flags of `xfn test`.
+#[derive(Debug, Args)]
+pub(crate) struct TestArgs {
+    /// Suite files (`xprin.yaml`, `*_xprin.yaml`) or directories searched
+    /// recursively for them (`DIR/...` too); default: the current directory.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Print every test with each of its checks (`=== RUN`, `--- PASS`).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Run only the tests whose name matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub run: Option<regex::Regex>,
+    /// Write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Rewrite the golden files of `diff` and `dyff` assertions with what rendered.
+    #[arg(long)]
+    pub update: bool,
+    /// Run at most N tests at once (default: the CPUs).
+    #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: Option<u16>,
+    /// xprin's configuration file; its `repositories:` give
+    /// `{{ .Repositories.NAME }}` (default: ~/.config/xprin.yaml when there).
+    #[arg(long, value_name = "FILE", env = "XPRIN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the whole XR, not only its status (`--include-full-xr=false`:
+    /// as `crossplane render` by default); the whole XR is what a chained
+    /// test's `{{ .Tests.ID.Outputs.XR }}` renders again.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub include_full_xr: bool,
+    /// Give up on one test's render after this long.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// How long a Development runtime's function server may take to accept
+    /// its first connection (as `xfn render`'s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub development_wait: Duration,
+    /// Kill a hook (and its children) after this long.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub hook_timeout: Duration,
+    /// Image cache and registry flags.
+    #[command(flatten)]
+    pub store: super::StoreArgs,
+    /// User namespace flags.
+    #[command(flatten)]
+    pub userns: super::UsernsArgs,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
+    /// Warm containers for Exec Functions.
+    #[command(flatten)]
+    pub warm_pool: super::WarmPoolArgs,
+    /// When to pull the images of Docker and Exec Functions that set no pull policy.
+    #[arg(long, value_enum, default_value = "IfNotPresent")]
+    pub image_pull_policy: PullPolicy,
+}
+
+/// The suites and configuration, read while the process is single-threaded.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    suites: Vec<(PathBuf, Result<Suite, SuiteError>)>,
+    repositories: Result<BTreeMap<String, String>, SuiteError>,
+    /// A path given that is not there (or unreadable).
+    discovery: Option<SuiteError>,
+}
+
+impl Loaded {
+    /// Finds and reads every suite.
+    pub(crate) fn read(args: &TestArgs) -> Self {
+        let paths = if args.paths.is_empty() {
+            vec![PathBuf::from(".")]
+        } else {
+            args.paths.clone()
+        };
+        let (files, discovery) = match discover(&paths) {
+            Ok(files) => (files, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let suites = files
+            .into_iter()
+            .map(|path| {
+                let suite = Suite::read(&path);
+                (path, suite)
+            })
+            .collect();
+        Self {
+            suites,
+            repositories: repositories(args.config.as_deref()),
+            discovery,
+        }
+    }
+
+    /// Whether a test's Functions run containers here (Exec or Docker), so
+    /// that xfn must enter its user namespace. Functions files that cannot
+    /// be read yet (templated from other tests) are left to the test.
+    pub(crate) fn needs_containers(&self) -> bool {
+        let repositories = self.repositories.as_ref().ok();
+        let vars = Vars {
+            repositories,
+            ..Default::default()
+        };
+        self.suites
+            .iter()
+            .filter_map(|(path, suite)| Some((path, suite.as_ref().ok()?)))
+            .flat_map(|(path, suite)| suite.tests.iter().map(move |t| (path, t)))
+            .filter_map(|(path, test)| {
+                let raw = vars.expand(test.inputs.functions.as_deref()?).ok()?;
+                Some(path.parent().unwrap_or(Path::new(".")).join(raw))
+            })
+            .filter_map(|functions| {
+                crate::compose::read::files::read_functions(&functions, &[]).ok()
+            })
+            .flatten()
+            .any(|f| matches!(f.runtime, RuntimeKind::Exec | RuntimeKind::Docker))
+    }
+}
+
+/// The `repositories:` of xprin's configuration file.
+fn repositories(config: Option<&Path>) -> Result<BTreeMap<String, String>, SuiteError> {
+    let default = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/xprin.yaml"));
+    let path = match (config, default) {
+        (Some(path), _) => path.to_path_buf(),
+        (None, Some(path)) if path.exists() => path,
+        _ => return Ok(BTreeMap::new()),
+    };
+    let invalid = |message: String| SuiteError::Config {
+        path: path.clone(),
+        message,
+    };
+    let object = crate::compose::read::files::read_objects(&path)
+        .map_err(|e| invalid(crate::chain::Chain(&e).to_string()))?;
+    let Some(config) = object.first() else {
+        return Ok(BTreeMap::new());
+    };
+    match config.get("repositories") {
+        None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
+        Some(map) => serde_json::from_value(map.clone())
+            .map_err(|e| invalid(format!("repositories must map names to paths: {e}"))),
+    }
+}
+
+/// Runs `xfn test`.
+pub(crate) async fn execute(
+    args: TestArgs,
+    loaded: Loaded,
+    namespace: Option<&Namespace>,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
+    if let Some(e) = &loaded.discovery {
+        eprintln!("xfn: {}", crate::chain::Chain(e));
+        return Ok(ExitCode::from(EXIT_UNREADABLE));
+    }
+    let repositories = match loaded.repositories {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("xfn: {}", crate::chain::Chain(&e));
+            return Ok(ExitCode::from(EXIT_UNREADABLE));
+        }
+    };
+    if loaded.suites.is_empty() {
+        eprintln!("xfn: no test suites (xprin.yaml, *_xprin.yaml) under the paths given");
+        return Ok(ExitCode::from(EXIT_UNREADABLE));
+    }
+    let runner = match namespace {
+        Some(namespace) => {
+            let store = args.store.open_store(&global.registry)?;
+            let options = crate::runner::RunnerOptions {
+                warm_pool: Some(args.warm_pool.options()),
+                ..args.runner.options()
+            };
+            Some(Arc::new(Runner::new(namespace, store, options)?))
+        }
+        None => None,
+    };
+    let defaults = ContainerDefaults {
+        default_registry: global.registry.clone(),
+        timeout: args.timeout,
+        pull_policy: args.image_pull_policy,
+        keeper: None,
+        development_wait: args.development_wait,
+    };
+    let servers = Servers::new(runner.clone(), defaults);
+    let options = Options {
+        update: args.update,
+        hook_timeout: args.hook_timeout,
+        render_timeout: args.timeout,
+        repositories,
+        keep: global.debug,
+        run: args.run.clone(),
+        full_xr: args.include_full_xr,
+    };
+    let parallel = args
+        .parallel
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let limit = tokio::sync::Semaphore::new(parallel);
+    let validator = crate::schema::Validator::default();
+    let env = Env {
+        options: &options,
+        servers: &servers,
+        validator: &validator,
+        limit: &limit,
+    };
+    let runs = loaded.suites.iter().map(|(path, suite)| {
+        let env = &env;
+        async move {
+            let started = Instant::now();
+            let tests = match suite {
+                Ok(suite) => crate::suite::run::run_suite(suite, env).await,
+                Err(e) => Err(crate::chain::Chain(e).to_string()),
+            };
+            SuiteOutcome {
+                path: path.clone(),
+                duration: started.elapsed(),
+                tests,
+            }
+        }
+    });
+    // Each suite's lines as soon as it and every suite before it ended
+    // (the order given), as `go test` prints a package when it is done.
+    let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
+    let mut outcomes = Vec::new();
+    while let Some(outcome) = futures::StreamExt::next(&mut runs).await {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(report::text(&outcome, args.verbose).as_bytes())?;
+        stdout.flush()?;
+        outcomes.push(outcome);
+    }
+    drop(runs);
+    servers.stop().await;
+    if let Some(runner) = runner {
+        runner.shutdown().await;
+    }
+    tracing::debug!(servers = servers.len(), "function servers started");
+    if let Some(path) = &args.junit {
+        let xml = report::junit(&outcomes).context("cannot write the JUnit report")?;
+        std::fs::write(path, xml).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let unreadable = loaded.suites.iter().any(|(_, s)| s.is_err());
+    Ok(if unreadable {
+        ExitCode::from(EXIT_UNREADABLE)
+    } else if outcomes.iter().all(SuiteOutcome::passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

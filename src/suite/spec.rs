@@ -1,0 +1,417 @@
+//! Suite files in xprin's format (`xprin.yaml`, `*_xprin.yaml`): found
+//! recursively under the paths given, read with their `{{ … }}` template
+//! variables kept as placeholders (as xprin does, so a bare template is
+//! still YAML), and each test merged with `common` the way xprin merges:
+//! a field the test sets replaces common's whole; hooks and assertions are
+//! replaced per list (`pre-test`, `post-test`; `xprin`, `diff`, `dyff`).
+//! A suite file is bounded in size and nesting before it is parsed.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::SuiteError;
+
+/// Largest suite file read.
+const MAX_SUITE_BYTES: u64 = 4 << 20;
+
+/// A suite file, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SuiteFile {
+    /// Shared by every test.
+    #[serde(default)]
+    pub common: Common,
+    /// The tests.
+    #[serde(default)]
+    pub tests: Vec<TestCase>,
+}
+
+/// `common`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Common {
+    #[serde(default)]
+    pub inputs: Inputs,
+    #[serde(default)]
+    pub patches: Patches,
+    #[serde(default)]
+    pub hooks: Hooks,
+    #[serde(default)]
+    pub assertions: Assertions,
+}
+
+/// One test case.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TestCase {
+    /// Its name (`--run` matches it).
+    pub name: String,
+    /// Its id: later tests reach its outputs as `{{ .Tests.ID.Outputs.* }}`.
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub inputs: Inputs,
+    #[serde(default)]
+    pub patches: Patches,
+    #[serde(default)]
+    pub hooks: Hooks,
+    #[serde(default)]
+    pub assertions: Assertions,
+}
+
+/// `inputs`: paths (relative to the suite file, or templates).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct Inputs {
+    pub xr: Option<String>,
+    pub claim: Option<String>,
+    pub composition: Option<String>,
+    pub functions: Option<String>,
+    pub crds: Option<Vec<String>>,
+    #[serde(default)]
+    pub context_files: BTreeMap<String, String>,
+    #[serde(default)]
+    pub context_values: BTreeMap<String, Value>,
+    pub observed_resources: Option<String>,
+    pub extra_resources: Option<String>,
+    pub function_credentials: Option<String>,
+}
+
+/// `patches`: what is done to the XR before it renders.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct Patches {
+    /// The XRD whose schema defaults are applied.
+    pub xrd: Option<String>,
+    /// Set `spec.writeConnectionSecretToRef`.
+    pub connection_secret: Option<bool>,
+    pub connection_secret_name: Option<String>,
+    pub connection_secret_namespace: Option<String>,
+}
+
+/// `hooks`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct Hooks {
+    #[serde(default)]
+    pub pre_test: Vec<Hook>,
+    #[serde(default)]
+    pub post_test: Vec<Hook>,
+}
+
+/// One hook: a shell command.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Hook {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub run: String,
+}
+
+/// `assertions`, by engine.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Assertions {
+    #[serde(default)]
+    pub xprin: Vec<XprinAssertion>,
+    #[serde(default)]
+    pub diff: Vec<GoldenAssertion>,
+    #[serde(default)]
+    pub dyff: Vec<GoldenAssertion>,
+}
+
+/// An assertion of the `xprin` engine.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct XprinAssertion {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub resource: Option<String>,
+    #[serde(default)]
+    pub field: Option<String>,
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<Value>,
+}
+
+/// A golden-file assertion (`diff` or `dyff`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GoldenAssertion {
+    pub name: String,
+    pub expected: String,
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+/// A suite read from its file.
+#[derive(Debug, Clone)]
+pub(crate) struct Suite {
+    /// The file.
+    pub path: PathBuf,
+    /// Its tests, each merged with `common`.
+    pub tests: Vec<TestCase>,
+}
+
+impl Suite {
+    /// Reads `path`: its templates kept, its tests merged with `common`.
+    pub(crate) fn read(path: &Path) -> Result<Self, SuiteError> {
+        let read_error = |source| SuiteError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let size = std::fs::metadata(path).map_err(read_error)?.len();
+        if size > MAX_SUITE_BYTES {
+            return Err(SuiteError::Invalid {
+                path: path.to_path_buf(),
+                message: format!(
+                    "{size} bytes, more than a suite file may hold ({MAX_SUITE_BYTES})"
+                ),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read_error)?;
+        let text = super::template::to_placeholders(&text);
+        crate::nesting::check(text.as_bytes()).map_err(|source| SuiteError::Invalid {
+            path: path.to_path_buf(),
+            message: crate::chain::Chain(&source).to_string(),
+        })?;
+        let file: SuiteFile = yaml_serde::from_str(&text).map_err(|source| SuiteError::Yaml {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if file.tests.is_empty() {
+            return Err(SuiteError::Invalid {
+                path: path.to_path_buf(),
+                message: "no test cases (`tests:` is empty)".into(),
+            });
+        }
+        let tests = file
+            .tests
+            .iter()
+            .map(|test| merge(&file.common, test))
+            .collect();
+        Ok(Self {
+            path: path.to_path_buf(),
+            tests,
+        })
+    }
+
+    /// Whether a test reaches another's outputs: then its tests run in order.
+    pub(crate) fn is_chained(&self) -> bool {
+        let text = format!("{:?}", self.tests);
+        text.contains(".Tests.")
+    }
+}
+
+/// `test` with what it does not set taken from `common`.
+fn merge(common: &Common, test: &TestCase) -> TestCase {
+    let (c, t) = (&common.inputs, &test.inputs);
+    let (xr, claim) = if t.xr.is_some() || t.claim.is_some() {
+        (t.xr.clone(), t.claim.clone())
+    } else {
+        (c.xr.clone(), c.claim.clone())
+    };
+    let map_or = |test: &BTreeMap<String, String>, common: &BTreeMap<String, String>| {
+        if test.is_empty() {
+            common.clone()
+        } else {
+            test.clone()
+        }
+    };
+    let inputs = Inputs {
+        xr,
+        claim,
+        composition: t.composition.clone().or(c.composition.clone()),
+        functions: t.functions.clone().or(c.functions.clone()),
+        crds: t.crds.clone().or(c.crds.clone()),
+        context_files: map_or(&t.context_files, &c.context_files),
+        context_values: if t.context_values.is_empty() {
+            c.context_values.clone()
+        } else {
+            t.context_values.clone()
+        },
+        observed_resources: t
+            .observed_resources
+            .clone()
+            .or(c.observed_resources.clone()),
+        extra_resources: t.extra_resources.clone().or(c.extra_resources.clone()),
+        function_credentials: t
+            .function_credentials
+            .clone()
+            .or(c.function_credentials.clone()),
+    };
+    let (cp, tp) = (&common.patches, &test.patches);
+    let patches = Patches {
+        xrd: tp.xrd.clone().or(cp.xrd.clone()),
+        connection_secret: tp.connection_secret.or(cp.connection_secret),
+        connection_secret_name: tp
+            .connection_secret_name
+            .clone()
+            .or(cp.connection_secret_name.clone()),
+        connection_secret_namespace: tp
+            .connection_secret_namespace
+            .clone()
+            .or(cp.connection_secret_namespace.clone()),
+    };
+    let list_or = |test: &Vec<Hook>, common: &Vec<Hook>| {
+        if test.is_empty() {
+            common.clone()
+        } else {
+            test.clone()
+        }
+    };
+    let hooks = Hooks {
+        pre_test: list_or(&test.hooks.pre_test, &common.hooks.pre_test),
+        post_test: list_or(&test.hooks.post_test, &common.hooks.post_test),
+    };
+    let (ca, ta) = (&common.assertions, &test.assertions);
+    let assertions = Assertions {
+        xprin: if ta.xprin.is_empty() {
+            ca.xprin.clone()
+        } else {
+            ta.xprin.clone()
+        },
+        diff: if ta.diff.is_empty() {
+            ca.diff.clone()
+        } else {
+            ta.diff.clone()
+        },
+        dyff: if ta.dyff.is_empty() {
+            ca.dyff.clone()
+        } else {
+            ta.dyff.clone()
+        },
+    };
+    TestCase {
+        name: test.name.clone(),
+        id: test.id.clone(),
+        inputs,
+        patches,
+        hooks,
+        assertions,
+    }
+}
+
+/// Whether `path` names a suite file.
+fn is_suite_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n == "xprin.yaml" || n.ends_with("_xprin.yaml"))
+}
+
+/// The suite files under `paths`: a file as given, a directory searched
+/// recursively (`DIR/...` as xprin writes it means the same), sorted.
+pub(crate) fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, SuiteError> {
+    let mut found = Vec::new();
+    for path in paths {
+        let path = match path.to_str().and_then(|p| p.strip_suffix("/...")) {
+            Some(dir) => PathBuf::from(if dir.is_empty() { "." } else { dir }),
+            None => path.clone(),
+        };
+        if path.is_file() {
+            found.push(path);
+            continue;
+        }
+        if !path.is_dir() {
+            return Err(SuiteError::Read {
+                path: path.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such file or directory",
+                ),
+            });
+        }
+        let mut here = Vec::new();
+        for entry in walkdir::WalkDir::new(&path).follow_links(false) {
+            let entry = entry.map_err(|e| SuiteError::Read {
+                path: e
+                    .path()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| path.clone()),
+                source: e.into(),
+            })?;
+            if entry.file_type().is_file() && is_suite_file(entry.path()) {
+                here.push(entry.into_path());
+            }
+        }
+        here.sort();
+        found.extend(here);
+    }
+    found.dedup();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite(text: &str) -> Suite {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("xprin.yaml");
+        std::fs::write(&path, text).unwrap();
+        Suite::read(&path).unwrap()
+    }
+
+    #[test]
+    fn a_test_field_replaces_commons_and_lists_are_replaced_per_kind() {
+        let suite = suite(
+            r#"
+common:
+  inputs: {xr: a.yaml, composition: c.yaml, functions: f.yaml, context-values: {k: v}}
+  hooks: {pre-test: [{run: common-pre}], post-test: [{run: common-post}]}
+  assertions:
+    xprin: [{name: n, type: Count, value: 1}]
+    diff: [{name: d, expected: g.yaml}]
+tests:
+- name: one
+  inputs: {claim: claim.yaml, context-values: {other: x}}
+  hooks: {pre-test: [{run: own-pre}]}
+  assertions:
+    xprin: [{name: m, type: Count, value: 2}]
+"#,
+        );
+        let test = &suite.tests[0];
+        assert_eq!(test.inputs.xr, None);
+        assert_eq!(test.inputs.claim.as_deref(), Some("claim.yaml"));
+        assert_eq!(test.inputs.composition.as_deref(), Some("c.yaml"));
+        assert_eq!(
+            test.inputs.context_values.keys().collect::<Vec<_>>(),
+            ["other"]
+        );
+        assert_eq!(test.hooks.pre_test[0].run, "own-pre");
+        assert_eq!(test.hooks.post_test[0].run, "common-post");
+        assert_eq!(test.assertions.xprin[0].name, "m");
+        assert_eq!(test.assertions.diff[0].name, "d");
+    }
+
+    #[test]
+    fn a_bare_template_is_read_as_yaml_and_kept() {
+        let suite = suite("tests:\n- name: t\n  inputs:\n    xr: {{ .Tests.a.Outputs.XR }}\n");
+        let xr = suite.tests[0].inputs.xr.clone().unwrap();
+        assert_eq!(
+            super::super::template::restore(&xr),
+            "{{ .Tests.a.Outputs.XR }}"
+        );
+        assert!(suite.is_chained());
+    }
+
+    #[test]
+    fn a_suite_without_tests_or_with_an_unknown_field_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("xprin.yaml");
+        std::fs::write(&path, "common: {}\n").unwrap();
+        assert!(Suite::read(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("no test cases"));
+        std::fs::write(&path, "tests:\n- name: t\n  input: {}\n").unwrap();
+        assert!(crate::chain::Chain(&Suite::read(&path).unwrap_err())
+            .to_string()
+            .contains("unknown field `input`"));
+    }
+}

@@ -6,18 +6,17 @@
 //!
 //! Needs: crun, docker-registry, busybox-static, openssl, skopeo; python3
 //! with `crossplane-function-sdk-python` (and grpcio) for the SDK check.
-use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
 use xfn::proto::v1beta1::function_runner_service_client::FunctionRunnerServiceClient as V1beta1Client;
 use xfn::proto::{v1, v1beta1};
+use xfn_testkit::*;
 
 const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
 const SDK_CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/sdk_check.py");
@@ -39,7 +38,7 @@ fn function_image(registry: &Registry) -> String {
         .reference
 }
 
-/// `xfn adapt`, stopped on drop (`support::child::stop`).
+/// `xfn adapt`, stopped on drop (`xfn_testkit::child::stop`).
 struct Adapt {
     child: Child,
     port: u16,
@@ -131,7 +130,7 @@ impl Adapt {
 
 impl Drop for Adapt {
     fn drop(&mut self) {
-        support::child::stop(&mut self.child);
+        xfn_testkit::child::stop(&mut self.child);
     }
 }
 
@@ -188,7 +187,7 @@ async fn mtls_calls_succeed_and_clients_without_a_valid_certificate_are_refused(
     let registry = Registry::start();
     let image = function_image(&registry);
     let dir = world_traversable_tempdir();
-    let server_certs = support::tls::mtls_certs(dir.path());
+    let server_certs = xfn_testkit::tls::mtls_certs(dir.path());
     let adapt = Adapt::start(
         dir.path(),
         &["--image", &image],
@@ -756,7 +755,7 @@ async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkilled_adaptor_takes_its_run_in_flight_with_it() {
-    use support::child::{descendants, still_running_after_grace};
+    use xfn_testkit::child::{descendants, still_running_after_grace};
     let registry = Registry::start();
     let image = function_image(&registry);
     let dir = world_traversable_tempdir();

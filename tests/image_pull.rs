@@ -1,13 +1,12 @@
 //! The image store against a real `docker-registry` on loopback: pull
 //! policies, caching, concurrency, corruption, platforms, compressions and
 //! the errors a user sees.
-use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use support::*;
 use xfn::image::{ImageErrorKind, ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn_testkit::*;
 
 fn open_store(dir: &Path) -> ImageStore {
     ImageStore::open(dir, StoreOptions::default()).unwrap()

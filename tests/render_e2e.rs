@@ -8,15 +8,14 @@
 //! Needs: crun, docker-registry, busybox-static; python3 with
 //! `pip install crossplane-function-sdk-python` (or XFN_TEST_PYTHON naming
 //! a python that has it); root, or unprivileged user namespaces.
-use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::function_server::calls_by_version;
-use support::render::*;
-use support::*;
+use xfn_testkit::function_server::calls_by_version;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 /// The 5-step Exec pipeline: create, require (settings), label, ready
 /// (+context), results.
@@ -186,7 +185,7 @@ status:
     status: \"True\"
 ";
 
-/// `xfn start` on an abstract socket, stopped on drop (`support::child::stop`).
+/// `xfn start` on an abstract socket, stopped on drop (`xfn_testkit::child::stop`).
 struct RunnerDaemon {
     child: Child,
     socket: String,
@@ -229,7 +228,7 @@ impl RunnerDaemon {
 
 impl Drop for RunnerDaemon {
     fn drop(&mut self) {
-        support::child::stop(&mut self.child);
+        xfn_testkit::child::stop(&mut self.child);
     }
 }
 
@@ -536,6 +535,6 @@ fn the_static_function_server_image_pulls() {
     assert!(line.contains("2 layers"), "{line}");
     // The check that vouched for the binary in the image does tell: xfn
     // itself is linked dynamically.
-    let xfn = support::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
+    let xfn = xfn_testkit::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
     assert!(xfn.is_err_and(|why| why.contains("PT_INTERP")));
 }

@@ -1,15 +1,12 @@
 //! End to end: the real `xfn start` (as uid 65532, no capabilities, on an
 //! abstract socket) answering RunFunction calls with real images from a real
 //! registry, one status code per error class.
-use crate::server_common;
-use crate::support;
 
 use std::time::Duration;
 
-use server_common::*;
-use support::*;
 use tonic::Code;
-use xfn::proto::v1alpha1 as pb;
+use xfn_testkit::pb;
+use xfn_testkit::*;
 
 /// A function running `script` under `/bin/sh -c`. A warm container's
 /// function is started ahead of its call (`--warm-pool-start`, by default):

@@ -4,12 +4,9 @@
 //! grpcio on the default socket), its health and reflection services, and
 //! how it stops (SIGTERM drains runs in flight; the grace period ends the
 //! rest). Restarts and PID 1: `server_restart.rs`.
-use crate::server_common;
-use crate::support;
 
-use server_common::*;
-use support::*;
 use tonic::Code;
+use xfn_testkit::*;
 
 const RUNNER_SERVICE: &str = "apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService";
 
@@ -318,9 +315,9 @@ async fn a_function_sharing_the_runners_network_cannot_call_it_but_reaches_loopb
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "served");
 
     let mut req = request(&image, FUNCTION_IO);
-    req.run_function_config = Some(xfn::proto::v1alpha1::RunFunctionConfig {
-        network: Some(xfn::proto::v1alpha1::NetworkConfig {
-            policy: xfn::proto::v1alpha1::NetworkPolicy::Runner as i32,
+    req.run_function_config = Some(xfn_testkit::pb::RunFunctionConfig {
+        network: Some(xfn_testkit::pb::NetworkConfig {
+            policy: xfn_testkit::pb::NetworkPolicy::Runner as i32,
         }),
         ..Default::default()
     });

@@ -5,16 +5,13 @@
 //! sweeps the rest, and what a killed one-shot `xfn run` left on the disk),
 //! and next to another xfn on the same cache (neither touches the other's
 //! live work).
-use crate::server_common;
-use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use server_common::*;
-use support::registry::hostile::{Fault, HostileRegistry, Target};
-use support::*;
+use xfn_testkit::registry::hostile::{Fault, HostileRegistry, Target};
+use xfn_testkit::*;
 
 /// An image whose function reads its input, then sleeps for `seconds` (a
 /// marker to find its process by) without a shell in between: the

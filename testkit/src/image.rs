@@ -424,3 +424,12 @@ pub fn put_manifest(
         String::from_utf8_lossy(&put.body)
     );
 }
+/// Pushes `name`, a function that echoes its input (busybox `cat`), to
+/// `registry`; returns its reference.
+pub fn echo_image(registry: &Registry, name: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, name)
+        .reference
+}

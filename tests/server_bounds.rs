@@ -76,13 +76,8 @@ async fn deep_input_at_the_cap_is_refused_before_parsing_while_other_calls_are_s
         );
         eprintln!("deep call refused after {took:?}: {message}");
     }
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"invalid_argument\"}")
-            .await,
-        8.0
-    );
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 5.0);
+    assert_eq!(daemon.runs("invalid_argument").await, 8.0);
+    assert_eq!(daemon.runs("ok").await, 5.0);
 }
 
 /// A FunctionIO of [`INPUT_CAP`] bytes that is plain YAML: many small

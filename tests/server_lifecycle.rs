@@ -168,15 +168,9 @@ async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grace_period_ends_runs_that_outlive_it() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 3621"])
-        .push(&registry, "hang:v1")
-        .reference;
+    let image = sleeper_image(&registry, "hang:v1", 3621);
     let mut daemon = Daemon::start(&["--grace-period", "1s"]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let call = daemon.call_in_flight(&image, 1).await;
     daemon.sigterm();
     let status = call.await.unwrap().unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -214,15 +208,9 @@ async fn serves_on_tcp() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_draining_daemon_refuses_new_connections() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 3622"])
-        .push(&registry, "hang:v1")
-        .reference;
+    let image = sleeper_image(&registry, "hang:v1", 3622);
     let mut daemon = Daemon::start(&["--grace-period", "1h"]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let call = daemon.call_in_flight(&image, 1).await;
     daemon.sigterm();
     // The run hangs and the grace period is long: the daemon is draining
     // for as long as this test wants. New connections are refused (the

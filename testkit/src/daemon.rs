@@ -12,7 +12,7 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Uri};
 
-use crate::dial::{channel_to, connect_unix_as, request, Client, Dial, RawClient};
+use crate::dial::{channel_to, connect_unix_as, request, Call, Client, Dial, RawClient};
 use crate::proc::{children_of, processes_with};
 use crate::{
     dir_owned_by, unprivileged, world_traversable_tempdir, xfn_binary, FUNCTION_IO, NONROOT,
@@ -488,6 +488,19 @@ impl Daemon {
         assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
     }
 
+    /// Starts a call of `image` on a client of its own and waits until the
+    /// daemon counts `runs` runs in flight (this call's among them): a call
+    /// to cancel, outlive, or queue behind. The call's answer is the
+    /// handle's.
+    pub async fn call_in_flight(&self, image: &str, runs: u32) -> Call {
+        let mut client = self.client().await;
+        let req = request(image, FUNCTION_IO);
+        let call = tokio::spawn(async move { client.run_function(req).await });
+        self.wait_for_metric("xfn_runs_in_flight", f64::from(runs))
+            .await;
+        call
+    }
+
     /// The pid of the process the test started: outside PID-1 mode the
     /// supervisor `xfn start` leaves outside its PID namespace
     /// (`xfn::pidns`; [`Daemon::xfn_pid`] is xfn), under `unshare` unshare.
@@ -686,6 +699,12 @@ impl Daemon {
         conn.read_to_string(&mut text).await.expect("read");
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
         text
+    }
+
+    /// The value of `xfn_runs_total{outcome="OUTCOME"}`, 0 when absent.
+    pub async fn runs(&self, outcome: &str) -> f64 {
+        self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
+            .await
     }
 
     /// The value of one metric line (`name{labels}`), 0 when absent.

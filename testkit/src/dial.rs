@@ -29,6 +29,10 @@ pub type RawTransport = tower::util::BoxCloneService<
 /// being first, answers `CANCELLED` locally.
 pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
+/// A call running on a task of its own ([`Daemon::call_in_flight`]).
+pub type Call =
+    tokio::task::JoinHandle<Result<tonic::Response<pb::RunFunctionResponse>, tonic::Status>>;
+
 /// A channel to a runner on the abstract socket `@name` that this test did
 /// not start (e.g. `xfn start` in a container sharing this network
 /// namespace), dialled as `uid` (`None`: the test's own, root).

@@ -112,7 +112,7 @@ rss_of() {
 # rss_containers CACHE: kB of resident memory of the containers of the xfn
 # on CACHE, whatever their state (created, or started ahead and running
 # the function): the processes whose root mount is an overlay of CACHE's
-# layers (tests/server_common's processes_rooted_under, in shell).
+# layers (the test kit's proc::processes_rooted_under, in shell).
 rss_containers() {
     total=0
     for dir in /proc/[0-9]*; do

@@ -6,18 +6,17 @@
 //!
 //! Needs: crun, docker-registry, busybox-static, openssl, skopeo; python3
 //! with `crossplane-function-sdk-python` (and grpcio) for the SDK check.
-use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
 use xfn::proto::v1beta1::function_runner_service_client::FunctionRunnerServiceClient as V1beta1Client;
 use xfn::proto::{v1, v1beta1};
+use xfn_testkit::*;
 
 const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
 const SDK_CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/sdk_check.py");
@@ -39,7 +38,35 @@ fn function_image(registry: &Registry) -> String {
         .reference
 }
 
-/// `xfn adapt`, stopped on drop (`support::child::stop`).
+/// Who `xfn adapt` runs as.
+#[derive(Clone, Copy)]
+enum As {
+    Root,
+    /// [`NONROOT`] without capabilities, its cache dir its own.
+    Nonroot,
+}
+
+/// Where most tests here start: the function image in a fresh registry,
+/// served by `xfn adapt --insecure --image IMAGE FLAGS…` as `user`, its
+/// cache in a fresh dir. Bind all three: each lives as long as the test.
+fn serve_insecure(user: As, flags: &[&str]) -> (Registry, tempfile::TempDir, Adapt) {
+    let registry = Registry::start();
+    let image = function_image(&registry);
+    let dir = world_traversable_tempdir();
+    let command = match user {
+        As::Root => xfn_command(),
+        As::Nonroot => {
+            dir_owned_by(&dir.path().join("cache"), NONROOT);
+            unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")))
+        }
+    };
+    let mut source = vec!["--image", &image];
+    source.extend_from_slice(flags);
+    let adapt = Adapt::start_as(command, dir.path(), &source, &["--insecure"]);
+    (registry, dir, adapt)
+}
+
+/// `xfn adapt`, stopped on drop (`xfn_testkit::child::stop`).
 struct Adapt {
     child: Child,
     port: u16,
@@ -131,7 +158,7 @@ impl Adapt {
 
 impl Drop for Adapt {
     fn drop(&mut self) {
-        support::child::stop(&mut self.child);
+        xfn_testkit::child::stop(&mut self.child);
     }
 }
 
@@ -188,7 +215,7 @@ async fn mtls_calls_succeed_and_clients_without_a_valid_certificate_are_refused(
     let registry = Registry::start();
     let image = function_image(&registry);
     let dir = world_traversable_tempdir();
-    let server_certs = support::tls::mtls_certs(dir.path());
+    let server_certs = xfn_testkit::tls::mtls_certs(dir.path());
     let adapt = Adapt::start(
         dir.path(),
         &["--image", &image],
@@ -275,10 +302,7 @@ async fn adapt_refuses_to_start_without_tls_or_insecure() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn insecure_v1_and_v1beta1_calls_errors_and_the_response_cache() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    let (_registry, _dir, adapt) = serve_insecure(As::Root, &[]);
     let mut v1 = V1Client::new(plain_channel(adapt.port).await);
 
     let ok = v1
@@ -366,21 +390,15 @@ async fn insecure_v1_and_v1beta1_calls_errors_and_the_response_cache() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_response_cache_timeout_message_size_and_health() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(
-        dir.path(),
+    let (_registry, _dir, adapt) = serve_insecure(
+        As::Root,
         &[
-            "--image",
-            &image,
             "--no-response-cache",
             "--timeout",
             "2s",
             "--max-recv-message-size",
             "65536",
         ],
-        &["--insecure"],
     );
 
     // Health reports both services serving.
@@ -590,21 +608,8 @@ async fn one_running_one_queued(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn max_concurrent_runs_makes_later_calls_wait() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(
-        dir.path(),
-        &[
-            "--image",
-            &image,
-            "--max-concurrent-runs",
-            "1",
-            "--timeout",
-            "3s",
-        ],
-        &["--insecure"],
-    );
+    let (_registry, _dir, adapt) =
+        serve_insecure(As::Root, &["--max-concurrent-runs", "1", "--timeout", "3s"]);
     let channel = plain_channel(adapt.port).await;
     let [first, second] =
         one_running_one_queued(&adapt, &channel, "sleep", ["first", "second"]).await;
@@ -620,25 +625,13 @@ async fn max_concurrent_runs_makes_later_calls_wait() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unprivileged_user_without_capabilities_serves_calls() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    dir_owned_by(&dir.path().join("cache"), NONROOT);
-    let adapt = Adapt::start_as(
-        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
-        dir.path(),
-        &["--image", &image],
-        &["--insecure"],
-    );
+    let (_registry, _dir, adapt) = serve_insecure(As::Nonroot, &[]);
     call_ok(&adapt).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn thirty_two_concurrent_callers_with_default_flags_are_all_served() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    let (_registry, _dir, adapt) = serve_insecure(As::Root, &[]);
     // A connection per caller, as many reconcilers would dial; far more
     // callers than the CPUs the adaptor runs at once by default.
     let mut calls = Vec::new();
@@ -680,10 +673,7 @@ fn pool_calls(adapt: &Adapt) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn by_default_the_adaptor_keeps_a_container_started_ahead_for_the_next_call() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(dir.path(), &["--image", &image], &["--insecure"]);
+    let (_registry, _dir, adapt) = serve_insecure(As::Root, &[]);
     call_ok(&adapt).await;
     wait_for("a warm container ready", &adapt, || {
         adapt.metric("xfn_warm_containers_ready") == 1
@@ -705,20 +695,9 @@ async fn by_default_the_adaptor_keeps_a_container_started_ahead_for_the_next_cal
 
 #[tokio::test(flavor = "multi_thread")]
 async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    let adapt = Adapt::start(
-        dir.path(),
-        &[
-            "--image",
-            &image,
-            "--max-concurrent-runs",
-            "1",
-            "--max-queued-runs",
-            "1",
-        ],
-        &["--insecure"],
+    let (_registry, _dir, adapt) = serve_insecure(
+        As::Root,
+        &["--max-concurrent-runs", "1", "--max-queued-runs", "1"],
     );
     let channel = plain_channel(adapt.port).await;
     let [running, queued] =
@@ -756,17 +735,8 @@ async fn callers_beyond_the_runs_queue_up_to_the_cap_and_sigterm_drains_them() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sigkilled_adaptor_takes_its_run_in_flight_with_it() {
-    use support::child::{descendants, still_running_after_grace};
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    dir_owned_by(&dir.path().join("cache"), NONROOT);
-    let mut adapt = Adapt::start_as(
-        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
-        dir.path(),
-        &["--image", &image],
-        &["--insecure"],
-    );
+    use xfn_testkit::child::{descendants, still_running_after_grace};
+    let (_registry, _dir, mut adapt) = serve_insecure(As::Nonroot, &[]);
     let mut client = V1Client::new(plain_channel(adapt.port).await);
     let call = tokio::spawn(async move { client.run_function(request("sleep", "killed")).await });
     // Everything below the adaptor once the function itself runs: its
@@ -819,16 +789,7 @@ fn deep_request(depth: usize, size: usize) -> v1::RunFunctionRequest {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deep_requests_and_deep_output_are_refused_while_other_calls_are_served() {
-    let registry = Registry::start();
-    let image = function_image(&registry);
-    let dir = world_traversable_tempdir();
-    dir_owned_by(&dir.path().join("cache"), NONROOT);
-    let adapt = Adapt::start_as(
-        unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn"))),
-        dir.path(),
-        &["--image", &image],
-        &["--insecure"],
-    );
+    let (_registry, _dir, adapt) = serve_insecure(As::Nonroot, &[]);
     call_ok(&adapt).await;
     // Protobuf nests no deeper than prost decodes (100 messages), refused
     // while the request is decoded: tonic's INTERNAL, gRPC's code for a

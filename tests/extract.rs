@@ -1,9 +1,7 @@
 //! Test binary `extract`: Layer extraction: the OCI layer spec in both whiteout modes, GNU tar's flavours, hostile layers, and property tests.
 //!
-//! One binary per area (tests/README.md says which file goes where): the
-//! test kit is built once for it, and its tests run side by side.
-#[path = "support/mod.rs"]
-mod support;
+//! One binary per area (tests/README.md says which file goes where): one
+//! link, and its tests run side by side.
 
 #[path = "extract_fuzz.rs"]
 mod extract_fuzz;

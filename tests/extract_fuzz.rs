@@ -10,18 +10,17 @@
 //! bound. Each property runs unprivileged over a tmpfs of its own (see
 //! [`sandboxed`]), so that a broken extractor breaks only the test. `cargo test` runs a few hundred cases;
 //! `scripts/fuzz.sh` runs many more (`PROPTEST_CASES`).
-use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use proptest::prelude::*;
-use support::layer::raw_entry;
 use tar::EntryType;
 use xfn::image::extract::{
     extract_layer_bounded, Budget, ExtractOptions, LayerBounds, WhiteoutMode,
 };
+use xfn_testkit::layer::raw_entry;
 
 /// Bytes a case may unpack: small, so the bound is hit often.
 const BUDGET: u64 = 4096;
@@ -277,7 +276,7 @@ fn modes() -> impl Strategy<Value = (WhiteoutMode, bool)> {
 /// Runs the property `name`: every tar of `tars`, in either whiteout mode,
 /// with or without openat2, passes [`extract_checked`]. Re-executed as uid
 /// 65532 without capabilities in a user and mount namespace of its own
-/// (`support::reexec`), over a fresh tmpfs on /tmp where its temp dirs go.
+/// (`xfn_testkit::reexec`), over a fresh tmpfs on /tmp where its temp dirs go.
 /// The properties hold only while the extractor is right, and a regression
 /// that lets an entry climb out of its destination deletes and writes
 /// outside it: as root in the host's /tmp that is every other process's
@@ -285,8 +284,8 @@ fn modes() -> impl Strategy<Value = (WhiteoutMode, bool)> {
 /// machine's /tmp). Here it reaches only the tmpfs, and beyond it only
 /// what uid 65532 may change.
 fn sandboxed(name: &str, tars: impl Strategy<Value = Vec<u8>>) {
-    if !support::reexec::in_unprivileged_child() {
-        return support::reexec::run_unprivileged(&format!("extract_fuzz::{name}"));
+    if !xfn_testkit::reexec::in_unprivileged_child() {
+        return xfn_testkit::reexec::run_unprivileged(&format!("extract_fuzz::{name}"));
     }
     nix::mount::mount(
         Some("tmpfs"),
@@ -296,7 +295,7 @@ fn sandboxed(name: &str, tars: impl Strategy<Value = Vec<u8>>) {
         None::<&str>,
     )
     .expect("a tmpfs on /tmp in the test's own mount namespace");
-    let mut runner = proptest::test_runner::TestRunner::new(support::fuzz::config(128));
+    let mut runner = proptest::test_runner::TestRunner::new(xfn_testkit::fuzz::config(128));
     if let Err(failure) = runner.run(&(tars, modes()), |(tar, (mode, openat2))| {
         extract_checked(&tar, mode, openat2)
     }) {

@@ -1,13 +1,12 @@
 //! Layers written by GNU tar (its own header flavours: GNU long names,
 //! PAX records, hardlinks as link entries) extract to the very tree they were
 //! made from.
-use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use support::tree::{comparable, snapshot};
 use xfn::image::extract::{extract_layer, WhiteoutMode};
+use xfn_testkit::tree::{comparable, snapshot};
 
 fn make_source(root: &std::path::Path) {
     let bin = root.join("bin");

@@ -1,17 +1,16 @@
 //! Hostile layers: every attempt to write, link or delete outside the
 //! destination is refused with an error naming the entry, and nothing outside
 //! changes (checked against a sentinel directory beside the destination).
-use crate::support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use support::tree::{snapshot, Kind, Node};
-use support::Layer;
 use xfn::image::extract::{
     extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
 };
+use xfn_testkit::tree::{snapshot, Kind, Node};
+use xfn_testkit::Layer;
 
 const MODES: [WhiteoutMode; 2] = [WhiteoutMode::Overlay, WhiteoutMode::Flatten];
 

@@ -1,15 +1,14 @@
 //! Layer extraction per the OCI layer spec, in both whiteout modes, and the
 //! overlay of Overlay-mode layer dirs compared with the Flatten result.
-use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use support::tree::{comparable, snapshot, Kind};
-use support::Layer;
 use xfn::image::extract::{
     extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
 };
+use xfn_testkit::tree::{comparable, snapshot, Kind};
+use xfn_testkit::Layer;
 
 fn apply(layer: &[u8], dest: &Path, mode: WhiteoutMode) -> Result<(), ExtractError> {
     extract_layer(layer, dest, mode).map(|_| ())
@@ -169,8 +168,8 @@ fn owners_are_shifted_by_the_namespaces_shift() {
 
 #[test]
 fn unmapped_owners_are_tolerated_unprivileged() {
-    if !support::reexec::in_unprivileged_child() {
-        support::reexec::run_unprivileged(
+    if !xfn_testkit::reexec::in_unprivileged_child() {
+        xfn_testkit::reexec::run_unprivileged(
             "extract_layers::unmapped_owners_are_tolerated_unprivileged",
         );
         return;
@@ -583,22 +582,22 @@ fn overlay_equals_flatten() {
 
 #[test]
 fn overlay_equals_flatten_as_root() {
-    if support::reexec::in_mount_namespace_child() {
+    if xfn_testkit::reexec::in_mount_namespace_child() {
         return overlay_equals_flatten();
     }
     assert!(
         rustix::process::geteuid().is_root(),
         "this test mounts overlays as real root: run the tests as root"
     );
-    support::reexec::run_in_mount_namespace("extract_layers::overlay_equals_flatten_as_root");
+    xfn_testkit::reexec::run_in_mount_namespace("extract_layers::overlay_equals_flatten_as_root");
 }
 
 #[test]
 fn overlay_equals_flatten_unprivileged() {
-    if support::reexec::in_unprivileged_child() {
+    if xfn_testkit::reexec::in_unprivileged_child() {
         return overlay_equals_flatten();
     }
-    support::reexec::run_unprivileged("extract_layers::overlay_equals_flatten_unprivileged");
+    xfn_testkit::reexec::run_unprivileged("extract_layers::overlay_equals_flatten_unprivileged");
 }
 
 #[test]
@@ -643,8 +642,8 @@ fn long_names_and_link_targets() {
 fn read_only_lower_dirs_without_privilege() {
     // No user namespace, no capabilities: deleting from a lower 0555 dir
     // needs it writable for a moment; its mode must come back.
-    if !support::reexec::in_no_privilege_child() {
-        return support::reexec::run_without_privilege(
+    if !xfn_testkit::reexec::in_no_privilege_child() {
+        return xfn_testkit::reexec::run_without_privilege(
             "extract_layers::read_only_lower_dirs_without_privilege",
         );
     }

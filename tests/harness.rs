@@ -1,9 +1,7 @@
-//! Self-tests of the shared test harness (tests/support): the registry comes
-//! up, accepts pushes (with and without auth) and serves them back intact.
-use crate::support;
-
-use support::http;
-use support::*;
+//! Self-tests of the test kit (testkit/): the registry comes up, accepts
+//! pushes (with and without auth) and serves them back intact.
+use xfn_testkit::http;
+use xfn_testkit::*;
 
 #[test]
 fn pushes_and_serves_an_image() {
@@ -125,4 +123,36 @@ fn every_test_file_belongs_to_exactly_one_test_binary() {
     for name in &declared {
         assert!(files.contains(name), "{name} is declared but not in tests/");
     }
+}
+
+/// The test kit is one crate, testkit/: Rust source in a folder of tests/
+/// would be a second kit compiled into each binary by path (as
+/// tests/support and tests/server_common were). The one exception is a
+/// fixture Cargo.toml builds as a target of its own.
+#[test]
+fn no_test_support_lives_in_a_folder_of_tests() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let mut stray = Vec::new();
+    let mut dirs = vec![repo.join("tests")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let relative = path
+                .strip_prefix(repo)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let nested = path.parent() != Some(repo.join("tests").as_path());
+            let source = relative.ends_with(".rs") || relative.ends_with(".c");
+            if nested && source && !manifest.contains(&format!("path = \"{relative}\"")) {
+                stray.push(relative);
+            }
+        }
+    }
+    assert!(stray.is_empty(), "test support outside testkit/: {stray:?}");
 }

@@ -1,11 +1,7 @@
 //! Test binary `image`: The image cache and pulls: the store against a real registry, `xfn pull` and `xfn cache`, hostile layers and registries, TLS and auth, garbage collection, the runner image and `xfn wrap`, the deploy manifests, and the test kit's own checks.
 //!
-//! One binary per area (tests/README.md says which file goes where): the
-//! test kit is built once for it, and its tests run side by side.
-#[path = "server_common/mod.rs"]
-mod server_common;
-#[path = "support/mod.rs"]
-mod support;
+//! One binary per area (tests/README.md says which file goes where): one
+//! link, and its tests run side by side.
 
 #[path = "deploy_manifests.rs"]
 mod deploy_manifests;

@@ -1,9 +1,8 @@
 //! Pulling from a registry that demands basic auth (htpasswd).
-use crate::support;
 
 use base64::Engine;
-use support::*;
 use xfn::image::{ImageErrorKind, ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn_testkit::*;
 
 fn image() -> ImageBuilder {
     ImageBuilder::new().layer(Layer::new().file("/secret", 0o644, "s"))

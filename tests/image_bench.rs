@@ -2,9 +2,8 @@
 //! layers of incompressible pseudo-random data, ~50 MB in all, gzip.
 //! Ignored in normal runs; the script runs it with
 //! `XFN_BENCH_REGISTRY=127.0.0.1:PORT cargo test --test image -- image_bench:: --ignored`.
-use crate::support;
 
-use support::*;
+use xfn_testkit::*;
 
 /// Layer sizes (uncompressed; random data compresses to about the same).
 const LAYER_BYTES: [usize; 3] = [25 << 20, 15 << 20, 10 << 20];

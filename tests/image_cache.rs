@@ -2,13 +2,12 @@
 //! xfn's user (so no local user reaches an image's setuid binaries), every
 //! entry durable before it is published, a torn entry fetched again
 //! instead of failing forever.
-use crate::support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::*;
+use xfn_testkit::*;
 
 /// The store's own directories (see `xfn::image::store`).
 const STORE_DIRS: &[&str] = &[
@@ -362,7 +361,7 @@ fn a_copy_mode_run_killed_while_it_flattens_its_image_leaves_no_rootfs_and_the_n
         cmd.args(["run", "--rootfs", "copy", "--cache-dir"])
             .arg(cache)
             .args([&image.reference, "-"]);
-        support::child::ChildGuard::spawn_with_input(&mut cmd, FUNCTION_IO.as_bytes())
+        xfn_testkit::child::ChildGuard::spawn_with_input(&mut cmd, FUNCTION_IO.as_bytes())
     };
     let flattening = || {
         std::fs::read_dir(cache.join("tmp")).unwrap().any(|e| {

@@ -1,10 +1,9 @@
 //! `xfn pull` and `xfn cache ls`, the real binary end to end, as root and as
 //! an unprivileged user without capabilities.
-use crate::support;
 
 use std::process::Output;
 
-use support::*;
+use xfn_testkit::*;
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -23,8 +23,6 @@
 //! crossplane-function-sdk-python; Debian's HTTP mirror (for the base
 //! images and the image's crun). Without podman or mmdebstrap the tests
 //! fail saying so: they are what proves the image, not optional.
-use crate::server_common;
-use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -32,8 +30,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use server_common::{abstract_channel, request, Client, FUNCTION_IO};
-use support::*;
+use xfn_testkit::*;
+use xfn_testkit::{abstract_channel, request, Client, FUNCTION_IO};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const PROFILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/seccomp/runner.json");
@@ -328,7 +326,7 @@ async fn the_sidecar_image_as_its_pods_root_runs_functions_under_the_pods_other_
         "echo \"ran as $(id -u) over\" $(cat /proc/self/uid_map)",
         "image-e2e-pod-fn:v1",
     );
-    let base = server_common::subordinate_range(3);
+    let base = xfn_testkit::subordinate_range(3);
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("xfn");
     // The emptyDir, as the kubelet gives it to the pod's root.
@@ -466,7 +464,7 @@ async fn an_adaptor_image_wrapped_onto_the_runner_image_answers_the_python_sdk_o
 
     // Run as Crossplane runs a Function's pod: its TLS secret mounted, a
     // cache volume, the pod's profile.
-    let certs: PathBuf = support::tls::mtls_certs(dir.path());
+    let certs: PathBuf = xfn_testkit::tls::mtls_certs(dir.path());
     owned_by_nonroot(&certs);
     let cache = dir.path().join("xfn");
     dir_owned_by(&cache, NONROOT);

@@ -3,7 +3,6 @@
 //! fixpoint whose parts are safe to name files and URLs by. Manifests and
 //! configs are fuzzed where they are parsed (`src/image/pull/manifest.rs`).
 //! `scripts/fuzz.sh` runs these with many more cases (`PROPTEST_CASES`).
-use crate::support;
 
 use proptest::prelude::*;
 use xfn::image::ImageReference;
@@ -59,7 +58,7 @@ fn check(s: &str) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(support::fuzz::config(512))]
+    #![proptest_config(xfn_testkit::fuzz::config(512))]
 
     #[test]
     fn reference_like_strings_parse_to_a_safe_fixpoint(s in reference_like()) {

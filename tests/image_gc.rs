@@ -5,8 +5,6 @@
 //! a warm container or a pull in flight uses, and those finish whole; `xfn
 //! start` keeps its cache under `--cache-max-size` (10Gi unless told).
 //! xfn runs as the sidecar's user (uid 65532) unless a test says otherwise.
-use crate::server_common;
-use crate::support;
 
 use std::collections::HashSet;
 use std::io::Read;
@@ -16,10 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use server_common::*;
-use support::child::{output_within, ChildGuard};
-use support::registry::hostile::{Fault, HostileRegistry, Target};
-use support::*;
+use xfn_testkit::child::{output_within, ChildGuard};
+use xfn_testkit::registry::hostile::{Fault, HostileRegistry, Target};
+use xfn_testkit::*;
 
 /// How long a wait for a state may take before the test gives up on xfn
 /// (a bound on a hang, not a measurement).

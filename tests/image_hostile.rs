@@ -10,16 +10,15 @@
 //! fraction of the time a debug build needs to unpack 64 MiB;
 //! `scripts/hostile.sh` (`XFN_HOSTILE_FULL=1`) runs them at docs/cache.md's
 //! sizes (a 64 MiB cap, 100,000 entries, bombs of gigabytes).
-use crate::support;
 
 use std::path::Path;
 
-use support::child::{measure, Measured};
-use support::hostile::{
+use tar::EntryType;
+use xfn_testkit::child::{measure, Measured};
+use xfn_testkit::hostile::{
     blob, end, header, padding, pax_record, sparse_extension, sparse_header, Part,
 };
-use support::*;
-use tar::EntryType;
+use xfn_testkit::*;
 
 /// The sizes the cases run at.
 struct Scale {

@@ -1,21 +1,18 @@
-//! Hostile registries (`support::registry::hostile`): a manifest far past
+//! Hostile registries (`xfn_testkit::registry::hostile`): a manifest far past
 //! its bound, blobs longer or shorter than their descriptors, and a
 //! registry that drip-feeds a pull past `--pull-timeout`. Each is refused
 //! with an error naming the cause, at small memory, leaving nothing in the
 //! cache; and while one pull of a reference drips, a call for the cached
 //! image of the same reference through `xfn start` (real crun) is served.
-use crate::server_common;
-use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use server_common::*;
-use support::child::{measure, Measured};
-use support::registry::hostile::{Fault, HostileRegistry, Target};
-use support::*;
 use tonic::Code;
-use xfn::proto::v1alpha1 as pb;
+use xfn_testkit::child::{measure, Measured};
+use xfn_testkit::pb;
+use xfn_testkit::registry::hostile::{Fault, HostileRegistry, Target};
+use xfn_testkit::*;
 
 /// Peak memory a refused pull may reach: xfn's own footprint with room to
 /// spare, a fraction of the hostile manifest it is offered.

@@ -1,13 +1,15 @@
 //! The image store against a real `docker-registry` on loopback: pull
 //! policies, caching, concurrency, corruption, platforms, compressions and
 //! the errors a user sees.
-use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use support::*;
-use xfn::image::{ImageErrorKind, ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn::image::{
+    ImageError, ImageErrorKind, ImageStore, PullPolicy, PullReport, PulledImage, RegistryAuth,
+    StoreOptions,
+};
+use xfn_testkit::*;
 
 fn open_store(dir: &Path) -> ImageStore {
     ImageStore::open(dir, StoreOptions::default()).unwrap()
@@ -15,6 +17,47 @@ fn open_store(dir: &Path) -> ImageStore {
 
 fn anonymous() -> RegistryAuth {
     RegistryAuth::default()
+}
+
+/// The pulls of these tests: with no credentials, no progress bar.
+trait Pull {
+    async fn pull(&self, reference: &str, policy: PullPolicy) -> Result<PulledImage, ImageError>;
+    async fn pull_reporting(
+        &self,
+        reference: &str,
+        policy: PullPolicy,
+    ) -> Result<(PulledImage, PullReport), ImageError>;
+}
+
+impl Pull for ImageStore {
+    async fn pull(&self, reference: &str, policy: PullPolicy) -> Result<PulledImage, ImageError> {
+        self.ensure(reference, policy, &anonymous()).await
+    }
+    async fn pull_reporting(
+        &self,
+        reference: &str,
+        policy: PullPolicy,
+    ) -> Result<(PulledImage, PullReport), ImageError> {
+        self.ensure_with(reference, policy, &anonymous(), None)
+            .await
+    }
+}
+
+/// A `Never` pull of `reference` fails: the image is not (whole) in the
+/// cache.
+async fn assert_not_cached(store: &ImageStore, reference: &str) {
+    let err = store.pull(reference, PullPolicy::Never).await.unwrap_err();
+    assert_eq!(err.kind(), ImageErrorKind::NotPresent, "{err}");
+}
+
+/// `small_image("one")` pushed as `fn:v1` to a fresh registry, and an empty
+/// store in a fresh dir: where most tests here start.
+fn one_image_and_a_store() -> (Registry, PushedImage, tempfile::TempDir, ImageStore) {
+    let registry = Registry::start();
+    let pushed = small_image("one").push(&registry, "fn:v1");
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path());
+    (registry, pushed, dir, store)
 }
 
 /// A small two-layer function image: busybox-free, so it is quick to push.
@@ -53,18 +96,10 @@ fn manifest_gets(registry: &Registry) -> usize {
 
 #[tokio::test]
 async fn if_not_present_pulls_once_then_serves_the_cache() {
-    let registry = Registry::start();
-    let pushed = small_image("one").push(&registry, "fn:v1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let (registry, pushed, dir, store) = one_image_and_a_store();
 
     let (image, report) = store
-        .ensure_with(
-            &pushed.reference,
-            PullPolicy::IfNotPresent,
-            &anonymous(),
-            None,
-        )
+        .pull_reporting(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert_eq!(image.digest, pushed.digest);
@@ -90,12 +125,7 @@ async fn if_not_present_pulls_once_then_serves_the_cache() {
 
     let gets_before = manifest_gets(&registry);
     let (again, report) = store
-        .ensure_with(
-            &pushed.reference,
-            PullPolicy::IfNotPresent,
-            &anonymous(),
-            None,
-        )
+        .pull_reporting(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert_eq!(again.digest, pushed.digest);
@@ -114,7 +144,7 @@ async fn if_not_present_pulls_once_then_serves_the_cache() {
     // A store opened later (another process) sees the same cache.
     let reopened = open_store(dir.path());
     let cached = reopened
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .pull(&pushed.reference, PullPolicy::Never)
         .await
         .unwrap();
     assert_eq!(cached.digest, pushed.digest);
@@ -132,10 +162,7 @@ async fn always_re_resolves_the_tag_and_reuses_cached_layers() {
     let v1 = small_image("one").push(&registry, "fn:v1");
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path());
-    store
-        .ensure(&v1.reference, PullPolicy::Always, &anonymous())
-        .await
-        .unwrap();
+    store.pull(&v1.reference, PullPolicy::Always).await.unwrap();
 
     // The tag moves to an image with the same base layer and a new top.
     let v2 = small_image("two").push(&registry, "fn:v1");
@@ -144,19 +171,16 @@ async fn always_re_resolves_the_tag_and_reuses_cached_layers() {
     assert_eq!(base, &v1.image.layers[0].digest);
 
     let stale = store
-        .ensure(&v1.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&v1.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert_eq!(stale.digest, v1.digest, "IfNotPresent must not re-resolve");
-    let never = store
-        .ensure(&v1.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap();
+    let never = store.pull(&v1.reference, PullPolicy::Never).await.unwrap();
     assert_eq!(never.digest, v1.digest);
 
     let resolved_before = store.stats().manifests_resolved.load(Ordering::Relaxed);
     let (fresh, report) = store
-        .ensure_with(&v1.reference, PullPolicy::Always, &anonymous(), None)
+        .pull_reporting(&v1.reference, PullPolicy::Always)
         .await
         .unwrap();
     assert_eq!(fresh.digest, v2.digest);
@@ -174,22 +198,16 @@ async fn always_re_resolves_the_tag_and_reuses_cached_layers() {
     assert_eq!(fresh.layers[0], stale.layers[0]);
 
     // Now the cache follows the tag.
-    let after = store
-        .ensure(&v1.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap();
+    let after = store.pull(&v1.reference, PullPolicy::Never).await.unwrap();
     assert_eq!(after.digest, v2.digest);
 }
 
 #[tokio::test]
 async fn never_with_an_absent_image_fails_naming_it_without_contacting_the_registry() {
-    let registry = Registry::start();
-    let pushed = small_image("one").push(&registry, "fn:v1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let (registry, pushed, _dir, store) = one_image_and_a_store();
     let gets_before = manifest_gets(&registry);
     let err = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .pull(&pushed.reference, PullPolicy::Never)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::NotPresent);
@@ -201,27 +219,18 @@ async fn never_with_an_absent_image_fails_naming_it_without_contacting_the_regis
 
 #[tokio::test]
 async fn a_digest_reference_is_served_from_the_cache_after_a_tag_pull() {
-    let registry = Registry::start();
-    let pushed = small_image("one").push(&registry, "fn:v1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let (registry, pushed, _dir, store) = one_image_and_a_store();
     store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     let by_digest = format!("{}@{}", registry.reference("fn"), pushed.digest);
-    let image = store
-        .ensure(&by_digest, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap();
+    let image = store.pull(&by_digest, PullPolicy::Never).await.unwrap();
     assert_eq!(image.digest, pushed.digest);
 
     // A digest that is not what the registry serves is refused.
     let wrong = format!("{}@sha256:{}", registry.reference("fn"), "0".repeat(64));
-    let err = store
-        .ensure(&wrong, PullPolicy::Always, &anonymous())
-        .await
-        .unwrap_err();
+    let err = store.pull(&wrong, PullPolicy::Always).await.unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::NotFound, "{err}");
 }
 
@@ -238,11 +247,10 @@ async fn concurrent_ensures_of_one_image_download_it_once() {
     // A second store on the same dir stands in for a second process: it
     // shares no in-process lock, only the file locks.
     let other = open_store(dir.path());
-    let auth = anonymous();
     let (a, b, c) = tokio::join!(
-        store.ensure(&pushed.reference, PullPolicy::IfNotPresent, &auth),
-        store.ensure(&pushed.reference, PullPolicy::IfNotPresent, &auth),
-        other.ensure(&pushed.reference, PullPolicy::IfNotPresent, &auth),
+        store.pull(&pushed.reference, PullPolicy::IfNotPresent),
+        store.pull(&pushed.reference, PullPolicy::IfNotPresent),
+        other.pull(&pushed.reference, PullPolicy::IfNotPresent),
     );
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     assert_eq!(a.digest, pushed.digest);
@@ -276,7 +284,7 @@ async fn a_corrupt_blob_is_an_error_and_nothing_is_cached() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path());
     let err = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::Corrupt, "{err}");
@@ -289,11 +297,7 @@ async fn a_corrupt_blob_is_an_error_and_nothing_is_cached() {
     assert!(entries(&dir.path().join("refs")).is_empty());
     assert!(entries(&dir.path().join("manifests")).is_empty());
     assert!(entries(&dir.path().join("tmp")).is_empty());
-    let err = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    assert_not_cached(&store, &pushed.reference).await;
 }
 
 #[tokio::test]
@@ -313,7 +317,7 @@ async fn an_index_resolves_to_the_host_platform() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path());
         let image = store
-            .ensure(&index.reference, PullPolicy::IfNotPresent, &anonymous())
+            .pull(&index.reference, PullPolicy::IfNotPresent)
             .await
             .unwrap();
         assert_eq!(image.digest, host_image.digest, "{format:?}");
@@ -322,10 +326,7 @@ async fn an_index_resolves_to_the_host_platform() {
 
         // Pinned by the index digest, it resolves the same way.
         let by_digest = format!("{}@{}", registry.reference("multi"), index.digest);
-        let pinned = store
-            .ensure(&by_digest, PullPolicy::Always, &anonymous())
-            .await
-            .unwrap();
+        let pinned = store.pull(&by_digest, PullPolicy::Always).await.unwrap();
         assert_eq!(pinned.digest, host_image.digest);
     }
 }
@@ -339,7 +340,7 @@ async fn an_index_without_the_host_platform_lists_what_it_offers() {
         .push(&registry, "multi:v1");
     let dir = tempfile::tempdir().unwrap();
     let err = open_store(dir.path())
-        .ensure(&index.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&index.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::NotFound);
@@ -375,7 +376,7 @@ async fn gzip_zstd_and_plain_layers_pull_and_extract() {
             .push(&registry, &format!("comp:{format:?}").to_lowercase());
         let dir = tempfile::tempdir().unwrap();
         let image = open_store(dir.path())
-            .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+            .pull(&pushed.reference, PullPolicy::IfNotPresent)
             .await
             .unwrap();
         let read =
@@ -410,7 +411,7 @@ async fn the_flattened_rootfs_applies_every_layer_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path());
     let image = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     let (a, b) = tokio::join!(
@@ -447,7 +448,7 @@ async fn too_many_layers_are_refused() {
     let pushed = builder.push(&registry, "deep:v1");
     let dir = tempfile::tempdir().unwrap();
     let err = open_store(dir.path())
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::TooManyLayers);
@@ -467,10 +468,7 @@ async fn invalid_references_are_invalid_arguments() {
         "a b",
         "127.0.0.1:5000/fn::v1",
     ] {
-        let err = store
-            .ensure(bad, PullPolicy::IfNotPresent, &anonymous())
-            .await
-            .unwrap_err();
+        let err = store.pull(bad, PullPolicy::IfNotPresent).await.unwrap_err();
         assert_eq!(
             err.kind(),
             ImageErrorKind::InvalidArgument,
@@ -488,11 +486,7 @@ async fn absent_tags_are_not_found_and_dead_registries_unavailable() {
     let store = open_store(dir.path());
     for absent in ["fn:nope", "nosuchrepo:v1"] {
         let err = store
-            .ensure(
-                &registry.reference(absent),
-                PullPolicy::IfNotPresent,
-                &anonymous(),
-            )
+            .pull(&registry.reference(absent), PullPolicy::IfNotPresent)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ImageErrorKind::NotFound, "{absent}: {err}");
@@ -500,11 +494,7 @@ async fn absent_tags_are_not_found_and_dead_registries_unavailable() {
     let host = registry.host();
     drop(registry);
     let err = store
-        .ensure(
-            &format!("{host}/fn:v1"),
-            PullPolicy::IfNotPresent,
-            &anonymous(),
-        )
+        .pull(&format!("{host}/fn:v1"), PullPolicy::IfNotPresent)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ImageErrorKind::Unavailable, "{err}");
@@ -525,7 +515,7 @@ async fn the_default_registry_completes_short_names() {
     )
     .unwrap();
     let image = store
-        .ensure("team/fn:v1", PullPolicy::IfNotPresent, &anonymous())
+        .pull("team/fn:v1", PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert_eq!(image.digest, pushed.digest);
@@ -576,27 +566,15 @@ async fn progress_covers_every_layer_byte_pulled_or_cached() {
 
 #[tokio::test]
 async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
-    let registry = Registry::start();
-    let pushed = small_image("one").push(&registry, "fn:v1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let (registry, pushed, _dir, store) = one_image_and_a_store();
     let image = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     std::fs::remove_dir_all(&image.layers[1]).unwrap();
-    let err = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    assert_not_cached(&store, &pushed.reference).await;
     let (again, report) = store
-        .ensure_with(
-            &pushed.reference,
-            PullPolicy::IfNotPresent,
-            &anonymous(),
-            None,
-        )
+        .pull_reporting(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert_eq!(report.layers_downloaded, 0);
@@ -611,17 +589,14 @@ async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
 
 #[tokio::test]
 async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_pins_are_gone() {
-    let registry = Registry::start();
-    let pushed = small_image("one").push(&registry, "fn:v1");
-    let dir = tempfile::tempdir().unwrap();
-    let store = open_store(dir.path());
+    let (_registry, pushed, dir, store) = one_image_and_a_store();
     let pulled = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     // Found whole on disk while `pulled` pins it: remembered.
     let found = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .pull(&pushed.reference, PullPolicy::Never)
         .await
         .unwrap();
     drop(pulled);
@@ -635,7 +610,7 @@ async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_p
     let bytes = std::fs::read(&manifest).unwrap();
     std::fs::write(&manifest, &bytes[..bytes.len() / 2]).unwrap();
     let again = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .pull(&pushed.reference, PullPolicy::Never)
         .await
         .unwrap();
     assert_eq!(again.digest, pushed.digest);
@@ -656,31 +631,23 @@ async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_p
     // is found, removed, and the image is not in the cache.
     drop(again);
     drop(found);
-    let err = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    assert_not_cached(&store, &pushed.reference).await;
     assert!(!manifest.exists());
 
     // Pulled again and remembered under a new pin, a lost layer dir is
     // still noticed (and re-extracted by the next pull).
     let pulled = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     let found = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
+        .pull(&pushed.reference, PullPolicy::Never)
         .await
         .unwrap();
     std::fs::remove_dir_all(&found.layers[1]).unwrap();
-    let err = store
-        .ensure(&pushed.reference, PullPolicy::Never, &anonymous())
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ImageErrorKind::NotPresent);
+    assert_not_cached(&store, &pushed.reference).await;
     let repaired = store
-        .ensure(&pushed.reference, PullPolicy::IfNotPresent, &anonymous())
+        .pull(&pushed.reference, PullPolicy::IfNotPresent)
         .await
         .unwrap();
     assert!(repaired.layers[1].join("fn.sh").is_file());

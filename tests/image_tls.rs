@@ -1,10 +1,9 @@
 //! Registries that are not on loopback: HTTPS by default (trusting a custom
 //! CA bundle), plain HTTP only when named with `--insecure-registry`.
 //! Needs a non-loopback IPv4 address on the host and `openssl`.
-use crate::support;
 
-use support::*;
 use xfn::image::{ImageErrorKind, ImageStore, PullPolicy, RegistryAuth, StoreOptions};
+use xfn_testkit::*;
 
 fn image() -> ImageBuilder {
     ImageBuilder::new().layer(Layer::new().file("/x", 0o644, "x"))

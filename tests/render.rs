@@ -1,9 +1,7 @@
 //! Test binary `render`: `xfn render` end to end: the Exec, Development and Docker runtimes, and what Crossplane v2 renders.
 //!
-//! One binary per area (tests/README.md says which file goes where): the
-//! test kit is built once for it, and its tests run side by side.
-#[path = "support/mod.rs"]
-mod support;
+//! One binary per area (tests/README.md says which file goes where): one
+//! link, and its tests run side by side.
 
 #[path = "render_bounds.rs"]
 mod render_bounds;

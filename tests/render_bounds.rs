@@ -3,12 +3,11 @@
 //! deep they go up to the 4 MiB an input may have on `xfn start`; the same
 //! render with sane files runs its pipeline. An alpha function's output
 //! meets the same bound.
-use crate::support;
 
 use std::time::Instant;
 
-use support::render::*;
-use support::*;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 const FOUR_MIB: usize = 4 << 20;
 

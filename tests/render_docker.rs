@@ -7,15 +7,14 @@
 //!
 //! Needs: crun, docker-registry, busybox-static; root, or unprivileged user
 //! namespaces.
-use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::function_server::calls_by_version;
-use support::render::*;
-use support::*;
+use xfn_testkit::function_server::calls_by_version;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 /// Asserts that the render left no container, bundle or rootfs in `cache`.
 fn assert_nothing_left(cache: &Path) {

@@ -8,15 +8,14 @@
 //! Needs: crun, docker-registry, busybox-static; python3 with
 //! `pip install crossplane-function-sdk-python` (or XFN_TEST_PYTHON naming
 //! a python that has it); root, or unprivileged user namespaces.
-use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::function_server::calls_by_version;
-use support::render::*;
-use support::*;
+use xfn_testkit::function_server::calls_by_version;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 /// The 5-step Exec pipeline: create, require (settings), label, ready
 /// (+context), results.
@@ -186,7 +185,7 @@ status:
     status: \"True\"
 ";
 
-/// `xfn start` on an abstract socket, stopped on drop (`support::child::stop`).
+/// `xfn start` on an abstract socket, stopped on drop (`xfn_testkit::child::stop`).
 struct RunnerDaemon {
     child: Child,
     socket: String,
@@ -229,7 +228,7 @@ impl RunnerDaemon {
 
 impl Drop for RunnerDaemon {
     fn drop(&mut self) {
-        support::child::stop(&mut self.child);
+        xfn_testkit::child::stop(&mut self.child);
     }
 }
 
@@ -352,52 +351,48 @@ fn input_errors_name_the_file_or_the_step() {
     fx.write("composition.yaml", &composition);
 
     fx.write("bad.yaml", "apiVersion: [unclosed\n");
-    let err = failure(&fx.render(&["bad.yaml", "composition.yaml", "functions.yaml"]));
-    assert!(
-        err.contains("bad.yaml") && err.contains("invalid YAML"),
-        "{err}"
-    );
-
-    let err = failure(&fx.render(&["xr.yaml", "xr.yaml", "functions.yaml"]));
-    assert!(
-        err.contains(
-            "xr.yaml: expected a apiextensions.crossplane.io Composition or CompositionRevision"
-        ),
-        "{err}"
-    );
-
     fx.write(
         "other.yaml",
         &composition.replace("kind: XBucket", "kind: XDatabase"),
     );
-    let err = failure(&fx.render(&["xr.yaml", "other.yaml", "functions.yaml"]));
-    assert!(
-        err.contains("other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is a example.org/v1 XBucket"),
-        "{err}"
-    );
-
     fx.write(
         "unknown.yaml",
         &composition.replace("{name: python}", "{name: nope}"),
     );
-    let err = failure(&fx.render(&["xr.yaml", "unknown.yaml", "functions.yaml"]));
-    assert!(
-        err.contains("pipeline step \"create\" references unknown Function \"nope\""),
-        "{err}"
-    );
-
-    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "composition.yaml"]));
-    assert!(
-        err.contains("expected a pkg.crossplane.io Function"),
-        "{err}"
-    );
-
-    // Nothing listens on port 1: the step fails and is named.
-    let err = failure(&fx.render(&["xr.yaml", "composition.yaml", "functions.yaml"]));
-    assert!(
-        err.contains("pipeline step \"create\" failed") && err.contains("127.0.0.1:1"),
-        "{err}"
-    );
+    // Each set of files, and what the refusal says.
+    let cases: [([&str; 3], &[&str]); 6] = [
+        (
+            ["bad.yaml", "composition.yaml", "functions.yaml"],
+            &["bad.yaml", "invalid YAML"],
+        ),
+        (
+            ["xr.yaml", "xr.yaml", "functions.yaml"],
+            &["xr.yaml: expected a apiextensions.crossplane.io Composition or CompositionRevision"],
+        ),
+        (
+            ["xr.yaml", "other.yaml", "functions.yaml"],
+            &["other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is a example.org/v1 XBucket"],
+        ),
+        (
+            ["xr.yaml", "unknown.yaml", "functions.yaml"],
+            &["pipeline step \"create\" references unknown Function \"nope\""],
+        ),
+        (
+            ["xr.yaml", "composition.yaml", "composition.yaml"],
+            &["expected a pkg.crossplane.io Function"],
+        ),
+        // Nothing listens on port 1: the step fails and is named.
+        (
+            ["xr.yaml", "composition.yaml", "functions.yaml"],
+            &["pipeline step \"create\" failed", "127.0.0.1:1"],
+        ),
+    ];
+    for (files, says) in cases {
+        let err = failure(&fx.render(&files));
+        for part in says {
+            assert!(err.contains(part), "{files:?}: {err}");
+        }
+    }
 }
 
 /// example/render/ (docs/render.md's worked example) renders as
@@ -536,6 +531,6 @@ fn the_static_function_server_image_pulls() {
     assert!(line.contains("2 layers"), "{line}");
     // The check that vouched for the binary in the image does tell: xfn
     // itself is linked dynamically.
-    let xfn = support::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
+    let xfn = xfn_testkit::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
     assert!(xfn.is_err_and(|why| why.contains("PT_INTERP")));
 }

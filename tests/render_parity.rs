@@ -8,15 +8,14 @@
 //!
 //! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON),
 //! crun, docker-registry, busybox-static; root.
-use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::function_server::function_server_image;
-use support::render::*;
-use support::*;
+use xfn_testkit::function_server::function_server_image;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 /// The Functions file of Function `name` for each runtime: the Python SDK
 /// function (Development) and the function image (Docker). The Python

@@ -10,14 +10,13 @@
 //! lacks: scripts/setup.sh builds a Debian trixie root with python3 and the
 //! wheels at [`PYTHONIC_ROOT`] (or `XFN_TEST_PYTHONIC_ROOT`), run by chroot
 //! (root). Without it the test says loudly that it skipped.
-use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::xfn_command;
+use xfn_testkit::xfn_command;
 
 /// Where scripts/setup.sh leaves the trixie root with function-pythonic.
 const PYTHONIC_ROOT: &str = "/var/cache/xfn-test/function-pythonic-0.6.3";

@@ -7,10 +7,9 @@
 //! function image served rootless (Docker) are in render_docker.rs.
 //!
 //! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON).
-use crate::support;
 
-use support::render::*;
-use support::*;
+use xfn_testkit::render::*;
+use xfn_testkit::*;
 
 #[test]
 fn a_namespaced_xr_of_a_v2_xrd_gets_its_defaults_namespace_and_schemas() {
@@ -141,7 +140,7 @@ fn operations_of_each_kind_render_like_crossplane_operation_render() {
     // ... and is required: without -w the render says so.
     fx.write(
         "operation.yaml",
-        &support::render::operation("WatchOperation", "python"),
+        &xfn_testkit::render::operation("WatchOperation", "python"),
     );
     let err = failure(&fx.render(&["operation.yaml", "functions.yaml"]));
     assert!(err.contains("--watched-resource"), "{err}");

@@ -1,11 +1,7 @@
 //! Test binary `run`: `xfn run` end to end: the real binary, real crun, a real registry: what a function sees, its bounds without cgroups, the runtime check.
 //!
-//! One binary per area (tests/README.md says which file goes where): the
-//! test kit is built once for it, and its tests run side by side.
-#[path = "server_common/mod.rs"]
-mod server_common;
-#[path = "support/mod.rs"]
-mod support;
+//! One binary per area (tests/README.md says which file goes where): one
+//! link, and its tests run side by side.
 
 #[path = "run_bounds.rs"]
 mod run_bounds;

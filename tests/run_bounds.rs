@@ -17,11 +17,10 @@
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv),
 //! libc6-dev (a static test program), python3 at /usr/bin/python3 (Debian's,
 //! which scripts/setup.sh installs); root.
-use crate::support;
 
 use std::process::{Command, Output};
 
-use support::*;
+use xfn_testkit::*;
 
 /// Who runs xfn.
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +203,7 @@ fn a_fork_bomb_stops_at_the_pids_limit_while_a_neighbour_of_the_same_uid_forks_f
     for who in EVERYONE {
         // The default --pids-limit; no cgroup enforces it on this machine
         // (xfn says limits are not enforced), so RLIMIT_NPROC is what holds.
-        let mut running = support::child::ChildGuard::spawn_with_input(
+        let mut running = xfn_testkit::child::ChildGuard::spawn_with_input(
             &mut fx.command(who, &bomb, &["--timeout", "5m"]),
             FUNCTION_IO.as_bytes(),
         );

@@ -8,16 +8,14 @@
 //!
 //! Each file's cases run one after another and print `ok: …` as they pass;
 //! a failing case panics, which fails the binary.
-#[path = "support/mod.rs"]
-mod support;
 
 #[path = "run_pool.rs"]
 mod run_pool;
 #[path = "run_runner.rs"]
 mod run_runner;
 
-use support::*;
 use xfn::runner::{enter_namespace, UsernsOptions};
+use xfn_testkit::*;
 
 fn main() {
     let base = world_traversable_tempdir();

@@ -9,14 +9,11 @@
 //!
 //! Needs: crun, docker-registry, busybox-static, rustc with static glibc,
 //! util-linux (setpriv); root.
-use crate::server_common;
-use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use server_common::*;
-use support::*;
+use xfn_testkit::*;
 
 /// Takes inotify instances until the kernel refuses one and prints how
 /// many it got; with an argument, then execs it, the instances held (not

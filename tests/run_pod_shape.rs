@@ -16,11 +16,8 @@
 //! util-linux (unshare with --map-users, setpriv), uidmap (newuidmap, which
 //! `unshare --map-users` runs); root.
 use crate::run_kernel_counts::epoll_hog_leaves_others_served;
-use crate::server_common;
-use crate::support;
 
-use server_common::*;
-use support::*;
+use xfn_testkit::*;
 
 /// Capabilities in a `/proc/<pid>/status` set (`CapBnd` etc.) as a mask.
 fn capability_set(pid: u32, set: &str) -> u64 {
@@ -33,7 +30,7 @@ fn capability_set(pid: u32, set: &str) -> u64 {
 }
 
 /// CAP_SETGID (6), CAP_SETUID (7), CAP_SETFCAP (31): what deploy/ adds
-/// (`server_common::POD_CAPABILITIES`).
+/// (`xfn_testkit::POD_CAPABILITIES`).
 const POD_CAPABILITY_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 31);
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,22 +6,21 @@
 //!
 //! Needs: crun, docker-registry, busybox-static; run as root (maps a range)
 //! or any user with a cache dir it owns.
-use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::runner::{
     Limits, Namespace, NetworkPolicy, PoolOptions, PoolStats, RootfsMode, RunConfig, RunError,
     Runner, RunnerOptions, WarmStart,
 };
+use xfn_testkit::*;
 
 /// The busybox layer, built once (uncompressed: gzip in a test build costs
 /// seconds a layer, and these tests are about containers, not pulls).
 fn busybox() -> Layer {
-    static BLOB: std::sync::OnceLock<support::layer::LayerBlob> = std::sync::OnceLock::new();
+    static BLOB: std::sync::OnceLock<xfn_testkit::layer::LayerBlob> = std::sync::OnceLock::new();
     Layer::from_blob(
         BLOB.get_or_init(|| {
             Layer::busybox()

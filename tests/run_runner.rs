@@ -8,14 +8,13 @@
 //!
 //! Needs: crun, docker-registry, busybox-static; run as root (maps a range)
 //! or any user with a cache dir it owns.
-use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::*;
 use xfn::image::{ImageStore, StoreOptions};
 use xfn::runner::{Namespace, RootfsMode, RunConfig, RunError, Runner, RunnerOptions};
+use xfn_testkit::*;
 
 fn runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();

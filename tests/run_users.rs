@@ -5,15 +5,12 @@
 //! sees.
 //!
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root.
-use crate::server_common;
-use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use server_common::*;
-use support::*;
 use tonic::Code;
+use xfn_testkit::*;
 
 /// What each test function prints: its ids, the owner of its image's
 /// files, its uid map and its effective capabilities, then its input.

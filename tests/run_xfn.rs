@@ -4,16 +4,15 @@
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv); root
 //! (to test both the 65536-id range and, via setpriv, uid 65532 without
 //! capabilities).
-use crate::support;
 
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::child::ChildGuard;
-use support::registry::hostile::HostileRegistry;
-use support::*;
+use xfn_testkit::child::ChildGuard;
+use xfn_testkit::registry::hostile::HostileRegistry;
+use xfn_testkit::*;
 
 struct Fixture {
     registry: Registry,

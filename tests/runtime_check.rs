@@ -3,12 +3,11 @@
 //! and the version needed, and the real crun of this host passes.
 //!
 //! Needs: crun, docker-registry, busybox-static, util-linux (setpriv).
-use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use support::*;
+use xfn_testkit::*;
 
 /// A stand-in runtime that reports `version_line` and can run nothing.
 fn fake_runtime(dir: &Path, version_line: &str) -> PathBuf {

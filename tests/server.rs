@@ -1,11 +1,7 @@
 //! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) and `xfn adapt`.
 //!
-//! One binary per area (tests/README.md says which file goes where): the
-//! test kit is built once for it, and its tests run side by side.
-#[path = "server_common/mod.rs"]
-mod server_common;
-#[path = "support/mod.rs"]
-mod support;
+//! One binary per area (tests/README.md says which file goes where): one
+//! link, and its tests run side by side.
 
 #[path = "adapt_e2e.rs"]
 mod adapt_e2e;

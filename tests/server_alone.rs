@@ -4,10 +4,6 @@
 //! Within the binary too: each test holds [`ALONE`] throughout, or the
 //! test harness would run two floods at once, each deciding the other's
 //! outcome.
-#[path = "server_common/mod.rs"]
-mod server_common;
-#[path = "support/mod.rs"]
-mod support;
 
 #[path = "server_flood.rs"]
 mod server_flood;

@@ -4,17 +4,14 @@
 //! its own into the daemon's log, a bad image and a full cache get the
 //! codes that say so, a call's pull ends with the call, and a cache dir
 //! another user owns is refused at start.
-use crate::server_common;
-use crate::support;
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use server_common::*;
-use support::registry::hostile::{Fault, HostileRegistry, Target};
-use support::*;
 use tonic::Code;
+use xfn_testkit::registry::hostile::{Fault, HostileRegistry, Target};
+use xfn_testkit::*;
 
 /// Every input the daemon accepts is at most this (`--max-input-bytes`'s
 /// default).
@@ -79,13 +76,8 @@ async fn deep_input_at_the_cap_is_refused_before_parsing_while_other_calls_are_s
         );
         eprintln!("deep call refused after {took:?}: {message}");
     }
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"invalid_argument\"}")
-            .await,
-        8.0
-    );
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 5.0);
+    assert_eq!(daemon.runs("invalid_argument").await, 8.0);
+    assert_eq!(daemon.runs("ok").await, 5.0);
 }
 
 /// A FunctionIO of [`INPUT_CAP`] bytes that is plain YAML: many small
@@ -108,8 +100,8 @@ async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
     assert_eq!(input.len(), INPUT_CAP);
     // Never pulled: each call ends once its input is checked and parsed.
     let mut req = request("registry.invalid/absent:v1", &input);
-    req.image_pull_config = Some(xfn::proto::v1alpha1::ImagePullConfig {
-        pull_policy: xfn::proto::v1alpha1::ImagePullPolicy::Never as i32,
+    req.image_pull_config = Some(xfn_testkit::pb::ImagePullConfig {
+        pull_policy: xfn_testkit::pb::ImagePullPolicy::Never as i32,
         auth: None,
     });
     let mut calls = Vec::new();
@@ -135,8 +127,8 @@ async fn alias_bombs_are_invalid_arguments_that_cost_the_daemon_no_copies() {
     // Never pulled: a call ends once its input is checked and parsed.
     let never = |input: &str| {
         let mut req = request("registry.invalid/absent:v1", input);
-        req.image_pull_config = Some(xfn::proto::v1alpha1::ImagePullConfig {
-            pull_policy: xfn::proto::v1alpha1::ImagePullPolicy::Never as i32,
+        req.image_pull_config = Some(xfn_testkit::pb::ImagePullConfig {
+            pull_policy: xfn_testkit::pb::ImagePullPolicy::Never as i32,
             auth: None,
         });
         req
@@ -609,9 +601,9 @@ async fn megabyte_inputs_are_refused_as_invalid_with_a_short_echo_in_the_status_
     // Every other field a request echoes, through tonic.
     let mut client = daemon.client().await;
     let mut limits = request("registry.invalid/fn:v1", FUNCTION_IO);
-    limits.run_function_config = Some(xfn::proto::v1alpha1::RunFunctionConfig {
-        resources: Some(xfn::proto::v1alpha1::ResourceConfig {
-            limits: Some(xfn::proto::v1alpha1::ResourceLimits {
+    limits.run_function_config = Some(xfn_testkit::pb::RunFunctionConfig {
+        resources: Some(xfn_testkit::pb::ResourceConfig {
+            limits: Some(xfn_testkit::pb::ResourceLimits {
                 memory: long.clone(),
                 cpu: String::new(),
             }),

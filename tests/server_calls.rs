@@ -1,15 +1,12 @@
 //! End to end: the real `xfn start` (as uid 65532, no capabilities, on an
 //! abstract socket) answering RunFunction calls with real images from a real
 //! registry, one status code per error class.
-use crate::server_common;
-use crate::support;
 
 use std::time::Duration;
 
-use server_common::*;
-use support::*;
 use tonic::Code;
-use xfn::proto::v1alpha1 as pb;
+use xfn_testkit::pb;
+use xfn_testkit::*;
 
 /// A function running `script` under `/bin/sh -c`. A warm container's
 /// function is started ahead of its call (`--warm-pool-start`, by default):
@@ -39,7 +36,7 @@ async fn runs_a_function_and_returns_its_output() {
             .into_inner();
         assert_eq!(String::from_utf8(out.output).unwrap(), FUNCTION_IO);
     }
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 2.0);
+    assert_eq!(daemon.runs("ok").await, 2.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -66,12 +63,7 @@ async fn invalid_requests_get_invalid_argument() {
         assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
         assert!(status.message().contains(reason), "{status:?}");
     }
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"invalid_argument\"}")
-            .await,
-        5.0
-    );
+    assert_eq!(daemon.runs("invalid_argument").await, 5.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -207,9 +199,7 @@ async fn a_cancelled_call_kills_its_run() {
     let registry = Registry::start();
     let image = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}13");
     let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let call = daemon.call_in_flight(&image, 1).await;
     while processes_with("sleep 3613").is_empty() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -236,13 +226,7 @@ async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
 
-    let mut running_client = client.clone();
-    let running = tokio::spawn(async move {
-        running_client
-            .run_function(request(&hang, FUNCTION_IO))
-            .await
-    });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let running = daemon.call_in_flight(&hang, 1).await;
 
     let mut queued_client = client.clone();
     let echo_req = request(&echo, FUNCTION_IO);
@@ -263,12 +247,7 @@ async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
         .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
     assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
     wait_until_gone("sleep 3614").await;
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"resource_exhausted\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(daemon.runs("resource_exhausted").await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -290,7 +269,7 @@ async fn concurrent_calls_beyond_max_runs_queue_and_all_succeed() {
         let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
         assert_eq!(out.into_inner().output, input.as_bytes());
     }
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 8.0);
+    assert_eq!(daemon.runs("ok").await, 8.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -322,7 +301,7 @@ async fn sixty_four_concurrent_callers_with_default_flags_all_succeed() {
         let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
         assert_eq!(out.into_inner().output, input.as_bytes());
     }
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 65.0);
+    assert_eq!(daemon.runs("ok").await, 65.0);
     assert_eq!(daemon.metric("xfn_runs_queued").await, 0.0);
 }
 
@@ -337,13 +316,7 @@ async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs
         .run_function(request(&echo, FUNCTION_IO))
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
-    let mut running_client = client.clone();
-    let running = tokio::spawn(async move {
-        running_client
-            .run_function(request(&hang, FUNCTION_IO))
-            .await
-    });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let running = daemon.call_in_flight(&hang, 1).await;
 
     // The daemon's answer, not the client's own timer.
     let mut raw = daemon.raw_client().await;
@@ -352,17 +325,12 @@ async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs
     let status = raw.run_function(req).await.unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(status.message().contains("did not run"), "{status:?}");
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"deadline_exceeded\"}")
-            .await,
-        1.0
-    );
+    assert_eq!(daemon.runs("deadline_exceeded").await, 1.0);
     // It left the queue, and the slot stayed with the hanging run: the echo
     // never ran (the only ok call is the warm-up).
     assert_eq!(daemon.metric("xfn_runs_queued").await, 0.0);
     assert_eq!(daemon.metric("xfn_runs_in_flight").await, 1.0);
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 1.0);
+    assert_eq!(daemon.runs("ok").await, 1.0);
     running.abort();
     wait_until_gone("sleep 3615").await;
 }
@@ -414,19 +382,9 @@ async fn a_deadline_the_queue_cannot_meet_is_refused_at_once_while_ample_ones_ar
         let out = result.unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
         assert_eq!(out.into_inner().output, input.as_bytes());
     }
-    assert_eq!(daemon.metric("xfn_runs_total{outcome=\"ok\"}").await, 14.0);
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"resource_exhausted\"}")
-            .await,
-        1.0
-    );
-    assert_eq!(
-        daemon
-            .metric("xfn_runs_total{outcome=\"deadline_exceeded\"}")
-            .await,
-        0.0
-    );
+    assert_eq!(daemon.runs("ok").await, 14.0);
+    assert_eq!(daemon.runs("resource_exhausted").await, 1.0);
+    assert_eq!(daemon.runs("deadline_exceeded").await, 0.0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,11 +9,8 @@
 //! flood races the gatekeeper for the two CPUs, so any other test's work
 //! (a daemon, an image being built and pushed) would take part in the race
 //! and decide its outcome instead of the code under test.
-use crate::server_common;
-use crate::support;
 
-use server_common::*;
-use support::*;
+use xfn_testkit::*;
 
 /// Loops `connect()` to `@name` as `uid` until `stop` (or 5 million
 /// attempts), closing each connection at once: a neighbour's flood.
@@ -163,7 +160,7 @@ fn flood_counts(pid: u32) -> Option<std::collections::BTreeMap<String, u64>> {
 async fn functions_flooding_the_socket_leave_every_other_call_served(flooders: usize) {
     let _alone = crate::ALONE.lock().await;
     use std::time::Duration;
-    use xfn::proto::v1alpha1 as pb;
+    use xfn_testkit::pb;
     let abi = landlock_abi();
     if abi < 6 {
         eprintln!(

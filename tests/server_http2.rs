@@ -4,15 +4,13 @@
 //! error within a bounded peak memory, on both paths of the daemon's
 //! `:authority` fix-up (`src/grpc/authority.rs`), and other calls are
 //! served meanwhile and after.
-use crate::server_common;
-use crate::support;
 
 use std::time::Duration;
 
-use server_common::*;
-use support::{peak_memory, NONROOT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
+use xfn_testkit::*;
+use xfn_testkit::{peak_memory, NONROOT};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DATA: u8 = 0x0;
@@ -187,8 +185,8 @@ async fn send_and_read(daemon: &Daemon, frames: Vec<u8>, stream: u32) -> Answer 
 /// A call the daemon answers without pulling: FailedPrecondition.
 async fn call_answered(daemon: &Daemon) {
     let mut req = request("registry.invalid/absent:v1", FUNCTION_IO);
-    req.image_pull_config = Some(xfn::proto::v1alpha1::ImagePullConfig {
-        pull_policy: xfn::proto::v1alpha1::ImagePullPolicy::Never as i32,
+    req.image_pull_config = Some(xfn_testkit::pb::ImagePullConfig {
+        pull_policy: xfn_testkit::pb::ImagePullPolicy::Never as i32,
         auth: None,
     });
     let status = daemon.client().await.run_function(req).await.unwrap_err();

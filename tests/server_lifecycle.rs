@@ -4,12 +4,9 @@
 //! grpcio on the default socket), its health and reflection services, and
 //! how it stops (SIGTERM drains runs in flight; the grace period ends the
 //! rest). Restarts and PID 1: `server_restart.rs`.
-use crate::server_common;
-use crate::support;
 
-use server_common::*;
-use support::*;
 use tonic::Code;
+use xfn_testkit::*;
 
 const RUNNER_SERVICE: &str = "apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService";
 
@@ -171,15 +168,9 @@ async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_grace_period_ends_runs_that_outlive_it() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 3621"])
-        .push(&registry, "hang:v1")
-        .reference;
+    let image = sleeper_image(&registry, "hang:v1", 3621);
     let mut daemon = Daemon::start(&["--grace-period", "1s"]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let call = daemon.call_in_flight(&image, 1).await;
     daemon.sigterm();
     let status = call.await.unwrap().unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
@@ -217,15 +208,9 @@ async fn serves_on_tcp() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_draining_daemon_refuses_new_connections() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 3622"])
-        .push(&registry, "hang:v1")
-        .reference;
+    let image = sleeper_image(&registry, "hang:v1", 3622);
     let mut daemon = Daemon::start(&["--grace-period", "1h"]).await;
-    let mut client = daemon.client().await;
-    let call = tokio::spawn(async move { client.run_function(request(&image, FUNCTION_IO)).await });
-    daemon.wait_for_metric("xfn_runs_in_flight", 1.0).await;
+    let call = daemon.call_in_flight(&image, 1).await;
     daemon.sigterm();
     // The run hangs and the grace period is long: the daemon is draining
     // for as long as this test wants. New connections are refused (the
@@ -318,9 +303,9 @@ async fn a_function_sharing_the_runners_network_cannot_call_it_but_reaches_loopb
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "served");
 
     let mut req = request(&image, FUNCTION_IO);
-    req.run_function_config = Some(xfn::proto::v1alpha1::RunFunctionConfig {
-        network: Some(xfn::proto::v1alpha1::NetworkConfig {
-            policy: xfn::proto::v1alpha1::NetworkPolicy::Runner as i32,
+    req.run_function_config = Some(xfn_testkit::pb::RunFunctionConfig {
+        network: Some(xfn_testkit::pb::NetworkConfig {
+            policy: xfn_testkit::pb::NetworkPolicy::Runner as i32,
         }),
         ..Default::default()
     });

@@ -3,14 +3,11 @@
 //! created ahead of them, SIGTERM removes every one of them, and a daemon
 //! SIGKILLed with warm containers waiting (or xfn in it) takes them with it,
 //! and their state, which was in memory, goes with it too.
-use crate::server_common;
-use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use server_common::*;
-use support::*;
+use xfn_testkit::*;
 
 /// Processes of containers created under `cache` (a waiting container's
 /// init is a crun process whose command line names its bundle).

@@ -5,34 +5,13 @@
 //! sweeps the rest, and what a killed one-shot `xfn run` left on the disk),
 //! and next to another xfn on the same cache (neither touches the other's
 //! live work).
-use crate::server_common;
-use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use server_common::*;
-use support::registry::hostile::{Fault, HostileRegistry, Target};
-use support::*;
-
-/// An image whose function reads its input, then sleeps for `seconds` (a
-/// marker to find its process by) without a shell in between: the
-/// container's init is then `sleep`. The marker is spelled only once run
-/// (`sleep 36${n}`), and input comes only with a call: a warm container's
-/// function, started ahead of its call, waits in `cat` and never matches.
-fn sleeper(registry: &Registry, name: &str, seconds: u32) -> String {
-    let (head, tail) = (seconds / 100, seconds % 100);
-    ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint([
-            "/bin/sh",
-            "-c",
-            &format!("cat >/dev/null; n={tail:02}; exec sleep {head}$n"),
-        ])
-        .push(registry, name)
-        .reference
-}
+use xfn_testkit::registry::hostile::{Fault, HostileRegistry, Target};
+use xfn_testkit::*;
 
 /// Polls `what` until it holds (a state the test waits for, not a time).
 async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
@@ -48,7 +27,7 @@ async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread")]
 async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     let registry = Registry::start();
-    let hang = sleeper(&registry, "hang:v1", 3627);
+    let hang = sleeper_image(&registry, "hang:v1", 3627);
     let slow = ImageBuilder::new()
         .layer(Layer::busybox())
         .entrypoint(["/bin/sh", "-c", "sleep 1; cat"])
@@ -115,8 +94,8 @@ fn run_cgroups_of(xfn: u32, instance: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_daemon_restarted_as_pid_1_sweeps_what_killed_xfns_left_on_the_disk() {
     let registry = Registry::start();
-    let hang = sleeper(&registry, "hang:v1", 3623);
-    let orphan = sleeper(&registry, "orphan:v1", 3628);
+    let hang = sleeper_image(&registry, "hang:v1", 3623);
+    let orphan = sleeper_image(&registry, "orphan:v1", 3628);
     // An image whose second layer a registry drips, a byte every 100 ms: its
     // pull is in tmp/ until the kill, however fast the machine (a large
     // layer from an honest registry could finish between the look and the
@@ -309,7 +288,7 @@ async fn a_daemon_restarted_as_pid_1_sweeps_what_killed_xfns_left_on_the_disk() 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_daemons_as_pid_1_on_one_cache_leave_each_others_runs_alone() {
     let registry = Registry::start();
-    let hang = sleeper(&registry, "hang:v1", 3624);
+    let hang = sleeper_image(&registry, "hang:v1", 3624);
     let echo = echo_image(&registry, "echo:v1");
     let dir = world_traversable_tempdir();
     let cache = nonroot_cache(&dir);

@@ -15,15 +15,12 @@
 //! bundle, crun state, a rootfs with its mounts, a process and the pipes to
 //! it. Those are live work, not leaks: every check below allows exactly
 //! what the warm containers alive at that moment hold, and nothing more.
-use crate::server_common;
-use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use server_common::*;
-use support::*;
+use xfn_testkit::*;
 
 /// Open fds xfn may hold per warm container (its stdio pipes, a pidfd):
 /// generous, since a leak shows up as one or more per call.

@@ -6,14 +6,12 @@
 //!
 //! Needs: crun, docker-registry, busybox-static (the Exec test); python3
 //! with junitparser (scripts/setup.sh) for the JUnit test.
-#[path = "support/mod.rs"]
-mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use support::render::{exec_function, Fixture};
-use support::*;
+use xfn_testkit::render::{exec_function, Fixture};
+use xfn_testkit::*;
 
 const SUITES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite");
 
@@ -72,7 +70,7 @@ fn copy_tree(from: &Path, to: &Path) {
 }
 
 fn development(server: &FunctionServer) -> String {
-    support::render::development_function("fn", &server.address)
+    xfn_testkit::render::development_function("fn", &server.address)
 }
 
 fn text(out: &Output) -> String {
@@ -315,7 +313,7 @@ fn exec_functions_render_every_test_of_a_run_in_one_process() {
     std::fs::write(d.join("functions.yaml"), exec_function("create", &image)).unwrap();
     std::fs::write(
         d.join("composition.yaml"),
-        support::render::pipeline_composition(
+        xfn_testkit::render::pipeline_composition(
             "  - step: create\n    functionRef: {name: create}\n",
         ),
     )
@@ -326,7 +324,7 @@ fn exec_functions_render_every_test_of_a_run_in_one_process() {
     for count in 1..=4 {
         std::fs::write(
             d.join(format!("xr-{count}.yaml")),
-            support::render::XR.replace("count: 2", &format!("count: {count}")),
+            xfn_testkit::render::XR.replace("count: 2", &format!("count: {count}")),
         )
         .unwrap();
         suite += &format!(

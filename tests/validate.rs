@@ -2,8 +2,5 @@
 //! on CRDs, XRDs and rendered output in tests/validate/.
 //!
 //! One binary per area (tests/README.md says which file goes where).
-#[path = "support/mod.rs"]
-mod support;
-
 #[path = "validate_cli.rs"]
 mod validate_cli;

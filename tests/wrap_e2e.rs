@@ -5,14 +5,13 @@
 //! the layers and `package.yaml`.
 //!
 //! Needs: docker-registry, busybox-static, skopeo.
-use crate::support;
 
 use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::*;
+use xfn_testkit::*;
 
 fn skopeo(args: &[&str]) {
     let out = Command::new("skopeo")

@@ -190,7 +190,7 @@ impl Layer {
         }
     }
 
-    /// A layer whose blob is `blob` as it is (see `support::hostile`).
+    /// A layer whose blob is `blob` as it is (see [`crate::hostile`]).
     pub fn from_blob(blob: LayerBlob) -> Layer {
         Layer {
             prebuilt: Some(blob),

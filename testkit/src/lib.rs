@@ -1,17 +1,65 @@
-//! xfn's test kit, the part that knows nothing of xfn: deterministic layer
-//! tarballs ([`layer::Layer`]) in OCI or Docker media types
-//! ([`format::Format`]), directory-tree snapshots to compare ([`tree`]),
-//! and re-running one test as an unprivileged user or in a namespace of its
-//! own ([`reexec`]).
+//! xfn's one test kit: what its tests share. Images ([`Layer`],
+//! [`ImageBuilder`]) pushed to a real `docker-registry` ([`Registry`]) or
+//! served with faults ([`registry::hostile`], [`hostile`]); daemons started as
+//! they are deployed ([`Daemon`]) and their clients ([`dial`], [`pb`]); child
+//! guards and measures ([`child`]), `/proc` views ([`proc`]), a cache's run
+//! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
+//! fixtures ([`render`]), function servers ([`function_server`]), tree
+//! snapshots ([`tree`]) and re-running one test as another user
+//! ([`reexec`]).
 //!
-//! Why a crate: both xfn's unit tests (`src/`) and its integration tests
-//! (`tests/support`, which re-exports these modules) build layers and
-//! snapshot trees. A dev-dependency gives both the same code without the
-//! library pulling test files in by path; nothing of it reaches the `xfn`
-//! binary.
+//! Invariant: the kit never links xfn's library. It knows xfn as a program
+//! (the binary cargo built, [`xfn_binary`]) and by its wire protocol (the
+//! runner client is generated from `proto/v1alpha1.proto` by this crate's
+//! build script). Why: xfn's unit tests use this crate as a dev-dependency
+//! too, and cargo has no dev-dependency for integration tests alone; a kit
+//! that linked xfn would build xfn a second time for the unit tests, hand
+//! them a second copy of every type, and rebuild on every change in `src/`.
+//! Being a crate, the kit compiles once, not once per test binary.
+//!
+//! Every test binary's files `use xfn_testkit::*;` (the common names are
+//! re-exported here) or name a module (`xfn_testkit::child::measure`).
+pub mod child;
+pub mod daemon;
+pub mod dial;
 pub mod format;
+pub mod function_server;
+pub mod fuzz;
+pub mod hostile;
+pub mod http;
+pub mod image;
 pub mod layer;
+pub mod proc;
+pub mod program;
 pub mod reexec;
+pub mod registry;
+pub mod render;
+pub mod state;
+pub mod static_bin;
+pub mod tls;
 pub mod tree;
 
-pub use layer::Layer;
+/// The alpha runner protocol (`apiextensions.fn.proto.v1alpha1`), generated
+/// from `proto/v1alpha1.proto`: requests to and the client of `xfn start`.
+pub mod pb {
+    #![allow(missing_docs, clippy::all)]
+    // `fn` is a keyword: the generated file's name spells it `r#fn`.
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/apiextensions.r#fn.proto.v1alpha1.rs"
+    ));
+}
+
+pub use daemon::*;
+pub use dial::*;
+pub use format::Format;
+pub use function_server::{function_server_binary, function_server_image, FunctionServer};
+pub use image::{
+    echo_image, foreign_arch, host_arch, sleeper_image, ImageBuilder, IndexBuilder, PushedImage,
+};
+pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
+pub use proc::*;
+pub use program::*;
+pub use registry::{non_loopback_ip, Registry, RegistryConfig};
+pub use state::*;
+pub use static_bin::*;

@@ -1,8 +1,8 @@
-//! The end-to-end harness of the server tests: the real `xfn start` binary,
-//! run as an unprivileged user without capabilities on a unique abstract
-//! socket, and a tonic client that dials that socket as a chosen uid.
-#![allow(dead_code)]
-
+//! `xfn start` as it is deployed, for the tests of the daemon: the real
+//! binary as an unprivileged user without capabilities (or as root, with
+//! subordinate ids, as a pod's root, as PID 1) on a unique abstract socket,
+//! its log, metrics and processes, stopped when dropped. Its clients are in
+//! [`crate::dial`].
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
@@ -10,30 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use tonic::codegen::http;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::{Channel, Uri};
 
-use xfn::proto::v1alpha1 as pb;
-use xfn::proto::v1alpha1::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient;
-
-use crate::support::{dir_owned_by, unprivileged, world_traversable_tempdir, NONROOT};
-
-/// The client type of the runner service.
-pub type Client = ContainerizedFunctionRunnerServiceClient<Channel>;
-
-/// HTTP/2 straight over one connection, with no timer of its own.
-pub type RawTransport = tower::util::BoxCloneService<
-    http::Request<tonic::body::Body>,
-    http::Response<hyper::body::Incoming>,
-    hyper::Error,
->;
-
-/// A runner client that reads the status the daemon sends when a deadline
-/// passes: tonic's `Channel` times the `grpc-timeout` it sends itself and,
-/// being first, answers `CANCELLED` locally.
-pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
-
-pub use crate::support::FUNCTION_IO;
+use crate::dial::{channel_to, connect_unix_as, request, Call, Client, Dial, RawClient};
+use crate::proc::{children_of, processes_with};
+use crate::{
+    dir_owned_by, unprivileged, world_traversable_tempdir, xfn_binary, FUNCTION_IO, NONROOT,
+};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -170,7 +153,7 @@ pub enum Listen {
 pub const DEFAULT_SOCKET: &str = "crossplane/fn/default.sock";
 
 /// A running `xfn start`, stopped when dropped (SIGTERM, then SIGKILL if
-/// it does not exit: `support::child::STOP_GRACE`).
+/// it does not exit: [`crate::child::STOP_GRACE`]).
 pub struct Daemon {
     child: Option<Child>,
     /// The abstract socket name (without `@`).
@@ -364,7 +347,7 @@ impl Daemon {
         let metrics = free_port();
         let log = dir.path().join("daemon.log");
         let log_file = std::fs::File::create(&log).expect("create the daemon log");
-        let xfn = Path::new(env!("CARGO_BIN_EXE_xfn"));
+        let xfn = &xfn_binary();
         let mut command = match (user, shape) {
             (_, Shape::PodRoot(base)) => as_pod_root(dir.path(), base, POD_CAPABILITIES, xfn),
             (Some(uid), Shape::SubordinateIds(first)) => {
@@ -503,6 +486,19 @@ impl Daemon {
             .await
             .unwrap_or_else(|s| panic!("{s:?}\n{}", self.log()));
         assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
+    }
+
+    /// Starts a call of `image` on a client of its own and waits until the
+    /// daemon counts `runs` runs in flight (this call's among them): a call
+    /// to cancel, outlive, or queue behind. The call's answer is the
+    /// handle's.
+    pub async fn call_in_flight(&self, image: &str, runs: u32) -> Call {
+        let mut client = self.client().await;
+        let req = request(image, FUNCTION_IO);
+        let call = tokio::spawn(async move { client.run_function(req).await });
+        self.wait_for_metric("xfn_runs_in_flight", f64::from(runs))
+            .await;
+        call
     }
 
     /// The pid of the process the test started: outside PID-1 mode the
@@ -705,6 +701,12 @@ impl Daemon {
         text
     }
 
+    /// The value of `xfn_runs_total{outcome="OUTCOME"}`, 0 when absent.
+    pub async fn runs(&self, outcome: &str) -> f64 {
+        self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
+            .await
+    }
+
     /// The value of one metric line (`name{labels}`), 0 when absent.
     pub async fn metric(&self, series: &str) -> f64 {
         metric_in(&self.metrics_text().await, series)
@@ -778,373 +780,13 @@ impl Drop for Daemon {
                 false => None,
             }
             .unwrap_or(started);
-            if !crate::support::child::sigterm_and_wait(&mut child, term) {
+            if !crate::child::sigterm_and_wait(&mut child, term) {
                 kill_children(child.id());
                 let _ = child.kill();
             }
             let _ = child.wait();
         }
     }
-}
-
-/// A channel to a runner on the abstract socket `@name` that this test did
-/// not start (e.g. `xfn start` in a container sharing this network
-/// namespace), dialled as `uid` (`None`: the test's own, root).
-pub async fn abstract_channel(
-    name: &str,
-    uid: Option<u32>,
-) -> Result<Channel, tonic::transport::Error> {
-    channel_to(Dial::Abstract(name.to_string()), uid).await
-}
-
-/// A channel to `endpoint`, dialled as `uid`.
-async fn channel_to(endpoint: Dial, uid: Option<u32>) -> Result<Channel, tonic::transport::Error> {
-    if let Dial::Tcp(addr) = endpoint {
-        return Endpoint::try_from(format!("http://{addr}"))
-            .expect("tcp uri")
-            .connect()
-            .await;
-    }
-    Endpoint::try_from("http://xfn.invalid")
-        .expect("static uri")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let endpoint = endpoint.clone();
-            async move {
-                let stream = connect_unix_as(&endpoint, uid).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-        .await
-}
-
-/// A daemon's listen address, as the client dials it.
-#[derive(Debug, Clone)]
-enum Dial {
-    Abstract(String),
-    /// An abstract name in the network namespace of this pid.
-    AbstractIn(String, u32),
-    Path(PathBuf),
-    Tcp(SocketAddr),
-}
-
-/// Connects to a Unix `endpoint` from a fresh thread whose effective uid
-/// (and gid) is `uid`: `SO_PEERCRED` records the connecting thread's
-/// credentials, and a raw `setresuid` syscall changes only the calling
-/// thread's (glibc's wrapper would change every thread's).
-async fn connect_unix_as(
-    endpoint: &Dial,
-    uid: Option<u32>,
-) -> std::io::Result<tokio::net::UnixStream> {
-    let endpoint = endpoint.clone();
-    let std_stream = tokio::task::spawn_blocking(move || {
-        std::thread::spawn(move || -> std::io::Result<std::os::unix::net::UnixStream> {
-            use std::os::fd::AsRawFd;
-            if let Dial::AbstractIn(_, pid) = &endpoint {
-                // This thread only: the socket is made in that namespace.
-                let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
-                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
-            }
-            if let Some(uid) = uid {
-                // -1: leave unchanged.
-                let keep = libc::uid_t::MAX;
-                // SAFETY: raw setresgid/setresuid on this thread only; the
-                // thread ends right after connecting, so no other code runs
-                // with the changed credentials.
-                let rc = unsafe { libc::syscall(libc::SYS_setresgid, keep, uid, keep) };
-                if rc != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // SAFETY: as above.
-                let rc = unsafe { libc::syscall(libc::SYS_setresuid, keep, uid, keep) };
-                if rc != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
-            let addr = match &endpoint {
-                Dial::Abstract(name) | Dial::AbstractIn(name, _) => {
-                    UnixAddr::new_abstract(name.as_bytes())?
-                }
-                Dial::Path(path) => UnixAddr::new(path.as_path())?,
-                Dial::Tcp(_) => unreachable!("tcp is dialled by tonic"),
-            };
-            // Non-blocking, as gRPC clients connect: a full listen queue is
-            // EAGAIN (UNAVAILABLE), not a wait.
-            let fd = socket(
-                AddressFamily::Unix,
-                SockType::Stream,
-                SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-                None,
-            )?;
-            connect(fd.as_raw_fd(), &addr)?;
-            Ok(std::os::unix::net::UnixStream::from(fd))
-        })
-        .join()
-        .expect("connect thread panicked")
-    })
-    .await
-    .expect("join")?;
-    tokio::net::UnixStream::from_std(std_stream)
-}
-
-/// Pushes `name`, a function that echoes its input (busybox `cat`), to
-/// `registry`; returns its reference.
-pub fn echo_image(registry: &crate::support::Registry, name: &str) -> String {
-    crate::support::ImageBuilder::new()
-        .layer(crate::support::Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, name)
-        .reference
-}
-
-/// Calls RunFunction on `target` (a gRPC target such as
-/// `unix-abstract:crossplane/fn/default.sock`) with Python's grpcio, as
-/// root (an allowed caller), in the daemon's network namespace when it has
-/// its own: the response, or the status grpcio reported.
-pub fn grpcio_run_function(
-    daemon: &Daemon,
-    target: &str,
-    req: &pb::RunFunctionRequest,
-) -> Result<pb::RunFunctionResponse, String> {
-    use prost::Message;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/grpcio_call.py");
-    let method = "/apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService/RunFunction";
-    let mut command = match daemon.network_namespace() {
-        Some(ns) => {
-            let mut command = std::process::Command::new("nsenter");
-            command
-                .arg(format!("--net={}", ns.display()))
-                .args(["--", "python3"]);
-            command
-        }
-        None => std::process::Command::new("python3"),
-    };
-    // On stdin: a request may be larger than an argument can be.
-    let child = crate::support::child::ChildGuard::spawn_with_input(
-        command
-            .arg(script)
-            .args([target, method, "-"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped()),
-        hex::encode(req.encode_to_vec()).as_bytes(),
-    );
-    let out = child.output_within("grpcio_call.py", Duration::from_secs(120));
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let bytes = hex::decode(String::from_utf8_lossy(&out.stdout).trim()).expect("hex response");
-    Ok(pb::RunFunctionResponse::decode(bytes.as_slice()).expect("a RunFunctionResponse"))
-}
-
-/// A request for `image` with `input`.
-pub fn request(image: &str, input: &str) -> pb::RunFunctionRequest {
-    pb::RunFunctionRequest {
-        image: image.to_string(),
-        input: input.as_bytes().to_vec(),
-        ..Default::default()
-    }
-}
-
-/// `request` with a run timeout.
-pub fn request_with_timeout(image: &str, input: &str, timeout: Duration) -> pb::RunFunctionRequest {
-    let mut req = request(image, input);
-    req.run_function_config = Some(pb::RunFunctionConfig {
-        timeout: Some(prost_types::Duration {
-            seconds: timeout.as_secs() as i64,
-            nanos: timeout.subsec_nanos() as i32,
-        }),
-        ..Default::default()
-    });
-    req
-}
-
-/// Pids of processes whose command line contains `needle` (to prove a run
-/// left no process behind).
-pub fn processes_with(needle: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if cmdline.contains(needle) {
-                pids.push(pid);
-            }
-        }
-    }
-    pids
-}
-
-/// Pids of the container processes of the xfn on `cache`, whatever state
-/// their container is in (created and blocked before the function's exec,
-/// started, running a call): those whose root mount is an overlay of
-/// `cache`'s layers (its mount options name them). Neither the daemon (its
-/// root is the host's) nor another cache's containers match.
-pub fn processes_rooted_under(cache: &Path) -> Vec<u32> {
-    let cache = cache.display().to_string();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let mounts = std::fs::read_to_string(entry.path().join("mountinfo")).unwrap_or_default();
-        // `id parent major:minor root mount-point options … - type source super`
-        let rooted = mounts
-            .lines()
-            .any(|line| line.split_whitespace().nth(4) == Some("/") && line.contains(&cache));
-        if rooted {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// A cache dir owned by the daemons' unprivileged user, in `dir`.
-pub fn nonroot_cache(dir: &tempfile::TempDir) -> PathBuf {
-    let cache = dir.path().join("cache");
-    dir_owned_by(&cache, NONROOT);
-    cache
-}
-
-/// Every entry of the per-run state dirs and the temp dir of `cache`, and
-/// the dot-named temp entries of `run/` itself (start-up probes), on the
-/// disk: what a one-shot xfn's runs keep, and what any xfn leaves behind
-/// (a server's own run state is in memory: [`live_run_state`]).
-pub fn run_state(cache: &Path) -> Vec<String> {
-    let mut entries = Vec::new();
-    for dir in ["run/bundles", "run/rootfs", "run/crun", "tmp", "run"] {
-        if let Ok(list) = std::fs::read_dir(cache.join(dir)) {
-            for entry in list.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if dir != "run" || name.starts_with('.') {
-                    entries.push(format!("{dir}/{name}"));
-                }
-            }
-        }
-    }
-    entries.sort();
-    entries
-}
-
-/// Every entry of the run state a server keeps in memory (`<cache>/run/live`,
-/// a tmpfs in its mount namespace: src/sandbox/bundle.rs), read through
-/// `/proc/<xfn>/root`, as `run/live/<dir>/<name>`. Panics unless that tmpfs
-/// is mounted there: a server whose containers end with it keeps its state
-/// in memory, and the empty dir under it on the disk would make every check
-/// of this list pass.
-pub fn live_run_state(xfn: u32, cache: &Path) -> Vec<String> {
-    let live = cache.join("run/live");
-    assert!(
-        mounts_under(xfn, &live).contains(&live.display().to_string()),
-        "no tmpfs on {} in xfn's mount namespace",
-        live.display()
-    );
-    let root = Path::new("/proc")
-        .join(xfn.to_string())
-        .join("root")
-        .join(live.strip_prefix("/").expect("an absolute cache dir"));
-    let mut entries = Vec::new();
-    for dir in ["bundles", "rootfs", "crun"] {
-        let list = std::fs::read_dir(root.join(dir))
-            .unwrap_or_else(|e| panic!("{}: {e}", root.join(dir).display()));
-        for entry in list.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            entries.push(format!("run/live/{dir}/{name}"));
-        }
-    }
-    entries.sort();
-    entries
-}
-
-/// Waits until the xfn instance `id` of `cache` is dead: its lock on
-/// `instances/<id>` is free. The kernel drops that lock when the last
-/// process holding its file goes, which, after a SIGKILL, is when the killed
-/// PID namespace's teardown ends: under load, a while after the daemon's
-/// own exit. A daemon started before then rightly leaves the instance's
-/// state alone (it is alive); tests of the sweep start the next one after.
-pub async fn wait_until_instance_dead(cache: &Path, id: &str) {
-    use std::os::fd::AsRawFd;
-    let path = cache.join("instances").join(id);
-    for _ in 0..600 {
-        let Ok(file) = std::fs::File::open(&path) else {
-            return; // removed: dead
-        };
-        // SAFETY: flock(2) on a descriptor `file` owns for the call.
-        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if locked == 0 {
-            return; // free: dead (the lock goes with `file`)
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "instance {id} of {} still holds its lock after 30 s",
-        cache.display()
-    );
-}
-
-/// The instance ids holding (or having held) `cache`.
-pub fn instances(cache: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(cache.join("instances"))
-        .map(|list| {
-            list.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.sort();
-    ids
-}
-
-/// The mount points under `dir` in the mount namespace of `pid`
-/// (`/proc/PID/mountinfo`, field 5).
-pub fn mounts_under(pid: u32, dir: &Path) -> Vec<String> {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("mountinfo");
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .filter(|mount| Path::new(mount).starts_with(dir))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Host pids of the zombies whose parent is in the PID namespace of `pid`
-/// (a zombie has no command line, so [`processes_with`] does not see it,
-/// and no namespaces of its own any more; its parent, alive, has).
-pub fn zombies_in_pid_namespace_of(pid: u32) -> Vec<u32> {
-    let namespace = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
-    let target = namespace(pid).expect("the PID namespace");
-    let mut zombies = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Some((state, parent)) = state_and_parent(p) else {
-            continue;
-        };
-        if state == 'Z' && namespace(parent).as_ref() == Some(&target) {
-            zombies.push(p);
-        }
-    }
-    zombies
-}
-
-/// Host pids of the children of `pid` (of all its threads; zombies too).
-pub fn children_of(pid: u32) -> Vec<u32> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if parent_of(p) == Some(pid) {
-            children.push(p);
-        }
-    }
-    children
-}
-
-/// Whether `pid` is a zombie.
-pub fn is_zombie(pid: u32) -> bool {
-    state_and_parent(pid).is_some_and(|(state, _)| state == 'Z')
 }
 
 /// The value of one metric line (`name{labels}`) of a `/metrics` text, 0
@@ -1157,69 +799,6 @@ pub fn metric_in(text: &str, series: &str) -> f64 {
                 .map(|value| value.trim().parse().expect("metric value"))
         })
         .unwrap_or(0.0)
-}
-
-/// How many file descriptors `pid` has open.
-pub fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("/proc/PID/fd")
-        .count()
-}
-
-/// A number field of `/proc/PID/status` (`Threads`, `VmRSS` in KiB, …).
-pub fn status_field(pid: u32, name: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{status}"))
-}
-
-/// The parent (host pid) of `pid`, if it exists.
-pub fn parent_of(pid: u32) -> Option<u32> {
-    state_and_parent(pid).map(|(_, parent)| parent)
-}
-
-/// The state letter and the parent of `pid`, from `/proc/PID/stat`
-/// (`pid (comm) S ppid ...`: the comm may hold anything, so after its last ')').
-fn state_and_parent(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    Some((state, fields.next()?.parse().ok()?))
-}
-
-/// Waits until the PID namespace of `pid` holds no zombie.
-pub async fn wait_until_no_zombies(pid: u32) {
-    for _ in 0..200 {
-        if zombies_in_pid_namespace_of(pid).is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "zombies {:?} are never reaped in the PID namespace of {pid}",
-        zombies_in_pid_namespace_of(pid)
-    );
-}
-
-/// Waits until no process has `needle` in its command line.
-pub async fn wait_until_gone(needle: &str) {
-    for _ in 0..200 {
-        if processes_with(needle).is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let left: Vec<String> = processes_with(needle)
-        .into_iter()
-        .map(|pid| format!("{pid}: {}", crate::support::child::cmdline(pid)))
-        .collect();
-    panic!(
-        "processes with {needle:?} still running:\n{}",
-        left.join("\n")
-    );
 }
 
 /// The first host uid (and gid) of a 65536-id subordinate range for

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::image::{ImageBuilder, PushedImage};
+use crate::image::{ImageBuilder, PushedImage};
 
 /// What a hostile registry does instead of answering honestly.
 #[derive(Debug, Clone)]
@@ -290,7 +290,7 @@ fn serve(
         };
         counter.fetch_add(1, Ordering::SeqCst);
     }
-    let digest = crate::support::layer::sha256_digest(&body);
+    let digest = crate::layer::sha256_digest(&body);
     let mut headers = vec![("Docker-Content-Digest", digest.as_str())];
     let fault = state.lock().unwrap().faults.get(&target).cloned();
     let fault = fault.filter(|_| !head_only);

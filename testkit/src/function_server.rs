@@ -38,7 +38,7 @@ fn build_static() -> PathBuf {
     // The test binaries and `xfn` live in target[/<triple>]/<profile dir>/:
     // build into the same target dir with the same profile, so the
     // dependencies are the ones already built.
-    let xfn = Path::new(env!("CARGO_BIN_EXE_xfn"));
+    let xfn = crate::xfn_binary();
     let profile_dir = xfn.parent().expect("xfn is in a profile dir");
     let mut target_dir = profile_dir
         .parent()
@@ -74,7 +74,7 @@ fn build_static() -> PathBuf {
             profile,
         ])
         .arg("--manifest-path")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .arg(crate::repo_root().join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
     if let Some(triple) = triple {

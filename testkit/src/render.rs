@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::*;
+use crate::*;
 
-pub const EXEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/exec");
-pub const ALPHA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/render/alpha");
-pub const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+pub const EXEC_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/render/exec");
+pub const ALPHA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/render/alpha");
+pub const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden");
 
 pub const XR: &str = "apiVersion: example.org/v1
 kind: XBucket
@@ -26,6 +26,12 @@ pub struct Fixture {
     pub registry: Registry,
     /// Inputs, the cache and outputs.
     pub dir: tempfile::TempDir,
+}
+
+impl Default for Fixture {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Fixture {
@@ -86,11 +92,11 @@ impl Fixture {
     }
 
     /// The command [`Fixture::render_unprivileged`] runs, for
-    /// [`crate::support::child::measure`].
+    /// [`crate::child::measure`].
     pub fn render_unprivileged_command(&self, args: &[&str]) -> Command {
         let cache = self.path("cache");
         dir_owned_by(&cache, NONROOT);
-        let mut cmd = unprivileged(NONROOT, Path::new(env!("CARGO_BIN_EXE_xfn")));
+        let mut cmd = unprivileged(NONROOT, &xfn_binary());
         cmd.arg("render")
             .arg("--cache-dir")
             .arg(&cache)
@@ -237,7 +243,7 @@ pub const GOLDEN_ARGS: &[&str] = &[
 /// (the text of its Functions file) and `-r`; returns the output, which
 /// must be example/render/expected.yaml.
 pub fn render_worked_example(fx: &Fixture, functions: &str) -> (String, String) {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("example/render");
+    let example = crate::repo_root().join("example/render");
     fx.write("functions.yaml", functions);
     let out = fx.render(&[
         example.join("xr.yaml").to_str().unwrap(),
@@ -251,9 +257,7 @@ pub fn render_worked_example(fx: &Fixture, functions: &str) -> (String, String) 
 
 /// The text of example/render/`name`.
 pub fn worked_example_file(name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("example/render")
-        .join(name);
+    let path = crate::repo_root().join("example/render").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -283,10 +287,7 @@ impl PythonFunction {
             .port();
         let address = format!("127.0.0.1:{port}");
         let child = std::process::Command::new(&python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/render/function.py"
-            ))
+            .arg(crate::repo_root().join("tests/render/function.py"))
             .args(["--insecure", "--address", &address])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -424,3 +424,30 @@ pub fn put_manifest(
         String::from_utf8_lossy(&put.body)
     );
 }
+/// Pushes `name`, a function that echoes its input (busybox `cat`), to
+/// `registry`; returns its reference.
+pub fn echo_image(registry: &Registry, name: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, name)
+        .reference
+}
+
+/// An image whose function reads its input, then sleeps for `seconds` (a
+/// marker to find its process by) without a shell in between: the
+/// container's init is then `sleep`. The marker is spelled only once run
+/// (`sleep 36${n}`), and input comes only with a call: a warm container's
+/// function, started ahead of its call, waits in `cat` and never matches.
+pub fn sleeper_image(registry: &Registry, name: &str, seconds: u32) -> String {
+    let (head, tail) = (seconds / 100, seconds % 100);
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint([
+            "/bin/sh",
+            "-c",
+            &format!("cat >/dev/null; n={tail:02}; exec sleep {head}$n"),
+        ])
+        .push(registry, name)
+        .reference
+}

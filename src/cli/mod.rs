@@ -9,6 +9,7 @@ use crate::runner::Namespace;
 use clap::{Args, Parser, Subcommand};
 
 pub(crate) mod adapt;
+pub(crate) mod host;
 pub(crate) mod cache;
 pub(crate) mod daemon_flags;
 pub(crate) mod logging;
@@ -78,6 +79,8 @@ pub(crate) enum Command {
     Adapt(adapt::AdaptArgs),
     /// Build an adaptor image (a Function package) from a function image tarball.
     Wrap(wrap::WrapArgs),
+    /// Serve many Functions on one port, each started on demand (Crossplane v2).
+    Host(host::HostArgs),
 }
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
@@ -471,6 +474,9 @@ pub(crate) enum Prepared {
     Adapt(adapt::AdaptArgs, Security, Namespace, bool),
     /// `xfn wrap`.
     Wrap(wrap::WrapArgs),
+    /// `xfn host`: its catalog and CA, namespace, and whether its
+    /// containers end with it.
+    Host(host::HostArgs, host::Prepared, Namespace, bool),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -532,6 +538,13 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         }
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
+        Command::Host(args) => {
+            // The CA key may be readable only by the real uid: read it first.
+            let prepared = host::prepare(&args)?;
+            let namespace = enter_namespace(&args.store, &args.userns)?;
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Host(args, prepared, namespace, containers_end_with_xfn)
+        }
     })
 }
 
@@ -557,6 +570,9 @@ impl Prepared {
                 adapt::execute(args, security, &namespace, in_memory, global).await
             }
             Prepared::Wrap(args) => wrap::execute(args, global).await,
+            Prepared::Host(args, prepared, namespace, in_memory) => {
+                host::execute(args, prepared, &namespace, in_memory, global).await
+            }
             Prepared::Exit(code) => Ok(code),
         }
     }

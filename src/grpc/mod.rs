@@ -20,6 +20,7 @@
 //! listen    bind a Unix (abstract or path) or TCP address; accept TCP
 //! serve     tonic server: the front end's services + health + reflection,
 //!           deadline stamping, mTLS when given; drain on SIGTERM/SIGINT
+//! sni       TLS with the certificate chosen by the name dialled (`xfn host`)
 //! authority a Unix client's `:authority` that h2 would refuse, read as localhost
 //! connections  each connection's bounds: handshake and idle timeouts, a
 //!           cap where the longest idle connection makes room
@@ -76,6 +77,7 @@ pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod refusals;
 pub(crate) mod serve;
+pub(crate) mod sni;
 pub(crate) mod status;
 pub(crate) mod wait;
 

@@ -175,7 +175,8 @@ pub(crate) async fn execute(
         .with_service(WithAuthority(v1))
         .with_service(WithAuthority(v1beta1));
     if tls {
-        services = services.with_sni_tls(Arc::clone(&host) as Arc<dyn crate::grpc::sni::SniConfigs>);
+        services =
+            services.with_sni_tls(Arc::clone(&host) as Arc<dyn crate::grpc::sni::SniConfigs>);
     }
     let served = daemon.serve(Incoming::Tcp(listener), services).await;
     // Drained (or cancelled) by now: no function server outlives xfn.

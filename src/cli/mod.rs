@@ -9,9 +9,9 @@ use crate::runner::Namespace;
 use clap::{Args, Parser, Subcommand};
 
 pub(crate) mod adapt;
-pub(crate) mod host;
 pub(crate) mod cache;
 pub(crate) mod daemon_flags;
+pub(crate) mod host;
 pub(crate) mod logging;
 mod map_flag;
 pub(crate) mod pull;

@@ -187,7 +187,10 @@ impl Metrics {
 
     /// Also exports a front end's own metrics (read at each scrape); the
     /// first collector set stays.
-    pub(crate) fn set_front_end(&self, collector: Box<dyn prometheus_client::collector::Collector>) {
+    pub(crate) fn set_front_end(
+        &self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) {
         let _ = self.front_end.set(collector);
     }
 
@@ -276,7 +279,9 @@ impl prometheus_client::collector::Collector for StoreCollector {
 }
 
 /// A front end's collector, once set ([`Metrics::set_front_end`]).
-struct FrontEndCollector(Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>);
+struct FrontEndCollector(
+    Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>,
+);
 
 impl std::fmt::Debug for FrontEndCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -493,20 +498,20 @@ pub(crate) async fn serve(
             }),
         )
         .route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.render(),
-                )
-            }
-        }),
-    );
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

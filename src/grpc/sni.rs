@@ -74,7 +74,9 @@ where
             .server_name()
             .map(|n| n.to_ascii_lowercase())
         else {
-            tracing::warn!("TLS connection refused: it named no server (SNI); dial a function by its name");
+            tracing::warn!(
+                "TLS connection refused: it named no server (SNI); dial a function by its name"
+            );
             return None;
         };
         let Some(config) = configs.config_for(&name) else {
@@ -95,7 +97,10 @@ where
     match tokio::time::timeout(timeout, handshake).await {
         Ok(stream) => stream,
         Err(_) => {
-            tracing::debug!(?timeout, "TLS handshake not done within the handshake timeout");
+            tracing::debug!(
+                ?timeout,
+                "TLS handshake not done within the handshake timeout"
+            );
             None
         }
     }

@@ -135,7 +135,12 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
         let Some(package) = object.spec.package.filter(|p| !p.is_empty()) else {
             return Err(Parse::Invalid(format!("Function {name}: no spec.package")));
         };
-        let kind = match object.metadata.annotations.get(KIND_ANNOTATION).map(String::as_str) {
+        let kind = match object
+            .metadata
+            .annotations
+            .get(KIND_ANNOTATION)
+            .map(String::as_str)
+        {
             None => None,
             Some("Server") => Some(FunctionKind::Server),
             Some("StdinStdout") => Some(FunctionKind::StdinStdout),
@@ -175,7 +180,9 @@ mod tests {
     #[test]
     fn functions_with_their_packages_and_overrides_are_read_from_every_document() {
         let text = "apiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: a\nspec:\n  package: r/a:v1\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: b\n  annotations:\n    xfn.crossplane.io/kind: StdinStdout\nspec:\n  package: r/b:v1\n";
-        let Ok(functions) = parse(text) else { panic!("parse") };
+        let Ok(functions) = parse(text) else {
+            panic!("parse")
+        };
         assert_eq!(functions.len(), 2);
         assert_eq!(functions[0].package, "r/a:v1");
         assert_eq!(functions[0].kind, None);

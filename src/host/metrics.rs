@@ -86,9 +86,19 @@ impl prometheus_client::collector::Collector for HostStats {
             .map(|(k, v)| (k.clone(), Arc::clone(v)))
             .collect();
         let counters: [(&str, &str, fn(&FunctionStats) -> u64); 3] = [
-            ("host_calls", "RunFunction calls per hosted function", |s| s.calls.get()),
-            ("host_call_errors", "RunFunction calls answered with an error, per hosted function", |s| s.errors.get()),
-            ("host_cold_starts", "Function servers started (a call found none with room), per hosted function", |s| s.cold_starts.get()),
+            ("host_calls", "RunFunction calls per hosted function", |s| {
+                s.calls.get()
+            }),
+            (
+                "host_call_errors",
+                "RunFunction calls answered with an error, per hosted function",
+                |s| s.errors.get(),
+            ),
+            (
+                "host_cold_starts",
+                "Function servers started (a call found none with room), per hosted function",
+                |s| s.cold_starts.get(),
+            ),
         ];
         for (name, help, value) in counters {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -98,9 +108,21 @@ impl prometheus_client::collector::Collector for HostStats {
             }
         }
         let gauges: [(&str, &str, fn(&FunctionStats) -> i64); 3] = [
-            ("host_servers_running", "Function servers running, per hosted function", |s| s.running.get()),
-            ("host_servers_starting", "Function servers starting, per hosted function", |s| s.starting.get()),
-            ("host_calls_queued", "Calls waiting for a function server with room, per hosted function", |s| s.queued.get()),
+            (
+                "host_servers_running",
+                "Function servers running, per hosted function",
+                |s| s.running.get(),
+            ),
+            (
+                "host_servers_starting",
+                "Function servers starting, per hosted function",
+                |s| s.starting.get(),
+            ),
+            (
+                "host_calls_queued",
+                "Calls waiting for a function server with room, per hosted function",
+                |s| s.queued.get(),
+            ),
         ];
         for (name, help, value) in gauges {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;

@@ -216,7 +216,11 @@ impl Host {
         let pulled = self
             .runner
             .store()
-            .ensure(&spec.package, self.options.pull_policy, &RegistryAuth::default())
+            .ensure(
+                &spec.package,
+                self.options.pull_policy,
+                &RegistryAuth::default(),
+            )
             .await
             .map_err(|e| {
                 let status = crate::grpc::status_of(&crate::runner::RunError::from(e));
@@ -255,7 +259,8 @@ impl Host {
     /// quarter of it, until the host is dropped.
     pub(crate) fn keep_tidy(self: &Arc<Self>) {
         let host = Arc::downgrade(self);
-        let every = (self.options.servers.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let every = (self.options.servers.idle / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;

@@ -135,20 +135,29 @@ impl Servers {
         *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         server.in_flight.fetch_sub(1, Ordering::Relaxed);
         drop(slot);
-        match answer {
-            Ok(response) => Ok(response),
-            Err(status) => match server.exited().await {
-                Some(why) => {
-                    self.remove(&server).await;
-                    tracing::warn!(function = %self.function, server = server.id, %why, "function server died during a call; the next call starts a new one");
-                    Err(Status::unavailable(format!(
-                        "function {}: its server died during the call ({why}); retry starts a new one",
-                        self.function
-                    )))
-                }
-                None => Err(status),
-            },
+        let status = match answer {
+            Ok(response) => return Ok(response),
+            Err(status) => status,
+        };
+        // An answer of the function's own is passed on; a broken connection
+        // is the server's death (its exit may be seen a moment after).
+        if !lost_connection(&status) {
+            return Err(status);
         }
+        let mut why = server.exited().await;
+        let started = Instant::now();
+        while why.is_none() && started.elapsed() < EXIT_SEEN_WITHIN {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            why = server.exited().await;
+        }
+        let why =
+            why.unwrap_or_else(|| format!("the connection to it broke: {}", status.message()));
+        self.remove(&server).await;
+        tracing::warn!(function = %self.function, server = server.id, %why, "function server lost during a call; the next call starts a new one");
+        Err(Status::unavailable(format!(
+            "function {}: its server died during the call ({why}); a retry starts a new one",
+            self.function
+        )))
     }
 
     /// A live server with room, or a new one.
@@ -159,14 +168,12 @@ impl Servers {
         config: &RunConfig,
         deadline: Option<Instant>,
     ) -> Result<Arc<Server>, Status> {
-        let _picking = until(deadline, self.picking.lock())
-            .await
-            .ok_or_else(|| {
-                Status::deadline_exceeded(format!(
-                    "function {}: the caller's deadline passed while a server started",
-                    self.function
-                ))
-            })?;
+        let _picking = until(deadline, self.picking.lock()).await.ok_or_else(|| {
+            Status::deadline_exceeded(format!(
+                "function {}: the caller's deadline passed while a server started",
+                self.function
+            ))
+        })?;
         let candidates: Vec<Arc<Server>> = self.running().clone();
         for server in candidates {
             if let Some(why) = server.exited().await {
@@ -246,14 +253,15 @@ impl Servers {
         let network = served.network().clone();
         // The authority is a label: the connector connects inside the
         // server's own network namespace, which nothing else can reach.
-        let channel = Endpoint::from_static("http://function:9443")
-            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let channel = Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
+            tower::service_fn(move |_: Uri| {
                 let network = network.clone();
                 async move {
                     let stream = network.connect(address).await?;
                     Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
                 }
-            }));
+            }),
+        );
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let server = Arc::new(Server {
             id,
@@ -353,8 +361,24 @@ impl Servers {
     }
 }
 
+/// How long after its connection broke a server's exit is waited for.
+const EXIT_SEEN_WITHIN: Duration = Duration::from_secs(2);
+
+/// Whether `status` came from the connection breaking rather than from the
+/// function (tonic's transport errors carry a source; a reset stream is
+/// `Unknown`/`Unavailable`/`Internal` without a `grpc-status` of the server's).
+fn lost_connection(status: &Status) -> bool {
+    use std::error::Error;
+    let transport = status.source().is_some()
+        || (status.code() == Code::Unknown && status.message() == "transport error");
+    transport || (status.code() == Code::Unavailable && status.metadata().is_empty())
+}
+
 /// `future`'s output, or `None` once `deadline` passed first.
-async fn until<T>(deadline: Option<Instant>, future: impl std::future::Future<Output = T>) -> Option<T> {
+async fn until<T>(
+    deadline: Option<Instant>,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
         None => Some(future.await),

@@ -73,12 +73,11 @@ impl Ca {
             path: key_path,
             what: "private key",
         })?;
-        let ca_der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|_| {
-            TlsError::Pem {
+        let ca_der =
+            CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|_| TlsError::Pem {
                 path: cert_path.clone(),
                 what: "certificate",
-            }
-        })?;
+            })?;
         let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, key).map_err(|_| TlsError::Pem {
             path: cert_path.clone(),
             what: "CA certificate",
@@ -110,9 +109,8 @@ impl Ca {
             Arc::clone(&self.provider),
         )
         .build()?;
-        let key = PrivateKeyDer::try_from(key.serialize_der()).map_err(|_| {
-            TlsError::Issue(rcgen::Error::CouldNotParseKeyPair)
-        })?;
+        let key = PrivateKeyDer::try_from(key.serialize_der())
+            .map_err(|_| TlsError::Issue(rcgen::Error::CouldNotParseKeyPair))?;
         let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)

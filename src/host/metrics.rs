@@ -76,6 +76,9 @@ impl HostStats {
 
 type Label = [(&'static str, String); 1];
 
+/// A metric read from a function's numbers: name, help, reader.
+type Read<T> = (&'static str, &'static str, fn(&FunctionStats) -> T);
+
 impl prometheus_client::collector::Collector for HostStats {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let all: Vec<(String, Arc<FunctionStats>)> = self
@@ -85,7 +88,7 @@ impl prometheus_client::collector::Collector for HostStats {
             .iter()
             .map(|(k, v)| (k.clone(), Arc::clone(v)))
             .collect();
-        let counters: [(&str, &str, fn(&FunctionStats) -> u64); 3] = [
+        let counters: [Read<u64>; 3] = [
             ("host_calls", "RunFunction calls per hosted function", |s| {
                 s.calls.get()
             }),
@@ -107,7 +110,7 @@ impl prometheus_client::collector::Collector for HostStats {
                 ConstCounter::new(value(stats)).encode(family.encode_family(&label)?)?;
             }
         }
-        let gauges: [(&str, &str, fn(&FunctionStats) -> i64); 3] = [
+        let gauges: [Read<i64>; 3] = [
             (
                 "host_servers_running",
                 "Function servers running, per hosted function",

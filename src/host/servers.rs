@@ -35,7 +35,15 @@ pub(crate) struct ServerLimits {
     pub(crate) idle: Duration,
     /// The longest a server may take to listen.
     pub(crate) start_timeout: Duration,
+    /// Most calls of one function waiting for a server with room; past
+    /// it, `RESOURCE_EXHAUSTED` (`--max-queued-runs`).
+    pub(crate) max_queued: usize,
 }
+
+/// The largest response read from a function server: far above what a
+/// RunFunctionResponse of a real Function holds, and a bound on what a
+/// function can make xfn hold per call.
+const MAX_RESPONSE: usize = 64 << 20;
 
 /// A running server.
 #[derive(Debug)]
@@ -122,6 +130,12 @@ impl Servers {
                 self.function
             ))
         };
+        if usize::try_from(self.stats.queued.get()).unwrap_or(0) >= self.limits.max_queued {
+            return Err(Status::resource_exhausted(format!(
+                "function {}: {} calls already wait for its servers (--max-queued-runs)",
+                self.function, self.limits.max_queued
+            )));
+        }
         let slot = {
             let _queued = self.stats.queued.raise();
             until(deadline, Arc::clone(&self.slots).acquire_owned())
@@ -292,7 +306,7 @@ impl Servers {
         let mut client = v1::function_runner_service_client::FunctionRunnerServiceClient::new(
             server.channel.clone(),
         )
-        .max_decoding_message_size(usize::MAX);
+        .max_decoding_message_size(MAX_RESPONSE);
         match client.run_function(v1_request).await {
             Ok(response) => Ok(response.into_inner()),
             // Built before v1: ask again in v1beta1, as Crossplane does.
@@ -306,7 +320,7 @@ impl Servers {
                     v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(
                         server.channel.clone(),
                     )
-                    .max_decoding_message_size(usize::MAX);
+                    .max_decoding_message_size(MAX_RESPONSE);
                 let response = client.run_function(beta).await?.into_inner();
                 convert(&response)
             }

@@ -532,7 +532,7 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
     assert_eq!(host.metric("cold_starts_total", "fn-grpc"), 2);
     // What the docs' numbers come from (printed, never asserted on).
     eprintln!(
-        "measured: first call {first:?} (pull and extract included), from zero again after the \
+        "measured: first call {first:?} (a pull still under way included), from zero again after the \
          idle stop {cold:?}, warm {warm:?}; xfn's own processes VmRSS {rss_idle} kB before any \
          server, {rss_after} kB after the idle stop; the function server {server_rss} kB"
     );

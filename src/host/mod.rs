@@ -350,6 +350,22 @@ impl Catalog for Arc<Host> {
         if let Some(old) = old {
             tokio::spawn(async move { stop(&old).await });
         }
+        // The package is pulled now, so the first call does not wait for
+        // it; its servers still start on demand. A failure is logged here
+        // and met again (and answered) by the first call.
+        let host = Arc::clone(self);
+        tokio::spawn(async move {
+            let Some(hosted) = read(&host.functions).get(&function.name).cloned() else {
+                return;
+            };
+            let resolved = hosted
+                .resolved
+                .get_or_try_init(|| host.resolve(&hosted.spec, &hosted.stats))
+                .await;
+            if let Err(status) = resolved {
+                tracing::warn!(function = %function.name, error = status.message(), "cannot get the function's package ready; its calls will try again");
+            }
+        });
     }
 
     fn unhost(&self, name: &str) {

@@ -1,10 +1,12 @@
-//! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) and `xfn adapt`.
+//! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) `xfn adapt` and `xfn host`.
 //!
 //! One binary per area (tests/README.md says which file goes where): one
 //! link, and its tests run side by side.
 
 #[path = "adapt_e2e.rs"]
 mod adapt_e2e;
+#[path = "host_e2e.rs"]
+mod host_e2e;
 #[path = "server_bounds.rs"]
 mod server_bounds;
 #[path = "server_calls.rs"]

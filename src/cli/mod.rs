@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 pub(crate) mod adapt;
 pub(crate) mod cache;
 pub(crate) mod daemon_flags;
+pub(crate) mod host;
 pub(crate) mod logging;
 mod map_flag;
 pub(crate) mod pull;
@@ -85,6 +86,8 @@ pub(crate) enum Command {
     Validate(validate::ValidateArgs),
     /// Run Composition test suites (xprin's format) in one process.
     Test(test::TestArgs),
+    /// Serve many Functions on one port, each started on demand (Crossplane v2).
+    Host(host::HostArgs),
 }
 
 /// How a listing (`cache ls`, `render-servers ls`) is printed.
@@ -483,6 +486,9 @@ pub(crate) enum Prepared {
     /// `xfn test`: its suites, read; in a namespace when a Function runs a
     /// container here.
     Test(test::TestArgs, test::Loaded, Option<Namespace>),
+    /// `xfn host`: its catalog and CA, namespace, and whether its
+    /// containers end with it.
+    Host(host::HostArgs, host::Prepared, Namespace, bool),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -554,6 +560,13 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
             };
             Prepared::Test(args, loaded, namespace)
         }
+        Command::Host(args) => {
+            // The CA key may be readable only by the real uid: read it first.
+            let prepared = host::prepare(&args)?;
+            let namespace = enter_namespace(&args.store, &args.userns)?;
+            let containers_end_with_xfn = enter_pid_namespace()?;
+            Prepared::Host(args, prepared, namespace, containers_end_with_xfn)
+        }
     })
 }
 
@@ -582,6 +595,9 @@ impl Prepared {
             Prepared::Validate(args) => validate::execute(args),
             Prepared::Test(args, loaded, namespace) => {
                 test::execute(args, loaded, namespace.as_ref(), global).await
+            }
+            Prepared::Host(args, prepared, namespace, in_memory) => {
+                host::execute(args, prepared, &namespace, in_memory, global).await
             }
             Prepared::Exit(code) => Ok(code),
         }

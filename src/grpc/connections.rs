@@ -330,6 +330,11 @@ impl Connections {
         })
     }
 
+    /// The bounds connections are held to.
+    pub(crate) fn limits(&self) -> ConnectionLimits {
+        self.limits
+    }
+
     /// Waits until a new connection may be taken with at most one over
     /// the cap held open. A connection cut still holds its descriptor
     /// until hyper drops it, which its task does only when it next runs:
@@ -679,6 +684,11 @@ where
             extensions
                 .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
                 .map(|tls| tls.get_ref().clone())
+        });
+        let conn = conn.or_else(|| {
+            extensions
+                .get::<super::sni::SniInfo>()
+                .map(|sni| sni.conn.clone())
         });
         let guard = conn.map(|ConnInfo(conn)| conn.begin_call());
         let response = self.0.call(request);

@@ -101,6 +101,11 @@ impl Daemon {
         &self.runner
     }
 
+    /// The metrics the endpoint serves, for a front end's own.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Admission, for the front end's service.
     pub fn calls(&self) -> &Arc<Calls> {
         &self.calls
@@ -141,12 +146,17 @@ impl Daemon {
         // the calls run comes back as they run (crate::resident).
         let released_kb = crate::resident::release_file_pages();
         tracing::debug!(released_kb, "start-up pages released");
+        self.metrics.set_ready(true);
+        let shutdown = async {
+            shutdown_signal().await;
+            self.metrics.set_ready(false);
+        };
         let served = serve(
             incoming,
             services,
             Connections::new(connections, Arc::clone(&self.metrics)),
             self.calls.drain(options.grace_period),
-            shutdown_signal(),
+            shutdown,
         );
         // Between bursts of calls, the code they ran goes.
         let idle = crate::resident::release_when_idle(|| self.calls.activity());

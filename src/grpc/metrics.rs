@@ -52,6 +52,10 @@ pub struct Metrics {
     run_memory_peak: Histogram,
     connections_open: Gauge,
     connections_closed: Family<OutcomeLabels, Counter>,
+    /// A front end's own metrics (`xfn host`'s per function), set once.
+    front_end: Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>,
+    /// What `/readyz` answers: serving and not draining.
+    ready: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Metrics {
@@ -117,7 +121,11 @@ impl Metrics {
              over_capacity (refused: every connection busy)",
             connections_closed.clone(),
         );
+        let front_end = Arc::new(std::sync::OnceLock::new());
+        registry.register_collector(Box::new(FrontEndCollector(Arc::clone(&front_end))));
         Self {
+            front_end,
+            ready: Arc::default(),
             registry,
             connections_open,
             connections_closed,
@@ -175,6 +183,22 @@ impl Metrics {
         self.registry
             .register_collector(Box::new(GateCollector { counters }));
         self
+    }
+
+    /// Also exports a front end's own metrics (read at each scrape); the
+    /// first collector set stays.
+    pub(crate) fn set_front_end(
+        &self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) {
+        let _ = self.front_end.set(collector);
+    }
+
+    /// Whether `/readyz` answers 200: set when serving starts, cleared when
+    /// the drain starts.
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready
+            .store(ready, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Sets the limits-enforced gauge.
@@ -251,6 +275,31 @@ impl prometheus_client::collector::Collector for StoreCollector {
             ),
         ];
         encode_counters(&mut encoder, &counters)
+    }
+}
+
+/// A front end's collector, once set ([`Metrics::set_front_end`]).
+struct FrontEndCollector(
+    Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>,
+);
+
+impl std::fmt::Debug for FrontEndCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("FrontEndCollector")
+            .field(&self.0.get().is_some())
+            .finish()
+    }
+}
+
+impl prometheus_client::collector::Collector for FrontEndCollector {
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        match self.0.get() {
+            Some(collector) => collector.encode(encoder),
+            None => Ok(()),
+        }
     }
 }
 
@@ -430,21 +479,39 @@ pub(crate) async fn serve(
     use axum::http::header::CONTENT_TYPE;
     use axum::routing::get;
 
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics.clone();
-            async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.render(),
-                )
-            }
-        }),
-    );
+    let ready = Arc::clone(&metrics.ready);
+    let app = axum::Router::new()
+        // Alive while this endpoint answers; ready while serving and not
+        // draining (a Kubernetes readiness probe takes the pod out of its
+        // Service as the drain starts).
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.load(std::sync::atomic::Ordering::Relaxed);
+                async move {
+                    match ready {
+                        true => (axum::http::StatusCode::OK, "ready"),
+                        false => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready"),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -30,6 +30,7 @@ pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod refusals;
 pub(crate) mod serve;
+pub(crate) mod sni;
 pub(crate) mod status;
 pub(crate) mod wait;
 

@@ -24,6 +24,7 @@ use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{Connections, CountCallsLayer, Tracked};
 use super::deadline::StampArrivalLayer;
 use super::listen::tcp_incoming;
+use super::sni::{SniConfigs, SniStream};
 
 /// Errors of serving.
 #[derive(Debug, thiserror::Error)]
@@ -58,11 +59,22 @@ impl std::fmt::Debug for Incoming {
 
 /// What a front end serves: its gRPC services (named for health) and,
 /// optionally, TLS.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ServiceSet {
     routes: RoutesBuilder,
     names: Vec<&'static str>,
     tls: Option<ServerTlsConfig>,
+    sni: Option<Arc<dyn SniConfigs>>,
+}
+
+impl std::fmt::Debug for ServiceSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceSet")
+            .field("names", &self.names)
+            .field("tls", &self.tls.is_some())
+            .field("sni", &self.sni.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServiceSet {
@@ -95,6 +107,14 @@ impl ServiceSet {
         self.tls = Some(tls);
         self
     }
+
+    /// Serves TCP over TLS with the configuration `sni` gives the name each
+    /// client dialled (see [`super::sni`]); replaces [`Self::with_tls`].
+    pub(crate) fn with_sni_tls(mut self, sni: Arc<dyn SniConfigs>) -> Self {
+        self.tls = None;
+        self.sni = Some(sni);
+        self
+    }
 }
 
 /// How long to wait for connections to close after runs were cancelled.
@@ -120,7 +140,12 @@ pub(crate) async fn serve(
     drain: Drain,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let ServiceSet { routes, names, tls } = services;
+    let ServiceSet {
+        routes,
+        names,
+        tls,
+        sni,
+    } = services;
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in &names {
         health
@@ -160,29 +185,53 @@ pub(crate) async fn serve(
         Incoming::Unix(incoming) => {
             use futures::TryStreamExt;
             let incoming = incoming.map_ok(LenientAuthority::new);
-            let server = serve_each(router, incoming, connections, stopped);
+            let spawn = move |io, connections| {
+                tokio::spawn(serve_one(router.clone(), io, connections));
+            };
+            let server = serve_each(incoming, connections, stopped, spawn);
             drain_on(server, stop, drain, stopping).await
         }
         Incoming::Tcp(listener) => {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            let server = serve_each(router, tcp_incoming(listener), connections, stopped);
-            drain_on(server, stop, drain, stopping).await
+            let incoming = tcp_incoming(listener);
+            match sni {
+                Some(sni) => {
+                    let timeout = connections.limits().handshake_timeout;
+                    let spawn = move |io, connections| {
+                        let handshake = serve_one_sni(
+                            router.clone(),
+                            io,
+                            connections,
+                            Arc::clone(&sni),
+                            timeout,
+                        );
+                        tokio::spawn(handshake);
+                    };
+                    let server = serve_each(incoming, connections, stopped, spawn);
+                    drain_on(server, stop, drain, stopping).await
+                }
+                None => {
+                    let spawn = move |io, connections| {
+                        tokio::spawn(serve_one(router.clone(), io, connections));
+                    };
+                    let server = serve_each(incoming, connections, stopped, spawn);
+                    drain_on(server, stop, drain, stopping).await
+                }
+            }
         }
     }
 }
 
 /// Takes connections from `incoming` into `connections` (which may refuse
-/// them) and serves each with a clone of `router`, until `stop` resolves
-/// or `incoming` ends; then asks every connection to close and returns
-/// once all have.
-async fn serve_each<L, IO>(
-    router: Router<L>,
+/// them) and has `spawn` serve each, until `stop` resolves or `incoming`
+/// ends; then asks every connection to close and returns once all have.
+async fn serve_each<IO>(
     incoming: impl futures::Stream<Item = std::io::Result<IO>>,
     connections: Arc<Connections>,
     stop: impl Future<Output = ()>,
+    spawn: impl Fn(Tracked<IO>, Arc<Connections>),
 ) -> Result<(), tonic::transport::Error>
 where
-    Router<L>: ConnectionRouter<Tracked<IO>>,
     IO: std::os::fd::AsRawFd + Send + 'static,
 {
     let mut incoming = Box::pin(incoming);
@@ -202,7 +251,7 @@ where
                 Some(Err(err)) => tracing::debug!(error = %crate::chain::Chain(&err), "accepting a connection failed"),
                 Some(Ok(io)) => {
                     if let Some(tracked) = connections.admit(io) {
-                        tokio::spawn(serve_one(router.clone(), tracked, Arc::clone(&connections)));
+                        spawn(tracked, Arc::clone(&connections));
                     }
                 }
             },
@@ -270,6 +319,32 @@ where
     let conn = Arc::clone(io.conn());
     let stop = Arc::clone(&conn).close_requested();
     let (served, ()) = tokio::join!(router.serve_one(io, stop), connections.watch(&conn));
+    if let Err(err) = served {
+        tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
+    }
+}
+
+/// Serves one admitted TCP connection after its SNI-routed TLS handshake
+/// (refused or failed: closed), until it ends, under its bounds.
+async fn serve_one_sni<R, IO>(
+    router: R,
+    io: Tracked<IO>,
+    connections: Arc<Connections>,
+    sni: Arc<dyn SniConfigs>,
+    handshake_timeout: Duration,
+) where
+    R: ConnectionRouter<SniStream<Tracked<IO>>>,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = Arc::clone(io.conn());
+    let stop = Arc::clone(&conn).close_requested();
+    let served = async move {
+        let Some(stream) = super::sni::accept(io, &*sni, handshake_timeout).await else {
+            return Ok(());
+        };
+        router.serve_one(stream, stop).await
+    };
+    let (served, ()) = tokio::join!(served, connections.watch(&conn));
     if let Err(err) = served {
         tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
     }

@@ -1,0 +1,187 @@
+//! `xfn host`: serve every Function a catalog names on one port (see
+//! `crate::host`). Static mode: `--functions FILE` (Crossplane Function
+//! objects) and `--ca DIR` (the CA as `crossplane-root-ca` holds it).
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::grpc::daemon::Daemon;
+use crate::grpc::serve::{Incoming, ServiceSet};
+use crate::host::catalog::Catalog;
+use crate::host::servers::ServerLimits;
+use crate::host::service::{V1Service, V1beta1Service, WithAuthority};
+use crate::host::tls::Ca;
+use crate::host::{Host, HostOptions};
+use crate::image::PullPolicy;
+use crate::proto::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
+use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
+use crate::runner::{Namespace, Runner};
+
+use super::run::parse_duration;
+use super::{StoreArgs, UsernsArgs};
+
+/// Flags of `xfn host`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct HostArgs {
+    /// Crossplane `pkg.crossplane.io` Function objects to host (multi-doc
+    /// YAML; the file `crossplane render` takes).
+    #[arg(long)]
+    pub functions: PathBuf,
+    /// Directory with the CA (`tls.crt`, `tls.key`, as the
+    /// `crossplane-root-ca` secret holds it): server certificates are
+    /// issued from it and client certificates must be signed by it.
+    #[arg(long, env = "XFN_HOST_CA_DIR", required_unless_present = "insecure")]
+    pub ca: Option<PathBuf>,
+    /// Serve plaintext gRPC, routed by the `:authority` host (local use only).
+    #[arg(long, conflicts_with = "ca")]
+    pub insecure: bool,
+    /// TCP address to serve on.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub address: SocketAddr,
+    /// The namespace in the names each function is served under (`NAME`,
+    /// `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`).
+    #[arg(long, default_value = "crossplane-system")]
+    pub namespace: String,
+    /// Most servers of one function at once.
+    #[arg(long, default_value_t = 1)]
+    pub max_servers_per_function: usize,
+    /// Most function servers of all functions at once.
+    #[arg(long, default_value_t = 32)]
+    pub max_servers: usize,
+    /// Most calls one function server takes at once; later calls wait
+    /// (FIFO) within their deadline.
+    #[arg(long, default_value_t = 16)]
+    pub calls_per_server: usize,
+    /// A function server with no call this long is stopped.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub server_idle: Duration,
+    /// The longest a function server may take to start listening.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub server_start_timeout: Duration,
+    /// Kill a stdin/stdout function's run after this long (a caller's
+    /// shorter deadline wins).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Largest request accepted, a quantity like 4Mi.
+    #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
+    pub max_recv_message_size: usize,
+    /// When packages are pulled.
+    #[arg(long, value_enum, default_value = "IfNotPresent")]
+    pub image_pull_policy: PullPolicy,
+    /// Image cache and per-run state.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// User namespace mapping.
+    #[command(flatten)]
+    pub userns: UsernsArgs,
+    /// Admission, drain and metrics (as `xfn start`).
+    #[command(flatten)]
+    pub daemon: super::daemon_flags::DaemonArgs,
+    /// Run engine flags.
+    #[command(flatten)]
+    pub runner: super::RunnerArgs,
+    /// Warm containers for stdin/stdout functions (as `xfn start`).
+    #[command(flatten)]
+    pub warm_pool: super::WarmPoolArgs,
+}
+
+/// What is read before the namespace: the catalog and the CA (a key
+/// readable only by the real uid is out of reach in it).
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    functions: Vec<crate::host::catalog::HostedFunction>,
+    ca: Option<Ca>,
+}
+
+/// Reads the functions file and the CA.
+pub(crate) fn prepare(args: &HostArgs) -> anyhow::Result<Prepared> {
+    let functions = crate::host::functions_file::read(&args.functions)
+        .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))?;
+    let ca = match (&args.ca, args.insecure) {
+        (Some(dir), _) => Some(
+            Ca::load(dir)
+                .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))
+                .context("cannot load the CA")?,
+        ),
+        (None, true) => None,
+        (None, false) => anyhow::bail!("no CA: pass --ca DIR, or --insecure for plaintext"),
+    };
+    Ok(Prepared { functions, ca })
+}
+
+/// Runs `xfn host`.
+pub(crate) async fn execute(
+    args: HostArgs,
+    prepared: Prepared,
+    namespace: &Namespace,
+    state_in_memory: bool,
+    global: &super::Global,
+) -> anyhow::Result<ExitCode> {
+    let store = args.store.open_store(&global.registry)?;
+    let options = crate::runner::RunnerOptions {
+        warm_pool: Some(args.warm_pool.options()),
+        state_in_memory,
+        ..args.runner.options()
+    };
+    let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
+    let crun = runner.check_runtime()?;
+    tracing::info!(%crun, "OCI runtime");
+    let daemon = Daemon::new(runner, args.daemon.daemon_options(None, None));
+    let tls = prepared.ca.is_some();
+    let host = Host::new(
+        Arc::clone(daemon.runner()),
+        Arc::clone(daemon.calls()),
+        HostOptions {
+            namespace: args.namespace.clone(),
+            servers: ServerLimits {
+                max_servers: args.max_servers_per_function.max(1),
+                calls_per_server: args.calls_per_server.max(1),
+                idle: args.server_idle,
+                start_timeout: args.server_start_timeout,
+                max_queued: args.daemon.max_queued_runs,
+            },
+            max_servers: args.max_servers.max(1),
+            run_timeout: args.timeout,
+            pull_policy: args.image_pull_policy,
+        },
+        prepared.ca,
+    );
+    daemon.metrics().set_front_end(Box::new(host.stats()));
+    for function in prepared.functions {
+        host.host(function);
+    }
+    host.keep_tidy();
+
+    let listener = std::net::TcpListener::bind(args.address)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .with_context(|| format!("cannot listen on {}", args.address))?;
+    tracing::info!(
+        address = %listener.local_addr()?,
+        tls,
+        "serving the function API (v1, v1beta1) for every hosted function"
+    );
+    let size = args.max_recv_message_size;
+    let v1 = V1Server::new(V1Service(Arc::clone(&host)))
+        .max_decoding_message_size(size)
+        .max_encoding_message_size(usize::MAX);
+    let v1beta1 = V1beta1Server::new(V1beta1Service(Arc::clone(&host)))
+        .max_decoding_message_size(size)
+        .max_encoding_message_size(usize::MAX);
+    let mut services = ServiceSet::new()
+        .with_service(WithAuthority(v1))
+        .with_service(WithAuthority(v1beta1));
+    if tls {
+        services =
+            services.with_sni_tls(Arc::clone(&host) as Arc<dyn crate::grpc::sni::SniConfigs>);
+    }
+    let served = daemon.serve(Incoming::Tcp(listener), services).await;
+    // Drained (or cancelled) by now: no function server outlives xfn.
+    host.shutdown().await;
+    served?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,388 @@
+//! `xfn host`: one rootless daemon serving every hosted Function of a
+//! Crossplane v2 cluster on one port, each in its own containers, started
+//! on its first call and stopped when idle.
+//!
+//! ```text
+//! TCP :9443 ─► TLS, certificate chosen by SNI (grpc::sni; unknown: refused)
+//!           ─► v1 / v1beta1 service (service.rs) ─► the connection's function
+//!           ─► Server kind: one of its gRPC servers (servers.rs), started on demand
+//!              StdinStdout kind: one run per call (adaptor::Adaptor, grpc::Calls)
+//! ```
+//!
+//! # Invariants
+//! - **A call is served by the function its connection names, or refused**:
+//!   the route is the TLS SNI (or, plaintext, the `:authority` host), looked
+//!   up among the names of the functions the catalog holds now
+//!   (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`); nothing else routes.
+//! - **Every server is bounded and goes**: at most `--max-servers-per-function`
+//!   per function and `--max-servers` in all; one idle past `--server-idle`
+//!   or dead is stopped (container, mounts, processes); unhosting and the
+//!   end of the drain stop them all.
+//! - **Every log line of a call names its function** (`function` field).
+pub(crate) mod catalog;
+pub(crate) mod functions_file;
+pub(crate) mod metrics;
+pub(crate) mod servers;
+pub(crate) mod service;
+pub(crate) mod tls;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tonic::Status;
+
+use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::grpc::sni::SniConfigs;
+use crate::grpc::Calls;
+use crate::image::{PullPolicy, RegistryAuth};
+use crate::proto::v1;
+use crate::runner::{RunConfig, Runner};
+use catalog::{Catalog, FunctionKind, HostedFunction};
+use metrics::{FunctionStats, HostStats};
+use servers::{ServerLimits, Servers};
+
+/// How the host runs functions.
+#[derive(Debug, Clone)]
+pub(crate) struct HostOptions {
+    /// The namespace in the names functions are served under.
+    pub(crate) namespace: String,
+    /// Servers' bounds and idle time.
+    pub(crate) servers: ServerLimits,
+    /// Most servers of all functions at once.
+    pub(crate) max_servers: usize,
+    /// A stdin/stdout function's run timeout (a caller's deadline wins).
+    pub(crate) run_timeout: Duration,
+    /// Pulls of packages.
+    pub(crate) pull_policy: PullPolicy,
+}
+
+/// How one function runs, once its package was looked at.
+enum Resolved {
+    Server(Servers),
+    StdinStdout(Adaptor),
+}
+
+/// One hosted function.
+struct Function {
+    spec: HostedFunction,
+    resolved: tokio::sync::OnceCell<Resolved>,
+    stats: Arc<FunctionStats>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// The daemon's state: what it hosts and how.
+pub(crate) struct Host {
+    runner: Arc<Runner>,
+    calls: Arc<Calls>,
+    options: HostOptions,
+    ca: Option<tls::Ca>,
+    /// By function name.
+    functions: RwLock<HashMap<String, Arc<Function>>>,
+    /// Routing name ─► function name.
+    names: RwLock<HashMap<String, String>>,
+    /// `--max-servers` slots.
+    server_slots: Arc<Semaphore>,
+    stats: HostStats,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Host {
+    /// A host running functions on `runner`, its calls admitted by
+    /// `calls`, with TLS from `ca` (`None`: plaintext).
+    pub(crate) fn new(
+        runner: Arc<Runner>,
+        calls: Arc<Calls>,
+        options: HostOptions,
+        ca: Option<tls::Ca>,
+    ) -> Arc<Self> {
+        let server_slots = Arc::new(Semaphore::new(options.max_servers.max(1)));
+        Arc::new(Self {
+            runner,
+            calls,
+            options,
+            ca,
+            functions: RwLock::default(),
+            names: RwLock::default(),
+            server_slots,
+            stats: HostStats::default(),
+        })
+    }
+
+    /// The per-function metrics, for the daemon's `/metrics`.
+    pub(crate) fn stats(&self) -> HostStats {
+        self.stats.clone()
+    }
+
+    /// The names `function` is served under, as Crossplane's Deployment
+    /// runtime names its Service.
+    pub(crate) fn names_of(&self, function: &str) -> Vec<String> {
+        let ns = &self.options.namespace;
+        vec![
+            function.to_string(),
+            format!("{function}.{ns}"),
+            format!("{function}.{ns}.svc"),
+        ]
+    }
+
+    fn function_named(&self, name: &str) -> Option<Arc<Function>> {
+        let function = read(&self.names).get(name).cloned()?;
+        read(&self.functions).get(&function).cloned()
+    }
+
+    /// Answers one call to the function `name` routes to.
+    pub(crate) async fn run_function(
+        &self,
+        name: Option<&str>,
+        request: v1::RunFunctionRequest,
+        deadline: Option<Instant>,
+    ) -> Result<v1::RunFunctionResponse, Status> {
+        let Some(name) = name else {
+            return Err(Status::invalid_argument(
+                "the call names no function: dial the function by its name (TLS SNI, or the :authority host)",
+            ));
+        };
+        let Some(function) = self.function_named(name) else {
+            tracing::warn!(function = %crate::echo::Echo(name), "call to a name no function is hosted under: refused");
+            return Err(Status::not_found(format!(
+                "no function is hosted under the name {}",
+                crate::echo::Echo(name)
+            )));
+        };
+        let stats = Arc::clone(&function.stats);
+        stats.calls.inc();
+        let answer = self.answer(&function, request, deadline).await;
+        if answer.is_err() {
+            stats.errors.inc();
+        }
+        answer
+    }
+
+    async fn answer(
+        &self,
+        function: &Function,
+        request: v1::RunFunctionRequest,
+        deadline: Option<Instant>,
+    ) -> Result<v1::RunFunctionResponse, Status> {
+        let resolved = function
+            .resolved
+            .get_or_try_init(|| self.resolve(&function.spec, &function.stats))
+            .await?;
+        match resolved {
+            Resolved::StdinStdout(adaptor) => adaptor.run_function(request, deadline).await,
+            Resolved::Server(servers) => {
+                let name = &function.spec.name;
+                let abort = self.calls.drain(Duration::ZERO).abort;
+                let call = async {
+                    let config = RunConfig {
+                        pull_policy: self.options.pull_policy,
+                        ..RunConfig::default()
+                    };
+                    tokio::select! {
+                        answer = servers.call(&self.runner, &self.server_slots, &config, request, deadline) => answer.map(|r| (r, "ok")),
+                        () = abort.cancelled() => Err(Status::unavailable(
+                            "xfn is shutting down: the call was cancelled at the end of the grace period",
+                        )),
+                    }
+                };
+                self.calls.answer(name, call).await
+            }
+        }
+    }
+
+    /// Pulls `spec`'s package and decides how it runs (see [`decide_kind`]).
+    async fn resolve(
+        &self,
+        spec: &HostedFunction,
+        stats: &Arc<FunctionStats>,
+    ) -> Result<Resolved, Status> {
+        let pulled = self
+            .runner
+            .store()
+            .ensure(
+                &spec.package,
+                self.options.pull_policy,
+                &RegistryAuth::default(),
+            )
+            .await
+            .map_err(|e| {
+                let status = crate::grpc::status_of(&crate::runner::RunError::from(e));
+                Status::new(
+                    status.code(),
+                    format!("function {}: {}", spec.name, status.message()),
+                )
+            })?;
+        let kind = spec.kind.unwrap_or_else(|| decide_kind(&pulled.config));
+        tracing::info!(function = %spec.name, package = %spec.package, ?kind, overridden = spec.kind.is_some(), "function package ready");
+        Ok(match kind {
+            FunctionKind::Server => Resolved::Server(Servers::new(
+                spec.name.clone(),
+                spec.package.clone(),
+                self.options.servers,
+                Arc::clone(stats),
+            )),
+            FunctionKind::StdinStdout => Resolved::StdinStdout(Adaptor::new(
+                Arc::clone(&self.runner) as Arc<dyn crate::grpc::FunctionRunner>,
+                spec.package.clone(),
+                AdaptorOptions {
+                    name: spec.name.clone(),
+                    run: RunConfig {
+                        pull_policy: PullPolicy::IfNotPresent,
+                        timeout: self.options.run_timeout,
+                        ..RunConfig::default()
+                    },
+                    response_cache_size: None,
+                },
+                Arc::clone(&self.calls),
+            )),
+        })
+    }
+
+    /// Stops the servers idle past the idle time (and dead ones), every
+    /// quarter of it, until the host is dropped.
+    pub(crate) fn keep_tidy(self: &Arc<Self>) {
+        let host = Arc::downgrade(self);
+        let every = (self.options.servers.idle / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(host) = host.upgrade() else { return };
+                let all: Vec<Arc<Function>> = read(&host.functions).values().cloned().collect();
+                for function in all {
+                    if let Some(Resolved::Server(servers)) = function.resolved.get() {
+                        servers.stop_idle().await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Stops every function's servers (after the drain).
+    pub(crate) async fn shutdown(&self) {
+        let all: Vec<Arc<Function>> = write(&self.functions).drain().map(|(_, f)| f).collect();
+        write(&self.names).clear();
+        for function in all {
+            stop(&function).await;
+        }
+        tracing::info!("every function server stopped");
+    }
+}
+
+async fn stop(function: &Function) {
+    if let Some(Resolved::Server(servers)) = function.resolved.get() {
+        servers.stop_all().await;
+    }
+}
+
+/// A package's kind from its image config: a gRPC function server unless
+/// the image says it reads a request on stdin, by the label
+/// `io.crossplane.xfn.kind: stdin-stdout`. Every SDK's function image is a
+/// server listening on 9443, the default; `xfn wrap`'s packages embed
+/// `xfn adapt` (a server too, but one that needs a container runtime in its
+/// container): host the wrapped function image itself, with the override.
+pub(crate) fn decide_kind(config: &oci_spec::image::ImageConfiguration) -> FunctionKind {
+    let stdin = config
+        .config()
+        .as_ref()
+        .and_then(|c| c.labels().as_ref())
+        .and_then(|labels| labels.get(KIND_LABEL))
+        .is_some_and(|kind| kind == "stdin-stdout");
+    match stdin {
+        true => FunctionKind::StdinStdout,
+        false => FunctionKind::Server,
+    }
+}
+
+/// The image label that marks a stdin/stdout function image.
+pub(crate) const KIND_LABEL: &str = "io.crossplane.xfn.kind";
+
+impl Catalog for Arc<Host> {
+    fn host(&self, function: HostedFunction) {
+        let names = self.names_of(&function.name);
+        let tls = match &self.ca {
+            Some(ca) => match ca.server_config(&names) {
+                Ok(config) => Some(config),
+                Err(err) => {
+                    tracing::error!(function = %function.name, error = %crate::chain::Chain(&err), "cannot issue the function's server certificate: not hosted");
+                    return;
+                }
+            },
+            None => None,
+        };
+        let old = {
+            let mut functions = write(&self.functions);
+            if let Some(old) = functions.get(&function.name) {
+                if old.spec == function {
+                    return;
+                }
+            }
+            let hosted = Arc::new(Function {
+                stats: self.stats.of(&function.name),
+                spec: function.clone(),
+                resolved: tokio::sync::OnceCell::new(),
+                tls,
+            });
+            let mut by_name = write(&self.names);
+            for name in &names {
+                by_name.insert(name.clone(), function.name.clone());
+            }
+            functions.insert(function.name.clone(), hosted)
+        };
+        tracing::info!(function = %function.name, package = %function.package, ?names, "hosted");
+        if let Some(old) = old {
+            tokio::spawn(async move { stop(&old).await });
+        }
+        // The package is pulled now, so the first call does not wait for
+        // it; its servers still start on demand. A failure is logged here
+        // and met again (and answered) by the first call.
+        let host = Arc::clone(self);
+        tokio::spawn(async move {
+            let Some(hosted) = read(&host.functions).get(&function.name).cloned() else {
+                return;
+            };
+            let resolved = hosted
+                .resolved
+                .get_or_try_init(|| host.resolve(&hosted.spec, &hosted.stats))
+                .await;
+            if let Err(status) = resolved {
+                tracing::warn!(function = %function.name, error = status.message(), "cannot get the function's package ready; its calls will try again");
+            }
+        });
+    }
+
+    fn unhost(&self, name: &str) {
+        let old = write(&self.functions).remove(name);
+        write(&self.names).retain(|_, function| function != name);
+        if let Some(old) = old {
+            tracing::info!(function = %name, "unhosted");
+            tokio::spawn(async move { stop(&old).await });
+        }
+    }
+}
+
+impl SniConfigs for Host {
+    fn config_for(&self, server_name: &str) -> Option<Arc<rustls::ServerConfig>> {
+        self.function_named(server_name)?.tls.clone()
+    }
+}
+
+// The static catalog never unhosts; the controller's catalog does.
+const _: fn(&Arc<Host>, &str) = <Arc<Host> as Catalog>::unhost;

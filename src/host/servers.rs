@@ -1,0 +1,406 @@
+//! One function's gRPC servers: started on demand from the package image
+//! through the runner (`Runner::serve`, the lifecycle every kept container
+//! has), reached privately inside their own network namespace, stopped
+//! when idle or dead, at most `max_servers` of them, each taking at most
+//! `calls_per_server` calls at once; further calls wait their turn (FIFO)
+//! within their deadline.
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Status};
+
+use super::metrics::FunctionStats;
+use crate::proto::{v1, v1beta1};
+use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
+
+/// Where a function server listens inside its own namespace (the port
+/// Crossplane's SDKs default to), and the flag it is started with, as
+/// `crossplane render` starts one.
+const FUNCTION_PORT: u16 = 9443;
+const SERVER_ARGS: &[&str] = &["--insecure"];
+
+/// How a function's servers run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerLimits {
+    /// Most servers of one function at once.
+    pub(crate) max_servers: usize,
+    /// Most calls one server takes at once.
+    pub(crate) calls_per_server: usize,
+    /// A server with no call this long is stopped.
+    pub(crate) idle: Duration,
+    /// The longest a server may take to listen.
+    pub(crate) start_timeout: Duration,
+    /// Most calls of one function waiting for a server with room; past
+    /// it, `RESOURCE_EXHAUSTED` (`--max-queued-runs`).
+    pub(crate) max_queued: usize,
+}
+
+/// The largest response read from a function server: far above what a
+/// RunFunctionResponse of a real Function holds, and a bound on what a
+/// function can make xfn hold per call.
+const MAX_RESPONSE: usize = 64 << 20;
+
+/// A running server.
+#[derive(Debug)]
+struct Server {
+    id: u64,
+    channel: Channel,
+    served: tokio::sync::Mutex<Option<ServedFunction>>,
+    in_flight: AtomicUsize,
+    last_used: Mutex<Instant>,
+    /// One of the host's `--max-servers` slots, given back when it stops.
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Server {
+    /// Whether it exited, and why.
+    async fn exited(&self) -> Option<String> {
+        let mut served = self.served.lock().await;
+        match served.as_mut() {
+            Some(served) => served.exited().map(|e| crate::chain::Chain(&e).to_string()),
+            None => Some("stopped".into()),
+        }
+    }
+
+    async fn stop(&self) {
+        let served = self.served.lock().await.take();
+        if let Some(served) = served {
+            served.stop().await;
+        }
+    }
+}
+
+/// One function's servers.
+#[derive(Debug)]
+pub(crate) struct Servers {
+    function: String,
+    image: String,
+    limits: ServerLimits,
+    /// `max_servers × calls_per_server` call slots, FIFO.
+    slots: Arc<Semaphore>,
+    running: Mutex<Vec<Arc<Server>>>,
+    /// Held while a server is picked or started: one start at a time.
+    picking: tokio::sync::Mutex<()>,
+    next_id: std::sync::atomic::AtomicU64,
+    stats: Arc<FunctionStats>,
+}
+
+impl Servers {
+    pub(crate) fn new(
+        function: String,
+        image: String,
+        limits: ServerLimits,
+        stats: Arc<FunctionStats>,
+    ) -> Self {
+        let slots = limits.max_servers.max(1) * limits.calls_per_server.max(1);
+        Self {
+            function,
+            image,
+            limits,
+            slots: Arc::new(Semaphore::new(slots)),
+            running: Mutex::default(),
+            picking: tokio::sync::Mutex::new(()),
+            next_id: Default::default(),
+            stats,
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Server>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers `request` on one of the servers, starting one when none has
+    /// room, by `deadline`.
+    pub(crate) async fn call(
+        &self,
+        runner: &Runner,
+        host_slots: &Arc<Semaphore>,
+        config: &RunConfig,
+        request: v1::RunFunctionRequest,
+        deadline: Option<Instant>,
+    ) -> Result<v1::RunFunctionResponse, Status> {
+        let by = |what: &str| {
+            Status::deadline_exceeded(format!(
+                "function {}: the caller's deadline passed while the call {what}",
+                self.function
+            ))
+        };
+        if usize::try_from(self.stats.queued.get()).unwrap_or(0) >= self.limits.max_queued {
+            return Err(Status::resource_exhausted(format!(
+                "function {}: {} calls already wait for its servers (--max-queued-runs)",
+                self.function, self.limits.max_queued
+            )));
+        }
+        let slot = {
+            let _queued = self.stats.queued.raise();
+            until(deadline, Arc::clone(&self.slots).acquire_owned())
+                .await
+                .ok_or_else(|| by("waited for a server (at --max-servers-per-function, each at --calls-per-server)"))?
+                .map_err(|_| Status::unavailable("xfn is shutting down"))?
+        };
+        let server = self.pick(runner, host_slots, config, deadline).await?;
+        server.in_flight.fetch_add(1, Ordering::Relaxed);
+        let answer = self.call_on(&server, request, deadline).await;
+        *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        server.in_flight.fetch_sub(1, Ordering::Relaxed);
+        drop(slot);
+        let status = match answer {
+            Ok(response) => return Ok(response),
+            Err(status) => status,
+        };
+        // An answer of the function's own is passed on; a broken connection
+        // is the server's death (its exit may be seen a moment after).
+        if !lost_connection(&status) {
+            return Err(status);
+        }
+        let mut why = server.exited().await;
+        let started = Instant::now();
+        while why.is_none() && started.elapsed() < EXIT_SEEN_WITHIN {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            why = server.exited().await;
+        }
+        let why =
+            why.unwrap_or_else(|| format!("the connection to it broke: {}", status.message()));
+        self.remove(&server).await;
+        tracing::warn!(function = %self.function, server = server.id, %why, "function server lost during a call; the next call starts a new one");
+        Err(Status::unavailable(format!(
+            "function {}: its server died during the call ({why}); a retry starts a new one",
+            self.function
+        )))
+    }
+
+    /// A live server with room, or a new one.
+    async fn pick(
+        &self,
+        runner: &Runner,
+        host_slots: &Arc<Semaphore>,
+        config: &RunConfig,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Server>, Status> {
+        let _picking = until(deadline, self.picking.lock()).await.ok_or_else(|| {
+            Status::deadline_exceeded(format!(
+                "function {}: the caller's deadline passed while a server started",
+                self.function
+            ))
+        })?;
+        let candidates: Vec<Arc<Server>> = self.running().clone();
+        for server in candidates {
+            if let Some(why) = server.exited().await {
+                tracing::warn!(function = %self.function, server = server.id, %why, "function server found dead; removed");
+                self.remove(&server).await;
+                continue;
+            }
+            if server.in_flight.load(Ordering::Relaxed) < self.limits.calls_per_server {
+                return Ok(server);
+            }
+        }
+        self.start(runner, host_slots, config, deadline).await
+    }
+
+    async fn start(
+        &self,
+        runner: &Runner,
+        host_slots: &Arc<Semaphore>,
+        config: &RunConfig,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Server>, Status> {
+        let _starting = self.stats.starting.raise();
+        let host_slot = until(deadline, Arc::clone(host_slots).acquire_owned())
+            .await
+            .ok_or_else(|| {
+                Status::deadline_exceeded(format!(
+                    "function {}: the caller's deadline passed while waiting for a server slot (--max-servers)",
+                    self.function
+                ))
+            })?
+            .map_err(|_| Status::unavailable("xfn is shutting down"))?;
+        let started = std::time::Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = match left {
+            Some(left) => left.min(self.limits.start_timeout),
+            None => self.limits.start_timeout,
+        };
+        let args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+        let failed = |what: String| {
+            tracing::warn!(function = %self.function, image = %self.image, error = %what, "function server did not start");
+            Status::unavailable(format!(
+                "function {}: its server ({}) did not start: {what}",
+                self.function, self.image
+            ))
+        };
+        let mut served = runner
+            .serve(
+                &self.image,
+                ServeOptions {
+                    cmd: &args,
+                    env: &[],
+                    host_network: false,
+                },
+                &RunConfig {
+                    timeout,
+                    ..config.clone()
+                },
+            )
+            .await
+            .map_err(|e| {
+                let status = crate::grpc::status_of(&e);
+                match status.code() {
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Internal => {
+                        failed(crate::chain::Chain(&e).to_string())
+                    }
+                    code => Status::new(
+                        code,
+                        format!("function {}: {}", self.function, status.message()),
+                    ),
+                }
+            })?;
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
+        if let Err(err) = served.wait_listening(address, timeout).await {
+            served.stop().await;
+            return Err(failed(crate::chain::Chain(&err).to_string()));
+        }
+        let network = served.network().clone();
+        // The authority is a label: the connector connects inside the
+        // server's own network namespace, which nothing else can reach.
+        let channel = Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
+            tower::service_fn(move |_: Uri| {
+                let network = network.clone();
+                async move {
+                    let stream = network.connect(address).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }),
+        );
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let server = Arc::new(Server {
+            id,
+            channel,
+            served: tokio::sync::Mutex::new(Some(served)),
+            in_flight: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+            _slot: host_slot,
+        });
+        self.running().push(Arc::clone(&server));
+        self.stats.cold_starts.inc();
+        self.stats.running.set(self.running().len() as i64);
+        tracing::info!(function = %self.function, server = id, took = ?started.elapsed(), "function server started");
+        Ok(server)
+    }
+
+    async fn call_on(
+        &self,
+        server: &Server,
+        request: v1::RunFunctionRequest,
+        deadline: Option<Instant>,
+    ) -> Result<v1::RunFunctionResponse, Status> {
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let mut v1_request = tonic::Request::new(request.clone());
+        if let Some(timeout) = timeout {
+            v1_request.set_timeout(timeout);
+        }
+        let mut client = v1::function_runner_service_client::FunctionRunnerServiceClient::new(
+            server.channel.clone(),
+        )
+        .max_decoding_message_size(MAX_RESPONSE);
+        match client.run_function(v1_request).await {
+            Ok(response) => Ok(response.into_inner()),
+            // Built before v1: ask again in v1beta1, as Crossplane does.
+            Err(status) if status.code() == Code::Unimplemented => {
+                let request: v1beta1::RunFunctionRequest = convert(&request)?;
+                let mut beta = tonic::Request::new(request);
+                if let Some(timeout) = timeout {
+                    beta.set_timeout(timeout);
+                }
+                let mut client =
+                    v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(
+                        server.channel.clone(),
+                    )
+                    .max_decoding_message_size(MAX_RESPONSE);
+                let response = client.run_function(beta).await?.into_inner();
+                convert(&response)
+            }
+            Err(status) => Err(status),
+        }
+    }
+
+    async fn remove(&self, server: &Arc<Server>) {
+        let removed = {
+            let mut running = self.running();
+            let before = running.len();
+            running.retain(|s| !Arc::ptr_eq(s, server));
+            let removed = running.len() != before;
+            self.stats.running.set(running.len() as i64);
+            removed
+        };
+        if removed {
+            server.stop().await;
+        }
+    }
+
+    /// Stops the servers idle past the idle time, and the dead ones.
+    pub(crate) async fn stop_idle(&self) {
+        let candidates: Vec<Arc<Server>> = self.running().clone();
+        for server in candidates {
+            if server.in_flight.load(Ordering::Relaxed) > 0 {
+                continue;
+            }
+            let idle = server
+                .last_used
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed();
+            if idle >= self.limits.idle {
+                tracing::info!(function = %self.function, server = server.id, ?idle, "function server idle: stopped");
+                self.remove(&server).await;
+            } else if let Some(why) = server.exited().await {
+                tracing::warn!(function = %self.function, server = server.id, %why, "function server died: removed");
+                self.remove(&server).await;
+            }
+        }
+    }
+
+    /// Stops every server (unhost, shutdown).
+    pub(crate) async fn stop_all(&self) {
+        self.slots.close();
+        let all: Vec<Arc<Server>> = std::mem::take(&mut *self.running());
+        self.stats.running.set(0);
+        for server in all {
+            server.stop().await;
+        }
+    }
+}
+
+/// How long after its connection broke a server's exit is waited for.
+const EXIT_SEEN_WITHIN: Duration = Duration::from_secs(2);
+
+/// Whether `status` came from the connection breaking rather than from the
+/// function (tonic's transport errors carry a source; a reset stream is
+/// `Unknown`/`Unavailable`/`Internal` without a `grpc-status` of the server's).
+fn lost_connection(status: &Status) -> bool {
+    use std::error::Error;
+    let transport = status.source().is_some()
+        || (status.code() == Code::Unknown && status.message() == "transport error");
+    transport || (status.code() == Code::Unavailable && status.metadata().is_empty())
+}
+
+/// `future`'s output, or `None` once `deadline` passed first.
+async fn until<T>(
+    deadline: Option<Instant>,
+    future: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// Re-decodes a message of one package as its twin in the other.
+fn convert<A: prost::Message, B: prost::Message + Default>(message: &A) -> Result<B, Status> {
+    B::decode(message.encode_to_vec().as_slice())
+        .map_err(|e| Status::internal(format!("cannot convert between v1beta1 and v1: {e}")))
+}

@@ -1,0 +1,104 @@
+//! The gRPC services `xfn host` serves on its one port, v1 and v1beta1, each
+//! call routed to the function its connection names: the SNI of a TLS
+//! connection ([`crate::grpc::sni::SniInfo`]), or, on the plaintext
+//! listener, the host of the request's `:authority` ([`Authority`], put
+//! there by [`WithAuthority`]). Nothing in the request body routes.
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::Host;
+use crate::grpc::deadline::deadline_of;
+use crate::grpc::sni::SniInfo;
+use crate::proto::{v1, v1beta1};
+
+/// The host part of a plaintext request's `:authority`, lower case.
+#[derive(Debug, Clone)]
+pub(crate) struct Authority(pub(crate) Arc<str>);
+
+/// Wraps a service so each request carries its [`Authority`].
+#[derive(Debug, Clone)]
+pub(crate) struct WithAuthority<S>(pub(crate) S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for WithAuthority<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower::Service<tonic::codegen::http::Request<B>> for WithAuthority<S>
+where
+    S: tower::Service<tonic::codegen::http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: tonic::codegen::http::Request<B>) -> Self::Future {
+        if let Some(authority) = request.uri().authority() {
+            let host = authority.host().to_ascii_lowercase();
+            request.extensions_mut().insert(Authority(host.into()));
+        }
+        self.0.call(request)
+    }
+}
+
+/// The name a request's connection dialled: its SNI, else its authority.
+fn route<T>(request: &Request<T>) -> Option<Arc<str>> {
+    let extensions = request.extensions();
+    if let Some(sni) = extensions.get::<SniInfo>() {
+        return Some(Arc::clone(&sni.server_name));
+    }
+    extensions
+        .get::<Authority>()
+        .map(|authority| Arc::clone(&authority.0))
+}
+
+/// The v1 service over a [`Host`].
+#[derive(Debug, Clone)]
+pub(crate) struct V1Service(pub(crate) Arc<Host>);
+
+/// The v1beta1 service over a [`Host`].
+#[derive(Debug, Clone)]
+pub(crate) struct V1beta1Service(pub(crate) Arc<Host>);
+
+#[async_trait::async_trait]
+impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
+    async fn run_function(
+        &self,
+        request: Request<v1::RunFunctionRequest>,
+    ) -> Result<Response<v1::RunFunctionResponse>, Status> {
+        let deadline = deadline_of(&request);
+        let name = route(&request);
+        self.0
+            .run_function(name.as_deref(), request.into_inner(), deadline)
+            .await
+            .map(Response::new)
+    }
+}
+
+fn convert<A: Message, B: Message + Default>(message: &A) -> Result<B, Status> {
+    B::decode(message.encode_to_vec().as_slice())
+        .map_err(|e| Status::internal(format!("cannot convert between v1beta1 and v1: {e}")))
+}
+
+#[async_trait::async_trait]
+impl v1beta1::function_runner_service_server::FunctionRunnerService for V1beta1Service {
+    async fn run_function(
+        &self,
+        request: Request<v1beta1::RunFunctionRequest>,
+    ) -> Result<Response<v1beta1::RunFunctionResponse>, Status> {
+        let deadline = deadline_of(&request);
+        let name = route(&request);
+        let request: v1::RunFunctionRequest = convert(request.get_ref())?;
+        let response = self
+            .0
+            .run_function(name.as_deref(), request, deadline)
+            .await?;
+        convert(&response).map(Response::new)
+    }
+}

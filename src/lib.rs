@@ -55,6 +55,7 @@ mod duration;
 mod echo;
 mod fork_lock;
 mod grpc;
+mod host;
 mod instance;
 mod nesting;
 mod pid1;

@@ -208,3 +208,150 @@ fn the_shipped_xfn_containers_are_their_pods_root_with_only_the_id_mapping_capab
         "mkdir -p /var/cache/xfn && chown 65532:65532 /var/cache/xfn && chmod 0700 /var/cache/xfn"
     ));
 }
+
+/// The documents of a multi-document manifest, by kind.
+fn documents(path: &str) -> Vec<yaml_serde::Value> {
+    let text = manifest(path);
+    yaml_serde::Deserializer::from_str(&text)
+        .map(|doc| <yaml_serde::Value as serde::Deserialize>::deserialize(doc).expect("YAML"))
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [yaml_serde::Value], kind: &str) -> &'a yaml_serde::Value {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind))
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+/// `xfn host` runs in the shipped shape: the pod's root in a user
+/// namespace of its own, with only the capabilities that map its ids.
+#[test]
+fn the_host_deployment_is_its_pods_root_with_only_the_id_mapping_capabilities() {
+    let docs = documents("host/xfn-host.yaml");
+    let pod = &of_kind(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["hostUsers"].as_bool(), Some(false));
+    assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(0));
+    let container = &pod["containers"][0];
+    assert_pod_root("xfn-host.yaml xfn-host", &container["securityContext"]);
+    assert_eq!(
+        container["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+}
+
+/// The host's cache, like the sidecar's, is an emptyDir whose `sizeLimit`
+/// must hold the budget plus one pull in flight.
+#[test]
+fn the_hosts_cache_budget_and_a_pull_in_flight_fit_its_empty_dir_size_limit() {
+    let docs = documents("host/xfn-host.yaml");
+    let pod = &of_kind(&docs, "Deployment")["spec"]["template"]["spec"];
+    let bytes = |quantity: &str| {
+        xfn::quantity::Quantity::parse(quantity)
+            .and_then(|q| q.bytes())
+            .unwrap_or_else(|e| panic!("{quantity}: {e}"))
+    };
+    let args = pod["containers"][0]["args"].as_sequence().expect("args");
+    let flag = |name: &str| {
+        let prefix = format!("--{name}=");
+        args.iter()
+            .find_map(|arg| arg.as_str()?.strip_prefix(prefix.as_str()))
+            .map(bytes)
+            .unwrap_or_else(|| panic!("the host's args give no {prefix}"))
+    };
+    let cache = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"].as_str() == Some("xfn-cache"))
+        .expect("the xfn-cache volume");
+    let size_limit = bytes(
+        cache["emptyDir"]["sizeLimit"]
+            .as_str()
+            .expect("a sizeLimit"),
+    );
+    let (budget, image) = (flag("cache-max-size"), flag("max-image-size"));
+    assert!(
+        budget + 2 * image < size_limit,
+        "--cache-max-size ({budget}) + 2 x --max-image-size ({image}) must stay below the emptyDir sizeLimit ({size_limit})"
+    );
+}
+
+/// The host's RBAC is exactly the controller's needs (each rule's comment
+/// says why; the controller's unit tests check every request of their
+/// recorded conversations against these rules): read Functions and
+/// revisions, patch only the revisions' status, and in Crossplane's
+/// namespace only Services and Secrets, never list or watch a Secret, and
+/// nothing cluster-wide of the core group.
+#[test]
+fn the_host_rbac_grants_only_what_the_controller_calls() {
+    let docs = documents("host/xfn-host.yaml");
+    let rules = |kind: &str| -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for rule in of_kind(&docs, kind)["rules"].as_sequence().expect("rules") {
+            let list = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_sequence()
+                    .unwrap_or_else(|| panic!("{kind}: {key} is a list"))
+                    .iter()
+                    .map(|v| v.as_str().expect("a string").to_string())
+                    .collect()
+            };
+            assert!(rule["resourceNames"].is_null(), "{kind}: no rule by name");
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    for verb in list("verbs") {
+                        out.push((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let triples = |list: &[(&str, &str, &str)]| -> Vec<(String, String, String)> {
+        let mut out: Vec<_> = list
+            .iter()
+            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect();
+        out.sort();
+        out
+    };
+    let pkg = "pkg.crossplane.io";
+    assert_eq!(
+        rules("ClusterRole"),
+        triples(&[
+            (pkg, "functions", "get"),
+            (pkg, "functions", "list"),
+            (pkg, "functions", "watch"),
+            (pkg, "functionrevisions", "list"),
+            (pkg, "functionrevisions", "watch"),
+            (pkg, "functionrevisions/status", "patch"),
+        ])
+    );
+    assert_eq!(
+        rules("Role"),
+        triples(&[
+            ("", "services", "get"),
+            ("", "services", "create"),
+            ("", "services", "patch"),
+            ("", "services", "delete"),
+            ("", "secrets", "get"),
+            ("", "secrets", "create"),
+            ("", "secrets", "patch"),
+        ])
+    );
+}
+
+/// Crossplane v2 beside `xfn host` runs no Function itself.
+#[test]
+fn the_crossplane_values_set_every_function_external() {
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&manifest("host/crossplane-values.yaml")).expect("YAML");
+    let args: Vec<&str> = values["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(args, ["--package-runtime=Function=External"]);
+}

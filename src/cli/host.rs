@@ -29,9 +29,11 @@ use super::{StoreArgs, UsernsArgs};
 #[derive(Debug, Clone, Args)]
 pub(crate) struct HostArgs {
     /// Crossplane `pkg.crossplane.io` Function objects to host (multi-doc
-    /// YAML; the file `crossplane render` takes).
+    /// YAML; the file `crossplane render` takes). Without it, xfn hosts
+    /// what the cluster's FunctionRevisions say is active (in a pod, with
+    /// Crossplane installed with `Function=External`: docs/host.md).
     #[arg(long)]
-    pub functions: PathBuf,
+    pub functions: Option<PathBuf>,
     /// Directory with the CA (`tls.crt`, `tls.key`, as the
     /// `crossplane-root-ca` secret holds it): server certificates are
     /// issued from it and client certificates must be signed by it.
@@ -100,8 +102,11 @@ pub(crate) struct Prepared {
 
 /// Reads the functions file and the CA.
 pub(crate) fn prepare(args: &HostArgs) -> anyhow::Result<Prepared> {
-    let functions = crate::host::functions_file::read(&args.functions)
-        .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))?;
+    let functions = match &args.functions {
+        Some(path) => crate::host::functions_file::read(path)
+            .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))?,
+        None => Vec::new(),
+    };
     let ca = match (&args.ca, args.insecure) {
         (Some(dir), _) => Some(
             Ca::load(dir)
@@ -179,7 +184,32 @@ pub(crate) async fn execute(
         services =
             services.with_sni_tls(Arc::clone(&host) as Arc<dyn crate::grpc::sni::SniConfigs>);
     }
-    let served = daemon.serve(Incoming::Tcp(listener), services).await;
+    // Without a functions file, the controller is the catalog: it watches
+    // Crossplane's Functions and hosts each active revision.
+    let controller = async {
+        if args.functions.is_some() {
+            return std::future::pending().await;
+        }
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes API to watch (give --functions FILE outside a cluster)")?;
+        let options = crate::host::controller::ControllerOptions {
+            namespace: args.namespace.clone(),
+            ..Default::default()
+        };
+        let catalog: Arc<dyn Catalog> = Arc::new(Arc::clone(&host));
+        crate::host::controller::run(client, catalog, options)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))
+            .context("the controller stopped")
+    };
+    let served = tokio::select! {
+        served = daemon.serve(Incoming::Tcp(listener), services) => served,
+        failed = controller => {
+            host.shutdown().await;
+            return failed.map(|()| ExitCode::FAILURE);
+        }
+    };
     // Drained (or cancelled) by now: no function server outlives xfn.
     host.shutdown().await;
     served?;

@@ -20,6 +20,7 @@
 //!   end of the drain stop them all.
 //! - **Every log line of a call names its function** (`function` field).
 pub(crate) mod catalog;
+pub(crate) mod controller;
 pub(crate) mod functions_file;
 pub(crate) mod metrics;
 pub(crate) mod servers;

@@ -14,7 +14,12 @@ What is a Kubernetes object is validated as one. What is not:
   validated as a Deployment, and so is it with the fallback JSON patch
   (shared-uid-patch.yaml) applied; the Function and DeploymentRuntimeConfig
   themselves are Crossplane CRDs, which kubernetes-validate does not know:
-  only their references to each other and to the autoscaler are checked.
+  only their references to each other and to the autoscaler are checked;
+- deploy/host/: every object of xfn-host.yaml is a Kubernetes object and is
+  validated as one, with the references between them (bindings to roles
+  and the ServiceAccount, the Deployment's account and selector, the
+  autoscaler's target) checked; crossplane-values.yaml is the Crossplane
+  v2 chart's `args`, checked to set Function=External.
 Nothing here talks to a cluster.
 
 Usage: python3 validate.py REPO
@@ -185,4 +190,42 @@ valid(fallback, "deploy/function/function.yaml with shared-uid-patch.yaml")
 broken = copy.deepcopy(hpa)
 broken["spec"]["maxReplicas"] = "ten"
 invalid(broken, "an autoscaler with maxReplicas 'ten'")
+
+# xfn host beside Crossplane v2: deploy/host/.
+docs = list(yaml.safe_load_all((REPO / "deploy/host/xfn-host.yaml").read_text()))
+for doc in docs:
+    valid(doc, f"deploy/host/xfn-host.yaml: {doc['kind']} {doc['metadata']['name']}")
+by_kind = {}
+for doc in docs:
+    assert doc["kind"] not in by_kind, f"one {doc['kind']} in deploy/host/xfn-host.yaml"
+    by_kind[doc["kind"]] = doc
+sa, deployment, hpa = by_kind["ServiceAccount"], by_kind["Deployment"], by_kind["HorizontalPodAutoscaler"]
+for binding, role in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+    b = by_kind[binding]
+    assert b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role,
+                            "name": by_kind[role]["metadata"]["name"]}, binding
+    assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                              "namespace": sa["metadata"]["namespace"]}], binding
+assert by_kind["Role"]["metadata"]["namespace"] == sa["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+pod = deployment["spec"]["template"]
+assert pod["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+assert pod["metadata"]["labels"] | deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"]
+assert pod["spec"]["hostUsers"] is False
+host = pod["spec"]["containers"][0]
+check_xfn_container(host, "deploy/host/xfn-host.yaml")
+assert host["args"][0] == "host" and not any(a.startswith("--functions") for a in host["args"]), host["args"]
+assert f"--namespace={deployment['metadata']['namespace']}" in host["args"], host["args"]
+assert {"name": "grpc", "containerPort": 9443} in host["ports"]
+ca = next(v for v in pod["spec"]["volumes"] if v["name"] == "crossplane-root-ca")
+assert ca["secret"]["secretName"] == "crossplane-root-ca"
+mount = next(m for m in host["volumeMounts"] if m["name"] == "crossplane-root-ca")
+assert f"--ca={mount['mountPath']}" in host["args"], host["args"]
+assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                         "name": deployment["metadata"]["name"]}
+assert hpa["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+crossplane = yaml.safe_load((REPO / "deploy/host/crossplane-values.yaml").read_text())
+assert "--package-runtime=Function=External" in crossplane["args"], crossplane
+broken = copy.deepcopy(by_kind["Role"])
+broken["rules"][0]["verbs"] = "get"
+invalid(broken, "a Role whose verbs are not a list")
 print("deploy-valid")

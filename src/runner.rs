@@ -203,6 +203,9 @@ pub struct Runner {
     sandbox: Arc<Sandbox>,
     rootfs: Arc<RootfsMaker>,
     pool: Option<Arc<pool::Pool>>,
+    /// A call's own teardowns: on the blocking threads at normal priority,
+    /// awaited by the call (the pool has its own, at idle priority).
+    teardown: teardown::Teardown,
 }
 
 /// Makes per-run root filesystems, each under
@@ -325,6 +328,7 @@ impl Runner {
             sandbox,
             rootfs,
             pool,
+            teardown: teardown::Teardown::inline(),
         })
     }
 
@@ -418,24 +422,23 @@ impl Runner {
         let since = std::time::Instant::now();
         let created = tokio::time::timeout(
             config.timeout,
-            FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings),
+            FunctionContainer::create(
+                &self.sandbox,
+                &self.rootfs,
+                &recipe,
+                settings,
+                &self.teardown,
+            ),
         )
-        .await;
-        let created = match created {
-            Ok(Ok(created)) => created,
-            Ok(Err((err, rootfs))) => {
-                let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
-                return Err(err);
-            }
-            Err(_) => return Err(RunError::Timeout(config.timeout)),
-        };
+        .await
+        .map_err(|_| RunError::Timeout(config.timeout))??;
         let created_at = started.elapsed();
         let (result, remains) = created.run(input, config.timeout, since).await;
         let ran_at = started.elapsed();
-        // Unmounting takes milliseconds: off the async threads, but awaited,
-        // so the rootfs is gone when this call returns. (Dropped mid-run, the
-        // container and rootfs are cleaned by their own Drop instead.)
-        let _ = tokio::task::spawn_blocking(move || drop(remains)).await;
+        // Awaited, so the rootfs is gone when this call returns. (Dropped
+        // mid-run, the container and rootfs are cleaned by their own Drop
+        // instead.)
+        self.teardown.drop_later(remains).await;
         let output = result?;
         tracing::debug!(
             image,

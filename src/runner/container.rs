@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use oci_spec::image::Config as ImageConfig;
 
+use super::teardown::Teardown;
 use super::{RootfsMaker, RunError};
 use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
@@ -62,17 +63,19 @@ pub(super) struct FunctionContainer<S> {
 pub(super) type Remains = (Finished, Rootfs, ImagePin);
 
 impl FunctionContainer<Created> {
-    /// Prepares a rootfs and creates a container on it.
+    /// Prepares a rootfs and creates a container on it. On failure it
+    /// cleans up after itself (the rootfs through `teardown`, awaited):
+    /// no caller ever holds a half-made container.
     pub(super) async fn create(
         sandbox: &Sandbox,
         rootfs: &RootfsMaker,
         recipe: &Recipe,
         settings: Settings<'_>,
-    ) -> Result<Self, (RunError, Option<Rootfs>)> {
+        teardown: &Teardown,
+    ) -> Result<Self, RunError> {
         let made = rootfs
             .prepare(recipe.layers.clone(), recipe.flattened.clone())
-            .await
-            .map_err(|e| (e, None))?;
+            .await?;
         let container = sandbox
             .create(&ContainerRequest {
                 rootfs: made.path(),
@@ -89,12 +92,19 @@ impl FunctionContainer<Created> {
                 rootfs: made,
                 pin: recipe.pin.clone(),
             }),
-            Err(err) => Err((err.into(), Some(made))),
+            Err(err) => {
+                teardown.drop_later(made).await;
+                Err(err.into())
+            }
         }
     }
 
-    /// Starts the function ahead of its call.
-    pub(super) async fn start(self) -> Result<FunctionContainer<Started>, (RunError, Rootfs)> {
+    /// Starts the function ahead of its call. On failure what is left goes
+    /// through `teardown` (awaited).
+    pub(super) async fn start(
+        self,
+        teardown: &Teardown,
+    ) -> Result<FunctionContainer<Started>, RunError> {
         let Self {
             container,
             rootfs,
@@ -106,7 +116,11 @@ impl FunctionContainer<Created> {
                 rootfs,
                 pin,
             }),
-            Err(err) => Err((err.into(), rootfs)),
+            Err((err, finished)) => {
+                let remains: Remains = (finished, rootfs, pin);
+                teardown.drop_later(remains).await;
+                Err(err.into())
+            }
         }
     }
 

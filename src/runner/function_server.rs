@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::container::{FunctionContainer, Settings};
+use super::container::{FunctionContainer, Remains, Settings};
+use super::teardown::Teardown;
 use super::{RunConfig, RunError, Runner};
 use crate::sandbox::cgroup::run::RunUsage;
 use crate::sandbox::function_server::Serving;
@@ -51,23 +52,12 @@ impl Runner {
             cmd: Some(options.cmd),
             env: options.env,
         };
+        let teardown = &self.teardown;
         let started = tokio::time::timeout(config.timeout, async {
-            let created =
-                FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings).await;
-            let created = match created {
-                Ok(created) => created,
-                Err((err, rootfs)) => {
-                    let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
-                    return Err(err);
-                }
-            };
-            match created.start().await {
-                Ok(started) => Ok(started),
-                Err((err, rootfs)) => {
-                    let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
-                    Err(err)
-                }
-            }
+            FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings, teardown)
+                .await?
+                .start(teardown)
+                .await
         })
         .await
         .map_err(|_| RunError::Timeout(config.timeout))??;
@@ -120,10 +110,11 @@ impl ServedFunction {
             rootfs,
             pin,
         } = self.0;
-        let usage = container.stop().await;
-        // Unmounting takes milliseconds: off the async threads.
-        let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
-        drop(pin);
+        let (usage, finished) = container.stop().await;
+        // Unmounting takes milliseconds: off the async threads, like every
+        // teardown.
+        let remains: Remains = (finished, rootfs, pin);
+        Teardown::inline().drop_later(remains).await;
         usage
     }
 }

@@ -64,8 +64,6 @@ use tokio_util::task::TaskTracker;
 use super::container::{FunctionContainer, Recipe, Settings};
 use super::teardown::Teardown;
 use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
-use crate::image::ImagePin;
-use crate::rootfs::Rootfs;
 use crate::sandbox::{Created, CrunOutput, Limits, Sandbox, Started};
 
 /// What a container must match to serve a call.
@@ -194,14 +192,14 @@ pub(super) trait Containers: Debug + Send + Sync + 'static {
     type Recipe: Debug + Send + Sync + 'static;
     /// A container ready for a call.
     type Waiting: Debug + Send + 'static;
-    /// What a failed creation leaves, removed by the pool.
-    type Remains: Send + 'static;
-    /// Makes one container of `key` from `recipe`.
+    /// Makes one container of `key` from `recipe`, its teardowns through
+    /// `teardown`; a creation that fails leaves nothing.
     fn create(
         &self,
         key: &PoolKey,
         recipe: &Self::Recipe,
-    ) -> impl Future<Output = Result<Self::Waiting, (RunError, Self::Remains)>> + Send;
+        teardown: &Teardown,
+    ) -> impl Future<Output = Result<Self::Waiting, RunError>> + Send;
     /// The container's id, for the logs.
     fn id(waiting: &Self::Waiting) -> &str;
 }
@@ -218,27 +216,24 @@ pub(super) struct Crun {
 impl Containers for Crun {
     type Recipe = Recipe;
     type Waiting = Waiting;
-    type Remains = (Option<Rootfs>, ImagePin);
 
     async fn create(
         &self,
         key: &PoolKey,
         recipe: &Recipe,
-    ) -> Result<Waiting, (RunError, Self::Remains)> {
+        teardown: &Teardown,
+    ) -> Result<Waiting, RunError> {
         let settings = Settings {
             host_network: key.host_network,
             limits: key.limits(),
             ..Settings::default()
         };
-        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
-            .await
-            .map_err(|(err, rootfs)| (err, (rootfs, recipe.pin.clone())))?;
+        let created =
+            FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings, teardown)
+                .await?;
         match self.start {
             WarmStart::Created => Ok(Waiting::Created(created)),
-            WarmStart::Started => match created.start().await {
-                Ok(started) => Ok(Waiting::Started(started)),
-                Err((err, rootfs)) => Err((err, (Some(rootfs), recipe.pin.clone()))),
-            },
+            WarmStart::Started => Ok(Waiting::Started(created.start(teardown).await?)),
         }
     }
 
@@ -545,16 +540,10 @@ impl<C: Containers> Pool<C> {
         }
     }
 
-    /// Makes one container of `key`; what a failed creation leaves goes
-    /// to the teardown.
+    /// Makes one container of `key` (which cleans up after itself when it
+    /// fails, on the pool's teardown thread).
     async fn create(&self, key: &PoolKey, recipe: &C::Recipe) -> Result<C::Waiting, RunError> {
-        self.containers
-            .create(key, recipe)
-            .await
-            .map_err(|(err, remains)| {
-                self.dispose(remains);
-                err
-            })
+        self.containers.create(key, recipe, &self.teardown).await
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
@@ -830,16 +819,21 @@ mod tests {
     impl Containers for Fake {
         type Recipe = ();
         type Waiting = Token;
-        type Remains = Token;
 
-        async fn create(&self, _key: &PoolKey, _recipe: &()) -> Result<Token, (RunError, Token)> {
+        async fn create(
+            &self,
+            _key: &PoolKey,
+            _recipe: &(),
+            teardown: &Teardown,
+        ) -> Result<Token, RunError> {
             let token = self.token();
             if let Ok(permit) = self.gate.acquire().await {
                 drop(permit);
             }
             tokio::task::yield_now().await;
             if self.fail.load(Ordering::Acquire) {
-                return Err((RunError::Timeout(Duration::ZERO), token));
+                teardown.drop_later(token).await;
+                return Err(RunError::Timeout(Duration::ZERO));
             }
             Ok(token)
         }

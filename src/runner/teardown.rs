@@ -70,6 +70,15 @@ impl Teardown {
         }
     }
 
+    /// No thread: every teardown runs on tokio's blocking threads at
+    /// normal priority (a call that awaits its own teardown).
+    pub(super) fn inline() -> Self {
+        Self {
+            sender: None,
+            queued: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
     /// Drops `remains` off the async threads, on the idle thread unless
     /// [`MAX_QUEUED`] already wait there; the future resolves once it is
     /// dropped (or the thread is gone).

@@ -316,10 +316,13 @@ impl<S> Container<S> {
 
 impl Container<Created> {
     /// Starts the function: it execs and runs until it reads its stdin.
-    /// Fails (and leaves nothing) when the container is gone.
-    pub(crate) async fn start(self) -> Result<Container<Started>, SandboxError> {
+    /// Fails when the container is gone, handing back what is left to
+    /// remove (off the async threads).
+    pub(crate) async fn start(self) -> Result<Container<Started>, (SandboxError, Finished)> {
         let Self { state, parts } = self;
-        parts.guard.crun.start(&parts.guard.id).await?;
+        if let Err(err) = parts.guard.crun.start(&parts.guard.id).await {
+            return Err((err.into(), parts.finish()));
+        }
         Ok(Container {
             state: Started {
                 stdio: state.stdio,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::cgroup::run::{RunCgroup, RunUsage};
-use super::container::{try_reap, wait_exit, Container, Started};
+use super::container::{try_reap, wait_exit, Container, Finished, Started};
 use super::crun::STDERR_TAIL_BYTES;
 use super::netns::NetworkNamespace;
 use super::SandboxError;
@@ -157,9 +157,10 @@ impl Container<Serving> {
         }
     }
 
-    /// Kills the container, waits for it and removes its state and cgroup.
-    /// Returns what its cgroup measured, where it had one.
-    pub(crate) async fn stop(self) -> Option<RunUsage> {
+    /// Kills the container and waits for it. Returns what its cgroup
+    /// measured, where it had one, and what is left to remove (its state,
+    /// cgroup and bundle: blocking, so off the async threads).
+    pub(crate) async fn stop(self) -> (Option<RunUsage>, Finished) {
         let Self { mut parts, .. } = self;
         // SIGKILL to the init ends its pid namespace, and with it every
         // process of the container.
@@ -170,11 +171,7 @@ impl Container<Serving> {
                     .is_ok_and(|code| code.is_ok());
         }
         let usage = parts.run_cgroup.as_ref().map(RunCgroup::usage);
-        // Removing the cgroup waits for killed processes to leave; removing
-        // the bundle is file I/O: both off the async threads.
-        let finished = parts.finish();
-        let _ = tokio::task::spawn_blocking(move || drop(finished)).await;
-        usage
+        (usage, parts.finish())
     }
 }
 

@@ -56,6 +56,7 @@ mod echo;
 mod fork_lock;
 mod grpc;
 mod instance;
+mod lifecycle;
 mod nesting;
 mod pid1;
 mod proto_json;

@@ -22,7 +22,7 @@
 //! calling `waitpid(-1)`): it would take the exit statuses of the children
 //! xfn waits for by pid — crun's exit code, a `Command::status()` that then
 //! fails with ECHILD. `xfn start` with warm containers is a child subreaper
-//! (`sandbox::created`), because it needs its created containers' exit
+//! (`lifecycle/pool.rs`), because it needs its created containers' exit
 //! codes, and reaps only orphaned *container* inits, by pid; orphans below
 //! it go to it, not to PID 1. The init takes the rest: orphans when xfn is
 //! no subreaper (`--warm-pool 0`, copy mode, `xfn run`, `render`, `adapt`

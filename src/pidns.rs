@@ -1,7 +1,7 @@
 //! A PID namespace of xfn's own, so that the kernel ends every container
 //! of an xfn that dies, however it dies.
 //!
-//! The problem: `xfn start` keeps warm containers (`sandbox::created`),
+//! The problem: `xfn start` keeps warm containers (`lifecycle/pool.rs`),
 //! each an init that `crun create` left blocked on crun's `exec.fifo` until
 //! a call starts it, and every xfn server has cold runs (`crun run` and
 //! its container) in flight. A SIGTERM removes them all, but nothing runs

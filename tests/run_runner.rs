@@ -227,7 +227,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let mut server = runner
         .serve(
             &echo,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -262,7 +262,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let server = runner
         .serve(
             &echo,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -288,7 +288,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let err = match runner
         .serve(
             &exits,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -332,7 +332,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let mut server = runner
         .serve(
             &silent,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },

@@ -1,9 +1,10 @@
 //! Reaping container inits: xfn is a child subreaper, so every container
-//! init becomes its child once `crun create` exits (see `container.rs`).
+//! init becomes its child once `crun create` exits (see `crate::lifecycle`).
 //! Each container reaps its own init through a pidfd (it needs the exit
 //! code); [`reap_orphans`] reaps the rest: inits of containers whose owner
 //! went away, and what the kernel reparents to xfn when a container's pid
 //! namespace ends.
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use super::crun::CrunError;
@@ -16,7 +17,7 @@ pub(crate) fn become_subreaper() -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Crun(CrunError::Io(e.into())))
 }
 
-/// Pids of containers' inits that their [`super::container::Container`]
+/// Pids of containers' inits that their [`crate::lifecycle::Container`]
 /// reaps itself (it needs their exit code): [`reap_orphans`] leaves them.
 static CLAIMED: std::sync::Mutex<Option<std::collections::HashSet<i32>>> =
     std::sync::Mutex::new(None);
@@ -35,7 +36,7 @@ fn claimed() -> std::sync::MutexGuard<'static, Option<std::collections::HashSet<
 /// xfn's own): every process xfn spawns itself (crun, helpers) lives in
 /// xfn's own pid namespace and is reaped by whoever spawned it (tokio, a
 /// `waitpid`), so reaping those here would steal their exit status. Inits
-/// are left to their [`super::container::Container`] (claimed); a zombie
+/// are left to their [`crate::lifecycle::Container`] (claimed); a zombie
 /// is reaped only once it was seen a second time, `settle` after the
 /// first, so that an init whose creation has not yet claimed it is not
 /// reaped under it.
@@ -117,17 +118,52 @@ fn nspid_depth_of(status: &str) -> usize {
         .map_or(0, |ids| ids.split_whitespace().count())
 }
 
-/// Marks `pid` as a container init its [`super::container::Container`]
+/// Marks `pid` as a container init its [`crate::lifecycle::Container`]
 /// reaps itself: the orphan sweep leaves it.
-pub(super) fn claim(pid: i32) {
+pub(crate) fn claim(pid: i32) {
     claimed().get_or_insert_with(Default::default).insert(pid);
 }
 
 /// Gives `pid` back to the orphan sweep.
-pub(super) fn unclaim(pid: i32) {
+pub(crate) fn unclaim(pid: i32) {
     if let Some(claimed) = claimed().as_mut() {
         claimed.remove(&pid);
     }
+}
+
+/// Waits for the process of `pidfd` (a child of this process) to exit,
+/// reaps it and returns its exit code (128 + signal when killed by one).
+pub(crate) async fn wait_exit(pidfd: &OwnedFd) -> Result<i32, CrunError> {
+    // A pidfd turns readable when its process exits.
+    let owned = pidfd.as_fd().try_clone_to_owned()?;
+    // SAFETY: `owned` is an open descriptor the AsyncFd takes ownership of:
+    // it stays open, naming the same pidfd, until the AsyncFd drops it.
+    let readable = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)?;
+    loop {
+        if let Some(code) = try_reap(pidfd)? {
+            return Ok(code);
+        }
+        let mut ready = readable.readable().await?;
+        ready.clear_ready();
+    }
+}
+
+/// Reaps the process of `pidfd` if it has exited, returning its exit code.
+pub(crate) fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<i32>> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let status = waitid(
+        WaitId::PidFd(pidfd.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    )?;
+    Ok(status.map(|status| {
+        status
+            .exit_status()
+            .or_else(|| status.terminating_signal().map(|s| 128 + s))
+            .unwrap_or(-1)
+    }))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
-use super::teardown::Teardown;
+use super::teardown::{HeldNamespaces, Teardown};
 use super::{Container, Created, FunctionContainer, Parts, Recipe, RunError, Settings, Stdio};
 use crate::rootfs::{ResolvedMode, Rootfs, RootfsOptions};
 use crate::sandbox::crun::{exit_code, ContainerGuard, CrunError};
@@ -195,38 +195,6 @@ impl Container<Created> {
                 max_output_bytes: sandbox.max_output_bytes(),
             },
         })
-    }
-}
-
-/// The namespaces of a container whose exit would tear them down on a
-/// call's path, held open until its teardown (see "Choice" above).
-#[derive(Debug, Default)]
-pub(super) struct HeldNamespaces {
-    _fds: Vec<OwnedFd>,
-}
-
-impl HeldNamespaces {
-    /// The namespaces held: those whose last process's exit does work the
-    /// reply would wait for or share its CPUs with.
-    const KINDS: [&'static str; 3] = ["mnt", "ipc", "net"];
-
-    /// Opens the namespaces of the process `pid` (an unreaped child of
-    /// this process, in this process's `/proc`); those that do not open
-    /// are left to end with it.
-    fn of(pid: i32) -> Self {
-        let mut held = Vec::with_capacity(Self::KINDS.len());
-        for kind in Self::KINDS {
-            match std::fs::File::open(format!("/proc/{pid}/ns/{kind}")) {
-                Ok(file) => held.push(OwnedFd::from(file)),
-                Err(err) => {
-                    static WARNED: std::sync::Once = std::sync::Once::new();
-                    WARNED.call_once(|| {
-                        tracing::warn!(%err, kind, "cannot hold a container's namespace: calls wait for its teardown");
-                    });
-                }
-            }
-        }
-        Self { _fds: held }
     }
 }
 

@@ -9,8 +9,7 @@ use tokio::io::AsyncWriteExt;
 use super::teardown::{Finished, Remains};
 use super::{Container, FunctionContainer, RunError, Started, Stdio};
 use crate::sandbox::cgroup::run::RunCgroup;
-use crate::sandbox::crun::{read_capped, read_tail, CrunError, CrunOutput};
-use crate::sandbox::reaper::wait_exit;
+use crate::sandbox::crun::{read_capped, read_tail, wait_exit, CrunError, CrunOutput};
 use crate::sandbox::SandboxError;
 
 impl FunctionContainer<Started> {

@@ -34,7 +34,8 @@ use crate::sandbox::bundle::Bundle;
 use crate::sandbox::cgroup::run::RunCgroup;
 use crate::sandbox::crun::ContainerGuard;
 use crate::sandbox::{Limits, SandboxError};
-use create::{HeldNamespaces, Init};
+use create::Init;
+use teardown::HeldNamespaces;
 
 mod create;
 mod error;

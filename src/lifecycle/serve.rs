@@ -15,9 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::teardown::{Finished, Remains, Teardown};
 use super::{Container, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
 use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
-use crate::sandbox::crun::STDERR_TAIL_BYTES;
+use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};
 use crate::sandbox::netns::NetworkNamespace;
-use crate::sandbox::reaper::{try_reap, wait_exit};
 use crate::sandbox::{Limits, Sandbox, SandboxError};
 
 /// A container serving: its output is logged, its tail kept for errors.

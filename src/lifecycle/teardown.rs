@@ -18,10 +18,10 @@
 //! blocking threads at normal priority, so a busy daemon never piles up
 //! mounts and state.
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use super::create::HeldNamespaces;
 use super::Parts;
 use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
@@ -168,6 +168,38 @@ impl Parts {
             run_cgroup,
             _bundle: bundle,
         }
+    }
+}
+
+/// The namespaces of a container whose exit would tear them down on a
+/// call's path, held open until its teardown (docs/design.md, "Container lifecycle").
+#[derive(Debug, Default)]
+pub(super) struct HeldNamespaces {
+    _fds: Vec<OwnedFd>,
+}
+
+impl HeldNamespaces {
+    /// The namespaces held: those whose last process's exit does work the
+    /// reply would wait for or share its CPUs with.
+    const KINDS: [&'static str; 3] = ["mnt", "ipc", "net"];
+
+    /// Opens the namespaces of the process `pid` (an unreaped child of
+    /// this process, in this process's `/proc`); those that do not open
+    /// are left to end with it.
+    pub(super) fn of(pid: i32) -> Self {
+        let mut held = Vec::with_capacity(Self::KINDS.len());
+        for kind in Self::KINDS {
+            match std::fs::File::open(format!("/proc/{pid}/ns/{kind}")) {
+                Ok(file) => held.push(OwnedFd::from(file)),
+                Err(err) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(%err, kind, "cannot hold a container's namespace: calls wait for its teardown");
+                    });
+                }
+            }
+        }
+        Self { _fds: held }
     }
 }
 

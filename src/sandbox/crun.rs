@@ -1,7 +1,7 @@
 //! crun, the OCI runtime: `crun create` and what `crun start` does (the
 //! lifecycle around them is `container.rs`), removal of crun's state on
 //! every path, and the capped readers of a container's stdout and stderr.
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -198,7 +198,7 @@ impl Crun {
         let Some(pidfd) = &crun.0 else {
             return Err(CrunError::Io(std::io::Error::other("no crun process")));
         };
-        let code = super::reaper::wait_exit(pidfd).await?;
+        let code = wait_exit(pidfd).await?;
         let mut crun = crun;
         crun.0 = None;
         Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8))
@@ -451,6 +451,41 @@ impl Drop for KilledUnlessReaped {
             );
         }
     }
+}
+
+/// Waits for the process of `pidfd` (a child of this process) to exit,
+/// reaps it and returns its exit code (128 + signal when killed by one).
+pub(crate) async fn wait_exit(pidfd: &OwnedFd) -> Result<i32, CrunError> {
+    // A pidfd turns readable when its process exits.
+    let owned = pidfd.as_fd().try_clone_to_owned()?;
+    // SAFETY: `owned` is an open descriptor the AsyncFd takes ownership of:
+    // it stays open, naming the same pidfd, until the AsyncFd drops it.
+    let readable = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)?;
+    loop {
+        if let Some(code) = try_reap(pidfd)? {
+            return Ok(code);
+        }
+        let mut ready = readable.readable().await?;
+        ready.clear_ready();
+    }
+}
+
+/// Reaps the process of `pidfd` if it has exited, returning its exit code.
+pub(crate) fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<i32>> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let status = waitid(
+        WaitId::PidFd(pidfd.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    )?;
+    Ok(status.map(|status| {
+        status
+            .exit_status()
+            .or_else(|| status.terminating_signal().map(|s| 128 + s))
+            .unwrap_or(-1)
+    }))
 }
 
 #[cfg(test)]

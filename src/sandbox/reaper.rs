@@ -4,7 +4,6 @@
 //! code); [`reap_orphans`] reaps the rest: inits of containers whose owner
 //! went away, and what the kernel reparents to xfn when a container's pid
 //! namespace ends.
-use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use super::crun::CrunError;
@@ -129,41 +128,6 @@ pub(crate) fn unclaim(pid: i32) {
     if let Some(claimed) = claimed().as_mut() {
         claimed.remove(&pid);
     }
-}
-
-/// Waits for the process of `pidfd` (a child of this process) to exit,
-/// reaps it and returns its exit code (128 + signal when killed by one).
-pub(crate) async fn wait_exit(pidfd: &OwnedFd) -> Result<i32, CrunError> {
-    // A pidfd turns readable when its process exits.
-    let owned = pidfd.as_fd().try_clone_to_owned()?;
-    // SAFETY: `owned` is an open descriptor the AsyncFd takes ownership of:
-    // it stays open, naming the same pidfd, until the AsyncFd drops it.
-    let readable = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| e.into_parts().1)?;
-    loop {
-        if let Some(code) = try_reap(pidfd)? {
-            return Ok(code);
-        }
-        let mut ready = readable.readable().await?;
-        ready.clear_ready();
-    }
-}
-
-/// Reaps the process of `pidfd` if it has exited, returning its exit code.
-pub(crate) fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<i32>> {
-    use rustix::process::{waitid, WaitId, WaitIdOptions};
-    let status = waitid(
-        WaitId::PidFd(pidfd.as_fd()),
-        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
-    )?;
-    Ok(status.map(|status| {
-        status
-            .exit_status()
-            .or_else(|| status.terminating_signal().map(|s| 128 + s))
-            .unwrap_or(-1)
-    }))
 }
 
 #[cfg(test)]

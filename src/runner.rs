@@ -332,7 +332,7 @@ impl Runner {
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
         let recipe = self.recipe(&pulled).await?;
-        let server = FunctionServer::start(
+        FunctionServer::start(
             &self.sandbox,
             &self.rootfs,
             &recipe,
@@ -341,9 +341,7 @@ impl Runner {
             config.timeout,
             &self.teardown,
         )
-        .await?;
-        tracing::debug!(image, "function server started");
-        Ok(server)
+        .await
     }
 
     /// Prepares a warm container of `image` with `config`'s settings ahead

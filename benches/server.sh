@@ -9,7 +9,7 @@
 #                      and starts its container, p50 and p99.
 #   xfn pooled         the same against `xfn start` as it runs by default:
 #                      calls are served by containers created and started
-#                      ahead of them (src/runner/pool.rs).
+#                      ahead of them (src/lifecycle/pool.rs).
 #                      Both one caller at a time three ways
 #                      (benches/server_load.rs): paced 50 ms apart (a warm
 #                      call on a quiet daemon, as hyperfine runs the floor),

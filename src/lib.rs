@@ -46,6 +46,7 @@ mod fork_lock;
 mod grpc;
 mod host;
 mod instance;
+mod lifecycle;
 mod nesting;
 mod pid1;
 mod proto_json;

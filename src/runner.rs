@@ -4,41 +4,40 @@
 //! Every run is disposable: its rootfs, bundle and container are gone when
 //! [`Runner::run`] returns or its future is dropped.
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::image::{ImageStore, PulledImage};
+use crate::lifecycle::pool::{self, PoolKey};
+use crate::lifecycle::teardown::Teardown;
+use crate::lifecycle::{FunctionContainer, Recipe, RootfsMaker, Settings};
 use crate::rootfs::{overlay_supported, ResolvedMode, Rootfs, RootfsOptions};
-use crate::sandbox::{CrunError, Sandbox, SandboxError, SandboxOptions, SpecError};
+use crate::sandbox::{Sandbox, SandboxOptions};
 // Carried by `RunError` as the sandbox found them (one definition each).
 pub use crate::sandbox::{LimitsUnavailable, MemoryLimitExceeded, NotServing};
-use container::{FunctionContainer, Recipe, Settings};
 
 // The public surface (what an embedding program and the integration tests
 // use: run a function, pool and serve containers, and the types in those
 // signatures); the `pub(crate)` rest is what xfn's own front ends need of
-// the private `rootfs` and `sandbox` modules.
+// the private `lifecycle`, `rootfs` and `sandbox` modules.
+pub use crate::lifecycle::pool::{PoolOptions, PoolStats, WarmStart};
+pub use crate::lifecycle::serve::{FunctionServer, FunctionServerOptions};
+pub use crate::lifecycle::RunError;
 pub use crate::rootfs::RootfsMode;
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
 pub use crate::sandbox::spec::PIDS_LIMIT as DEFAULT_PIDS_LIMIT;
 pub use crate::sandbox::userns::{enter as enter_namespace, Namespace, UsernsError, UsernsOptions};
 pub use config::{Limits, NetworkPolicy, RunConfig, UnknownNetworkPolicy};
-pub use function_server::{ServeOptions, ServedFunction};
-pub use pool::{PoolOptions, PoolStats, WarmStart};
 
+pub(crate) use crate::lifecycle::pool::default_size as default_pool_size;
 pub(crate) use crate::sandbox::cgroup::run::RunUsage;
 pub(crate) use crate::sandbox::crun::tail_text as stderr_tail_text;
 pub(crate) use crate::sandbox::oci_runtime::CrunVersion;
 pub(crate) use crate::sandbox::DEFAULT_MAX_OUTPUT_BYTES;
-pub(crate) use pool::default_size as default_pool_size;
 
 pub(crate) mod budget;
 mod config;
-mod container;
-mod function_server;
-mod pool;
-mod teardown;
 
 /// What a successful run produced.
 #[derive(Debug, Clone)]
@@ -49,104 +48,6 @@ pub struct RunOutput {
     pub stderr_tail: Vec<u8>,
     /// CPU time and peak memory, where the run had a cgroup of its own.
     pub usage: Option<RunUsage>,
-}
-
-/// Errors of a run. `grpc::status` maps each to a gRPC status. Each
-/// says its own step; what failed beneath is its typed source, so a message
-/// for a person is the error's chain (`crate::chain`).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Getting the image failed (see `ImageError::kind`).
-    #[error(transparent)]
-    Image(#[from] crate::image::ImageError),
-    /// The image config cannot be run: nothing to run, an unknown user
-    /// (InvalidArgument).
-    #[error("invalid run configuration")]
-    InvalidConfig(#[source] SpecError),
-    /// The function did not finish in time and was killed (DeadlineExceeded).
-    #[error("the function timed out after {0:?} and was killed")]
-    Timeout(Duration),
-    /// The function exited non-zero (Unknown/Aborted).
-    #[error(
-        "the function failed with exit code {code}: {}",
-        stderr_tail_text(stderr_tail)
-    )]
-    FunctionFailed {
-        /// Exit code (128 + signal when killed by one).
-        code: i32,
-        /// The last [`STDERR_TAIL_BYTES`] of its stderr.
-        stderr_tail: Vec<u8>,
-    },
-    /// The function wrote more than the cap (ResourceExhausted).
-    #[error("the function wrote more than {limit} bytes to {stream} and was killed")]
-    OutputTooLarge {
-        /// `stdout` or `stderr`.
-        stream: &'static str,
-        /// The cap.
-        limit: usize,
-    },
-    /// The function went past its memory limit and the kernel's OOM killer
-    /// killed it (ResourceExhausted).
-    #[error(transparent)]
-    MemoryLimitExceeded(MemoryLimitExceeded),
-    /// The OCI runtime is missing, not crun, or too old: nothing can run
-    /// until the set-up is fixed (FailedPrecondition).
-    #[error(transparent)]
-    Runtime(#[from] crate::sandbox::oci_runtime::RuntimeError),
-    /// Limits were required but are not enforced here (FailedPrecondition).
-    #[error(transparent)]
-    LimitsUnavailable(LimitsUnavailable),
-    /// A function started as a server never listened where it should
-    /// (Unavailable).
-    #[error(transparent)]
-    NotServing(NotServing),
-    /// The rootfs mode asked for cannot be used here (`--rootfs overlay`
-    /// without overlayfs; InvalidArgument).
-    #[error("invalid run configuration")]
-    RootfsMode(#[source] crate::rootfs::RootfsError),
-    /// Setting the container up or running it failed on xfn's side: the
-    /// bundle, its cgroup, crun's i/o, a spec oci-spec refused (Internal).
-    #[error("internal error")]
-    Sandbox(#[source] SandboxError),
-    /// The run's root filesystem could not be made (Internal).
-    #[error("internal error: cannot prepare the run's root filesystem")]
-    Rootfs(#[source] crate::rootfs::RootfsError),
-    /// The task making the root filesystem panicked (Internal).
-    #[error("internal error: preparing the run's root filesystem panicked")]
-    RootfsPanicked(#[source] tokio::task::JoinError),
-    /// The runner's directories under the cache could not be made (Internal).
-    #[error("internal error: cannot prepare the run directory {path}")]
-    RunDir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-}
-
-impl From<SandboxError> for RunError {
-    /// The sandbox's errors a caller tells apart (the function's own
-    /// failures, the set-up's) become variants of their own; the rest are
-    /// xfn's internal failures, kept whole as the source.
-    fn from(err: SandboxError) -> Self {
-        match err {
-            SandboxError::LimitsUnavailable(err) => RunError::LimitsUnavailable(err),
-            SandboxError::Spec(err @ (SpecError::NothingToRun | SpecError::User(_))) => {
-                RunError::InvalidConfig(err)
-            }
-            SandboxError::Crun(CrunError::Timeout(after)) => RunError::Timeout(after),
-            SandboxError::Crun(CrunError::Failed { code, stderr_tail }) => {
-                RunError::FunctionFailed { code, stderr_tail }
-            }
-            SandboxError::Crun(CrunError::OutputTooLarge { stream, limit }) => {
-                RunError::OutputTooLarge { stream, limit }
-            }
-            SandboxError::MemoryLimitExceeded(err) => RunError::MemoryLimitExceeded(err),
-            SandboxError::Runtime(err) => RunError::Runtime(err),
-            SandboxError::NotServing(err) => RunError::NotServing(err),
-            other => RunError::Sandbox(other),
-        }
-    }
 }
 
 /// How the runner runs (fixed per process, unlike [`RunConfig`]).
@@ -167,7 +68,7 @@ pub struct RunnerOptions {
     pub tmp_size_bytes: u64,
     /// The most a run may write to its rootfs, in bytes.
     pub rootfs_size_bytes: u64,
-    /// Warm containers created ahead of calls (see `runner/pool.rs`);
+    /// Warm containers created ahead of calls (see `lifecycle/pool.rs`);
     /// `None`, or a size of 0: every call creates its own (what a one-shot
     /// `xfn run` wants).
     pub warm_pool: Option<PoolOptions>,
@@ -203,42 +104,9 @@ pub struct Runner {
     sandbox: Arc<Sandbox>,
     rootfs: Arc<RootfsMaker>,
     pool: Option<Arc<pool::Pool>>,
-}
-
-/// Makes per-run root filesystems, each under
-/// `<cache>/run/rootfs/<instance>-<n>` (swept with its instance).
-#[derive(Debug)]
-struct RootfsMaker {
-    mode: ResolvedMode,
-    options: RootfsOptions,
-    dir: PathBuf,
-    instance: Arc<crate::instance::Instance>,
-    next: AtomicU64,
-}
-
-impl RootfsMaker {
-    /// A fresh rootfs over `layers` (overlay) or a copy of `flattened`;
-    /// unmounted and removed when dropped.
-    async fn prepare(
-        &self,
-        layers: Vec<PathBuf>,
-        flattened: Option<PathBuf>,
-    ) -> Result<Rootfs, RunError> {
-        let dir = self.dir.join(
-            self.instance
-                .name(self.next.fetch_add(1, Ordering::Relaxed)),
-        );
-        let mode = self.mode;
-        let options = self.options.clone();
-        // A copy can take a while: off the async threads. Should this future
-        // be dropped meanwhile, the finished Rootfs is dropped, which cleans it.
-        tokio::task::spawn_blocking(move || {
-            Rootfs::prepare_with(mode, &layers, flattened.as_deref(), &dir, &options)
-        })
-        .await
-        .map_err(RunError::RootfsPanicked)?
-        .map_err(RunError::Rootfs)
-    }
+    /// A call's own teardowns: on the blocking threads at normal priority,
+    /// awaited by the call (the pool has its own, at idle priority).
+    teardown: Teardown,
 }
 
 impl Runner {
@@ -325,6 +193,7 @@ impl Runner {
             sandbox,
             rootfs,
             pool,
+            teardown: Teardown::inline(),
         })
     }
 
@@ -391,7 +260,7 @@ impl Runner {
         let pulled_at = started.elapsed();
         // Counts this call in its key's demand, cold or warm, until it ends.
         let mut lease = self.pool.as_ref().map(|pool| {
-            pool.lease(pool::PoolKey::of(&pulled.digest, config), || Recipe {
+            pool.lease(pool_key(&pulled.digest, config), || Recipe {
                 config: pulled.config.config().clone(),
                 layers: pulled.layers.clone(),
                 flattened: None,
@@ -418,24 +287,23 @@ impl Runner {
         let since = std::time::Instant::now();
         let created = tokio::time::timeout(
             config.timeout,
-            FunctionContainer::create(&self.sandbox, &self.rootfs, &recipe, settings),
+            FunctionContainer::create(
+                &self.sandbox,
+                &self.rootfs,
+                &recipe,
+                settings,
+                &self.teardown,
+            ),
         )
-        .await;
-        let created = match created {
-            Ok(Ok(created)) => created,
-            Ok(Err((err, rootfs))) => {
-                let _ = tokio::task::spawn_blocking(move || drop(rootfs)).await;
-                return Err(err);
-            }
-            Err(_) => return Err(RunError::Timeout(config.timeout)),
-        };
+        .await
+        .map_err(|_| RunError::Timeout(config.timeout))??;
         let created_at = started.elapsed();
         let (result, remains) = created.run(input, config.timeout, since).await;
         let ran_at = started.elapsed();
-        // Unmounting takes milliseconds: off the async threads, but awaited,
-        // so the rootfs is gone when this call returns. (Dropped mid-run, the
-        // container and rootfs are cleaned by their own Drop instead.)
-        let _ = tokio::task::spawn_blocking(move || drop(remains)).await;
+        // Awaited, so the rootfs is gone when this call returns. (Dropped
+        // mid-run, the container and rootfs are cleaned by their own Drop
+        // instead.)
+        self.teardown.drop_later(remains).await;
         let output = result?;
         tracing::debug!(
             image,
@@ -446,6 +314,34 @@ impl Runner {
             "run phases (cumulative)"
         );
         Ok(output.into())
+    }
+
+    /// Starts `image` as `options` say and leaves it running as a
+    /// function server. `config.timeout` bounds the start (pull excluded);
+    /// `config.network` is not used (see
+    /// [`FunctionServerOptions::host_network`]).
+    pub async fn serve(
+        &self,
+        image: &str,
+        options: FunctionServerOptions<'_>,
+        config: &RunConfig,
+    ) -> Result<FunctionServer, RunError> {
+        self.sandbox.check_limits()?;
+        let pulled = self
+            .store
+            .ensure(image, config.pull_policy, &config.auth)
+            .await?;
+        let recipe = self.recipe(&pulled).await?;
+        FunctionServer::start(
+            &self.sandbox,
+            &self.rootfs,
+            &recipe,
+            options,
+            config.limits,
+            config.timeout,
+            &self.teardown,
+        )
+        .await
     }
 
     /// Prepares a warm container of `image` with `config`'s settings ahead
@@ -461,7 +357,7 @@ impl Runner {
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
         if let Some(pool) = &self.pool {
-            pool.prepare(pool::PoolKey::of(&pulled.digest, config), || Recipe {
+            pool.prepare(pool_key(&pulled.digest, config), || Recipe {
                 config: pulled.config.config().clone(),
                 layers: pulled.layers.clone(),
                 flattened: None,
@@ -495,6 +391,30 @@ impl From<crate::sandbox::CrunOutput> for RunOutput {
             stderr_tail: output.stderr_tail,
             usage: output.usage,
         }
+    }
+}
+
+/// The pool's key of a call of the image `digest` with `config`.
+fn pool_key(digest: &str, config: &RunConfig) -> PoolKey {
+    // Every setting of a call, named: a setting added to RunConfig does
+    // not compile here until it is decided whether containers must match
+    // it.
+    let RunConfig {
+        // How the image is found, not what runs: the digest says what.
+        pull_policy: _,
+        auth: _,
+        // Not part of a container: xfn enforces it from the start of the
+        // call, warm or cold (and it varies per call, by what the caller's
+        // deadline left after queueing).
+        timeout: _,
+        network,
+        limits,
+    } = config;
+    PoolKey {
+        digest: digest.to_string(),
+        host_network: *network == NetworkPolicy::Runner,
+        cpu_millis: limits.cpu_millis,
+        memory_bytes: limits.memory_bytes,
     }
 }
 

@@ -37,10 +37,7 @@ fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
         .arg(fx.path("cache"))
         .args(args)
         .current_dir(fx.dir.path())
-        .env(
-            "RUST_LOG",
-            "xfn::compose=debug,xfn::sandbox::function_server=debug",
-        )
+        .env("RUST_LOG", "xfn::compose=debug,xfn::lifecycle::serve=debug")
         .stdin(Stdio::null())
         .output()
         .expect("spawn xfn")

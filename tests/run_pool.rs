@@ -1,4 +1,4 @@
-//! Warm containers (`runner/pool.rs`) with real crun, in-process (as
+//! Warm containers (`lifecycle/pool.rs`) with real crun, in-process (as
 //! `run_runner.rs`: `tests/run_in_process.rs` enters the namespace in `main`, while still
 //! single-threaded): a pooled call is a fresh container like a cold one,
 //! calls with other settings take the cold path, the pool keeps to its

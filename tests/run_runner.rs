@@ -226,7 +226,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let mut server = runner
         .serve(
             &echo,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -261,7 +261,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let server = runner
         .serve(
             &echo,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -287,7 +287,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let err = match runner
         .serve(
             &exits,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },
@@ -331,7 +331,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     let mut server = runner
         .serve(
             &silent,
-            xfn::runner::ServeOptions {
+            xfn::runner::FunctionServerOptions {
                 cmd: &args,
                 ..Default::default()
             },

@@ -164,7 +164,7 @@ async fn a_sigkilled_daemon_takes_its_warm_containers_and_their_state_with_it() 
         .unwrap_or_else(|s| panic!("{s:?}\n{}", second.log()));
     assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
     assert!(!second.log().contains("warm container"), "{}", second.log());
-    // The run's teardown follows the reply (src/runner/teardown.rs).
+    // The run's teardown follows the reply (src/lifecycle/teardown.rs).
     let live = || live_run_state(second.xfn_pid(), &cache);
     for _ in 0..250 {
         if live().is_empty() {

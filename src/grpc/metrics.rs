@@ -347,7 +347,7 @@ impl prometheus_client::collector::Collector for GateCollector {
     }
 }
 
-/// The warm pool's figures (`runner/pool.rs`): whether calls find a
+/// The warm pool's figures (`lifecycle/pool.rs`): whether calls find a
 /// container ready, how many wait, how many were made and thrown away.
 struct PoolCollector {
     stats: Box<dyn Fn() -> Option<crate::runner::PoolStats> + Send + Sync>,

@@ -16,7 +16,7 @@ use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
 use crate::proto::{v1, v1beta1};
-use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
+use crate::runner::{RunConfig, Runner, FunctionServerOptions, FunctionServer};
 
 /// Where a function server listens inside its own namespace (the port
 /// Crossplane's SDKs default to), and the flag it is started with, as
@@ -50,7 +50,7 @@ const MAX_RESPONSE: usize = 64 << 20;
 struct Server {
     id: u64,
     channel: Channel,
-    served: tokio::sync::Mutex<Option<ServedFunction>>,
+    served: tokio::sync::Mutex<Option<FunctionServer>>,
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     /// One of the host's `--max-servers` slots, given back when it stops.
@@ -236,7 +236,7 @@ impl Servers {
         let mut served = runner
             .serve(
                 &self.image,
-                ServeOptions {
+                FunctionServerOptions {
                     cmd: &args,
                     env: &[],
                     host_network: false,

@@ -1,7 +1,7 @@
 //! crun, the OCI runtime: `crun create` and what `crun start` does (the
 //! lifecycle around them is `container.rs`), removal of crun's state on
 //! every path, and the capped readers of a container's stdout and stderr.
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -114,7 +114,7 @@ impl Crun {
     /// `stdio` (stdin, stdout, stderr), its pid written to `pid_file`; crun
     /// in the user namespace `user_ns` where given (`nproc.rs`). Returns
     /// crun's exit status once the container waits to be started.
-    pub(super) async fn create(
+    pub(crate) async fn create(
         &self,
         id: &str,
         bundle: &Path,
@@ -198,7 +198,7 @@ impl Crun {
         let Some(pidfd) = &crun.0 else {
             return Err(CrunError::Io(std::io::Error::other("no crun process")));
         };
-        let code = super::container::wait_exit(pidfd).await?;
+        let code = wait_exit(pidfd).await?;
         let mut crun = crun;
         crun.0 = None;
         Ok(std::process::ExitStatus::from_raw((code & 0xff) << 8))
@@ -209,7 +209,7 @@ impl Crun {
     /// byte, on which the container's init execs the function), without
     /// starting a crun process for it. Where the fifo is not where crun
     /// 1.x keeps it, `crun start` itself.
-    pub(super) async fn start(&self, id: &str) -> Result<(), CrunError> {
+    pub(crate) async fn start(&self, id: &str) -> Result<(), CrunError> {
         use rustix::fs::{Mode, OFlags};
         let fifo = self.state_root.join(id).join("exec.fifo");
         // Non-blocking: with no reader (the init is gone) the open fails
@@ -247,7 +247,7 @@ impl Crun {
     /// been reaped: its state dir, as `crun delete` would (with no cgroup of
     /// crun's to remove: run cgroups are xfn's), without a crun process;
     /// `crun delete -f` where that fails.
-    pub(super) fn forget(&self, id: &str) {
+    pub(crate) fn forget(&self, id: &str) {
         match std::fs::remove_dir_all(self.state_root.join(id)) {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
@@ -357,10 +357,10 @@ pub(super) fn delete_sync(crun: &Crun, id: &str) {
 
 /// Kills and deletes a container when dropped while armed.
 #[derive(Debug)]
-pub(super) struct ContainerGuard {
-    pub(super) crun: Crun,
-    pub(super) id: String,
-    pub(super) armed: bool,
+pub(crate) struct ContainerGuard {
+    pub(crate) crun: Crun,
+    pub(crate) id: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for ContainerGuard {
@@ -373,7 +373,7 @@ impl Drop for ContainerGuard {
     }
 }
 
-pub(super) fn exit_code(status: &std::process::ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
         .code()
@@ -381,7 +381,7 @@ pub(super) fn exit_code(status: &std::process::ExitStatus) -> i32 {
         .unwrap_or(-1)
 }
 
-pub(super) async fn read_capped(
+pub(crate) async fn read_capped(
     stream: Option<impl AsyncRead + Unpin>,
     cap: usize,
     name: &'static str,
@@ -402,7 +402,7 @@ pub(super) async fn read_capped(
     Ok(out)
 }
 
-pub(super) async fn read_tail(
+pub(crate) async fn read_tail(
     stream: Option<impl AsyncRead + Unpin>,
     cap: usize,
     name: &'static str,
@@ -451,6 +451,41 @@ impl Drop for KilledUnlessReaped {
             );
         }
     }
+}
+
+/// Waits for the process of `pidfd` (a child of this process) to exit,
+/// reaps it and returns its exit code (128 + signal when killed by one).
+pub(crate) async fn wait_exit(pidfd: &OwnedFd) -> Result<i32, CrunError> {
+    // A pidfd turns readable when its process exits.
+    let owned = pidfd.as_fd().try_clone_to_owned()?;
+    // SAFETY: `owned` is an open descriptor the AsyncFd takes ownership of:
+    // it stays open, naming the same pidfd, until the AsyncFd drops it.
+    let readable = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)?;
+    loop {
+        if let Some(code) = try_reap(pidfd)? {
+            return Ok(code);
+        }
+        let mut ready = readable.readable().await?;
+        ready.clear_ready();
+    }
+}
+
+/// Reaps the process of `pidfd` if it has exited, returning its exit code.
+pub(crate) fn try_reap(pidfd: &OwnedFd) -> std::io::Result<Option<i32>> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let status = waitid(
+        WaitId::PidFd(pidfd.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    )?;
+    Ok(status.map(|status| {
+        status
+            .exit_status()
+            .or_else(|| status.terminating_signal().map(|s| 128 + s))
+            .unwrap_or(-1)
+    }))
 }
 
 #[cfg(test)]

@@ -4,13 +4,12 @@
 //! [`userns::enter`] runs once per process before any thread starts and
 //! returns the [`userns::Namespace`] a [`Sandbox`] is made in; it then makes
 //! any number of containers concurrently, each from a prepared root
-//! filesystem, all through one lifecycle ([`container`]: create, start,
-//! feed or serve, teardown).
+//! filesystem. The mechanics live here (user namespaces, spec, bundle,
+//! cgroup, seccomp, crun); a container's life (create, start, feed or
+//! serve, teardown) is `crate::lifecycle`'s.
 pub(crate) mod bundle;
 pub(crate) mod cgroup;
-pub(crate) mod container;
 pub(crate) mod crun;
-pub(crate) mod function_server;
 pub(crate) mod netns;
 pub(crate) mod nproc;
 pub(crate) mod oci_runtime;
@@ -24,12 +23,12 @@ pub(crate) mod ucounts;
 pub(crate) mod user;
 pub(crate) mod userns;
 
-use std::path::PathBuf;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
 
 pub(crate) use bundle::{Bundle, RunDir};
-pub(crate) use container::{Container, ContainerRequest, Created, Finished, Started};
 pub(crate) use crun::{Crun, CrunError, CrunOutput};
 pub use spec::Limits;
 pub(crate) use spec::SpecError;
@@ -142,6 +141,27 @@ pub(crate) struct SandboxOptions {
     pub state_in_memory: bool,
 }
 
+/// What a container is made from: everything of a run but its input and
+/// timeout, which come with the call.
+#[derive(Debug, Clone)]
+pub(crate) struct ContainerRequest<'a> {
+    /// The prepared, per-container root filesystem; it must outlive the
+    /// container.
+    pub rootfs: &'a Path,
+    /// The image config's `config` section.
+    pub image: Option<&'a oci_spec::image::Config>,
+    /// Share xfn's network (NetworkPolicy::Runner) instead of an empty
+    /// network namespace of its own.
+    pub host_network: bool,
+    /// cpu and memory limits (pids: the sandbox's `pids_limit`).
+    pub limits: Limits,
+    /// Replaces the image's `Cmd` (its entrypoint stays): how a function
+    /// image is started as a server. `None` runs the image as it is.
+    pub cmd: Option<&'a [String]>,
+    /// `KEY=VALUE`s added to the image's environment.
+    pub env: &'a [String],
+}
+
 /// Runs containers; shared by every call.
 #[derive(Debug)]
 pub(crate) struct Sandbox {
@@ -240,6 +260,39 @@ impl Sandbox {
             .map_err(SandboxError::from)
     }
 
+    /// What `crun create` is given for `request`, once the sandbox is
+    /// ready for it: a fresh bundle with its spec and, where limits are
+    /// enforced, the run's cgroup. Both are removed when dropped.
+    pub(crate) fn prepare(
+        &self,
+        request: &ContainerRequest<'_>,
+    ) -> Result<(Bundle, Option<cgroup::run::RunCgroup>), SandboxError> {
+        self.ready_for(&request.limits)?;
+        self.prepare_bundle(&self.spec_input(request))
+    }
+
+    /// The OCI runtime.
+    pub(crate) fn crun(&self) -> &Crun {
+        &self.crun
+    }
+
+    /// A process-count namespace of the run's own, where no cgroup bounds
+    /// its processes (`nproc.rs`).
+    pub(crate) fn run_level(&self) -> Result<OwnedFd, SandboxError> {
+        Ok(nproc::run_level(&self.own_ids)?)
+    }
+
+    /// Gives the user namespace of the process `pidfd` its share of the
+    /// per-uid kernel counts (`ucounts.rs`).
+    pub(crate) fn bound_counts(&self, pidfd: BorrowedFd<'_>) -> std::io::Result<()> {
+        self.ucounts.bound_run(pidfd)
+    }
+
+    /// The cap on stdout and on stderr of a run, each.
+    pub(crate) fn max_output_bytes(&self) -> usize {
+        self.options.max_output_bytes
+    }
+
     /// What every container start checks first: the runtime is usable,
     /// limits are enforced where they are required, and (once per process)
     /// a warning when the requested limits cannot be.
@@ -323,7 +376,7 @@ impl Sandbox {
 /// How a container that exited with `code` failed: past its memory limit
 /// when one was set and its cgroup saw the OOM killer act, else by its exit
 /// code; with the tail of its output.
-fn failure(
+pub(crate) fn failure(
     code: i32,
     stderr_tail: Vec<u8>,
     usage: Option<&cgroup::run::RunUsage>,
@@ -341,7 +394,7 @@ fn failure(
 }
 
 /// The run's log line with what its cgroup measured.
-fn log_usage(
+pub(crate) fn log_usage(
     usage: Option<&cgroup::run::RunUsage>,
     limits: &Limits,
     result: &Result<CrunOutput, SandboxError>,

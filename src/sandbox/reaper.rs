@@ -1,5 +1,5 @@
 //! Reaping container inits: xfn is a child subreaper, so every container
-//! init becomes its child once `crun create` exits (see `container.rs`).
+//! init becomes its child once `crun create` exits (see `crate::lifecycle`).
 //! Each container reaps its own init through a pidfd (it needs the exit
 //! code); [`reap_orphans`] reaps the rest: inits of containers whose owner
 //! went away, and what the kernel reparents to xfn when a container's pid
@@ -16,7 +16,7 @@ pub(crate) fn become_subreaper() -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Crun(CrunError::Io(e.into())))
 }
 
-/// Pids of containers' inits that their [`super::container::Container`]
+/// Pids of containers' inits that their [`crate::lifecycle::Container`]
 /// reaps itself (it needs their exit code): [`reap_orphans`] leaves them.
 static CLAIMED: std::sync::Mutex<Option<std::collections::HashSet<i32>>> =
     std::sync::Mutex::new(None);
@@ -35,7 +35,7 @@ fn claimed() -> std::sync::MutexGuard<'static, Option<std::collections::HashSet<
 /// xfn's own): every process xfn spawns itself (crun, helpers) lives in
 /// xfn's own pid namespace and is reaped by whoever spawned it (tokio, a
 /// `waitpid`), so reaping those here would steal their exit status. Inits
-/// are left to their [`super::container::Container`] (claimed); a zombie
+/// are left to their [`crate::lifecycle::Container`] (claimed); a zombie
 /// is reaped only once it was seen a second time, `settle` after the
 /// first, so that an init whose creation has not yet claimed it is not
 /// reaped under it.
@@ -117,14 +117,14 @@ fn nspid_depth_of(status: &str) -> usize {
         .map_or(0, |ids| ids.split_whitespace().count())
 }
 
-/// Marks `pid` as a container init its [`super::container::Container`]
+/// Marks `pid` as a container init its [`crate::lifecycle::Container`]
 /// reaps itself: the orphan sweep leaves it.
-pub(super) fn claim(pid: i32) {
+pub(crate) fn claim(pid: i32) {
     claimed().get_or_insert_with(Default::default).insert(pid);
 }
 
 /// Gives `pid` back to the orphan sweep.
-pub(super) fn unclaim(pid: i32) {
+pub(crate) fn unclaim(pid: i32) {
     if let Some(claimed) = claimed().as_mut() {
         claimed.remove(&pid);
     }

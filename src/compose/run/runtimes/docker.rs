@@ -19,7 +19,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError, StartError};
 use crate::proto::v1;
-use crate::runner::{RunConfig, Runner, ServeOptions, ServedFunction};
+use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, Runner};
 
 /// A loopback port nothing listens on now (the kernel's pick).
 fn free_loopback_port() -> std::io::Result<u16> {
@@ -63,7 +63,7 @@ pub(crate) struct Docker {
 pub(super) struct StartedServer {
     channel: Channel,
     /// Taken by [`FunctionCaller::stop`].
-    server: Mutex<Option<ServedFunction>>,
+    server: Mutex<Option<FunctionServer>>,
 }
 
 impl Docker {
@@ -129,7 +129,7 @@ pub(super) struct FunctionServerSpec<'a> {
 /// tail of its output.
 pub(super) async fn start_function_server(
     spec: &FunctionServerSpec<'_>,
-) -> Result<(ServedFunction, SocketAddr), ComposeError> {
+) -> Result<(FunctionServer, SocketAddr), ComposeError> {
     let failed = |source: StartError| ComposeError::FunctionStart {
         function: spec.function.to_string(),
         image: spec.image.to_string(),
@@ -166,7 +166,7 @@ pub(super) async fn start_function_server(
         .runner
         .serve(
             spec.image,
-            ServeOptions {
+            FunctionServerOptions {
                 cmd: &args,
                 env: spec.env,
                 host_network: spec.host_network,

@@ -1,14 +1,10 @@
-//! Containers that keep running: a function image started as a gRPC server
-//! for as long as its caller needs it (the `Docker` runtime of `xfn
-//! render`), instead of one run per input: a [`Container`] started and then
-//! served (`container.rs` draws the lifecycle).
-//!
-//! The container gets everything a run gets (rootfs, spec, seccomp, own
-//! network namespace, cgroup limits where enforced); only its lifetime
-//! differs. It is reached through [`Container::network`], never through a
-//! port on the host. Whatever happens, nothing outlives it:
-//! [`Container::stop`] kills it and removes its state, and so does dropping
-//! it.
+//! Serve: a function image started as a gRPC server for as long as its
+//! caller needs it (the `Docker` runtime of `xfn render`), instead of fed
+//! once. It gets everything a run gets (rootfs, spec, seccomp, own network
+//! namespace, cgroup limits where enforced); only its lifetime differs. It
+//! is reached inside its own network namespace, never through a port on
+//! the host. Whatever happens, nothing outlives it: [`FunctionServer::stop`]
+//! kills it and tears it down, and so does dropping it.
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::cgroup::run::{RunCgroup, RunUsage};
-use super::container::{try_reap, wait_exit, Container, Started};
-use super::crun::STDERR_TAIL_BYTES;
-use super::netns::NetworkNamespace;
-use super::SandboxError;
+use super::teardown::{Finished, Remains, Teardown};
+use super::{Container, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
+use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
+use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};
+use crate::sandbox::netns::NetworkNamespace;
+use crate::sandbox::{Limits, Sandbox, SandboxError};
 
 /// A container serving: its output is logged, its tail kept for errors.
 #[derive(Debug)]
@@ -64,7 +61,7 @@ impl Container<Started> {
                     parts.init.reaped = true;
                     return Err(parts.failure(code, output.tail()));
                 }
-                return Err(SandboxError::Crun(super::crun::CrunError::Io(err)));
+                return Err(SandboxError::Crun(crate::sandbox::CrunError::Io(err)));
             }
         };
         tracing::debug!(container = %parts.bundle.id, pid = parts.init.pid, "served container started");
@@ -144,7 +141,7 @@ impl Container<Serving> {
                 return Err(err);
             }
             if started.elapsed() >= timeout {
-                return Err(super::NotServing {
+                return Err(crate::sandbox::NotServing {
                     address,
                     after: timeout,
                     output_tail: self.output_tail(),
@@ -157,9 +154,10 @@ impl Container<Serving> {
         }
     }
 
-    /// Kills the container, waits for it and removes its state and cgroup.
-    /// Returns what its cgroup measured, where it had one.
-    pub(crate) async fn stop(self) -> Option<RunUsage> {
+    /// Kills the container and waits for it. Returns what its cgroup
+    /// measured, where it had one, and what is left to remove (its state,
+    /// cgroup and bundle: blocking, so off the async threads).
+    pub(crate) async fn stop(self) -> (Option<RunUsage>, Finished) {
         let Self { mut parts, .. } = self;
         // SIGKILL to the init ends its pid namespace, and with it every
         // process of the container.
@@ -170,11 +168,7 @@ impl Container<Serving> {
                     .is_ok_and(|code| code.is_ok());
         }
         let usage = parts.run_cgroup.as_ref().map(RunCgroup::usage);
-        // Removing the cgroup waits for killed processes to leave; removing
-        // the bundle is file I/O: both off the async threads.
-        let finished = parts.finish();
-        let _ = tokio::task::spawn_blocking(move || drop(finished)).await;
-        usage
+        (usage, parts.finish())
     }
 }
 
@@ -256,6 +250,106 @@ fn log_line(container: &str, line: &[u8]) {
         "function: {}",
         String::from_utf8_lossy(line).trim_end()
     );
+}
+
+/// A function image running as a server in its own network namespace.
+/// Killed, and its rootfs removed, by [`FunctionServer::stop`] or on drop.
+#[derive(Debug)]
+pub struct FunctionServer(FunctionContainer<Serving>);
+
+/// How a function image is served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FunctionServerOptions<'a> {
+    /// Replaces the image's `Cmd` (its entrypoint stays).
+    pub cmd: &'a [String],
+    /// Added to the image's environment (`KEY=VALUE`).
+    pub env: &'a [String],
+    /// Share xfn's network, for a function that needs egress; by default
+    /// the server has an empty network namespace of its own and is reached
+    /// inside it, never through the host's.
+    pub host_network: bool,
+}
+
+impl FunctionServer {
+    /// Creates and starts a container of `recipe` served as `options`
+    /// say, the whole within `timeout`; on failure nothing is left.
+    pub(crate) async fn start(
+        sandbox: &Sandbox,
+        rootfs: &RootfsMaker,
+        recipe: &Recipe,
+        options: FunctionServerOptions<'_>,
+        limits: Limits,
+        timeout: Duration,
+        teardown: &Teardown,
+    ) -> Result<Self, RunError> {
+        let settings = Settings {
+            host_network: options.host_network,
+            limits,
+            cmd: Some(options.cmd),
+            env: options.env,
+        };
+        let started = tokio::time::timeout(timeout, async {
+            FunctionContainer::create(sandbox, rootfs, recipe, settings, teardown)
+                .await?
+                .start(teardown)
+                .await
+        })
+        .await
+        .map_err(|_| RunError::Timeout(timeout))??;
+        let FunctionContainer {
+            container,
+            rootfs,
+            pin,
+        } = started;
+        let container = container.serve(options.host_network)?;
+        tracing::debug!(container = container.id(), "function serving");
+        Ok(Self(FunctionContainer {
+            container,
+            rootfs,
+            pin,
+        }))
+    }
+
+    /// The container's own network namespace, to connect in.
+    pub fn network(&self) -> &NetworkNamespace {
+        self.0.container.network()
+    }
+
+    /// Waits until the server listens on `address` inside its namespace;
+    /// fails with its exit code and output when it exits first.
+    pub async fn wait_listening(
+        &mut self,
+        address: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), RunError> {
+        Ok(self.0.container.wait_listening(address, timeout).await?)
+    }
+
+    /// Why the server is gone, if it is (exit code, OOM kill, output tail).
+    pub fn exited(&mut self) -> Option<RunError> {
+        self.0.container.exited().map(RunError::from)
+    }
+
+    /// The last bytes the server wrote to stdout and stderr.
+    pub fn output_tail(&self) -> Vec<u8> {
+        self.0.container.output_tail()
+    }
+
+    /// Kills the server and removes its container, cgroup and rootfs.
+    /// Returns what its cgroup measured, where it had one.
+    pub async fn stop(self) -> Option<RunUsage> {
+        let FunctionContainer {
+            container,
+            rootfs,
+            pin,
+        } = self.0;
+        let (usage, finished) = container.stop().await;
+        // Unmounting takes milliseconds: off the async threads, like every
+        // teardown.
+        let remains: Remains = (finished, rootfs, pin);
+        Teardown::inline().drop_later(remains).await;
+        usage
+    }
 }
 
 #[cfg(test)]

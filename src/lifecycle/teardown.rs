@@ -1,43 +1,44 @@
-//! The warm pool's teardowns (a used or unwanted container's crun state,
-//! bundle and cgroup, its rootfs's unmount and removal) on a thread of their
-//! own at the lowest CPU priority, `SCHED_IDLE`: they run when a CPU has
-//! nothing better to do, not in the middle of the next call.
+//! Teardown: what is left of a container (its held namespaces, crun's
+//! state, cgroup and bundle: [`Finished`]; then its rootfs and its image's
+//! pin: [`Remains`]) is removed in that order, off the async threads, one
+//! way for every path: [`Teardown::drop_later`]. A call awaits its own
+//! teardown on the blocking threads ([`Teardown::inline`]); the pool's run
+//! on a thread of their own at `SCHED_IDLE`, when a CPU has nothing better
+//! to do, not in the middle of the next call ([`Teardown::start`]).
 //!
-//! # Why only the teardown
-//! The other background work of the pool, `crun create`, cannot be given
-//! a lower priority: a scheduling policy and a nice value are inherited by
-//! child processes, the container's init is `crun create`'s child and
-//! becomes the function, and an unprivileged process cannot undo either
-//! (leaving `SCHED_IDLE` or lowering nice needs `RLIMIT_NICE`, 0 by
-//! default, or `CAP_SYS_NICE` in the initial user namespace; checked here:
-//! `chrt -o -p 0` from `SCHED_IDLE` as uid 65532 fails with EPERM, and so
-//! it does inside a container). Nor can the session's autogroup nice be
-//! raised and reset per container: without `CAP_SYS_ADMIN` the kernel takes
-//! one autogroup change per 100 ms. The teardown, by contrast, is xfn's own
-//! thread's work; `sched_setscheduler(0, …)` applies to the calling thread
-//! alone, so the async threads and everything they spawn keep their policy.
-//! What this thread spawns itself inherits `SCHED_IDLE`: only `crun kill`
-//! and `crun delete` on a failure path, never a function.
+//! Only the teardown runs at idle priority: a policy is inherited by child
+//! processes, `crun create`'s child becomes the function, and an
+//! unprivileged process cannot leave `SCHED_IDLE` (docs/design.md, "Warm
+//! containers"). `sched_setscheduler(0, …)` applies to the calling thread
+//! alone, so the async threads keep their policy.
 //!
 //! # Bounded
-//! `SCHED_IDLE` runs only on an otherwise idle CPU, so on a saturated
-//! machine it may wait long. At most [`MAX_QUEUED`] teardowns wait for the
-//! thread; past that one runs on tokio's blocking threads at normal
-//! priority, as before, so a busy daemon never piles up mounts and state.
+//! At most [`MAX_QUEUED`] teardowns wait for the idle thread (which, on a
+//! saturated machine, may wait long); past that one runs on tokio's
+//! blocking threads at normal priority, so a busy daemon never piles up
+//! mounts and state.
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
+use super::Parts;
+use crate::image::ImagePin;
+use crate::rootfs::Rootfs;
+use crate::sandbox::bundle::Bundle;
+use crate::sandbox::cgroup::run::RunCgroup;
+use crate::sandbox::Crun;
+
 /// Teardowns waiting for the idle thread at most; more run at normal
 /// priority.
-pub(super) const MAX_QUEUED: usize = 64;
+pub(crate) const MAX_QUEUED: usize = 64;
 
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The idle-priority teardown thread, started with the pool. It ends when
 /// this is dropped, after the teardowns queued.
 #[derive(Debug)]
-pub(super) struct Teardown {
+pub(crate) struct Teardown {
     sender: Option<Mutex<mpsc::Sender<Job>>>,
     queued: Arc<AtomicUsize>,
 }
@@ -45,7 +46,7 @@ pub(super) struct Teardown {
 impl Teardown {
     /// Starts the thread; without one (the spawn failed) every teardown
     /// runs on the blocking threads.
-    pub(super) fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let (sender, receiver) = mpsc::channel::<Job>();
         let queued = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&queued);
@@ -70,10 +71,19 @@ impl Teardown {
         }
     }
 
+    /// No thread: every teardown runs on tokio's blocking threads at
+    /// normal priority (a call that awaits its own teardown).
+    pub(crate) fn inline() -> Self {
+        Self {
+            sender: None,
+            queued: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
     /// Drops `remains` off the async threads, on the idle thread unless
     /// [`MAX_QUEUED`] already wait there; the future resolves once it is
     /// dropped (or the thread is gone).
-    pub(super) fn drop_later<T: Send + 'static>(
+    pub(crate) fn drop_later<T: Send + 'static>(
         &self,
         remains: T,
     ) -> impl Future<Output = ()> + Send + 'static {
@@ -105,6 +115,91 @@ impl Teardown {
         async move {
             let _ = finished.await;
         }
+    }
+}
+
+/// What is left once a container ran: removed when dropped (blocking: drop
+/// it off the reply path). A tuple drops in order: the pin goes last, after
+/// the unmount.
+pub(crate) type Remains = (Finished, Rootfs, ImagePin);
+
+/// What is left of a container once it ran: its crun state, cgroup and
+/// bundle, removed when dropped (blocking: drop it off the async threads).
+#[derive(Debug)]
+pub(crate) struct Finished {
+    namespaces: HeldNamespaces,
+    crun: Crun,
+    id: String,
+    run_cgroup: Option<RunCgroup>,
+    _bundle: Bundle,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        // The namespaces first: their mounts go before the rootfs under
+        // them is unmounted on xfn's side.
+        drop(std::mem::take(&mut self.namespaces));
+        self.crun.forget(&self.id);
+        // Then the cgroup (it waits for killed processes to leave) and the
+        // bundle, in field order.
+        drop(self.run_cgroup.take());
+    }
+}
+
+impl Parts {
+    /// The init is reaped (or killed and reaped here): what is left is
+    /// crun's state, the cgroup and the bundle, for the caller to drop off
+    /// the reply path.
+    pub(crate) fn finish(self) -> Finished {
+        let Self {
+            init,
+            namespaces,
+            mut guard,
+            run_cgroup,
+            bundle,
+            ..
+        } = self;
+        drop(init);
+        guard.armed = false;
+        Finished {
+            namespaces,
+            crun: guard.crun.clone(),
+            id: guard.id.clone(),
+            run_cgroup,
+            _bundle: bundle,
+        }
+    }
+}
+
+/// The namespaces of a container whose exit would tear them down on a
+/// call's path, held open until its teardown (docs/design.md, "Container lifecycle").
+#[derive(Debug, Default)]
+pub(super) struct HeldNamespaces {
+    _fds: Vec<OwnedFd>,
+}
+
+impl HeldNamespaces {
+    /// The namespaces held: those whose last process's exit does work the
+    /// reply would wait for or share its CPUs with.
+    const KINDS: [&'static str; 3] = ["mnt", "ipc", "net"];
+
+    /// Opens the namespaces of the process `pid` (an unreaped child of
+    /// this process, in this process's `/proc`); those that do not open
+    /// are left to end with it.
+    pub(super) fn of(pid: i32) -> Self {
+        let mut held = Vec::with_capacity(Self::KINDS.len());
+        for kind in Self::KINDS {
+            match std::fs::File::open(format!("/proc/{pid}/ns/{kind}")) {
+                Ok(file) => held.push(OwnedFd::from(file)),
+                Err(err) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(%err, kind, "cannot hold a container's namespace: calls wait for its teardown");
+                    });
+                }
+            }
+        }
+        Self { _fds: held }
     }
 }
 

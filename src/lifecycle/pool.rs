@@ -1,58 +1,27 @@
 //! Warm containers: for each image and settings in recent demand, a few
-//! containers created ahead of their calls, so that a call only starts one
-//! and feeds it (see `sandbox::created`). What a call no longer waits for:
-//! the rootfs mounts, the spec, crun's exec and set-up (namespaces, mounts,
-//! seccomp, pivot_root, the old root's detach), and afterwards the
-//! teardown, which runs off the reply path at idle CPU priority
-//! (`runner/teardown.rs`, which also says why `crun create` cannot).
+//! containers created (and by default started) ahead of their calls, so
+//! that a call only feeds one; the teardown runs after the reply, at idle
+//! CPU priority (`teardown.rs`). Why each bound holds: docs/design.md,
+//! "Warm containers".
 //!
 //! # Invariants
-//! - **Each container serves one call.** [`Pool::lease`] removes the one it
-//!   hands out; it runs once (`CreatedContainer::run` takes it by value) and
-//!   is destroyed. Every call still gets a fresh container: its own rootfs
-//!   (a fresh tmpfs upper), mount, pid, IPC, UTS and network namespaces,
-//!   cgroup where limits are enforced. Nothing a call leaves is seen by the
-//!   next.
-//! - **Only exact matches.** A container is used only for a call whose image
-//!   (manifest digest), network policy and cpu/memory limits are those it
-//!   was created with ([`PoolKey`]). The timeout is not part of a container:
-//!   it is enforced by xfn from the start of the call, as on the cold path.
-//!   Anything else takes the cold path (`crun run`), unchanged.
-//! - **Bounded, in count and memory.** At most `size` containers exist at
-//!   once, ready or being created, over all images. Per image and settings
-//!   the pool keeps as many as the most calls seen in flight at once
-//!   lately (at least one while there are calls), so a steady caller finds
-//!   one ready; an image not called for `idle` loses its containers. A
-//!   waiting container holds a stopped process (crun's, before it execs
-//!   the function: its pages are mostly crun's, shared) and its
-//!   namespaces; its rootfs is an empty tmpfs upper over the shared layer
-//!   cache. So `size` bounds memory too, except in copy mode, where each
-//!   would hold a copy of its image: there is no pool there.
-//! - **Named like every run.** A warm container's bundle, crun state, rootfs
-//!   dir and cgroup carry this xfn's instance id (`crate::instance`), so a
-//!   restarted xfn sweeps those of a killed one with the rest of its dead
-//!   instance (`crun kill` + `delete` of its containers, waiting or not).
-//! - **Nothing outlives the pool.** [`Pool::shutdown`] (the daemon's exit)
-//!   removes every waiting container and waits for teardowns in flight; a
-//!   dropped pool removes its containers synchronously.
-//! - **Never under the cache's collector.** A key's recipe and each of its
-//!   containers hold a pin on the image (`image::store::pin`) until the
-//!   container's teardown is done, so the layer dirs under a waiting or
-//!   running container's overlay are never collected.
-//! - **Never holding the cache over its budget.** When images in use keep
-//!   the cache over `--cache-max-size`, the daemon's collector has the pool
-//!   drop the keys of those images that no call uses ([`Pool::release_idle`])
-//!   and collects again: only runs and pulls in flight keep it over.
-//! - **No zombies.** Containers' inits are this process's children (a
-//!   child subreaper): each is reaped by its container, and any other
-//!   container init orphaned to xfn by the runner's sweep
-//!   (`sandbox::reaper::reap_orphans`).
+//! - **Each container serves one call** ([`Pool::lease`] removes the one it
+//!   hands out) and only a call whose [`PoolKey`] (image digest, network
+//!   policy, cpu and memory limits) it was made with.
+//! - **Bounded**: at most `size` containers, ready or being created, over
+//!   all keys; a key keeps as many as its most calls in flight lately, and
+//!   loses them after `idle` without a call.
+//! - **Nothing outlives the pool**: [`Pool::shutdown`] removes every waiting
+//!   container and awaits teardowns in flight; a dropped pool removes its
+//!   containers synchronously.
+//! - **Never under the cache's collector, never over its budget**: each
+//!   container pins its image until its teardown is done, and
+//!   [`Pool::release_idle`] drops the keys of images no call uses.
 //!
 //! # The seam
 //! The pool asks one thing of a container, through [`Containers`]: to be
-//! made ahead of a call. Handing out is the pool's own (a [`Lease`]), and
-//! a teardown is a drop on the teardown thread. [`Crun`] is the real maker;
-//! the unit tests below drive the pool's logic over a fake one.
+//! made ahead of a call, cleaning up after itself when that fails. [`Crun`]
+//! is the real maker; the unit tests below drive the pool over a fake.
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -61,51 +30,24 @@ use std::time::{Duration, Instant};
 
 use tokio_util::task::TaskTracker;
 
-use super::container::{FunctionContainer, Recipe, Settings};
 use super::teardown::Teardown;
-use super::{NetworkPolicy, RootfsMaker, RunConfig, RunError};
-use crate::image::ImagePin;
-use crate::rootfs::Rootfs;
-use crate::sandbox::{Created, CrunOutput, Limits, Sandbox, Started};
+use super::{Created, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
+use crate::sandbox::{CrunOutput, Limits, Sandbox};
 
 /// What a container must match to serve a call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct PoolKey {
+pub(crate) struct PoolKey {
     /// The image's manifest digest.
-    pub(super) digest: String,
+    pub(crate) digest: String,
     /// NetworkPolicy::Runner.
-    pub(super) host_network: bool,
+    pub(crate) host_network: bool,
     /// cpu limit in millicores.
-    pub(super) cpu_millis: Option<u64>,
+    pub(crate) cpu_millis: Option<u64>,
     /// memory limit in bytes.
-    pub(super) memory_bytes: Option<u64>,
+    pub(crate) memory_bytes: Option<u64>,
 }
 
 impl PoolKey {
-    /// The key of a call of the image `digest` with `config`.
-    pub(super) fn of(digest: &str, config: &RunConfig) -> Self {
-        // Every setting of a call, named: a setting added to RunConfig does
-        // not compile here until it is decided whether containers must
-        // match it.
-        let RunConfig {
-            // How the image is found, not what runs: the digest says what.
-            pull_policy: _,
-            auth: _,
-            // Not part of a container: xfn enforces it from the start of the
-            // call, warm or cold (and it varies per call, by what the
-            // caller's deadline left after queueing).
-            timeout: _,
-            network,
-            limits,
-        } = config;
-        Self {
-            digest: digest.to_string(),
-            host_network: *network == NetworkPolicy::Runner,
-            cpu_millis: limits.cpu_millis,
-            memory_bytes: limits.memory_bytes,
-        }
-    }
-
     fn limits(&self) -> Limits {
         Limits {
             cpu_millis: self.cpu_millis,
@@ -154,7 +96,7 @@ pub(crate) fn default_size() -> usize {
 /// The default idle expiry: two minutes, past Crossplane's default poll
 /// interval (1m), so that an XR reconciled on that schedule still finds a
 /// container; an image nobody calls costs nothing after it.
-pub(super) const DEFAULT_IDLE: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_IDLE: Duration = Duration::from_secs(120);
 
 impl Default for PoolOptions {
     fn default() -> Self {
@@ -189,19 +131,19 @@ pub struct PoolStats {
 
 /// What the pool asks of a container: to be made ahead of its call. What
 /// is made or left is torn down by dropping it (on the teardown thread).
-pub(super) trait Containers: Debug + Send + Sync + 'static {
+pub(crate) trait Containers: Debug + Send + Sync + 'static {
     /// What every container of a key is made from.
     type Recipe: Debug + Send + Sync + 'static;
     /// A container ready for a call.
     type Waiting: Debug + Send + 'static;
-    /// What a failed creation leaves, removed by the pool.
-    type Remains: Send + 'static;
-    /// Makes one container of `key` from `recipe`.
+    /// Makes one container of `key` from `recipe`, its teardowns through
+    /// `teardown`; a creation that fails leaves nothing.
     fn create(
         &self,
         key: &PoolKey,
         recipe: &Self::Recipe,
-    ) -> impl Future<Output = Result<Self::Waiting, (RunError, Self::Remains)>> + Send;
+        teardown: &Teardown,
+    ) -> impl Future<Output = Result<Self::Waiting, RunError>> + Send;
     /// The container's id, for the logs.
     fn id(waiting: &Self::Waiting) -> &str;
 }
@@ -209,7 +151,7 @@ pub(super) trait Containers: Debug + Send + Sync + 'static {
 /// The real maker: containers created by crun in the sandbox, on a rootfs
 /// of their own, started ahead unless [`PoolOptions::start`] says not.
 #[derive(Debug)]
-pub(super) struct Crun {
+pub(crate) struct Crun {
     sandbox: Arc<Sandbox>,
     rootfs: Arc<RootfsMaker>,
     start: WarmStart,
@@ -218,27 +160,24 @@ pub(super) struct Crun {
 impl Containers for Crun {
     type Recipe = Recipe;
     type Waiting = Waiting;
-    type Remains = (Option<Rootfs>, ImagePin);
 
     async fn create(
         &self,
         key: &PoolKey,
         recipe: &Recipe,
-    ) -> Result<Waiting, (RunError, Self::Remains)> {
+        teardown: &Teardown,
+    ) -> Result<Waiting, RunError> {
         let settings = Settings {
             host_network: key.host_network,
             limits: key.limits(),
             ..Settings::default()
         };
-        let created = FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings)
-            .await
-            .map_err(|(err, rootfs)| (err, (rootfs, recipe.pin.clone())))?;
+        let created =
+            FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings, teardown)
+                .await?;
         match self.start {
             WarmStart::Created => Ok(Waiting::Created(created)),
-            WarmStart::Started => match created.start().await {
-                Ok(started) => Ok(Waiting::Started(started)),
-                Err((err, rootfs)) => Err((err, (Some(rootfs), recipe.pin.clone()))),
-            },
+            WarmStart::Started => Ok(Waiting::Started(created.start(teardown).await?)),
         }
     }
 
@@ -250,7 +189,7 @@ impl Containers for Crun {
 /// A container ready for a call (its rootfs and pin with it), created or
 /// started ahead as [`PoolOptions::start`] says.
 #[derive(Debug)]
-pub(super) enum Waiting {
+pub(crate) enum Waiting {
     Created(FunctionContainer<Created>),
     Started(FunctionContainer<Started>),
 }
@@ -266,7 +205,7 @@ impl Waiting {
 
 /// A container handed to a call.
 #[derive(Debug)]
-pub(super) struct Warm<C: Containers = Crun> {
+pub(crate) struct Warm<C: Containers = Crun> {
     waiting: C::Waiting,
     pool: Arc<Pool<C>>,
 }
@@ -275,7 +214,7 @@ impl Warm<Crun> {
     /// Runs the call in this container (starting it first unless it was
     /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
-    pub(super) async fn run(self, input: &[u8], timeout: Duration) -> Result<CrunOutput, RunError> {
+    pub(crate) async fn run(self, input: &[u8], timeout: Duration) -> Result<CrunOutput, RunError> {
         let (result, remains) = match self.waiting {
             Waiting::Created(created) => created.run(input, timeout, Instant::now()).await,
             Waiting::Started(started) => started.feed(input, timeout).await,
@@ -287,7 +226,7 @@ impl Warm<Crun> {
 
 /// The warm containers of every key.
 #[derive(Debug)]
-pub(super) struct Pool<C: Containers = Crun> {
+pub(crate) struct Pool<C: Containers = Crun> {
     containers: C,
     options: PoolOptions,
     state: Mutex<State<C>>,
@@ -295,7 +234,7 @@ pub(super) struct Pool<C: Containers = Crun> {
     created_one: tokio::sync::Notify,
     /// Creations and teardowns in flight, awaited by `shutdown`.
     tasks: TaskTracker,
-    /// Where teardowns run: at idle priority (`runner/teardown.rs`).
+    /// Where teardowns run: at idle priority (`teardown.rs`).
     teardown: Teardown,
 }
 
@@ -358,7 +297,7 @@ impl<C: Containers> Slot<C> {
 /// One call's hold on a key: counts it in flight while it lives, and may
 /// carry a warm container for it.
 #[derive(Debug)]
-pub(super) struct Lease<C: Containers = Crun> {
+pub(crate) struct Lease<C: Containers = Crun> {
     pool: Arc<Pool<C>>,
     key: PoolKey,
     warm: Option<C::Waiting>,
@@ -366,7 +305,7 @@ pub(super) struct Lease<C: Containers = Crun> {
 
 impl<C: Containers> Lease<C> {
     /// The warm container, if one was ready.
-    pub(super) fn take(&mut self) -> Option<Warm<C>> {
+    pub(crate) fn take(&mut self) -> Option<Warm<C>> {
         self.warm.take().map(|waiting| Warm {
             waiting,
             pool: Arc::clone(&self.pool),
@@ -398,7 +337,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(10);
 impl Pool<Crun> {
     /// A pool creating containers in `sandbox` on rootfs made by `rootfs`;
     /// starts the pool's clock.
-    pub(super) fn new(
+    pub(crate) fn new(
         sandbox: Arc<Sandbox>,
         rootfs: Arc<RootfsMaker>,
         options: PoolOptions,
@@ -439,7 +378,7 @@ impl<C: Containers> Pool<C> {
 
     /// Counts a call of `key` in flight and hands it a warm container when
     /// one is ready; starts creating more where recent demand wants them.
-    pub(super) fn lease(
+    pub(crate) fn lease(
         self: &Arc<Self>,
         key: PoolKey,
         recipe: impl FnOnce() -> C::Recipe,
@@ -482,7 +421,7 @@ impl<C: Containers> Pool<C> {
     /// without counting a call (a render prepares every step's container
     /// before its first step runs), and waits until one is ready or its
     /// creation failed (the call then takes the cold path and says why).
-    pub(super) async fn prepare(
+    pub(crate) async fn prepare(
         self: &Arc<Self>,
         key: PoolKey,
         recipe: impl FnOnce() -> C::Recipe,
@@ -545,16 +484,10 @@ impl<C: Containers> Pool<C> {
         }
     }
 
-    /// Makes one container of `key`; what a failed creation leaves goes
-    /// to the teardown.
+    /// Makes one container of `key` (which cleans up after itself when it
+    /// fails, on the pool's teardown thread).
     async fn create(&self, key: &PoolKey, recipe: &C::Recipe) -> Result<C::Waiting, RunError> {
-        self.containers
-            .create(key, recipe)
-            .await
-            .map_err(|(err, remains)| {
-                self.dispose(remains);
-                err
-            })
+        self.containers.create(key, recipe, &self.teardown).await
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
@@ -655,7 +588,7 @@ impl<C: Containers> Pool<C> {
     /// budget holds with warm containers: the collector asks for this when
     /// images in use keep the cache over its budget. Returns how many
     /// containers went; a later call of such an image makes its key again.
-    pub(super) fn release_idle(
+    pub(crate) fn release_idle(
         &self,
         digests: &[String],
     ) -> (
@@ -696,7 +629,7 @@ impl<C: Containers> Pool<C> {
     }
 
     /// What the pool holds now and did so far.
-    pub(super) fn stats(&self) -> PoolStats {
+    pub(crate) fn stats(&self) -> PoolStats {
         let state = self.lock();
         PoolStats {
             size: self.options.size,
@@ -708,7 +641,7 @@ impl<C: Containers> Pool<C> {
 
     /// Stops creating, removes every waiting container and waits until
     /// creations and teardowns in flight are done.
-    pub(super) async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let removed: Vec<C::Waiting> = {
             let mut state = self.lock();
             state.closed = true;
@@ -830,16 +763,21 @@ mod tests {
     impl Containers for Fake {
         type Recipe = ();
         type Waiting = Token;
-        type Remains = Token;
 
-        async fn create(&self, _key: &PoolKey, _recipe: &()) -> Result<Token, (RunError, Token)> {
+        async fn create(
+            &self,
+            _key: &PoolKey,
+            _recipe: &(),
+            teardown: &Teardown,
+        ) -> Result<Token, RunError> {
             let token = self.token();
             if let Ok(permit) = self.gate.acquire().await {
                 drop(permit);
             }
             tokio::task::yield_now().await;
             if self.fail.load(Ordering::Acquire) {
-                return Err((RunError::Timeout(Duration::ZERO), token));
+                teardown.drop_later(token).await;
+                return Err(RunError::Timeout(Duration::ZERO));
             }
             Ok(token)
         }

@@ -1,0 +1,99 @@
+//! Start: the byte on `exec.fifo` (all that `crun start` does) lets the
+//! init exec the function, which then runs until it reads its stdin. A
+//! start that fails hands what is left to the teardown.
+use std::time::{Duration, Instant};
+
+use super::teardown::{Finished, Remains, Teardown};
+use super::{Container, Created, FunctionContainer, RunError, Started};
+use crate::sandbox::{CrunError, CrunOutput, SandboxError};
+
+impl FunctionContainer<Created> {
+    /// Starts the function ahead of its call. On failure what is left goes
+    /// through `teardown` (awaited).
+    pub(crate) async fn start(
+        self,
+        teardown: &Teardown,
+    ) -> Result<FunctionContainer<Started>, RunError> {
+        let Self {
+            container,
+            rootfs,
+            pin,
+        } = self;
+        match container.start().await {
+            Ok(container) => Ok(FunctionContainer {
+                container,
+                rootfs,
+                pin,
+            }),
+            Err((err, finished)) => {
+                let remains: Remains = (finished, rootfs, pin);
+                teardown.drop_later(remains).await;
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Starts and feeds the container within `timeout` from `since`.
+    pub(crate) async fn run(
+        self,
+        input: &[u8],
+        timeout: Duration,
+        since: Instant,
+    ) -> (Result<CrunOutput, RunError>, Remains) {
+        let (result, finished) = self.container.run(input, timeout, since).await;
+        (
+            result.map_err(RunError::from),
+            (finished, self.rootfs, self.pin),
+        )
+    }
+}
+
+impl Container<Created> {
+    /// Starts the function: it execs and runs until it reads its stdin.
+    /// Fails when the container is gone, handing back what is left to
+    /// remove (off the async threads).
+    pub(crate) async fn start(self) -> Result<Container<Started>, (SandboxError, Finished)> {
+        let Self { state, parts } = self;
+        if let Err(err) = parts.guard.crun.start(&parts.guard.id).await {
+            return Err((err.into(), parts.finish()));
+        }
+        Ok(Container {
+            state: Started {
+                stdio: state.stdio,
+                at: Instant::now(),
+            },
+            parts,
+        })
+    }
+
+    /// Starts the container and feeds it, both within `timeout` counted
+    /// from `since` (the call's start: a cold call's creation counts).
+    pub(crate) async fn run(
+        self,
+        input: &[u8],
+        timeout: Duration,
+        since: Instant,
+    ) -> (Result<CrunOutput, SandboxError>, Finished) {
+        let budget = |since: Instant| timeout.saturating_sub(since.elapsed());
+        let Self { state, parts } = self;
+        let started =
+            tokio::time::timeout(budget(since), parts.guard.crun.start(&parts.guard.id)).await;
+        let started = match started {
+            Ok(Ok(())) => Container {
+                state: Started {
+                    stdio: state.stdio,
+                    at: Instant::now(),
+                },
+                parts,
+            },
+            Ok(Err(err)) => return (Err(err.into()), parts.finish()),
+            Err(_) => {
+                return (
+                    Err(SandboxError::Crun(CrunError::Timeout(timeout))),
+                    parts.finish(),
+                )
+            }
+        };
+        started.feed_within(input, budget(since), timeout).await
+    }
+}

@@ -239,6 +239,32 @@ fn the_host_deployment_is_its_pods_root_with_only_the_id_mapping_capabilities() 
     );
 }
 
+/// The host Deployment's command line is one `xfn host` takes: every flag
+/// it gives exists (clap refuses an unknown one before it reads `--help`).
+#[test]
+fn the_host_deployments_args_are_flags_xfn_host_knows() {
+    let docs = documents("host/xfn-host.yaml");
+    let pod = &of_kind(&docs, "Deployment")["spec"]["template"]["spec"];
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string arg"))
+        .collect();
+    assert_eq!(args.first(), Some(&"host"), "{args:?}");
+    let out = xfn_testkit::xfn_command()
+        .args(&args)
+        .arg("--help")
+        .output()
+        .expect("run xfn");
+    assert!(
+        out.status.success(),
+        "xfn {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The host's cache, like the sidecar's, is an emptyDir whose `sizeLimit`
 /// must hold the budget plus one pull in flight.
 #[test]

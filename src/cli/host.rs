@@ -84,6 +84,10 @@ pub(crate) struct HostArgs {
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
     pub daemon: super::daemon_flags::DaemonArgs,
+    /// Disk the image cache may take (a quantity), as `xfn start`'s: past
+    /// it, the least recently used packages not in use are removed.
+    #[arg(long, default_value = super::start::DEFAULT_CACHE_MAX_SIZE, value_parser = super::parse_size)]
+    pub cache_max_size: u64,
     /// Run engine flags.
     #[command(flatten)]
     pub runner: super::RunnerArgs,
@@ -136,7 +140,10 @@ pub(crate) async fn execute(
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
-    let daemon = Daemon::new(runner, args.daemon.daemon_options(None, None));
+    let daemon = Daemon::new(
+        runner,
+        args.daemon.daemon_options(Some(args.cache_max_size), None),
+    );
     let tls = prepared.ca.is_some();
     let host = Host::new(
         Arc::clone(daemon.runner()),

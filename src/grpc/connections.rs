@@ -685,11 +685,7 @@ where
                 .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
                 .map(|tls| tls.get_ref().clone())
         });
-        let conn = conn.or_else(|| {
-            extensions
-                .get::<super::sni::SniInfo>()
-                .map(|sni| sni.conn.clone())
-        });
+        let conn = conn.or_else(|| extensions.get::<SniInfo>().map(|sni| sni.conn.clone()));
         let guard = conn.map(|ConnInfo(conn)| conn.begin_call());
         let response = self.0.call(request);
         Box::pin(async move {
@@ -727,6 +723,16 @@ impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
+}
+
+/// What tonic puts in each request of a `grpc::sni::SniStream`: the connection (for
+/// the call counter) and the name the client dialled.
+#[derive(Debug, Clone)]
+pub(crate) struct SniInfo {
+    /// The tracked connection.
+    pub(crate) conn: ConnInfo,
+    /// The SNI the handshake was made for (lower case).
+    pub(crate) server_name: Arc<str>,
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{ConnInfo, Tracked};
+use super::connections::{ConnInfo, SniInfo, Tracked};
 use crate::echo::Echo;
 
 /// What a front end serving many names gives the gRPC layer.
@@ -36,16 +36,6 @@ pub(crate) trait SniConfigs: Send + Sync + 'static {
 pub(crate) struct SniStream<IO> {
     io: TlsStream<IO>,
     server_name: Arc<str>,
-}
-
-/// What tonic puts in each request of an [`SniStream`]: the connection (for
-/// the call counter) and the name the client dialled.
-#[derive(Debug, Clone)]
-pub(crate) struct SniInfo {
-    /// The tracked connection.
-    pub(crate) conn: ConnInfo,
-    /// The SNI the handshake was made for (lower case).
-    pub(crate) server_name: Arc<str>,
 }
 
 /// Reads the ClientHello of `io`, refuses a name `configs` does not serve,

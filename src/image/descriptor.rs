@@ -24,6 +24,21 @@ pub(crate) struct Manifest {
     pub layers: Vec<BlobRef>,
 }
 
+impl Manifest {
+    /// A stored manifest's bytes, parsed for what the store uses.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Stored {
+            config: BlobRef,
+            layers: Vec<BlobRef>,
+        }
+        serde_json::from_slice::<Stored>(bytes).map(|stored| Manifest {
+            config: stored.config,
+            layers: stored.layers,
+        })
+    }
+}
+
 /// `sha256:` and 64 lower-case hex digits: the digest is also a file name.
 pub(crate) fn is_sha256_digest(digest: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|hex| {

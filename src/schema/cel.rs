@@ -20,7 +20,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 use cel::{Context, Program};
 use serde_json::Value;
 
-use super::structural::Issue;
+use super::Issue;
 
 /// The longest rule evaluated.
 pub(super) const MAX_RULE_BYTES: usize = 4096;

@@ -29,6 +29,14 @@ use serde_json::Value;
 
 use crate::compose::value::get_str;
 
+/// One error of the walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Issue {
+    path: String,
+    message: String,
+    rule: String,
+}
+
 /// One error: which resource, which field, what is wrong, which rule says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Finding {

@@ -12,17 +12,11 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::Issue;
+
 /// The compiled size a CRD's `pattern` may take (regex's own bound on a
 /// program; a larger pattern is an error, not a slow match).
 const PATTERN_SIZE_LIMIT: usize = 1 << 20;
-
-/// One error of the walk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Issue {
-    pub path: String,
-    pub message: String,
-    pub rule: String,
-}
 
 /// The walk's state: its errors, its notes, compiled patterns.
 #[derive(Debug, Default)]

@@ -808,3 +808,42 @@ pub fn subordinate_range(n: u32) -> u32 {
     let slot = (std::process::id() * 4 + n) % 4096;
     2_000_000 + slot * 65536
 }
+
+/// Calls RunFunction on `target` (a gRPC target such as
+/// `unix-abstract:crossplane/fn/default.sock`) with Python's grpcio, as
+/// root (an allowed caller), in the daemon's network namespace when it has
+/// its own: the response, or the status grpcio reported.
+pub fn grpcio_run_function(
+    daemon: &Daemon,
+    target: &str,
+    req: &crate::pb::RunFunctionRequest,
+) -> Result<crate::pb::RunFunctionResponse, String> {
+    use prost::Message;
+    let script = crate::repo_root().join("tests/python/grpcio_call.py");
+    let method = "/apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService/RunFunction";
+    let mut command = match daemon.network_namespace() {
+        Some(ns) => {
+            let mut command = std::process::Command::new("nsenter");
+            command
+                .arg(format!("--net={}", ns.display()))
+                .args(["--", "python3"]);
+            command
+        }
+        None => std::process::Command::new("python3"),
+    };
+    // On stdin: a request may be larger than an argument can be.
+    let child = crate::child::ChildGuard::spawn_with_input(
+        command
+            .arg(script)
+            .args([target, method, "-"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+        hex::encode(req.encode_to_vec()).as_bytes(),
+    );
+    let out = child.output_within("grpcio_call.py", std::time::Duration::from_secs(120));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let bytes = hex::decode(String::from_utf8_lossy(&out.stdout).trim()).expect("hex response");
+    Ok(crate::pb::RunFunctionResponse::decode(bytes.as_slice()).expect("a RunFunctionResponse"))
+}

@@ -10,7 +10,6 @@ use hyper_util::rt::TokioIo;
 use tonic::codegen::http;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::daemon::Daemon;
 use crate::pb;
 use crate::pb::containerized_function_runner_service_client::ContainerizedFunctionRunnerServiceClient;
 
@@ -29,7 +28,8 @@ pub type RawTransport = tower::util::BoxCloneService<
 /// being first, answers `CANCELLED` locally.
 pub type RawClient = ContainerizedFunctionRunnerServiceClient<RawTransport>;
 
-/// A call running on a task of its own ([`Daemon::call_in_flight`]).
+/// A call running on a task of its own
+/// ([`crate::daemon::Daemon::call_in_flight`]).
 pub type Call =
     tokio::task::JoinHandle<Result<tonic::Response<pb::RunFunctionResponse>, tonic::Status>>;
 
@@ -134,45 +134,6 @@ pub(crate) async fn connect_unix_as(
     .await
     .expect("join")?;
     tokio::net::UnixStream::from_std(std_stream)
-}
-
-/// Calls RunFunction on `target` (a gRPC target such as
-/// `unix-abstract:crossplane/fn/default.sock`) with Python's grpcio, as
-/// root (an allowed caller), in the daemon's network namespace when it has
-/// its own: the response, or the status grpcio reported.
-pub fn grpcio_run_function(
-    daemon: &Daemon,
-    target: &str,
-    req: &pb::RunFunctionRequest,
-) -> Result<pb::RunFunctionResponse, String> {
-    use prost::Message;
-    let script = crate::repo_root().join("tests/python/grpcio_call.py");
-    let method = "/apiextensions.fn.proto.v1alpha1.ContainerizedFunctionRunnerService/RunFunction";
-    let mut command = match daemon.network_namespace() {
-        Some(ns) => {
-            let mut command = std::process::Command::new("nsenter");
-            command
-                .arg(format!("--net={}", ns.display()))
-                .args(["--", "python3"]);
-            command
-        }
-        None => std::process::Command::new("python3"),
-    };
-    // On stdin: a request may be larger than an argument can be.
-    let child = crate::child::ChildGuard::spawn_with_input(
-        command
-            .arg(script)
-            .args([target, method, "-"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped()),
-        hex::encode(req.encode_to_vec()).as_bytes(),
-    );
-    let out = child.output_within("grpcio_call.py", Duration::from_secs(120));
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let bytes = hex::decode(String::from_utf8_lossy(&out.stdout).trim()).expect("hex response");
-    Ok(pb::RunFunctionResponse::decode(bytes.as_slice()).expect("a RunFunctionResponse"))
 }
 
 /// A request for `image` with `input`.

@@ -2,7 +2,16 @@
 //! manifests, configs, indexes and layers. A file of its own so that the
 //! layer builder needs nothing else of the kit (the crate's unit tests
 //! include `layer.rs` by path, without the registry and image builders).
-use crate::layer::Compression;
+/// How a layer blob is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// A plain tar.
+    None,
+    /// gzip (the common case).
+    Gzip,
+    /// zstd.
+    Zstd,
+}
 
 /// Manifest flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,16 +10,7 @@ use std::io::Write;
 
 use sha2::{Digest, Sha256};
 
-/// How a layer blob is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
-    /// A plain tar.
-    None,
-    /// gzip (the common case).
-    Gzip,
-    /// zstd.
-    Zstd,
-}
+pub use crate::format::Compression;
 
 /// Commands busybox provides that [`Layer::busybox`] links into `/bin`.
 pub const BUSYBOX_APPLETS: &[&str] = &[

@@ -8,7 +8,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::fsops;
-use super::meta::{gid, pax_xattrs, process_umask, set_xattrs, timestamps, uid};
+use super::meta::{gid, io_err, pax_xattrs, process_umask, set_xattrs, timestamps, uid};
 use super::paths::{join, normalize, split_last};
 use super::seen::Origin;
 use super::tree::{set_opaque, ResolveError, Tree};
@@ -558,13 +558,6 @@ fn shifted(id: u64, shift: u32) -> u32 {
     }
     let ceiling = u64::from(u32::MAX - 1);
     id.saturating_add(u64::from(shift)).min(ceiling) as u32
-}
-
-pub(super) fn io_err(entry: &str, source: io::Error) -> ExtractError {
-    ExtractError::Io {
-        entry: entry.to_owned(),
-        source,
-    }
 }
 
 fn unsafe_entry(entry: &str, reason: &str) -> ExtractError {

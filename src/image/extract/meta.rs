@@ -4,7 +4,6 @@ use std::os::fd::BorrowedFd;
 
 use rustix::fs::{Gid, Timespec, Timestamps, Uid, XattrFlags};
 
-use super::entry::io_err;
 use super::ExtractError;
 
 /// The process umask, read once from /proc/self/status (calling umask(2)
@@ -77,5 +76,13 @@ pub(super) fn set_xattrs(fd: BorrowedFd<'_>, xattrs: &[Xattr], name: &str) {
             // Optional: a filesystem without user xattrs loses them.
             tracing::debug!(entry = name, error = %e, "xattr not applied");
         }
+    }
+}
+
+/// An I/O error on the layer entry named `entry`.
+pub(super) fn io_err(entry: &str, source: std::io::Error) -> ExtractError {
+    ExtractError::Io {
+        entry: entry.to_owned(),
+        source,
     }
 }

@@ -138,7 +138,7 @@ impl ContentStore {
         let Some(bytes) = self.read_verified(&path, digest)? else {
             return Ok(None);
         };
-        match parse_manifest(&bytes) {
+        match Manifest::parse(&bytes) {
             Ok(manifest) => Ok(Some(manifest)),
             // Verified bytes that do not parse were never a manifest we
             // took (resolving parses first): treat them as torn too.
@@ -177,19 +177,6 @@ impl ContentStore {
         tracing::warn!(path = %path.display(), "a cached entry is torn ({why}); fetching it again");
         let _ = std::fs::remove_file(path);
     }
-}
-
-/// A manifest's bytes, parsed for what the store uses.
-pub(super) fn parse_manifest(bytes: &[u8]) -> Result<Manifest, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct Stored {
-        config: BlobRef,
-        layers: Vec<BlobRef>,
-    }
-    serde_json::from_slice::<Stored>(bytes).map(|stored| Manifest {
-        config: stored.config,
-        layers: stored.layers,
-    })
 }
 
 /// An image config, parsed.

@@ -8,6 +8,15 @@ use sha2::{Digest as _, Sha256};
 use super::{io_err, ContentStore, ImageError};
 use crate::image::descriptor::is_sha256_digest;
 
+/// The cache root's mode where functions run under ids of their own: its
+/// group, the functions' root gid (xfn's gid 1), may search it. crun sets a
+/// container up as the container's root, in the run's user namespace,
+/// where xfn's id 0 is unmapped: it must reach the run's rootfs under
+/// `<cache>/run` through the cache root, which is otherwise 0700. Reading
+/// the cache's entries still takes more: every dir below the root is 0700,
+/// and what a run needs (its rootfs, its bundle) is named per run.
+pub(super) const ROOT_SEARCHABLE: u32 = 0o710;
+
 pub(super) const REFS: &str = "refs";
 pub(super) const MANIFESTS: &str = "manifests";
 pub(super) const CONFIGS: &str = "configs";
@@ -36,7 +45,7 @@ pub(super) fn create_private_dirs(root: &Path) -> Result<(), ImageError> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true).mode(PRIVATE);
     builder.create(root).map_err(io_err(root))?;
-    if let Err(err) = make_private(root, Some(super::owners::ROOT_SEARCHABLE)) {
+    if let Err(err) = make_private(root, Some(ROOT_SEARCHABLE)) {
         tracing::warn!(
             cache = %root.display(),
             "cannot make the cache dir private (mode 0700): {err}; its entries stay private"

@@ -19,20 +19,11 @@
 //! taken, xfn run as another user), never between two runs of one setup.
 use std::path::Path;
 
-use super::layout::{self, LAYERS, REFS, ROOTFS};
+use super::layout::{self, LAYERS, REFS, ROOTFS, ROOT_SEARCHABLE};
 use super::{io_err, ImageError};
 
 /// The record's file name under the cache root.
 const OWNERS: &str = "owners";
-
-/// The cache root's mode where functions run under ids of their own: its
-/// group, the functions' root gid (xfn's gid 1), may search it. crun sets a
-/// container up as the container's root, in the run's user namespace,
-/// where xfn's id 0 is unmapped: it must reach the run's rootfs under
-/// `<cache>/run` through the cache root, which is otherwise 0700. Reading
-/// the cache's entries still takes more: every dir below the root is 0700,
-/// and what a run needs (its rootfs, its bundle) is named per run.
-pub(super) const ROOT_SEARCHABLE: u32 = 0o710;
 
 /// The shift the layers of the cache at `root` are extracted with.
 pub(super) fn shift_of(root: &Path) -> u32 {

@@ -24,7 +24,6 @@ use std::sync::{Arc, MutexGuard, OnceLock, Weak};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use super::entries::parse_manifest;
 use super::layout::{hex_of, GATE, PINS};
 use super::{io_err, ContentStore, ImageError};
 use crate::image::descriptor::{sha256_digest, Manifest};
@@ -138,7 +137,7 @@ impl ContentStore {
         }
         let bytes = std::fs::read(self.root().join(PINS).join(hex)).ok()?;
         (sha256_digest(&bytes) == digest)
-            .then(|| parse_manifest(&bytes).ok())
+            .then(|| Manifest::parse(&bytes).ok())
             .flatten()
     }
 

@@ -1,6 +1,6 @@
 //! The gRPC services `xfn host` serves on its one port, v1 and v1beta1, each
 //! call routed to the function its connection names: the SNI of a TLS
-//! connection ([`crate::grpc::sni::SniInfo`]), or, on the plaintext
+//! connection ([`crate::grpc::connections::SniInfo`]), or, on the plaintext
 //! listener, the host of the request's `:authority` ([`Authority`], put
 //! there by [`WithAuthority`]). Nothing in the request body routes.
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::Host;
+use crate::grpc::connections::SniInfo;
 use crate::grpc::deadline::deadline_of;
-use crate::grpc::sni::SniInfo;
 use crate::proto::{v1, v1beta1};
 
 /// The host part of a plaintext request's `:authority`, lower case.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pin::Found;
 use super::{io_err, ContentStore, ImageError, ImagePin};
-use crate::image::descriptor::{sha256_digest, BlobRef, Manifest};
+use crate::image::descriptor::{sha256_digest, Manifest};
 
 /// An image that is whole in the store: config read, every layer extracted.
 #[derive(Debug, Clone)]

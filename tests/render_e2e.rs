@@ -367,11 +367,11 @@ fn input_errors_name_the_file_or_the_step() {
         ),
         (
             ["xr.yaml", "xr.yaml", "functions.yaml"],
-            &["xr.yaml: expected a apiextensions.crossplane.io Composition or CompositionRevision"],
+            &["xr.yaml: holds an XBucket, given as the COMPOSITION: an XR render takes XR COMPOSITION [FUNCTIONS], in that order"],
         ),
         (
             ["xr.yaml", "other.yaml", "functions.yaml"],
-            &["other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is a example.org/v1 XBucket"],
+            &["other.yaml: the Composition composes example.org/v1 XDatabase, but the XR is an example.org/v1 XBucket"],
         ),
         (
             ["xr.yaml", "unknown.yaml", "functions.yaml"],

@@ -234,10 +234,13 @@ pub(crate) enum ComposeError {
 }
 
 /// "a" or "an" before `word`, as English reads it aloud (`an
-/// apiextensions…`, `a Composition`).
+/// apiextensions…`, `a Composition`, `an XBucket`).
 pub(crate) fn article(word: &str) -> &'static str {
-    match word.chars().next().map(|c| c.to_ascii_lowercase()) {
-        Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
+    let mut chars = word.chars();
+    match (chars.next(), chars.next()) {
+        (Some('a' | 'e' | 'i' | 'o' | 'u' | 'A' | 'E' | 'I' | 'O' | 'U'), _) => "an",
+        // An XR kind's X is read as the letter ("an XBucket").
+        (Some('X'), Some(c)) if c.is_ascii_uppercase() => "an",
         _ => "a",
     }
 }

@@ -866,6 +866,7 @@ spec:
     fn articles_read_as_english() {
         assert_eq!(crate::compose::article("apiextensions.crossplane.io"), "an");
         assert_eq!(crate::compose::article("Composition"), "a");
-        assert_eq!(crate::compose::article("XBucket"), "a");
+        assert_eq!(crate::compose::article("XBucket"), "an");
+        assert_eq!(crate::compose::article("Xylophone"), "a");
     }
 }

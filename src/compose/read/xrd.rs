@@ -70,7 +70,8 @@ impl Xrd {
                 path: path.to_path_buf(),
                 message: format!(
                     "the CompositeResourceDefinition {name:?} defines group {xrd_group:?} kind \
-                     {xrd_kind:?}, but the XR is a {} {}",
+                     {xrd_kind:?}, but the XR is {} {} {}",
+                    crate::compose::article(xr.api_version()),
                     xr.api_version(),
                     xr.kind()
                 ),

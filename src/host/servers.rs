@@ -16,7 +16,7 @@ use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
 use crate::proto::{v1, v1beta1};
-use crate::runner::{RunConfig, Runner, FunctionServerOptions, FunctionServer};
+use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, Runner};
 
 /// Where a function server listens inside its own namespace (the port
 /// Crossplane's SDKs default to), and the flag it is started with, as

@@ -288,7 +288,7 @@ impl Runner {
         let created = tokio::time::timeout(
             config.timeout,
             FunctionContainer::create(
-                &self.sandbox,
+                &*self.sandbox,
                 &self.rootfs,
                 &recipe,
                 settings,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 
+use super::seam::Sandboxing;
 use super::teardown::{HeldNamespaces, Teardown};
 use super::{Container, Created, FunctionContainer, Parts, Recipe, RunError, Settings, Stdio};
 use crate::rootfs::{ResolvedMode, Rootfs, RootfsOptions};
@@ -56,30 +57,19 @@ impl RootfsMaker {
     }
 }
 
-impl FunctionContainer<Created> {
+impl<B: Sandboxing> FunctionContainer<Created, B> {
     /// Prepares a rootfs and creates a container on it. On failure it
     /// cleans up after itself (the rootfs through `teardown`, awaited):
     /// no caller ever holds a half-made container.
     pub(crate) async fn create(
-        sandbox: &Sandbox,
-        rootfs: &RootfsMaker,
-        recipe: &Recipe,
+        sandbox: &B,
+        rootfs: &B::RootfsMaker,
+        recipe: &Recipe<B::Pin>,
         settings: Settings<'_>,
         teardown: &Teardown,
     ) -> Result<Self, RunError> {
-        let made = rootfs
-            .prepare(recipe.layers.clone(), recipe.flattened.clone())
-            .await?;
-        let request = ContainerRequest {
-            rootfs: made.path(),
-            image: recipe.config.as_ref(),
-            host_network: settings.host_network,
-            limits: settings.limits,
-            cmd: settings.cmd,
-            env: settings.env,
-        };
-        let container = Container::create(sandbox, &request).await;
-        match container {
+        let made = B::prepare(rootfs, recipe.layers.clone(), recipe.flattened.clone()).await?;
+        match sandbox.create(&made, recipe, settings).await {
             Ok(container) => Ok(Self {
                 container,
                 rootfs: made,

@@ -6,20 +6,21 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 
+use super::seam::Sandboxing;
 use super::teardown::{Finished, Remains};
 use super::{Container, FunctionContainer, RunError, Started, Stdio};
 use crate::sandbox::cgroup::run::RunCgroup;
 use crate::sandbox::crun::{read_capped, read_tail, wait_exit, CrunError, CrunOutput};
 use crate::sandbox::SandboxError;
 
-impl FunctionContainer<Started> {
+impl<B: Sandboxing> FunctionContainer<Started, B> {
     /// Feeds the started function within `timeout` from now.
     pub(crate) async fn feed(
         self,
         input: &[u8],
         timeout: Duration,
-    ) -> (Result<CrunOutput, RunError>, Remains) {
-        let (result, finished) = self.container.feed(input, timeout).await;
+    ) -> (Result<CrunOutput, RunError>, Remains<B>) {
+        let (result, finished) = B::feed(self.container, input, timeout).await;
         (
             result.map_err(RunError::from),
             (finished, self.rootfs, self.pin),

@@ -21,7 +21,9 @@
 //!   cgroup, the bundle, the rootfs and the pin go, in that order (field
 //!   order is drop order), through one [`teardown::Teardown`].
 //! - **A call's timeout starts at the call**, whenever the container was
-//!   made. Below this: `crate::sandbox` (the mechanics); above: the runner.
+//!   made. Below this: `crate::sandbox` (the mechanics), reached through
+//!   `seam::Sandboxing` (a fake in unit tests); above: the runner.
+use std::fmt::Debug;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -29,21 +31,24 @@ use oci_spec::image::Config as ImageConfig;
 use tokio::net::unix::pipe;
 
 use crate::image::ImagePin;
-use crate::rootfs::Rootfs;
 use crate::sandbox::bundle::Bundle;
 use crate::sandbox::cgroup::run::RunCgroup;
 use crate::sandbox::crun::ContainerGuard;
-use crate::sandbox::{Limits, SandboxError};
+use crate::sandbox::{Limits, Sandbox, SandboxError};
 use create::Init;
+use seam::Sandboxing;
 use teardown::HeldNamespaces;
 
 mod create;
 mod error;
 mod feed;
 pub(crate) mod pool;
+mod seam;
 pub(crate) mod serve;
 mod start;
 pub(crate) mod teardown;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use create::RootfsMaker;
 pub use error::RunError;
@@ -51,7 +56,7 @@ pub use error::RunError;
 /// What a function's container is made from: its image (config, layers or
 /// flattened copy, pin) and settings.
 #[derive(Debug, Clone)]
-pub(crate) struct Recipe {
+pub(crate) struct Recipe<P = ImagePin> {
     /// The image config's `config` section.
     pub(crate) config: Option<ImageConfig>,
     /// The layer dirs (the overlay's lower dirs).
@@ -61,7 +66,7 @@ pub(crate) struct Recipe {
     /// Keeps the image's layers from the cache's collector while its
     /// containers may be made (see `image::store::pin`); each container
     /// holds a clone until its teardown is done.
-    pub(crate) pin: ImagePin,
+    pub(crate) pin: P,
 }
 
 /// How a container runs besides its image.
@@ -77,15 +82,16 @@ pub(crate) struct Settings<'a> {
     pub(crate) env: &'a [String],
 }
 
-/// A function's container in state `S`, with its rootfs and pin.
+/// A function's container in state `S`, with its rootfs and pin, made
+/// by `B` (crun in the [`Sandbox`]; a fake in unit tests).
 #[derive(Debug)]
-pub(crate) struct FunctionContainer<S> {
+pub(crate) struct FunctionContainer<S: Debug + Send + 'static, B: Sandboxing = Sandbox> {
     // Field order is drop order: the container dies before its rootfs
     // goes, and the rootfs (an overlay of the image's layer dirs) before
     // the pin that keeps those dirs from the cache's collector.
-    pub(crate) container: Container<S>,
-    pub(crate) rootfs: Rootfs,
-    pub(crate) pin: ImagePin,
+    pub(crate) container: B::Container<S>,
+    pub(crate) rootfs: B::Rootfs,
+    pub(crate) pin: B::Pin,
 }
 
 /// A container in state `S`: [`Created`], [`Started`] (or, once serving,

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::task::TaskTracker;
 
+use super::seam::Sandboxing;
 use super::teardown::Teardown;
 use super::{Created, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
 use crate::sandbox::{CrunOutput, Limits, Sandbox};
@@ -148,32 +149,33 @@ pub(crate) trait Containers: Debug + Send + Sync + 'static {
     fn id(waiting: &Self::Waiting) -> &str;
 }
 
-/// The real maker: containers created by crun in the sandbox, on a rootfs
-/// of their own, started ahead unless [`PoolOptions::start`] says not.
+/// The real maker: containers created by crun in the sandbox (`B`, a fake
+/// in unit tests), on a rootfs of their own, started ahead unless
+/// [`PoolOptions::start`] says not.
 #[derive(Debug)]
-pub(crate) struct Crun {
-    sandbox: Arc<Sandbox>,
-    rootfs: Arc<RootfsMaker>,
-    start: WarmStart,
+pub(crate) struct Crun<B: Sandboxing = Sandbox> {
+    pub(super) sandbox: Arc<B>,
+    pub(super) rootfs: Arc<B::RootfsMaker>,
+    pub(super) start: WarmStart,
 }
 
-impl Containers for Crun {
-    type Recipe = Recipe;
-    type Waiting = Waiting;
+impl<B: Sandboxing> Containers for Crun<B> {
+    type Recipe = Recipe<B::Pin>;
+    type Waiting = Waiting<B>;
 
     async fn create(
         &self,
         key: &PoolKey,
-        recipe: &Recipe,
+        recipe: &Recipe<B::Pin>,
         teardown: &Teardown,
-    ) -> Result<Waiting, RunError> {
+    ) -> Result<Waiting<B>, RunError> {
         let settings = Settings {
             host_network: key.host_network,
             limits: key.limits(),
             ..Settings::default()
         };
         let created =
-            FunctionContainer::create(&self.sandbox, &self.rootfs, recipe, settings, teardown)
+            FunctionContainer::create(&*self.sandbox, &*self.rootfs, recipe, settings, teardown)
                 .await?;
         match self.start {
             WarmStart::Created => Ok(Waiting::Created(created)),
@@ -181,7 +183,7 @@ impl Containers for Crun {
         }
     }
 
-    fn id(waiting: &Waiting) -> &str {
+    fn id(waiting: &Waiting<B>) -> &str {
         waiting.id()
     }
 }
@@ -189,16 +191,16 @@ impl Containers for Crun {
 /// A container ready for a call (its rootfs and pin with it), created or
 /// started ahead as [`PoolOptions::start`] says.
 #[derive(Debug)]
-pub(crate) enum Waiting {
-    Created(FunctionContainer<Created>),
-    Started(FunctionContainer<Started>),
+pub(crate) enum Waiting<B: Sandboxing = Sandbox> {
+    Created(FunctionContainer<Created, B>),
+    Started(FunctionContainer<Started, B>),
 }
 
-impl Waiting {
+impl<B: Sandboxing> Waiting<B> {
     fn id(&self) -> &str {
         match self {
-            Waiting::Created(c) => c.container.id(),
-            Waiting::Started(c) => c.container.id(),
+            Waiting::Created(c) => B::id(&c.container),
+            Waiting::Started(c) => B::id(&c.container),
         }
     }
 }
@@ -210,7 +212,7 @@ pub(crate) struct Warm<C: Containers = Crun> {
     pool: Arc<Pool<C>>,
 }
 
-impl Warm<Crun> {
+impl<B: Sandboxing> Warm<Crun<B>> {
     /// Runs the call in this container (starting it first unless it was
     /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
@@ -353,7 +355,7 @@ impl Pool<Crun> {
 
 impl<C: Containers> Pool<C> {
     /// A pool of containers made by `containers`; starts the pool's clock.
-    fn with(containers: C, options: PoolOptions) -> Arc<Self> {
+    pub(super) fn with(containers: C, options: PoolOptions) -> Arc<Self> {
         let pool = Arc::new(Self {
             containers,
             options,

@@ -3,30 +3,31 @@
 //! start that fails hands what is left to the teardown.
 use std::time::{Duration, Instant};
 
+use super::seam::Sandboxing;
 use super::teardown::{Finished, Remains, Teardown};
 use super::{Container, Created, FunctionContainer, RunError, Started};
 use crate::sandbox::{CrunError, CrunOutput, SandboxError};
 
-impl FunctionContainer<Created> {
+impl<B: Sandboxing> FunctionContainer<Created, B> {
     /// Starts the function ahead of its call. On failure what is left goes
     /// through `teardown` (awaited).
     pub(crate) async fn start(
         self,
         teardown: &Teardown,
-    ) -> Result<FunctionContainer<Started>, RunError> {
+    ) -> Result<FunctionContainer<Started, B>, RunError> {
         let Self {
             container,
             rootfs,
             pin,
         } = self;
-        match container.start().await {
+        match B::start(container).await {
             Ok(container) => Ok(FunctionContainer {
                 container,
                 rootfs,
                 pin,
             }),
             Err((err, finished)) => {
-                let remains: Remains = (finished, rootfs, pin);
+                let remains: Remains<B> = (finished, rootfs, pin);
                 teardown.drop_later(remains).await;
                 Err(err.into())
             }
@@ -39,8 +40,8 @@ impl FunctionContainer<Created> {
         input: &[u8],
         timeout: Duration,
         since: Instant,
-    ) -> (Result<CrunOutput, RunError>, Remains) {
-        let (result, finished) = self.container.run(input, timeout, since).await;
+    ) -> (Result<CrunOutput, RunError>, Remains<B>) {
+        let (result, finished) = B::run(self.container, input, timeout, since).await;
         (
             result.map_err(RunError::from),
             (finished, self.rootfs, self.pin),

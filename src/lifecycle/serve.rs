@@ -32,7 +32,10 @@ impl Container<Started> {
     /// Leaves the function running as a server: its stdin is closed (a
     /// server reads none), its stdout and stderr go to xfn's log (at debug
     /// level) and to a tail kept for errors.
-    pub(crate) fn serve(self, host_network: bool) -> Result<Container<Serving>, SandboxError> {
+    pub(crate) async fn serve(
+        self,
+        host_network: bool,
+    ) -> Result<Container<Serving>, SandboxError> {
         let Self { state, mut parts } = self;
         let stdio = state.stdio;
         drop(stdio.stdin);
@@ -59,6 +62,7 @@ impl Container<Started> {
                 // more than ENOENT.
                 if let Ok(Some(code)) = try_reap(&parts.init.pidfd) {
                     parts.init.reaped = true;
+                    output.drained().await;
                     return Err(parts.failure(code, output.tail()));
                 }
                 return Err(SandboxError::Crun(crate::sandbox::CrunError::Io(err)));
@@ -109,12 +113,7 @@ impl Container<Serving> {
     /// (the readers may lag behind its exit).
     async fn exit_error(&mut self) -> Option<SandboxError> {
         let code = self.exit_code()?;
-        let started = Instant::now();
-        while self.state.output.open_streams.load(Ordering::SeqCst) > 0
-            && started.elapsed() < Duration::from_millis(500)
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.state.output.drained().await;
         Some(self.parts.failure(code, self.output_tail()))
     }
 
@@ -172,6 +171,11 @@ impl Container<Serving> {
     }
 }
 
+/// How long an exited container's output readers are waited for: they end
+/// as soon as the pipes close, so this bounds only a descendant that keeps
+/// them open after the init is gone.
+const DRAIN_WAIT: Duration = Duration::from_millis(500);
+
 /// What the container wrote: the last [`STDERR_TAIL_BYTES`] of it, and how
 /// many of its streams are still open.
 #[derive(Debug, Default)]
@@ -181,6 +185,16 @@ struct Output {
 }
 
 impl Output {
+    /// Waits (up to [`DRAIN_WAIT`]) until both streams were read to their
+    /// end: a container that exited may have written its last words after
+    /// its readers last ran.
+    async fn drained(&self) {
+        let started = Instant::now();
+        while self.open_streams.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN_WAIT {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     fn tail(&self) -> Vec<u8> {
         self.tail
             .lock()
@@ -301,7 +315,7 @@ impl FunctionServer {
             rootfs,
             pin,
         } = started;
-        let container = container.serve(options.host_network)?;
+        let container = container.serve(options.host_network).await?;
         tracing::debug!(container = container.id(), "function serving");
         Ok(Self(FunctionContainer {
             container,

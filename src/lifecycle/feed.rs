@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
 
+use super::seam::Remains;
 use super::seam::Sandboxing;
-use super::teardown::{Finished, Remains};
+use super::teardown::Finished;
 use super::{Container, FunctionContainer, RunError, Started, Stdio};
 use crate::sandbox::cgroup::run::RunCgroup;
 use crate::sandbox::crun::{read_capped, read_tail, wait_exit, CrunError, CrunOutput};

@@ -16,6 +16,15 @@ use crate::image::ImagePin;
 use crate::rootfs::Rootfs;
 use crate::sandbox::{ContainerRequest, CrunOutput, Sandbox, SandboxError};
 
+/// What is left once a container ran: removed when dropped (blocking: drop
+/// it off the reply path). A tuple drops in order: the pin goes last, after
+/// the unmount.
+pub(crate) type Remains<B = Sandbox> = (
+    <B as Sandboxing>::Finished,
+    <B as Sandboxing>::Rootfs,
+    <B as Sandboxing>::Pin,
+);
+
 /// What the lifecycle asks of the system. Each step takes a container by
 /// value and gives back either the next state or, on failure, what is
 /// left of it ([`Sandboxing::Finished`]) for the teardown.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::teardown::{Finished, Remains, Teardown};
+use super::seam::Remains;
+use super::teardown::{Finished, Teardown};
 use super::{Container, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
 use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
 use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};

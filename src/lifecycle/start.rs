@@ -3,8 +3,9 @@
 //! start that fails hands what is left to the teardown.
 use std::time::{Duration, Instant};
 
+use super::seam::Remains;
 use super::seam::Sandboxing;
-use super::teardown::{Finished, Remains, Teardown};
+use super::teardown::{Finished, Teardown};
 use super::{Container, Created, FunctionContainer, RunError, Started};
 use crate::sandbox::{CrunError, CrunOutput, SandboxError};
 

@@ -22,11 +22,10 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
-use super::seam::Sandboxing;
 use super::Parts;
 use crate::sandbox::bundle::Bundle;
 use crate::sandbox::cgroup::run::RunCgroup;
-use crate::sandbox::{Crun, Sandbox};
+use crate::sandbox::Crun;
 
 /// Teardowns waiting for the idle thread at most; more run at normal
 /// priority.
@@ -116,15 +115,6 @@ impl Teardown {
         }
     }
 }
-
-/// What is left once a container ran: removed when dropped (blocking: drop
-/// it off the reply path). A tuple drops in order: the pin goes last, after
-/// the unmount.
-pub(crate) type Remains<B = Sandbox> = (
-    <B as Sandboxing>::Finished,
-    <B as Sandboxing>::Rootfs,
-    <B as Sandboxing>::Pin,
-);
 
 /// What is left of a container once it ran: its crun state, cgroup and
 /// bundle, removed when dropped (blocking: drop it off the async threads).

@@ -32,8 +32,9 @@ impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
     }
 }
 
-/// Re-decodes a message of one package as its twin in the other.
-fn convert<A: Message, B: Message + Default>(message: &A) -> Result<B, Status> {
+/// Re-decodes a message of one package as its twin in the other (v1 and
+/// v1beta1 are the same messages; `xfn host` serves both the same way).
+pub(crate) fn convert<A: Message, B: Message + Default>(message: &A) -> Result<B, Status> {
     B::decode(message.encode_to_vec().as_slice())
         .map_err(|e| Status::internal(format!("cannot convert between v1beta1 and v1: {e}")))
 }

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::Host;
+use crate::adaptor::service::convert;
 use crate::grpc::connections::SniInfo;
 use crate::grpc::deadline::deadline_of;
 use crate::proto::{v1, v1beta1};
@@ -79,11 +79,6 @@ impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
             .await
             .map(Response::new)
     }
-}
-
-fn convert<A: Message, B: Message + Default>(message: &A) -> Result<B, Status> {
-    B::decode(message.encode_to_vec().as_slice())
-        .map_err(|e| Status::internal(format!("cannot convert between v1beta1 and v1: {e}")))
 }
 
 #[async_trait::async_trait]

@@ -7,9 +7,8 @@
 //! Needs: crun, docker-registry, busybox-static, openssl, skopeo; python3
 //! with `crossplane-function-sdk-python` (and grpcio) for the SDK check.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -20,14 +19,6 @@ use xfn_testkit::*;
 
 const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
 const SDK_CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/sdk_check.py");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn function_image(registry: &Registry) -> String {
     ImageBuilder::new()
@@ -66,12 +57,20 @@ fn serve_insecure(user: As, flags: &[&str]) -> (Registry, tempfile::TempDir, Ada
     (registry, dir, adapt)
 }
 
-/// `xfn adapt`, stopped on drop (`xfn_testkit::child::stop`).
-struct Adapt {
-    child: Child,
-    port: u16,
-    metrics_port: u16,
-    log: PathBuf,
+/// `xfn adapt`, stopped on drop (`xfn_testkit::TcpDaemon`).
+struct Adapt(TcpDaemon);
+
+impl std::ops::Deref for Adapt {
+    type Target = TcpDaemon;
+    fn deref(&self) -> &TcpDaemon {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Adapt {
+    fn deref_mut(&mut self) -> &mut TcpDaemon {
+        &mut self.0
+    }
 }
 
 impl Adapt {
@@ -81,43 +80,13 @@ impl Adapt {
 
     /// Starts `xfn` (as `command` runs it) with `dir/cache` as cache.
     fn start_as(mut command: Command, dir: &Path, source: &[&str], security: &[&str]) -> Adapt {
-        let (port, metrics_port) = (free_port(), free_port());
-        let log = dir.join(format!("adapt-{port}.log"));
-        let child = command
-            .arg("adapt")
-            .args(source)
-            .args(security)
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .args(["--address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start xfn adapt");
-        let mut adapt = Adapt {
-            child,
-            port,
-            metrics_port,
-            log,
-        };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = adapt.child.try_wait().unwrap() {
-                panic!("xfn adapt exited: {status}\n{}", adapt.log_text());
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "xfn adapt never listened\n{}",
-                adapt.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        adapt
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        command.arg("adapt").args(source).args(security);
+        Adapt(TcpDaemon::start(
+            command,
+            "adapt",
+            dir,
+            Duration::from_secs(120),
+        ))
     }
 
     fn sigterm(&self) {
@@ -138,27 +107,6 @@ impl Adapt {
     /// The value of `xfn_runs_total{outcome="OUTCOME"}` (0 when absent).
     fn runs(&self, outcome: &str) -> u64 {
         self.metric(&format!("xfn_runs_total{{outcome=\"{outcome}\"}}"))
-    }
-
-    /// The value of the metric line starting with `series` (0 when absent).
-    fn metric(&self, series: &str) -> u64 {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        let prefix = format!("{series} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .map_or(0, |v| v.trim().parse().unwrap())
-    }
-}
-
-impl Drop for Adapt {
-    fn drop(&mut self) {
-        xfn_testkit::child::stop(&mut self.child);
     }
 }
 

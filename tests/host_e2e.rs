@@ -10,9 +10,8 @@
 //! Needs: crun, docker-registry, busybox-static, openssl.
 use xfn_testkit as support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::child::descendants;
@@ -24,14 +23,6 @@ use xfn::proto::{v1, v1beta1};
 
 const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
 const NS: &str = "crossplane-system";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A process's resident memory (VmRSS), in kB.
 fn rss_kb(pid: u32) -> u64 {
@@ -150,73 +141,43 @@ fn functions_file(dir: &Path, functions: &[(&str, &str)]) -> PathBuf {
     path
 }
 
-/// `xfn host`, stopped on drop.
-struct XfnHost {
-    child: Child,
-    port: u16,
-    metrics_port: u16,
-    log: PathBuf,
+/// `xfn host`, stopped on drop (`xfn_testkit::TcpDaemon`).
+struct XfnHost(TcpDaemon);
+
+impl std::ops::Deref for XfnHost {
+    type Target = TcpDaemon;
+    fn deref(&self) -> &TcpDaemon {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for XfnHost {
+    fn deref_mut(&mut self) -> &mut TcpDaemon {
+        &mut self.0
+    }
 }
 
 impl XfnHost {
     fn start(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
-        let (port, metrics_port) = (free_port(), free_port());
-        let log = dir.join(format!("host-{port}.log"));
-        let child = xfn_command()
+        let mut command = xfn_command();
+        command
             .arg("host")
             .arg("--functions")
             .arg(functions)
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .args(["--address", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             .args(flags)
-            .env("RUST_LOG", "xfn=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start xfn host");
-        let mut host = XfnHost {
-            child,
-            port,
-            metrics_port,
-            log,
-        };
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = host.child.try_wait().unwrap() {
-                panic!("xfn host exited: {status}\n{}", host.log_text());
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "xfn host never listened\n{}",
-                host.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        host
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn http(&self, path: &str) -> String {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        text
+            .env("RUST_LOG", "xfn=debug");
+        XfnHost(TcpDaemon::start(
+            command,
+            "host",
+            dir,
+            Duration::from_secs(60),
+        ))
     }
 
     /// The value of `xfn_host_METRIC{function="FUNCTION"}` (0 when absent).
     fn metric(&self, metric: &str, function: &str) -> u64 {
-        let text = self.http("/metrics");
-        let prefix = format!("xfn_host_{metric}{{function=\"{function}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .map_or(0, |v| v.trim().parse().unwrap())
+        self.0
+            .metric(&format!("xfn_host_{metric}{{function=\"{function}\"}}"))
     }
 
     /// The resident memory of xfn's own processes (the daemon and its
@@ -249,12 +210,6 @@ impl XfnHost {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for XfnHost {
-    fn drop(&mut self) {
-        support::child::stop(&mut self.child);
     }
 }
 

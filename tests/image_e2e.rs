@@ -24,7 +24,6 @@
 //! images and the image's crun). Without podman or mmdebstrap the tests
 //! fail saying so: they are what proves the image, not optional.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -394,14 +393,6 @@ async fn the_sidecar_image_as_its_pods_root_runs_functions_under_the_pods_other_
             && logs.contains(&format!("function_uids={}-{} ", base + 1, base + 65535)),
         "{logs}"
     );
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Makes `dir`'s files readable only by 65532, as a Secret mounted for the

@@ -36,6 +36,7 @@ pub mod registry;
 pub mod render;
 pub mod state;
 pub mod static_bin;
+pub mod tcp_daemon;
 pub mod tls;
 pub mod tree;
 
@@ -63,3 +64,4 @@ pub use program::*;
 pub use registry::{non_loopback_ip, Registry, RegistryConfig};
 pub use state::*;
 pub use static_bin::*;
+pub use tcp_daemon::{free_port, TcpDaemon};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
@@ -264,18 +264,7 @@ impl Servers {
             served.stop().await;
             return Err(failed(crate::chain::Chain(&err).to_string()));
         }
-        let network = served.network().clone();
-        // The authority is a label: the connector connects inside the
-        // server's own network namespace, which nothing else can reach.
-        let channel = Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
-            tower::service_fn(move |_: Uri| {
-                let network = network.clone();
-                async move {
-                    let stream = network.connect(address).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }),
-        );
+        let channel = served.channel(address);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let server = Arc::new(Server {
             id,

@@ -330,6 +330,22 @@ impl FunctionServer {
         self.0.container.network()
     }
 
+    /// A gRPC channel to `address` inside the server's own network
+    /// namespace, which nothing else can reach: every connection is made
+    /// there (lazily), and the URI's authority is only a label.
+    pub fn channel(&self, address: SocketAddr) -> tonic::transport::Channel {
+        let network = self.network().clone();
+        tonic::transport::Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
+            tower::service_fn(move |_: tonic::transport::Uri| {
+                let network = network.clone();
+                async move {
+                    let stream = network.connect(address).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }),
+        )
+    }
+
     /// Waits until the server listens on `address` inside its namespace;
     /// fails with its exit code and output when it exits first.
     pub async fn wait_listening(

@@ -14,7 +14,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError, StartError};
@@ -82,18 +82,7 @@ impl Docker {
             host_network: self.host_network,
         })
         .await?;
-        let network = server.network().clone();
-        // The authority is only a label: every connection is made by the
-        // connector, inside the container's namespace.
-        let channel = Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
-            tower::service_fn(move |_: Uri| {
-                let network = network.clone();
-                async move {
-                    let stream = network.connect(address).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }),
-        );
+        let channel = server.channel(address);
         tracing::debug!(
             function = %self.function,
             image = %self.image,

@@ -9,7 +9,9 @@
 #
 # `scripts/example.sh registry` leaves a registry running on 127.0.0.1:5000
 # (detached; it prints the pid to stop it) holding the example function as
-# 127.0.0.1:5000/fn:v1, for the README's `xfn run` line.
+# 127.0.0.1:5000/fn:v1 (the README's `xfn run` and `xfn adapt` lines), a v1
+# gRPC function server as fn-server:v1 (`xfn host`) and a base holding xfn
+# and crun as xfn:v1 (`xfn wrap`).
 #
 # `scripts/example.sh render` instead renders example/render/ with the
 # `Docker` runtime: it builds an image of a gRPC function server
@@ -40,12 +42,12 @@ if [ "$mode" = registry ]; then
     # A registry that outlives this script, with the example image as fn:v1.
     WORK=/tmp/xfn-example-registry
     PORT=5000
-    if wget -q -O - "http://127.0.0.1:$PORT/v2/fn/tags/list" 2>/dev/null | grep -q '"v1"'; then
-        echo "# a registry on 127.0.0.1:$PORT already holds fn:v1" >&2
+    if wget -q -O - "http://127.0.0.1:$PORT/v2/xfn/tags/list" 2>/dev/null | grep -q '"v1"'; then
+        echo "# a registry on 127.0.0.1:$PORT already holds fn:v1, fn-server:v1 and xfn:v1" >&2
         exit 0
     fi
     if wget -q -O /dev/null "http://127.0.0.1:$PORT/v2/" 2>/dev/null; then
-        echo "127.0.0.1:$PORT already serves a registry without fn:v1; stop it first" >&2
+        echo "127.0.0.1:$PORT already serves a registry without xfn:v1; stop it first" >&2
         exit 1
     fi
     rm -rf "$WORK" && mkdir -p "$WORK" && chmod 755 "$WORK"
@@ -54,7 +56,22 @@ if [ "$mode" = registry ]; then
     new_busybox_image sh cat sed head printf
     install -m 0755 example/function/fn.sh "$WORK/unpacked/rootfs/fn.sh"
     push_image /fn.sh fn:v1
-    echo "# $IMAGE is served by a registry on 127.0.0.1:$PORT (stop it: kill $REG_PID)" >&2
+    # The README's `xfn host` line hosts fn-server:v1 (a v1 gRPC function).
+    build_function_server
+    new_busybox_image
+    install -m 0755 "$FUNCTION_SERVER" "$WORK/unpacked/rootfs/fn_server"
+    push_image /fn_server fn-server:v1
+    # The README's `xfn wrap` line takes xfn:v1 as its base: busybox, this
+    # xfn and the host's crun, with the shared libraries they link.
+    new_busybox_image sh
+    for program in "$xfn" "$(command -v crun)"; do
+        install -D -m 0755 "$program" "$WORK/unpacked/rootfs/bin/$(basename "$program")"
+        for lib in $(ldd "$program" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+            install -D -m 0755 "$lib" "$WORK/unpacked/rootfs$lib"
+        done
+    done
+    push_image /bin/xfn xfn:v1
+    echo "# 127.0.0.1:$PORT serves fn:v1, fn-server:v1 and xfn:v1 (stop it: kill $REG_PID)" >&2
     exit 0
 fi
 

@@ -33,8 +33,9 @@ YAML
 
 # Unpacks a new image $WORK/oci:fn at $WORK/unpacked holding busybox-static
 # and the given applets as /bin symlinks; add files under
-# $WORK/unpacked/rootfs, then call push_image.
+# $WORK/unpacked/rootfs, then call push_image. Replaces the one made before.
 new_busybox_image() {
+    rm -rf "$WORK/oci" "$WORK/unpacked"
     umoci init --layout "$WORK/oci" >/dev/null
     umoci new --image "$WORK/oci:fn" >/dev/null
     umoci unpack --rootless --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null

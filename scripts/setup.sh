@@ -93,3 +93,19 @@ if [ "$(id -u)" = 0 ] && [ ! -d "$pythonic_root/opt/function-pythonic/crossplane
   rm -rf "$pythonic_root"
   mv "$pythonic_root.tmp" "$pythonic_root"
 fi
+# crossplane-function-sdk-python (tests/host_e2e.rs: a function written
+# against the SDK, packaged with this root as its image) beside it in
+# /opt/function-sdk, its wheels fetched on the host as above.
+sdk_version=0.15.1
+if [ "$(id -u)" = 0 ] && [ -d "$pythonic_root/opt/function-pythonic" ] \
+  && [ ! -d "$pythonic_root/opt/function-sdk/crossplane_function_sdk_python-$sdk_version.dist-info" ]; then
+  echo "setup: adding crossplane-function-sdk-python $sdk_version to $pythonic_root" >&2
+  rm -rf "$pythonic_root/opt/function-sdk.tmp"
+  timeout 300 python3 -m pip install --quiet --disable-pip-version-check --ignore-requires-python \
+    --target "$pythonic_root/opt/function-sdk.tmp" --python-version 3.13 --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --only-binary=:all: \
+    "crossplane-function-sdk-python==$sdk_version"
+  chroot "$pythonic_root" env PYTHONPATH=/opt/function-sdk.tmp python3 -c 'import crossplane.function.cli'
+  rm -rf "$pythonic_root/opt/function-sdk"
+  mv "$pythonic_root/opt/function-sdk.tmp" "$pythonic_root/opt/function-sdk"
+fi

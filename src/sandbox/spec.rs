@@ -138,11 +138,14 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         _ => "/".to_string(),
     };
     let user_field = image.user().as_deref().unwrap_or("");
-    let mapped = user::map(
-        user_field,
-        user::resolve(user_field, input.rootfs)?,
-        input.function_ids,
-    )?;
+    let resolved = user::resolve(user_field, input.rootfs)?;
+    // crun leaves HOME unset where runc (Docker, Kubernetes) sets it from
+    // the user's /etc/passwd entry, else `/`: functions expand `~`, and
+    // Go's os.UserHomeDir fails without it.
+    if !env.iter().any(|e| e.starts_with("HOME=")) {
+        env.push(format!("HOME={}", resolved.home));
+    }
+    let mapped = user::map(user_field, resolved, input.function_ids)?;
     let user = UserBuilder::default()
         .uid(mapped.user.uid)
         .gid(mapped.user.gid)
@@ -544,6 +547,33 @@ mod tests {
     }
 
     #[test]
+    fn home_is_set_from_the_users_passwd_entry_unless_the_image_sets_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        std::fs::write(
+            dir.path().join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532::/home/nonroot:/bin/sh\n",
+        )
+        .unwrap();
+        let env = |user: &str, env: Vec<String>| {
+            let image = ConfigBuilder::default()
+                .cmd(vec!["x".to_string()])
+                .user(user.to_string())
+                .env(env)
+                .build()
+                .unwrap();
+            let spec = build(&input(dir.path(), &image)).unwrap();
+            spec.process().as_ref().unwrap().env().clone().unwrap()
+        };
+        assert!(env("nonroot", vec![]).contains(&"HOME=/home/nonroot".to_string()));
+        assert!(env("", vec![]).contains(&"HOME=/root".to_string()));
+        assert!(env("2000:2000", vec![]).contains(&"HOME=/".to_string()));
+        let own = env("nonroot", vec!["HOME=/data".to_string()]);
+        assert_eq!(own.iter().filter(|e| e.starts_with("HOME=")).count(), 1);
+        assert!(own.contains(&"HOME=/data".to_string()));
+    }
+
+    #[test]
     fn image_path_env_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let image = ConfigBuilder::default()
@@ -554,7 +584,10 @@ mod tests {
             .unwrap();
         let spec = build(&input(dir.path(), &image)).unwrap();
         let process = spec.process().as_ref().unwrap();
-        assert_eq!(process.env().as_ref().unwrap(), &["PATH=/only", "A=b"]);
+        assert_eq!(
+            process.env().as_ref().unwrap(),
+            &["PATH=/only", "A=b", "HOME=/"]
+        );
         assert_eq!(process.cwd(), Path::new("/work"));
     }
 

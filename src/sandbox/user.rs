@@ -95,6 +95,9 @@ pub(crate) struct ResolvedUser {
     pub gid: u32,
     /// Supplementary groups (from /etc/group membership when named by name).
     pub additional_gids: Vec<u32>,
+    /// The user's home directory: its /etc/passwd entry's, else `/` (as
+    /// runc, and so Docker and Kubernetes, set `HOME`).
+    pub home: String,
 }
 
 /// Resolves `spec` (the image config's `User`) against the rootfs at `rootfs`.
@@ -103,10 +106,22 @@ pub(crate) struct ResolvedUser {
 pub(crate) fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserError> {
     let spec = spec.trim();
     if spec.is_empty() {
+        // Root: only its home is looked up, and an image whose user
+        // database cannot be read still runs (with `/`), as before.
+        let mut home = None;
+        if let Ok(root) = open_root(rootfs) {
+            let _ = scan_image_file(&root, PASSWD, |line| {
+                home = parse_passwd_line(line)
+                    .filter(|e| e.uid == 0)
+                    .map(|e| e.home);
+                home.is_none()
+            });
+        }
         return Ok(ResolvedUser {
             uid: 0,
             gid: 0,
             additional_gids: Vec::new(),
+            home: home.flatten().unwrap_or_else(|| "/".into()),
         });
     }
     let (user, group) = match spec.split_once(':') {
@@ -126,9 +141,9 @@ pub(crate) fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserErr
         });
         entry.is_none()
     })?;
-    let (uid, mut gid, name) = match (entry, uid_asked) {
-        (Some(e), _) => (e.uid, e.gid, Some(e.name)),
-        (None, Some(uid)) => (uid, 0, None),
+    let (uid, mut gid, name, home) = match (entry, uid_asked) {
+        (Some(e), _) => (e.uid, e.gid, Some(e.name), e.home),
+        (None, Some(uid)) => (uid, 0, None, None),
         (None, None) => {
             return Err(UserError::UnknownUser {
                 user: user.to_string(),
@@ -185,6 +200,7 @@ pub(crate) fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserErr
         uid,
         gid,
         additional_gids,
+        home: home.unwrap_or_else(|| "/".into()),
     })
 }
 
@@ -345,6 +361,8 @@ struct PasswdEntry {
     name: String,
     uid: u32,
     gid: u32,
+    /// An absolute home directory, when the entry names one.
+    home: Option<String>,
 }
 
 fn parse_passwd_line(line: &[u8]) -> Option<PasswdEntry> {
@@ -356,10 +374,17 @@ fn parse_passwd_line(line: &[u8]) -> Option<PasswdEntry> {
     let _password = fields.next()?;
     let uid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
     let gid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    let _gecos = fields.next();
+    let home = fields
+        .next()
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .filter(|h| h.starts_with('/'))
+        .map(String::from);
     Some(PasswdEntry {
         name: String::from_utf8(name.to_vec()).ok()?,
         uid,
         gid,
+        home,
     })
 }
 
@@ -420,6 +445,17 @@ mod tests {
         assert_eq!(ids("fn:77"), (1000, 77, vec![]));
         assert_eq!(ids("4242:4343"), (4242, 4343, vec![]));
         assert_eq!(ids("4242:fns"), (4242, 1001, vec![]));
+    }
+
+    #[test]
+    fn the_home_is_the_users_passwd_entrys_else_the_root_directory() {
+        let home = |spec: &str| resolve(spec, rootfs().path()).unwrap().home;
+        assert_eq!(home(""), "/root");
+        assert_eq!(home("fn"), "/home/fn");
+        assert_eq!(home("1000:77"), "/home/fn");
+        assert_eq!(home("65532"), "/", "a uid with no entry");
+        let bare = tempfile::tempdir().unwrap();
+        assert_eq!(resolve("", bare.path()).unwrap().home, "/", "no passwd");
     }
 
     #[test]

@@ -199,5 +199,6 @@ pub fn blob(parts: &[Part], compression: Compression, real_diff_id: bool) -> Lay
         data,
         media_type: Format::Oci.layer_type(compression).to_string(),
         diff_id,
+        annotations: Vec::new(),
     }
 }

@@ -175,11 +175,20 @@ impl ImageBuilder {
                 "digest": config_digest,
                 "size": config.len(),
             },
-            "layers": layers.iter().map(|l| json!({
-                "mediaType": l.media_type,
-                "digest": l.digest,
-                "size": l.data.len(),
-            })).collect::<Vec<_>>(),
+            "layers": layers.iter().map(|l| {
+                let mut descriptor = json!({
+                    "mediaType": l.media_type,
+                    "digest": l.digest,
+                    "size": l.data.len(),
+                });
+                if !l.annotations.is_empty() {
+                    descriptor["annotations"] = l.annotations.iter()
+                        .map(|(k, v)| (k.clone(), json!(v)))
+                        .collect::<serde_json::Map<String, Value>>()
+                        .into();
+                }
+                descriptor
+            }).collect::<Vec<_>>(),
         });
         let manifest = serde_json::to_vec(&manifest).expect("manifest json");
         BuiltImage {

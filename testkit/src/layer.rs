@@ -5,8 +5,10 @@
 //! [`Layer::verbatim`] writes every entry byte by byte instead, its names
 //! as given, so the extractor tests can build the hostile entries (`../x`,
 //! absolute links) the `tar` crate's builder refuses; [`Layer::entry`]
-//! adds one of any type.
+//! adds one of any type. [`Layer::tree`] adds a directory tree of the host
+//! (a whole root filesystem), its files read only when the tar is written.
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
@@ -77,6 +79,8 @@ pub const BUSYBOX_APPLETS: &[&str] = &[
 enum Kind {
     Dir,
     File(Vec<u8>),
+    /// A regular file of the host, read when the tar is written.
+    HostFile(PathBuf),
     Symlink(String),
     Hardlink(String),
     Fifo,
@@ -111,6 +115,8 @@ pub struct Layer {
     /// A blob made elsewhere (a bomb streamed into its compressor): used
     /// as it is instead of the entries.
     prebuilt: Option<LayerBlob>,
+    /// The layer descriptor's annotations in the manifest.
+    annotations: Vec<(String, String)>,
 }
 
 impl Default for Layer {
@@ -136,6 +142,7 @@ impl Layer {
             compression: Compression::Gzip,
             media_type: None,
             prebuilt: None,
+            annotations: Vec::new(),
         }
     }
 
@@ -276,6 +283,75 @@ impl Layer {
         self
     }
 
+    /// An annotation on the layer's descriptor in the manifest (a
+    /// Crossplane package's `io.crossplane.xpkg: base` layer).
+    pub fn annotation(mut self, key: &str, value: &str) -> Layer {
+        self.annotations.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The host's directory tree `from`, placed at `to` in the layer:
+    /// directories, regular files (read when the tar is written, not now)
+    /// and symlinks (targets as they are), in name order, with their
+    /// permission bits, owned by this layer's owner. Other kinds (device
+    /// nodes, FIFOs, sockets) are left out: a container gets its `/dev`
+    /// from its runtime. A path relative to `from` that is in `leave_out`
+    /// is left out: a directory is added without its contents (`tmp`,
+    /// `proc`, caches), anything else not at all. Panics past
+    /// [`MAX_TREE_BYTES`] of files: a test's layer, not a copy of whatever
+    /// a path happens to hold.
+    pub fn tree(mut self, from: &Path, to: &str, leave_out: &[&str]) -> Layer {
+        let mut bytes = 0u64;
+        let mut stack = vec![(from.to_path_buf(), String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            let mut children: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+                .map(|e| e.expect("a directory entry").file_name())
+                .collect();
+            children.sort();
+            // Depth first, in name order: pushed in reverse.
+            let mut subdirs = Vec::new();
+            for name in children {
+                let name = name.to_str().expect("a UTF-8 name").to_string();
+                let path = dir.join(&name);
+                let rel = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                let inside = format!("{}/{rel}", to.trim_end_matches('/'));
+                let meta = std::fs::symlink_metadata(&path)
+                    .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+                let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+                let kind = meta.file_type();
+                let left_out = leave_out.contains(&rel.as_str());
+                if kind.is_dir() {
+                    self = self.dir(&inside, mode);
+                    if !left_out {
+                        subdirs.push((path, rel));
+                    }
+                } else if left_out {
+                    continue;
+                } else if kind.is_file() {
+                    bytes += meta.len();
+                    assert!(
+                        bytes <= MAX_TREE_BYTES,
+                        "{} holds more than {MAX_TREE_BYTES} bytes of files",
+                        from.display()
+                    );
+                    self = self.push(&inside, mode, Kind::HostFile(path));
+                } else if kind.is_symlink() {
+                    let target = std::fs::read_link(&path).expect("a symlink's target");
+                    self = self.symlink(&inside, target.to_str().expect("a UTF-8 target"));
+                }
+            }
+            // Each directory's entries come right after it; its
+            // subdirectories' after all of its own.
+            stack.extend(subdirs.into_iter().rev());
+        }
+        self
+    }
+
     /// A directory.
     pub fn dir(self, path: &str, mode: u32) -> Layer {
         self.push(path, mode, Kind::Dir)
@@ -368,6 +444,14 @@ impl Layer {
                     header.set_entry_type(tar::EntryType::Fifo);
                     builder.append_data(&mut header, &entry.path, std::io::empty())
                 }
+                Kind::HostFile(path) => {
+                    let file = std::fs::File::open(path)
+                        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+                    let len = file.metadata().expect("stat a host file").len();
+                    header.set_entry_type(tar::EntryType::Regular);
+                    header.set_size(len);
+                    builder.append_data(&mut header, &entry.path, file)
+                }
                 Kind::Raw(bytes) => {
                     builder.get_mut().extend_from_slice(bytes);
                     Ok(())
@@ -388,7 +472,7 @@ impl Layer {
             Kind::Symlink(target) => (T::Symlink, target, b""),
             Kind::Hardlink(target) => (T::Link, target, b""),
             Kind::Fifo => (T::Fifo, "", b""),
-            Kind::Raw(_) => return None,
+            Kind::HostFile(_) | Kind::Raw(_) => return None,
         };
         Some(raw_entry(
             kind,
@@ -404,7 +488,9 @@ impl Layer {
     /// The compressed blob, its media type for `format`, and the diff id.
     pub fn blob(&self, format: crate::format::Format) -> LayerBlob {
         if let Some(blob) = &self.prebuilt {
-            return blob.clone();
+            let mut blob = blob.clone();
+            blob.annotations.extend(self.annotations.iter().cloned());
+            return blob;
         }
         let tar = self.tar();
         let diff_id = sha256_digest(&tar);
@@ -422,14 +508,23 @@ impl Layer {
             .media_type
             .clone()
             .unwrap_or_else(|| format.layer_type(self.compression).to_string());
+        // A plain tar's digest is its diff id: hashed once.
+        let digest = match self.compression {
+            Compression::None => diff_id.clone(),
+            _ => sha256_digest(&data),
+        };
         LayerBlob {
-            digest: sha256_digest(&data),
+            digest,
             data,
             media_type,
             diff_id,
+            annotations: self.annotations.clone(),
         }
     }
 }
+
+/// The most bytes of files [`Layer::tree`] takes.
+pub const MAX_TREE_BYTES: u64 = 1 << 30;
 
 /// A layer as it goes into a registry.
 #[derive(Debug, Clone)]
@@ -442,6 +537,8 @@ pub struct LayerBlob {
     pub media_type: String,
     /// `sha256:<hex>` of the uncompressed tar.
     pub diff_id: String,
+    /// The descriptor's annotations in the manifest.
+    pub annotations: Vec<(String, String)>,
 }
 
 /// One whole entry as tar bytes, unchecked: a ustar header of `kind` with

@@ -4,7 +4,8 @@
 //! they are deployed ([`Daemon`]) and their clients ([`dial`], [`pb`]); child
 //! guards and measures ([`child`]), `/proc` views ([`proc`]), a cache's run
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
-//! fixtures ([`render`]), function servers ([`function_server`]), tree
+//! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
+//! calls and protobuf bytes ([`raw`]), tree
 //! snapshots ([`tree`]) and re-running one test as another user
 //! ([`reexec`]).
 //!
@@ -31,6 +32,7 @@ pub mod image;
 pub mod layer;
 pub mod proc;
 pub mod program;
+pub mod raw;
 pub mod reexec;
 pub mod registry;
 pub mod render;

@@ -5,9 +5,8 @@
 //! guards and measures ([`child`]), `/proc` views ([`proc`]), a cache's run
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
 //! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
-//! calls and protobuf bytes ([`raw`]), tree
-//! snapshots ([`tree`]) and re-running one test as another user
-//! ([`reexec`]).
+//! calls and protobuf bytes ([`raw`]), tree snapshots ([`tree`]) and
+//! re-running one test as another user ([`reexec`]).
 //!
 //! Invariant: the kit never links xfn's library. It knows xfn as a program
 //! (the binary cargo built, [`xfn_binary`]) and by its wire protocol (the

@@ -23,5 +23,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&descriptor_path, descriptors.encode_to_vec())?;
 
     tonic_prost_build::configure().compile_fds(descriptors)?;
+
+    // The function service once more, its messages left as their bytes
+    // (`crate::proto::raw`): `xfn host` passes calls to function servers
+    // and their answers back without decoding them.
+    let raw_dir = out_dir.join("raw");
+    std::fs::create_dir_all(&raw_dir)?;
+    for package in [
+        "apiextensions.fn.proto.v1",
+        "apiextensions.fn.proto.v1beta1",
+    ] {
+        let method = tonic_build::manual::Method::builder()
+            .name("run_function")
+            .route_name("RunFunction")
+            .input_type("bytes::Bytes")
+            .output_type("bytes::Bytes")
+            .codec_path("crate::proto::raw::RawCodec")
+            .build();
+        let service = tonic_build::manual::Service::builder()
+            .name("FunctionRunnerService")
+            .package(package)
+            .method(method)
+            .build();
+        tonic_build::manual::Builder::new()
+            .build_transport(false)
+            .out_dir(&raw_dir)
+            .compile(&[service]);
+    }
     Ok(())
 }

@@ -20,6 +20,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use support::child::descendants;
 use support::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -201,6 +202,22 @@ impl XfnHost {
                 .filter(|(_, cmdline)| cmdline.contains("host --functions"))
                 .map(|(pid, _)| rss_kb(*pid))
                 .sum::<u64>()
+    }
+
+    /// The peak resident memory (VmHWM) of xfn's own processes (the
+    /// largest of them: the daemon), in bytes.
+    fn own_peak(&self) -> u64 {
+        let pid = self.child.id();
+        std::iter::once(pid)
+            .chain(
+                descendants(pid)
+                    .into_iter()
+                    .filter(|(_, cmdline)| cmdline.contains("host --functions"))
+                    .map(|(pid, _)| pid),
+            )
+            .map(peak_memory)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The function servers running under this xfn.
@@ -1085,4 +1102,164 @@ fn python_servers_rss(host: &XfnHost) -> Vec<(String, u64)> {
         .filter(|(_, cmdline)| cmdline.contains("python3"))
         .map(|(pid, cmdline)| (cmdline, rss_kb(pid)))
         .collect()
+}
+
+const MIB: u64 = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn floods_of_either_side_cost_xfn_their_bytes_and_an_answer_past_the_cap_is_resource_exhausted(
+) {
+    use prost::Message;
+    use support::raw;
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    crossplane_ca(dir.path());
+    let plain = function_server_image(&registry, "host-grpc:v1", &[]);
+    // 96 MiB, past the 64 MiB xfn reads; 60 MiB, under it: both of empty
+    // values, which a decoder holds at ~16 times their wire size.
+    let over = function_server_image(&registry, "host-flood-over:v1", &["--flood", "100663296"]);
+    let under = function_server_image(&registry, "host-flood:v1", &["--flood", "62914560"]);
+    let file = functions_file(
+        dir.path(),
+        &[
+            ("fn-grpc", &plain),
+            ("fn-over", &over),
+            ("fn-flood", &under),
+        ],
+    );
+    let ca = dir.path().join("ca");
+    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let channel = |name: &'static str| {
+        let (host, dir) = (&host, dir.path());
+        async move { dial(host, dir, name, Some("client")).await.unwrap() }
+    };
+    let request = Bytes::from(grpc_request("f", 0.0).encode_to_vec());
+
+    // Every package pulled, one call answered, so what follows measures
+    // the floods (and the flooding functions' server starts) alone.
+    host.wait_for("the three packages are pulled", || {
+        host.log_text().matches("function package ready").count() == 3
+    });
+    let mut client = V1Client::new(channel("fn-grpc").await);
+    client.run_function(grpc_request("a", 0.0)).await.unwrap();
+    let base = host.own_peak();
+
+    // A request of 4 MiB less a little (--max-recv-message-size's default)
+    // of empty values, passed on to the function as its bytes.
+    let flood = raw::field(4, &raw::empty_values("flood", (4 << 20) - 1024)); // RunFunctionRequest.input
+    let answer = raw::call(
+        channel("fn-grpc").await,
+        raw::V1_RUN_FUNCTION,
+        flood.into(),
+        1 << 20,
+    )
+    .await
+    .unwrap();
+    let answer = v1::RunFunctionResponse::decode(answer).unwrap();
+    assert_eq!(messages(&answer), ["unknown action None"], "{answer:?}");
+    let request_flood = host.own_peak();
+    // One past it: refused before it reaches any function (tonic's
+    // OUT_OF_RANGE, as `xfn adapt` answers).
+    let past = raw::field(4, &raw::empty_values("flood", (4 << 20) + 1024));
+    let status = raw::call(
+        channel("fn-grpc").await,
+        raw::V1_RUN_FUNCTION,
+        past.into(),
+        1 << 20,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert_eq!(host.metric("calls_total", "fn-grpc"), 2);
+
+    // An answer past 64 MiB (checked below, after every figure is printed).
+    let over_status = raw::call(
+        channel("fn-over").await,
+        raw::V1_RUN_FUNCTION,
+        request.clone(),
+        128 << 20,
+    )
+    .await
+    .unwrap_err();
+    let over_flood = host.own_peak();
+
+    // An answer of 60 MiB of empty values: passed on as its bytes.
+    let answer = raw::call(
+        channel("fn-flood").await,
+        raw::V1_RUN_FUNCTION,
+        request.clone(),
+        128 << 20,
+    )
+    .await
+    .unwrap();
+    assert!(
+        (59 * MIB..=60 * MIB).contains(&(answer.len() as u64)),
+        "{}",
+        answer.len()
+    );
+    drop(answer);
+    let under_flood = host.own_peak();
+
+    eprintln!(
+        "measured: xfn's VmHWM {} MiB after normal calls; +{} MiB across a 4 MiB request of empty \
+         values; +{} MiB across a 96 MiB answer (refused); +{} MiB across a 60 MiB answer of \
+         empty values (passed on)",
+        base / MIB,
+        (request_flood - base) / MIB,
+        (over_flood - request_flood) / MIB,
+        (under_flood - over_flood) / MIB,
+    );
+    // Past the bound: RESOURCE_EXHAUSTED, naming it.
+    assert_eq!(
+        over_status.code(),
+        tonic::Code::ResourceExhausted,
+        "{over_status:?}"
+    );
+    assert!(over_status.message().contains("64 MiB"), "{over_status:?}");
+    // Bytes held as bytes: a few copies of the request (the read buffer,
+    // the copy sent on); decoded, it took ~130 MiB (2 M values of ~32
+    // bytes, twice: decoded and cloned).
+    assert!(
+        request_flood - base < 32 * MIB,
+        "{} MiB",
+        (request_flood - base) / MIB
+    );
+    // Refused by its length before its body is buffered.
+    assert!(
+        over_flood - request_flood < 32 * MIB,
+        "{} MiB",
+        (over_flood - request_flood) / MIB
+    );
+    // The read buffer and the copy sent on, each at most the 64 MiB cap;
+    // decoded, the same answer took over 1 GiB.
+    assert!(
+        under_flood - over_flood < 192 * MIB,
+        "{} MiB",
+        (under_flood - over_flood) / MIB
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_built_before_v1_is_asked_again_in_v1beta1_with_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    crossplane_ca(dir.path());
+    let beta = function_server_image(&registry, "host-beta:v1", &["--serve", "v1beta1"]);
+    let file = functions_file(dir.path(), &[("fn-beta", &beta)]);
+    let ca = dir.path().join("ca");
+    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let channel = dial(&host, dir.path(), "fn-beta", Some("client"))
+        .await
+        .unwrap();
+    let answer = V1Client::new(channel)
+        .run_function(grpc_request("b", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"], "{answer:?}");
+    assert_eq!(answer.meta.unwrap().tag, "b");
+    // Served in v1beta1 (the server logs each call, xfn logs its output).
+    host.wait_for("the server logs a v1beta1 call", || {
+        host.log_text().contains("fn_server: v1beta1 RunFunction")
+    });
 }

@@ -18,8 +18,8 @@ use crate::host::service::{V1Service, V1beta1Service, WithAuthority};
 use crate::host::tls::Ca;
 use crate::host::{Host, HostOptions};
 use crate::image::PullPolicy;
-use crate::proto::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
-use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
+use crate::proto::raw::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
+use crate::proto::raw::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
 use crate::runner::{Namespace, Runner};
 
 use super::run::parse_duration;

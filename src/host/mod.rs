@@ -31,6 +31,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
+use prost::Message;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::Status;
@@ -148,13 +150,14 @@ impl Host {
         read(&self.functions).get(&function).cloned()
     }
 
-    /// Answers one call to the function `name` routes to.
+    /// Answers one call to the function `name` routes to: the request and
+    /// the response as their bytes on the wire (v1 and v1beta1 alike).
     pub(crate) async fn run_function(
         &self,
         name: Option<&str>,
-        request: v1::RunFunctionRequest,
+        request: Bytes,
         deadline: Option<Instant>,
-    ) -> Result<v1::RunFunctionResponse, Status> {
+    ) -> Result<Bytes, Status> {
         let Some(name) = name else {
             return Err(Status::invalid_argument(
                 "the call names no function: dial the function by its name (TLS SNI, or the :authority host)",
@@ -179,15 +182,22 @@ impl Host {
     async fn answer(
         &self,
         function: &Function,
-        request: v1::RunFunctionRequest,
+        request: Bytes,
         deadline: Option<Instant>,
-    ) -> Result<v1::RunFunctionResponse, Status> {
+    ) -> Result<Bytes, Status> {
         let resolved = function
             .resolved
             .get_or_try_init(|| self.resolve(&function.spec, &function.stats))
             .await?;
         match resolved {
-            Resolved::StdinStdout(adaptor) => adaptor.run_function(request, deadline).await,
+            // Its run needs the request as JSON: decoded here (bounded by
+            // --max-recv-message-size, as `xfn adapt` decodes it).
+            Resolved::StdinStdout(adaptor) => {
+                let request = v1::RunFunctionRequest::decode(request)
+                    .map_err(|e| Status::internal(format!("cannot decode the request: {e}")))?;
+                let response = adaptor.run_function(request, deadline).await?;
+                Ok(Bytes::from(response.encode_to_vec()))
+            }
             Resolved::Server(servers) => {
                 let name = &function.spec.name;
                 let abort = self.calls.drain(Duration::ZERO).abort;

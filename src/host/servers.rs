@@ -3,7 +3,9 @@
 //! has), reached privately inside their own network namespace, stopped
 //! when idle or dead, at most `max_servers` of them, each taking at most
 //! `calls_per_server` calls at once; further calls wait their turn (FIFO)
-//! within their deadline.
+//! within their deadline. Calls pass through as their bytes
+//! ([`crate::proto::raw`]): a response is held at most at its wire size,
+//! [`MAX_RESPONSE`], and never decoded.
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +17,9 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
-use crate::proto::{v1, v1beta1};
+use bytes::Bytes;
+
+use crate::proto::raw::{v1, v1beta1};
 use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, Runner};
 
 /// Where a function server listens inside its own namespace (the port
@@ -42,8 +46,9 @@ pub(crate) struct ServerLimits {
 
 /// The largest response read from a function server: far above what a
 /// RunFunctionResponse of a real Function holds, and a bound on what a
-/// function can make xfn hold per call.
-const MAX_RESPONSE: usize = 64 << 20;
+/// function can make xfn hold per call (the bytes are passed on as they
+/// are; decoded, a response of tiny values would take ~16 times as much).
+pub(crate) const MAX_RESPONSE: usize = 64 << 20;
 
 /// A running server.
 #[derive(Debug)]
@@ -121,9 +126,9 @@ impl Servers {
         runner: &Runner,
         host_slots: &Arc<Semaphore>,
         config: &RunConfig,
-        request: v1::RunFunctionRequest,
+        request: Bytes,
         deadline: Option<Instant>,
-    ) -> Result<v1::RunFunctionResponse, Status> {
+    ) -> Result<Bytes, Status> {
         let by = |what: &str| {
             Status::deadline_exceeded(format!(
                 "function {}: the caller's deadline passed while the call {what}",
@@ -284,37 +289,45 @@ impl Servers {
     async fn call_on(
         &self,
         server: &Server,
-        request: v1::RunFunctionRequest,
+        request: Bytes,
         deadline: Option<Instant>,
-    ) -> Result<v1::RunFunctionResponse, Status> {
+    ) -> Result<Bytes, Status> {
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let mut v1_request = tonic::Request::new(request.clone());
-        if let Some(timeout) = timeout {
-            v1_request.set_timeout(timeout);
-        }
+        let with_timeout = |request: Bytes| {
+            let mut request = tonic::Request::new(request);
+            if let Some(timeout) = timeout {
+                request.set_timeout(timeout);
+            }
+            request
+        };
         let mut client = v1::function_runner_service_client::FunctionRunnerServiceClient::new(
             server.channel.clone(),
         )
         .max_decoding_message_size(MAX_RESPONSE);
-        match client.run_function(v1_request).await {
+        let answer = match client.run_function(with_timeout(request.clone())).await {
             Ok(response) => Ok(response.into_inner()),
-            // Built before v1: ask again in v1beta1, as Crossplane does.
+            // Built before v1: ask again in v1beta1, as Crossplane does
+            // (the same bytes: the two share their wire format).
             Err(status) if status.code() == Code::Unimplemented => {
-                let request: v1beta1::RunFunctionRequest = convert(&request)?;
-                let mut beta = tonic::Request::new(request);
-                if let Some(timeout) = timeout {
-                    beta.set_timeout(timeout);
-                }
-                let mut client =
-                    v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(
-                        server.channel.clone(),
-                    )
-                    .max_decoding_message_size(MAX_RESPONSE);
-                let response = client.run_function(beta).await?.into_inner();
-                convert(&response)
+                v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(
+                    server.channel.clone(),
+                )
+                .max_decoding_message_size(MAX_RESPONSE)
+                .run_function(with_timeout(request))
+                .await
+                .map(tonic::Response::into_inner)
             }
             Err(status) => Err(status),
-        }
+        };
+        answer.map_err(|status| match too_large(&status) {
+            true => Status::resource_exhausted(format!(
+                "function {}: its response is larger than xfn reads from a function server ({} MiB): {}",
+                self.function,
+                MAX_RESPONSE >> 20,
+                status.message()
+            )),
+            false => status,
+        })
     }
 
     async fn remove(&self, server: &Arc<Server>) {
@@ -388,8 +401,12 @@ async fn until<T>(
     }
 }
 
-/// Re-decodes a message of one package as its twin in the other.
-fn convert<A: prost::Message, B: prost::Message + Default>(message: &A) -> Result<B, Status> {
-    B::decode(message.encode_to_vec().as_slice())
-        .map_err(|e| Status::internal(format!("cannot convert between v1beta1 and v1: {e}")))
+/// Whether `status` is tonic's own refusal of a response past
+/// [`MAX_RESPONSE`] (`OUT_OF_RANGE`, raised while reading it; a function's
+/// own `OUT_OF_RANGE` carries its message and no such text).
+fn too_large(status: &Status) -> bool {
+    status.code() == Code::OutOfRange
+        && status
+            .message()
+            .starts_with("Error, decoded message length too large")
 }

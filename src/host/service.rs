@@ -3,16 +3,21 @@
 //! connection ([`crate::grpc::connections::SniInfo`]), or, on the plaintext
 //! listener, the host of the request's `:authority` ([`Authority`], put
 //! there by [`WithAuthority`]). Nothing in the request body routes.
+//!
+//! Both are served raw ([`crate::proto::raw`]): a request is handed on as
+//! its bytes and a function server's answer returned as its bytes, so a
+//! call costs xfn its size on the wire, whatever the messages hold; v1 and
+//! v1beta1 share that wire format, so neither is converted.
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use tonic::{Request, Response, Status};
 
 use super::Host;
-use crate::adaptor::service::convert;
 use crate::grpc::connections::SniInfo;
 use crate::grpc::deadline::deadline_of;
-use crate::proto::{v1, v1beta1};
+use crate::proto::raw::{v1, v1beta1};
 
 /// The host part of a plaintext request's `:authority`, lower case.
 #[derive(Debug, Clone)]
@@ -66,12 +71,8 @@ pub(crate) struct V1Service(pub(crate) Arc<Host>);
 #[derive(Debug, Clone)]
 pub(crate) struct V1beta1Service(pub(crate) Arc<Host>);
 
-#[async_trait::async_trait]
-impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
-    async fn run_function(
-        &self,
-        request: Request<v1::RunFunctionRequest>,
-    ) -> Result<Response<v1::RunFunctionResponse>, Status> {
+impl V1Service {
+    async fn run(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
         let deadline = deadline_of(&request);
         let name = route(&request);
         self.0
@@ -82,18 +83,15 @@ impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
 }
 
 #[async_trait::async_trait]
+impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
+    async fn run_function(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
+        self.run(request).await
+    }
+}
+
+#[async_trait::async_trait]
 impl v1beta1::function_runner_service_server::FunctionRunnerService for V1beta1Service {
-    async fn run_function(
-        &self,
-        request: Request<v1beta1::RunFunctionRequest>,
-    ) -> Result<Response<v1beta1::RunFunctionResponse>, Status> {
-        let deadline = deadline_of(&request);
-        let name = route(&request);
-        let request: v1::RunFunctionRequest = convert(request.get_ref())?;
-        let response = self
-            .0
-            .run_function(name.as_deref(), request, deadline)
-            .await?;
-        convert(&response).map(Response::new)
+    async fn run_function(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
+        V1Service(std::sync::Arc::clone(&self.0)).run(request).await
     }
 }

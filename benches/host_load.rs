@@ -1,0 +1,309 @@
+//! Client of `benches/host.sh`: calls a v1 function server directly and
+//! through `xfn host`, and times its first call from zero both ways. One
+//! `key=value` a line on stdout.
+//!
+//! Usage (`cargo bench` adds a `--bench` argument, which is ignored):
+//!   host_load once TARGET
+//!       One call.
+//!   host_load warm DIRECT HOSTED
+//!       ROUNDS (env, default 5) rounds of ROUND_CALLS (default 100) calls
+//!       to each in turn, one caller, each PACE_MS (default 20) after the
+//!       last answer, after ten warm-up calls each: the two sides timed
+//!       seconds apart, so the machine's drift falls on both alike. Then
+//!       as many `grpc.health.v1.Health/Check` calls to HOSTED (`hop_*`):
+//!       a round trip through xfn host with no function behind it.
+//!   host_load cold-native CALLS PORT -- COMMAND...
+//!       CALLS times: spawn COMMAND (a server that listens on
+//!       127.0.0.1:PORT), connect as soon as it listens (trying every
+//!       millisecond), call once; the time from spawn to the answer. The
+//!       server is killed after each.
+//!   host_load cold-host HOSTED METRICS_PORT FUNCTION CALLS
+//!       CALLS times: wait until `xfn host` (started with a short
+//!       `--server-idle`) stopped FUNCTION's server, then call on the
+//!       connection kept open: a call from zero.
+//!
+//! A target is `tcp:HOST:PORT` (plaintext) or `tls:HOST:PORT/NAME` (TLS to
+//! HOST:PORT with SNI NAME, the client certificate `client.crt`/`.key` and
+//! the CA `ca/tls.crt` of the directory CERTS (env), as Crossplane dials).
+//! What a call sends is FUNCTION_KIND's request (env: `fn_server`, the test
+//! server's `compose` action; `pythonic`, a function-pythonic composition);
+//! each answer must carry the request's tag and a desired resource named
+//! `bucket`.
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use xfn::proto::v1;
+use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as Client;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+fn request() -> Result<v1::RunFunctionRequest, AnyError> {
+    let kind = std::env::var("FUNCTION_KIND").unwrap_or_else(|_| "fn_server".into());
+    let (input, observed) = match kind.as_str() {
+        "fn_server" => (
+            json!({"action": "compose", "name": "bucket",
+                   "resource": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"app": "bench"}}}),
+            json!({}),
+        ),
+        "pythonic" => (
+            json!({"apiVersion": "pythonic.fn.crossplane.io/v1alpha1", "kind": "Composite",
+                   "composite": "class Composite(BaseComposite):\n  def compose(self):\n    self.resources.bucket('ConfigMap', 'v1').data.app = self.metadata.name\n"}),
+            json!({"apiVersion": "example.crossplane.io/v1", "kind": "App",
+                   "metadata": {"name": "bench"}, "spec": {}}),
+        ),
+        other => return Err(format!("FUNCTION_KIND {other:?}: fn_server or pythonic").into()),
+    };
+    Ok(v1::RunFunctionRequest {
+        meta: Some(v1::RequestMeta {
+            tag: "bench".into(),
+            ..Default::default()
+        }),
+        input: xfn::proto::to_struct(&input),
+        observed: Some(v1::State {
+            composite: Some(v1::Resource {
+                resource: xfn::proto::to_struct(&observed),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// One call, checked; its time.
+async fn call(
+    client: &mut Client<Channel>,
+    request: &v1::RunFunctionRequest,
+) -> Result<Duration, AnyError> {
+    let started = Instant::now();
+    let answer = client.run_function(request.clone()).await?.into_inner();
+    let elapsed = started.elapsed();
+    let tagged = answer.meta.as_ref().is_some_and(|m| m.tag == "bench");
+    let bucket = answer
+        .desired
+        .as_ref()
+        .is_some_and(|d| d.resources.contains_key("bucket"));
+    if !tagged || !bucket {
+        return Err(format!("the answer lacks the tag or the bucket: {answer:?}").into());
+    }
+    Ok(elapsed)
+}
+
+async fn connect(target: &str) -> Result<Channel, AnyError> {
+    if let Some(address) = target.strip_prefix("tcp:") {
+        let channel = Channel::from_shared(format!("http://{address}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        return Ok(channel);
+    }
+    let Some((address, name)) = target
+        .strip_prefix("tls:")
+        .and_then(|rest| rest.split_once('/'))
+    else {
+        return Err(format!("target {target:?}: tcp:HOST:PORT or tls:HOST:PORT/NAME").into());
+    };
+    let certs = PathBuf::from(std::env::var("CERTS").map_err(|_| "CERTS (env) is not set")?);
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(
+            certs.join("ca/tls.crt"),
+        )?))
+        .identity(Identity::from_pem(
+            std::fs::read(certs.join("client.crt"))?,
+            std::fs::read(certs.join("client.key"))?,
+        ))
+        .domain_name(name);
+    let channel = Channel::from_shared(format!("https://{address}"))?
+        .tls_config(tls)?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    Ok(channel)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `NAME_p50_ms`, `NAME_p99_ms`, `NAME_min_ms`, `NAME_calls` of `times`.
+fn report(name: &str, times: &mut [Duration]) {
+    times.sort();
+    println!("{name}_calls={}", times.len());
+    println!("{name}_min_ms={:.3}", ms(times[0]));
+    println!("{name}_p50_ms={:.3}", ms(percentile(times, 0.50)));
+    println!("{name}_p99_ms={:.3}", ms(percentile(times, 0.99)));
+}
+
+fn env_number(name: &str, default: u64) -> Result<u64, AnyError> {
+    Ok(std::env::var(name).map_or(Ok(default), |v| v.parse())?)
+}
+
+async fn warm(direct: &str, hosted: &str) -> Result<(), AnyError> {
+    let rounds = env_number("ROUNDS", 5)?;
+    let per_round = env_number("ROUND_CALLS", 100)?;
+    let pace = Duration::from_millis(env_number("PACE_MS", 20)?);
+    let request = request()?;
+    let mut sides = [
+        ("direct", Client::new(connect(direct).await?), Vec::new()),
+        ("hosted", Client::new(connect(hosted).await?), Vec::new()),
+    ];
+    for (_, client, _) in sides.iter_mut() {
+        for _ in 0..10 {
+            call(client, &request).await?;
+        }
+    }
+    // The floor of the hop itself: `grpc.health.v1.Health/Check` to xfn
+    // host over a connection like the hosted one (TLS, the same SNI): a
+    // round trip through xfn's TLS and HTTP/2 with no function behind it.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(connect(hosted).await?);
+    let mut hop = Vec::new();
+    let mut overheads = Vec::new();
+    for round in 0..rounds {
+        let mut p50s = [Duration::ZERO; 2];
+        for (i, (name, client, all)) in sides.iter_mut().enumerate() {
+            let mut times = Vec::new();
+            for _ in 0..per_round {
+                tokio::time::sleep(pace).await;
+                times.push(call(client, &request).await?);
+            }
+            times.sort();
+            p50s[i] = percentile(&times, 0.5);
+            println!("round{round}_{name}_p50_ms={:.3}", ms(p50s[i]));
+            all.extend(times);
+        }
+        overheads.push(ms(p50s[1]) - ms(p50s[0]));
+        for _ in 0..per_round {
+            tokio::time::sleep(pace).await;
+            let started = Instant::now();
+            health
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await?;
+            hop.push(started.elapsed());
+        }
+    }
+    if !hop.is_empty() {
+        report("hop", &mut hop);
+    }
+    for (name, _, all) in sides.iter_mut() {
+        report(name, all);
+    }
+    overheads.sort_by(f64::total_cmp);
+    println!(
+        "overhead_p50_ms={:.3}",
+        overheads[overheads.len() / 2] // the median round's
+    );
+    Ok(())
+}
+
+async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), AnyError> {
+    let request = request()?;
+    let [program, args @ ..] = command else {
+        return Err("no command".into());
+    };
+    let mut times = Vec::new();
+    for _ in 0..calls {
+        let started = Instant::now();
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let answered = async {
+            loop {
+                if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                if let Some(status) = child.try_wait()? {
+                    return Err(format!("{program} exited: {status}").into());
+                }
+                if started.elapsed() > Duration::from_secs(60) {
+                    return Err(format!("{program} never listened on {port}").into());
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let mut client = Client::new(connect(&format!("tcp:127.0.0.1:{port}")).await?);
+            call(&mut client, &request).await?;
+            Ok::<_, AnyError>(started.elapsed())
+        }
+        .await;
+        let _ = child.kill();
+        let _ = child.wait();
+        times.push(answered?);
+    }
+    report("native_cold", &mut times);
+    Ok(())
+}
+
+/// `xfn_host_servers_running{function="FUNCTION"}` of the xfn host whose
+/// metrics listen on `port`.
+fn servers_running(port: u16, function: &str) -> Result<u64, AnyError> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let series = format!("xfn_host_servers_running{{function=\"{function}\"}} ");
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(Ok(0), |v| v.trim().parse())?)
+}
+
+async fn cold_host(hosted: &str, port: u16, function: &str, calls: u64) -> Result<(), AnyError> {
+    let request = request()?;
+    let mut client = Client::new(connect(hosted).await?);
+    let mut times = Vec::new();
+    for _ in 0..calls {
+        let waited = Instant::now();
+        while servers_running(port, function)? > 0 {
+            if waited.elapsed() > Duration::from_secs(120) {
+                return Err(format!("{function}'s server was never stopped").into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Its teardown (off the call path) done, as a server idle for
+        // minutes is.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        times.push(call(&mut client, &request).await?);
+    }
+    report("host_cold", &mut times);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), AnyError> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    match args.as_slice() {
+        [mode, target] if mode == "once" => {
+            let mut client = Client::new(connect(target).await?);
+            let took = call(&mut client, &request()?).await?;
+            println!("once_ms={:.3}", ms(took));
+            Ok(())
+        }
+        [mode, direct, hosted] if mode == "warm" => warm(direct, hosted).await,
+        [mode, calls, port, dashes, command @ ..] if mode == "cold-native" && dashes == "--" => {
+            cold_native(calls.parse()?, port.parse()?, command).await
+        }
+        [mode, hosted, port, function, calls] if mode == "cold-host" => {
+            cold_host(hosted, port.parse()?, function, calls.parse()?).await
+        }
+        _ => Err("usage: host_load once TARGET | warm DIRECT HOSTED | cold-native CALLS PORT -- COMMAND... \
+                  | cold-host HOSTED METRICS_PORT FUNCTION CALLS"
+            .into()),
+    }
+}

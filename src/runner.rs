@@ -413,8 +413,7 @@ fn pool_key(digest: &str, config: &RunConfig) -> PoolKey {
     PoolKey {
         digest: digest.to_string(),
         host_network: *network == NetworkPolicy::Runner,
-        cpu_millis: limits.cpu_millis,
-        memory_bytes: limits.memory_bytes,
+        limits: *limits,
     }
 }
 

@@ -304,8 +304,8 @@ fn the_hosts_cache_budget_and_a_pull_in_flight_fit_its_empty_dir_size_limit() {
 
 /// The host's RBAC is exactly the controller's needs (each rule's comment
 /// says why; the controller's unit tests check every request of their
-/// recorded conversations against these rules): read Functions and
-/// revisions, patch only the revisions' status, and in Crossplane's
+/// recorded conversations against these rules): read Functions,
+/// revisions and DeploymentRuntimeConfigs (limits), patch only the revisions' status, and in Crossplane's
 /// namespace only Services and Secrets, never list or watch a Secret, and
 /// nothing cluster-wide of the core group.
 #[test]
@@ -352,6 +352,9 @@ fn the_host_rbac_grants_only_what_the_controller_calls() {
             (pkg, "functionrevisions", "list"),
             (pkg, "functionrevisions", "watch"),
             (pkg, "functionrevisions/status", "patch"),
+            (pkg, "deploymentruntimeconfigs", "get"),
+            (pkg, "deploymentruntimeconfigs", "list"),
+            (pkg, "deploymentruntimeconfigs", "watch"),
         ])
     );
     assert_eq!(

@@ -1263,3 +1263,138 @@ async fn a_function_built_before_v1_is_asked_again_in_v1beta1_with_the_same_byte
         host.log_text().contains("fn_server: v1beta1 RunFunction")
     });
 }
+
+/// A plaintext call to the function `name` hosts, routed by the
+/// `:authority` host.
+async fn call_insecure(
+    host: &XfnHost,
+    name: &str,
+    request: v1::RunFunctionRequest,
+) -> Result<tonic::Response<v1::RunFunctionResponse>, tonic::Status> {
+    let port = host.port;
+    let channel = Channel::from_shared(format!("http://{name}:{port}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(
+            move |_: tonic::transport::Uri| async move {
+                let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            },
+        ))
+        .await
+        .unwrap();
+    V1Client::new(channel).run_function(request).await
+}
+
+/// The OCI specs (`config.json`) of the containers xfn runs now, read in
+/// xfn's own mount namespace (where its run state lives) through
+/// /proc/PID/root.
+fn running_specs(host: &XfnHost, cache: &Path) -> Vec<serde_json::Value> {
+    fn walk(dir: &Path, depth: u32, found: &mut Vec<serde_json::Value>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.file_name().is_some_and(|n| n == "config.json") {
+                if let Ok(text) = std::fs::read(&path) {
+                    found.extend(serde_json::from_slice(&text).ok());
+                }
+            } else if depth > 0 && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&path, depth - 1, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let pids = std::iter::once(host.child.id()).chain(
+        descendants(host.child.id())
+            .into_iter()
+            .filter(|(_, cmdline)| cmdline.contains("host --functions"))
+            .map(|(pid, _)| pid),
+    );
+    for pid in pids {
+        let run = Path::new(&format!("/proc/{pid}/root"))
+            .join(cache.join("run").strip_prefix("/").unwrap());
+        walk(&run, 4, &mut found);
+        if !found.is_empty() {
+            break;
+        }
+    }
+    found
+}
+
+/// A Function's limits from the DeploymentRuntimeConfig its
+/// runtimeConfigRef names (and its pids annotation) reach its server's OCI
+/// spec, and its pids limit holds as the server's RLIMIT_NPROC. Where
+/// cgroups cannot enforce cpu and memory (this machine's are hybrid), xfn
+/// host says so at start and, with --require-limits, refuses the calls
+/// FAILED_PRECONDITION, as xfn start does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_functions_runtime_config_limits_reach_its_server_or_its_calls_are_refused_when_required()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = dir.path().join("functions.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: fn-small\n  annotations:\n    xfn.crossplane.io/pids-limit: \"77\"\nspec:\n  package: {server}\n  runtimeConfigRef: {{apiVersion: pkg.crossplane.io/v1beta1, kind: DeploymentRuntimeConfig, name: small}}\n---\napiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata: {{name: small}}\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {{}}\n      template:\n        spec:\n          containers:\n            - name: package-runtime\n              resources:\n                limits: {{cpu: 250m, memory: 64Mi}}\n"
+        ),
+    )
+    .unwrap();
+    let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
+    call_insecure(&host, "fn-small", grpc_request("1", 0.0))
+        .await
+        .unwrap();
+
+    let specs = running_specs(&host, &dir.path().join("cache"));
+    let spec = specs
+        .iter()
+        .find(|s| s["process"]["args"][0] == "/fn_server")
+        .unwrap_or_else(|| panic!("no spec of the server among {specs:#?}"));
+    let resources = &spec["linux"]["resources"];
+    assert_eq!(resources["memory"]["limit"], 64 << 20, "{resources}");
+    assert_eq!(resources["cpu"]["quota"], 25_000, "{resources}");
+    assert_eq!(resources["pids"]["limit"], 77, "{resources}");
+    let pid = descendants(host.child.id())
+        .into_iter()
+        .find(|(_, cmdline)| cmdline.starts_with("/fn_server"))
+        .map(|(pid, _)| pid)
+        .expect("the server runs");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let nproc = limits
+        .lines()
+        .find(|l| l.starts_with("Max processes"))
+        .unwrap();
+    let enforced = host
+        .log_text()
+        .contains("cpu/memory/pids limits are enforced");
+    if enforced {
+        eprintln!("limits are enforced here: pids.max holds the pids limit, not RLIMIT_NPROC");
+    } else {
+        assert!(
+            nproc.split_whitespace().nth(2) == Some("77"),
+            "RLIMIT_NPROC: {nproc}"
+        );
+    }
+    drop(host);
+
+    if enforced {
+        eprintln!(
+            "limits are enforced here: the --require-limits refusal is not reachable; skipped"
+        );
+        return;
+    }
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--require-limits"]);
+    assert!(
+        host.log_text()
+            .contains("limits are not enforced: calls will be refused (--require-limits)"),
+        "{}",
+        host.log_text()
+    );
+    let status = call_insecure(&host, "fn-small", grpc_request("2", 0.0))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains("fn-small"), "{status:?}");
+}

@@ -303,9 +303,141 @@ check_xfn_render_docker() {
 	fi
 }
 
+# xfn host with two Functions of the same package (the test function
+# server, tests/fixtures/fn_server.rs): `big` limited to 64Mi by the
+# DeploymentRuntimeConfig its runtimeConfigRef names, `other` under the
+# defaults. A call that makes big's server hold 128 MiB gets it OOM-killed:
+# the caller gets RESOURCE_EXHAUSTED naming the function and the limit;
+# `other`, on the same host, still answers, and so does big's next call (a
+# new server). Calls go through `xfn render`'s Development runtime, routed
+# by the :authority host (--insecure), which /etc/hosts maps to 127.0.0.1.
+# SIGTERM then leaves no run cgroup and no server.
+check_xfn_host_oom() {
+	cat >"$HOME/host-functions.yaml" <<EOF
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata: {name: big}
+spec:
+  package: 127.0.0.1:5000/example/function-server:v1
+  runtimeConfigRef: {apiVersion: pkg.crossplane.io/v1beta1, kind: DeploymentRuntimeConfig, name: small}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata: {name: other}
+spec:
+  package: 127.0.0.1:5000/example/function-server:v1
+---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: DeploymentRuntimeConfig
+metadata: {name: small}
+spec:
+  deploymentTemplate:
+    spec:
+      selector: {}
+      template:
+        spec:
+          containers:
+            - name: package-runtime
+              resources:
+                limits: {memory: 64Mi}
+EOF
+	cat >"$HOME/host-render-functions.yaml" <<EOF
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: big
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: dns:///big:9443
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: other
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: dns:///other:9443
+EOF
+	host_composition big "action: allocate, mebibytes: 128" >"$HOME/host-big.yaml"
+	host_composition big "action: allocate, mebibytes: 8" >"$HOME/host-big-small.yaml"
+	host_composition other "action: create" >"$HOME/host-other.yaml"
+	xfn_leaves=$((${xfn_leaves:-0} + 1))
+	leaf=$CG_ROOT$CGROUP_BASE/xfn-$xfn_leaves
+	mkdir "$leaf" || { check xfn-host-oom FAIL "cannot-create-leaf"; return; }
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	XFN_CACHE_DIR=$HOME/xfn-cache sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$leaf" \
+		"$XFN_BIN" --log-format json host --functions "$HOME/host-functions.yaml" --insecure \
+		--address 127.0.0.1:9443 --require-limits >/dev/null 2>"$HOME/host.err" &
+	host_pid=$!
+	i=0
+	while ! grep -q 'serving the function API' "$HOME/host.err" && [ "$i" -lt 600 ]; do
+		sleep 0.2
+		i=$((i + 1))
+	done
+	host_render big
+	big_rc=$rc big_said=$said
+	host_render other
+	other_rc=$rc
+	other_out=no
+	grep -q 'bucket-0' "$HOME/host-other.out" && other_out=yes
+	host_render big-small
+	again_rc=$rc
+	again_out=no
+	# (render prints the XR, not the context the call answered with: its
+	# exit 0 says the step's call succeeded)
+	grep -q 'kind: XBucket' "$HOME/host-big-small.out" && again_out=yes
+	kill -TERM "$host_pid"
+	wait "$host_pid"
+	host_rc=$?
+	servers=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -cx fn_server)
+	remove_leaf "$leaf"
+	enforced=$(grep -c 'cpu/memory/pids limits are enforced' "$HOME/host.err")
+	value="big-exit=$big_rc other-exit=$other_rc other-output=$other_out big-again-exit=$again_rc big-again-output=$again_out host-exit-after-SIGTERM=$host_rc enforced-said=$enforced servers-left=$servers leftover=[$leftover] big-error=$(echo "$big_said" | cut -c1-220 | tr ' ' '_')"
+	echo "xfn: host: $value host-stderr=[$(grep -v '"DEBUG"' "$HOME/host.err" | tail -n 4 | tr '\n' ' ')]"
+	if [ "$big_rc" != 0 ] &&
+		echo "$big_said" | grep -q 'ResourceExhausted: function big: its server was killed during the call: the function exceeded its memory limit of 64Mi' &&
+		[ "$other_rc" = 0 ] && [ "$other_out" = yes ] && [ "$again_rc" = 0 ] && [ "$again_out" = yes ] &&
+		[ "$host_rc" = 0 ] && [ "$enforced" -ge 1 ] && [ "$servers" = 0 ] && [ -z "$leftover" ]; then
+		check xfn-host-oom PASS "$value"
+	else
+		echo "xfn: host: its warnings and errors: $(grep -E '"(WARN|ERROR)"' "$HOME/host.err" | tail -n 8 | tr '\n' ' ')"
+		check xfn-host-oom FAIL "$value"
+	fi
+}
+
+# host_composition FUNCTION INPUT: a one-step Pipeline Composition calling
+# FUNCTION with the input fields INPUT.
+host_composition() {
+	cat <<EOF
+apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata: {name: host-$1}
+spec:
+  compositeTypeRef: {apiVersion: example.org/v1, kind: XBucket}
+  mode: Pipeline
+  pipeline:
+  - step: one
+    functionRef: {name: $1}
+    input: {apiVersion: example.org/v1, kind: Input, $2}
+EOF
+}
+
+# host_render NAME: renders the XR through $HOME/host-NAME.yaml with the
+# host's functions; sets rc, and $said to the last line of its stderr.
+host_render() {
+	# A cold start of a debug build under TCG takes far longer than the
+	# render's default minute.
+	timeout 600 "$XFN_BIN" render --timeout 300s /opt/xfn/render/xr.yaml "$HOME/host-$1.yaml" \
+		"$HOME/host-render-functions.yaml" >"$HOME/host-$1.out" 2>"$HOME/host-$1.err"
+	rc=$?
+	said=$(tail -n 1 "$HOME/host-$1.err")
+	echo "xfn: host $1 exit=$rc stderr=[$(tail -n 5 "$HOME/host-$1.err" | tr '\n' ' ')]"
+}
+
 if start_registry; then
 	run_check xfn-run
 	run_check xfn-render-docker
+	run_check xfn-host-oom
 	for limit_check in xfn-within-limits xfn-oom xfn-cpu xfn-pids xfn-timeout-cleanup xfn-stale-swept xfn-limits-written; do
 		run_check "$limit_check"
 	done

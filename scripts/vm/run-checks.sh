@@ -12,6 +12,10 @@
 #   XFN_VM_ACCEL    qemu accelerator (default tcg; kvm where /dev/kvm works)
 #   XFN_VM_TIMEOUT  seconds before the VM is given up on (default 300, 600
 #                   with an xfn binary)
+#   XFN_VM_FUNCTION_SERVER
+#                   a static tests/fixtures/fn_server.rs binary for the
+#                   image of the render and host checks (default: built for
+#                   release by xfn-image.sh)
 #   XFN_VM_EXTRA_CHECKS, XFN_VM_INCLUDE, XFN_VM_BINARIES
 #                   more guest checks and what they need: see
 #                   build-initramfs.sh
@@ -83,7 +87,11 @@ vmlinuz=${vmlinuzes[0]}
 # the VM serves itself, the input, and the xfn-level checks.
 if [ -n "$xfn_bin" ]; then
 	"$here/xfn-image.sh" "$work/xfn-image"
-	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml $work/xfn-image/expected-output.yaml:/opt/xfn/expected-output.yaml $repo/example/render:/opt/xfn/render"
+	# The xfn host check dials its functions by name (the :authority routes
+	# a call), resolved from /etc/hosts alone.
+	printf '127.0.0.1 localhost big other\n' >"$work/hosts"
+	printf 'hosts: files\n' >"$work/nsswitch.conf"
+	export XFN_VM_INCLUDE="${XFN_VM_INCLUDE:-} $work/xfn-image/registry:/opt/xfn/registry $repo/example/functionio.yaml:/opt/xfn/functionio.yaml $work/xfn-image/expected-output.yaml:/opt/xfn/expected-output.yaml $repo/example/render:/opt/xfn/render $work/hosts:/etc/hosts $work/nsswitch.conf:/etc/nsswitch.conf"
 	XFN_VM_BINARIES="${XFN_VM_BINARIES:-} /usr/bin/docker-registry:/usr/bin/docker-registry"
 	export XFN_VM_BINARIES
 	export XFN_VM_EXTRA_CHECKS="$here/guest-xfn-checks.sh ${XFN_VM_EXTRA_CHECKS:-}"

@@ -62,14 +62,19 @@ done
 # The render check's function: tests/fixtures/fn_server.rs (a gRPC composition
 # function server, linked statically) on busybox, served by xfn render's
 # Docker runtime in the VM.
-(
-	cd "$repo"
-	WORK=$tmp
-	# shellcheck source=../lib/testbed.sh
-	. scripts/lib/testbed.sh
-	build_function_server
-	cp "$FUNCTION_SERVER" "$tmp/fn_server"
-)
+# XFN_VM_FUNCTION_SERVER: one already built (static), else a release build.
+if [ -n "${XFN_VM_FUNCTION_SERVER:-}" ]; then
+	cp "$XFN_VM_FUNCTION_SERVER" "$tmp/fn_server"
+else
+	(
+		cd "$repo"
+		WORK=$tmp
+		# shellcheck source=../lib/testbed.sh
+		. scripts/lib/testbed.sh
+		build_function_server
+		cp "$FUNCTION_SERVER" "$tmp/fn_server"
+	)
+fi
 umoci new --image "$tmp/oci:server" >/dev/null
 umoci unpack --rootless --image "$tmp/oci:server" "$tmp/server" >/dev/null
 mkdir -p "$tmp/server/rootfs/bin"

@@ -121,3 +121,18 @@ pub(crate) fn daemon_runner(
     tracing::info!(%crun, "OCI runtime");
     Ok(runner)
 }
+
+/// Says once, at a daemon's start, whether cpu/memory/pids limits are
+/// enforced, and what follows where they are not: its calls are refused
+/// (`--require-limits`) or its functions run without them.
+pub(crate) fn report_limits(runner: &Runner, require_limits: bool) {
+    match runner.limits_unavailable() {
+        None => tracing::info!("cpu/memory/pids limits are enforced"),
+        Some(why) if require_limits => {
+            tracing::warn!(%why, "limits are not enforced: calls will be refused (--require-limits)")
+        }
+        Some(why) => {
+            tracing::warn!(%why, "limits are not enforced: functions run without cpu/memory/pids limits")
+        }
+    }
+}

@@ -75,6 +75,16 @@ pub(crate) struct HostArgs {
     /// When packages are pulled.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
     pub image_pull_policy: PullPolicy,
+    /// CPU limit of each container of a function whose
+    /// DeploymentRuntimeConfig sets none, a Kubernetes quantity (`500m`,
+    /// `2`). See docs/host.md, Limits.
+    #[arg(long, default_value = DEFAULT_CPU, value_parser = super::run::parse_cpu)]
+    pub cpu: u64,
+    /// Memory limit of each container of a function whose
+    /// DeploymentRuntimeConfig sets none, a quantity (`512Mi`). See
+    /// docs/host.md, Limits.
+    #[arg(long, default_value = DEFAULT_MEMORY, value_parser = super::parse_nonzero_size)]
+    pub memory: u64,
     /// Image cache and per-run state.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -95,6 +105,21 @@ pub(crate) struct HostArgs {
     #[command(flatten)]
     pub warm_pool: super::WarmPoolArgs,
 }
+
+/// Default of `--cpu`: one core. A function's server is one process
+/// (Python's SDK runs its calls on one interpreter): a core lets it go as
+/// fast as it can alone and keeps one busy function from taking a shared
+/// node's other cores from the rest.
+pub(crate) const DEFAULT_CPU: &str = "1";
+
+/// Default of `--memory`: a Python SDK function server idles at 46 MiB
+/// resident (measured here) and a Go or Rust one at about 10 MiB; a call
+/// adds its request and response (4 MiB in, up to 64 MiB out) times the
+/// calls a server takes at once. 512Mi holds that several times over and
+/// still bounds a runaway function far below a node's memory; a Function
+/// that needs more says so in its DeploymentRuntimeConfig, as it would for
+/// its own pod.
+pub(crate) const DEFAULT_MEMORY: &str = "512Mi";
 
 /// What is read before the namespace: the catalog and the CA (a key
 /// readable only by the real uid is out of reach in it).
@@ -140,6 +165,7 @@ pub(crate) async fn execute(
     let runner = Runner::new(namespace, store, options).context("cannot set up the runner")?;
     let crun = runner.check_runtime()?;
     tracing::info!(%crun, "OCI runtime");
+    super::daemon_flags::report_limits(&runner, args.runner.require_limits);
     let daemon = Daemon::new(
         runner,
         args.daemon.daemon_options(Some(args.cache_max_size), None),
@@ -160,6 +186,11 @@ pub(crate) async fn execute(
             max_servers: args.max_servers.max(1),
             run_timeout: args.timeout,
             pull_policy: args.image_pull_policy,
+            limits: crate::runner::Limits {
+                cpu_millis: Some(args.cpu),
+                memory_bytes: Some(args.memory),
+                pids: None,
+            },
         },
         prepared.ca,
     );

@@ -46,7 +46,7 @@ pub(crate) struct RunArgs {
 }
 
 /// `--cpu`: a quantity of cores, in millicores.
-fn parse_cpu(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_cpu(text: &str) -> Result<u64, String> {
     crate::quantity::Quantity::parse(text)
         .and_then(|q| q.millis())
         .map_err(|e| e.to_string())
@@ -110,6 +110,8 @@ pub(crate) async fn execute(
         limits: Limits {
             cpu_millis: args.cpu,
             memory_bytes: args.memory,
+            // `--pids-limit`, the runner's.
+            pids: None,
         },
     };
     // Ctrl-C or SIGTERM stop the run: dropping its future kills the

@@ -146,15 +146,7 @@ pub(crate) async fn execute(
         &args.warm_pool,
         state_in_memory,
     )?;
-    match runner.limits_unavailable() {
-        None => tracing::info!("cpu/memory/pids limits are enforced"),
-        Some(why) if args.runner.require_limits => {
-            tracing::warn!(%why, "limits are not enforced: calls will be refused (--require-limits)")
-        }
-        Some(why) => {
-            tracing::warn!(%why, "limits are not enforced: functions run without cpu/memory/pids limits")
-        }
-    }
+    super::daemon_flags::report_limits(&runner, args.runner.require_limits);
     // What the kernel counts per host uid only (src/sandbox/ucounts.rs).
     log_function_uids(namespace);
     log_socket_scoping();

@@ -23,12 +23,15 @@ pub(crate) struct HostedFunction {
     pub(crate) package: String,
     /// An override of the kind; `None` decides from the package.
     pub(crate) kind: Option<FunctionKind>,
+    /// Its cpu/memory/pids limits (`runtime_config`); each one unset takes
+    /// the host's default.
+    pub(crate) limits: crate::runner::Limits,
 }
 
 /// The host's side of a catalog: what a catalog calls when the set changes.
 pub(crate) trait Catalog: Send + Sync + 'static {
-    /// Serve `function` under its names. Idempotent: the same name and
-    /// package again is a no-op; a new package replaces the old servers.
+    /// Serve `function` under its names. Idempotent: the same function
+    /// again is a no-op; a new package or new limits replace the old servers.
     fn host(&self, function: HostedFunction);
     /// Stop serving `name` and stop its servers; unknown names are a no-op.
     fn unhost(&self, name: &str);

@@ -41,6 +41,7 @@ use kube::Client;
 use serde_json::Value;
 
 use super::catalog::{Catalog, HostedFunction};
+use super::runtime_config::{self, RuntimeConfigRef, RuntimeConfigSpec};
 
 /// Crossplane's package API group and version.
 const PKG_API_VERSION: &str = "pkg.crossplane.io/v1";
@@ -120,6 +121,13 @@ pub(crate) enum ControllerError {
         #[source]
         source: rcgen::Error,
     },
+    /// The Function's limits cannot be read from its runtime config.
+    #[error("cannot read the limits of Function {name}")]
+    Limits {
+        name: String,
+        #[source]
+        source: runtime_config::RuntimeConfigError,
+    },
     /// A watch stream ended, which a watcher never does on its own.
     #[error("the watch of {kind} ended")]
     WatchEnded { kind: &'static str },
@@ -144,6 +152,13 @@ fn function_resource() -> ApiResource {
     )
 }
 
+fn runtime_config_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("pkg.crossplane.io", "v1beta1", runtime_config::KIND),
+        "deploymentruntimeconfigs",
+    )
+}
+
 fn revision_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("pkg.crossplane.io", "v1", "FunctionRevision"),
@@ -163,26 +178,34 @@ pub(crate) async fn run(
     let revisions: Api<DynamicObject> = Api::all_with(client.clone(), &revision_resource());
     let function_events = watcher::watcher(functions, watcher::Config::default()).default_backoff();
     let revision_events = watcher::watcher(revisions, watcher::Config::default()).default_backoff();
+    let configs: Api<DynamicObject> = Api::all_with(client.clone(), &runtime_config_resource());
+    let config_events = watcher::watcher(configs, watcher::Config::default()).default_backoff();
     let reconciler = Reconciler::new(client, catalog, options);
-    drive(reconciler, function_events, revision_events).await
+    drive(reconciler, function_events, revision_events, config_events).await
 }
 
-/// The event loop: names to reconcile from both watches, a periodic resync,
+/// The event loop: names to reconcile from the Function and revision
+/// watches (a DeploymentRuntimeConfig's change reconciles every hosted
+/// Function: few, and a reconcile that changes nothing writes nothing), a
+/// periodic resync,
 /// and retries with a doubling delay. One reconcile at a time (a cluster
 /// has tens of Functions; each reconcile is a few reads when nothing
 /// changed), so the pending set and the retry table are bounded by the
 /// number of Function names.
-async fn drive<F, R>(
+async fn drive<F, R, C>(
     reconciler: Reconciler,
     function_events: F,
     revision_events: R,
+    config_events: C,
 ) -> Result<(), ControllerError>
 where
     F: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
     R: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    C: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
 {
     let mut function_events = std::pin::pin!(function_events);
     let mut revision_events = std::pin::pin!(revision_events);
+    let mut config_events = std::pin::pin!(config_events);
     let mut resync = tokio::time::interval(reconciler.options.resync);
     let mut pending = BTreeSet::new();
     let mut retries: HashMap<String, (tokio::time::Instant, u32)> = HashMap::new();
@@ -198,6 +221,11 @@ where
                 Some(Ok(event)) => pending.extend(reconciler.names_of(event, parent_function)),
                 Some(Err(error)) => tracing::warn!(error = %crate::chain::Chain(&error), "watching FunctionRevisions"),
                 None => return Err(ControllerError::WatchEnded { kind: "FunctionRevision" }),
+            },
+            event = config_events.next() => match event {
+                Some(Ok(event)) => pending.extend(reconciler.names_using(&event)),
+                Some(Err(error)) => tracing::warn!(error = %crate::chain::Chain(&error), "watching DeploymentRuntimeConfigs"),
+                None => return Err(ControllerError::WatchEnded { kind: "DeploymentRuntimeConfig" }),
             },
             _ = resync.tick() => pending.extend(reconciler.hosted()),
             _ = sleep_until(next_retry), if next_retry.is_some() => {
@@ -242,6 +270,7 @@ fn parent_function(revision: &DynamicObject) -> Option<String> {
 pub(crate) struct Reconciler {
     functions: Api<DynamicObject>,
     revisions: Api<DynamicObject>,
+    configs: Api<DynamicObject>,
     services: Api<Service>,
     secrets: Api<Secret>,
     catalog: Arc<dyn Catalog>,
@@ -260,6 +289,7 @@ impl Reconciler {
         Self {
             functions: Api::all_with(client.clone(), &function_resource()),
             revisions: Api::all_with(client.clone(), &revision_resource()),
+            configs: Api::all_with(client.clone(), &runtime_config_resource()),
             services: Api::namespaced(client.clone(), &options.namespace),
             secrets: Api::namespaced(client, &options.namespace),
             catalog,
@@ -295,6 +325,21 @@ impl Reconciler {
             }
             watcher::Event::Init => self.hosted().into_iter().collect(),
             watcher::Event::InitDone => Vec::new(),
+        }
+    }
+
+    /// The Function names a DeploymentRuntimeConfig's event asks to
+    /// reconcile: every hosted one for a change (which Functions name it is
+    /// in their revisions; a reconcile that changes nothing writes
+    /// nothing), none for a relist (the other watches' relists cover it).
+    fn names_using(&self, event: &watcher::Event<DynamicObject>) -> Vec<String> {
+        match event {
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                self.hosted().into_iter().collect()
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) | watcher::Event::InitDone => {
+                Vec::new()
+            }
         }
     }
 
@@ -384,13 +429,60 @@ impl Reconciler {
             .or_else(|| str_at(&revision.data, &["spec", "image"]))
             .unwrap_or_default()
             .to_owned();
+        let limits = self.limits_of(function, revision).await?;
         self.catalog.host(HostedFunction {
             name: name.to_owned(),
             package,
             kind: None,
+            limits,
         });
         self.set_hosted(name, true);
         Ok(())
+    }
+
+    /// The Function's limits, from the DeploymentRuntimeConfig its revision
+    /// names (as Crossplane's runtime reads it; else the Function's
+    /// reference, else `default`) and its annotations: the mapping the
+    /// functions file uses too (`runtime_config`).
+    async fn limits_of(
+        &self,
+        function: &DynamicObject,
+        revision: &DynamicObject,
+    ) -> Result<crate::runner::Limits, ControllerError> {
+        let name = function.metadata.name.as_deref().unwrap_or_default();
+        let reference = |object: &DynamicObject| {
+            object
+                .data
+                .pointer("/spec/runtimeConfigRef")
+                .and_then(|r| serde_json::from_value::<RuntimeConfigRef>(r.clone()).ok())
+                .filter(|r| r.name.as_deref().is_some_and(|n| !n.is_empty()))
+        };
+        let reference = reference(revision).or_else(|| reference(function));
+        let config_name = runtime_config::config_name(reference.as_ref());
+        let config = self
+            .configs
+            .get_opt(config_name)
+            .await
+            .map_err(ControllerError::api(
+                "get",
+                "DeploymentRuntimeConfig",
+                config_name,
+            ))?;
+        let limits_error = |source| ControllerError::Limits {
+            name: name.to_owned(),
+            source,
+        };
+        let spec = config
+            .map(|c| {
+                RuntimeConfigSpec::from_json(
+                    config_name,
+                    c.data.get("spec").cloned().unwrap_or(Value::Null),
+                )
+            })
+            .transpose()
+            .map_err(limits_error)?;
+        let annotations = function.metadata.annotations.clone().unwrap_or_default();
+        runtime_config::limits_of(&annotations, config_name, spec.as_ref()).map_err(limits_error)
     }
 
     async fn unhost(&self, name: &str) -> Result<(), ControllerError> {

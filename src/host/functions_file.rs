@@ -2,12 +2,15 @@
 //! the file `crossplane render` takes), multi-document YAML, read under the
 //! crate's bounds on nesting and aliases. `metadata.name` and
 //! `spec.package` are used; the annotation `xfn.crossplane.io/kind`
-//! (`Server` or `StdinStdout`) overrides the kind the package says.
+//! (`Server` or `StdinStdout`) overrides the kind the package says. The
+//! file may also hold `DeploymentRuntimeConfig` objects: a Function's
+//! `spec.runtimeConfigRef` picks one for its limits (`runtime_config`).
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use super::catalog::{FunctionKind, HostedFunction};
+use super::runtime_config::{self, RuntimeConfigRef, RuntimeConfigSpec};
 
 /// The annotation that overrides a function's kind.
 pub(crate) const KIND_ANNOTATION: &str = "xfn.crossplane.io/kind";
@@ -58,7 +61,7 @@ struct Object {
     #[serde(default)]
     metadata: Metadata,
     #[serde(default)]
-    spec: Spec,
+    spec: yaml_serde::Value,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,8 +72,10 @@ struct Metadata {
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Spec {
     package: Option<String>,
+    runtime_config_ref: Option<RuntimeConfigRef>,
 }
 
 /// The functions `path` holds.
@@ -105,34 +110,51 @@ enum Parse {
 
 fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
     crate::nesting::check(text.as_bytes()).map_err(Parse::Bounds)?;
-    let mut functions: Vec<HostedFunction> = Vec::new();
+    let mut functions: Vec<(HostedFunction, Metadata, Option<RuntimeConfigRef>)> = Vec::new();
+    let mut configs: std::collections::BTreeMap<String, RuntimeConfigSpec> = Default::default();
     for (i, document) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let value = yaml_serde::Value::deserialize(document)
-            .map_err(|e| Parse::Invalid(format!("document {}: {e}", i + 1)))?;
+        let invalid =
+            |e: &dyn std::fmt::Display| Parse::Invalid(format!("document {}: {e}", i + 1));
+        let value = yaml_serde::Value::deserialize(document).map_err(|e| invalid(&e))?;
         if value.is_null() {
             continue;
         }
-        let object: Object = yaml_serde::from_value(value)
-            .map_err(|e| Parse::Invalid(format!("document {}: {e}", i + 1)))?;
+        let object: Object = yaml_serde::from_value(value).map_err(|e| invalid(&e))?;
         let group_ok = object
             .api_version
             .as_deref()
             .is_some_and(|v| v.starts_with("pkg.crossplane.io/"));
-        if !group_ok || object.kind.as_deref() != Some("Function") {
+        let kind = object.kind.as_deref();
+        if group_ok && kind == Some(runtime_config::KIND) {
+            let Some(name) = object.metadata.name.filter(|n| !n.is_empty()) else {
+                return Err(invalid(&"a DeploymentRuntimeConfig without metadata.name"));
+            };
+            let spec: RuntimeConfigSpec = spec_of(object.spec)
+                .map_err(|e| invalid(&format!("DeploymentRuntimeConfig {name}: {e}")))?;
+            if configs.insert(name.clone(), spec).is_some() {
+                return Err(invalid(&format!(
+                    "DeploymentRuntimeConfig {name} appears twice"
+                )));
+            }
+            continue;
+        }
+        if !group_ok || kind != Some("Function") {
             return Err(Parse::Invalid(format!(
-                "document {}: not a pkg.crossplane.io Function (apiVersion {:?}, kind {:?})",
+                "document {}: not a pkg.crossplane.io Function or DeploymentRuntimeConfig (apiVersion {:?}, kind {:?})",
                 i + 1,
                 object.api_version,
                 object.kind
             )));
         }
-        let Some(name) = object.metadata.name.filter(|n| valid_name(n)) else {
+        let Some(name) = object.metadata.name.clone().filter(|n| valid_name(n)) else {
             return Err(Parse::Invalid(format!(
                 "document {}: metadata.name must be a DNS label (lower case letters, digits, '-', at most 63)",
                 i + 1
             )));
         };
-        let Some(package) = object.spec.package.filter(|p| !p.is_empty()) else {
+        let spec: Spec =
+            spec_of(object.spec).map_err(|e| Parse::Invalid(format!("Function {name}: {e}")))?;
+        let Some(package) = spec.package.filter(|p| !p.is_empty()) else {
             return Err(Parse::Invalid(format!("Function {name}: no spec.package")));
         };
         let kind = match object
@@ -150,16 +172,47 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
                 )))
             }
         };
-        if functions.iter().any(|f| f.name == name) {
+        if functions.iter().any(|(f, ..)| f.name == name) {
             return Err(Parse::Invalid(format!("Function {name} appears twice")));
         }
-        functions.push(HostedFunction {
-            name,
-            package,
-            kind,
-        });
+        functions.push((
+            HostedFunction {
+                name,
+                package,
+                kind,
+                limits: crate::runner::Limits::default(),
+            },
+            object.metadata,
+            spec.runtime_config_ref,
+        ));
     }
-    Ok(functions)
+    // Configs may come after the Functions naming them.
+    functions
+        .into_iter()
+        .map(|(mut function, metadata, reference)| {
+            let config = runtime_config::config_name(reference.as_ref());
+            function.limits =
+                runtime_config::limits_of(&metadata.annotations, config, configs.get(config))
+                    .map_err(|e| {
+                        Parse::Invalid(format!(
+                            "Function {}: {}",
+                            function.name,
+                            crate::chain::Chain(&e)
+                        ))
+                    })?;
+            Ok(function)
+        })
+        .collect()
+}
+
+/// An object's `spec` as `T`; none at all is `T`'s default.
+fn spec_of<T: serde::de::DeserializeOwned + Default>(
+    spec: yaml_serde::Value,
+) -> Result<T, yaml_serde::Error> {
+    match spec {
+        yaml_serde::Value::Null => Ok(T::default()),
+        spec => yaml_serde::from_value(spec),
+    }
 }
 
 /// A DNS-1123 label, as a Service name must be.
@@ -197,6 +250,37 @@ mod tests {
             "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: a\nspec: {}\n",
         ] {
             assert!(matches!(parse(text), Err(Parse::Invalid(_))), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_functions_runtime_config_in_the_file_gives_its_limits_and_default_applies_without_a_ref() {
+        let text = "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: small\n  annotations:\n    xfn.crossplane.io/pids-limit: \"32\"\nspec:\n  package: r/a:v1\n  runtimeConfigRef:\n    apiVersion: pkg.crossplane.io/v1beta1\n    kind: DeploymentRuntimeConfig\n    name: small\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: plain\nspec:\n  package: r/b:v1\n---\napiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: small\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {}\n      template:\n        spec:\n          containers:\n            - name: package-runtime\n              resources:\n                limits: {cpu: 250m, memory: 64Mi}\n---\napiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: default\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {}\n      template:\n        spec:\n          containers:\n            - name: package-runtime\n              resources:\n                limits: {memory: 1Gi}\n";
+        let functions = parse(text).unwrap_or_else(|_| panic!("parse"));
+        assert_eq!(
+            functions[0].limits,
+            crate::runner::Limits {
+                cpu_millis: Some(250),
+                memory_bytes: Some(64 << 20),
+                pids: Some(32),
+            }
+        );
+        assert_eq!(
+            functions[1].limits,
+            crate::runner::Limits {
+                memory_bytes: Some(1 << 30),
+                ..Default::default()
+            },
+            "no runtimeConfigRef: the config named default"
+        );
+    }
+
+    #[test]
+    fn a_function_naming_a_runtime_config_the_file_lacks_is_refused() {
+        let text = "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: a\nspec:\n  package: r/a:v1\n  runtimeConfigRef: {name: big}\n";
+        match parse(text) {
+            Err(Parse::Invalid(reason)) => assert!(reason.contains("big"), "{reason}"),
+            _ => panic!("a missing config must be refused"),
         }
     }
 

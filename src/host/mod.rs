@@ -23,6 +23,7 @@ pub(crate) mod catalog;
 pub(crate) mod controller;
 pub(crate) mod functions_file;
 pub(crate) mod metrics;
+pub(crate) mod runtime_config;
 pub(crate) mod servers;
 pub(crate) mod service;
 pub(crate) mod tls;
@@ -42,7 +43,7 @@ use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::proto::v1;
-use crate::runner::{RunConfig, Runner};
+use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{Catalog, FunctionKind, HostedFunction};
 use metrics::{FunctionStats, HostStats};
 use servers::{ServerLimits, Servers};
@@ -60,6 +61,22 @@ pub(crate) struct HostOptions {
     pub(crate) run_timeout: Duration,
     /// Pulls of packages.
     pub(crate) pull_policy: PullPolicy,
+    /// Every function's limits where its own (`HostedFunction::limits`)
+    /// set none (`--cpu`, `--memory`; pids unset: `--pids-limit`).
+    pub(crate) limits: Limits,
+}
+
+impl HostOptions {
+    /// The limits `function`'s containers run under: its own, else the
+    /// defaults.
+    pub(crate) fn limits_of(&self, function: &HostedFunction) -> Limits {
+        let (own, default) = (function.limits, self.limits);
+        Limits {
+            cpu_millis: own.cpu_millis.or(default.cpu_millis),
+            memory_bytes: own.memory_bytes.or(default.memory_bytes),
+            pids: own.pids.or(default.pids),
+        }
+    }
 }
 
 /// How one function runs, once its package was looked at.
@@ -204,6 +221,7 @@ impl Host {
                 let call = async {
                     let config = RunConfig {
                         pull_policy: self.options.pull_policy,
+                        limits: self.options.limits_of(&function.spec),
                         ..RunConfig::default()
                     };
                     tokio::select! {
@@ -257,6 +275,7 @@ impl Host {
                     run: RunConfig {
                         pull_policy: PullPolicy::IfNotPresent,
                         timeout: self.options.run_timeout,
+                        limits: self.options.limits_of(spec),
                         ..RunConfig::default()
                     },
                     response_cache_size: None,
@@ -357,7 +376,16 @@ impl Catalog for Arc<Host> {
             }
             functions.insert(function.name.clone(), hosted)
         };
-        tracing::info!(function = %function.name, package = %function.package, ?names, "hosted");
+        let limits = self.options.limits_of(&function);
+        tracing::info!(
+            function = %function.name,
+            package = %function.package,
+            ?names,
+            cpu_limit_millis = limits.cpu_millis,
+            memory_limit_bytes = limits.memory_bytes,
+            pids_limit = limits.pids,
+            "hosted"
+        );
         if let Some(old) = old {
             tokio::spawn(async move { stop(&old).await });
         }

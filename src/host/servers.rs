@@ -20,7 +20,7 @@ use super::metrics::FunctionStats;
 use bytes::Bytes;
 
 use crate::proto::raw::{v1, v1beta1};
-use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, Runner};
+use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
 
 /// Where a function server listens inside its own namespace (the port
 /// Crossplane's SDKs default to), and the flag it is started with, as
@@ -65,10 +65,18 @@ struct Server {
 impl Server {
     /// Whether it exited, and why.
     async fn exited(&self) -> Option<String> {
+        match self.exit().await? {
+            Exit::Failed(e) => Some(crate::chain::Chain(&e).to_string()),
+            Exit::Stopped => Some("stopped".into()),
+        }
+    }
+
+    /// Whether it exited, and how.
+    async fn exit(&self) -> Option<Exit> {
         let mut served = self.served.lock().await;
         match served.as_mut() {
-            Some(served) => served.exited().map(|e| crate::chain::Chain(&e).to_string()),
-            None => Some("stopped".into()),
+            Some(served) => served.exited().map(Exit::Failed),
+            None => Some(Exit::Stopped),
         }
     }
 
@@ -78,6 +86,15 @@ impl Server {
             served.stop().await;
         }
     }
+}
+
+/// How a server ended.
+#[derive(Debug)]
+enum Exit {
+    /// It exited or was killed (its code, an OOM kill, its output's tail).
+    Failed(RunError),
+    /// xfn stopped it.
+    Stopped,
 }
 
 /// One function's servers.
@@ -163,20 +180,16 @@ impl Servers {
         if !lost_connection(&status) {
             return Err(status);
         }
-        let mut why = server.exited().await;
+        let mut exit = server.exit().await;
         let started = Instant::now();
-        while why.is_none() && started.elapsed() < EXIT_SEEN_WITHIN {
+        while exit.is_none() && started.elapsed() < EXIT_SEEN_WITHIN {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            why = server.exited().await;
+            exit = server.exit().await;
         }
-        let why =
-            why.unwrap_or_else(|| format!("the connection to it broke: {}", status.message()));
         self.remove(&server).await;
-        tracing::warn!(function = %self.function, server = server.id, %why, "function server lost during a call; the next call starts a new one");
-        Err(Status::unavailable(format!(
-            "function {}: its server died during the call ({why}); a retry starts a new one",
-            self.function
-        )))
+        let lost = lost_during_call(&self.function, exit, &status);
+        tracing::warn!(function = %self.function, server = server.id, code = ?lost.code(), why = lost.message(), "function server lost during a call; the next call starts a new one");
+        Err(lost)
     }
 
     /// A live server with room, or a new one.
@@ -267,6 +280,15 @@ impl Servers {
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
         if let Err(err) = served.wait_listening(address, timeout).await {
             served.stop().await;
+            if let RunError::MemoryLimitExceeded(_) = err {
+                tracing::warn!(function = %self.function, image = %self.image, error = %crate::chain::Chain(&err), "function server did not start");
+                return Err(Status::resource_exhausted(format!(
+                    "function {}: its server ({}) did not start: {}",
+                    self.function,
+                    self.image,
+                    crate::chain::Chain(&err)
+                )));
+            }
             return Err(failed(crate::chain::Chain(&err).to_string()));
         }
         let channel = served.channel(address);
@@ -377,6 +399,31 @@ impl Servers {
     }
 }
 
+/// What the caller of a call whose server went away during it is told:
+/// `RESOURCE_EXHAUSTED` when the server was killed past its memory limit
+/// (as a stdin/stdout function's run is: the same call would only be
+/// killed again), else `UNAVAILABLE` (a retry starts a new server).
+fn lost_during_call(function: &str, exit: Option<Exit>, broken: &Status) -> Status {
+    match exit {
+        Some(Exit::Failed(err @ RunError::MemoryLimitExceeded(_))) => {
+            Status::resource_exhausted(format!(
+                "function {function}: its server was killed during the call: {}; the next call starts a new one (raise the limit in the Function's DeploymentRuntimeConfig)",
+                crate::chain::Chain(&err)
+            ))
+        }
+        exit => {
+            let why = match exit {
+                Some(Exit::Failed(err)) => crate::chain::Chain(&err).to_string(),
+                Some(Exit::Stopped) => "stopped".to_string(),
+                None => format!("the connection to it broke: {}", broken.message()),
+            };
+            Status::unavailable(format!(
+                "function {function}: its server died during the call ({why}); a retry starts a new one"
+            ))
+        }
+    }
+}
+
 /// How long after its connection broke a server's exit is waited for.
 const EXIT_SEEN_WITHIN: Duration = Duration::from_secs(2);
 
@@ -409,4 +456,37 @@ fn too_large(status: &Status) -> bool {
         && status
             .message()
             .starts_with("Error, decoded message length too large")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_killed_past_its_memory_limit_fails_its_call_resource_exhausted_naming_the_limit() {
+        let oom = RunError::MemoryLimitExceeded(crate::runner::MemoryLimitExceeded {
+            limit_bytes: 64 << 20,
+            code: 137,
+            stderr_tail: b"allocating".to_vec(),
+        });
+        let status = lost_during_call("big", Some(Exit::Failed(oom)), &Status::unknown("x"));
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(
+            status
+                .message()
+                .contains("function big: its server was killed during the call: the function exceeded its memory limit of 64Mi"),
+            "{}",
+            status.message()
+        );
+    }
+
+    #[test]
+    fn a_server_that_died_otherwise_fails_its_call_unavailable() {
+        let broken = Status::unknown("transport error");
+        let status = lost_during_call("f", None, &broken);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.message().contains("the connection to it broke"));
+        let status = lost_during_call("f", Some(Exit::Stopped), &broken);
+        assert_eq!(status.code(), Code::Unavailable);
+    }
 }

@@ -42,18 +42,13 @@ pub(crate) struct PoolKey {
     pub(crate) digest: String,
     /// NetworkPolicy::Runner.
     pub(crate) host_network: bool,
-    /// cpu limit in millicores.
-    pub(crate) cpu_millis: Option<u64>,
-    /// memory limit in bytes.
-    pub(crate) memory_bytes: Option<u64>,
+    /// cpu, memory and pids limits.
+    pub(crate) limits: Limits,
 }
 
 impl PoolKey {
     fn limits(&self) -> Limits {
-        Limits {
-            cpu_millis: self.cpu_millis,
-            memory_bytes: self.memory_bytes,
-        }
+        self.limits
     }
 }
 
@@ -793,8 +788,7 @@ mod tests {
         PoolKey {
             digest: digest.to_string(),
             host_network: false,
-            cpu_millis: None,
-            memory_bytes: None,
+            limits: Limits::default(),
         }
     }
 
@@ -966,7 +960,10 @@ mod tests {
     async fn release_idle_removes_only_the_keys_of_those_images_no_call_uses() {
         let pool = pool(Fake::new(), 8, HOUR);
         let in_use = PoolKey {
-            memory_bytes: Some(1 << 20),
+            limits: Limits {
+                memory_bytes: Some(1 << 20),
+                ..Limits::default()
+            },
             ..key("a")
         };
         pool.prepare(key("a"), || ()).await;

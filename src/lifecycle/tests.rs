@@ -322,8 +322,7 @@ async fn pool_of(fake: &Arc<Fake>, count: usize) -> Arc<Pool<Crun<Arc<Fake>>>> {
         let key = PoolKey {
             digest: format!("sha256:{n}"),
             host_network: false,
-            cpu_millis: None,
-            memory_bytes: None,
+            limits: crate::sandbox::Limits::default(),
         };
         pool.prepare(key, || fake.recipe()).await;
     }
@@ -341,8 +340,7 @@ async fn shutdown_tears_down_every_waiting_container_and_awaits_the_teardowns_in
         PoolKey {
             digest: "sha256:0".into(),
             host_network: false,
-            cpu_millis: None,
-            memory_bytes: None,
+            limits: crate::sandbox::Limits::default(),
         },
         || fake.recipe(),
     );

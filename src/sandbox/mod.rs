@@ -153,7 +153,8 @@ pub(crate) struct ContainerRequest<'a> {
     /// Share xfn's network (NetworkPolicy::Runner) instead of an empty
     /// network namespace of its own.
     pub host_network: bool,
-    /// cpu and memory limits (pids: the sandbox's `pids_limit`).
+    /// cpu, memory and pids limits (pids, where unset: the sandbox's
+    /// `pids_limit`).
     pub limits: Limits,
     /// Replaces the image's `Cmd` (its entrypoint stays): how a function
     /// image is started as a server. `None` runs the image as it is.

@@ -57,6 +57,9 @@ pub struct Limits {
     pub cpu_millis: Option<u64>,
     /// Memory in bytes.
     pub memory_bytes: Option<u64>,
+    /// Most processes and threads at once; `None` takes the runner's
+    /// (`--pids-limit`).
+    pub pids: Option<i64>,
 }
 
 impl Limits {
@@ -68,6 +71,7 @@ impl Limits {
         Ok(Self {
             cpu_millis: cpu.map(|q| Quantity::parse(q)?.millis()).transpose()?,
             memory_bytes: memory.map(|q| Quantity::parse(q)?.bytes()).transpose()?,
+            pids: None,
         })
     }
 }
@@ -85,7 +89,7 @@ pub(crate) struct SpecInput<'a> {
     pub limits: Limits,
     /// Hostname of the container.
     pub hostname: &'a str,
-    /// Most processes the run may have at once.
+    /// Most processes the run may have at once, unless `limits.pids` says.
     pub pids_limit: i64,
     /// The container's cgroup (`linux.cgroupsPath`), where limits are
     /// enforced through a delegated cgroup v2 subtree.
@@ -133,6 +137,7 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
     if !env.iter().any(|e| e.starts_with("PATH=")) {
         env.push(DEFAULT_PATH.to_string());
     }
+    let pids_limit = input.limits.pids.unwrap_or(input.pids_limit);
     let cwd = match image.working_dir().as_deref() {
         Some(dir) if !dir.is_empty() => dir.to_string(),
         _ => "/".to_string(),
@@ -168,9 +173,7 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .cwd(PathBuf::from(cwd))
         .capabilities(capabilities)
         .no_new_privileges(true)
-        .rlimits(rlimits(
-            input.cgroups_path.is_none().then_some(input.pids_limit),
-        )?)
+        .rlimits(rlimits(input.cgroups_path.is_none().then_some(pids_limit))?)
         .build()?;
 
     // A user namespace of its own first, over xfn's ids (one to one, or
@@ -207,7 +210,7 @@ pub(crate) fn build(input: &SpecInput<'_>) -> Result<Spec, SpecError> {
         .gid_mappings(vec![map(mapped.gid_base)?])
         .masked_paths(masked_paths())
         .readonly_paths(readonly_paths())
-        .resources(resources(input.limits, input.pids_limit)?)
+        .resources(resources(input.limits, pids_limit)?)
         .seccomp(seccomp);
     if let Some(path) = input.cgroups_path {
         linux = linux.cgroups_path(PathBuf::from(path));
@@ -635,6 +638,7 @@ mod tests {
         i.limits = Limits {
             cpu_millis: Some(500),
             memory_bytes: Some(128 << 20),
+            pids: None,
         };
         let spec = build(&i).unwrap();
         let resources = spec.linux().as_ref().unwrap().resources().as_ref().unwrap();
@@ -660,13 +664,42 @@ mod tests {
     }
 
     #[test]
+    fn a_pids_limit_of_the_run_replaces_the_runners_in_pids_max_and_rlimit_nproc() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap();
+        let mut i = input(dir.path(), &image);
+        i.limits.pids = Some(64);
+        let nproc = |spec: &Spec| {
+            spec.process()
+                .as_ref()
+                .unwrap()
+                .rlimits()
+                .iter()
+                .flatten()
+                .find(|r| r.typ() == PosixRlimitType::RlimitNproc)
+                .map(|r| (r.soft(), r.hard()))
+        };
+        let spec = build(&i).unwrap();
+        let resources = spec.linux().as_ref().unwrap().resources().as_ref().unwrap();
+        assert_eq!(resources.pids().as_ref().unwrap().limit(), 64);
+        assert_eq!(nproc(&spec), Some((64, 64)), "no cgroup: RLIMIT_NPROC");
+        i.limits.pids = None;
+        let spec = build(&i).unwrap();
+        let resources = spec.linux().as_ref().unwrap().resources().as_ref().unwrap();
+        assert_eq!(resources.pids().as_ref().unwrap().limit(), PIDS_LIMIT);
+    }
+
+    #[test]
     fn cpu_millis_become_a_quota_per_100ms_period() {
         // Kubernetes' conversion: 100m = 10000us of every 100000us.
         for (millis, quota) in [(100, 10_000), (1500, 150_000), (1, 1000)] {
             let r = resources(
                 Limits {
                     cpu_millis: Some(millis),
-                    memory_bytes: None,
+                    ..Limits::default()
                 },
                 PIDS_LIMIT,
             )

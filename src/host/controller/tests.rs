@@ -566,7 +566,36 @@ fn hosted(package: &str) -> Call {
         name: FUNCTION.to_owned(),
         package: package.to_owned(),
         kind: None,
+        limits: crate::runner::Limits::default(),
     })
+}
+
+const CONFIGS_PATH: &str = "/apis/pkg.crossplane.io/v1beta1/deploymentruntimeconfigs";
+
+/// A DeploymentRuntimeConfig as Crossplane stores it, its package-runtime
+/// container limited to `limits` (none: the `default` config Crossplane
+/// installs, which sets no resources).
+fn runtime_config(name: &str, limits: Option<Value>) -> Value {
+    let mut spec = json!({});
+    if let Some(limits) = limits {
+        spec = json!({"deploymentTemplate": {"spec": {"selector": {}, "template": {"spec": {
+            "containers": [{"name": "package-runtime", "resources": {
+                "requests": {"cpu": "100m", "memory": "32Mi"}, "limits": limits}}]}}}}});
+    }
+    json!({"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig",
+           "metadata": {"name": name, "uid": format!("uid-{name}"), "resourceVersion": "48100",
+                        "generation": 1, "creationTimestamp": "2026-11-28T11:59:00Z"},
+           "spec": spec})
+}
+
+/// The `default` config's read at the end of a reconcile that hosts.
+fn default_config() -> Exchange {
+    exchange(
+        "GET",
+        format!("{CONFIGS_PATH}/default"),
+        200,
+        runtime_config("default", None),
+    )
 }
 
 // ---- the tests ----
@@ -603,6 +632,7 @@ async fn a_new_active_revision_gets_a_service_a_certificate_an_endpoint_and_is_h
             200,
             revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT)),
         ),
+        default_config(),
     ]);
     let (reconciler, catalog) = reconciler(&conversation);
 
@@ -712,6 +742,7 @@ async fn re_reconciling_a_hosted_function_writes_nothing() {
             ca_secret(&ca),
         ),
         exchange("GET", secret_path(&server_secret()), 200, stored),
+        default_config(),
     ]);
     let (reconciler, catalog) = reconciler(&conversation);
 
@@ -773,6 +804,7 @@ async fn a_certificate_from_another_ca_is_issued_again() {
             200,
             secret(&server_secret(), &[]),
         ),
+        default_config(),
     ]);
     let (reconciler, _) = reconciler(&conversation);
 
@@ -829,6 +861,7 @@ async fn an_upgrade_hosts_the_newly_active_revisions_package_at_its_endpoint() {
             200,
             revision(new_revision, new_package, 2, "Active", Some(ENDPOINT)),
         ),
+        default_config(),
     ]);
     let (reconciler, catalog) = reconciler(&conversation);
 
@@ -1051,9 +1084,14 @@ async fn a_revision_event_reconciles_its_function_and_a_watch_ending_is_an_error
         serde_json::from_value(revision(REVISION, PACKAGE, 1, "Inactive", None)).unwrap();
     let revision_events = futures::stream::iter([Ok(watcher::Event::Delete(rev))]);
 
-    let error = drive(reconciler, futures::stream::pending(), revision_events)
-        .await
-        .unwrap_err();
+    let error = drive(
+        reconciler,
+        futures::stream::pending(),
+        revision_events,
+        futures::stream::pending(),
+    )
+    .await
+    .unwrap_err();
 
     assert!(
         matches!(
@@ -1069,4 +1107,143 @@ async fn a_revision_event_reconciles_its_function_and_a_watch_ending_is_an_error
         *catalog.0.lock().unwrap(),
         vec![Call::Unhost(FUNCTION.to_owned())]
     );
+}
+
+#[tokio::test]
+async fn a_function_is_hosted_with_the_limits_of_the_runtime_config_its_revision_names() {
+    let ca = crossplane_ca();
+    let issued = issue_server_certificate(
+        "crossplane-root-ca",
+        &ca.cert,
+        &ca.key,
+        &dns_names(FUNCTION, NS),
+    )
+    .unwrap();
+    let stored = secret(
+        &server_secret(),
+        &[
+            ("tls.crt", issued.cert_pem.as_bytes()),
+            ("tls.key", issued.key_pem.as_bytes()),
+            ("ca.crt", &ca.cert),
+        ],
+    );
+    let mut limited = function(false);
+    limited["metadata"]["annotations"]["xfn.crossplane.io/pids-limit"] = json!("128");
+    limited["spec"]["runtimeConfigRef"]["name"] = json!("small");
+    let mut rev = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    rev["spec"]["runtimeConfigRef"]["name"] = json!("small");
+    let conversation = Conversation::new(vec![
+        exchange("GET", function_path(), 200, limited),
+        exchange("GET", REVISIONS_PATH, 200, revision_list(vec![rev])),
+        exchange("GET", service_path(), 200, service_as_stored(ours())),
+        exchange(
+            "GET",
+            secret_path("crossplane-root-ca"),
+            200,
+            ca_secret(&ca),
+        ),
+        exchange("GET", secret_path(&server_secret()), 200, stored),
+        exchange(
+            "GET",
+            format!("{CONFIGS_PATH}/small"),
+            200,
+            runtime_config("small", Some(json!({"cpu": "250m", "memory": "64Mi"}))),
+        ),
+    ]);
+    let (reconciler, catalog) = reconciler(&conversation);
+
+    reconciler.reconcile(FUNCTION).await.unwrap();
+
+    conversation.assert_complete();
+    assert_eq!(conversation.writes(), Vec::<String>::new());
+    assert_eq!(
+        *catalog.0.lock().unwrap(),
+        vec![Call::Host(HostedFunction {
+            name: FUNCTION.to_owned(),
+            package: PACKAGE.to_owned(),
+            kind: None,
+            limits: crate::runner::Limits {
+                cpu_millis: Some(250),
+                memory_bytes: Some(64 << 20),
+                pids: Some(128),
+            },
+        })]
+    );
+}
+
+#[tokio::test]
+async fn a_runtime_config_whose_limit_is_no_quantity_fails_the_reconcile_and_hosts_nothing() {
+    let ca = crossplane_ca();
+    let mut rev = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    rev["spec"]["runtimeConfigRef"]["name"] = json!("typo");
+    let issued = issue_server_certificate(
+        "crossplane-root-ca",
+        &ca.cert,
+        &ca.key,
+        &dns_names(FUNCTION, NS),
+    )
+    .unwrap();
+    let stored = secret(
+        &server_secret(),
+        &[
+            ("tls.crt", issued.cert_pem.as_bytes()),
+            ("tls.key", issued.key_pem.as_bytes()),
+            ("ca.crt", &ca.cert),
+        ],
+    );
+    let conversation = Conversation::new(vec![
+        exchange("GET", function_path(), 200, function(false)),
+        exchange("GET", REVISIONS_PATH, 200, revision_list(vec![rev])),
+        exchange("GET", service_path(), 200, service_as_stored(ours())),
+        exchange(
+            "GET",
+            secret_path("crossplane-root-ca"),
+            200,
+            ca_secret(&ca),
+        ),
+        exchange("GET", secret_path(&server_secret()), 200, stored),
+        exchange(
+            "GET",
+            format!("{CONFIGS_PATH}/typo"),
+            200,
+            runtime_config("typo", Some(json!({"memory": "64 MB"}))),
+        ),
+    ]);
+    let (reconciler, catalog) = reconciler(&conversation);
+
+    let error = reconciler.reconcile(FUNCTION).await.unwrap_err();
+
+    conversation.assert_complete();
+    assert!(
+        crate::chain::Chain(&error).to_string().contains(
+            "DeploymentRuntimeConfig typo: container package-runtime's resources.limits.memory"
+        ),
+        "{}",
+        crate::chain::Chain(&error)
+    );
+    assert_eq!(*catalog.0.lock().unwrap(), Vec::<Call>::new());
+}
+
+#[tokio::test]
+async fn a_runtime_config_changing_asks_for_every_hosted_function_and_its_relist_for_none() {
+    let conversation = Conversation::new(vec![]);
+    let (reconciler, _) = reconciler(&conversation);
+    reconciler.set_hosted(FUNCTION, true);
+    reconciler.set_hosted("function-auto-ready", true);
+    let config: DynamicObject =
+        serde_json::from_value(runtime_config("small", Some(json!({"memory": "64Mi"})))).unwrap();
+    let mut everyone = vec!["function-auto-ready".to_owned(), FUNCTION.to_owned()];
+    everyone.sort();
+    assert_eq!(
+        reconciler.names_using(&watcher::Event::Apply(config.clone())),
+        everyone
+    );
+    assert_eq!(
+        reconciler.names_using(&watcher::Event::Delete(config.clone())),
+        everyone
+    );
+    assert!(reconciler
+        .names_using(&watcher::Event::InitApply(config))
+        .is_empty());
+    conversation.assert_complete();
 }

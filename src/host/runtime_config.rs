@@ -1,0 +1,310 @@
+//! A Function's limits, read where Crossplane users already write them: the
+//! `DeploymentRuntimeConfig` (`pkg.crossplane.io/v1beta1`) its
+//! `spec.runtimeConfigRef.name` names (Crossplane's default: `default`),
+//! whose `package-runtime` container's `resources.limits.cpu`/`.memory`
+//! are the limits of each of the function's containers, as they would be of
+//! its pod's; and its annotation `xfn.crossplane.io/pids-limit`.
+//!
+//! Invariant: one mapping for both catalogs (the functions file, the
+//! controller): what is not set stays `None` and the host fills in its
+//! flags' defaults; a value that is set but not a quantity is refused,
+//! never dropped, so a typo cannot lift a limit. A Function naming a
+//! config that does not exist is refused, as Crossplane refuses to deploy
+//! it, except for `default` (an install may not have one): then it has no
+//! config, only the defaults.
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::quantity::{Quantity, QuantityError};
+use crate::runner::Limits;
+
+/// The annotation of a Function that sets its pids limit.
+pub(crate) const PIDS_ANNOTATION: &str = "xfn.crossplane.io/pids-limit";
+/// The container of a DeploymentRuntimeConfig that runs the function.
+pub(crate) const RUNTIME_CONTAINER: &str = "package-runtime";
+/// The config a Function without `runtimeConfigRef` uses, as Crossplane.
+pub(crate) const DEFAULT_CONFIG: &str = "default";
+/// The config's kind (`pkg.crossplane.io/v1beta1`).
+pub(crate) const KIND: &str = "DeploymentRuntimeConfig";
+
+/// Why a Function's limits cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RuntimeConfigError {
+    /// A limit of the config is not a quantity.
+    #[error("DeploymentRuntimeConfig {config}: container {RUNTIME_CONTAINER}'s resources.limits.{field}")]
+    Quantity {
+        config: String,
+        field: &'static str,
+        #[source]
+        source: QuantityError,
+    },
+    /// The pids annotation is not a positive integer.
+    #[error("{PIDS_ANNOTATION} is {value:?}, not a positive integer")]
+    Pids { value: String },
+    /// The Function names a config that does not exist.
+    #[error("its runtimeConfigRef names DeploymentRuntimeConfig {name}, which does not exist")]
+    Missing { name: String },
+    /// The config's spec is not a DeploymentRuntimeConfig's.
+    #[error("DeploymentRuntimeConfig {config} is malformed")]
+    Malformed {
+        config: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A `runtimeConfigRef` of a Function (or FunctionRevision) spec.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub(crate) struct RuntimeConfigRef {
+    /// The config's name.
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+}
+
+/// The name of the config `reference` picks (`default` without one).
+pub(crate) fn config_name(reference: Option<&RuntimeConfigRef>) -> &str {
+    reference
+        .and_then(|r| r.name.as_deref())
+        .filter(|n| !n.is_empty())
+        .unwrap_or(DEFAULT_CONFIG)
+}
+
+/// The part of a DeploymentRuntimeConfig's spec xfn reads.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RuntimeConfigSpec {
+    #[serde(default)]
+    deployment_template: Option<Template<PodTemplate>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+struct Template<T> {
+    #[serde(default)]
+    spec: Option<T>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+struct PodTemplate {
+    #[serde(default)]
+    template: Option<Template<PodSpec>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+struct PodSpec {
+    #[serde(default)]
+    containers: Vec<Container>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+struct Container {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    resources: Option<Resources>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+struct Resources {
+    #[serde(default)]
+    limits: BTreeMap<String, QuantityText>,
+}
+
+/// A quantity as Kubernetes YAML writes it: `512Mi`, `"1"`, or a bare `1`
+/// or `0.5`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+enum QuantityText {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+}
+
+impl QuantityText {
+    fn text(&self) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Integer(n) => n.to_string(),
+            Self::Float(f) => f.to_string(),
+        }
+    }
+}
+
+impl RuntimeConfigSpec {
+    /// A config's spec from its object's `spec` (the controller's JSON);
+    /// none at all sets nothing.
+    pub(crate) fn from_json(
+        config: &str,
+        spec: serde_json::Value,
+    ) -> Result<Self, RuntimeConfigError> {
+        if spec.is_null() {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(spec).map_err(|source| RuntimeConfigError::Malformed {
+            config: config.to_owned(),
+            source,
+        })
+    }
+
+    fn runtime_limits(&self) -> Option<&BTreeMap<String, QuantityText>> {
+        let containers = &self
+            .deployment_template
+            .as_ref()?
+            .spec
+            .as_ref()?
+            .template
+            .as_ref()?
+            .spec
+            .as_ref()?
+            .containers;
+        let container = containers.iter().find(|c| c.name == RUNTIME_CONTAINER)?;
+        Some(&container.resources.as_ref()?.limits)
+    }
+}
+
+/// A Function's limits from its annotations and the config its reference
+/// named (`name`; `config`: what was found under it, `None` when nothing
+/// was). Unset parts stay `None`: the host's defaults apply.
+pub(crate) fn limits_of(
+    annotations: &BTreeMap<String, String>,
+    name: &str,
+    config: Option<&RuntimeConfigSpec>,
+) -> Result<Limits, RuntimeConfigError> {
+    let pids = match annotations.get(PIDS_ANNOTATION) {
+        None => None,
+        Some(value) => match value.trim().parse::<i64>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(RuntimeConfigError::Pids {
+                    value: value.clone(),
+                })
+            }
+        },
+    };
+    let config = match config {
+        Some(config) => config,
+        None if name == DEFAULT_CONFIG => {
+            return Ok(Limits {
+                pids,
+                ..Limits::default()
+            })
+        }
+        None => {
+            return Err(RuntimeConfigError::Missing {
+                name: name.to_owned(),
+            })
+        }
+    };
+    let limits = config.runtime_limits();
+    let quantity = |field: &'static str| {
+        limits
+            .and_then(|l| l.get(field))
+            .map(|q| Quantity::parse(&q.text()))
+            .transpose()
+            .map_err(|source| RuntimeConfigError::Quantity {
+                config: name.to_owned(),
+                field,
+                source,
+            })
+    };
+    let in_field = |field: &'static str| {
+        move |source| RuntimeConfigError::Quantity {
+            config: name.to_owned(),
+            field,
+            source,
+        }
+    };
+    let cpu_millis = quantity("cpu")?
+        .map(|q| q.millis())
+        .transpose()
+        .map_err(in_field("cpu"))?;
+    let memory_bytes = quantity("memory")?
+        .map(|q| q.bytes())
+        .transpose()
+        .map_err(in_field("memory"))?;
+    Ok(Limits {
+        cpu_millis,
+        memory_bytes,
+        pids,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> RuntimeConfigSpec {
+        yaml_serde::from_str(yaml).unwrap()
+    }
+
+    const LIMITED: &str = "deploymentTemplate:\n  spec:\n    selector: {}\n    template:\n      spec:\n        containers:\n          - name: sidecar\n            resources:\n              limits: {memory: 8Gi}\n          - name: package-runtime\n            image: ignored\n            resources:\n              requests: {cpu: 50m}\n              limits:\n                cpu: 0.5\n                memory: 64Mi\n";
+
+    #[test]
+    fn the_package_runtime_containers_limits_and_the_pids_annotation_are_the_functions() {
+        let annotations = BTreeMap::from([(PIDS_ANNOTATION.to_owned(), "64".to_owned())]);
+        let limits = limits_of(&annotations, "small", Some(&spec(LIMITED))).unwrap();
+        assert_eq!(
+            limits,
+            Limits {
+                cpu_millis: Some(500),
+                memory_bytes: Some(64 << 20),
+                pids: Some(64),
+            }
+        );
+    }
+
+    #[test]
+    fn what_the_config_does_not_set_is_left_to_the_hosts_defaults() {
+        let none = BTreeMap::new();
+        for config in [
+            "{}",
+            "deploymentTemplate: {}",
+            "deploymentTemplate:\n  spec:\n    template:\n      spec:\n        containers: [{name: package-runtime}]\n",
+        ] {
+            assert_eq!(
+                limits_of(&none, "default", Some(&spec(config))).unwrap(),
+                Limits::default(),
+                "{config}"
+            );
+        }
+        assert_eq!(
+            limits_of(&none, DEFAULT_CONFIG, None).unwrap(),
+            Limits::default(),
+            "no default config installed"
+        );
+    }
+
+    #[test]
+    fn a_limit_that_is_no_quantity_a_bad_pids_annotation_or_a_missing_config_is_refused() {
+        let none = BTreeMap::new();
+        let bad = LIMITED.replace("memory: 64Mi", "memory: lots");
+        let err = limits_of(&none, "small", Some(&spec(&bad))).unwrap_err();
+        assert!(
+            crate::chain::Chain(&err)
+                .to_string()
+                .contains("resources.limits.memory"),
+            "{err}"
+        );
+        for value in ["0", "-1", "many"] {
+            let annotations = BTreeMap::from([(PIDS_ANNOTATION.to_owned(), value.to_owned())]);
+            assert!(matches!(
+                limits_of(&annotations, DEFAULT_CONFIG, None),
+                Err(RuntimeConfigError::Pids { .. })
+            ));
+        }
+        assert!(matches!(
+            limits_of(&none, "gone", None),
+            Err(RuntimeConfigError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn a_reference_without_a_name_picks_the_default_config() {
+        assert_eq!(config_name(None), "default");
+        assert_eq!(config_name(Some(&RuntimeConfigRef::default())), "default");
+        let named = RuntimeConfigRef {
+            name: Some("big".into()),
+        };
+        assert_eq!(config_name(Some(&named)), "big");
+    }
+}

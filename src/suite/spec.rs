@@ -22,10 +22,10 @@ const MAX_SUITE_BYTES: u64 = 4 << 20;
 pub(crate) struct SuiteFile {
     /// Shared by every test.
     #[serde(default)]
-    pub common: Common,
+    pub(crate) common: Common,
     /// The tests.
     #[serde(default)]
-    pub tests: Vec<TestCase>,
+    pub(crate) tests: Vec<TestCase>,
 }
 
 /// `common`.
@@ -33,13 +33,13 @@ pub(crate) struct SuiteFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Common {
     #[serde(default)]
-    pub inputs: Inputs,
+    pub(crate) inputs: Inputs,
     #[serde(default)]
-    pub patches: Patches,
+    pub(crate) patches: Patches,
     #[serde(default)]
-    pub hooks: Hooks,
+    pub(crate) hooks: Hooks,
     #[serde(default)]
-    pub assertions: Assertions,
+    pub(crate) assertions: Assertions,
 }
 
 /// One test case.
@@ -47,36 +47,36 @@ pub(crate) struct Common {
 #[serde(deny_unknown_fields)]
 pub(crate) struct TestCase {
     /// Its name (`--run` matches it).
-    pub name: String,
+    pub(crate) name: String,
     /// Its id: later tests reach its outputs as `{{ .Tests.ID.Outputs.* }}`.
     #[serde(default)]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(default)]
-    pub inputs: Inputs,
+    pub(crate) inputs: Inputs,
     #[serde(default)]
-    pub patches: Patches,
+    pub(crate) patches: Patches,
     #[serde(default)]
-    pub hooks: Hooks,
+    pub(crate) hooks: Hooks,
     #[serde(default)]
-    pub assertions: Assertions,
+    pub(crate) assertions: Assertions,
 }
 
 /// `inputs`: paths (relative to the suite file, or templates).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Inputs {
-    pub xr: Option<String>,
-    pub claim: Option<String>,
-    pub composition: Option<String>,
-    pub functions: Option<String>,
-    pub crds: Option<Vec<String>>,
+    pub(crate) xr: Option<String>,
+    pub(crate) claim: Option<String>,
+    pub(crate) composition: Option<String>,
+    pub(crate) functions: Option<String>,
+    pub(crate) crds: Option<Vec<String>>,
     #[serde(default)]
-    pub context_files: BTreeMap<String, String>,
+    pub(crate) context_files: BTreeMap<String, String>,
     #[serde(default)]
-    pub context_values: BTreeMap<String, Value>,
-    pub observed_resources: Option<String>,
-    pub extra_resources: Option<String>,
-    pub function_credentials: Option<String>,
+    pub(crate) context_values: BTreeMap<String, Value>,
+    pub(crate) observed_resources: Option<String>,
+    pub(crate) extra_resources: Option<String>,
+    pub(crate) function_credentials: Option<String>,
 }
 
 /// `patches`: what is done to the XR before it renders.
@@ -84,11 +84,11 @@ pub(crate) struct Inputs {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Patches {
     /// The XRD whose schema defaults are applied.
-    pub xrd: Option<String>,
+    pub(crate) xrd: Option<String>,
     /// Set `spec.writeConnectionSecretToRef`.
-    pub connection_secret: Option<bool>,
-    pub connection_secret_name: Option<String>,
-    pub connection_secret_namespace: Option<String>,
+    pub(crate) connection_secret: Option<bool>,
+    pub(crate) connection_secret_name: Option<String>,
+    pub(crate) connection_secret_namespace: Option<String>,
 }
 
 /// `hooks`.
@@ -96,9 +96,9 @@ pub(crate) struct Patches {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Hooks {
     #[serde(default)]
-    pub pre_test: Vec<Hook>,
+    pub(crate) pre_test: Vec<Hook>,
     #[serde(default)]
-    pub post_test: Vec<Hook>,
+    pub(crate) post_test: Vec<Hook>,
 }
 
 /// One hook: a shell command.
@@ -106,8 +106,8 @@ pub(crate) struct Hooks {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Hook {
     #[serde(default)]
-    pub name: Option<String>,
-    pub run: String,
+    pub(crate) name: Option<String>,
+    pub(crate) run: String,
 }
 
 /// `assertions`, by engine.
@@ -115,47 +115,47 @@ pub(crate) struct Hook {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Assertions {
     #[serde(default)]
-    pub xprin: Vec<XprinAssertion>,
+    pub(crate) xprin: Vec<XprinAssertion>,
     #[serde(default)]
-    pub diff: Vec<GoldenAssertion>,
+    pub(crate) diff: Vec<GoldenAssertion>,
     #[serde(default)]
-    pub dyff: Vec<GoldenAssertion>,
+    pub(crate) dyff: Vec<GoldenAssertion>,
 }
 
 /// An assertion of the `xprin` engine.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct XprinAssertion {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub resource: Option<String>,
+    pub(crate) resource: Option<String>,
     #[serde(default)]
-    pub field: Option<String>,
+    pub(crate) field: Option<String>,
     #[serde(default)]
-    pub operator: Option<String>,
+    pub(crate) operator: Option<String>,
     #[serde(default)]
-    pub value: Option<Value>,
+    pub(crate) value: Option<Value>,
 }
 
 /// A golden-file assertion (`diff` or `dyff`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GoldenAssertion {
-    pub name: String,
-    pub expected: String,
+    pub(crate) name: String,
+    pub(crate) expected: String,
     #[serde(default)]
-    pub resource: Option<String>,
+    pub(crate) resource: Option<String>,
 }
 
 /// A suite read from its file.
 #[derive(Debug, Clone)]
 pub(crate) struct Suite {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its tests, each merged with `common`.
-    pub tests: Vec<TestCase>,
+    pub(crate) tests: Vec<TestCase>,
 }
 
 impl Suite {

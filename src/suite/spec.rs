@@ -216,25 +216,14 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
     } else {
         (c.xr.clone(), c.claim.clone())
     };
-    let map_or = |test: &BTreeMap<String, String>, common: &BTreeMap<String, String>| {
-        if test.is_empty() {
-            common.clone()
-        } else {
-            test.clone()
-        }
-    };
     let inputs = Inputs {
         xr,
         claim,
         composition: t.composition.clone().or(c.composition.clone()),
         functions: t.functions.clone().or(c.functions.clone()),
         crds: t.crds.clone().or(c.crds.clone()),
-        context_files: map_or(&t.context_files, &c.context_files),
-        context_values: if t.context_values.is_empty() {
-            c.context_values.clone()
-        } else {
-            t.context_values.clone()
-        },
+        context_files: or_common(&t.context_files, &c.context_files),
+        context_values: or_common(&t.context_values, &c.context_values),
         observed_resources: t
             .observed_resources
             .clone()
@@ -258,34 +247,15 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
             .clone()
             .or(cp.connection_secret_namespace.clone()),
     };
-    let list_or = |test: &Vec<Hook>, common: &Vec<Hook>| {
-        if test.is_empty() {
-            common.clone()
-        } else {
-            test.clone()
-        }
-    };
     let hooks = Hooks {
-        pre_test: list_or(&test.hooks.pre_test, &common.hooks.pre_test),
-        post_test: list_or(&test.hooks.post_test, &common.hooks.post_test),
+        pre_test: or_common(&test.hooks.pre_test, &common.hooks.pre_test),
+        post_test: or_common(&test.hooks.post_test, &common.hooks.post_test),
     };
     let (ca, ta) = (&common.assertions, &test.assertions);
     let assertions = Assertions {
-        xprin: if ta.xprin.is_empty() {
-            ca.xprin.clone()
-        } else {
-            ta.xprin.clone()
-        },
-        diff: if ta.diff.is_empty() {
-            ca.diff.clone()
-        } else {
-            ta.diff.clone()
-        },
-        dyff: if ta.dyff.is_empty() {
-            ca.dyff.clone()
-        } else {
-            ta.dyff.clone()
-        },
+        xprin: or_common(&ta.xprin, &ca.xprin),
+        diff: or_common(&ta.diff, &ca.diff),
+        dyff: or_common(&ta.dyff, &ca.dyff),
     };
     TestCase {
         name: test.name.clone(),
@@ -294,6 +264,18 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
         patches,
         hooks,
         assertions,
+    }
+}
+
+/// A test's list or map, or `common`'s where the test's is empty.
+fn or_common<C: Clone>(test: &C, common: &C) -> C
+where
+    for<'a> &'a C: IntoIterator,
+{
+    if test.into_iter().next().is_none() {
+        common.clone()
+    } else {
+        test.clone()
     }
 }
 

@@ -30,15 +30,11 @@ pub(crate) struct SuiteFile {
 
 /// `common`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct Common {
-    #[serde(default)]
     pub(crate) inputs: Inputs,
-    #[serde(default)]
     pub(crate) patches: Patches,
-    #[serde(default)]
     pub(crate) hooks: Hooks,
-    #[serde(default)]
     pub(crate) assertions: Assertions,
 }
 
@@ -63,16 +59,14 @@ pub(crate) struct TestCase {
 
 /// `inputs`: paths (relative to the suite file, or templates).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Inputs {
     pub(crate) xr: Option<String>,
     pub(crate) claim: Option<String>,
     pub(crate) composition: Option<String>,
     pub(crate) functions: Option<String>,
     pub(crate) crds: Option<Vec<String>>,
-    #[serde(default)]
     pub(crate) context_files: BTreeMap<String, String>,
-    #[serde(default)]
     pub(crate) context_values: BTreeMap<String, Value>,
     pub(crate) observed_resources: Option<String>,
     pub(crate) extra_resources: Option<String>,
@@ -93,11 +87,9 @@ pub(crate) struct Patches {
 
 /// `hooks`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Hooks {
-    #[serde(default)]
     pub(crate) pre_test: Vec<Hook>,
-    #[serde(default)]
     pub(crate) post_test: Vec<Hook>,
 }
 
@@ -112,13 +104,10 @@ pub(crate) struct Hook {
 
 /// `assertions`, by engine.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct Assertions {
-    #[serde(default)]
     pub(crate) xprin: Vec<XprinAssertion>,
-    #[serde(default)]
     pub(crate) diff: Vec<GoldenAssertion>,
-    #[serde(default)]
     pub(crate) dyff: Vec<GoldenAssertion>,
 }
 

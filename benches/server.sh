@@ -38,6 +38,8 @@
 # repository root:
 #   benches/server.sh                  (debug build)
 #   PROFILE=release benches/server.sh  (release build)
+#   XFN_BINARY=path/to/xfn LOAD_BINARY=path/to/server_load benches/server.sh
+#                                      (builds made before, to compare)
 #
 # podman on this host: see PODMAN_RUN in scripts/lib/testbed.sh.
 set -eu
@@ -52,12 +54,16 @@ bench_cleanup_more() {
     podman rmi -f "127.0.0.1:$PORT/fn:v1" >/dev/null 2>&1 || true
 }
 
-# Build xfn and the load generator; find their paths.
-cargo build --quiet --profile "$PROFILE" --bin xfn
-LOAD=$(server_load_binary "$PROFILE")
+# Build xfn and the load generator (unless XFN_BINARY and LOAD_BINARY
+# name builds already made, e.g. a kept copy of an earlier xfn to
+# compare, as benches/python.sh); find their paths.
+[ -n "${XFN_BINARY:-}" ] || cargo build --quiet --profile "$PROFILE" --bin xfn
+LOAD=${LOAD_BINARY:-}
+[ -n "$LOAD" ] || LOAD=$(server_load_binary "$PROFILE")
 case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
-XFN=$(realpath "$XFN")
-cp "$XFN" "$LOAD" "$WORK/" # world-readable copies for uid 65532
+XFN=$(realpath "${XFN_BINARY:-$XFN}")
+cp "$XFN" "$WORK/xfn" # world-readable copies for uid 65532
+cp "$LOAD" "$WORK/"
 chmod 755 "$WORK/xfn" "$WORK/$(basename "$LOAD")"
 LOAD="$WORK/$(basename "$LOAD")"
 XFN="$WORK/xfn"

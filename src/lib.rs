@@ -26,9 +26,10 @@
 #![deny(unreachable_pub)]
 
 // The public surface: what an embedding program and xfn's integration tests
-// use. Everything else is the crate's own (`mod`, not `pub mod`), so a
-// `pub` inside it means "for the rest of the crate", and the compiler tells
-// us when nothing uses it.
+// use. Everything else is the crate's own (`mod`, not `pub mod`): an item in
+// it is `pub(crate)` or narrower unless the public API reaches it (a
+// re-export in `runner`, a type in a public signature), so `pub` says
+// public, and the compiler tells us when nothing uses an item.
 pub mod chain;
 pub mod image;
 pub mod pidns;

@@ -179,7 +179,7 @@ impl Runner {
                 Arc::clone(&sandbox),
                 Arc::clone(&rootfs),
                 pool,
-            )?),
+            )),
             // A warm container in copy mode would hold a whole copy of its
             // image in memory while it waits: calls copy on demand instead.
             (Some(pool), ResolvedMode::Copy) if pool.size > 0 => {

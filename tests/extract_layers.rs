@@ -1,13 +1,14 @@
 //! Layer extraction per the OCI layer spec, in both whiteout modes, and the
 //! overlay of Overlay-mode layer dirs compared with the Flatten result.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use xfn::image::extract::{
     extract_layer, extract_layer_with, ExtractError, ExtractOptions, WhiteoutMode,
 };
-use xfn_testkit::tree::{comparable, snapshot, Kind};
+use xfn_testkit::tree::{comparable, snapshot, Kind, Node};
 use xfn_testkit::Layer;
 
 fn apply(layer: &[u8], dest: &Path, mode: WhiteoutMode) -> Result<(), ExtractError> {
@@ -34,6 +35,33 @@ fn overlay_dirs(layers: &[Vec<u8>], base: &Path) -> Vec<PathBuf> {
             d
         })
         .collect()
+}
+
+/// Fails the test unless it runs as root: it `does` what only root can.
+fn require_root(does: &str) {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test {does}: run the tests as root"
+    );
+}
+
+/// A tar header of `kind` and `mode` for an entry of `size` bytes.
+fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h
+}
+
+/// `layers` flattened (bottom first) into a fresh dir, and what it holds.
+fn flattened(layers: &[&[u8]]) -> (tempfile::TempDir, BTreeMap<String, Node>) {
+    let tmp = tempfile::tempdir().unwrap();
+    for layer in layers {
+        apply(layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
+    }
+    let tree = snapshot(tmp.path());
+    (tmp, tree)
 }
 
 fn content(root: &Path, rel: &str) -> Vec<u8> {
@@ -93,19 +121,14 @@ fn files_dirs_links_fifos_modes_and_times() {
 fn ownership_is_kept_as_root() {
     // The unprivileged variant below checks that unmapped owners are
     // tolerated.
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test checks ownership as root: run the tests as root"
-    );
-    let tmp = tempfile::tempdir().unwrap();
+    require_root("checks ownership");
     let layer = Layer::verbatim()
         .owner(1234, 5678)
         .dir("home/", 0o755)
         .file("home/f", 0o2755, b"setgid")
         .symlink("home/l", "f")
         .tar();
-    apply(&layer, tmp.path(), WhiteoutMode::Flatten).unwrap();
-    let t = snapshot(tmp.path());
+    let (_tmp, t) = flattened(&[&layer]);
     for p in ["home", "home/f", "home/l"] {
         assert_eq!((t[p].uid, t[p].gid), (1234, 5678), "{p}");
     }
@@ -114,7 +137,6 @@ fn ownership_is_kept_as_root() {
 
     // A file owned by us, in a setgid directory of a lower layer, still
     // gets the group its entry says (not the directory's).
-    let tmp = tempfile::tempdir().unwrap();
     let lower = Layer::verbatim()
         .owner(0, 5678)
         .dir("shared/", 0o2775)
@@ -123,9 +145,7 @@ fn ownership_is_kept_as_root() {
         .owner(0, 0)
         .file("shared/f", 0o644, b"x")
         .tar();
-    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
-    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
-    let t = snapshot(tmp.path());
+    let (_tmp, t) = flattened(&[&lower, &upper]);
     assert_eq!(t["shared"].gid, 5678);
     assert_eq!(t["shared/f"].gid, 0);
     assert_eq!(t["shared"].mode, 0o2775);
@@ -137,10 +157,7 @@ fn ownership_is_kept_as_root() {
 /// gets it.
 #[test]
 fn owners_are_shifted_by_the_namespaces_shift() {
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test checks ownership as root: run the tests as root"
-    );
+    require_root("checks ownership");
     let tmp = tempfile::tempdir().unwrap();
     let layer = Layer::verbatim()
         .owner(0, 0)
@@ -274,44 +291,8 @@ fn whiteout_cases() -> Vec<Case> {
             ],
             vec![("gone/f", None), ("gone/g", Some(b"g"))],
         ),
-        (
-            "opaque marker before the new content",
-            vec![
-                base.clone(),
-                Layer::verbatim()
-                    .dir("d/", 0o755)
-                    .opaque("d")
-                    .file("d/new", 0o644, b"n")
-                    .dir("d/sub/", 0o755)
-                    .file("d/sub/new2", 0o644, b"n2")
-                    .tar(),
-            ],
-            vec![
-                ("d/old1", None),
-                ("d/sub/old2", None),
-                ("d/new", Some(b"n")),
-                ("d/sub/new2", Some(b"n2")),
-            ],
-        ),
-        (
-            "opaque marker after the new content",
-            vec![
-                base.clone(),
-                Layer::verbatim()
-                    .dir("d/", 0o755)
-                    .file("d/new", 0o644, b"n")
-                    .dir("d/sub/", 0o755)
-                    .file("d/sub/new2", 0o644, b"n2")
-                    .opaque("d")
-                    .tar(),
-            ],
-            vec![
-                ("d/old1", None),
-                ("d/sub/old2", None),
-                ("d/new", Some(b"n")),
-                ("d/sub/new2", Some(b"n2")),
-            ],
-        ),
+        opaque_case("opaque marker before the new content", &base, true),
+        opaque_case("opaque marker after the new content", &base, false),
         (
             "directory replaced by a file",
             vec![
@@ -358,6 +339,32 @@ fn whiteout_cases() -> Vec<Case> {
             vec![("a/x", Some(b"v3")), ("a/y", None)],
         ),
     ]
+}
+
+/// A directory made opaque by a layer that also fills it anew, the
+/// marker `first` or last among its entries.
+fn opaque_case(name: &'static str, base: &[u8], first: bool) -> Case {
+    let mut upper = Layer::verbatim().dir("d/", 0o755);
+    if first {
+        upper = upper.opaque("d");
+    }
+    upper = upper
+        .file("d/new", 0o644, b"n")
+        .dir("d/sub/", 0o755)
+        .file("d/sub/new2", 0o644, b"n2");
+    if !first {
+        upper = upper.opaque("d");
+    }
+    (
+        name,
+        vec![base.to_vec(), upper.tar()],
+        vec![
+            ("d/old1", None),
+            ("d/sub/old2", None),
+            ("d/new", Some(b"n")),
+            ("d/sub/new2", Some(b"n2")),
+        ],
+    )
 }
 
 #[test]
@@ -585,10 +592,7 @@ fn overlay_equals_flatten_as_root() {
     if xfn_testkit::reexec::in_mount_namespace_child() {
         return overlay_equals_flatten();
     }
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "this test mounts overlays as real root: run the tests as root"
-    );
+    require_root("mounts overlays as real root");
     xfn_testkit::reexec::run_in_mount_namespace("extract_layers::overlay_equals_flatten_as_root");
 }
 
@@ -607,22 +611,13 @@ fn long_names_and_link_targets() {
     let long_file = format!("{long_dir}/{}", "f".repeat(120));
     let long_target = format!("/{}", "t".repeat(200));
     let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Regular);
-    h.set_mode(0o644);
+    let mut h = header(tar::EntryType::Regular, 0o644, 4);
     h.set_mtime(1_600_000_000);
-    h.set_size(4);
     b.append_data(&mut h, &long_file, &b"long"[..]).unwrap();
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Symlink);
-    h.set_mode(0o777);
-    h.set_size(0);
+    let mut h = header(tar::EntryType::Symlink, 0o777, 0);
     b.append_link(&mut h, format!("{long_dir}/link"), &long_target)
         .unwrap();
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::Link);
-    h.set_mode(0o644);
-    h.set_size(0);
+    let mut h = header(tar::EntryType::Link, 0o644, 0);
     b.append_link(&mut h, "hard", &long_file).unwrap();
     let layer = b.into_inner().unwrap();
     for mode in [WhiteoutMode::Overlay, WhiteoutMode::Flatten] {
@@ -647,7 +642,6 @@ fn read_only_lower_dirs_without_privilege() {
             "extract_layers::read_only_lower_dirs_without_privilege",
         );
     }
-    let tmp = tempfile::tempdir().unwrap();
     let lower = Layer::verbatim()
         .owner(65532, 65532)
         .dir("ro/", 0o555)
@@ -658,9 +652,7 @@ fn read_only_lower_dirs_without_privilege() {
         .whiteout("ro/f")
         .file("ro/g", 0o644, b"new")
         .tar();
-    apply(&lower, tmp.path(), WhiteoutMode::Flatten).unwrap();
-    apply(&upper, tmp.path(), WhiteoutMode::Flatten).unwrap();
-    let t = snapshot(tmp.path());
+    let (tmp, t) = flattened(&[&lower, &upper]);
     assert!(!t.contains_key("ro/f"));
     assert_eq!(t["ro/g"].kind, Kind::File(b"new".to_vec()));
     assert_eq!(t["ro"].mode, 0o555, "the lower dir's mode is kept");

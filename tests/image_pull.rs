@@ -43,6 +43,14 @@ impl Pull for ImageStore {
     }
 }
 
+/// `reference` pulled into `store` under `policy`, which succeeds.
+async fn pull_ok(store: &ImageStore, reference: &str, policy: PullPolicy) -> PulledImage {
+    store
+        .pull(reference, policy)
+        .await
+        .unwrap_or_else(|err| panic!("{reference}: {err}"))
+}
+
 /// A `Never` pull of `reference` fails: the image is not (whole) in the
 /// cache.
 async fn assert_not_cached(store: &ImageStore, reference: &str) {
@@ -220,10 +228,7 @@ async fn never_with_an_absent_image_fails_naming_it_without_contacting_the_regis
 #[tokio::test]
 async fn a_digest_reference_is_served_from_the_cache_after_a_tag_pull() {
     let (registry, pushed, _dir, store) = one_image_and_a_store();
-    store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
+    pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
     let by_digest = format!("{}@{}", registry.reference("fn"), pushed.digest);
     let image = store.pull(&by_digest, PullPolicy::Never).await.unwrap();
     assert_eq!(image.digest, pushed.digest);
@@ -410,10 +415,7 @@ async fn the_flattened_rootfs_applies_every_layer_once() {
         .push(&registry, "flat:v1");
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path());
-    let image = store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
+    let image = pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
     let (a, b) = tokio::join!(
         store.flattened_rootfs(&image),
         store.flattened_rootfs(&image)
@@ -567,10 +569,7 @@ async fn progress_covers_every_layer_byte_pulled_or_cached() {
 #[tokio::test]
 async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
     let (registry, pushed, _dir, store) = one_image_and_a_store();
-    let image = store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
+    let image = pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
     std::fs::remove_dir_all(&image.layers[1]).unwrap();
     assert_not_cached(&store, &pushed.reference).await;
     let (again, report) = store
@@ -590,15 +589,9 @@ async fn a_lost_layer_dir_is_re_extracted_from_the_kept_blob() {
 #[tokio::test]
 async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_pins_are_gone() {
     let (_registry, pushed, dir, store) = one_image_and_a_store();
-    let pulled = store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
+    let pulled = pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
     // Found whole on disk while `pulled` pins it: remembered.
-    let found = store
-        .pull(&pushed.reference, PullPolicy::Never)
-        .await
-        .unwrap();
+    let found = pull_ok(&store, &pushed.reference, PullPolicy::Never).await;
     drop(pulled);
 
     // Torn on disk under a live pin: the verified copy in memory serves,
@@ -609,10 +602,7 @@ async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_p
         .join(pushed.digest.trim_start_matches("sha256:"));
     let bytes = std::fs::read(&manifest).unwrap();
     std::fs::write(&manifest, &bytes[..bytes.len() / 2]).unwrap();
-    let again = store
-        .pull(&pushed.reference, PullPolicy::Never)
-        .await
-        .unwrap();
+    let again = pull_ok(&store, &pushed.reference, PullPolicy::Never).await;
     assert_eq!(again.digest, pushed.digest);
     assert_eq!(again.layers, found.layers);
     assert_eq!(
@@ -636,20 +626,11 @@ async fn a_pinned_image_is_found_again_from_memory_and_read_from_disk_once_its_p
 
     // Pulled again and remembered under a new pin, a lost layer dir is
     // still noticed (and re-extracted by the next pull).
-    let pulled = store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
-    let found = store
-        .pull(&pushed.reference, PullPolicy::Never)
-        .await
-        .unwrap();
+    let pulled = pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
+    let found = pull_ok(&store, &pushed.reference, PullPolicy::Never).await;
     std::fs::remove_dir_all(&found.layers[1]).unwrap();
     assert_not_cached(&store, &pushed.reference).await;
-    let repaired = store
-        .pull(&pushed.reference, PullPolicy::IfNotPresent)
-        .await
-        .unwrap();
+    let repaired = pull_ok(&store, &pushed.reference, PullPolicy::IfNotPresent).await;
     assert!(repaired.layers[1].join("fn.sh").is_file());
     drop((pulled, found));
 }

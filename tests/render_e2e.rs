@@ -437,16 +437,12 @@ fn the_worked_example_renders_as_shown() {
 #[test]
 fn a_function_that_fails_or_writes_garbage_fails_the_render_naming_the_step() {
     let fx = Fixture::new();
-    let crash = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "echo 'cannot reach the cloud' >&2; exit 3"])
-        .push(&fx.registry, "crash:v1")
-        .reference;
-    let garbage = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "cat >/dev/null; echo not-json"])
-        .push(&fx.registry, "garbage:v1")
-        .reference;
+    let crash = script_image(
+        &fx.registry,
+        "crash:v1",
+        "echo 'cannot reach the cloud' >&2; exit 3",
+    );
+    let garbage = script_image(&fx.registry, "garbage:v1", "cat >/dev/null; echo not-json");
     fx.write(
         "functions.yaml",
         &(exec_function("crash", &crash) + &exec_function("garbage", &garbage)),

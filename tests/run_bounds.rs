@@ -48,11 +48,7 @@ impl Fixture {
 
     /// busybox with `script` as its entrypoint (`/bin/sh -c`).
     fn script_image(&self, name: &str, script: &str) -> String {
-        ImageBuilder::new()
-            .layer(Layer::busybox())
-            .entrypoint(["/bin/sh", "-c", script])
-            .push(&self.registry, name)
-            .reference
+        script_image(&self.registry, name, script)
     }
 
     /// `xfn run FLAGS IMAGE -` as `who`, each with a cache of its own, a

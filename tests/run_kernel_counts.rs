@@ -340,15 +340,11 @@ fn xfn_start_on_its_own_uid_without_ids_refuses_to_start_unless_the_shared_uid_i
 #[test]
 fn xfn_run_bounds_each_runs_inotify_and_fanotify_counts_with_either_mapping() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint([
-            "/bin/sh",
-            "-c",
-            "cat /proc/sys/user/max_inotify_instances /proc/sys/fs/inotify/max_user_instances",
-        ])
-        .push(&registry, "counts:v1")
-        .reference;
+    let image = script_image(
+        &registry,
+        "counts:v1",
+        "cat /proc/sys/user/max_inotify_instances /proc/sys/fs/inotify/max_user_instances",
+    );
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
@@ -427,15 +423,11 @@ async fn a_fork_bomb_leaves_its_neighbours_forking(daemon: Daemon, uids: &str, m
         ])
         .push(&registry, "fork-bomb:v1")
         .reference;
-    let neighbour = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint([
-            "/bin/sh",
-            "-c",
-            "cat >/dev/null; for i in $(seq 200); do sleep 1 & done; wait && echo forked 200",
-        ])
-        .push(&registry, "neighbour:v1")
-        .reference;
+    let neighbour = script_image(
+        &registry,
+        "neighbour:v1",
+        "cat >/dev/null; for i in $(seq 200); do sleep 1 & done; wait && echo forked 200",
+    );
     let echo = echo_image(&registry, "echo:v1");
     daemon.call_ok(&echo).await;
     let mut client = daemon.client().await;

@@ -81,6 +81,24 @@ async fn wait_ready(runner: &Runner, ready: usize) {
     );
 }
 
+/// `name`, the busybox layer above running `script` under `/bin/sh -c`.
+fn shell_image(registry: &Registry, name: &str, script: &str) -> String {
+    ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/sh", "-c", script])
+        .push(registry, name)
+        .reference
+}
+
+/// `name`, the busybox layer above running `cat`: echoes its input.
+fn cat_image(registry: &Registry, name: &str) -> String {
+    ImageBuilder::new()
+        .layer(busybox())
+        .entrypoint(["/bin/cat"])
+        .push(registry, name)
+        .reference
+}
+
 /// Entries of the per-run state dirs: bundles, crun state, rootfs dirs.
 fn run_state(cache: &Path) -> Vec<PathBuf> {
     ["bundles", "crun", "rootfs"]
@@ -195,11 +213,7 @@ async fn a_warm_call_gets_a_fresh_container_and_sees_nothing_of_the_last(
     registry: &Registry,
     start: WarmStart,
 ) {
-    let probe = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", PROBE])
-        .push(registry, "probe:v1")
-        .reference;
+    let probe = shell_image(registry, "probe:v1", PROBE);
     let runner = runner_with(ns, cache, RootfsMode::Overlay, 2, start);
     let own = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
     let mut outputs = Vec::new();
@@ -281,11 +295,7 @@ async fn calls_with_other_settings_take_the_cold_path(
     cache: &Path,
     registry: &Registry,
 ) {
-    let echo = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, "echo:v1")
-        .reference;
+    let echo = cat_image(registry, "echo:v1");
     let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 4);
     let plain = RunConfig::default();
     runner.run(&echo, b"first", &plain).await.unwrap();
@@ -342,16 +352,12 @@ async fn warm_failures_and_timeouts_are_reported_as_cold_ones(
     cache: &Path,
     registry: &Registry,
 ) {
-    let fail = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", "cat >/dev/null; echo broken >&2; exit 3"])
-        .push(registry, "fail:v1")
-        .reference;
-    let hang = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 3626 & sleep 3626"])
-        .push(registry, "hang:v1")
-        .reference;
+    let fail = shell_image(
+        registry,
+        "fail:v1",
+        "cat >/dev/null; echo broken >&2; exit 3",
+    );
+    let hang = shell_image(registry, "hang:v1", "sleep 3626 & sleep 3626");
     let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
     let quick = RunConfig {
         timeout: Duration::from_millis(500),
@@ -392,13 +398,7 @@ async fn the_pool_keeps_to_its_size_over_images_and_callers(
     registry: &Registry,
 ) {
     let images: Vec<String> = (0..3)
-        .map(|n| {
-            ImageBuilder::new()
-                .layer(busybox())
-                .entrypoint(["/bin/cat"])
-                .push(registry, &format!("bounded-{n}:v1"))
-                .reference
-        })
+        .map(|n| cat_image(registry, &format!("bounded-{n}:v1")))
         .collect();
     let size = 2;
     let runner = std::sync::Arc::new(pooled_runner(ns, cache, RootfsMode::Overlay, size));
@@ -462,11 +462,7 @@ async fn the_pool_keeps_to_its_size_over_images_and_callers(
 }
 
 async fn idle_containers_expire(ns: &Namespace, cache: &Path, registry: &Registry) {
-    let echo = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, "idle:v1")
-        .reference;
+    let echo = cat_image(registry, "idle:v1");
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
     let runner = Runner::new(
         ns,
@@ -512,21 +508,17 @@ async fn a_function_started_ahead_may_write_or_exit_before_its_input_arrives(
     cache: &Path,
     registry: &Registry,
 ) {
-    let early_stderr = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", "echo starting >&2; cat; echo done >&2"])
-        .push(registry, "early-stderr:v1")
-        .reference;
-    let early_exit = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", "echo constant; echo gone >&2"])
-        .push(registry, "early-exit:v1")
-        .reference;
-    let early_failure = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/sh", "-c", "echo cannot start >&2; exit 5"])
-        .push(registry, "early-failure:v1")
-        .reference;
+    let early_stderr = shell_image(
+        registry,
+        "early-stderr:v1",
+        "echo starting >&2; cat; echo done >&2",
+    );
+    let early_exit = shell_image(registry, "early-exit:v1", "echo constant; echo gone >&2");
+    let early_failure = shell_image(
+        registry,
+        "early-failure:v1",
+        "echo cannot start >&2; exit 5",
+    );
     let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 3);
     let config = RunConfig::default();
     for image in [&early_stderr, &early_exit, &early_failure] {
@@ -565,11 +557,7 @@ async fn a_call_timeout_starts_at_the_call_not_at_the_container_start(
     cache: &Path,
     registry: &Registry,
 ) {
-    let echo = ImageBuilder::new()
-        .layer(busybox())
-        .entrypoint(["/bin/cat"])
-        .push(registry, "late-call:v1")
-        .reference;
+    let echo = cat_image(registry, "late-call:v1");
     let runner = pooled_runner(ns, cache, RootfsMode::Overlay, 2);
     let short = RunConfig {
         timeout: Duration::from_millis(800),

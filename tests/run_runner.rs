@@ -13,20 +13,32 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use xfn::image::{ImageStore, StoreOptions};
-use xfn::runner::{Namespace, RootfsMode, RunConfig, RunError, Runner, RunnerOptions};
+use xfn::runner::{
+    FunctionServer, FunctionServerOptions, Namespace, RootfsMode, RunConfig, RunError, Runner,
+    RunnerOptions,
+};
 use xfn_testkit::*;
 
 fn runner(ns: &Namespace, cache: &Path, rootfs: RootfsMode) -> Runner {
+    let options = RunnerOptions {
+        rootfs,
+        ..RunnerOptions::default()
+    };
+    runner_with(ns, cache, options)
+}
+
+fn runner_with(ns: &Namespace, cache: &Path, options: RunnerOptions) -> Runner {
     let store = ImageStore::open(cache, StoreOptions::default()).unwrap();
-    Runner::new(
-        ns,
-        store,
-        RunnerOptions {
-            rootfs,
-            ..RunnerOptions::default()
-        },
-    )
-    .unwrap()
+    Runner::new(ns, store, options).unwrap()
+}
+
+/// `image` served by `runner`, `args` its command.
+async fn serve(runner: &Runner, image: &str, args: &[String]) -> Result<FunctionServer, RunError> {
+    let options = FunctionServerOptions {
+        cmd: args,
+        ..Default::default()
+    };
+    runner.serve(image, options, &RunConfig::default()).await
 }
 
 fn container_processes(marker: &str) -> Vec<String> {
@@ -60,16 +72,12 @@ fn assert_clean(cache: &Path, marker: &str) {
 async fn cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMode) {
     let tag = format!("{mode:?}").to_lowercase();
     let marker = format!("sleep 48{}", tag.len());
-    let echo = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "cat; touch /written"])
-        .push(registry, &format!("echo-{tag}:v1"))
-        .reference;
-    let hang = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", &format!("{marker} & {marker}")])
-        .push(registry, &format!("hang-{tag}:v1"))
-        .reference;
+    let echo = script_image(registry, &format!("echo-{tag}:v1"), "cat; touch /written");
+    let hang = script_image(
+        registry,
+        &format!("hang-{tag}:v1"),
+        &format!("{marker} & {marker}"),
+    );
     let runner = runner(ns, cache, mode);
 
     let out = runner
@@ -128,23 +136,14 @@ async fn cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMo
 /// to the sandbox directly before it became private to the crate).
 async fn run_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: RootfsMode) {
     let tag = format!("{mode:?}").to_lowercase();
-    let image = |name: &str, script: &str| {
-        ImageBuilder::new()
-            .layer(Layer::busybox())
-            .entrypoint(["/bin/sh", "-c", script])
-            .push(registry, &format!("{name}-{tag}:v1"))
-            .reference
+    let image =
+        |name: &str, script: &str| script_image(registry, &format!("{name}-{tag}:v1"), script);
+    let options = RunnerOptions {
+        rootfs: mode,
+        max_output_bytes: 1 << 20,
+        ..RunnerOptions::default()
     };
-    let runner = Runner::new(
-        ns,
-        ImageStore::open(cache, StoreOptions::default()).unwrap(),
-        RunnerOptions {
-            rootfs: mode,
-            max_output_bytes: 1 << 20,
-            ..RunnerOptions::default()
-        },
-    )
-    .unwrap();
+    let runner = runner_with(ns, cache, options);
     let config = RunConfig::default();
 
     // stdin → stdout, exactly.
@@ -219,21 +218,10 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
         .reference;
     let runner = runner(ns, cache, mode);
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, 9443));
-    let config = RunConfig::default();
     let args = ["--insecure".to_string()];
     let host_port_taken = std::net::TcpStream::connect(address).is_ok();
 
-    let mut server = runner
-        .serve(
-            &echo,
-            xfn::runner::FunctionServerOptions {
-                cmd: &args,
-                ..Default::default()
-            },
-            &config,
-        )
-        .await
-        .unwrap();
+    let mut server = serve(&runner, &echo, &args).await.unwrap();
     server
         .wait_listening(address, Duration::from_secs(30))
         .await
@@ -258,17 +246,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
     assert_clean(cache, marker);
     println!("ok ({tag}): a served function answers in its namespace only; stop leaves nothing");
 
-    let server = runner
-        .serve(
-            &echo,
-            xfn::runner::FunctionServerOptions {
-                cmd: &args,
-                ..Default::default()
-            },
-            &config,
-        )
-        .await
-        .unwrap();
+    let server = serve(&runner, &echo, &args).await.unwrap();
     drop(server);
     assert_clean(cache, marker);
     println!("ok ({tag}): a dropped served function leaves nothing");
@@ -284,17 +262,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
         .push(registry, &format!("serve-exits-{tag}:v1"))
         .reference;
     // Reported by `serve` or by `wait_listening`, as the race goes.
-    let err = match runner
-        .serve(
-            &exits,
-            xfn::runner::FunctionServerOptions {
-                cmd: &args,
-                ..Default::default()
-            },
-            &config,
-        )
-        .await
-    {
+    let err = match serve(&runner, &exits, &args).await {
         Err(err) => err,
         Ok(mut server) => {
             let err = server
@@ -328,17 +296,7 @@ async fn serve_cases(ns: &Namespace, cache: &Path, registry: &Registry, mode: Ro
         ])
         .push(registry, &format!("serve-silent-{tag}:v1"))
         .reference;
-    let mut server = runner
-        .serve(
-            &silent,
-            xfn::runner::FunctionServerOptions {
-                cmd: &args,
-                ..Default::default()
-            },
-            &config,
-        )
-        .await
-        .unwrap();
+    let mut server = serve(&runner, &silent, &args).await.unwrap();
     let err = server
         .wait_listening(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 9444)),

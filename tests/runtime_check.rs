@@ -24,11 +24,7 @@ fn fake_runtime(dir: &Path, version_line: &str) -> PathBuf {
 #[test]
 fn xfn_run_refuses_an_old_crun_naming_the_version_found_and_needed() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/cat"])
-        .push(&registry, "runtime-check:v1")
-        .reference;
+    let image = echo_image(&registry, "runtime-check:v1");
     let dir = world_traversable_tempdir();
     let runtime = fake_runtime(dir.path(), "crun version 1.4.5");
     let cache = dir.path().join("cache");

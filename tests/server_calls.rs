@@ -8,25 +8,34 @@ use tonic::Code;
 use xfn_testkit::pb;
 use xfn_testkit::*;
 
-/// A function running `script` under `/bin/sh -c`. A warm container's
-/// function is started ahead of its call (`--warm-pool-start`, by default):
-/// scripts whose processes a test looks for read their input first, and
-/// spell the command line it looks for only once run (`n=36; sleep ${n}11`
-/// is looked for as `sleep 3611`), so that only a call's run matches.
-fn script_image(registry: &Registry, name: &str, script: &str) -> String {
-    ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", script])
-        .push(registry, name)
-        .reference
+/// A registry, then `xfn start FLAGS` and a client of it.
+async fn start(flags: &[&str]) -> (Registry, Daemon, Client) {
+    let registry = Registry::start();
+    let daemon = Daemon::start(flags).await;
+    let client = daemon.client().await;
+    (registry, daemon, client)
+}
+
+/// The status a call of `image` with a FunctionIO fails with.
+async fn refused(client: &mut Client, image: &str) -> tonic::Status {
+    client
+        .run_function(request(image, FUNCTION_IO))
+        .await
+        .expect_err("the call fails")
+}
+
+/// A call of `image` with a FunctionIO, which succeeds.
+async fn served(client: &mut Client, image: &str) {
+    client
+        .run_function(request(image, FUNCTION_IO))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_a_function_and_returns_its_output() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&[]).await;
     let image = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
     // Twice: the first call pulls, the second is warm.
     for _ in 0..2 {
         let out = client
@@ -41,10 +50,8 @@ async fn runs_a_function_and_returns_its_output() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_requests_get_invalid_argument() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&["--max-input-bytes", "4096"]).await;
     let image = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&["--max-input-bytes", "4096"]).await;
-    let mut client = daemon.client().await;
     let cases = [
         (request("", FUNCTION_IO), "image is empty"),
         (request(&image, "- a\n- list\n"), "not a YAML mapping"),
@@ -68,13 +75,8 @@ async fn invalid_requests_get_invalid_argument() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_image_is_not_found() {
-    let registry = Registry::start();
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
-    let status = client
-        .run_function(request(&registry.reference("missing:v1"), FUNCTION_IO))
-        .await
-        .unwrap_err();
+    let (registry, _daemon, mut client) = start(&[]).await;
+    let status = refused(&mut client, &registry.reference("missing:v1")).await;
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
 }
 
@@ -85,29 +87,24 @@ async fn registry_auth_failure_is_permission_denied() {
     let daemon = Daemon::start(&[]).await;
     let mut client = daemon.client().await;
 
-    let mut wrong = request(&image, FUNCTION_IO);
-    wrong.image_pull_config = Some(pb::ImagePullConfig {
-        pull_policy: pb::ImagePullPolicy::Always as i32,
-        auth: Some(pb::ImagePullAuth {
-            username: "alice".into(),
-            password: "wrong".into(),
-            ..Default::default()
-        }),
-    });
-    let status = client.run_function(wrong).await.unwrap_err();
+    // Pulled again on each call (Always), as alice with `password`.
+    let as_alice = |password: &str| {
+        let mut req = request(&image, FUNCTION_IO);
+        req.image_pull_config = Some(pb::ImagePullConfig {
+            pull_policy: pb::ImagePullPolicy::Always as i32,
+            auth: Some(pb::ImagePullAuth {
+                username: "alice".into(),
+                password: password.into(),
+                ..Default::default()
+            }),
+        });
+        req
+    };
+    let status = client.run_function(as_alice("wrong")).await.unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
 
-    let mut right = request(&image, FUNCTION_IO);
-    right.image_pull_config = Some(pb::ImagePullConfig {
-        pull_policy: pb::ImagePullPolicy::Always as i32,
-        auth: Some(pb::ImagePullAuth {
-            username: "alice".into(),
-            password: "s3cret".into(),
-            ..Default::default()
-        }),
-    });
     let out = client
-        .run_function(right)
+        .run_function(as_alice("s3cret"))
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
     assert_eq!(out.into_inner().output, FUNCTION_IO.as_bytes());
@@ -123,23 +120,15 @@ async fn unreachable_registry_is_unavailable() {
         .port();
     let daemon = Daemon::start(&[]).await;
     let mut client = daemon.client().await;
-    let status = client
-        .run_function(request(&format!("127.0.0.1:{port}/fn:v1"), FUNCTION_IO))
-        .await
-        .unwrap_err();
+    let status = refused(&mut client, &format!("127.0.0.1:{port}/fn:v1")).await;
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_function_is_aborted_with_exit_code_and_stderr() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&[]).await;
     let image = script_image(&registry, "fail:v1", "echo it-went-wrong >&2; exit 3");
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
-    let status = client
-        .run_function(request(&image, FUNCTION_IO))
-        .await
-        .unwrap_err();
+    let status = refused(&mut client, &image).await;
     assert_eq!(status.code(), Code::Aborted, "{status:?}");
     assert!(status.message().contains('3'), "{status:?}");
     assert!(status.message().contains("it-went-wrong"), "{status:?}");
@@ -153,10 +142,8 @@ async fn a_failing_function_is_aborted_with_exit_code_and_stderr() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_past_its_timeout_is_deadline_exceeded_and_killed() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&[]).await;
     let image = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}11");
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
     let status = client
         .run_function(request_with_timeout(
             &image,
@@ -233,10 +220,7 @@ async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
     let queued = tokio::spawn(async move { queued_client.run_function(echo_req).await });
     daemon.wait_for_metric("xfn_runs_queued", 1.0).await;
 
-    let status = client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap_err();
+    let status = refused(&mut client, &echo).await;
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
 
     // Cancel the hanging run: the queued call gets its slot and succeeds.
@@ -252,10 +236,9 @@ async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_calls_beyond_max_runs_queue_and_all_succeed() {
-    let registry = Registry::start();
+    let (registry, daemon, client) =
+        start(&["--max-concurrent-runs", "2", "--max-queued-runs", "16"]).await;
     let echo = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&["--max-concurrent-runs", "2", "--max-queued-runs", "16"]).await;
-    let client = daemon.client().await;
     let calls: Vec<_> = (0..8)
         .map(|i| {
             let mut client = client.clone();
@@ -389,22 +372,11 @@ async fn a_deadline_the_queue_cannot_meet_is_refused_at_once_while_ample_ones_ar
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_runs_by_outcome() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&[]).await;
     let echo = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
-    client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap();
-    client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap();
-    client
-        .run_function(request("", FUNCTION_IO))
-        .await
-        .unwrap_err();
+    served(&mut client, &echo).await;
+    served(&mut client, &echo).await;
+    refused(&mut client, "").await;
     let text = daemon.metrics_text().await;
     assert!(text.contains("xfn_runs_total{outcome=\"ok\"} 2"), "{text}");
     assert!(
@@ -430,14 +402,9 @@ async fn metrics_count_runs_by_outcome() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn output_over_the_cap_is_resource_exhausted() {
-    let registry = Registry::start();
+    let (registry, _daemon, mut client) = start(&["--max-output-bytes", "65536"]).await;
     let image = script_image(&registry, "flood:v1", "cat >/dev/null; f=flood; yes xfn-$f");
-    let daemon = Daemon::start(&["--max-output-bytes", "65536"]).await;
-    let mut client = daemon.client().await;
-    let status = client
-        .run_function(request(&image, FUNCTION_IO))
-        .await
-        .unwrap_err();
+    let status = refused(&mut client, &image).await;
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("65536"), "{status:?}");
     wait_until_gone("yes xfn-flood").await;
@@ -445,10 +412,8 @@ async fn output_over_the_cap_is_resource_exhausted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn required_limits_that_cannot_be_enforced_are_a_failed_precondition() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&["--require-limits"]).await;
     let image = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&["--require-limits"]).await;
-    let mut client = daemon.client().await;
     let result = client.run_function(request(&image, FUNCTION_IO)).await;
     // The daemon says whether this host (its cgroups) enforces limits.
     if daemon.metric("xfn_limits_enforced").await == 0.0 {
@@ -462,10 +427,8 @@ async fn required_limits_that_cannot_be_enforced_are_a_failed_precondition() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pull_policy_never_without_a_cached_image_is_a_failed_precondition() {
-    let registry = Registry::start();
+    let (registry, daemon, mut client) = start(&[]).await;
     let image = echo_image(&registry, "echo:v1");
-    let daemon = Daemon::start(&[]).await;
-    let mut client = daemon.client().await;
     let never = |image: &str| {
         let mut req = request(image, FUNCTION_IO);
         req.image_pull_config = Some(pb::ImagePullConfig {
@@ -477,10 +440,7 @@ async fn pull_policy_never_without_a_cached_image_is_a_failed_precondition() {
     let status = client.run_function(never(&image)).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     // Once cached (a default call pulls it), Never runs it.
-    client
-        .run_function(request(&image, FUNCTION_IO))
-        .await
-        .unwrap();
+    served(&mut client, &image).await;
     let out = client
         .run_function(never(&image))
         .await

@@ -154,11 +154,7 @@ async fn health_and_reflection_are_served() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_lets_runs_in_flight_finish_then_exits_zero() {
     let registry = Registry::start();
-    let image = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 2; cat"])
-        .push(&registry, "slow:v1")
-        .reference;
+    let image = script_image(&registry, "slow:v1", "sleep 2; cat");
     let mut daemon = Daemon::start(&[]).await;
     daemon.sigterm_drains_a_call_in_flight(&image).await;
     // The gatekeeper left with it.

@@ -181,11 +181,7 @@ async fn when_xfn_itself_is_sigkilled_its_runs_and_warm_containers_end_and_the_d
     let registry = Registry::start();
     let echo = echo_image(&registry, "echo:v1");
     let marker = "sleep 4747";
-    let slow = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", &format!("cat >/dev/null; {marker}")])
-        .push(&registry, "slow:v1")
-        .reference;
+    let slow = script_image(&registry, "slow:v1", &format!("cat >/dev/null; {marker}"));
     let mut daemon = Daemon::start(&[]).await;
     let cache = daemon.cache_dir.clone();
     let mut client = daemon.client().await;

@@ -28,11 +28,7 @@ async fn wait_until(what: &str, mut holds: impl FnMut() -> bool) {
 async fn as_pid_1_xfn_reaps_orphans_and_drains_on_sigterm() {
     let registry = Registry::start();
     let hang = sleeper_image(&registry, "hang:v1", 3627);
-    let slow = ImageBuilder::new()
-        .layer(Layer::busybox())
-        .entrypoint(["/bin/sh", "-c", "sleep 1; cat"])
-        .push(&registry, "slow:v1")
-        .reference;
+    let slow = script_image(&registry, "slow:v1", "sleep 1; cat");
     let dir = world_traversable_tempdir();
     let cache = nonroot_cache(&dir);
 

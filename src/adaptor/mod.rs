@@ -51,11 +51,11 @@ pub(crate) enum AdaptorError {
 pub(crate) struct AdaptorOptions {
     /// How errors name the function: the image reference, or the file it
     /// was loaded from.
-    pub name: String,
+    pub(crate) name: String,
     /// The run configuration of every call (timeout, pull policy, limits).
-    pub run: RunConfig,
+    pub(crate) run: RunConfig,
     /// Responses kept for their `meta.ttl`, or `None` for no cache.
-    pub response_cache_size: Option<usize>,
+    pub(crate) response_cache_size: Option<usize>,
 }
 
 /// The adaptor for one image (share it in an `Arc`).

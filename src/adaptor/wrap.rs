@@ -98,27 +98,27 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WrapError + '_ {
 #[derive(Debug, Clone)]
 pub(crate) struct WrapSpec {
     /// The function image tarball (`docker save` output).
-    pub function: PathBuf,
+    pub(crate) function: PathBuf,
     /// The base image reference.
-    pub base: String,
+    pub(crate) base: String,
     /// The reference the result is pushed as / named in the layout.
-    pub tag: String,
+    pub(crate) tag: String,
     /// `metadata.name` of the package (over the metadata file's; default:
     /// the last path segment of `tag`'s repository).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// `metadata.annotations` of the package (added to the file's).
-    pub annotations: Vec<(String, String)>,
+    pub(crate) annotations: Vec<(String, String)>,
     /// `spec.capabilities` (over the file's; default: the file's, else
     /// [`CAPABILITIES`]).
-    pub capabilities: Vec<String>,
+    pub(crate) capabilities: Vec<String>,
     /// A user's package metadata (`crossplane.yaml`) to start from.
-    pub package_metadata: Option<PathBuf>,
+    pub(crate) package_metadata: Option<PathBuf>,
     /// Registry credentials (base and target).
-    pub auth: RegistryAuth,
+    pub(crate) auth: RegistryAuth,
     /// Registry connection settings.
-    pub connect: ConnectOptions,
+    pub(crate) connect: ConnectOptions,
     /// Registry for references that name none.
-    pub default_registry: String,
+    pub(crate) default_registry: String,
 }
 
 /// Where the result goes.

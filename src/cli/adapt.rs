@@ -30,51 +30,51 @@ pub(crate) struct AdaptArgs {
     /// The function image as `docker save` wrote it (gzipped or not), or an
     /// OCI layout in a tar.
     #[arg(long)]
-    pub image_tarball: Option<PathBuf>,
+    pub(crate) image_tarball: Option<PathBuf>,
     /// The function image as an OCI image layout directory.
     #[arg(long)]
-    pub image_layout: Option<PathBuf>,
+    pub(crate) image_layout: Option<PathBuf>,
     /// The function image in a registry (pulled once at start).
     #[arg(long)]
-    pub image: Option<String>,
+    pub(crate) image: Option<String>,
     /// Image cache and per-run state.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// User namespace mapping.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// TCP address to serve on.
     #[arg(long, default_value = "0.0.0.0:9443")]
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// Directory with `tls.crt`, `tls.key` and `ca.crt` (mTLS; client
     /// certificates required).
     #[arg(long, env = "TLS_SERVER_CERTS_DIR")]
-    pub tls_certs_dir: Option<PathBuf>,
+    pub(crate) tls_certs_dir: Option<PathBuf>,
     /// Serve plaintext gRPC (no TLS).
     #[arg(long, conflicts_with = "tls_certs_dir")]
-    pub insecure: bool,
+    pub(crate) insecure: bool,
     /// Largest request accepted, a quantity like 4Mi.
     #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
-    pub max_recv_message_size: usize,
+    pub(crate) max_recv_message_size: usize,
     /// Kill a run after this long (e.g. `20s`, `500ms`); a caller's
     /// shorter deadline (grpc-timeout) wins.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
-    pub daemon: super::daemon_flags::DaemonArgs,
+    pub(crate) daemon: super::daemon_flags::DaemonArgs,
     /// Do not answer identical requests from responses that set `meta.ttl`.
     #[arg(long)]
-    pub no_response_cache: bool,
+    pub(crate) no_response_cache: bool,
     /// Most responses the cache holds.
     #[arg(long, default_value_t = 1024)]
-    pub response_cache_size: usize,
+    pub(crate) response_cache_size: usize,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
     /// Warm containers (as `xfn start`).
     #[command(flatten)]
-    pub warm_pool: super::WarmPoolArgs,
+    pub(crate) warm_pool: super::WarmPoolArgs,
 }
 
 /// The repository imported images get in the store (tagged by digest).

@@ -27,10 +27,10 @@ pub(crate) enum CacheCommand {
 pub(crate) struct LsArgs {
     /// Cache flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = ListFormat::Text)]
-    pub format: ListFormat,
+    pub(crate) format: ListFormat,
 }
 
 /// Flags of `xfn cache rm`.
@@ -38,10 +38,10 @@ pub(crate) struct LsArgs {
 pub(crate) struct RmArgs {
     /// Cache flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// The images to remove, as they were pulled (tag or digest).
     #[arg(required = true)]
-    pub images: Vec<String>,
+    pub(crate) images: Vec<String>,
 }
 
 /// Flags of `xfn cache gc`.
@@ -49,12 +49,12 @@ pub(crate) struct RmArgs {
 pub(crate) struct GcArgs {
     /// Cache flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// Evict least recently used images until the cache takes at most this
     /// much disk (a quantity: `5Gi`, `500M`); without it only what no image
     /// uses is removed.
     #[arg(long, value_parser = parse_size)]
-    pub max_size: Option<u64>,
+    pub(crate) max_size: Option<u64>,
 }
 
 impl CacheCommand {

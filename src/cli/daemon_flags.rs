@@ -22,33 +22,33 @@ pub(crate) struct DaemonArgs {
     /// Runs at once (default: the number of CPUs); later callers wait in
     /// FIFO order, each until its own deadline (grpc-timeout).
     #[arg(long)]
-    pub max_concurrent_runs: Option<usize>,
+    pub(crate) max_concurrent_runs: Option<usize>,
     /// Callers that may wait for a run slot; past it, ResourceExhausted.
     #[arg(long, default_value_t = DEFAULT_MAX_QUEUED_RUNS)]
-    pub max_queued_runs: usize,
+    pub(crate) max_queued_runs: usize,
     /// Input the waiting callers may hold together, a quantity like
     /// 256Mi; past it, ResourceExhausted.
     #[arg(long, default_value = "256Mi", value_parser = super::parse_byte_count)]
-    pub max_queued_bytes: usize,
+    pub(crate) max_queued_bytes: usize,
     /// After SIGTERM/SIGINT, how long calls in flight may take to finish
     /// before they are cancelled. The default ends inside Kubernetes' 30 s
     /// termination grace, leaving time to cancel and exit before SIGKILL.
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
-    pub grace_period: Duration,
+    pub(crate) grace_period: Duration,
     /// Serve Prometheus metrics at http://ADDRESS/metrics.
     #[arg(long)]
-    pub metrics_address: Option<SocketAddr>,
+    pub(crate) metrics_address: Option<SocketAddr>,
     /// Most client connections open at once (at most the descriptor limit
     /// less 1024): a new one past it closes the connection idle the longest.
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A connection that has not sent its HTTP/2 preface by then is cut.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
     /// A connection with no call in flight this long is closed (GOAWAY:
     /// gRPC clients reconnect on their next call).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    pub idle_connection_timeout: Duration,
+    pub(crate) idle_connection_timeout: Duration,
 }
 
 impl DaemonArgs {

@@ -33,77 +33,77 @@ pub(crate) struct HostArgs {
     /// what the cluster's FunctionRevisions say is active (in a pod, with
     /// Crossplane installed with `Function=External`: docs/host.md).
     #[arg(long)]
-    pub functions: Option<PathBuf>,
+    pub(crate) functions: Option<PathBuf>,
     /// Directory with the CA (`tls.crt`, `tls.key`, as the
     /// `crossplane-root-ca` secret holds it): server certificates are
     /// issued from it and client certificates must be signed by it.
     #[arg(long, env = "XFN_HOST_CA_DIR", required_unless_present = "insecure")]
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// Serve plaintext gRPC, routed by the `:authority` host (local use only).
     #[arg(long, conflicts_with = "ca")]
-    pub insecure: bool,
+    pub(crate) insecure: bool,
     /// TCP address to serve on.
     #[arg(long, default_value = "0.0.0.0:9443")]
-    pub address: SocketAddr,
+    pub(crate) address: SocketAddr,
     /// The namespace in the names each function is served under (`NAME`,
     /// `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`).
     #[arg(long, default_value = "crossplane-system")]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Most servers of one function at once.
     #[arg(long, default_value_t = 1)]
-    pub max_servers_per_function: usize,
+    pub(crate) max_servers_per_function: usize,
     /// Most function servers of all functions at once.
     #[arg(long, default_value_t = 32)]
-    pub max_servers: usize,
+    pub(crate) max_servers: usize,
     /// Most calls one function server takes at once; later calls wait
     /// (FIFO) within their deadline.
     #[arg(long, default_value_t = 16)]
-    pub calls_per_server: usize,
+    pub(crate) calls_per_server: usize,
     /// A function server with no call this long is stopped.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    pub server_idle: Duration,
+    pub(crate) server_idle: Duration,
     /// The longest a function server may take to start listening.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub server_start_timeout: Duration,
+    pub(crate) server_start_timeout: Duration,
     /// Kill a stdin/stdout function's run after this long (a caller's
     /// shorter deadline wins).
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Largest request accepted, a quantity like 4Mi.
     #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
-    pub max_recv_message_size: usize,
+    pub(crate) max_recv_message_size: usize,
     /// When packages are pulled.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
     /// CPU limit of each container of a function whose
     /// DeploymentRuntimeConfig sets none, a Kubernetes quantity (`500m`,
     /// `2`). See docs/host.md, Limits.
     #[arg(long, default_value = DEFAULT_CPU, value_parser = super::run::parse_cpu)]
-    pub cpu: u64,
+    pub(crate) cpu: u64,
     /// Memory limit of each container of a function whose
     /// DeploymentRuntimeConfig sets none, a quantity (`512Mi`). See
     /// docs/host.md, Limits.
     #[arg(long, default_value = DEFAULT_MEMORY, value_parser = super::parse_nonzero_size)]
-    pub memory: u64,
+    pub(crate) memory: u64,
     /// Image cache and per-run state.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// User namespace mapping.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// Admission, drain and metrics (as `xfn start`).
     #[command(flatten)]
-    pub daemon: super::daemon_flags::DaemonArgs,
+    pub(crate) daemon: super::daemon_flags::DaemonArgs,
     /// Disk the image cache may take (a quantity), as `xfn start`'s: past
     /// it, the least recently used packages not in use are removed.
     #[arg(long, default_value = super::start::DEFAULT_CACHE_MAX_SIZE, value_parser = super::parse_size)]
-    pub cache_max_size: u64,
+    pub(crate) cache_max_size: u64,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
     /// Warm containers for stdin/stdout functions (as `xfn start`).
     #[command(flatten)]
-    pub warm_pool: super::WarmPoolArgs,
+    pub(crate) warm_pool: super::WarmPoolArgs,
 }
 
 /// Default of `--cpu`: one core. A function's server is one process

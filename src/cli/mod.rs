@@ -35,18 +35,18 @@ pub(crate) struct Cli {
         default_value = "index.docker.io",
         global = true
     )]
-    pub registry: String,
+    pub(crate) registry: String,
     /// Log at debug level.
     #[arg(short = 'd', long, global = true)]
-    pub debug: bool,
+    pub(crate) debug: bool,
     /// Log format.
     #[arg(long, value_enum, default_value = "text", global = true)]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// The subcommand. `xfn` alone prints this help: a daemon started by
     /// typing a bare command surprises a newcomer; the image's CMD is
     /// `start`, so the sidecar is unchanged.
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// Log output format.
@@ -113,16 +113,16 @@ pub(crate) fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
 pub(crate) struct StoreArgs {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = default_cache_dir())]
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
     /// Registries reached over plain HTTP (loopback registries always are).
     #[arg(long = "insecure-registry")]
-    pub insecure_registries: Vec<String>,
+    pub(crate) insecure_registries: Vec<String>,
     /// A PEM bundle of CAs trusted besides the system roots.
     #[arg(long, env = "CA_BUNDLE_PATH")]
-    pub ca_bundle_path: Option<PathBuf>,
+    pub(crate) ca_bundle_path: Option<PathBuf>,
     /// Bounds on pulls.
     #[command(flatten)]
-    pub bounds: PullBoundsArgs,
+    pub(crate) bounds: PullBoundsArgs,
 }
 
 impl StoreArgs {
@@ -167,13 +167,13 @@ fn duration_arg(duration: std::time::Duration) -> String {
 pub(crate) struct PullBoundsArgs {
     /// Most bytes one image may unpack to (a quantity: 4Gi, 500Mi, 1G).
     #[arg(long, default_value = "4Gi", value_parser = parse_size)]
-    pub max_image_size: u64,
+    pub(crate) max_image_size: u64,
     /// Most entries (files, dirs, links) one layer may hold.
     #[arg(long, default_value_t = crate::image::extract::bounds::DEFAULT_MAX_LAYER_ENTRIES)]
-    pub max_layer_entries: u64,
+    pub(crate) max_layer_entries: u64,
     /// Give up on a pull (resolving and downloading) after this long.
     #[arg(long, default_value = "10m", value_parser = run::parse_duration)]
-    pub pull_timeout: std::time::Duration,
+    pub(crate) pull_timeout: std::time::Duration,
 }
 
 impl PullBoundsArgs {
@@ -233,31 +233,31 @@ pub(crate) fn default_cache_dir() -> PathBuf {
 pub(crate) struct RunnerArgs {
     /// How per-run root filesystems are made.
     #[arg(long, value_enum, default_value = "auto")]
-    pub rootfs: crate::runner::RootfsMode,
+    pub(crate) rootfs: crate::runner::RootfsMode,
     /// The OCI runtime binary.
     #[arg(long, default_value = "crun")]
-    pub runtime: PathBuf,
+    pub(crate) runtime: PathBuf,
     /// Fail runs (over gRPC: FailedPrecondition) instead of running them
     /// without enforced cpu/memory/pids limits.
     #[arg(long)]
-    pub require_limits: bool,
+    pub(crate) require_limits: bool,
     /// Kill a function that writes more than this to stdout or stderr, a
     /// quantity like 100Mi (over gRPC: ResourceExhausted).
     #[arg(long, default_value = "100Mi", value_parser = parse_byte_count)]
-    pub max_output_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     /// Most processes and threads a function may have at once (a stop for
     /// fork bombs): pids.max where cgroup limits are enforced,
     /// RLIMIT_NPROC where they are not.
     #[arg(long, default_value_t = crate::runner::DEFAULT_PIDS_LIMIT, value_parser = clap::value_parser!(i64).range(1..))]
-    pub pids_limit: i64,
+    pub(crate) pids_limit: i64,
     /// Size of each function's /tmp (a tmpfs), a quantity like 128Mi:
     /// beyond it, writes fail with ENOSPC.
     #[arg(long, default_value = "128Mi", value_parser = parse_nonzero_size)]
-    pub tmp_size: u64,
+    pub(crate) tmp_size: u64,
     /// The most a function may write to its root filesystem, a quantity like
     /// 256Mi: beyond it, writes fail with ENOSPC.
     #[arg(long, default_value = "256Mi", value_parser = parse_nonzero_size)]
-    pub rootfs_size: u64,
+    pub(crate) rootfs_size: u64,
 }
 
 impl RunnerArgs {
@@ -325,16 +325,16 @@ pub(crate) struct WarmPoolArgs {
     /// settings (default: 2 per CPU); 0 turns them off. Each is made for an
     /// image and settings in recent demand and serves one call.
     #[arg(long)]
-    pub warm_pool: Option<usize>,
+    pub(crate) warm_pool: Option<usize>,
     /// Warm containers of an image not called for this long are removed.
     #[arg(long, default_value = "2m", value_parser = run::parse_duration)]
-    pub warm_pool_idle: std::time::Duration,
+    pub(crate) warm_pool_idle: std::time::Duration,
     /// How far warm containers are taken before their call: `started` (the
     /// function runs, blocked reading its stdin, so a call pays only for
     /// its work on the input) or `created` (it starts when its call
     /// arrives: for functions that must not start before their input).
     #[arg(long, value_enum, default_value_t = crate::runner::WarmStart::Started)]
-    pub warm_pool_start: crate::runner::WarmStart,
+    pub(crate) warm_pool_start: crate::runner::WarmStart,
 }
 
 impl WarmPoolArgs {
@@ -365,16 +365,16 @@ pub(crate) struct UsernsArgs {
     /// are mapped (the root of a pod with `hostUsers: false`); a start whose
     /// uids are not all mapped is refused.
     #[arg(long)]
-    pub map_root_uid: Option<u32>,
+    pub(crate) map_root_uid: Option<u32>,
     /// The first of the 65536 gids, alike (CAP_SETGID).
     #[arg(long)]
-    pub map_root_gid: Option<u32>,
+    pub(crate) map_root_gid: Option<u32>,
     /// Without CAP_SETUID: `auto` runs functions under the subordinate ids
     /// of xfn's user (/etc/subuid and /etc/subgid, 65536 or more, mapped
     /// with newuidmap/newgidmap), not under xfn's own uid, where the
     /// deployment gives them; `off` keeps them on xfn's uid.
     #[arg(long, value_enum, default_value = "auto")]
-    pub subids: SubIds,
+    pub(crate) subids: SubIds,
 }
 
 impl UsernsArgs {
@@ -424,11 +424,11 @@ impl Default for UsernsArgs {
 #[allow(dead_code)] // `registry` is read by the image commands as they land.
 pub(crate) struct Global {
     /// Registry for references that name none.
-    pub registry: String,
+    pub(crate) registry: String,
     /// Debug logging.
-    pub debug: bool,
+    pub(crate) debug: bool,
     /// Log format.
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 }
 
 /// Sets up tracing to stderr: `info` (and why h2 reset a stream) by

@@ -19,12 +19,12 @@ use super::StoreArgs;
 pub(crate) struct PullArgs {
     /// Cache and registry flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// When to contact the registry.
     #[arg(long, value_enum, default_value_t = PullPolicy::IfNotPresent)]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
     /// The image to pull.
-    pub image: String,
+    pub(crate) image: String,
 }
 
 impl StoreArgs {

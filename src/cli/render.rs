@@ -43,131 +43,131 @@ pub(crate) struct RenderArgs {
     /// of one file render each in turn); or an Operation, CronOperation or
     /// WatchOperation (then the next argument is FUNCTIONS).
     #[arg(value_name = "XR|OPERATION")]
-    pub composite_resource: PathBuf,
+    pub(crate) composite_resource: PathBuf,
     /// More XRs, a YAML file (or stream) each; repeatable: rendered after
     /// XR's, with the same Composition and Functions, the function servers
     /// started once for all (xfn only).
     #[arg(long = "xr", value_name = "FILE")]
-    pub more_xrs: Vec<PathBuf>,
+    pub(crate) more_xrs: Vec<PathBuf>,
     /// A Composition (mode Pipeline) of XRs that are composed resources;
     /// repeatable: a composed resource of the type one composes is
     /// rendered through it, recursively, after the XR that composed it
     /// (with the same Functions; xfn only).
     #[arg(long, value_name = "FILE")]
-    pub nested_composition: Vec<PathBuf>,
+    pub(crate) nested_composition: Vec<PathBuf>,
     /// `yaml`: the YAML stream `crossplane render` prints (several XRs'
     /// outputs one after the other); `json`: one JSON object a line per XR
     /// (`xr`, `resources`, `results`, `context`, …; xfn only). Long form
     /// only: `-o` is --observed-resources, as upstream.
     #[arg(long, value_enum, default_value = "yaml")]
-    pub output: OutputFormat,
+    pub(crate) output: OutputFormat,
     /// The Composition or CompositionRevision, a YAML file (for an XR); the
     /// Functions (for an Operation).
     #[arg(value_name = "COMPOSITION|FUNCTIONS")]
-    pub composition: PathBuf,
+    pub(crate) composition: PathBuf,
     /// The Functions (`pkg.crossplane.io` Function objects), a YAML file or a
     /// directory of them; not needed for alpha (`spec.functions`) Compositions.
-    pub functions: Option<PathBuf>,
+    pub(crate) functions: Option<PathBuf>,
     /// Observed composed resources, a YAML stream or a directory.
     #[arg(short = 'o', long)]
-    pub observed_resources: Option<PathBuf>,
+    pub(crate) observed_resources: Option<PathBuf>,
     /// Resources functions may require, a YAML stream or a directory; repeatable.
     #[arg(short = 'e', long)]
-    pub required_resources: Vec<PathBuf>,
+    pub(crate) required_resources: Vec<PathBuf>,
     /// Deprecated name of --required-resources.
     #[arg(long)]
-    pub extra_resources: Vec<PathBuf>,
+    pub(crate) extra_resources: Vec<PathBuf>,
     /// A directory of OpenAPI v3 documents (`kubectl get --raw
     /// /openapi/v3/<group-version>`) that schema requirements are answered from.
     #[arg(short = 's', long, value_name = "DIR")]
-    pub required_schemas: Option<PathBuf>,
+    pub(crate) required_schemas: Option<PathBuf>,
     /// The XR's CompositeResourceDefinition: its schema defaults are applied
     /// to the XR, and it says whether the XR is Legacy or Modern.
     #[arg(long)]
-    pub xrd: Option<PathBuf>,
+    pub(crate) xrd: Option<PathBuf>,
     /// `KEY=VALUE` set on every Function's annotations (over their own); repeatable.
     #[arg(short = 'a', long, value_name = "KEY=VALUE")]
-    pub function_annotations: Vec<String>,
+    pub(crate) function_annotations: Vec<String>,
     /// The resource a WatchOperation watches, a YAML file.
     #[arg(short = 'w', long)]
-    pub watched_resource: Option<PathBuf>,
+    pub(crate) watched_resource: Option<PathBuf>,
     /// Print the whole Operation, not only its identity and status.
     #[arg(long)]
-    pub include_full_operation: bool,
+    pub(crate) include_full_operation: bool,
     /// Context for the first step: `key=file` (the file JSON or YAML),
     /// `;`-separated and repeatable, as upstream's map flag.
     #[arg(long, value_name = "KEY=FILE;…")]
-    pub context_files: Vec<String>,
+    pub(crate) context_files: Vec<String>,
     /// Context for the first step: `key=value` (the value JSON or YAML;
     /// these win over --context-files), `;`-separated and repeatable.
     #[arg(long, value_name = "KEY=VALUE;…")]
-    pub context_values: Vec<String>,
+    pub(crate) context_values: Vec<String>,
     /// Print the results functions returned as `Result` objects (`-r`
     /// here; before `render`, `-r` is --registry).
     #[arg(long = "include-function-results")]
-    pub include_function_results: bool,
+    pub(crate) include_function_results: bool,
     /// Print the observed composed resources Crossplane would delete, as
     /// `DeletedResource` objects (the engine's deleted resources; xfn only).
     #[arg(long)]
-    pub include_deleted_resources: bool,
+    pub(crate) include_deleted_resources: bool,
     /// Print what the pipeline required, as a `Requirements` object (the
     /// engine's required resources and schemas; xfn only).
     #[arg(long)]
-    pub include_requirements: bool,
+    pub(crate) include_requirements: bool,
     /// Print the whole XR, not only its status.
     #[arg(short = 'x', long)]
-    pub include_full_xr: bool,
+    pub(crate) include_full_xr: bool,
     /// Render the XR up to N times, each render observing what the
     /// previous one composed, until the output is stable (bi-directional
     /// patching); xfn only.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub iterations: u32,
+    pub(crate) iterations: u32,
     /// Print the context after the last step (`-c` here; the cache
     /// directory is --cache-dir).
     #[arg(short = 'c', long)]
-    pub include_context: bool,
+    pub(crate) include_context: bool,
     /// Secrets steps take credentials from, a YAML stream or a directory.
     #[arg(long)]
-    pub function_credentials: Option<PathBuf>,
+    pub(crate) function_credentials: Option<PathBuf>,
     /// Give up on the whole render after this long.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How long a Development runtime's function server may take to accept
     /// its first connection (one started just before the render).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub development_wait: Duration,
+    pub(crate) development_wait: Duration,
     /// Directory of the image cache (and per-run state).
     #[arg(long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
     /// Registries reached over plain HTTP (loopback registries always are).
     #[arg(long = "insecure-registry")]
-    pub insecure_registries: Vec<String>,
+    pub(crate) insecure_registries: Vec<String>,
     /// A PEM bundle of CAs trusted besides the system roots.
     #[arg(long, env = "CA_BUNDLE_PATH")]
-    pub ca_bundle_path: Option<PathBuf>,
+    pub(crate) ca_bundle_path: Option<PathBuf>,
     /// Bounds on pulls.
     #[command(flatten)]
-    pub bounds: super::PullBoundsArgs,
+    pub(crate) bounds: super::PullBoundsArgs,
     /// User namespace flags.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
     /// Warm containers (as `xfn start`): each Exec Function's and alpha
     /// step's container is made, and started, before the first step runs
     /// (by default the pool holds 2 per CPU, or all of them where a render
     /// has more).
     #[command(flatten)]
-    pub warm_pool: super::WarmPoolArgs,
+    pub(crate) warm_pool: super::WarmPoolArgs,
     /// When to pull the images of Docker and Exec Functions that set no pull
     /// policy (alpha steps use their own `imagePullPolicy`).
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
     /// The plan, read once while the process is single-threaded.
     #[arg(skip)]
-    pub plan: OnceLock<Result<RenderPlan, ComposeError>>,
+    pub(crate) plan: OnceLock<Result<RenderPlan, ComposeError>>,
 }
 
 impl RenderArgs {

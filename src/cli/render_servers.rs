@@ -34,7 +34,7 @@ pub(crate) enum RenderServersCommand {
 pub(crate) struct CacheArg {
     /// Directory of the image cache (and per-run state).
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = super::default_cache_dir())]
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
 }
 
 /// `xfn render-servers ls`.
@@ -42,10 +42,10 @@ pub(crate) struct CacheArg {
 pub(crate) struct LsArgs {
     /// The cache.
     #[command(flatten)]
-    pub cache: CacheArg,
+    pub(crate) cache: CacheArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = super::ListFormat::Text)]
-    pub format: super::ListFormat,
+    pub(crate) format: super::ListFormat,
 }
 
 /// `xfn render-servers stop`.
@@ -53,13 +53,13 @@ pub(crate) struct LsArgs {
 pub(crate) struct StopArgs {
     /// The cache.
     #[command(flatten)]
-    pub cache: CacheArg,
+    pub(crate) cache: CacheArg,
     /// Stop every kept server.
     #[arg(long, conflicts_with = "names")]
-    pub all: bool,
+    pub(crate) all: bool,
     /// The servers (their `runtime-docker-name`).
     #[arg(required_unless_present = "all")]
-    pub names: Vec<String>,
+    pub(crate) names: Vec<String>,
 }
 
 /// `xfn render-servers keep`.
@@ -67,34 +67,34 @@ pub(crate) struct StopArgs {
 pub(crate) struct KeepArgs {
     /// Store flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// User namespace flags.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: RunnerArgs,
+    pub(crate) runner: RunnerArgs,
     /// The server's name.
     #[arg(long)]
-    pub name: String,
+    pub(crate) name: String,
     /// The Function it serves.
     #[arg(long)]
-    pub function: String,
+    pub(crate) function: String,
     /// The image.
     #[arg(long)]
-    pub image: String,
+    pub(crate) image: String,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
     /// `KEY=VALUE` added to its environment.
     #[arg(long)]
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// Share the host's network (egress).
     #[arg(long)]
-    pub host_network: bool,
+    pub(crate) host_network: bool,
     /// Bounds the server's start (half of it, at most 30s, as a render's).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 /// Runs `xfn render-servers …`.

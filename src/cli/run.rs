@@ -16,33 +16,33 @@ use super::{StoreArgs, UsernsArgs};
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The function image.
-    pub image: String,
+    pub(crate) image: String,
     /// The input document (a FunctionIO, or a RunFunctionRequest as JSON); `-` for stdin.
-    pub input: String,
+    pub(crate) input: String,
     /// Image cache flags.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// User namespace flags.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// Kill the function after this long (`30s`, `1m`, `1m30s`, `500ms`).
     #[arg(short = 't', long, default_value = "30s", value_parser = parse_timeout)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// When to pull the image.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
     /// Whether the function may use the network.
     #[arg(long, value_enum, default_value = "Isolated")]
-    pub network_policy: NetworkPolicy,
+    pub(crate) network_policy: NetworkPolicy,
     /// CPU limit, a Kubernetes quantity (`100m`, `0.5`, `2`).
     #[arg(long, value_parser = parse_cpu)]
-    pub cpu: Option<u64>,
+    pub(crate) cpu: Option<u64>,
     /// Memory limit, a Kubernetes quantity (`128Mi`, `1G`).
     #[arg(long, value_parser = super::parse_size)]
-    pub memory: Option<u64>,
+    pub(crate) memory: Option<u64>,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
 }
 
 /// `--cpu`: a quantity of cores, in millicores.

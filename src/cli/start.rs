@@ -24,47 +24,47 @@ use super::{StoreArgs, UsernsArgs};
 pub(crate) struct StartArgs {
     /// Image cache and per-run state.
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub(crate) store: StoreArgs,
     /// User namespace mapping.
     #[command(flatten)]
-    pub userns: UsernsArgs,
+    pub(crate) userns: UsernsArgs,
     /// Network to listen on.
     #[arg(long, value_enum, default_value = "unix")]
-    pub network: Network,
+    pub(crate) network: Network,
     /// Address to listen on: `@name` is a Linux abstract socket.
     #[arg(long, default_value = "@crossplane/fn/default.sock")]
-    pub address: String,
+    pub(crate) address: String,
     /// Admission, drain and metrics.
     #[command(flatten)]
-    pub daemon: super::daemon_flags::DaemonArgs,
+    pub(crate) daemon: super::daemon_flags::DaemonArgs,
     /// Run timeout when a request sets none (e.g. `25s`, `500ms`, `2m`).
     #[arg(long, default_value = "25s", value_parser = parse_duration)]
-    pub default_timeout: Duration,
+    pub(crate) default_timeout: Duration,
     /// Largest accepted FunctionIO input, a quantity like 4Mi.
     #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
-    pub max_input_bytes: usize,
+    pub(crate) max_input_bytes: usize,
     /// Also accept Unix callers with this uid (repeatable); the daemon's own
     /// uid and root always are. Others are logged and their connection is
     /// closed at accept (they see a transport error, not a gRPC status).
     #[arg(long = "allow-uid")]
-    pub allow_uids: Vec<u32>,
+    pub(crate) allow_uids: Vec<u32>,
     /// Serve even where functions must run under xfn's own host uid (no
     /// CAP_SETUID/CAP_SETGID, no subordinate ids): a function can then take
     /// every epoll watch the kernel allows that uid, and no new call is
     /// served while it holds them. Refused at start without this flag.
     #[arg(long)]
-    pub allow_shared_uid: bool,
+    pub(crate) allow_shared_uid: bool,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
     /// Warm containers.
     #[command(flatten)]
-    pub warm_pool: super::WarmPoolArgs,
+    pub(crate) warm_pool: super::WarmPoolArgs,
     /// Disk the image cache may take (a quantity): past it, the least
     /// recently used images not in use are removed, after each pull that
     /// downloaded layers and every few minutes. See DEFAULT_CACHE_MAX_SIZE.
     #[arg(long, default_value = DEFAULT_CACHE_MAX_SIZE, value_parser = super::parse_size)]
-    pub cache_max_size: u64,
+    pub(crate) cache_max_size: u64,
 }
 
 /// Default of `--cache-max-size`. The cache lives on a shared node (an

@@ -35,56 +35,56 @@ pub(crate) struct TestArgs {
     /// Suite files (`xprin.yaml`, `*_xprin.yaml`) or directories searched
     /// recursively for them (`DIR/...` too); default: the current directory.
     #[arg(value_name = "PATH")]
-    pub paths: Vec<PathBuf>,
+    pub(crate) paths: Vec<PathBuf>,
     /// Print every test with each of its checks (`=== RUN`, `--- PASS`).
     #[arg(short = 'v', long)]
-    pub verbose: bool,
+    pub(crate) verbose: bool,
     /// Run only the tests whose name matches this regular expression.
     #[arg(long, value_name = "REGEX")]
-    pub run: Option<regex::Regex>,
+    pub(crate) run: Option<regex::Regex>,
     /// Write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
-    pub junit: Option<PathBuf>,
+    pub(crate) junit: Option<PathBuf>,
     /// Rewrite the golden files of `diff` and `dyff` assertions with what rendered.
     #[arg(long)]
-    pub update: bool,
+    pub(crate) update: bool,
     /// Run at most N tests at once (default: the CPUs).
     #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    pub parallel: Option<u16>,
+    pub(crate) parallel: Option<u16>,
     /// xprin's configuration file; its `repositories:` give
     /// `{{ .Repositories.NAME }}` (default: ~/.config/xprin.yaml when there).
     #[arg(long, value_name = "FILE", env = "XPRIN_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Print the whole XR, not only its status (`--include-full-xr=false`:
     /// as `crossplane render` by default); the whole XR is what a chained
     /// test's `{{ .Tests.ID.Outputs.XR }}` renders again.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub include_full_xr: bool,
+    pub(crate) include_full_xr: bool,
     /// Give up on one test's render after this long.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How long a Development runtime's function server may take to accept
     /// its first connection (as `xfn render`'s).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub development_wait: Duration,
+    pub(crate) development_wait: Duration,
     /// Kill a hook (and its children) after this long.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    pub hook_timeout: Duration,
+    pub(crate) hook_timeout: Duration,
     /// Image cache and registry flags.
     #[command(flatten)]
-    pub store: super::StoreArgs,
+    pub(crate) store: super::StoreArgs,
     /// User namespace flags.
     #[command(flatten)]
-    pub userns: super::UsernsArgs,
+    pub(crate) userns: super::UsernsArgs,
     /// Run engine flags.
     #[command(flatten)]
-    pub runner: super::RunnerArgs,
+    pub(crate) runner: super::RunnerArgs,
     /// Warm containers for Exec Functions.
     #[command(flatten)]
-    pub warm_pool: super::WarmPoolArgs,
+    pub(crate) warm_pool: super::WarmPoolArgs,
     /// When to pull the images of Docker and Exec Functions that set no pull policy.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
-    pub image_pull_policy: PullPolicy,
+    pub(crate) image_pull_policy: PullPolicy,
 }
 
 /// The suites and configuration, read while the process is single-threaded.

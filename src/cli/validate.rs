@@ -15,17 +15,17 @@ use crate::schema::{label, Validator};
 pub(crate) struct ValidateArgs {
     /// CRDs and XRDs: files or directories (read recursively), comma-separated.
     #[arg(value_name = "EXTENSIONS", value_delimiter = ',', required = true)]
-    pub extensions: Vec<PathBuf>,
+    pub(crate) extensions: Vec<PathBuf>,
     /// The resources to validate: a file, a directory, or `-` for stdin
     /// (e.g. `xfn render … | xfn validate crds/ -`).
     #[arg(value_name = "RESOURCES")]
-    pub resources: PathBuf,
+    pub(crate) resources: PathBuf,
     /// A resource whose kind no CRD or XRD defines is an error, not a warning.
     #[arg(long)]
-    pub error_on_missing_schemas: bool,
+    pub(crate) error_on_missing_schemas: bool,
     /// Print only errors and warnings, not each valid resource.
     #[arg(long)]
-    pub skip_success_results: bool,
+    pub(crate) skip_success_results: bool,
 }
 
 /// Runs `xfn validate`.

@@ -18,41 +18,41 @@ use crate::image::{ImageReference, RegistryAuth};
 pub(crate) struct WrapArgs {
     /// The function image as `docker save` wrote it.
     #[arg(long)]
-    pub function: PathBuf,
+    pub(crate) function: PathBuf,
     /// The base image: one holding xfn and crun.
     #[arg(long)]
-    pub base: String,
+    pub(crate) base: String,
     /// The reference of the result.
     #[arg(long)]
-    pub tag: String,
+    pub(crate) tag: String,
     /// Push the result to the registry `--tag` names.
     #[arg(long)]
-    pub push: bool,
+    pub(crate) push: bool,
     /// Write the result to FILE as an OCI image layout in a tar.
     #[arg(long)]
-    pub output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
     /// The package's `metadata.name` (default: the metadata file's, else
     /// the last path segment of `--tag`'s repository).
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// A package annotation `KEY=VALUE` (repeatable).
     #[arg(long = "annotation", value_parser = parse_annotation)]
-    pub annotations: Vec<(String, String)>,
+    pub(crate) annotations: Vec<(String, String)>,
     /// What the Function serves, Crossplane's package capabilities
     /// (repeatable; default: the metadata file's, else both).
     #[arg(long = "capability", value_parser = ["composition", "operation"])]
-    pub capabilities: Vec<String>,
+    pub(crate) capabilities: Vec<String>,
     /// Package metadata to start from: a `crossplane.yaml` holding a
     /// `meta.pkg.crossplane.io` Function (dependencies, Crossplane version,
     /// annotations); --name, --annotation and --capability are set over it.
     #[arg(long, value_name = "FILE")]
-    pub package_metadata: Option<PathBuf>,
+    pub(crate) package_metadata: Option<PathBuf>,
     /// Registries reached over plain HTTP (loopback registries always are).
     #[arg(long = "insecure-registry")]
-    pub insecure_registries: Vec<String>,
+    pub(crate) insecure_registries: Vec<String>,
     /// A PEM bundle of CAs trusted besides the system roots.
     #[arg(long, env = "CA_BUNDLE_PATH")]
-    pub ca_bundle_path: Option<PathBuf>,
+    pub(crate) ca_bundle_path: Option<PathBuf>,
 }
 
 fn parse_annotation(text: &str) -> Result<(String, String), String> {

@@ -37,18 +37,18 @@ pub(crate) mod value;
 pub(crate) struct OutputOptions {
     /// `-x` (composition) / `--include-full-operation`: the whole input
     /// object, not just its identity and status.
-    pub include_full: bool,
+    pub(crate) include_full: bool,
     /// `-r`: the results.
-    pub include_results: bool,
+    pub(crate) include_results: bool,
     /// `-c`: the context.
-    pub include_context: bool,
+    pub(crate) include_context: bool,
     /// `--include-deleted-resources` (xfn): the observed composed
     /// resources Crossplane would garbage collect, as the engine's
     /// `deleted_resources`.
-    pub include_deleted: bool,
+    pub(crate) include_deleted: bool,
     /// `--include-requirements` (xfn): what the pipeline required, as the
     /// engine's `required_resources` and `required_schemas`.
-    pub include_requirements: bool,
+    pub(crate) include_requirements: bool,
 }
 
 /// Errors of the composition core. File errors name the file, step errors
@@ -350,9 +350,9 @@ pub(crate) enum StartError {
 #[derive(Debug, Clone)]
 pub(crate) struct Observed {
     /// The XR as given.
-    pub composite: Value,
+    pub(crate) composite: Value,
     /// Observed composed resources: (composition resource name, object).
-    pub resources: Vec<(String, Value)>,
+    pub(crate) resources: Vec<(String, Value)>,
 }
 
 impl Observed {
@@ -380,60 +380,60 @@ pub(crate) enum Readiness {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ComposedResource {
     /// The object as the pipeline desires it.
-    pub object: Value,
+    pub(crate) object: Value,
     /// Its readiness.
-    pub ready: Readiness,
+    pub(crate) ready: Readiness,
 }
 
 /// A result a step returned, attributed to the step.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StepResult {
     /// The step that returned it.
-    pub step: String,
+    pub(crate) step: String,
     /// Its severity.
-    pub severity: crate::proto::v1::Severity,
+    pub(crate) severity: crate::proto::v1::Severity,
     /// Its message.
-    pub message: String,
+    pub(crate) message: String,
     /// Its reason, if any.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 /// A condition a step set on the XR.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct XrCondition {
     /// `type`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub(crate) status: String,
     /// `reason`.
-    pub reason: String,
+    pub(crate) reason: String,
     /// `message`.
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// What a pipeline produced.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Outcome {
     /// The desired XR (typically only its status), if a step set one.
-    pub desired_composite: Option<Value>,
+    pub(crate) desired_composite: Option<Value>,
     /// Desired composed resources by name (sorted).
-    pub resources: BTreeMap<String, ComposedResource>,
+    pub(crate) resources: BTreeMap<String, ComposedResource>,
     /// Every non-fatal result, in order.
-    pub results: Vec<StepResult>,
+    pub(crate) results: Vec<StepResult>,
     /// Conditions steps set on the XR.
-    pub conditions: Vec<XrCondition>,
+    pub(crate) conditions: Vec<XrCondition>,
     /// The context after the last step.
-    pub context: Option<Value>,
+    pub(crate) context: Option<Value>,
     /// The fatal result that ended the pipeline, if one did; everything
     /// above is then what came before it.
-    pub fatal: Option<StepResult>,
+    pub(crate) fatal: Option<StepResult>,
     /// Each step's `output` (Operations), in order.
-    pub outputs: Vec<(String, Value)>,
+    pub(crate) outputs: Vec<(String, Value)>,
     /// The XR's readiness, when the pipeline set it explicitly.
-    pub composite_ready: Option<bool>,
+    pub(crate) composite_ready: Option<bool>,
     /// What the steps' last calls required (protobuf JSON
     /// `ResourceSelector`s), once each: the engine's `required_resources`.
-    pub required_resources: Vec<Value>,
+    pub(crate) required_resources: Vec<Value>,
     /// The schemas they required (`SchemaSelector`s).
-    pub required_schemas: Vec<Value>,
+    pub(crate) required_schemas: Vec<Value>,
 }

@@ -55,11 +55,11 @@ pub(crate) struct RenderPlan {
 pub(crate) struct Rendered {
     /// The output objects of each XR (or of the Operation), in input
     /// order: the XR first, then what `crossplane render` prints after it.
-    pub renders: Vec<Vec<Value>>,
+    pub(crate) renders: Vec<Vec<Value>>,
     /// `pipeline step "s" returned a fatal result: …`, when one did (for
     /// several XRs, each XR's, named): that XR's output is then partial,
     /// and `xfn render` exits 3.
-    pub fatal: Option<String>,
+    pub(crate) fatal: Option<String>,
 }
 
 impl Rendered {

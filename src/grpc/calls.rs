@@ -68,7 +68,7 @@ impl Drop for CancelRecord<'_> {
 
 impl Calls {
     /// Slots and queue under `limits`, recorded in `metrics`.
-    pub fn new(limits: AdmissionLimits, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(limits: AdmissionLimits, metrics: Arc<Metrics>) -> Self {
         Self {
             admission: Admission::new(limits, metrics.queued().clone()),
             metrics,
@@ -95,13 +95,13 @@ impl Calls {
     }
 
     /// The metrics calls are recorded in.
-    pub fn metrics(&self) -> &Metrics {
+    pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
     /// How the server stops: runs get `grace_period` after the signal, then
     /// every call still here is cancelled.
-    pub fn drain(&self, grace_period: Duration) -> Drain {
+    pub(crate) fn drain(&self, grace_period: Duration) -> Drain {
         Drain {
             grace_period,
             abort: self.abort.clone(),

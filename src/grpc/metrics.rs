@@ -41,7 +41,7 @@ fn duration_histogram() -> Histogram {
 
 /// Every metric the service records.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     runs: Family<OutcomeLabels, Counter>,
     run_duration: DurationFamily,
@@ -66,7 +66,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// A fresh set of metrics, registered under the `xfn_` prefix.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("xfn");
         let runs = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -140,7 +140,7 @@ impl Metrics {
     }
 
     /// Records a finished call.
-    pub fn record_run(&self, outcome: &'static str, duration: Duration) {
+    pub(crate) fn record_run(&self, outcome: &'static str, duration: Duration) {
         let labels = vec![("outcome", outcome)];
         self.runs.get_or_create(&labels).inc();
         self.run_duration
@@ -149,7 +149,7 @@ impl Metrics {
     }
 
     /// Records what a run's cgroup measured.
-    pub fn record_usage(&self, usage: &crate::runner::RunUsage) {
+    pub(crate) fn record_usage(&self, usage: &crate::runner::RunUsage) {
         self.run_cpu_seconds.inc_by(usage.cpu_usec as f64 / 1e6);
         if let Some(peak) = usage.memory_peak_bytes {
             self.run_memory_peak.observe(peak as f64);
@@ -157,29 +157,29 @@ impl Metrics {
     }
 
     /// The runs-in-flight gauge.
-    pub fn in_flight(&self) -> &Gauge {
+    pub(crate) fn in_flight(&self) -> &Gauge {
         &self.in_flight
     }
 
     /// The queued-calls gauge.
-    pub fn queued(&self) -> &Gauge {
+    pub(crate) fn queued(&self) -> &Gauge {
         &self.queued
     }
 
     /// The open-connections gauge.
-    pub fn connections_open(&self) -> &Gauge {
+    pub(crate) fn connections_open(&self) -> &Gauge {
         &self.connections_open
     }
 
     /// Counts a connection the daemon closed, by reason.
-    pub fn record_connection_closed(&self, reason: &'static str) {
+    pub(crate) fn record_connection_closed(&self, reason: &'static str) {
         self.connections_closed
             .get_or_create(&vec![("reason", reason)])
             .inc();
     }
 
     /// Also exports the gatekeeper's refusal counters (read at each scrape).
-    pub fn with_gate(mut self, counters: super::refusals::RefusalCounters) -> Self {
+    pub(crate) fn with_gate(mut self, counters: super::refusals::RefusalCounters) -> Self {
         self.registry
             .register_collector(Box::new(GateCollector { counters }));
         self
@@ -202,12 +202,12 @@ impl Metrics {
     }
 
     /// Sets the limits-enforced gauge.
-    pub fn set_limits_enforced(&self, enforced: bool) {
+    pub(crate) fn set_limits_enforced(&self, enforced: bool) {
         self.limits_enforced.set(i64::from(enforced));
     }
 
     /// Also exports the image store's pull counters (read at each scrape).
-    pub fn with_store(mut self, store: crate::image::ImageStore) -> Self {
+    pub(crate) fn with_store(mut self, store: crate::image::ImageStore) -> Self {
         self.registry
             .register_collector(Box::new(StoreCollector { store }));
         self
@@ -216,7 +216,7 @@ impl Metrics {
     /// Also exports the warm pool's gauges and counters (read at each
     /// scrape from `stats`; nothing while it returns `None`, a runner without
     /// a pool).
-    pub fn with_pool(
+    pub(crate) fn with_pool(
         mut self,
         stats: impl Fn() -> Option<crate::runner::PoolStats> + Send + Sync + 'static,
     ) -> Self {
@@ -227,7 +227,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);

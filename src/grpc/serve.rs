@@ -122,11 +122,11 @@ const AFTER_CANCEL: Duration = Duration::from_secs(5);
 
 /// How the server stops (make it with [`super::Calls::drain`]).
 #[derive(Debug, Clone)]
-pub struct Drain {
+pub(crate) struct Drain {
     /// Calls in flight get this long to finish after the shutdown signal.
-    pub grace_period: Duration,
+    pub(crate) grace_period: Duration,
     /// Cancelled at the end of the grace period; the calls share it.
-    pub abort: CancellationToken,
+    pub(crate) abort: CancellationToken,
 }
 
 /// Serves `services` (plus health and reflection) on `incoming`, each

@@ -41,6 +41,8 @@ use teardown::HeldNamespaces;
 
 mod create;
 mod error;
+#[cfg(test)]
+mod fake;
 mod feed;
 pub(crate) mod pool;
 mod seam;

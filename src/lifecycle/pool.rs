@@ -19,12 +19,11 @@
 //!   [`Pool::release_idle`] drops the keys of images no call uses.
 //!
 //! # The seam
-//! The pool asks one thing of a container, through [`Containers`]: to be
-//! made ahead of a call, cleaning up after itself when that fails. [`Crun`]
-//! is the real maker; the unit tests below drive the pool over a fake.
+//! The pool makes its containers through the lifecycle over
+//! [`Sandboxing`] (crun in the [`Sandbox`]), the one seam: the unit tests
+//! below drive it over the lifecycle's one fake (`super::fake`).
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -32,7 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use super::seam::Sandboxing;
 use super::teardown::Teardown;
-use super::{Created, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
+use super::{Created, FunctionContainer, Recipe, RunError, Settings, Started};
 use crate::sandbox::{CrunOutput, Limits, Sandbox};
 
 /// What a container must match to serve a call.
@@ -125,64 +124,6 @@ pub struct PoolStats {
     pub discarded: u64,
 }
 
-/// What the pool asks of a container: to be made ahead of its call. What
-/// is made or left is torn down by dropping it (on the teardown thread).
-pub(crate) trait Containers: Debug + Send + Sync + 'static {
-    /// What every container of a key is made from.
-    type Recipe: Debug + Send + Sync + 'static;
-    /// A container ready for a call.
-    type Waiting: Debug + Send + 'static;
-    /// Makes one container of `key` from `recipe`, its teardowns through
-    /// `teardown`; a creation that fails leaves nothing.
-    fn create(
-        &self,
-        key: &PoolKey,
-        recipe: &Self::Recipe,
-        teardown: &Teardown,
-    ) -> impl Future<Output = Result<Self::Waiting, RunError>> + Send;
-    /// The container's id, for the logs.
-    fn id(waiting: &Self::Waiting) -> &str;
-}
-
-/// The real maker: containers created by crun in the sandbox (`B`, a fake
-/// in unit tests), on a rootfs of their own, started ahead unless
-/// [`PoolOptions::start`] says not.
-#[derive(Debug)]
-pub(crate) struct Crun<B: Sandboxing = Sandbox> {
-    pub(super) sandbox: Arc<B>,
-    pub(super) rootfs: Arc<B::RootfsMaker>,
-    pub(super) start: WarmStart,
-}
-
-impl<B: Sandboxing> Containers for Crun<B> {
-    type Recipe = Recipe<B::Pin>;
-    type Waiting = Waiting<B>;
-
-    async fn create(
-        &self,
-        key: &PoolKey,
-        recipe: &Recipe<B::Pin>,
-        teardown: &Teardown,
-    ) -> Result<Waiting<B>, RunError> {
-        let settings = Settings {
-            host_network: key.host_network,
-            limits: key.limits(),
-            ..Settings::default()
-        };
-        let created =
-            FunctionContainer::create(&*self.sandbox, &*self.rootfs, recipe, settings, teardown)
-                .await?;
-        match self.start {
-            WarmStart::Created => Ok(Waiting::Created(created)),
-            WarmStart::Started => Ok(Waiting::Started(created.start(teardown).await?)),
-        }
-    }
-
-    fn id(waiting: &Waiting<B>) -> &str {
-        waiting.id()
-    }
-}
-
 /// A container ready for a call (its rootfs and pin with it), created or
 /// started ahead as [`PoolOptions::start`] says.
 #[derive(Debug)]
@@ -202,12 +143,12 @@ impl<B: Sandboxing> Waiting<B> {
 
 /// A container handed to a call.
 #[derive(Debug)]
-pub(crate) struct Warm<C: Containers = Crun> {
-    waiting: C::Waiting,
-    pool: Arc<Pool<C>>,
+pub(crate) struct Warm<B: Sandboxing = Sandbox> {
+    waiting: Waiting<B>,
+    pool: Arc<Pool<B>>,
 }
 
-impl<B: Sandboxing> Warm<Crun<B>> {
+impl<B: Sandboxing> Warm<B> {
     /// Runs the call in this container (starting it first unless it was
     /// started ahead), `timeout` from now; its teardown goes off the reply
     /// path (awaited by [`Pool::shutdown`]).
@@ -221,12 +162,15 @@ impl<B: Sandboxing> Warm<Crun<B>> {
     }
 }
 
-/// The warm containers of every key.
+/// The warm containers of every key, created by crun in the sandbox
+/// (`B`, the fake in unit tests) on a rootfs of their own, started ahead
+/// unless [`PoolOptions::start`] says not.
 #[derive(Debug)]
-pub(crate) struct Pool<C: Containers = Crun> {
-    containers: C,
+pub(crate) struct Pool<B: Sandboxing = Sandbox> {
+    sandbox: Arc<B>,
+    rootfs: Arc<B::RootfsMaker>,
     options: PoolOptions,
-    state: Mutex<State<C>>,
+    state: Mutex<State<B>>,
     /// Told when a creation ends (ready or failed), for [`Pool::prepare`].
     created_one: tokio::sync::Notify,
     /// Creations and teardowns in flight, awaited by `shutdown`.
@@ -236,15 +180,15 @@ pub(crate) struct Pool<C: Containers = Crun> {
 }
 
 #[derive(Debug)]
-struct State<C: Containers> {
-    slots: HashMap<PoolKey, Slot<C>>,
+struct State<B: Sandboxing> {
+    slots: HashMap<PoolKey, Slot<B>>,
     /// Containers ready or being created, over all slots.
     total: usize,
     closed: bool,
     stats: PoolStats,
 }
 
-impl<C: Containers> Default for State<C> {
+impl<B: Sandboxing> Default for State<B> {
     fn default() -> Self {
         Self {
             slots: HashMap::new(),
@@ -256,9 +200,9 @@ impl<C: Containers> Default for State<C> {
 }
 
 #[derive(Debug)]
-struct Slot<C: Containers> {
-    recipe: Arc<C::Recipe>,
-    ready: Vec<C::Waiting>,
+struct Slot<B: Sandboxing> {
+    recipe: Arc<Recipe<B::Pin>>,
+    ready: Vec<Waiting<B>>,
     creating: usize,
     /// Calls of this key in flight now.
     in_use: usize,
@@ -270,8 +214,8 @@ struct Slot<C: Containers> {
     failed_at: Option<Instant>,
 }
 
-impl<C: Containers> Slot<C> {
-    fn new(recipe: C::Recipe) -> Self {
+impl<B: Sandboxing> Slot<B> {
+    fn new(recipe: Recipe<B::Pin>) -> Self {
         Self {
             recipe: Arc::new(recipe),
             ready: Vec::new(),
@@ -294,15 +238,15 @@ impl<C: Containers> Slot<C> {
 /// One call's hold on a key: counts it in flight while it lives, and may
 /// carry a warm container for it.
 #[derive(Debug)]
-pub(crate) struct Lease<C: Containers = Crun> {
-    pool: Arc<Pool<C>>,
+pub(crate) struct Lease<B: Sandboxing = Sandbox> {
+    pool: Arc<Pool<B>>,
     key: PoolKey,
-    warm: Option<C::Waiting>,
+    warm: Option<Waiting<B>>,
 }
 
-impl<C: Containers> Lease<C> {
+impl<B: Sandboxing> Lease<B> {
     /// The warm container, if one was ready.
-    pub(crate) fn take(&mut self) -> Option<Warm<C>> {
+    pub(crate) fn take(&mut self) -> Option<Warm<B>> {
         self.warm.take().map(|waiting| Warm {
             waiting,
             pool: Arc::clone(&self.pool),
@@ -310,7 +254,7 @@ impl<C: Containers> Lease<C> {
     }
 }
 
-impl<C: Containers> Drop for Lease<C> {
+impl<B: Sandboxing> Drop for Lease<B> {
     fn drop(&mut self) {
         {
             let mut state = self.pool.lock();
@@ -331,28 +275,17 @@ impl<C: Containers> Drop for Lease<C> {
 /// How long a failed creation keeps a key from trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 
-impl Pool<Crun> {
+impl<B: Sandboxing> Pool<B> {
     /// A pool creating containers in `sandbox` on rootfs made by `rootfs`;
     /// starts the pool's clock.
     pub(crate) fn new(
-        sandbox: Arc<Sandbox>,
-        rootfs: Arc<RootfsMaker>,
+        sandbox: Arc<B>,
+        rootfs: Arc<B::RootfsMaker>,
         options: PoolOptions,
-    ) -> Result<Arc<Self>, RunError> {
-        let containers = Crun {
+    ) -> Arc<Self> {
+        let pool = Arc::new(Self {
             sandbox,
             rootfs,
-            start: options.start,
-        };
-        Ok(Self::with(containers, options))
-    }
-}
-
-impl<C: Containers> Pool<C> {
-    /// A pool of containers made by `containers`; starts the pool's clock.
-    pub(super) fn with(containers: C, options: PoolOptions) -> Arc<Self> {
-        let pool = Arc::new(Self {
-            containers,
             options,
             state: Mutex::new(State::default()),
             created_one: tokio::sync::Notify::new(),
@@ -369,7 +302,7 @@ impl<C: Containers> Pool<C> {
         pool
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<C>> {
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -378,8 +311,8 @@ impl<C: Containers> Pool<C> {
     pub(crate) fn lease(
         self: &Arc<Self>,
         key: PoolKey,
-        recipe: impl FnOnce() -> C::Recipe,
-    ) -> Lease<C> {
+        recipe: impl FnOnce() -> Recipe<B::Pin>,
+    ) -> Lease<B> {
         let warm = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -421,7 +354,7 @@ impl<C: Containers> Pool<C> {
     pub(crate) async fn prepare(
         self: &Arc<Self>,
         key: PoolKey,
-        recipe: impl FnOnce() -> C::Recipe,
+        recipe: impl FnOnce() -> Recipe<B::Pin>,
     ) {
         self.lock()
             .slots
@@ -481,20 +414,33 @@ impl<C: Containers> Pool<C> {
         }
     }
 
-    /// Makes one container of `key` (which cleans up after itself when it
-    /// fails, on the pool's teardown thread).
-    async fn create(&self, key: &PoolKey, recipe: &C::Recipe) -> Result<C::Waiting, RunError> {
-        self.containers.create(key, recipe, &self.teardown).await
+    /// Makes one container of `key` from `recipe`, started ahead unless
+    /// the options say not; a creation that fails cleans up after itself
+    /// (on the pool's teardown thread) and leaves nothing.
+    async fn create(&self, key: &PoolKey, recipe: &Recipe<B::Pin>) -> Result<Waiting<B>, RunError> {
+        let settings = Settings {
+            host_network: key.host_network,
+            limits: key.limits(),
+            ..Settings::default()
+        };
+        let teardown = &self.teardown;
+        let created =
+            FunctionContainer::create(&*self.sandbox, &*self.rootfs, recipe, settings, teardown)
+                .await?;
+        match self.options.start {
+            WarmStart::Created => Ok(Waiting::Created(created)),
+            WarmStart::Started => Ok(Waiting::Started(created.start(teardown).await?)),
+        }
     }
 
     /// Puts a created container in its slot, or removes it when the slot no
     /// longer wants it.
-    fn created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
+    fn created(&self, key: &PoolKey, created: Result<Waiting<B>, RunError>) {
         self.put_created(key, created);
         self.created_one.notify_waiters();
     }
 
-    fn put_created(&self, key: &PoolKey, created: Result<C::Waiting, RunError>) {
+    fn put_created(&self, key: &PoolKey, created: Result<Waiting<B>, RunError>) {
         let mut state = self.lock();
         let state = &mut *state;
         let closed = state.closed;
@@ -509,7 +455,7 @@ impl<C: Containers> Pool<C> {
             (Ok(warm), Some(slot)) => {
                 slot.creating -= 1;
                 if !closed && slot.ready.len() < slot.target(size) {
-                    tracing::debug!(container = C::id(&warm), "warm container ready");
+                    tracing::debug!(container = warm.id(), "warm container ready");
                     slot.ready.push(warm);
                     state.total += 1;
                     return;
@@ -592,7 +538,7 @@ impl<C: Containers> Pool<C> {
         usize,
         impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let mut removed: Vec<C::Waiting> = Vec::new();
+        let mut removed: Vec<Waiting<B>> = Vec::new();
         let mut recipes = Vec::new();
         {
             let mut state = self.lock();
@@ -639,7 +585,7 @@ impl<C: Containers> Pool<C> {
     /// Stops creating, removes every waiting container and waits until
     /// creations and teardowns in flight are done.
     pub(crate) async fn shutdown(&self) {
-        let removed: Vec<C::Waiting> = {
+        let removed: Vec<Waiting<B>> = {
             let mut state = self.lock();
             state.closed = true;
             let mut removed = Vec::new();
@@ -662,7 +608,7 @@ impl<C: Containers> Pool<C> {
 
 /// The pool's clock while it lives: ages demand every `idle / 6` (20 s by
 /// default).
-async fn maintain<C: Containers>(pool: Weak<Pool<C>>) {
+async fn maintain<B: Sandboxing>(pool: Weak<Pool<B>>) {
     let period = match pool.upgrade() {
         Some(pool) => (pool.options.idle / 6).max(Duration::from_millis(100)),
         None => return,
@@ -684,104 +630,20 @@ async fn maintain<C: Containers>(pool: Weak<Pool<C>>) {
 
 #[cfg(test)]
 mod tests {
-    //! The pool's logic over a fake maker: no crun, no rootfs. What the
-    //! fake makes or leaves is a [`Token`] that counts itself alive, so a
-    //! test sees what the pool holds, hands out and tears down.
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
+    //! The pool's logic over the lifecycle's one fake (`super::fake`): no
+    //! crun, no rootfs. Each container the fake makes has a rootfs that
+    //! counts itself alive, so a test sees what the pool holds, hands out
+    //! and tears down (a failed creation's rootfs included).
     use tokio::sync::Semaphore;
 
+    use super::super::fake::{Fails, Fake};
     use super::*;
 
-    #[derive(Debug, Default)]
-    struct Counts {
-        /// Tokens alive now: containers made and not torn down, remains.
-        live: AtomicUsize,
-        /// Most tokens alive at once.
-        peak: AtomicUsize,
-        /// Creations started.
-        made: AtomicUsize,
-    }
+    type FakePool = Pool<Arc<Fake>>;
 
-    /// A container (or a failed creation's remains) of the fake.
-    #[derive(Debug)]
-    struct Token {
-        id: String,
-        counts: Arc<Counts>,
-        /// Its teardown takes a while (on the teardown thread).
-        slow: bool,
-    }
-
-    impl Drop for Token {
-        fn drop(&mut self) {
-            if self.slow {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            self.counts.live.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    #[derive(Debug)]
-    struct Fake {
-        counts: Arc<Counts>,
-        /// Every creation fails, leaving remains.
-        fail: AtomicBool,
-        slow: bool,
-        /// A creation waits for a permit here.
-        gate: Semaphore,
-    }
-
-    impl Fake {
-        fn new() -> Self {
-            Self {
-                counts: Arc::default(),
-                fail: AtomicBool::new(false),
-                slow: false,
-                gate: Semaphore::new(Semaphore::MAX_PERMITS),
-            }
-        }
-
-        fn token(&self) -> Token {
-            let n = self.counts.made.fetch_add(1, Ordering::AcqRel);
-            let live = self.counts.live.fetch_add(1, Ordering::AcqRel) + 1;
-            self.counts.peak.fetch_max(live, Ordering::AcqRel);
-            Token {
-                id: format!("c{n}"),
-                counts: Arc::clone(&self.counts),
-                slow: self.slow,
-            }
-        }
-
-        fn live(&self) -> usize {
-            self.counts.live.load(Ordering::Acquire)
-        }
-    }
-
-    impl Containers for Fake {
-        type Recipe = ();
-        type Waiting = Token;
-
-        async fn create(
-            &self,
-            _key: &PoolKey,
-            _recipe: &(),
-            teardown: &Teardown,
-        ) -> Result<Token, RunError> {
-            let token = self.token();
-            if let Ok(permit) = self.gate.acquire().await {
-                drop(permit);
-            }
-            tokio::task::yield_now().await;
-            if self.fail.load(Ordering::Acquire) {
-                teardown.drop_later(token).await;
-                return Err(RunError::Timeout(Duration::ZERO));
-            }
-            Ok(token)
-        }
-
-        fn id(waiting: &Token) -> &str {
-            &waiting.id
-        }
+    /// Containers made and not yet torn down (one rootfs each).
+    fn live(fake: &Fake) -> usize {
+        fake.log.live("rootfs")
     }
 
     fn key(digest: &str) -> PoolKey {
@@ -792,19 +654,23 @@ mod tests {
         }
     }
 
-    fn pool(fake: Fake, size: usize, idle: Duration) -> Arc<Pool<Fake>> {
+    fn pool(fake: &Arc<Fake>, size: usize, idle: Duration) -> Arc<FakePool> {
         let options = PoolOptions {
             size,
             idle,
             start: WarmStart::Started,
         };
-        Pool::with(fake, options)
+        Pool::new(
+            Arc::new(Arc::clone(fake)),
+            Arc::new(Arc::clone(fake)),
+            options,
+        )
     }
 
     const HOUR: Duration = Duration::from_secs(3600);
 
     /// Waits until no creation is in flight.
-    async fn settled(pool: &Pool<Fake>) {
+    async fn settled(pool: &FakePool) {
         loop {
             let created = pool.created_one.notified();
             tokio::pin!(created);
@@ -816,7 +682,7 @@ mod tests {
         }
     }
 
-    fn ready(pool: &Pool<Fake>, digest: &str) -> usize {
+    fn ready(pool: &FakePool, digest: &str) -> usize {
         pool.lock()
             .slots
             .get(&key(digest))
@@ -825,121 +691,129 @@ mod tests {
 
     #[tokio::test]
     async fn the_pool_never_holds_more_containers_than_its_size_over_all_keys() {
-        let pool = pool(Fake::new(), 3, HOUR);
+        let fake = Arc::new(Fake::new(Fails::Nothing));
+        let pool = pool(&fake, 3, HOUR);
         // Two calls in flight of each of two images: each key wants two.
         let leases: Vec<_> = ["a", "a", "b", "b"]
             .into_iter()
-            .map(|d| pool.lease(key(d), || ()))
+            .map(|d| pool.lease(key(d), || fake.recipe()))
             .collect();
         settled(&pool).await;
         let stats = pool.stats();
         assert_eq!(stats.total, 3, "{stats:?}");
         assert_eq!(stats.ready, 3, "{stats:?}");
-        assert_eq!(pool.containers.counts.peak.load(Ordering::Acquire), 3);
+        assert_eq!(fake.log.peak("rootfs"), 3);
         drop(leases);
         settled(&pool).await;
         assert!(pool.stats().total <= 3, "{:?}", pool.stats());
         pool.shutdown().await;
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
     }
 
     #[tokio::test]
     async fn a_key_is_refilled_to_the_most_calls_seen_in_flight_at_once() {
-        let pool = pool(Fake::new(), 8, HOUR);
-        let leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        let fake = Arc::new(Fake::new(Fails::Nothing));
+        let pool = pool(&fake, 8, HOUR);
+        let leases: Vec<_> = (0..3)
+            .map(|_| pool.lease(key("a"), || fake.recipe()))
+            .collect();
         assert_eq!(pool.stats().cold_calls, 3);
         settled(&pool).await;
         assert_eq!(ready(&pool, "a"), 3);
         drop(leases);
         settled(&pool).await;
         // As many calls again find one ready each.
-        let mut leases: Vec<_> = (0..3).map(|_| pool.lease(key("a"), || ())).collect();
+        let mut leases: Vec<_> = (0..3)
+            .map(|_| pool.lease(key("a"), || fake.recipe()))
+            .collect();
         assert!(leases.iter_mut().all(|lease| lease.take().is_some()));
         assert_eq!(pool.stats().warm_calls, 3);
         drop(leases);
         pool.shutdown().await;
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
     }
 
     #[tokio::test]
     async fn an_image_not_called_for_its_idle_time_loses_its_containers() {
         for (idle, kept) in [(HOUR, 1), (Duration::ZERO, 0)] {
-            let pool = pool(Fake::new(), 4, idle);
-            pool.prepare(key("a"), || ()).await;
+            let fake = Arc::new(Fake::new(Fails::Nothing));
+            let pool = pool(&fake, 4, idle);
+            pool.prepare(key("a"), || fake.recipe()).await;
             pool.maintain_once();
             assert_eq!(ready(&pool, "a"), kept, "idle {idle:?}");
             assert_eq!(pool.stats().total, kept, "idle {idle:?}");
             assert_eq!(pool.lock().slots.contains_key(&key("a")), kept == 1);
             pool.shutdown().await;
-            assert_eq!(pool.containers.live(), 0);
+            assert_eq!(live(&fake), 0);
         }
     }
 
     #[tokio::test]
     async fn a_failed_creation_leaks_nothing_and_its_call_goes_cold() {
-        let fake = Fake::new();
-        fake.fail.store(true, Ordering::Release);
-        let pool = pool(fake, 4, HOUR);
-        let mut lease = pool.lease(key("a"), || ());
+        let fake = Arc::new(Fake::new(Fails::Create));
+        let pool = pool(&fake, 4, HOUR);
+        let mut lease = pool.lease(key("a"), || fake.recipe());
         assert!(lease.take().is_none());
         settled(&pool).await;
         let stats = pool.stats();
         assert_eq!((stats.create_failures, stats.total, stats.ready), (1, 0, 0));
         drop(lease);
         // Within the retry window a call goes cold and starts no creation.
-        let mut lease = pool.lease(key("a"), || ());
+        let mut lease = pool.lease(key("a"), || fake.recipe());
         assert!(lease.take().is_none());
         drop(lease);
-        assert_eq!(pool.containers.counts.made.load(Ordering::Acquire), 1);
+        assert_eq!(fake.log.made("rootfs"), 1);
         assert_eq!(pool.stats().cold_calls, 2);
         pool.shutdown().await;
         // The failed creation's remains were torn down.
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
     }
 
     #[tokio::test]
     async fn a_call_dropped_before_taking_its_warm_container_has_it_removed_not_reused() {
-        let pool = pool(Fake::new(), 4, HOUR);
-        pool.prepare(key("a"), || ()).await;
+        let fake = Arc::new(Fake::new(Fails::Nothing));
+        let pool = pool(&fake, 4, HOUR);
+        pool.prepare(key("a"), || fake.recipe()).await;
         // The call gets c0 and is cancelled before it takes it.
-        drop(pool.lease(key("a"), || ()));
+        drop(pool.lease(key("a"), || fake.recipe()));
         settled(&pool).await;
-        let mut lease = pool.lease(key("a"), || ());
+        let mut lease = pool.lease(key("a"), || fake.recipe());
         let warm = lease.take().expect("a replacement is ready");
-        assert_eq!(warm.waiting.id, "c1");
+        assert_eq!(warm.waiting.id(), "c1");
         pool.dispose(warm.waiting);
         drop(lease);
         pool.shutdown().await;
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
     }
 
     #[tokio::test]
     async fn shutdown_removes_every_waiting_container_and_waits_for_teardowns_in_flight() {
-        let mut fake = Fake::new();
+        let mut fake = Fake::new(Fails::Nothing);
         fake.slow = true;
-        let pool = pool(fake, 4, HOUR);
-        pool.prepare(key("a"), || ()).await;
-        pool.prepare(key("b"), || ()).await;
+        let fake = Arc::new(fake);
+        let pool = pool(&fake, 4, HOUR);
+        pool.prepare(key("a"), || fake.recipe()).await;
+        pool.prepare(key("b"), || fake.recipe()).await;
         // A used container's teardown, in flight when shutdown starts.
-        let mut lease = pool.lease(key("a"), || ());
+        let mut lease = pool.lease(key("a"), || fake.recipe());
         let warm = lease.take().expect("one is ready");
         pool.dispose(warm.waiting);
         pool.shutdown().await;
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
         let stats = pool.stats();
         assert_eq!((stats.total, stats.ready), (0, 0), "{stats:?}");
         drop(lease);
         // Closed: a later call makes nothing.
-        drop(pool.lease(key("c"), || ()));
+        drop(pool.lease(key("c"), || fake.recipe()));
         assert_eq!(pool.stats().total, 0);
     }
 
     #[tokio::test]
     async fn shutdown_waits_for_creations_in_flight_and_keeps_nothing_they_make() {
-        let fake = Fake::new();
-        fake.gate.forget_permits(Semaphore::MAX_PERMITS);
-        let pool = pool(fake, 4, HOUR);
-        drop(pool.lease(key("a"), || ()));
+        let fake = Arc::new(Fake::new(Fails::Nothing));
+        fake.create_gate.forget_permits(Semaphore::MAX_PERMITS);
+        let pool = pool(&fake, 4, HOUR);
+        drop(pool.lease(key("a"), || fake.recipe()));
         assert_eq!(pool.stats().total, 1);
         let closing = tokio::spawn({
             let pool = Arc::clone(&pool);
@@ -950,15 +824,16 @@ mod tests {
         }
         // The creation cannot end until the gate opens, nor shutdown.
         assert!(!closing.is_finished());
-        pool.containers.gate.add_permits(1);
+        fake.create_gate.add_permits(1);
         closing.await.expect("shutdown");
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
         assert_eq!(pool.stats().discarded, 1);
     }
 
     #[tokio::test]
     async fn release_idle_removes_only_the_keys_of_those_images_no_call_uses() {
-        let pool = pool(Fake::new(), 8, HOUR);
+        let fake = Arc::new(Fake::new(Fails::Nothing));
+        let pool = pool(&fake, 8, HOUR);
         let in_use = PoolKey {
             limits: Limits {
                 memory_bytes: Some(1 << 20),
@@ -966,15 +841,15 @@ mod tests {
             },
             ..key("a")
         };
-        pool.prepare(key("a"), || ()).await;
-        pool.prepare(key("b"), || ()).await;
-        let lease = pool.lease(in_use.clone(), || ());
+        pool.prepare(key("a"), || fake.recipe()).await;
+        pool.prepare(key("b"), || fake.recipe()).await;
+        let lease = pool.lease(in_use.clone(), || fake.recipe());
         settled(&pool).await;
-        assert_eq!(pool.containers.live(), 3);
+        assert_eq!(live(&fake), 3);
         let (count, done) = pool.release_idle(&["a".to_string()]);
         done.await;
         assert_eq!(count, 1);
-        assert_eq!(pool.containers.live(), 2);
+        assert_eq!(live(&fake), 2);
         {
             let state = pool.lock();
             assert!(!state.slots.contains_key(&key("a")));
@@ -983,6 +858,6 @@ mod tests {
         }
         drop(lease);
         pool.shutdown().await;
-        assert_eq!(pool.containers.live(), 0);
+        assert_eq!(live(&fake), 0);
     }
 }

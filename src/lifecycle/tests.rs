@@ -1,207 +1,18 @@
-//! The lifecycle's own logic over a fake [`Sandboxing`]: no crun, no
-//! rootfs. Every part the fake makes (container, rootfs, pin) writes to a
-//! log when it goes, with the thread it went on, so a test sees what a
-//! step leaves, what went through the teardown, and in which order.
+//! The lifecycle's own logic over the one fake [`Sandboxing`]
+//! (`fake.rs`): no crun, no rootfs. A test sees what a step leaves, what
+//! went through the teardown, and in which order.
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use super::pool::{Crun, Pool, PoolKey, PoolOptions, WarmStart};
-use super::seam::Sandboxing;
+use super::fake::{Fails, Fake};
+use super::pool::{Pool, PoolKey, PoolOptions, WarmStart};
 use super::teardown::Teardown;
-use super::{Created, FunctionContainer, Recipe, RunError, Settings, Started};
-use crate::sandbox::{CrunError, CrunOutput, SandboxError};
-
-/// What went, in order: (part, thread it went on).
-#[derive(Debug, Default)]
-struct Log(Mutex<Vec<(&'static str, String)>>);
-
-impl Log {
-    fn push(&self, part: &'static str) {
-        let thread = std::thread::current().name().unwrap_or("?").to_string();
-        self.0.lock().unwrap().push((part, thread));
-    }
-
-    fn parts(&self) -> Vec<&'static str> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(part, _)| *part)
-            .collect()
-    }
-
-    fn threads(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, t)| t.clone())
-            .collect()
-    }
-}
-
-/// A part of a container: logged when it goes.
-#[derive(Debug)]
-struct Part {
-    name: &'static str,
-    log: Arc<Log>,
-}
-
-impl Drop for Part {
-    fn drop(&mut self) {
-        self.log.push(self.name);
-    }
-}
-
-/// The pin: every clone is logged when it goes.
-#[derive(Debug)]
-struct Pin(Arc<Log>);
-
-impl Clone for Pin {
-    fn clone(&self) -> Self {
-        Pin(Arc::clone(&self.0))
-    }
-}
-
-impl Drop for Pin {
-    fn drop(&mut self) {
-        self.0.push("pin");
-    }
-}
-
-/// The step that fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fails {
-    Nothing,
-    Create,
-    Start,
-}
-
-#[derive(Debug)]
-struct Fake {
-    log: Arc<Log>,
-    fails: Fails,
-    /// A feed waits for a permit here (none: it never ends by itself).
-    gate: Semaphore,
-    /// Feeds begun.
-    feeding: AtomicUsize,
-}
-
-impl Fake {
-    fn new(fails: Fails) -> Self {
-        Self {
-            log: Arc::default(),
-            fails,
-            gate: Semaphore::new(Semaphore::MAX_PERMITS),
-            feeding: AtomicUsize::new(0),
-        }
-    }
-
-    fn part(&self, name: &'static str) -> Part {
-        Part {
-            name,
-            log: Arc::clone(&self.log),
-        }
-    }
-
-    fn recipe(&self) -> Recipe<Pin> {
-        Recipe {
-            config: None,
-            layers: Vec::new(),
-            flattened: None,
-            pin: Pin(Arc::clone(&self.log)),
-        }
-    }
-}
-
-/// The fake's container, in any state: itself and its sandbox.
-#[derive(Debug)]
-struct FakeContainer {
-    part: Part,
-    fake: Arc<Fake>,
-}
-
-fn failed() -> SandboxError {
-    SandboxError::Crun(CrunError::Timeout(Duration::ZERO))
-}
-
-impl Sandboxing for Arc<Fake> {
-    type RootfsMaker = Arc<Fake>;
-    type Rootfs = Part;
-    type Pin = Pin;
-    type Container<S: std::fmt::Debug + Send + 'static> = FakeContainer;
-    type Finished = Part;
-
-    fn id<S: std::fmt::Debug + Send + 'static>(container: &FakeContainer) -> &str {
-        container.part.name
-    }
-
-    async fn prepare(
-        maker: &Arc<Fake>,
-        _layers: Vec<std::path::PathBuf>,
-        _flattened: Option<std::path::PathBuf>,
-    ) -> Result<Part, RunError> {
-        Ok(maker.part("rootfs"))
-    }
-
-    async fn create(
-        &self,
-        _rootfs: &Part,
-        _recipe: &Recipe<Pin>,
-        _settings: Settings<'_>,
-    ) -> Result<FakeContainer, SandboxError> {
-        tokio::task::yield_now().await;
-        if self.fails == Fails::Create {
-            return Err(failed());
-        }
-        Ok(FakeContainer {
-            part: self.part("container"),
-            fake: Arc::clone(self),
-        })
-    }
-
-    async fn start(container: FakeContainer) -> Result<FakeContainer, (SandboxError, Part)> {
-        tokio::task::yield_now().await;
-        if container.fake.fails == Fails::Start {
-            return Err((failed(), container.part));
-        }
-        Ok(container)
-    }
-
-    async fn run(
-        container: FakeContainer,
-        input: &[u8],
-        timeout: Duration,
-        _since: Instant,
-    ) -> (Result<CrunOutput, SandboxError>, Part) {
-        match Self::start(container).await {
-            Ok(started) => Self::feed(started, input, timeout).await,
-            Err((err, finished)) => (Err(err), finished),
-        }
-    }
-
-    async fn feed(
-        container: FakeContainer,
-        input: &[u8],
-        _timeout: Duration,
-    ) -> (Result<CrunOutput, SandboxError>, Part) {
-        container.fake.feeding.fetch_add(1, Ordering::AcqRel);
-        if let Ok(permit) = container.fake.gate.acquire().await {
-            drop(permit);
-        }
-        let output = CrunOutput {
-            stdout: input.to_vec(),
-            stderr_tail: Vec::new(),
-            usage: None,
-        };
-        (Ok(output), container.part)
-    }
-}
+use super::{Created, FunctionContainer, RunError, Settings, Started};
 
 async fn create(
     fake: &Arc<Fake>,
@@ -212,11 +23,7 @@ async fn create(
         FunctionContainer::create(fake, fake, &recipe, Settings::default(), teardown).await;
     // The recipe's own pin is not the container's: forget its going.
     drop(recipe);
-    fake.log
-        .0
-        .lock()
-        .unwrap()
-        .retain(|(part, _)| *part != "pin");
+    fake.log.forget("pin");
     created
 }
 
@@ -254,7 +61,7 @@ async fn a_failed_start_leaves_nothing_torn_down_container_then_rootfs_then_pin(
 #[tokio::test]
 async fn a_call_dropped_mid_feed_tears_its_container_down_container_then_rootfs_then_pin() {
     let fake = Arc::new(Fake::new(Fails::Nothing));
-    fake.gate.forget_permits(Semaphore::MAX_PERMITS);
+    fake.feed_gate.forget_permits(Semaphore::MAX_PERMITS);
     let teardown = Teardown::start();
     let started = started(&fake, &teardown).await;
     let mut call = Box::pin(started.feed(b"input", Duration::from_secs(60)));
@@ -306,27 +113,29 @@ async fn a_container_dropped_unused_goes_container_then_rootfs_then_pin() {
 
 /// A pool over the real lifecycle on the fake: `count` containers of as
 /// many images made ahead and started.
-async fn pool_of(fake: &Arc<Fake>, count: usize) -> Arc<Pool<Crun<Arc<Fake>>>> {
+async fn pool_of(fake: &Arc<Fake>, count: usize) -> Arc<Pool<Arc<Fake>>> {
     let options = PoolOptions {
         size: count + 1,
         idle: Duration::from_secs(3600),
         start: WarmStart::Started,
     };
-    let maker = Crun {
-        sandbox: Arc::new(Arc::clone(fake)),
-        rootfs: Arc::new(Arc::clone(fake)),
-        start: WarmStart::Started,
-    };
-    let pool = Pool::with(maker, options);
+    let pool = Pool::new(
+        Arc::new(Arc::clone(fake)),
+        Arc::new(Arc::clone(fake)),
+        options,
+    );
     for n in 0..count {
-        let key = PoolKey {
-            digest: format!("sha256:{n}"),
-            host_network: false,
-            limits: crate::sandbox::Limits::default(),
-        };
-        pool.prepare(key, || fake.recipe()).await;
+        pool.prepare(key(n), || fake.recipe()).await;
     }
     pool
+}
+
+fn key(n: usize) -> PoolKey {
+    PoolKey {
+        digest: format!("sha256:{n}"),
+        host_network: false,
+        limits: crate::sandbox::Limits::default(),
+    }
 }
 
 #[tokio::test]
@@ -336,14 +145,7 @@ async fn shutdown_tears_down_every_waiting_container_and_awaits_the_teardowns_in
     assert_eq!(pool.stats().ready, 2);
     // A call served warm: its teardown is in flight (on the idle thread)
     // when shutdown (SIGTERM's path) begins.
-    let mut lease = pool.lease(
-        PoolKey {
-            digest: "sha256:0".into(),
-            host_network: false,
-            limits: crate::sandbox::Limits::default(),
-        },
-        || fake.recipe(),
-    );
+    let mut lease = pool.lease(key(0), || fake.recipe());
     let warm = lease.take().expect("one is ready");
     let output = warm.run(b"input", Duration::from_secs(60)).await;
     assert_eq!(output.expect("fed").stdout, b"input");

@@ -21,9 +21,9 @@ use crate::image::extract::fsops;
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct CopyStats {
     /// Entries made.
-    pub entries: u64,
+    pub(crate) entries: u64,
     /// Bytes of file content copied (or cloned).
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 struct Copier {

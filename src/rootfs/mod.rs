@@ -44,7 +44,7 @@ pub enum RootfsMode {
 
 /// The mode runs actually use, after the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResolvedMode {
+pub(crate) enum ResolvedMode {
     /// Overlay of the layer dirs with a tmpfs upper.
     Overlay,
     /// Copy of the flattened rootfs.
@@ -53,7 +53,7 @@ pub enum ResolvedMode {
 
 impl RootfsMode {
     /// Resolves the mode given the result of `overlay_supported`.
-    pub fn resolve(self, overlay_ok: bool) -> Result<ResolvedMode, RootfsError> {
+    pub(crate) fn resolve(self, overlay_ok: bool) -> Result<ResolvedMode, RootfsError> {
         match (self, overlay_ok) {
             (RootfsMode::Copy, _) | (RootfsMode::Auto, false) => Ok(ResolvedMode::Copy),
             (RootfsMode::Overlay, true) | (RootfsMode::Auto, true) => Ok(ResolvedMode::Overlay),
@@ -116,16 +116,16 @@ pub(crate) struct RootfsOptions {
     /// [`tmpfs_inodes`] of it): the size of the tmpfs holding the overlay's
     /// upper dir, or what a copy's tmpfs may hold beyond the copy (tmpfs
     /// takes memory only as it is used).
-    pub size_bytes: u64,
+    pub(crate) size_bytes: u64,
     /// Mount with `mount(2)` even where the new mount API is available (the
     /// path old kernels take; tests use it).
-    pub legacy_mount: bool,
+    pub(crate) legacy_mount: bool,
     /// The id (uid and gid) of xfn's namespace that is the image's root:
     /// 0, or 1 where functions run under ids past xfn's own
     /// (`image::store::owners`). The rootfs's top directory, which xfn
     /// makes, is given to it, so that the function's root owns its `/` as
     /// it owns the image's files.
-    pub root_id: u32,
+    pub(crate) root_id: u32,
 }
 
 impl Default for RootfsOptions {

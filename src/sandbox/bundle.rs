@@ -171,9 +171,9 @@ impl RunDir {
 #[derive(Debug)]
 pub(crate) struct Bundle {
     /// The container id.
-    pub id: String,
+    pub(crate) id: String,
     /// The directory.
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 impl Bundle {

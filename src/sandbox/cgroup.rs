@@ -33,9 +33,9 @@ pub(crate) const SUPERVISOR_LEAF: &str = "supervisor";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Delegation {
     /// The subtree's directory (under `/sys/fs/cgroup`).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// The same cgroup as crun's cgroupfs manager names it (`/a/b`).
-    pub cgroup: String,
+    pub(crate) cgroup: String,
 }
 
 /// How cgroups look from here.

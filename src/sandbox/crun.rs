@@ -74,12 +74,12 @@ pub struct CrunOutput {
 #[derive(Debug, Clone)]
 pub(crate) struct Crun {
     /// The crun binary (a path, or a name looked up in PATH).
-    pub binary: PathBuf,
+    pub(crate) binary: PathBuf,
     /// crun's `--root`: where it keeps container state.
-    pub state_root: PathBuf,
+    pub(crate) state_root: PathBuf,
     /// Whether crun manages cgroups (cgroupfs, in a delegated v2 subtree);
     /// otherwise its cgroup manager is disabled.
-    pub cgroups: bool,
+    pub(crate) cgroups: bool,
 }
 
 impl Crun {

@@ -121,24 +121,24 @@ pub struct NotServing {
 #[derive(Debug, Clone)]
 pub(crate) struct SandboxOptions {
     /// The crun binary.
-    pub runtime: PathBuf,
+    pub(crate) runtime: PathBuf,
     /// `<cache>/run`: bundles and crun state.
-    pub run_dir: PathBuf,
+    pub(crate) run_dir: PathBuf,
     /// Cap on stdout and on stderr, each.
-    pub max_output_bytes: usize,
+    pub(crate) max_output_bytes: usize,
     /// Refuse runs when limits are not enforced.
-    pub require_limits: bool,
+    pub(crate) require_limits: bool,
     /// Most processes (and threads) a run may have at once: `pids.max`, or
     /// `RLIMIT_NPROC` where no cgroup enforces that.
-    pub pids_limit: i64,
+    pub(crate) pids_limit: i64,
     /// This process's claim on the cache: names what runs leave behind, so
     /// a later xfn knows whose it is.
-    pub instance: std::sync::Arc<crate::instance::Instance>,
+    pub(crate) instance: std::sync::Arc<crate::instance::Instance>,
     /// Size of each run's `/tmp`, in bytes.
-    pub tmp_size_bytes: u64,
+    pub(crate) tmp_size_bytes: u64,
     /// Keep this xfn's run state in a tmpfs of its mount namespace
     /// (`bundle.rs`): only where its containers end with it.
-    pub state_in_memory: bool,
+    pub(crate) state_in_memory: bool,
 }
 
 /// What a container is made from: everything of a run but its input and
@@ -147,20 +147,20 @@ pub(crate) struct SandboxOptions {
 pub(crate) struct ContainerRequest<'a> {
     /// The prepared, per-container root filesystem; it must outlive the
     /// container.
-    pub rootfs: &'a Path,
+    pub(crate) rootfs: &'a Path,
     /// The image config's `config` section.
-    pub image: Option<&'a oci_spec::image::Config>,
+    pub(crate) image: Option<&'a oci_spec::image::Config>,
     /// Share xfn's network (NetworkPolicy::Runner) instead of an empty
     /// network namespace of its own.
-    pub host_network: bool,
+    pub(crate) host_network: bool,
     /// cpu, memory and pids limits (pids, where unset: the sandbox's
     /// `pids_limit`).
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Replaces the image's `Cmd` (its entrypoint stays): how a function
     /// image is started as a server. `None` runs the image as it is.
-    pub cmd: Option<&'a [String]>,
+    pub(crate) cmd: Option<&'a [String]>,
     /// `KEY=VALUE`s added to the image's environment.
-    pub env: &'a [String],
+    pub(crate) env: &'a [String],
 }
 
 /// Runs containers; shared by every call.

@@ -112,7 +112,7 @@ pub(crate) fn x32_runs() -> bool {
 
 /// No x32 off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-pub fn x32_runs() -> bool {
+pub(crate) fn x32_runs() -> bool {
     false
 }
 

@@ -80,36 +80,36 @@ impl Limits {
 #[derive(Debug, Clone)]
 pub(crate) struct SpecInput<'a> {
     /// The prepared, writable root filesystem of this run.
-    pub rootfs: &'a Path,
+    pub(crate) rootfs: &'a Path,
     /// The image config's `config` section.
-    pub image: Option<&'a ImageConfig>,
+    pub(crate) image: Option<&'a ImageConfig>,
     /// Share xfn's network namespace (NetworkPolicy::Runner).
-    pub host_network: bool,
+    pub(crate) host_network: bool,
     /// Limits.
-    pub limits: Limits,
+    pub(crate) limits: Limits,
     /// Hostname of the container.
-    pub hostname: &'a str,
+    pub(crate) hostname: &'a str,
     /// Most processes the run may have at once, unless `limits.pids` says.
-    pub pids_limit: i64,
+    pub(crate) pids_limit: i64,
     /// The container's cgroup (`linux.cgroupsPath`), where limits are
     /// enforced through a delegated cgroup v2 subtree.
-    pub cgroups_path: Option<&'a str>,
+    pub(crate) cgroups_path: Option<&'a str>,
     /// Replaces the image's `Cmd` (its entrypoint stays), as `docker run
     /// IMAGE ARGS...` does: how a function image is started as a server.
-    pub cmd: Option<&'a [String]>,
+    pub(crate) cmd: Option<&'a [String]>,
     /// `KEY=VALUE`s added to the image's environment (a key given again
     /// replaces the image's), as `docker run -e` does.
-    pub env: &'a [String],
+    pub(crate) env: &'a [String],
     /// The seccomp profile already compiled to BPF (base64), handed to crun
     /// in the `run.oci.seccomp_bpf_data` annotation so that it does not
     /// compile the profile again; the profile stays in the spec too, for
     /// runtimes that do not know the annotation.
-    pub seccomp_bpf: Option<&'a str>,
+    pub(crate) seccomp_bpf: Option<&'a str>,
     /// Size of the run's `/tmp` tmpfs, in bytes.
-    pub tmp_size_bytes: u64,
+    pub(crate) tmp_size_bytes: u64,
     /// The ids of xfn's namespace functions run under (`userns.rs`): the
     /// run's user namespace maps the image's ids onto them.
-    pub function_ids: FunctionIds,
+    pub(crate) function_ids: FunctionIds,
 }
 
 /// The crun annotation that carries a precompiled seccomp filter.

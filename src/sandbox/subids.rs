@@ -23,16 +23,16 @@ pub(crate) const MIN_COUNT: u32 = 65536;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SubIds {
     /// First subordinate uid.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// First subordinate gid.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// How many of each (the smaller of the two ranges, at most
     /// [`MIN_COUNT`]: functions use no more).
-    pub count: u32,
+    pub(crate) count: u32,
     /// `newuidmap`.
-    pub newuidmap: PathBuf,
+    pub(crate) newuidmap: PathBuf,
     /// `newgidmap`.
-    pub newgidmap: PathBuf,
+    pub(crate) newgidmap: PathBuf,
 }
 
 /// Where the helpers are looked for (Debian installs them in /usr/bin).

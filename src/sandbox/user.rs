@@ -90,14 +90,14 @@ pub enum UserError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResolvedUser {
     /// User id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Primary group id.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// Supplementary groups (from /etc/group membership when named by name).
-    pub additional_gids: Vec<u32>,
+    pub(crate) additional_gids: Vec<u32>,
     /// The user's home directory: its /etc/passwd entry's, else `/` (as
     /// runc, and so Docker and Kubernetes, set `HOME`).
-    pub home: String,
+    pub(crate) home: String,
 }
 
 /// Resolves `spec` (the image config's `User`) against the rootfs at `rootfs`.
@@ -210,16 +210,16 @@ pub(crate) fn resolve(spec: &str, rootfs: &Path) -> Result<ResolvedUser, UserErr
 pub(crate) struct MappedUser {
     /// The ids the function runs as (supplementary groups dropped where
     /// they cannot be mapped).
-    pub user: ResolvedUser,
+    pub(crate) user: ResolvedUser,
     /// The container uid that the run's first id (`host_base`) is.
-    pub uid_base: u32,
+    pub(crate) uid_base: u32,
     /// The container gid that the run's first id is.
-    pub gid_base: u32,
+    pub(crate) gid_base: u32,
     /// The id of xfn's namespace the maps start at: 0 (xfn's own) or 1
     /// (the first of the functions' ids).
-    pub host_base: u32,
+    pub(crate) host_base: u32,
     /// How many ids each map maps.
-    pub size: u32,
+    pub(crate) size: u32,
 }
 
 /// Maps `resolved` into a run's namespace over the functions' ids of xfn's

@@ -166,7 +166,7 @@ pub enum IdMapping {
 
 /// The ids of xfn's namespace that functions run under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FunctionIds {
+pub(crate) enum FunctionIds {
     /// Only xfn's own id (0): each run maps the image's user onto it.
     Own,
     /// Ids `1..=count`, none of them xfn's: each run maps container ids
@@ -180,7 +180,7 @@ pub enum FunctionIds {
 impl FunctionIds {
     /// The id of xfn's namespace that is a function's root (container id
     /// 0): xfn's own 0, or the first spare id, 1.
-    pub fn root(&self) -> u32 {
+    pub(crate) fn root(&self) -> u32 {
         match self {
             FunctionIds::Own => 0,
             FunctionIds::Spare { .. } => 1,
@@ -190,7 +190,7 @@ impl FunctionIds {
 
 impl IdMapping {
     /// The ids functions run under.
-    pub fn function_ids(&self) -> FunctionIds {
+    pub(crate) fn function_ids(&self) -> FunctionIds {
         match *self {
             IdMapping::Own { .. } => FunctionIds::Own,
             IdMapping::Range { .. } => FunctionIds::Spare {
@@ -269,7 +269,7 @@ impl Namespace {
     }
 
     /// The ids functions run under.
-    pub fn function_ids(&self) -> FunctionIds {
+    pub(crate) fn function_ids(&self) -> FunctionIds {
         self.mapping.function_ids()
     }
 

@@ -41,14 +41,14 @@ struct Issue {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Finding {
     /// `Kind/name (apiVersion, document N)`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// The field path (`spec.forProvider.region`, `spec.items[2]`), `<root>`
     /// for the object itself.
-    pub path: String,
+    pub(crate) path: String,
     /// What is wrong, in the API server's words where it has them.
-    pub message: String,
+    pub(crate) message: String,
     /// The schema keyword or CEL rule that says so.
-    pub rule: String,
+    pub(crate) rule: String,
 }
 
 impl fmt::Display for Finding {
@@ -65,22 +65,22 @@ impl fmt::Display for Finding {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ResourceReport {
     /// `Kind/name (apiVersion, document N)`.
-    pub resource: String,
+    pub(crate) resource: String,
     /// No CRD or XRD defines its kind and version.
-    pub missing_schema: bool,
+    pub(crate) missing_schema: bool,
     /// Its errors.
-    pub findings: Vec<Finding>,
+    pub(crate) findings: Vec<Finding>,
     /// What was not checked and why (transition rules).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// What validation said about every resource.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Report {
     /// CRDs and XRDs that could not be used, and why.
-    pub extension_errors: Vec<String>,
+    pub(crate) extension_errors: Vec<String>,
     /// One per resource, in order.
-    pub resources: Vec<ResourceReport>,
+    pub(crate) resources: Vec<ResourceReport>,
 }
 
 impl Report {
@@ -110,7 +110,7 @@ const STACK_BYTES: usize = 32 << 20;
 pub(crate) struct Validator {
     /// A resource whose kind no CRD or XRD defines is an error (otherwise
     /// a warning, as in `crossplane beta validate`).
-    pub error_on_missing_schemas: bool,
+    pub(crate) error_on_missing_schemas: bool,
 }
 
 impl Validator {

@@ -68,9 +68,9 @@ pub(crate) enum ReadError {
 #[derive(Debug, Clone)]
 pub(crate) struct Document {
     /// `FILE, document N`.
-    pub place: String,
+    pub(crate) place: String,
     /// The object.
-    pub object: Value,
+    pub(crate) object: Value,
 }
 
 /// Reads every object in `path` (`-` is stdin).

@@ -21,8 +21,8 @@ const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 /// The walk's state: its errors, its notes, compiled patterns.
 #[derive(Debug, Default)]
 pub(super) struct Walk {
-    pub issues: Vec<Issue>,
-    pub notes: Vec<String>,
+    pub(crate) issues: Vec<Issue>,
+    pub(crate) notes: Vec<String>,
     patterns: HashMap<String, Result<Regex, String>>,
     cel: super::cel::Budget,
 }

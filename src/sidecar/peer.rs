@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 #[error("caller uid {uid} is not allowed (allowed: {allowed:?}; widen with --allow-uid)")]
 pub(crate) struct Refused {
     /// The caller's uid.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The allowed uids.
-    pub allowed: Vec<u32>,
+    pub(crate) allowed: Vec<u32>,
 }
 
 /// The uids allowed to call.

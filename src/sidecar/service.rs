@@ -20,9 +20,9 @@ use crate::proto::v1alpha1::containerized_function_runner_service_server::{
 #[derive(Debug, Clone)]
 pub(crate) struct ServiceOptions {
     /// Run timeout when the request names none (Crossplane's runner: 25 s).
-    pub default_timeout: Duration,
+    pub(crate) default_timeout: Duration,
     /// Largest accepted input.
-    pub max_input_bytes: usize,
+    pub(crate) max_input_bytes: usize,
 }
 
 impl Default for ServiceOptions {

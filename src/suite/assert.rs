@@ -32,13 +32,13 @@ impl Status {
 /// One check's outcome.
 #[derive(Debug, Clone)]
 pub(crate) struct Check {
-    pub status: Status,
+    pub(crate) status: Status,
     /// The assertion's (or phase's) name.
-    pub name: String,
+    pub(crate) name: String,
     /// What was found.
-    pub message: String,
+    pub(crate) message: String,
     /// A diff, for golden files.
-    pub detail: Option<String>,
+    pub(crate) detail: Option<String>,
 }
 
 impl Check {

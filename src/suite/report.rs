@@ -13,10 +13,10 @@ use super::run::TestOutcome;
 /// One suite's outcome.
 #[derive(Debug)]
 pub(crate) struct SuiteOutcome {
-    pub path: PathBuf,
-    pub duration: Duration,
+    pub(crate) path: PathBuf,
+    pub(crate) duration: Duration,
     /// Its tests, or why it could not be read or run.
-    pub tests: Result<Vec<TestOutcome>, String>,
+    pub(crate) tests: Result<Vec<TestOutcome>, String>,
 }
 
 impl SuiteOutcome {

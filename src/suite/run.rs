@@ -25,38 +25,38 @@ use crate::compose::OutputOptions;
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     /// Rewrite golden files with what rendered.
-    pub update: bool,
+    pub(crate) update: bool,
     /// Bound of each hook.
-    pub hook_timeout: Duration,
+    pub(crate) hook_timeout: Duration,
     /// Bound of each render.
-    pub render_timeout: Duration,
+    pub(crate) render_timeout: Duration,
     /// `{{ .Repositories.NAME }}`.
-    pub repositories: BTreeMap<String, String>,
+    pub(crate) repositories: BTreeMap<String, String>,
     /// Keep every test's directory (`--debug`).
-    pub keep: bool,
+    pub(crate) keep: bool,
     /// Only tests whose name this matches (`--run`).
-    pub run: Option<regex::Regex>,
+    pub(crate) run: Option<regex::Regex>,
     /// Print the whole XR (so that `.Outputs.XR` feeds a next loop).
-    pub full_xr: bool,
+    pub(crate) full_xr: bool,
 }
 
 /// What every test shares.
 pub(crate) struct Env<'a> {
-    pub options: &'a Options,
-    pub servers: &'a Servers,
-    pub validator: &'a dyn Validator,
-    pub limit: &'a tokio::sync::Semaphore,
+    pub(crate) options: &'a Options,
+    pub(crate) servers: &'a Servers,
+    pub(crate) validator: &'a dyn Validator,
+    pub(crate) limit: &'a tokio::sync::Semaphore,
 }
 
 /// How one test ended.
 #[derive(Debug, Clone)]
 pub(crate) struct TestOutcome {
-    pub name: String,
-    pub duration: Duration,
+    pub(crate) name: String,
+    pub(crate) duration: Duration,
     /// Each phase's and assertion's check, in order.
-    pub checks: Vec<Check>,
+    pub(crate) checks: Vec<Check>,
     /// Its directory, when kept.
-    pub dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
 }
 
 impl TestOutcome {

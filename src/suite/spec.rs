@@ -22,24 +22,20 @@ const MAX_SUITE_BYTES: u64 = 4 << 20;
 pub(crate) struct SuiteFile {
     /// Shared by every test.
     #[serde(default)]
-    pub common: Common,
+    pub(crate) common: Common,
     /// The tests.
     #[serde(default)]
-    pub tests: Vec<TestCase>,
+    pub(crate) tests: Vec<TestCase>,
 }
 
 /// `common`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct Common {
-    #[serde(default)]
-    pub inputs: Inputs,
-    #[serde(default)]
-    pub patches: Patches,
-    #[serde(default)]
-    pub hooks: Hooks,
-    #[serde(default)]
-    pub assertions: Assertions,
+    pub(crate) inputs: Inputs,
+    pub(crate) patches: Patches,
+    pub(crate) hooks: Hooks,
+    pub(crate) assertions: Assertions,
 }
 
 /// One test case.
@@ -47,36 +43,34 @@ pub(crate) struct Common {
 #[serde(deny_unknown_fields)]
 pub(crate) struct TestCase {
     /// Its name (`--run` matches it).
-    pub name: String,
+    pub(crate) name: String,
     /// Its id: later tests reach its outputs as `{{ .Tests.ID.Outputs.* }}`.
     #[serde(default)]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(default)]
-    pub inputs: Inputs,
+    pub(crate) inputs: Inputs,
     #[serde(default)]
-    pub patches: Patches,
+    pub(crate) patches: Patches,
     #[serde(default)]
-    pub hooks: Hooks,
+    pub(crate) hooks: Hooks,
     #[serde(default)]
-    pub assertions: Assertions,
+    pub(crate) assertions: Assertions,
 }
 
 /// `inputs`: paths (relative to the suite file, or templates).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Inputs {
-    pub xr: Option<String>,
-    pub claim: Option<String>,
-    pub composition: Option<String>,
-    pub functions: Option<String>,
-    pub crds: Option<Vec<String>>,
-    #[serde(default)]
-    pub context_files: BTreeMap<String, String>,
-    #[serde(default)]
-    pub context_values: BTreeMap<String, Value>,
-    pub observed_resources: Option<String>,
-    pub extra_resources: Option<String>,
-    pub function_credentials: Option<String>,
+    pub(crate) xr: Option<String>,
+    pub(crate) claim: Option<String>,
+    pub(crate) composition: Option<String>,
+    pub(crate) functions: Option<String>,
+    pub(crate) crds: Option<Vec<String>>,
+    pub(crate) context_files: BTreeMap<String, String>,
+    pub(crate) context_values: BTreeMap<String, Value>,
+    pub(crate) observed_resources: Option<String>,
+    pub(crate) extra_resources: Option<String>,
+    pub(crate) function_credentials: Option<String>,
 }
 
 /// `patches`: what is done to the XR before it renders.
@@ -84,21 +78,19 @@ pub(crate) struct Inputs {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Patches {
     /// The XRD whose schema defaults are applied.
-    pub xrd: Option<String>,
+    pub(crate) xrd: Option<String>,
     /// Set `spec.writeConnectionSecretToRef`.
-    pub connection_secret: Option<bool>,
-    pub connection_secret_name: Option<String>,
-    pub connection_secret_namespace: Option<String>,
+    pub(crate) connection_secret: Option<bool>,
+    pub(crate) connection_secret_name: Option<String>,
+    pub(crate) connection_secret_namespace: Option<String>,
 }
 
 /// `hooks`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub(crate) struct Hooks {
-    #[serde(default)]
-    pub pre_test: Vec<Hook>,
-    #[serde(default)]
-    pub post_test: Vec<Hook>,
+    pub(crate) pre_test: Vec<Hook>,
+    pub(crate) post_test: Vec<Hook>,
 }
 
 /// One hook: a shell command.
@@ -106,56 +98,53 @@ pub(crate) struct Hooks {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Hook {
     #[serde(default)]
-    pub name: Option<String>,
-    pub run: String,
+    pub(crate) name: Option<String>,
+    pub(crate) run: String,
 }
 
 /// `assertions`, by engine.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub(crate) struct Assertions {
-    #[serde(default)]
-    pub xprin: Vec<XprinAssertion>,
-    #[serde(default)]
-    pub diff: Vec<GoldenAssertion>,
-    #[serde(default)]
-    pub dyff: Vec<GoldenAssertion>,
+    pub(crate) xprin: Vec<XprinAssertion>,
+    pub(crate) diff: Vec<GoldenAssertion>,
+    pub(crate) dyff: Vec<GoldenAssertion>,
 }
 
 /// An assertion of the `xprin` engine.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct XprinAssertion {
-    pub name: String,
+    pub(crate) name: String,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub resource: Option<String>,
+    pub(crate) resource: Option<String>,
     #[serde(default)]
-    pub field: Option<String>,
+    pub(crate) field: Option<String>,
     #[serde(default)]
-    pub operator: Option<String>,
+    pub(crate) operator: Option<String>,
     #[serde(default)]
-    pub value: Option<Value>,
+    pub(crate) value: Option<Value>,
 }
 
 /// A golden-file assertion (`diff` or `dyff`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GoldenAssertion {
-    pub name: String,
-    pub expected: String,
+    pub(crate) name: String,
+    pub(crate) expected: String,
     #[serde(default)]
-    pub resource: Option<String>,
+    pub(crate) resource: Option<String>,
 }
 
 /// A suite read from its file.
 #[derive(Debug, Clone)]
 pub(crate) struct Suite {
     /// The file.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its tests, each merged with `common`.
-    pub tests: Vec<TestCase>,
+    pub(crate) tests: Vec<TestCase>,
 }
 
 impl Suite {
@@ -216,25 +205,14 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
     } else {
         (c.xr.clone(), c.claim.clone())
     };
-    let map_or = |test: &BTreeMap<String, String>, common: &BTreeMap<String, String>| {
-        if test.is_empty() {
-            common.clone()
-        } else {
-            test.clone()
-        }
-    };
     let inputs = Inputs {
         xr,
         claim,
         composition: t.composition.clone().or(c.composition.clone()),
         functions: t.functions.clone().or(c.functions.clone()),
         crds: t.crds.clone().or(c.crds.clone()),
-        context_files: map_or(&t.context_files, &c.context_files),
-        context_values: if t.context_values.is_empty() {
-            c.context_values.clone()
-        } else {
-            t.context_values.clone()
-        },
+        context_files: or_common(&t.context_files, &c.context_files),
+        context_values: or_common(&t.context_values, &c.context_values),
         observed_resources: t
             .observed_resources
             .clone()
@@ -258,34 +236,15 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
             .clone()
             .or(cp.connection_secret_namespace.clone()),
     };
-    let list_or = |test: &Vec<Hook>, common: &Vec<Hook>| {
-        if test.is_empty() {
-            common.clone()
-        } else {
-            test.clone()
-        }
-    };
     let hooks = Hooks {
-        pre_test: list_or(&test.hooks.pre_test, &common.hooks.pre_test),
-        post_test: list_or(&test.hooks.post_test, &common.hooks.post_test),
+        pre_test: or_common(&test.hooks.pre_test, &common.hooks.pre_test),
+        post_test: or_common(&test.hooks.post_test, &common.hooks.post_test),
     };
     let (ca, ta) = (&common.assertions, &test.assertions);
     let assertions = Assertions {
-        xprin: if ta.xprin.is_empty() {
-            ca.xprin.clone()
-        } else {
-            ta.xprin.clone()
-        },
-        diff: if ta.diff.is_empty() {
-            ca.diff.clone()
-        } else {
-            ta.diff.clone()
-        },
-        dyff: if ta.dyff.is_empty() {
-            ca.dyff.clone()
-        } else {
-            ta.dyff.clone()
-        },
+        xprin: or_common(&ta.xprin, &ca.xprin),
+        diff: or_common(&ta.diff, &ca.diff),
+        dyff: or_common(&ta.dyff, &ca.dyff),
     };
     TestCase {
         name: test.name.clone(),
@@ -294,6 +253,18 @@ fn merge(common: &Common, test: &TestCase) -> TestCase {
         patches,
         hooks,
         assertions,
+    }
+}
+
+/// A test's list or map, or `common`'s where the test's is empty.
+fn or_common<C: Clone>(test: &C, common: &C) -> C
+where
+    for<'a> &'a C: IntoIterator,
+{
+    if test.into_iter().next().is_none() {
+        common.clone()
+    } else {
+        test.clone()
     }
 }
 

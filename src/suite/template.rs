@@ -40,13 +40,13 @@ pub(crate) fn restore(text: &str) -> String {
 /// What a test produced, as paths: `.Outputs` (and `.Tests.ID.Outputs`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Outputs {
-    pub xr: Option<PathBuf>,
-    pub render: Option<PathBuf>,
-    pub validate: Option<PathBuf>,
-    pub assertions: Option<PathBuf>,
-    pub render_count: usize,
+    pub(crate) xr: Option<PathBuf>,
+    pub(crate) render: Option<PathBuf>,
+    pub(crate) validate: Option<PathBuf>,
+    pub(crate) assertions: Option<PathBuf>,
+    pub(crate) render_count: usize,
     /// Each rendered object's file by `Kind/name`.
-    pub rendered: BTreeMap<String, PathBuf>,
+    pub(crate) rendered: BTreeMap<String, PathBuf>,
 }
 
 impl Outputs {
@@ -85,12 +85,12 @@ impl Outputs {
 /// The values templates are expanded with.
 #[derive(Debug, Default)]
 pub(crate) struct Vars<'a> {
-    pub repositories: Option<&'a BTreeMap<String, String>>,
+    pub(crate) repositories: Option<&'a BTreeMap<String, String>>,
     /// `.Inputs.X` by X (`XR`, `Composition`, `ObservedResources`, …).
-    pub inputs: Option<&'a BTreeMap<String, String>>,
-    pub outputs: Option<&'a Outputs>,
+    pub(crate) inputs: Option<&'a BTreeMap<String, String>>,
+    pub(crate) outputs: Option<&'a Outputs>,
     /// Outputs of earlier tests with an id.
-    pub tests: Option<&'a HashMap<String, Outputs>>,
+    pub(crate) tests: Option<&'a HashMap<String, Outputs>>,
 }
 
 impl Vars<'_> {

@@ -443,6 +443,19 @@ pub fn echo_image(registry: &Registry, name: &str) -> String {
         .reference
 }
 
+/// Pushes `name`, busybox running `script` under `/bin/sh -c`, to
+/// `registry`; returns its reference. A warm container's function is
+/// started ahead of its call: a script whose processes a test looks for
+/// reads its input first and spells the command line looked for only once
+/// run (`n=36; sleep ${n}11` is looked for as `sleep 3611`).
+pub fn script_image(registry: &Registry, name: &str, script: &str) -> String {
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sh", "-c", script])
+        .push(registry, name)
+        .reference
+}
+
 /// An image whose function reads its input, then sleeps for `seconds` (a
 /// marker to find its process by) without a shell in between: the
 /// container's init is then `sleep`. The marker is spelled only once run

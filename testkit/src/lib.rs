@@ -57,7 +57,8 @@ pub use dial::*;
 pub use format::Format;
 pub use function_server::{function_server_binary, function_server_image, FunctionServer};
 pub use image::{
-    echo_image, foreign_arch, host_arch, sleeper_image, ImageBuilder, IndexBuilder, PushedImage,
+    echo_image, foreign_arch, host_arch, script_image, sleeper_image, ImageBuilder, IndexBuilder,
+    PushedImage,
 };
 pub use layer::{pseudo_random_bytes, sha256_digest, Compression, Layer};
 pub use proc::*;

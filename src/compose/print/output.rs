@@ -30,11 +30,11 @@ pub(crate) const RENDER_API_VERSION: &str = "render.crossplane.io/v1beta1";
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Event {
     /// `Normal` or `Warning`.
-    pub warning: bool,
+    pub(crate) warning: bool,
     /// Why.
-    pub reason: String,
+    pub(crate) reason: String,
     /// What.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Event {
@@ -123,19 +123,19 @@ const REASON_NAMESPACE: &str = "NamespaceOverridden";
 /// Everything a composition render's output is made of.
 pub(crate) struct CompositeOutput<'a> {
     /// The XR as the pipeline saw it (uid, composite label, defaults).
-    pub xr: &'a Value,
+    pub(crate) xr: &'a Value,
     /// The XR as given (for `-x`).
-    pub input_xr: &'a Value,
+    pub(crate) input_xr: &'a Value,
     /// Where its Crossplane fields live.
-    pub schema: XrSchema,
+    pub(crate) schema: XrSchema,
     /// The Composition's name, and the revision's if one was given.
-    pub composition: (&'a str, Option<&'a str>),
+    pub(crate) composition: (&'a str, Option<&'a str>),
     /// The observed composed resources.
-    pub observed: &'a Observed,
+    pub(crate) observed: &'a Observed,
     /// What the pipeline produced.
-    pub outcome: &'a Outcome,
+    pub(crate) outcome: &'a Outcome,
     /// What to print.
-    pub options: OutputOptions,
+    pub(crate) options: OutputOptions,
 }
 
 impl CompositeOutput<'_> {

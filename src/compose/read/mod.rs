@@ -40,51 +40,51 @@ pub(crate) struct RenderInputs {
     /// or `OPERATION FUNCTIONS` (which it is, is read from this file's
     /// kind): the XR (or several, a multi-document file), or an Operation,
     /// CronOperation or WatchOperation.
-    pub xr_or_operation: PathBuf,
+    pub(crate) xr_or_operation: PathBuf,
     /// More XR files (`--xr`, repeatable), rendered after the first file's
     /// XRs with the same Composition and Functions.
-    pub more_xrs: Vec<PathBuf>,
+    pub(crate) more_xrs: Vec<PathBuf>,
     /// The Composition (or CompositionRevision) for XRs; the Functions for
     /// an Operation.
-    pub composition_or_functions: Option<PathBuf>,
+    pub(crate) composition_or_functions: Option<PathBuf>,
     /// The Functions for XRs.
-    pub functions: Option<PathBuf>,
+    pub(crate) functions: Option<PathBuf>,
     /// `-o`: observed composed resources.
-    pub observed_resources: Option<PathBuf>,
+    pub(crate) observed_resources: Option<PathBuf>,
     /// `-e` (and `--extra-resources`), repeatable.
-    pub required_resources: Vec<PathBuf>,
+    pub(crate) required_resources: Vec<PathBuf>,
     /// `-s`: a directory of OpenAPI v3 documents.
-    pub required_schemas: Option<PathBuf>,
+    pub(crate) required_schemas: Option<PathBuf>,
     /// `--xrd`.
-    pub xrd: Option<PathBuf>,
+    pub(crate) xrd: Option<PathBuf>,
     /// The XR input is a claim even with no XRD saying so (`xfn test`'s
     /// `claim:` input); otherwise only the XRD's `spec.claimNames` makes an
     /// object of another kind than the Composition's a claim.
-    pub claim: bool,
+    pub(crate) claim: bool,
     /// `-w`: a WatchOperation's watched resource.
-    pub watched_resource: Option<PathBuf>,
+    pub(crate) watched_resource: Option<PathBuf>,
     /// `--function-credentials`.
-    pub function_credentials: Option<PathBuf>,
+    pub(crate) function_credentials: Option<PathBuf>,
     /// `-a KEY=VALUE`, repeatable: set on every Function's annotations,
     /// in order (a later one for the same key wins, all over the
     /// Functions' own).
-    pub function_annotations: Vec<(String, String)>,
+    pub(crate) function_annotations: Vec<(String, String)>,
     /// `--context-files key=file`: a context field read from a JSON or
     /// YAML file.
-    pub context_files: Vec<(String, PathBuf)>,
+    pub(crate) context_files: Vec<(String, PathBuf)>,
     /// `--context-values key=value`: a context field, JSON or YAML text
     /// (these win over the files).
-    pub context_values: Vec<(String, String)>,
+    pub(crate) context_values: Vec<(String, String)>,
     /// What to print.
-    pub output: OutputOptions,
+    pub(crate) output: OutputOptions,
     /// `--iterations N`: render an XR up to N times, each time observing
     /// what the previous render composed, until its output is stable (0
     /// and 1: once).
-    pub iterations: u32,
+    pub(crate) iterations: u32,
     /// `--nested-composition FILE`, repeatable: a composed resource of a
     /// type one of these composes is itself an XR, rendered through it
     /// (recursively) after the XR that composed it.
-    pub nested_compositions: Vec<PathBuf>,
+    pub(crate) nested_compositions: Vec<PathBuf>,
 }
 
 /// Where a render's Functions are read from, and the steps that use them.

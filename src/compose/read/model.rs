@@ -25,7 +25,7 @@ pub(crate) fn group(api_version: &str) -> &str {
 #[derive(Debug, Clone)]
 pub(crate) struct Composite {
     /// The object.
-    pub object: Value,
+    pub(crate) object: Value,
 }
 
 impl Composite {
@@ -62,20 +62,20 @@ impl Composite {
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct PipelineStep {
     /// The step's name.
-    pub step: String,
+    pub(crate) step: String,
     /// Which Function runs it.
     #[serde(rename = "functionRef")]
-    pub function_ref: FunctionRef,
+    pub(crate) function_ref: FunctionRef,
     /// The step's input object.
     #[serde(default)]
-    pub input: Option<Value>,
+    pub(crate) input: Option<Value>,
     /// Credentials the step is given.
     #[serde(default)]
-    pub credentials: Vec<StepCredentials>,
+    pub(crate) credentials: Vec<StepCredentials>,
     /// Resources and schemas the step gets on its first call (bootstrap
     /// requirements), besides those it asks for.
     #[serde(default)]
-    pub requirements: Option<StepRequirements>,
+    pub(crate) requirements: Option<StepRequirements>,
 }
 
 /// `requirements` of a pipeline step.
@@ -84,10 +84,10 @@ pub(crate) struct PipelineStep {
 pub(crate) struct StepRequirements {
     /// Resources, by requirement name.
     #[serde(default)]
-    pub required_resources: Vec<RequiredResourceSelector>,
+    pub(crate) required_resources: Vec<RequiredResourceSelector>,
     /// Schemas, by requirement name.
     #[serde(default)]
-    pub required_schemas: Vec<RequiredSchemaSelector>,
+    pub(crate) required_schemas: Vec<RequiredSchemaSelector>,
 }
 
 /// One `requirements.requiredResources[]` entry.
@@ -95,20 +95,20 @@ pub(crate) struct StepRequirements {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RequiredResourceSelector {
     /// The name the function sees them under.
-    pub requirement_name: String,
+    pub(crate) requirement_name: String,
     /// apiVersion of the resources.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// kind of the resources.
-    pub kind: String,
+    pub(crate) kind: String,
     /// One resource by name...
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// ...or all with these labels.
     #[serde(default)]
-    pub match_labels: Option<std::collections::BTreeMap<String, String>>,
+    pub(crate) match_labels: Option<std::collections::BTreeMap<String, String>>,
     /// In this namespace.
     #[serde(default)]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
 }
 
 /// One `requirements.requiredSchemas[]` entry.
@@ -116,31 +116,31 @@ pub(crate) struct RequiredResourceSelector {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RequiredSchemaSelector {
     /// The name the function sees it under.
-    pub requirement_name: String,
+    pub(crate) requirement_name: String,
     /// apiVersion of the kind.
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// The kind.
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 /// `functionRef`.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct FunctionRef {
     /// The Function's `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// One `credentials[]` entry of a step.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct StepCredentials {
     /// The name the function sees them under.
-    pub name: String,
+    pub(crate) name: String,
     /// Only `Secret` exists.
     #[serde(default)]
-    pub source: String,
+    pub(crate) source: String,
     /// The Secret.
     #[serde(rename = "secretRef", default)]
-    pub secret_ref: Option<SecretRef>,
+    pub(crate) secret_ref: Option<SecretRef>,
 }
 
 /// A reference to a Secret.
@@ -148,25 +148,25 @@ pub(crate) struct StepCredentials {
 pub(crate) struct SecretRef {
     /// Namespace.
     #[serde(default)]
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// One step of an alpha Composition (`spec.functions[]`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct AlphaFunction {
     /// The step's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Only `Container` exists.
     #[serde(rename = "type", default)]
-    pub kind: String,
+    pub(crate) kind: String,
     /// The config object given to the function.
     #[serde(default)]
-    pub config: Option<Value>,
+    pub(crate) config: Option<Value>,
     /// How to run the container.
     #[serde(default)]
-    pub container: Option<ContainerSpec>,
+    pub(crate) container: Option<ContainerSpec>,
 }
 
 /// `container` of an alpha function.
@@ -174,22 +174,22 @@ pub(crate) struct AlphaFunction {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ContainerSpec {
     /// OCI reference.
-    pub image: String,
+    pub(crate) image: String,
     /// IfNotPresent (default), Always or Never.
     #[serde(default)]
-    pub image_pull_policy: Option<String>,
+    pub(crate) image_pull_policy: Option<String>,
     /// Go duration; 20s when unset.
     #[serde(default)]
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// `network.policy`.
     #[serde(default)]
-    pub network: Option<NetworkSpec>,
+    pub(crate) network: Option<NetworkSpec>,
     /// `resources.limits`.
     #[serde(default)]
-    pub resources: Option<ResourcesSpec>,
+    pub(crate) resources: Option<ResourcesSpec>,
     /// `runner.endpoint`.
     #[serde(default)]
-    pub runner: Option<RunnerSpec>,
+    pub(crate) runner: Option<RunnerSpec>,
 }
 
 /// `container.network`.
@@ -197,7 +197,7 @@ pub(crate) struct ContainerSpec {
 pub(crate) struct NetworkSpec {
     /// Isolated or Runner.
     #[serde(default)]
-    pub policy: Option<String>,
+    pub(crate) policy: Option<String>,
 }
 
 /// `container.resources`.
@@ -205,7 +205,7 @@ pub(crate) struct NetworkSpec {
 pub(crate) struct ResourcesSpec {
     /// `limits`.
     #[serde(default)]
-    pub limits: Option<LimitsSpec>,
+    pub(crate) limits: Option<LimitsSpec>,
 }
 
 /// `container.resources.limits`.
@@ -213,10 +213,10 @@ pub(crate) struct ResourcesSpec {
 pub(crate) struct LimitsSpec {
     /// CPU quantity.
     #[serde(default)]
-    pub cpu: Option<String>,
+    pub(crate) cpu: Option<String>,
     /// Memory quantity.
     #[serde(default)]
-    pub memory: Option<String>,
+    pub(crate) memory: Option<String>,
 }
 
 /// `container.runner`.
@@ -224,7 +224,7 @@ pub(crate) struct LimitsSpec {
 pub(crate) struct RunnerSpec {
     /// gRPC endpoint of the runner daemon.
     #[serde(default)]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
 }
 
 /// What a Composition asks for.
@@ -242,11 +242,11 @@ pub(crate) enum Pipeline {
 pub(crate) struct Composition {
     /// The Composition's name (a revision's `crossplane.io/composition-name`
     /// label, else its name without the hash suffix).
-    pub name: String,
+    pub(crate) name: String,
     /// The revision's name, when a CompositionRevision was given.
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     /// The steps.
-    pub pipeline: Pipeline,
+    pub(crate) pipeline: Pipeline,
 }
 
 /// The label naming a CompositionRevision's Composition.
@@ -406,31 +406,31 @@ pub(crate) enum RuntimeKind {
 #[derive(Debug, Clone)]
 pub(crate) struct Function {
     /// `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
     /// `spec.package`.
-    pub package: String,
+    pub(crate) package: String,
     /// From `render.crossplane.io/runtime`.
-    pub runtime: RuntimeKind,
+    pub(crate) runtime: RuntimeKind,
     /// `render.crossplane.io/runtime-docker-pull-policy` (or
     /// `spec.packagePullPolicy`), if any.
-    pub pull_policy: Option<String>,
+    pub(crate) pull_policy: Option<String>,
     /// `render.crossplane.io/runtime-docker-image`: the image to run
     /// instead of `spec.package`, if any.
-    pub image_override: Option<String>,
+    pub(crate) image_override: Option<String>,
     /// `render.crossplane.io/runtime-docker-env`: `KEY=VALUE,...` set in
     /// the server's environment (pairs without `=` are ignored, as in
     /// Crossplane).
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// Egress, as upstream gives every function server (a Docker network):
     /// the server shares the host's network, listening on a loopback port
     /// xfn picks. `render.crossplane.io/runtime-docker-network: none` gives
     /// it a network namespace of its own, with no network at all.
-    pub host_network: bool,
+    pub(crate) host_network: bool,
     /// `render.crossplane.io/runtime-docker-cleanup: Orphan` with
     /// `render.crossplane.io/runtime-docker-name` (default: the Function's
     /// name): the server is kept running after the render, under this name,
     /// and the next render that names it reuses it.
-    pub keep: Option<String>,
+    pub(crate) keep: Option<String>,
 }
 
 impl Function {

@@ -25,9 +25,9 @@ pub(crate) const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";
 pub(crate) struct Operation {
     /// The Operation object (from a CronOperation or WatchOperation: the
     /// one its template makes).
-    pub object: Value,
+    pub(crate) object: Value,
     /// Its pipeline.
-    pub steps: Vec<PipelineStep>,
+    pub(crate) steps: Vec<PipelineStep>,
 }
 
 /// Whether `object` is an Operation, CronOperation or WatchOperation.

@@ -37,7 +37,7 @@ impl XrSchema {
 #[derive(Debug, Clone)]
 pub(crate) struct Xrd {
     /// The XR shape it implies.
-    pub schema: XrSchema,
+    pub(crate) schema: XrSchema,
     /// The object.
     object: Value,
 }

@@ -55,19 +55,19 @@ pub(crate) trait FunctionCaller: Send + Sync {
 /// Everything a v1 pipeline run needs.
 pub(crate) struct V1Pipeline<'a> {
     /// The Composition's steps.
-    pub steps: &'a [PipelineStep],
+    pub(crate) steps: &'a [PipelineStep],
     /// A caller per Function name.
-    pub callers: &'a HashMap<String, Arc<dyn FunctionCaller>>,
+    pub(crate) callers: &'a HashMap<String, Arc<dyn FunctionCaller>>,
     /// The XR and observed composed resources; none for an Operation.
-    pub observed: Option<&'a Observed>,
+    pub(crate) observed: Option<&'a Observed>,
     /// Resources a step may require (`-e`).
-    pub required: &'a [Value],
+    pub(crate) required: &'a [Value],
     /// OpenAPI v3 documents schema requirements are answered from (`-s`).
-    pub schemas: &'a [Value],
+    pub(crate) schemas: &'a [Value],
     /// Secrets steps may take credentials from.
-    pub credentials: &'a [Value],
+    pub(crate) credentials: &'a [Value],
     /// The context the first step sees.
-    pub context: Option<Value>,
+    pub(crate) context: Option<Value>,
 }
 
 /// Adds what a step's last call asked for to the pipeline's requirements

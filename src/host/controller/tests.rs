@@ -479,6 +479,55 @@ fn ca_secret(ca: &Ca) -> Value {
     )
 }
 
+/// The revision's server Secret as stored: a certificate for the
+/// Function's names from `issuer`, its key, and `issuer`'s certificate.
+fn stored_server_secret(issuer: &Ca) -> Value {
+    let issued = issue_server_certificate(
+        "crossplane-root-ca",
+        &issuer.cert,
+        &issuer.key,
+        &dns_names(FUNCTION, NS),
+    )
+    .unwrap();
+    secret(
+        &server_secret(),
+        &[
+            ("tls.crt", issued.cert_pem.as_bytes()),
+            ("tls.key", issued.key_pem.as_bytes()),
+            ("ca.crt", &issuer.cert),
+        ],
+    )
+}
+
+/// The list of the Function's revisions, answered with `items`.
+fn revisions(items: Vec<Value>) -> Exchange {
+    exchange("GET", REVISIONS_PATH, 200, revision_list(items))
+}
+
+/// What a reconcile of the hosted Function reads, up to its server
+/// Secret: the Function, its Active revision at its endpoint, its Service,
+/// the CA Secret (`ca`) and the server Secret (`stored`).
+fn hosted_reads(ca: &Ca, stored: Value) -> Vec<Exchange> {
+    vec![
+        exchange("GET", function_path(), 200, function(false)),
+        revisions(vec![revision(
+            REVISION,
+            PACKAGE,
+            1,
+            "Active",
+            Some(ENDPOINT),
+        )]),
+        exchange("GET", service_path(), 200, service_as_stored(ours())),
+        ca_get(ca),
+        exchange("GET", secret_path(&server_secret()), 200, stored),
+    ]
+}
+
+/// The CA Secret, answered with `ca`.
+fn ca_get(ca: &Ca) -> Exchange {
+    exchange("GET", secret_path("crossplane-root-ca"), 200, ca_secret(ca))
+}
+
 /// Verify `cert_pem` as a TLS client dialling `name` and trusting only `ca`
 /// would (chain, validity, server auth, the name).
 fn verify(ca_pem: &[u8], cert_pem: &[u8], name: &str) -> Result<(), rustls::Error> {
@@ -605,20 +654,10 @@ async fn a_new_active_revision_gets_a_service_a_certificate_an_endpoint_and_is_h
     let ca = crossplane_ca();
     let conversation = Conversation::new(vec![
         exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![revision(REVISION, PACKAGE, 1, "Active", None)]),
-        ),
+        revisions(vec![revision(REVISION, PACKAGE, 1, "Active", None)]),
         exchange("GET", service_path(), 404, not_found()),
         exchange("PATCH", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
+        ca_get(&ca),
         exchange("GET", secret_path(&server_secret()), 404, not_found()),
         exchange(
             "PATCH",
@@ -705,45 +744,10 @@ async fn a_new_active_revision_gets_a_service_a_certificate_an_endpoint_and_is_h
 #[tokio::test]
 async fn re_reconciling_a_hosted_function_writes_nothing() {
     let ca = crossplane_ca();
-    let issued = issue_server_certificate(
-        "crossplane-root-ca",
-        &ca.cert,
-        &ca.key,
-        &dns_names(FUNCTION, NS),
-    )
-    .unwrap();
-    let stored = secret(
-        &server_secret(),
-        &[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-            ("ca.crt", &ca.cert),
-        ],
-    );
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![revision(
-                REVISION,
-                PACKAGE,
-                1,
-                "Active",
-                Some(ENDPOINT),
-            )]),
-        ),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
-        exchange("GET", secret_path(&server_secret()), 200, stored),
-        default_config(),
-    ]);
+    let stored = stored_server_secret(&ca);
+    let mut exchanges = hosted_reads(&ca, stored);
+    exchanges.push(default_config());
+    let conversation = Conversation::new(exchanges);
     let (reconciler, catalog) = reconciler(&conversation);
 
     reconciler.reconcile(FUNCTION).await.unwrap();
@@ -761,51 +765,16 @@ async fn re_reconciling_a_hosted_function_writes_nothing() {
 async fn a_certificate_from_another_ca_is_issued_again() {
     let old = crossplane_ca();
     let ca = crossplane_ca();
-    let issued = issue_server_certificate(
-        "crossplane-root-ca",
-        &old.cert,
-        &old.key,
-        &dns_names(FUNCTION, NS),
-    )
-    .unwrap();
-    let stored = secret(
-        &server_secret(),
-        &[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-            ("ca.crt", &old.cert),
-        ],
-    );
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![revision(
-                REVISION,
-                PACKAGE,
-                1,
-                "Active",
-                Some(ENDPOINT),
-            )]),
-        ),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
-        exchange("GET", secret_path(&server_secret()), 200, stored),
-        exchange(
-            "PATCH",
-            secret_path(&server_secret()),
-            200,
-            secret(&server_secret(), &[]),
-        ),
-        default_config(),
-    ]);
+    let stored = stored_server_secret(&old);
+    let mut exchanges = hosted_reads(&ca, stored);
+    exchanges.push(exchange(
+        "PATCH",
+        secret_path(&server_secret()),
+        200,
+        secret(&server_secret(), &[]),
+    ));
+    exchanges.push(default_config());
+    let conversation = Conversation::new(exchanges);
     let (reconciler, _) = reconciler(&conversation);
 
     reconciler.reconcile(FUNCTION).await.unwrap();
@@ -819,41 +788,17 @@ async fn a_certificate_from_another_ca_is_issued_again() {
 #[tokio::test]
 async fn an_upgrade_hosts_the_newly_active_revisions_package_at_its_endpoint() {
     let ca = crossplane_ca();
-    let issued = issue_server_certificate(
-        "crossplane-root-ca",
-        &ca.cert,
-        &ca.key,
-        &dns_names(FUNCTION, NS),
-    )
-    .unwrap();
-    let stored = secret(
-        &server_secret(),
-        &[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-            ("ca.crt", &ca.cert),
-        ],
-    );
+    let stored = stored_server_secret(&ca);
     let new_package = "xpkg.crossplane.io/crossplane-contrib/function-patch-and-transform:v0.9.0";
     let new_revision = "function-patch-and-transform-77c0e9d4b512";
     let conversation = Conversation::new(vec![
         exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![
-                revision(REVISION, PACKAGE, 1, "Inactive", Some(ENDPOINT)),
-                revision(new_revision, new_package, 2, "Active", None),
-            ]),
-        ),
+        revisions(vec![
+            revision(REVISION, PACKAGE, 1, "Inactive", Some(ENDPOINT)),
+            revision(new_revision, new_package, 2, "Active", None),
+        ]),
         exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
+        ca_get(&ca),
         exchange("GET", secret_path(&server_secret()), 200, stored),
         exchange(
             "PATCH",
@@ -875,18 +820,13 @@ async fn an_upgrade_hosts_the_newly_active_revisions_package_at_its_endpoint() {
 async fn a_revision_becoming_inactive_unhosts_the_function_and_deletes_its_service() {
     let conversation = Conversation::new(vec![
         exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![revision(
-                REVISION,
-                PACKAGE,
-                1,
-                "Inactive",
-                Some(ENDPOINT),
-            )]),
-        ),
+        revisions(vec![revision(
+            REVISION,
+            PACKAGE,
+            1,
+            "Inactive",
+            Some(ENDPOINT),
+        )]),
         exchange("GET", service_path(), 200, service_as_stored(ours())),
         exchange("DELETE", service_path(), 200, service_as_stored(ours())),
     ]);
@@ -970,18 +910,13 @@ async fn a_service_another_controller_made_is_never_deleted() {
 async fn a_missing_ca_is_an_error_naming_the_secret_and_hosts_nothing() {
     let conversation = Conversation::new(vec![
         exchange("GET", function_path(), 200, function(false)),
-        exchange(
-            "GET",
-            REVISIONS_PATH,
-            200,
-            revision_list(vec![revision(
-                REVISION,
-                PACKAGE,
-                1,
-                "Active",
-                Some(ENDPOINT),
-            )]),
-        ),
+        revisions(vec![revision(
+            REVISION,
+            PACKAGE,
+            1,
+            "Active",
+            Some(ENDPOINT),
+        )]),
         exchange("GET", service_path(), 200, service_as_stored(ours())),
         exchange("GET", secret_path("crossplane-root-ca"), 404, not_found()),
     ]);

@@ -12,19 +12,19 @@ pub(crate) const DEFAULT_RUNNER_ENDPOINT: &str = "unix-abstract:crossplane/fn/de
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ContainerConfig {
     /// OCI reference.
-    pub image: String,
+    pub(crate) image: String,
     /// IfNotPresent, Always or Never.
-    pub pull_policy: String,
+    pub(crate) pull_policy: String,
     /// Kill it after this long.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Isolated or Runner.
-    pub network: String,
+    pub(crate) network: String,
     /// CPU limit quantity.
-    pub cpu: String,
+    pub(crate) cpu: String,
     /// Memory limit quantity.
-    pub memory: String,
+    pub(crate) memory: String,
     /// The runner daemon's endpoint.
-    pub endpoint: String,
+    pub(crate) endpoint: String,
 }
 
 impl ContainerConfig {

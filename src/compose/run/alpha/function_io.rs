@@ -24,26 +24,26 @@ pub(crate) struct FunctionIo {
         default,
         skip_serializing_if = "String::is_empty"
     )]
-    pub api_version: String,
+    pub(crate) api_version: String,
     /// `FunctionIO`; accepted absent.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// The step's config object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<Value>,
+    pub(crate) config: Option<Value>,
     /// The observed state.
     #[serde(default, deserialize_with = "nullable")]
-    pub observed: ObservedState,
+    pub(crate) observed: ObservedState,
     /// The desired state so far.
     #[serde(default, deserialize_with = "nullable")]
-    pub desired: DesiredState,
+    pub(crate) desired: DesiredState,
     /// The results so far.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub results: Vec<AlphaResult>,
+    pub(crate) results: Vec<AlphaResult>,
 }
 
 /// `observed`.
@@ -51,14 +51,14 @@ pub(crate) struct FunctionIo {
 pub(crate) struct ObservedState {
     /// The XR.
     #[serde(default)]
-    pub composite: ObservedComposite,
+    pub(crate) composite: ObservedComposite,
     /// Composed resources.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub resources: Vec<ObservedResource>,
+    pub(crate) resources: Vec<ObservedResource>,
 }
 
 /// `observed.composite`.
@@ -67,14 +67,14 @@ pub(crate) struct ObservedState {
 pub(crate) struct ObservedComposite {
     /// The object.
     #[serde(default)]
-    pub resource: Value,
+    pub(crate) resource: Value,
     /// Its connection details.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub connection_details: Vec<Value>,
+    pub(crate) connection_details: Vec<Value>,
 }
 
 /// `observed.resources[]`.
@@ -82,17 +82,17 @@ pub(crate) struct ObservedComposite {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ObservedResource {
     /// Composition resource name.
-    pub name: String,
+    pub(crate) name: String,
     /// The object.
     #[serde(default)]
-    pub resource: Value,
+    pub(crate) resource: Value,
     /// Its connection details.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub connection_details: Vec<Value>,
+    pub(crate) connection_details: Vec<Value>,
 }
 
 /// `desired`.
@@ -100,14 +100,14 @@ pub(crate) struct ObservedResource {
 pub(crate) struct DesiredState {
     /// The desired XR.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub composite: Option<ObservedComposite>,
+    pub(crate) composite: Option<ObservedComposite>,
     /// Desired composed resources.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub resources: Vec<DesiredResource>,
+    pub(crate) resources: Vec<DesiredResource>,
 }
 
 /// `desired.resources[]`.
@@ -115,24 +115,24 @@ pub(crate) struct DesiredState {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DesiredResource {
     /// Composition resource name.
-    pub name: String,
+    pub(crate) name: String,
     /// The object; `null` means delete.
     #[serde(default)]
-    pub resource: Value,
+    pub(crate) resource: Value,
     /// Connection details to publish.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub connection_details: Vec<Value>,
+    pub(crate) connection_details: Vec<Value>,
     /// How to tell it is ready.
     #[serde(
         default,
         deserialize_with = "nullable",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub readiness_checks: Vec<ReadinessCheck>,
+    pub(crate) readiness_checks: Vec<ReadinessCheck>,
 }
 
 /// `readinessChecks[]`.
@@ -141,19 +141,19 @@ pub(crate) struct DesiredResource {
 pub(crate) struct ReadinessCheck {
     /// MatchString, MatchInteger, NonEmpty, None or MatchCondition.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// Dotted path into the observed resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field_path: Option<String>,
+    pub(crate) field_path: Option<String>,
     /// For MatchString.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_string: Option<String>,
+    pub(crate) match_string: Option<String>,
     /// For MatchInteger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_integer: Option<i64>,
+    pub(crate) match_integer: Option<i64>,
     /// For MatchCondition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_condition: Option<MatchCondition>,
+    pub(crate) match_condition: Option<MatchCondition>,
 }
 
 /// `matchCondition`.
@@ -161,17 +161,17 @@ pub(crate) struct ReadinessCheck {
 pub(crate) struct MatchCondition {
     /// Condition type.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// Wanted status.
-    pub status: String,
+    pub(crate) status: String,
 }
 
 /// `results[]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub(crate) struct AlphaResult {
     /// Fatal, Warning or Normal.
-    pub severity: String,
+    pub(crate) severity: String,
     /// The message.
     #[serde(default)]
-    pub message: String,
+    pub(crate) message: String,
 }

@@ -18,9 +18,9 @@ use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner, UnknownNetworkPoli
 #[derive(Debug)]
 pub(crate) struct ContainerSteps {
     /// The in-process runner, if xfn could make one.
-    pub runner: Option<Arc<Runner>>,
+    pub(crate) runner: Option<Arc<Runner>>,
     /// Registry and defaults.
-    pub defaults: ContainerDefaults,
+    pub(crate) defaults: ContainerDefaults,
 }
 
 #[async_trait::async_trait(?Send)]

@@ -99,17 +99,17 @@ impl Docker {
 /// What a function server is started from.
 pub(super) struct FunctionServerSpec<'a> {
     /// The Function's name, for errors.
-    pub function: &'a str,
+    pub(crate) function: &'a str,
     /// The in-process runner.
-    pub runner: &'a Runner,
+    pub(crate) runner: &'a Runner,
     /// The image.
-    pub image: &'a str,
+    pub(crate) image: &'a str,
     /// Pull policy, credentials, and the render's timeout.
-    pub config: &'a RunConfig,
+    pub(crate) config: &'a RunConfig,
     /// `runtime-docker-env`.
-    pub env: &'a [String],
+    pub(crate) env: &'a [String],
     /// Egress (any `runtime-docker-network` but `none`).
-    pub host_network: bool,
+    pub(crate) host_network: bool,
 }
 
 /// Starts a function server as `crossplane render` starts it and waits

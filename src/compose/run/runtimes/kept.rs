@@ -39,26 +39,26 @@ use crate::runner::{RunConfig, Runner};
 #[derive(Debug, Clone)]
 pub(crate) struct KeeperCommand {
     /// The xfn binary.
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// Flags before `keep`'s own (`render-servers keep --cache-dir … …`).
-    pub args: Vec<OsString>,
+    pub(crate) args: Vec<OsString>,
     /// The cache dir (where `run/kept/` is).
-    pub cache_dir: PathBuf,
+    pub(crate) cache_dir: PathBuf,
 }
 
 /// What `info.json` says about a kept server.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub(crate) struct KeptInfo {
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// The Function that started it.
-    pub function: String,
+    pub(crate) function: String,
     /// The image it runs.
-    pub image: String,
+    pub(crate) image: String,
     /// The keeper's pid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// When it started (seconds since the epoch).
-    pub started: u64,
+    pub(crate) started: u64,
 }
 
 /// The files of kept server `name` in `cache_dir`.

@@ -38,17 +38,17 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub(crate) struct ContainerDefaults {
     /// Registry for references that name none (for credential lookup).
-    pub default_registry: String,
+    pub(crate) default_registry: String,
     /// Kill a run after this long.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Pull policy of Exec Functions that set none.
-    pub pull_policy: PullPolicy,
+    pub(crate) pull_policy: PullPolicy,
     /// How to start keepers of kept servers (`runtime-docker-cleanup:
     /// Orphan`); without one, kept servers are refused.
-    pub keeper: Option<kept::KeeperCommand>,
+    pub(crate) keeper: Option<kept::KeeperCommand>,
     /// How long a Development runtime's server may take to accept its
     /// first connection (`--development-wait`).
-    pub development_wait: Duration,
+    pub(crate) development_wait: Duration,
 }
 
 /// The callers of a render's Functions, by name. They own the function

@@ -244,6 +244,50 @@ impl Layer {
             .dir("/work", 0o755)
     }
 
+    /// Appends the tree under `dir` as the rootfs (`dir/usr/bin/x` becomes
+    /// `/usr/bin/x`): directories, files and symlinks with their modes, in
+    /// name order (the same tree gives the same digest), owned as set by
+    /// [`Layer::owner`]. Hardlinked files are stored as copies; devices and
+    /// sockets are left out (a runtime makes its own `/dev`).
+    pub fn from_dir(mut self, dir: &std::path::Path) -> Layer {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(current) = pending.pop() {
+            let mut entries: Vec<_> = std::fs::read_dir(&current)
+                .unwrap_or_else(|e| panic!("read {}: {e}", current.display()))
+                .map(|e| e.expect("a directory entry").path())
+                .collect();
+            entries.sort();
+            // Depth first, parents before children: subdirectories are
+            // walked after this directory's own entries, in name order.
+            let mut subdirs = Vec::new();
+            for path in entries {
+                let meta = std::fs::symlink_metadata(&path)
+                    .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+                let name = format!("/{}", path.strip_prefix(dir).unwrap().display());
+                let mode = meta.permissions().mode() & 0o7777;
+                let kind = meta.file_type();
+                self = if kind.is_dir() {
+                    subdirs.push(path);
+                    self.dir(&name, mode)
+                } else if kind.is_symlink() {
+                    let target = std::fs::read_link(&path).expect("read a symlink");
+                    self.symlink(&name, &target.display().to_string())
+                } else if kind.is_file() {
+                    let data = std::fs::read(&path)
+                        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+                    self.file(&name, mode, data)
+                } else if kind.is_fifo() {
+                    self.fifo(&name, mode)
+                } else {
+                    self
+                };
+            }
+            pending.extend(subdirs.into_iter().rev());
+        }
+        self
+    }
+
     /// Entries added after this are owned by `uid:gid`.
     pub fn owner(mut self, uid: u64, gid: u64) -> Layer {
         self.uid = uid;

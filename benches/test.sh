@@ -13,6 +13,11 @@
 #                 outputs for the same checks (in one process, so the
 #                 baseline does not pay an interpreter per case).
 #
+# With VALIDATE=1 each case also validates its render against the XRD
+# (an XRD with a type, a bound and a CEL rule), as xprin runs `crossplane beta validate`
+# after each render when a test gives `crds`: the suite gets `crds:`, the
+# render side runs `xfn validate` per case.
+#
 # Both sides must agree: all 30 cases pass on each (the checks are the
 # suite's assertions). Prints the wall time of each (median of RUNS, default
 # 3) and the ratio; no threshold. The image is pulled before timing.
@@ -66,7 +71,35 @@ printf -- '---\napiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:
 
 # 30 XRs (spec.count 1..5), a suite of 30 tests asserting on each.
 SUITE=$WORK/bench_xprin.yaml
-printf 'common:\n  inputs: {composition: composition.yaml, functions: functions.yaml}\ntests:\n' >"$SUITE"
+VALIDATE=${VALIDATE:-0}
+# The XRD: spec.count typed and bounded, with a CEL rule (the fields
+# Crossplane adds to an XR's spec are kept).
+cat >"$WORK/xrd.yaml" <<'YAML'
+apiVersion: apiextensions.crossplane.io/v1
+kind: CompositeResourceDefinition
+metadata: {name: xbuckets.example.org}
+spec:
+  group: example.org
+  names: {kind: XBucket, plural: xbuckets}
+  versions:
+  - name: v1
+    served: true
+    referenceable: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+            x-kubernetes-validations:
+            - {rule: "self.count <= 5", message: at most 5 buckets}
+            properties:
+              count: {type: integer, minimum: 1}
+YAML
+CRDS=
+[ "$VALIDATE" = 1 ] && CRDS=', crds: [xrd.yaml]'
+printf 'common:\n  inputs: {composition: composition.yaml, functions: functions.yaml%s}\ntests:\n' "$CRDS" >"$SUITE"
 i=1
 while [ "$i" -le "$CASES" ]; do
     count=$(( i % 5 + 1 ))
@@ -121,6 +154,10 @@ while [ "$run" -le "$RUNS" ]; do
     while [ "$i" -le "$CASES" ]; do
         "$XFN" render --cache-dir "$CACHE" -x "$WORK/xr-$i.yaml" "$WORK/composition.yaml" "$WORK/functions.yaml" \
             >"$WORK/out-$i.yaml" 2>"$WORK/render.err" || { cat "$WORK/render.err" >&2; fail "render of case $i failed"; }
+        if [ "$VALIDATE" = 1 ]; then
+            "$XFN" validate "$WORK/xrd.yaml" "$WORK/out-$i.yaml" >"$WORK/validate.out" 2>&1 \
+                || { cat "$WORK/validate.out" >&2; fail "validation of case $i failed"; }
+        fi
         i=$(( i + 1 ))
     done
     passed=$(check_renders)
@@ -134,7 +171,8 @@ suite_passed=$(grep -c -- '^--- PASS: case ' "$WORK/suite.out" || true)
 [ "$passed" = "$CASES" ] || fail "the renders' checks passed $passed of $CASES"
 SUITE_S=$(median <"$WORK/suite.times")
 RENDER_S=$(median <"$WORK/render.times")
-printf '%d cases, both sides %d/%d passed (median of %d runs)\n' "$CASES" "$CASES" "$CASES" "$RUNS"
+printf '%d cases, both sides %d/%d passed (median of %d runs, validation %s)\n' "$CASES" "$CASES" "$CASES" "$RUNS" \
+    "$([ "$VALIDATE" = 1 ] && echo on || echo off)"
 printf '  xfn test (one process)          %8.3f s\n' "$SUITE_S"
 printf '  %d xfn render + the same checks %8.3f s\n' "$CASES" "$RENDER_S"
 printf '  ratio                           %8.1fx\n' "$(echo "$RENDER_S / $SUITE_S" | bc -l)"

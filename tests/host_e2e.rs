@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use support::child::descendants;
+use support::python::{ROOT as PYTHON_ROOT, SDK_VERSION};
 use support::*;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use xfn::proto::v1::function_runner_service_client::FunctionRunnerServiceClient as V1Client;
@@ -30,11 +31,6 @@ use xfn::proto::{v1, v1beta1};
 
 const FUNCTION: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/adapt/function.sh");
 const NS: &str = "crossplane-system";
-/// Where scripts/setup.sh leaves the Debian trixie root with python3,
-/// function-pythonic (`/opt/function-pythonic`) and the SDK
-/// (`/opt/function-sdk`); `XFN_TEST_PYTHONIC_ROOT` overrides it.
-const PYTHON_ROOT: &str = "/var/cache/xfn-test/function-pythonic-0.6.3";
-const SDK_VERSION: &str = "0.15.1";
 
 /// A process's resident memory (VmRSS), in kB.
 fn rss_kb(pid: u32) -> u64 {
@@ -646,19 +642,6 @@ async fn calls_past_the_per_function_bound_wait_and_sigterm_drains_and_stops_eve
     assert!(left.is_empty(), "left running: {left:?}");
 }
 
-/// The Python root, if scripts/setup.sh built it with both function-pythonic
-/// and the SDK.
-fn python_root() -> Option<PathBuf> {
-    let root = PathBuf::from(
-        std::env::var("XFN_TEST_PYTHONIC_ROOT").unwrap_or_else(|_| PYTHON_ROOT.into()),
-    );
-    let pythonic = root.join("opt/function-pythonic/crossplane_function_pythonic-0.6.3.dist-info");
-    let sdk = root.join(format!(
-        "opt/function-sdk/crossplane_function_sdk_python-{SDK_VERSION}.dist-info"
-    ));
-    (pythonic.is_dir() && sdk.is_dir() && root.join("usr/bin/python3").exists()).then_some(root)
-}
-
 /// The Python root as one layer, built once per test binary: everything
 /// but what no function reads (`/usr/share`, `/var`, perl, the chroot
 /// tests' `/tmp`). Uncompressed: gzip of ~200 MB by the unoptimised test build
@@ -669,28 +652,7 @@ fn python_base(root: &Path) -> Layer {
         let started = Instant::now();
         let blob = Layer::new()
             .compression(Compression::None)
-            .tree(
-                root,
-                "/",
-                &[
-                    "tmp",
-                    "dev",
-                    "proc",
-                    "sys",
-                    "run",
-                    "root",
-                    "home",
-                    "var",
-                    "usr/share",
-                    "usr/bin/perl",
-                    "usr/bin/perl5.40.1",
-                    "usr/bin/sqv",
-                    "usr/lib/apt",
-                    "usr/lib/python3.13/test",
-                    "usr/lib/x86_64-linux-gnu/gconv",
-                    "usr/lib/x86_64-linux-gnu/perl-base",
-                ],
-            )
+            .tree(root, "/", support::python::LEAVE_OUT)
             .blob(Format::Oci);
         eprintln!(
             "the Python root as one layer: {} MB, built in {:?}",
@@ -939,7 +901,7 @@ fn assert_pythonic_answered(response: &v1::RunFunctionResponse) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_functions_of_three_kinds_are_hosted_at_once_each_only_under_its_own_names() {
-    let Some(root) = python_root() else {
+    let Some(root) = support::python::root(true) else {
         eprintln!(
             "\n*** SKIPPED: no Python root with function-pythonic 0.6.3 and \
              crossplane-function-sdk-python {SDK_VERSION} at {PYTHON_ROOT} \

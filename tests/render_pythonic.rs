@@ -8,18 +8,17 @@
 //!
 //! Needs: function-pythonic 0.6.3 on Python >= 3.12, which Debian bookworm
 //! lacks: scripts/setup.sh builds a Debian trixie root with python3 and the
-//! wheels at [`PYTHONIC_ROOT`] (or `XFN_TEST_PYTHONIC_ROOT`), run by chroot
+//! wheels at `xfn_testkit::python::ROOT` (or `XFN_TEST_PYTHONIC_ROOT`), run by chroot
 //! (root). Without it the test says loudly that it skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use xfn_testkit::python::ROOT as PYTHONIC_ROOT;
 use xfn_testkit::xfn_command;
 
-/// Where scripts/setup.sh leaves the trixie root with function-pythonic.
-const PYTHONIC_ROOT: &str = "/var/cache/xfn-test/function-pythonic-0.6.3";
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pythonic/examples");
 
 /// What is expected of each example other than agreement.
@@ -34,18 +33,6 @@ fn expectation(example: &str) -> Option<&'static str> {
              xfn refuses it as crossplane render's CheckObservedResources does",
         ),
         _ => None,
-    }
-}
-
-fn pythonic_root() -> Option<PathBuf> {
-    let root = PathBuf::from(
-        std::env::var("XFN_TEST_PYTHONIC_ROOT").unwrap_or_else(|_| PYTHONIC_ROOT.into()),
-    );
-    let wheel = root.join("opt/function-pythonic/crossplane_function_pythonic-0.6.3.dist-info");
-    if wheel.is_dir() && root.join("usr/bin/python3").exists() {
-        Some(root)
-    } else {
-        None
     }
 }
 
@@ -269,7 +256,7 @@ fn normalise(docs: Vec<Value>, peer: bool) -> Vec<Value> {
 
 #[test]
 fn function_pythonics_examples_render_as_function_pythonics_own_renderer_renders_them() {
-    let Some(root) = pythonic_root() else {
+    let Some(root) = xfn_testkit::python::root(false) else {
         eprintln!(
             "\n*** SKIPPED: no function-pythonic 0.6.3 on Python >= 3.12 at {PYTHONIC_ROOT} \
              (XFN_TEST_PYTHONIC_ROOT): run scripts/setup.sh as root ***\n"

@@ -7,6 +7,7 @@
 //! Needs: crun, docker-registry, busybox-static (the Exec test); python3
 //! with junitparser (scripts/setup.sh) for the JUnit test.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
@@ -353,4 +354,238 @@ fn exec_functions_render_every_test_of_a_run_in_one_process() {
         ],
     );
     assert!(all.contains("--- PASS: 1 buckets ("), "{all}");
+}
+
+/// Where scripts/setup.sh leaves a Debian trixie root with python3 and
+/// function-pythonic 0.6.3 (as tests/render_pythonic.rs finds it).
+#[test]
+fn a_suite_runs_through_function_pythonic_as_an_image_pulled_from_a_registry() {
+    let Some(root) = xfn_testkit::python::root(false) else {
+        eprintln!(
+            "\n*** SKIPPED: no function-pythonic 0.6.3 root at \
+             /var/cache/xfn-test/function-pythonic-0.6.3 (XFN_TEST_PYTHONIC_ROOT): \
+             run scripts/setup.sh as root ***\n"
+        );
+        return;
+    };
+    // The trixie root as one uncompressed layer (about 250 MB: gzip of it
+    // would cost more than the test), its server run as the Docker runtime
+    // runs any SDK's: the entrypoint with `--insecure --address=…`.
+    let registry = Registry::start();
+    let image = ImageBuilder::new()
+        .layer(Layer::new().compression(Compression::None).tree(
+            &root,
+            "/",
+            xfn_testkit::python::LEAVE_OUT,
+        ))
+        .entrypoint(["python3", "-m", "crossplane.pythonic", "grpc"])
+        .env([
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONPATH=/opt/function-pythonic",
+        ])
+        .push(&registry, "function-pythonic:v0.6.3")
+        .reference;
+    let suites = Suites::new(&xfn_testkit::render::function_object(
+        "function-pythonic",
+        &image,
+        &["render.crossplane.io/runtime: Docker"],
+    ));
+    std::fs::copy(
+        suites.path("functions.yaml"),
+        suites.path("pythonic/functions.yaml"),
+    )
+    .unwrap();
+    // XFN_UPDATE_GOLDEN=1 (as tests/golden/'s) rewrites the suite's golden
+    // files from this render, then checks them as any run does.
+    if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
+        // xfn writes them from its user namespace, as root's mapped uid.
+        let copy = suites.path("pythonic/golden");
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let out = suites.test(&["--update", "pythonic/pythonic_xprin.yaml"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        for name in ["render.yaml", "xr-three.yaml"] {
+            let golden = Path::new(SUITES).join("pythonic/golden");
+            std::fs::create_dir_all(&golden).unwrap();
+            std::fs::copy(suites.path("pythonic/golden").join(name), golden.join(name)).unwrap();
+        }
+    }
+    let out = suites.test(&["-v", "pythonic/pythonic_xprin.yaml"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_has(
+        &all,
+        &[
+            "--- PASS: two buckets from a pythonic composite (",
+            "[✓] buckets: found 2 resources (as expected)",
+            "[✓] status: field status.buckets == 2 on resource XBucket/demo",
+            "[✓] full render: matches ",
+            "--- PASS: three buckets from a pythonic composite (",
+            "[✓] the XR: matches ",
+            "ok  \tpythonic/pythonic_xprin.yaml\t",
+        ],
+    );
+    // The golden file is compared: a changed value fails, named.
+    let golden = suites.path("pythonic/golden/xr-three.yaml");
+    let xr = std::fs::read_to_string(&golden).unwrap();
+    std::fs::write(&golden, xr.replace("buckets: 3", "buckets: 4")).unwrap();
+    let out = suites.test(&["pythonic/pythonic_xprin.yaml"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert_has(
+        &all,
+        &[
+            "--- FAIL: three buckets from a pythonic composite (",
+            "XBucket/three: status.buckets: expected 4, got 3",
+        ],
+    );
+}
+
+#[test]
+fn an_alpha_composition_renders_as_xfn_render_renders_it_with_no_functions_input() {
+    let fx = Fixture::new();
+    let image = fx.alpha_image("create.sh");
+    let dir = world_traversable_tempdir();
+    let d = dir.path();
+    std::fs::write(
+        d.join("composition.yaml"),
+        format!(
+            "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: buckets-alpha
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  functions:
+  - name: create-buckets
+    type: Container
+    container:
+      image: {image}
+      timeout: 30s
+"
+        ),
+    )
+    .unwrap();
+    std::fs::write(d.join("xr.yaml"), xfn_testkit::render::XR).unwrap();
+    std::fs::write(
+        d.join("alpha_xprin.yaml"),
+        "common:\n  inputs: {xr: xr.yaml, composition: composition.yaml}\ntests:\n\
+         - name: two buckets from an alpha step\n  assertions:\n    xprin:\n\
+         \x20   - {name: buckets, type: Count, resource: ConfigMap, value: 2}\n\
+         \x20   - {name: index, type: FieldValue, resource: ConfigMap/*, field: metadata.labels.created-by, operator: ==, value: xfn}\n",
+    )
+    .unwrap();
+    let out = xfn_command()
+        .args(["test", "-v", "--cache-dir"])
+        .arg(fx.path("cache"))
+        .arg("alpha_xprin.yaml")
+        .current_dir(d)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn xfn");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_has(
+        &all,
+        &[
+            "--- PASS: two buckets from an alpha step (",
+            "[✓] buckets: found 2 resources (as expected)",
+            "ok  \talpha_xprin.yaml\t",
+        ],
+    );
+}
+
+/// `xfn test ARGS` in `suites`' directory on a terminal: script(1) gives
+/// it a pty for stdin, stdout and stderr; returns what the terminal got.
+fn on_a_terminal(suites: &Suites, args: &[&str]) -> String {
+    let mut command = format!(
+        "{} test --cache-dir {} --config {}",
+        xfn_testkit::xfn_binary().display(),
+        suites.path("cache").display(),
+        suites.path("xprin-config.yaml").display()
+    );
+    for arg in args {
+        command += &format!(" '{arg}'");
+    }
+    let out = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .current_dir(suites.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) (bsdutils)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What a terminal shows of one line's bytes: `\r` returns to its start,
+/// `ESC[2K` erases it, other escape sequences draw nothing.
+fn visible(line: &str) -> String {
+    let (mut shown, mut at) = (Vec::new(), 0);
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => at = 0,
+            '\x1b' => {
+                let sequence: String = chars
+                    .by_ref()
+                    .take_while(|c| !c.is_ascii_alphabetic())
+                    .collect();
+                if sequence == "[2" {
+                    shown.clear();
+                }
+            }
+            c => {
+                if at < shown.len() {
+                    shown[at] = c;
+                } else {
+                    shown.push(c);
+                }
+                at += 1;
+            }
+        }
+    }
+    shown.into_iter().collect::<String>().trim_end().to_string()
+}
+
+#[test]
+fn a_terminal_gets_a_progress_line_cleared_at_the_end_and_a_log_gets_none() {
+    let server = FunctionServer::start(&[]);
+    let suites = Suites::new(&development(&server));
+    // Not a terminal: not one byte of it (no line, no control codes; the
+    // claim's INFO log line is all stderr has).
+    let out = suites.test(&["assertions_xprin.yaml", "chain_xprin.yaml"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        !all.contains("xfn test:") && !all.contains('\r') && !all.contains('\x1b'),
+        "{all:?}"
+    );
+    // A terminal: the line, counting, then cleared before the reports.
+    let tty = on_a_terminal(&suites, &["assertions_xprin.yaml", "chain_xprin.yaml"]);
+    assert_has(
+        &tty,
+        &[
+            "xfn test: suites 0/2, tests 0/5",
+            "\x1b[2K",
+            "--- FAIL: every assertion type fails (",
+            "ok  \tchain_xprin.yaml\t",
+        ],
+    );
+    // What the terminal shows last: the last report line, then a line
+    // cleared (whatever was drawn on it is erased by its last `ESC[2K`).
+    let mut lines = tty.rsplit('\n');
+    let (shown, report) = (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    );
+    assert!(
+        visible(report).starts_with("ok  \tchain_xprin.yaml\t") && visible(shown).is_empty(),
+        "the line is not cleared at the end: {tty:?}"
+    );
+    // -v on a terminal: every test is printed, no line.
+    let verbose = on_a_terminal(&suites, &["-v", "chain_xprin.yaml"]);
+    assert!(!verbose.contains("xfn test:"), "{verbose:?}");
+    assert_has(&verbose, &["=== RUN", "ok  \tchain_xprin.yaml\t"]);
 }

@@ -553,7 +553,7 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         Command::Validate(args) => Prepared::Validate(args),
         Command::Test(args) => {
             let loaded = test::Loaded::read(&args);
-            let namespace = if loaded.needs_containers() {
+            let namespace = if loaded.containers().needed {
                 Some(enter_namespace(&args.store, &args.userns)?)
             } else {
                 None

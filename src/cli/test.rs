@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 
-use crate::compose::read::model::RuntimeKind;
+use crate::compose::read::model::{Composition, RuntimeKind};
 use crate::compose::run::runtimes::ContainerDefaults;
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
+use crate::suite::progress::Line;
 use crate::suite::report::{self, SuiteOutcome};
 use crate::suite::run::{Env, Options};
 use crate::suite::servers::Servers;
@@ -94,6 +95,8 @@ pub(crate) struct Loaded {
     repositories: Result<BTreeMap<String, String>, SuiteError>,
     /// A path given that is not there (or unreadable).
     discovery: Option<SuiteError>,
+    /// What the tests run in containers here.
+    containers: Containers,
 }
 
 impl Loaded {
@@ -115,36 +118,98 @@ impl Loaded {
                 (path, suite)
             })
             .collect();
-        Self {
+        let mut loaded = Self {
             suites,
             repositories: repositories(args.config.as_deref()),
             discovery,
-        }
+            containers: Containers::default(),
+        };
+        loaded.containers = loaded.read_containers();
+        loaded
     }
 
-    /// Whether a test's Functions run containers here (Exec or Docker), so
-    /// that xfn must enter its user namespace. Functions files that cannot
-    /// be read yet (templated from other tests) are left to the test.
-    pub(crate) fn needs_containers(&self) -> bool {
+    /// What the tests run in containers here (see [`Containers`]).
+    pub(crate) fn containers(&self) -> Containers {
+        self.containers
+    }
+
+    /// What the tests run in containers here: whether any does (Exec or
+    /// Docker Functions, alpha steps no daemon runs), so that xfn must
+    /// enter its user namespace, and how many containers a call makes at
+    /// most (distinct Exec Functions, or alpha steps), which the warm pool
+    /// is sized for (none without them: an idle pool costs the run's exit
+    /// its own teardown). Each Functions and Composition file is read once;
+    /// those that cannot be read yet (templated from other tests) are left
+    /// to the test.
+    fn read_containers(&self) -> Containers {
         let repositories = self.repositories.as_ref().ok();
         let vars = Vars {
             repositories,
             ..Default::default()
         };
+        let mut functions_files = std::collections::BTreeSet::new();
+        let mut composition_files = std::collections::BTreeSet::new();
+        for (path, suite) in &self.suites {
+            let Ok(suite) = suite else { continue };
+            let dir = path.parent().unwrap_or(Path::new("."));
+            for test in &suite.tests {
+                let inputs = &test.inputs;
+                for (raw, files) in [
+                    (&inputs.functions, &mut functions_files),
+                    (&inputs.composition, &mut composition_files),
+                ] {
+                    if let Some(raw) = raw.as_deref().and_then(|r| vars.expand(r).ok()) {
+                        files.insert(dir.join(raw));
+                    }
+                }
+            }
+        }
+        let mut containers = Containers::default();
+        let mut exec = std::collections::BTreeSet::new();
+        for function in functions_files
+            .iter()
+            .filter_map(|f| crate::compose::read::files::read_functions(f, &[]).ok())
+            .flatten()
+        {
+            match function.runtime {
+                RuntimeKind::Exec => {
+                    containers.needed = true;
+                    exec.insert(format!("{function:?}"));
+                }
+                RuntimeKind::Docker => containers.needed = true,
+                RuntimeKind::Development { .. } => {}
+            }
+        }
+        let alpha = composition_files
+            .iter()
+            .filter_map(|c| crate::compose::read::files::read_one(c).ok())
+            .filter_map(|c| Composition::alpha_functions(&c))
+            .map(|steps| crate::compose::plan::alpha_containers(&steps))
+            .max()
+            .unwrap_or(0);
+        containers.needed |= alpha > 0;
+        containers.per_call = exec.len().max(alpha);
+        containers
+    }
+
+    /// How many tests the run selects (`--run`), for the progress line.
+    fn selected(&self, run: Option<&regex::Regex>) -> usize {
         self.suites
             .iter()
-            .filter_map(|(path, suite)| Some((path, suite.as_ref().ok()?)))
-            .flat_map(|(path, suite)| suite.tests.iter().map(move |t| (path, t)))
-            .filter_map(|(path, test)| {
-                let raw = vars.expand(test.inputs.functions.as_deref()?).ok()?;
-                Some(path.parent().unwrap_or(Path::new(".")).join(raw))
-            })
-            .filter_map(|functions| {
-                crate::compose::read::files::read_functions(&functions, &[]).ok()
-            })
-            .flatten()
-            .any(|f| matches!(f.runtime, RuntimeKind::Exec | RuntimeKind::Docker))
+            .filter_map(|(_, s)| s.as_ref().ok())
+            .flat_map(|s| &s.tests)
+            .filter(|t| run.is_none_or(|r| r.is_match(&t.name)))
+            .count()
     }
+}
+
+/// What a run's tests run in containers here ([`Loaded::containers`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Containers {
+    /// Whether any test runs a container here.
+    pub(crate) needed: bool,
+    /// Most containers one call makes, each made ahead in the warm pool.
+    pub(crate) per_call: usize,
 }
 
 /// The `repositories:` of xprin's configuration file.
@@ -182,6 +247,8 @@ pub(crate) async fn execute(
         eprintln!("xfn: {}", crate::chain::Chain(e));
         return Ok(ExitCode::from(EXIT_UNREADABLE));
     }
+    let containers = loaded.containers();
+    let selected = loaded.selected(args.run.as_ref());
     let repositories = match loaded.repositories {
         Ok(r) => r,
         Err(e) => {
@@ -196,8 +263,11 @@ pub(crate) async fn execute(
     let runner = match namespace {
         Some(namespace) => {
             let store = args.store.open_store(&global.registry)?;
+            // Warm containers only for calls that make one (Exec Functions,
+            // alpha steps), as `xfn render` has them.
+            let per_call = containers.per_call;
             let options = crate::runner::RunnerOptions {
-                warm_pool: Some(args.warm_pool.options()),
+                warm_pool: (per_call > 0).then(|| args.warm_pool.options_for_at_least(per_call)),
                 ..args.runner.options()
             };
             Some(Arc::new(Runner::new(namespace, store, options)?))
@@ -227,11 +297,13 @@ pub(crate) async fn execute(
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let limit = tokio::sync::Semaphore::new(parallel);
     let validator = crate::schema::Validator::default();
+    let line = Line::new(Line::wanted(args.verbose), loaded.suites.len(), selected);
     let env = Env {
         options: &options,
         servers: &servers,
         validator: &validator,
         limit: &limit,
+        line: &line,
     };
     let runs = loaded.suites.iter().map(|(path, suite)| {
         let env = &env;
@@ -253,12 +325,15 @@ pub(crate) async fn execute(
     let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
     let mut outcomes = Vec::new();
     while let Some(outcome) = futures::StreamExt::next(&mut runs).await {
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(report::text(&outcome, args.verbose).as_bytes())?;
-        stdout.flush()?;
+        line.suite_done(|| {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(report::text(&outcome, args.verbose).as_bytes())?;
+            stdout.flush()
+        })?;
         outcomes.push(outcome);
     }
     drop(runs);
+    line.finish();
     servers.stop().await;
     if let Some(runner) = runner {
         runner.shutdown().await;

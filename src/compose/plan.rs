@@ -13,7 +13,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::compose::print::output::{to_yaml_stream, CompositeOutput};
-use crate::compose::read::model::{Composition, Function, Pipeline, PipelineStep, RuntimeKind};
+use crate::compose::read::model::{
+    AlphaFunction, Composition, Function, Pipeline, PipelineStep, RuntimeKind,
+};
 use crate::compose::read::{
     composite_xr, configure, usage, CompositeXr, Read, RenderInputs, Subject,
 };
@@ -119,10 +121,7 @@ impl RenderPlan {
     /// uid) does not, and works wherever a namespace cannot be entered.
     pub(crate) fn needs_containers(&self) -> bool {
         match &self.subject {
-            Subject::Alpha { functions, .. } => functions.iter().any(|f| {
-                let spec = f.container.clone().unwrap_or_default();
-                ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
-            }),
+            Subject::Alpha { functions, .. } => alpha_containers(functions) > 0,
             // A kept server runs in its keeper's namespace, not the render's.
             _ => self.functions.iter().any(|f| match f.runtime {
                 RuntimeKind::Exec => true,
@@ -137,13 +136,7 @@ impl RenderPlan {
     /// runner's warm pool, which should hold them all.
     pub(crate) fn per_call_containers(&self) -> usize {
         match &self.subject {
-            Subject::Alpha { functions, .. } => functions
-                .iter()
-                .filter(|f| {
-                    let spec = f.container.clone().unwrap_or_default();
-                    ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
-                })
-                .count(),
+            Subject::Alpha { functions, .. } => alpha_containers(functions),
             _ => self
                 .functions
                 .iter()
@@ -207,15 +200,41 @@ impl RenderPlan {
 
     /// Renders over `callers` someone else started and stops (`xfn test`:
     /// one server per Function for every test that uses it). An alpha
-    /// Composition (`spec.functions`) calls no Function servers and is not
-    /// rendered this way.
-    pub(crate) async fn render_over(&self, callers: &CallerMap) -> Result<Rendered, ComposeError> {
+    /// Composition (`spec.functions`) calls no Function servers: its
+    /// steps run through `alpha` (the runner, or a daemon at a step's
+    /// endpoint), as `xfn render` runs them.
+    pub(crate) async fn render_over(
+        &self,
+        callers: &CallerMap,
+        alpha: &ContainerSteps,
+    ) -> Result<Rendered, ComposeError> {
         if let Subject::Alpha { .. } = &self.subject {
-            return Err(ComposeError::Compose(
-                "an alpha Composition (spec.functions) renders with `xfn render` only".into(),
-            ));
+            return self.render_alpha(alpha).await;
         }
         self.render_all(callers).await
+    }
+
+    /// Runs an alpha Composition's steps (`spec.functions`) through `steps`.
+    async fn render_alpha(&self, steps: &ContainerSteps) -> Result<Rendered, ComposeError> {
+        let Subject::Alpha {
+            xr,
+            functions,
+            observed,
+        } = &self.subject
+        else {
+            unreachable!("called for alpha Compositions only")
+        };
+        let observed = Observed {
+            composite: xr.clone(),
+            resources: observed.clone(),
+        };
+        let outcome = run_alpha(functions, steps, &observed).await?;
+        let objects =
+            crate::compose::run::alpha::output::alpha_objects(&observed, &outcome, self.output);
+        Ok(Rendered {
+            renders: vec![objects],
+            fatal: None,
+        })
     }
 
     /// Runs the render: every function server a step uses started (or
@@ -226,29 +245,10 @@ impl RenderPlan {
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
     ) -> Result<Rendered, ComposeError> {
-        match &self.subject {
-            Subject::Alpha {
-                xr,
-                functions,
-                observed,
-            } => {
-                let observed = Observed {
-                    composite: xr.clone(),
-                    resources: observed.clone(),
-                };
-                let outcome =
-                    run_alpha(functions, &ContainerSteps { runner, defaults }, &observed).await?;
-                let objects = crate::compose::run::alpha::output::alpha_objects(
-                    &observed,
-                    &outcome,
-                    self.output,
-                );
-                return Ok(Rendered {
-                    renders: vec![objects],
-                    fatal: None,
-                });
-            }
-            Subject::Composite { .. } | Subject::Operation(_) => {}
+        if let Subject::Alpha { .. } = &self.subject {
+            return self
+                .render_alpha(&ContainerSteps { runner, defaults })
+                .await;
         }
         let kept = self
             .kept
@@ -435,6 +435,19 @@ impl RenderPlan {
         }
         .objects()
     }
+}
+
+/// How many of an alpha Composition's steps run a container in-process
+/// (those whose runner daemon does not answer): each needs xfn's user
+/// namespace and is made ahead in the runner's warm pool.
+pub(crate) fn alpha_containers(functions: &[AlphaFunction]) -> usize {
+    functions
+        .iter()
+        .filter(|f| {
+            let spec = f.container.clone().unwrap_or_default();
+            ContainerConfig::from_spec(&spec).is_ok_and(|c| !daemon_answers(&c.endpoint))
+        })
+        .count()
 }
 
 /// What the next reconcile observes after a render printed `objects` (the

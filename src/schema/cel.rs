@@ -238,12 +238,32 @@ fn within_bounds(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn compile(text: &str) -> Result<Program, String> {
-    match catch_unwind(AssertUnwindSafe(|| Program::compile(text))) {
-        Ok(Ok(program)) => Ok(program),
-        Ok(Err(errors)) => Err(errors.to_string()),
-        Err(_) => Err("the CEL parser failed on it".into()),
+/// Most rules kept compiled (each at most [`MAX_RULE_BYTES`] of text and
+/// its tree); past that a rule is compiled each time it runs.
+const MAX_COMPILED: usize = 4096;
+
+/// Rules compiled once per process, by their text: `xfn test` validates
+/// every test's render against the same CRDs, and the `cel` crate's
+/// parser costs more than most rules' evaluation.
+static COMPILED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Program>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+fn compile(text: &str) -> Result<std::sync::Arc<Program>, String> {
+    let compiled = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(program) = compiled().get(text) {
+        return Ok(std::sync::Arc::clone(program));
     }
+    let program = match catch_unwind(AssertUnwindSafe(|| Program::compile(text))) {
+        Ok(Ok(program)) => std::sync::Arc::new(program),
+        Ok(Err(errors)) => return Err(errors.to_string()),
+        Err(_) => return Err("the CEL parser failed on it".into()),
+    };
+    let mut cache = compiled();
+    if cache.len() < MAX_COMPILED {
+        cache.insert(text.to_string(), std::sync::Arc::clone(&program));
+    }
+    Ok(program)
 }
 
 fn evaluate(program: &Program, value: &Value) -> Result<cel::Value, String> {

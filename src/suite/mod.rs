@@ -11,7 +11,8 @@
 //!   render, validation, assertions, post-test hooks, artifacts), each in
 //!   the test's own temporary directory;
 //! - [`assert`]: the `xprin`, `diff` and `dyff` engines;
-//! - [`report`]: Go's test output and JUnit.
+//! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
+//!   on a terminal meanwhile.
 //!
 //! Invariant: a check that did not run never reads as passed. Validation
 //! against CRDs is a seam ([`Validator`]): `crate::schema`'s in `xfn test`,
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 
 pub(crate) mod assert;
 pub(crate) mod hooks;
+pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod servers;

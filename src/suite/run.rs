@@ -46,6 +46,8 @@ pub(crate) struct Env<'a> {
     pub(crate) servers: &'a Servers,
     pub(crate) validator: &'a dyn Validator,
     pub(crate) limit: &'a tokio::sync::Semaphore,
+    /// The progress line on a terminal (or nothing).
+    pub(crate) line: &'a super::progress::Line,
 }
 
 /// How one test ended.
@@ -67,43 +69,70 @@ impl TestOutcome {
 
 /// Runs the tests of `suite` that `--run` selects.
 pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOutcome>, String> {
-    let root = tempfile::Builder::new()
-        .prefix("xfn-test-")
-        .tempdir()
-        .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
     let selected: Vec<(usize, &TestCase)> = suite
         .tests
         .iter()
         .enumerate()
         .filter(|(_, t)| env.options.run.as_ref().is_none_or(|r| r.is_match(&t.name)))
         .collect();
+    // A directory only when a test has files to keep or to show (none of
+    // a plain test's: it renders from the suite's own files, writes nothing).
+    let root = if selected.iter().any(|(_, t)| needs_dir(t, env.options)) {
+        Some(
+            tempfile::Builder::new()
+                .prefix("xfn-test-")
+                .tempdir()
+                .map_err(|e| format!("cannot make a temporary directory: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let dir = |index: usize, test: &TestCase| {
+        root.as_ref()
+            .filter(|_| needs_dir(test, env.options))
+            .map(|r| r.path().join(index.to_string()))
+    };
     let mut outcomes = Vec::new();
     if suite.is_chained() {
         let mut done: HashMap<String, Outputs> = HashMap::new();
         for (index, test) in selected {
             let _permit = env.limit.acquire().await;
-            let (outcome, outputs) = run_test(suite, index, test, root.path(), &done, env).await;
+            let (outcome, outputs) = run_test(suite, test, dir(index, test), &done, env).await;
             if let (Some(id), Some(outputs)) = (&test.id, outputs) {
                 done.insert(id.clone(), outputs);
             }
+            env.line.test_done(outcome.passed());
             outcomes.push(outcome);
         }
     } else {
         let done = HashMap::new();
         let runs = selected.into_iter().map(|(index, test)| {
             let done = &done;
-            let root = root.path();
+            let dir = dir(index, test);
             async move {
                 let _permit = env.limit.acquire().await;
-                run_test(suite, index, test, root, done, env).await.0
+                let outcome = run_test(suite, test, dir, done, env).await.0;
+                env.line.test_done(outcome.passed());
+                outcome
             }
         });
         outcomes = futures::future::join_all(runs).await;
     }
-    if env.options.keep {
+    if let (true, Some(root)) = (env.options.keep, root) {
         let _ = root.keep();
     }
     Ok(outcomes)
+}
+
+/// Whether `test` needs a directory of its own: its hooks read or change
+/// its files, the connection-secret patch changes its XR's copy, a later
+/// test reaches its outputs (`id`), or `--debug` keeps it.
+fn needs_dir(test: &TestCase, options: &Options) -> bool {
+    options.keep
+        || test.id.is_some()
+        || !test.hooks.pre_test.is_empty()
+        || !test.hooks.post_test.is_empty()
+        || test.patches.connection_secret == Some(true)
 }
 
 /// A test's run so far.
@@ -119,24 +148,22 @@ impl Progress {
 
 async fn run_test(
     suite: &Suite,
-    index: usize,
     test: &TestCase,
-    root: &Path,
+    dir: Option<PathBuf>,
     done: &HashMap<String, Outputs>,
     env: &Env<'_>,
 ) -> (TestOutcome, Option<Outputs>) {
     let started = Instant::now();
-    let dir = root.join(index.to_string());
     let mut progress = Progress { checks: Vec::new() };
-    let outputs = phases(suite, test, &dir, done, env, &mut progress).await;
-    if !env.options.keep && test.id.is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+    let outputs = phases(suite, test, dir.as_deref(), done, env, &mut progress).await;
+    if let (false, None, Some(dir)) = (env.options.keep, &test.id, &dir) {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let outcome = TestOutcome {
         name: test.name.clone(),
         duration: started.elapsed(),
         checks: progress.checks,
-        dir: env.options.keep.then_some(dir),
+        dir: dir.filter(|_| env.options.keep),
     };
     (outcome, outputs)
 }
@@ -157,6 +184,13 @@ fn resolve(suite: &Path, vars: &Vars<'_>, label: &str, raw: &str) -> Result<Path
         ));
     }
     Ok(path)
+}
+
+/// Whether the Composition at `path` is an alpha one (`spec.functions`);
+/// false when it cannot be read (the render then says why).
+fn is_alpha(path: &Path) -> bool {
+    crate::compose::read::files::read_one(path)
+        .is_ok_and(|c| crate::compose::read::model::Composition::alpha_functions(&c).is_some())
 }
 
 /// Copies `from` (a file or a directory) under `inputs/LABEL/`.
@@ -235,23 +269,25 @@ async fn run_hooks(
 async fn phases(
     suite: &Suite,
     test: &TestCase,
-    dir: &Path,
+    dir: Option<&Path>,
     done: &HashMap<String, Outputs>,
     env: &Env<'_>,
     progress: &mut Progress,
 ) -> Option<Outputs> {
     let setup = "setup";
-    let inputs_dir = dir.join("inputs");
-    let outputs_dir = dir.join("outputs");
-    if let Err(e) = std::fs::create_dir_all(&inputs_dir)
-        .and_then(|()| std::fs::create_dir_all(outputs_dir.join("rendered")))
-    {
-        progress.push(
-            Status::Error,
-            setup,
-            format!("cannot make the test's directory {}: {e}", dir.display()),
-        );
-        return None;
+    // Without a directory (see `needs_dir`) nothing is copied or written.
+    let dirs = dir.map(|dir| (dir, dir.join("inputs"), dir.join("outputs")));
+    if let Some((dir, inputs_dir, outputs_dir)) = &dirs {
+        if let Err(e) = std::fs::create_dir_all(inputs_dir)
+            .and_then(|()| std::fs::create_dir_all(outputs_dir.join("rendered")))
+        {
+            progress.push(
+                Status::Error,
+                setup,
+                format!("cannot make the test's directory {}: {e}", dir.display()),
+            );
+            return None;
+        }
     }
     let base_vars = Vars {
         repositories: Some(&env.options.repositories),
@@ -272,9 +308,13 @@ async fn phases(
                 }
                 return None;
             };
-            match resolve(&suite.path, &base_vars, &format!("inputs.{label}"), raw)
-                .and_then(|p| copy_input(&p, &inputs_dir, label))
-            {
+            let resolved = resolve(&suite.path, &base_vars, &format!("inputs.{label}"), raw);
+            match match &dirs {
+                Some((_, inputs_dir, _)) => {
+                    resolved.and_then(|p| copy_input(&p, inputs_dir, label))
+                }
+                None => resolved,
+            } {
                 Ok(path) => {
                     names.insert(key.to_string(), path.display().to_string());
                     Some(path)
@@ -293,7 +333,9 @@ async fn phases(
         ),
     };
     let composition = input("composition", "Composition", i.composition.as_ref(), true);
-    let functions = input("functions", "Functions", i.functions.as_ref(), true);
+    // An alpha Composition names its steps' images itself: no Functions.
+    let alpha = composition.as_deref().is_some_and(is_alpha);
+    let functions = input("functions", "Functions", i.functions.as_ref(), !alpha);
     let observed = input(
         "observed-resources",
         "ObservedResources",
@@ -343,9 +385,7 @@ async fn phases(
         }
         return None;
     }
-    let (Some(subject), Some(composition), Some(functions)) =
-        (xr.clone().or(claim.clone()), composition, functions)
-    else {
+    let (Some(subject), Some(composition)) = (xr.clone().or(claim.clone()), composition) else {
         progress.push(Status::Error, setup, "the inputs are incomplete");
         return None;
     };
@@ -353,8 +393,10 @@ async fn phases(
         inputs: Some(&names),
         ..base_vars
     };
-    if !run_hooks("pre-test", &test.hooks.pre_test, &vars, dir, env, progress).await {
-        return None;
+    if let Some(dir) = dir {
+        if !run_hooks("pre-test", &test.hooks.pre_test, &vars, dir, env, progress).await {
+            return None;
+        }
     }
     // Patches: XRD defaults are applied by the render (its --xrd).
     if test.patches.connection_secret == Some(true) {
@@ -367,7 +409,7 @@ async fn phases(
     let render_inputs = RenderInputs {
         xr_or_operation: subject.clone(),
         composition_or_functions: Some(composition),
-        functions: Some(functions),
+        functions,
         observed_resources: observed,
         required_resources: extra.into_iter().collect(),
         xrd,
@@ -391,15 +433,19 @@ async fn phases(
         let plan =
             RenderPlan::read(&render_inputs).map_err(|e| crate::chain::Chain(&e).to_string())?;
         let callers = env.servers.callers(plan.functions()).await?;
-        let rendered = tokio::time::timeout(env.options.render_timeout, plan.render_over(&callers))
-            .await
-            .map_err(|_| {
-                format!(
-                    "did not finish within {:?} (--timeout)",
-                    env.options.render_timeout
-                )
-            })?
-            .map_err(|e| crate::chain::Chain(&e).to_string())?;
+        let alpha = env.servers.alpha_steps();
+        let rendered = tokio::time::timeout(
+            env.options.render_timeout,
+            plan.render_over(&callers, &alpha),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "did not finish within {:?} (--timeout)",
+                env.options.render_timeout
+            )
+        })?
+        .map_err(|e| crate::chain::Chain(&e).to_string())?;
         if let Some(fatal) = &rendered.fatal {
             return Err(fatal.clone());
         }
@@ -416,7 +462,15 @@ async fn phases(
             return None;
         }
     };
-    let mut outputs = match write_outputs(&outputs_dir, &objects, &full) {
+    let outputs_dir = dirs.as_ref().map(|(_, _, outputs)| outputs.as_path());
+    let written = match outputs_dir {
+        Some(outputs_dir) => write_outputs(outputs_dir, &objects, &full),
+        None => Ok(Outputs {
+            render_count: objects.len(),
+            ..Default::default()
+        }),
+    };
+    let mut outputs = match written {
         Ok(outputs) => outputs,
         Err(e) => {
             progress.push(Status::Error, "render", e);
@@ -430,14 +484,16 @@ async fn phases(
     );
     // Validation, when CRDs are given.
     if !crds.is_empty() {
-        let path = outputs_dir.join("validate.txt");
         let lines = validate(env.validator, &crds, &objects);
-        let text: String = lines
-            .iter()
-            .map(|c| format!("{} {}\n", c.status.symbol(), c.message))
-            .collect();
-        let _ = std::fs::write(&path, text);
-        outputs.validate = Some(path);
+        if let Some(outputs_dir) = outputs_dir {
+            let path = outputs_dir.join("validate.txt");
+            let text: String = lines
+                .iter()
+                .map(|c| format!("{} {}\n", c.status.symbol(), c.message))
+                .collect();
+            let _ = std::fs::write(&path, text);
+            outputs.validate = Some(path);
+        }
         progress.checks.extend(lines);
     }
     // Assertions: every one, whatever the others gave.
@@ -465,7 +521,7 @@ async fn phases(
             ));
         }
     }
-    if !results.is_empty() {
+    if let (false, Some(outputs_dir)) = (results.is_empty(), outputs_dir) {
         let path = outputs_dir.join("assertions.txt");
         let text: String = results
             .iter()
@@ -479,15 +535,17 @@ async fn phases(
         outputs: Some(&outputs),
         ..vars
     };
-    run_hooks(
-        "post-test",
-        &test.hooks.post_test,
-        &vars,
-        dir,
-        env,
-        progress,
-    )
-    .await;
+    if let Some(dir) = dir {
+        run_hooks(
+            "post-test",
+            &test.hooks.post_test,
+            &vars,
+            dir,
+            env,
+            progress,
+        )
+        .await;
+    }
     Some(outputs)
 }
 

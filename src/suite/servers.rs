@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 
 use crate::compose::plan::CallerMap;
 use crate::compose::read::model::Function;
-use crate::compose::run::runtimes::{caller_for, ContainerDefaults};
+use crate::compose::run::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
 use crate::compose::run::v1::FunctionCaller;
 use crate::runner::Runner;
 
@@ -31,6 +31,15 @@ impl Servers {
             runner,
             defaults,
             started: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Where an alpha Composition's steps run: the run's runner (or a
+    /// daemon at a step's endpoint), as `xfn render` runs them.
+    pub(crate) fn alpha_steps(&self) -> ContainerSteps {
+        ContainerSteps {
+            runner: self.runner.clone(),
+            defaults: self.defaults.clone(),
         }
     }
 

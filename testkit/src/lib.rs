@@ -5,8 +5,9 @@
 //! guards and measures ([`child`]), `/proc` views ([`proc`]), a cache's run
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
 //! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
-//! calls and protobuf bytes ([`raw`]), tree snapshots ([`tree`]) and
-//! re-running one test as another user ([`reexec`]).
+//! calls and protobuf bytes ([`raw`]), the tests' Python root ([`python`]),
+//! tree snapshots ([`tree`]) and re-running one test as another user
+//! ([`reexec`]).
 //!
 //! Invariant: the kit never links xfn's library. It knows xfn as a program
 //! (the binary cargo built, [`xfn_binary`]) and by its wire protocol (the
@@ -31,6 +32,7 @@ pub mod image;
 pub mod layer;
 pub mod proc;
 pub mod program;
+pub mod python;
 pub mod raw;
 pub mod reexec;
 pub mod registry;

@@ -262,6 +262,19 @@ impl Composition {
         (field("apiVersion"), field("kind"))
     }
 
+    /// The steps of `object` when it is an alpha Composition (mode not
+    /// Pipeline, `spec.functions`), unchecked; None for any other (and for
+    /// steps that do not parse: [`Composition::from_object`] says why).
+    pub(crate) fn alpha_functions(object: &Value) -> Option<Vec<AlphaFunction>> {
+        let pipeline = get_str(object, &["spec", "mode"]) == Some("Pipeline")
+            || (get(object, &["spec", "mode"]).is_none()
+                && get(object, &["spec", "pipeline"]).is_some());
+        if pipeline {
+            return None;
+        }
+        serde_json::from_value(get(object, &["spec", "functions"])?.clone()).ok()
+    }
+
     /// Checks the Composition `object` read from `path` and that it
     /// composes `xr`.
     pub(crate) fn from_object(

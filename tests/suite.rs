@@ -356,6 +356,111 @@ fn exec_functions_render_every_test_of_a_run_in_one_process() {
     assert!(all.contains("--- PASS: 1 buckets ("), "{all}");
 }
 
+/// A suite of one test over an Exec Function (tests/render/exec/create.sh)
+/// in a directory of root's, mode 0755: what a CI job as root in a
+/// container (GitLab's docker executor) gives xfn. Its golden files are
+/// `golden/render.yaml` (diff: the directory is not there yet) and
+/// `deployment.yaml` (dyff of one object; given by the caller or not).
+struct RootOwnedSuite {
+    fx: Fixture,
+}
+
+impl RootOwnedSuite {
+    fn new() -> RootOwnedSuite {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test runs xfn as root, whose namespace maps a range: run it as root"
+        );
+        let fx = Fixture::new();
+        let image = fx.exec_image("create.sh");
+        let meta = std::fs::metadata(fx.dir.path()).unwrap();
+        assert_eq!(
+            (
+                std::os::unix::fs::MetadataExt::uid(&meta),
+                meta.permissions().mode() & 0o777
+            ),
+            (0, 0o755),
+            "the suite's directory must be root's, 0755"
+        );
+        fx.write("functions.yaml", &exec_function("create", &image));
+        fx.write(
+            "composition.yaml",
+            &xfn_testkit::render::pipeline_composition(
+                "  - step: create\n    functionRef: {name: create}\n",
+            ),
+        );
+        fx.write("xr.yaml", xfn_testkit::render::XR);
+        fx.write(
+            "root_xprin.yaml",
+            "common:\n  inputs: {xr: xr.yaml, composition: composition.yaml, functions: functions.yaml}\n\
+             tests:\n- name: two buckets\n  assertions:\n    xprin:\n\
+             \x20   - {name: buckets, type: Count, resource: ConfigMap, value: 2}\n    diff:\n\
+             \x20   - {name: full render, expected: golden/render.yaml}\n    dyff:\n\
+             \x20   - {name: the XR, expected: xr-golden.yaml, resource: XBucket/demo}\n",
+        );
+        RootOwnedSuite { fx }
+    }
+
+    fn test(&self, args: &[&str]) -> Output {
+        xfn_command()
+            .args(["test", "--cache-dir"])
+            .arg(self.fx.path("cache"))
+            .args(args)
+            .arg("root_xprin.yaml")
+            .current_dir(self.fx.dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn xfn")
+    }
+}
+
+#[test]
+fn as_root_the_junit_report_is_written_into_a_root_owned_directory() {
+    let suite = RootOwnedSuite::new();
+    let report = suite.fx.path("report.xml");
+    // A longer report there already: the new one replaces it whole.
+    std::fs::write(&report, format!("<old>{}</old>", "x".repeat(64 << 10))).unwrap();
+    let out = suite.test(&["--run", "two buckets", "--junit", "report.xml"]);
+    let all = text(&out);
+    // The golden files are missing: the test fails, the report says so.
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(!all.contains("cannot write"), "{all}");
+    let xml = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        xml.starts_with("<?xml")
+            && xml.contains("<testcase name=\"two buckets\"")
+            && xml.contains("cannot read golden file")
+            && !xml.contains("<old>"),
+        "{xml}"
+    );
+}
+
+#[test]
+fn as_root_update_writes_golden_files_into_a_root_owned_directory_and_they_then_pass() {
+    let suite = RootOwnedSuite::new();
+    // An XR golden file there already, longer than the new one: rewritten
+    // whole (a stale tail would fail the next run).
+    let stale = format!("# stale\n{}", "#\n".repeat(4096));
+    suite.fx.write("xr-golden.yaml", &stale);
+    let out = suite.test(&["-v", "--update"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_has(&all, &["[✓] full render: updated ", "[✓] the XR: updated "]);
+    let render = std::fs::read_to_string(suite.fx.path("golden/render.yaml")).unwrap();
+    assert!(render.contains("kind: ConfigMap"), "{render}");
+    let xr = std::fs::read_to_string(suite.fx.path("xr-golden.yaml")).unwrap();
+    assert!(xr.contains("kind: XBucket") && !xr.contains('#'), "{xr}");
+    // Written as root, as without a namespace: the files are root's.
+    for file in ["golden", "golden/render.yaml", "xr-golden.yaml"] {
+        let meta = std::fs::metadata(suite.fx.path(file)).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 0, "{file}");
+    }
+    let out = suite.test(&["-v"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_has(&all, &["[✓] full render: matches ", "[✓] the XR: matches "]);
+}
+
 /// Where scripts/setup.sh leaves a Debian trixie root with python3 and
 /// function-pythonic 0.6.3 (as tests/render_pythonic.rs finds it).
 #[test]
@@ -397,11 +502,9 @@ fn a_suite_runs_through_function_pythonic_as_an_image_pulled_from_a_registry() {
     .unwrap();
     // XFN_UPDATE_GOLDEN=1 (as tests/golden/'s) rewrites the suite's golden
     // files from this render, then checks them as any run does.
+    // xfn opens them before it enters its user namespace: the copy's
+    // directory (root's, 0755) needs no mode of its own.
     if std::env::var_os("XFN_UPDATE_GOLDEN").is_some() {
-        // xfn writes them from its user namespace, as root's mapped uid.
-        let copy = suites.path("pythonic/golden");
-        std::fs::create_dir_all(&copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o777)).unwrap();
         let out = suites.test(&["--update", "pythonic/pythonic_xprin.yaml"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         for name in ["render.yaml", "xr-three.yaml"] {

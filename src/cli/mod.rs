@@ -552,8 +552,17 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         Command::Wrap(args) => Prepared::Wrap(args),
         Command::Validate(args) => Prepared::Validate(args),
         Command::Test(args) => {
-            let loaded = test::Loaded::read(&args);
-            let namespace = if loaded.containers().needed {
+            let mut loaded = test::Loaded::read(&args);
+            // The host uid xfn becomes in its namespace, where it maps a
+            // range (as root): then what it writes is opened here first.
+            let needed = loaded.containers().needed;
+            let host_uid = needed
+                .then(|| userns_options(&args.store, &args.userns).range())
+                .flatten()
+                .map(|(uid, _)| uid)
+                .filter(|uid| *uid != nix::unistd::geteuid().as_raw());
+            loaded.open_writes(&args, host_uid);
+            let namespace = if needed {
                 Some(enter_namespace(&args.store, &args.userns)?)
             } else {
                 None
@@ -609,13 +618,18 @@ impl Prepared {
 /// single-threaded.
 pub(crate) fn enter_namespace(store: &StoreArgs, userns: &UsernsArgs) -> anyhow::Result<Namespace> {
     use anyhow::Context;
-    let options = crate::runner::UsernsOptions {
+    crate::runner::enter_namespace(&userns_options(store, userns))
+        .context("cannot enter xfn's user namespace")
+}
+
+/// The namespace options of the flags.
+fn userns_options(store: &StoreArgs, userns: &UsernsArgs) -> crate::runner::UsernsOptions {
+    crate::runner::UsernsOptions {
         map_root_uid: userns.map_root_uid,
         map_root_gid: userns.map_root_gid,
         cache_dir: store.cache_dir.clone(),
         subordinate_ids: userns.subids == SubIds::Auto,
-    };
-    crate::runner::enter_namespace(&options).context("cannot enter xfn's user namespace")
+    }
 }
 
 /// Puts the servers (`start`, `adapt`) under PID 1 of a PID namespace of

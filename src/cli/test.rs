@@ -19,10 +19,11 @@ use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 use crate::suite::progress::Line;
 use crate::suite::report::{self, SuiteOutcome};
-use crate::suite::run::{Env, Options};
+use crate::suite::run::{golden_path, Env, Options};
 use crate::suite::servers::Servers;
 use crate::suite::spec::{discover, Suite};
 use crate::suite::template::Vars;
+use crate::suite::writes::Opened;
 use crate::suite::SuiteError;
 
 use super::run::parse_duration;
@@ -97,6 +98,9 @@ pub(crate) struct Loaded {
     discovery: Option<SuiteError>,
     /// What the tests run in containers here.
     containers: Containers,
+    /// The JUnit report and golden files, opened before the namespace
+    /// ([`Loaded::open_writes`]).
+    writes: Opened,
 }
 
 impl Loaded {
@@ -123,6 +127,7 @@ impl Loaded {
             repositories: repositories(args.config.as_deref()),
             discovery,
             containers: Containers::default(),
+            writes: Opened::default(),
         };
         loaded.containers = loaded.read_containers();
         loaded
@@ -190,6 +195,46 @@ impl Loaded {
         containers.needed |= alpha > 0;
         containers.per_call = exec.len().max(alpha);
         containers
+    }
+
+    /// Whether the run goes on past reading: a path given is there, the
+    /// configuration reads and a suite was found (else it exits 2 first).
+    fn runnable(&self) -> bool {
+        self.discovery.is_none() && self.repositories.is_ok() && !self.suites.is_empty()
+    }
+
+    /// Opens what the run writes where the user keeps it, before xfn
+    /// enters its namespace (`crate::suite::writes`): the `--junit` report;
+    /// with `host_uid` (the host uid xfn becomes there, when another than
+    /// the user's) and `--update`, the golden files of the tests `--run`
+    /// selects whose paths are known before the run.
+    pub(crate) fn open_writes(&mut self, args: &TestArgs, host_uid: Option<u32>) {
+        if !self.runnable() {
+            return;
+        }
+        let mut writes = host_uid.map_or_else(Opened::default, Opened::as_host_uid);
+        if let Some(junit) = &args.junit {
+            writes.open(junit.clone());
+        }
+        if let (true, Some(_)) = (args.update, host_uid) {
+            let vars = Vars {
+                repositories: self.repositories.as_ref().ok(),
+                ..Default::default()
+            };
+            for suite in self.suites.iter().filter_map(|(_, s)| s.as_ref().ok()) {
+                let tests = suite
+                    .tests
+                    .iter()
+                    .filter(|t| args.run.as_ref().is_none_or(|r| r.is_match(&t.name)));
+                for test in tests {
+                    let golden = test.assertions.diff.iter().chain(&test.assertions.dyff);
+                    for path in golden.filter_map(|a| golden_path(suite, a, &vars).ok()) {
+                        writes.open(path);
+                    }
+                }
+            }
+        }
+        self.writes = writes;
     }
 
     /// How many tests the run selects (`--run`), for the progress line.
@@ -260,6 +305,17 @@ pub(crate) async fn execute(
         eprintln!("xfn: no test suites (xprin.yaml, *_xprin.yaml) under the paths given");
         return Ok(ExitCode::from(EXIT_UNREADABLE));
     }
+    // A report that cannot be written fails the run before it starts.
+    if let Some(e) = args
+        .junit
+        .as_deref()
+        .and_then(|j| loaded.writes.open_error(j))
+    {
+        anyhow::bail!(
+            "cannot write {}: {e}",
+            args.junit.as_deref().unwrap_or(Path::new("")).display()
+        );
+    }
     let runner = match namespace {
         Some(namespace) => {
             let store = args.store.open_store(&global.registry)?;
@@ -304,6 +360,7 @@ pub(crate) async fn execute(
         validator: &validator,
         limit: &limit,
         line: &line,
+        writes: &loaded.writes,
     };
     let runs = loaded.suites.iter().map(|(path, suite)| {
         let env = &env;
@@ -341,7 +398,7 @@ pub(crate) async fn execute(
     tracing::debug!(servers = servers.len(), "function servers started");
     if let Some(path) = &args.junit {
         let xml = report::junit(&outcomes).context("cannot write the JUnit report")?;
-        std::fs::write(path, xml).with_context(|| format!("cannot write {}", path.display()))?;
+        loaded.writes.write(path, &xml)?;
     }
     let unreadable = loaded.suites.iter().any(|(_, s)| s.is_err());
     Ok(if unreadable {

@@ -288,31 +288,24 @@ pub(crate) enum Golden {
 }
 
 /// Compares `actual` (the full render, or one resource's file) with the
-/// golden file `expected`; with `update`, writes `actual` there instead.
+/// golden file `expected`; with `update` (`--update`), writes `actual`
+/// there through it instead.
 pub(crate) fn golden(
     engine: Golden,
     assertion: &GoldenAssertion,
     expected: &Path,
     actual: &str,
-    update: bool,
+    update: Option<&super::writes::Opened>,
 ) -> Check {
     let name = &assertion.name;
-    if update {
-        let written = expected
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(expected, actual));
-        return match written {
+    if let Some(writes) = update {
+        return match writes.write(expected, actual) {
             Ok(()) => Check::new(
                 Status::Pass,
                 name,
                 format!("updated {}", expected.display()),
             ),
-            Err(e) => Check::new(
-                Status::Error,
-                name,
-                format!("cannot write {}: {e}", expected.display()),
-            ),
+            Err(e) => Check::new(Status::Error, name, crate::chain::Chain(&e).to_string()),
         };
     }
     let golden = match read_bounded(expected) {

@@ -12,7 +12,8 @@
 //!   the test's own temporary directory;
 //! - [`assert`]: the `xprin`, `diff` and `dyff` engines;
 //! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
-//!   on a terminal meanwhile.
+//!   on a terminal meanwhile; [`writes`]: the report and golden files,
+//!   opened before xfn enters its user namespace.
 //!
 //! Invariant: a check that did not run never reads as passed. Validation
 //! against CRDs is a seam ([`Validator`]): `crate::schema`'s in `xfn test`,
@@ -27,6 +28,7 @@ pub(crate) mod run;
 pub(crate) mod servers;
 pub(crate) mod spec;
 pub(crate) mod template;
+pub(crate) mod writes;
 
 /// Validates rendered objects against CRDs and XRDs (`crds:` inputs):
 /// each error names the resource, the field path and the rule.

@@ -48,6 +48,8 @@ pub(crate) struct Env<'a> {
     pub(crate) limit: &'a tokio::sync::Semaphore,
     /// The progress line on a terminal (or nothing).
     pub(crate) line: &'a super::progress::Line,
+    /// Golden files opened before the namespace was entered (`--update`).
+    pub(crate) writes: &'a super::writes::Opened,
 }
 
 /// How one test ended.
@@ -517,7 +519,7 @@ async fn phases(
                 &base_vars,
                 &full,
                 &resources,
-                env.options.update,
+                env.options.update.then_some(env.writes),
             ));
         }
     }
@@ -556,13 +558,12 @@ fn golden(
     vars: &Vars<'_>,
     full: &str,
     resources: &[assert::Resource],
-    update: bool,
+    update: Option<&super::writes::Opened>,
 ) -> Check {
-    let expanded = match vars.expand(&a.expected) {
+    let expected = match golden_path(suite, a, vars) {
         Ok(e) => e,
         Err(e) => return Check::new(Status::Error, &a.name, e),
     };
-    let expected = suite.path.parent().unwrap_or(Path::new(".")).join(expanded);
     let actual = match &a.resource {
         None => full.to_string(),
         Some(id) => match resources.iter().find(|(key, _)| key == id) {
@@ -584,6 +585,17 @@ fn golden(
         },
     };
     assert::golden(engine, a, &expected, &actual, update)
+}
+
+/// Where golden assertion `a` of `suite` reads and writes: its `expected`
+/// expanded, relative to the suite file.
+pub(crate) fn golden_path(
+    suite: &Suite,
+    a: &super::spec::GoldenAssertion,
+    vars: &Vars<'_>,
+) -> Result<PathBuf, String> {
+    let expanded = vars.expand(&a.expected)?;
+    Ok(suite.path.parent().unwrap_or(Path::new(".")).join(expanded))
 }
 
 fn validate(validator: &dyn Validator, crds: &[PathBuf], objects: &[Value]) -> Vec<Check> {

@@ -182,27 +182,24 @@ impl XfnHost {
         ))
     }
 
+    /// `xfn host` serving over mutual TLS with the CA `crossplane_ca` made
+    /// in `dir`, and `flags`.
+    fn start_tls(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
+        let ca = dir.join("ca");
+        let mut all = vec!["--ca", ca.to_str().unwrap()];
+        all.extend_from_slice(flags);
+        XfnHost::start(dir, functions, &all)
+    }
+
     /// The value of `xfn_host_METRIC{function="FUNCTION"}` (0 when absent).
     fn metric(&self, metric: &str, function: &str) -> u64 {
         self.0
             .metric(&format!("xfn_host_{metric}{{function=\"{function}\"}}"))
     }
 
-    /// The resident memory of xfn's own processes (the daemon and its
-    /// init), not of the functions it runs.
-    fn own_rss_kb(&self) -> u64 {
-        let pid = self.child.id();
-        rss_kb(pid)
-            + descendants(pid)
-                .iter()
-                .filter(|(_, cmdline)| cmdline.contains("host --functions"))
-                .map(|(pid, _)| rss_kb(*pid))
-                .sum::<u64>()
-    }
-
-    /// The peak resident memory (VmHWM) of xfn's own processes (the
-    /// largest of them: the daemon), in bytes.
-    fn own_peak(&self) -> u64 {
+    /// xfn's own processes: the daemon and its init, not the functions
+    /// it runs.
+    fn own_pids(&self) -> Vec<u32> {
         let pid = self.child.id();
         std::iter::once(pid)
             .chain(
@@ -211,17 +208,36 @@ impl XfnHost {
                     .filter(|(_, cmdline)| cmdline.contains("host --functions"))
                     .map(|(pid, _)| pid),
             )
+            .collect()
+    }
+
+    /// The resident memory of xfn's own processes.
+    fn own_rss_kb(&self) -> u64 {
+        self.own_pids().into_iter().map(rss_kb).sum()
+    }
+
+    /// The peak resident memory (VmHWM) of xfn's own processes (the
+    /// largest of them: the daemon), in bytes.
+    fn own_peak(&self) -> u64 {
+        self.own_pids()
+            .into_iter()
             .map(peak_memory)
             .max()
             .unwrap_or(0)
     }
 
+    /// The processes of the function servers (`/fn_server`) under this xfn.
+    fn server_pids(&self) -> Vec<u32> {
+        descendants(self.child.id())
+            .into_iter()
+            .filter(|(_, cmdline)| cmdline.starts_with("/fn_server"))
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
     /// The function servers running under this xfn.
     fn servers(&self) -> usize {
-        descendants(self.child.id())
-            .iter()
-            .filter(|(_, cmdline)| cmdline.starts_with("/fn_server"))
-            .count()
+        self.server_pids().len()
     }
 
     fn wait_for(&self, what: &str, condition: impl FnMut() -> bool) {
@@ -323,10 +339,17 @@ fn messages(response: &v1::RunFunctionResponse) -> Vec<String> {
     response.results.iter().map(|r| r.message.clone()).collect()
 }
 
-fn setup(functions: &[(&str, bool)]) -> (tempfile::TempDir, Registry, PathBuf) {
+/// A directory with a Crossplane CA and client certificate in it
+/// (`crossplane_ca`), and a registry to push packages to.
+fn tls_dir() -> (tempfile::TempDir, Registry) {
     let dir = tempfile::tempdir().unwrap();
     let registry = Registry::start();
     crossplane_ca(dir.path());
+    (dir, registry)
+}
+
+fn setup(functions: &[(&str, bool)]) -> (tempfile::TempDir, Registry, PathBuf) {
+    let (dir, registry) = tls_dir();
     let (server, stdin) = packages(&registry);
     let listed: Vec<(&str, &str)> = functions
         .iter()
@@ -390,8 +413,7 @@ async fn assert_refused(host: &XfnHost, dir: &Path, known: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hosted_functions_answer_at_once_each_only_under_its_own_names() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-stdin", false)]);
-    let ca = dir.path().join("ca");
-    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
 
     // Each by a name its Service would have, both at once, v1.
     let grpc = dial(&host, dir.path(), &format!("fn-grpc.{NS}"), Some("client"))
@@ -453,40 +475,21 @@ async fn two_hosted_functions_answer_at_once_each_only_under_its_own_names() {
 async fn insecure_calls_are_routed_by_the_authority_host() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-stdin", false)]);
     let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
-    let call = |name: &str| {
-        let endpoint = format!("http://{name}:{}", host.port);
-        let port = host.port;
-        async move {
-            let channel = Channel::from_shared(endpoint)
-                .unwrap()
-                .connect_with_connector(tower::service_fn(
-                    move |_: tonic::transport::Uri| async move {
-                        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                    },
-                ))
-                .await
-                .unwrap();
-            V1Client::new(channel)
-                .run_function(stdin_request("i"))
-                .await
-        }
-    };
-    let answer = call(&format!("fn-stdin.{NS}")).await.unwrap().into_inner();
+    let answer = call_insecure(&host, &format!("fn-stdin.{NS}"), stdin_request("i"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(messages(&answer), ["hello from the container"]);
-    let status = call("fn-other").await.unwrap_err();
+    let status = call_insecure(&host, "fn-other", stdin_request("i"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_replaced() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true)]);
-    let ca = dir.path().join("ca");
-    let host = XfnHost::start(
-        dir.path(),
-        &file,
-        &["--ca", ca.to_str().unwrap(), "--server-idle", "2s"],
-    );
+    let host = XfnHost::start_tls(dir.path(), &file, &["--server-idle", "2s"]);
     assert_eq!(host.servers(), 0, "started before any call");
     let channel = dial(&host, dir.path(), "fn-grpc", Some("client"))
         .await
@@ -500,11 +503,7 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
     let warm = Instant::now();
     client.run_function(grpc_request("1w", 0.0)).await.unwrap();
     let warm = warm.elapsed();
-    let server_rss: u64 = descendants(host.child.id())
-        .iter()
-        .filter(|(_, cmdline)| cmdline.starts_with("/fn_server"))
-        .map(|(pid, _)| rss_kb(*pid))
-        .sum();
+    let server_rss: u64 = host.server_pids().into_iter().map(rss_kb).sum();
     host.wait_for("the idle server is stopped", || {
         host.servers() == 0 && host.metric("servers_running", "fn-grpc") == 0
     });
@@ -526,11 +525,7 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
         async move { client.run_function(grpc_request("slow", 30.0)).await }
     });
     std::thread::sleep(Duration::from_millis(500));
-    let pids: Vec<u32> = descendants(host.child.id())
-        .into_iter()
-        .filter(|(_, cmdline)| cmdline.starts_with("/fn_server"))
-        .map(|(pid, _)| pid)
-        .collect();
+    let pids = host.server_pids();
     assert_eq!(pids.len(), 1);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pids[0] as i32),
@@ -551,18 +546,10 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_past_the_per_function_bound_wait_and_sigterm_drains_and_stops_every_server() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-other", true)]);
-    let ca = dir.path().join("ca");
-    let mut host = XfnHost::start(
+    let mut host = XfnHost::start_tls(
         dir.path(),
         &file,
-        &[
-            "--ca",
-            ca.to_str().unwrap(),
-            "--calls-per-server",
-            "1",
-            "--max-servers-per-function",
-            "1",
-        ],
+        &["--calls-per-server", "1", "--max-servers-per-function", "1"],
     );
     let channel = dial(&host, dir.path(), "fn-grpc", Some("client"))
         .await
@@ -909,9 +896,7 @@ async fn three_functions_of_three_kinds_are_hosted_at_once_each_only_under_its_o
         );
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let registry = Registry::start();
-    crossplane_ca(dir.path());
+    let (dir, registry) = tls_dir();
     let (sdk, pythonic) = python_packages(&registry, &root);
     let (_, stdin) = packages(&registry);
     let file = functions_file(
@@ -922,8 +907,7 @@ async fn three_functions_of_three_kinds_are_hosted_at_once_each_only_under_its_o
             ("fn-stdin", &stdin),
         ],
     );
-    let ca = dir.path().join("ca");
-    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
     let pulling = Instant::now();
     // The packages are pulled as soon as they are hosted; the first calls
     // below then time the servers' start alone.
@@ -1073,9 +1057,7 @@ async fn floods_of_either_side_cost_xfn_their_bytes_and_an_answer_past_the_cap_i
 ) {
     use prost::Message;
     use support::raw;
-    let dir = tempfile::tempdir().unwrap();
-    let registry = Registry::start();
-    crossplane_ca(dir.path());
+    let (dir, registry) = tls_dir();
     let plain = function_server_image(&registry, "host-grpc:v1", &[]);
     // 96 MiB, past the 64 MiB xfn reads; 60 MiB, under it: both of empty
     // values, which a decoder holds at ~16 times their wire size.
@@ -1089,8 +1071,7 @@ async fn floods_of_either_side_cost_xfn_their_bytes_and_an_answer_past_the_cap_i
             ("fn-flood", &under),
         ],
     );
-    let ca = dir.path().join("ca");
-    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
     let channel = |name: &'static str| {
         let (host, dir) = (&host, dir.path());
         async move { dial(host, dir, name, Some("client")).await.unwrap() }
@@ -1203,13 +1184,10 @@ async fn floods_of_either_side_cost_xfn_their_bytes_and_an_answer_past_the_cap_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_built_before_v1_is_asked_again_in_v1beta1_with_the_same_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let registry = Registry::start();
-    crossplane_ca(dir.path());
+    let (dir, registry) = tls_dir();
     let beta = function_server_image(&registry, "host-beta:v1", &["--serve", "v1beta1"]);
     let file = functions_file(dir.path(), &[("fn-beta", &beta)]);
-    let ca = dir.path().join("ca");
-    let host = XfnHost::start(dir.path(), &file, &["--ca", ca.to_str().unwrap()]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
     let channel = dial(&host, dir.path(), "fn-beta", Some("client"))
         .await
         .unwrap();
@@ -1267,13 +1245,7 @@ fn running_specs(host: &XfnHost, cache: &Path) -> Vec<serde_json::Value> {
         }
     }
     let mut found = Vec::new();
-    let pids = std::iter::once(host.child.id()).chain(
-        descendants(host.child.id())
-            .into_iter()
-            .filter(|(_, cmdline)| cmdline.contains("host --functions"))
-            .map(|(pid, _)| pid),
-    );
-    for pid in pids {
+    for pid in host.own_pids() {
         let run = Path::new(&format!("/proc/{pid}/root"))
             .join(cache.join("run").strip_prefix("/").unwrap());
         walk(&run, 4, &mut found);
@@ -1318,11 +1290,7 @@ async fn a_functions_runtime_config_limits_reach_its_server_or_its_calls_are_ref
     assert_eq!(resources["memory"]["limit"], 64 << 20, "{resources}");
     assert_eq!(resources["cpu"]["quota"], 25_000, "{resources}");
     assert_eq!(resources["pids"]["limit"], 77, "{resources}");
-    let pid = descendants(host.child.id())
-        .into_iter()
-        .find(|(_, cmdline)| cmdline.starts_with("/fn_server"))
-        .map(|(pid, _)| pid)
-        .expect("the server runs");
+    let pid = *host.server_pids().first().expect("the server runs");
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let nproc = limits
         .lines()

@@ -95,6 +95,21 @@ fn podman_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// `podman run`'s arguments from the volume on: `cache` as the image's
+/// /xfn, the image, and its command `start` on `@socket`, a socket of this
+/// test's own (the default one may be another runner's in this shared
+/// network namespace); the command's other flags follow.
+fn runner_start(cache: &Path, image: &str, socket: &str) -> [String; 6] {
+    [
+        "--volume".to_string(),
+        format!("{}:/xfn", cache.display()),
+        image.to_string(),
+        "start".to_string(),
+        "--address".to_string(),
+        format!("@{socket}"),
+    ]
+}
+
 /// `podman run -d` flags of a confined xfn container: the host's podman
 /// flags, this network namespace, the pod's seccomp profile, an unmasked
 /// `/proc` and a read-only root with no tmpfs added (as the manifests'
@@ -255,15 +270,8 @@ async fn the_sidecar_image_serves_stops_on_sigterm_and_serves_again_from_its_cac
     let socket = format!("xfn-image-e2e/{}", std::process::id());
     let name = format!("xfn-e2e-sidecar-{}", std::process::id());
     let mut args = confined_run(&name);
+    args.extend(runner_start(&cache, image, &socket));
     args.extend([
-        "--volume".to_string(),
-        format!("{}:/xfn", cache.display()),
-        image.to_string(),
-        // The image's command, on a socket of this test's own (the default
-        // one may be another runner's in this shared network namespace).
-        "start".to_string(),
-        "--address".to_string(),
-        format!("@{socket}"),
         "--debug".to_string(),
         // 65532 without capabilities: functions share its uid
         // (deploy/'s shared-uid fallback passes the same).
@@ -351,13 +359,8 @@ async fn the_sidecar_image_as_its_pods_root_runs_functions_under_the_pods_other_
         ]
         .map(str::to_string),
     );
+    args.extend(runner_start(&cache, image, &socket));
     args.extend([
-        "--volume".to_string(),
-        format!("{}:/xfn", cache.display()),
-        image.to_string(),
-        "start".to_string(),
-        "--address".to_string(),
-        format!("@{socket}"),
         // Crossplane's container in the pod (deploy/ passes the same).
         "--allow-uid=65532".to_string(),
     ]);

@@ -251,20 +251,22 @@ fn keeper_pid(fx: &Fixture, name: &str) -> u64 {
     info["pid"].as_u64().unwrap()
 }
 
+/// The golden pipeline of the Function "rust", its server kept between
+/// renders (`runtime-docker-cleanup: Orphan`, and `annotation` when not
+/// empty); the image it serves, pushed.
+fn kept_golden_pipeline(fx: &Fixture, annotation: &str) -> String {
+    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
+    let mut annotations = vec!["render.crossplane.io/runtime-docker-cleanup: Orphan"];
+    annotations.extend([annotation].into_iter().filter(|a| !a.is_empty()));
+    golden_pipeline(fx, "rust", &function_object("rust", &image, &annotations));
+    image
+}
+
 #[test]
 fn a_kept_server_is_reused_by_the_next_render_and_stopping_it_leaves_nothing() {
     let fx = Fixture::new();
     let _stop = StopKept(&fx);
-    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
-    let function = function_object(
-        "rust",
-        &image,
-        &[
-            "render.crossplane.io/runtime-docker-cleanup: Orphan",
-            "render.crossplane.io/runtime-docker-name: golden-fn",
-        ],
-    );
-    golden_pipeline(&fx, "rust", &function);
+    let image = kept_golden_pipeline(&fx, "render.crossplane.io/runtime-docker-name: golden-fn");
 
     let first = render_logged(&fx, GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&first));
@@ -325,24 +327,17 @@ fn v2_xrs_and_operations_render_the_same_through_a_served_image() {
     fx.write("required.yaml", REQUIRED);
     fx.write("watched.yaml", WATCHED);
     fx.write("operation.yaml", &operation("Operation", "rust"));
-    let out = fx.render(&[
+    let operation_args = [
         "operation.yaml",
         "functions.yaml",
         "-e",
         "required.yaml",
         "-r",
-    ]);
+    ];
+    let out = fx.render(&operation_args);
     assert_golden("op-operation.yaml", &stdout(&out));
     fx.write("operation.yaml", &operation("WatchOperation", "rust"));
-    let out = fx.render(&[
-        "operation.yaml",
-        "functions.yaml",
-        "-e",
-        "required.yaml",
-        "-r",
-        "-w",
-        "watched.yaml",
-    ]);
+    let out = fx.render(&[&operation_args[..], &["-w", "watched.yaml"]].concat());
     assert_golden("op-watch.yaml", &stdout(&out));
     assert_nothing_left(&fx.path("cache"));
 }
@@ -408,13 +403,7 @@ fn a_server_gets_its_environment_and_egress_unless_its_network_is_none() {
 fn an_unprivileged_user_keeps_and_reuses_a_server_and_stops_it() {
     let fx = Fixture::new();
     let _stop = StopKept(&fx);
-    let image = function_server_image(&fx.registry, "fn-server:v1", &[]);
-    let function = function_object(
-        "rust",
-        &image,
-        &["render.crossplane.io/runtime-docker-cleanup: Orphan"],
-    );
-    golden_pipeline(&fx, "rust", &function);
+    kept_golden_pipeline(&fx, "");
     let first = fx.render_unprivileged(GOLDEN_ARGS);
     assert_golden("v1-development.yaml", &stdout(&first));
     // Named after the Function when runtime-docker-name is not given.

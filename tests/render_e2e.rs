@@ -24,12 +24,10 @@ fn v1_exec_pipeline(fx: &Fixture) {
     for name in ["create", "require", "label", "ready", "results"] {
         functions += &exec_function(name, &fx.exec_image(&format!("{name}.sh")));
     }
-    fx.write("functions.yaml", &functions);
-    fx.write("xr.yaml", XR);
-    fx.write(
-        "composition.yaml",
-        &pipeline_composition(
-            "  - step: create-buckets
+    write_pipeline(
+        fx,
+        &functions,
+        "  - step: create-buckets
     functionRef: {name: create}
   - step: read-settings
     functionRef: {name: require}
@@ -41,9 +39,15 @@ fn v1_exec_pipeline(fx: &Fixture) {
     functionRef: {name: results}
     input: {apiVersion: test.xfn.dev/v1, kind: Input}
 ",
-        ),
     );
     fx.write("required.yaml", REQUIRED);
+}
+
+/// The XR, `functions` and a pipeline Composition of `steps`, written.
+fn write_pipeline(fx: &Fixture, functions: &str, steps: &str) {
+    fx.write("functions.yaml", functions);
+    fx.write("xr.yaml", XR);
+    fx.write("composition.yaml", &pipeline_composition(steps));
 }
 
 const V1_EXEC_ARGS: &[&str] = &[
@@ -97,18 +101,15 @@ fn a_fatal_result_exits_3_naming_the_step_and_prints_the_partial_output() {
     let fx = Fixture::new();
     let functions = exec_function("create", &fx.exec_image("create.sh"))
         + &exec_function("results", &fx.exec_image("results.sh"));
-    fx.write("functions.yaml", &functions);
-    fx.write("xr.yaml", XR);
-    fx.write(
-        "composition.yaml",
-        &pipeline_composition(
-            "  - step: create-buckets
+    write_pipeline(
+        &fx,
+        &functions,
+        "  - step: create-buckets
     functionRef: {name: create}
   - step: stop-here
     functionRef: {name: results}
     input: {apiVersion: test.xfn.dev/v1, kind: Input, fatal: quota exceeded}
 ",
-        ),
     );
     let out = fx.render(&["xr.yaml", "composition.yaml", "functions.yaml", "-r"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
@@ -185,6 +186,26 @@ status:
     status: \"True\"
 ";
 
+/// The XR, the alpha Composition of `ALPHA_STEPS` (run by `endpoint`, if
+/// any) and the observed resources, written.
+fn write_alpha_pipeline(fx: &Fixture, endpoint: Option<&str>) {
+    fx.write("xr.yaml", XR);
+    fx.write(
+        "composition.yaml",
+        &alpha_composition_at(fx, ALPHA_STEPS, endpoint),
+    );
+    fx.write("observed.yaml", ALPHA_OBSERVED);
+}
+
+const ALPHA_ARGS: &[&str] = &[
+    "xr.yaml",
+    "composition.yaml",
+    "-o",
+    "observed.yaml",
+    "-r",
+    "-x",
+];
+
 /// `xfn start` on an abstract socket, stopped on drop (`xfn_testkit::child::stop`).
 struct RunnerDaemon {
     child: Child,
@@ -236,24 +257,10 @@ impl Drop for RunnerDaemon {
 fn alpha_steps_run_on_the_runner_daemon_when_one_answers() {
     let fx = Fixture::new();
     let daemon = RunnerDaemon::start(fx.dir.path());
-    fx.write("xr.yaml", XR);
     let endpoint = format!("unix-abstract:{}", daemon.socket);
-    fx.write(
-        "composition.yaml",
-        &alpha_composition_at(&fx, ALPHA_STEPS, Some(&endpoint)),
-    );
-    fx.write("observed.yaml", ALPHA_OBSERVED);
+    write_alpha_pipeline(&fx, Some(&endpoint));
     // An OCI runtime that always fails: only the daemon can run the steps.
-    let out = fx.render(&[
-        "xr.yaml",
-        "composition.yaml",
-        "-o",
-        "observed.yaml",
-        "-r",
-        "-x",
-        "--runtime",
-        "/bin/false",
-    ]);
+    let out = fx.render(&[ALPHA_ARGS, &["--runtime", "/bin/false"]].concat());
     assert_golden("alpha.yaml", &stdout(&out));
     let log = std::fs::read_to_string(fx.path("daemon.log")).unwrap();
     // One "call answered" per successful call (a failed one logs "call failed").
@@ -269,18 +276,8 @@ fn alpha_steps_run_on_the_runner_daemon_when_one_answers() {
 #[test]
 fn alpha_pipeline_renders_the_golden_output() {
     let fx = Fixture::new();
-    fx.write("xr.yaml", XR);
-    let composition = alpha_composition(&fx, ALPHA_STEPS);
-    fx.write("composition.yaml", &composition);
-    fx.write("observed.yaml", ALPHA_OBSERVED);
-    let out = fx.render(&[
-        "xr.yaml",
-        "composition.yaml",
-        "-o",
-        "observed.yaml",
-        "-r",
-        "-x",
-    ]);
+    write_alpha_pipeline(&fx, None);
+    let out = fx.render(ALPHA_ARGS);
     assert_golden("alpha.yaml", &stdout(&out));
 }
 

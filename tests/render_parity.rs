@@ -30,6 +30,12 @@ fn each_runtime(fx: &Fixture, name: &str) -> Vec<(&'static str, String, Option<P
     ]
 }
 
+/// `functions` and a pipeline of Function "fn" with these steps, written.
+fn write_fn_pipeline(fx: &Fixture, functions: &str, steps: &[(&str, &str)]) {
+    fx.write("functions.yaml", functions);
+    fx.write("composition.yaml", &self::steps("fn", steps));
+}
+
 /// A pipeline of Function `name` with these `(step, input)` steps.
 fn steps(name: &str, steps: &[(&str, &str)]) -> String {
     let mut text = String::new();
@@ -69,11 +75,7 @@ fn context_flags_are_maps_separated_by_semicolons_of_json_or_yaml() {
     fx.write("region.yaml", "name: eu-west-1\nzones: [a, b]\n");
     fx.write("team.json", "\"platform\"");
     for (runtime, functions, _python) in each_runtime(&fx, "fn") {
-        fx.write("functions.yaml", &functions);
-        fx.write(
-            "composition.yaml",
-            &steps("fn", &[("read", "action: context, read: plain")]),
-        );
+        write_fn_pipeline(&fx, &functions, &[("read", "action: context, read: plain")]);
         let out = fx.render(&[
             "xr.yaml",
             "composition.yaml",
@@ -469,13 +471,10 @@ fn iterations_feed_the_output_back_until_it_is_stable() {
     let fx = Fixture::new();
     fx.write("xr.yaml", XR);
     for (runtime, functions, _python) in each_runtime(&fx, "fn") {
-        fx.write("functions.yaml", &functions);
-        fx.write(
-            "composition.yaml",
-            &steps(
-                "fn",
-                &[("create", "action: create"), ("mirror", "action: mirror")],
-            ),
+        write_fn_pipeline(
+            &fx,
+            &functions,
+            &[("create", "action: create"), ("mirror", "action: mirror")],
         );
         let args = ["xr.yaml", "composition.yaml", "functions.yaml"];
         // Once, as the CLI: nothing is observed yet.
@@ -531,16 +530,13 @@ fn many_xrs_render_in_one_run_in_input_order_over_servers_started_once() {
     fx.write("third.yaml", third);
     fx.write("xrs.yaml", &format!("{XR}---\n{second}"));
     for (runtime, functions, _python) in each_runtime(&fx, "fn") {
-        fx.write("functions.yaml", &functions);
-        fx.write(
-            "composition.yaml",
-            &steps(
-                "fn",
-                &[
-                    ("create", "action: create"),
-                    ("warn", "action: results, warning: almost out of buckets"),
-                ],
-            ),
+        write_fn_pipeline(
+            &fx,
+            &functions,
+            &[
+                ("create", "action: create"),
+                ("warn", "action: results, warning: almost out of buckets"),
+            ],
         );
         let flags = ["composition.yaml", "functions.yaml", "-r", "-c"];
         let single = |xr: &str| stdout(&fx.render(&[&[xr][..], &flags[..]].concat()));

@@ -15,10 +15,26 @@ use std::time::Duration;
 
 use xfn_testkit::*;
 
+/// The end of a hog's `main`: execs its arguments, if any, with what it
+/// took held (not close-on-exec).
+macro_rules! exec_args {
+    () => {
+        r#"    let rest: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
+    if let Some(program) = rest.first() {
+        let mut argv: Vec<*const c_char> = rest.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        unsafe { execv(program.as_ptr(), argv.as_ptr()) };
+    }
+}
+"#
+    };
+}
+
 /// Takes inotify instances until the kernel refuses one and prints how
 /// many it got; with an argument, then execs it, the instances held (not
 /// close-on-exec).
-const INOTIFY_HOG: &str = r#"
+const INOTIFY_HOG: &str = concat!(
+    r#"
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
 extern "C" {
@@ -31,14 +47,9 @@ fn main() {
         taken += 1;
     }
     println!("took {taken}: {}", std::io::Error::last_os_error());
-    let rest: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
-    if let Some(program) = rest.first() {
-        let mut argv: Vec<*const c_char> = rest.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        unsafe { execv(program.as_ptr(), argv.as_ptr()) };
-    }
-}
-"#;
+"#,
+    exec_args!()
+);
 
 /// The host's per-uid limit of inotify instances.
 fn host_inotify_instances() -> usize {
@@ -151,7 +162,8 @@ async fn a_function_taking_every_inotify_instance_gets_its_runs_share_and_leaves
 /// Adds epoll watches (every eventfd it makes, to one epoll instance after
 /// another) until the kernel refuses one, writes how many it got and why
 /// to /tmp/took, then execs its arguments, the watches held.
-const EPOLL_HOG: &str = r#"
+const EPOLL_HOG: &str = concat!(
+    r#"
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int, c_uint};
 #[repr(C, packed)]
@@ -179,14 +191,9 @@ fn main() {
         }
     };
     std::fs::write("/tmp/took", format!("took {taken}: {error}")).unwrap();
-    let rest: Vec<CString> = std::env::args().skip(1).map(|a| CString::new(a).unwrap()).collect();
-    if let Some(program) = rest.first() {
-        let mut argv: Vec<*const c_char> = rest.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        unsafe { execv(program.as_ptr(), argv.as_ptr()) };
-    }
-}
-"#;
+"#,
+    exec_args!()
+);
 
 /// Issue 22's case: a function adds epoll watches until `epoll_ctl` fails
 /// with ENOSPC (`fs.epoll.max_user_watches`, counted per host uid). Under

@@ -27,6 +27,30 @@ fn user_image(registry: &Registry, name: &str, user: &str) -> String {
         .reference
 }
 
+/// Each case's image (`user_image` of its name and user), pushed: (user,
+/// image, what the case expects).
+fn pushed<'a>(
+    registry: &Registry,
+    cases: &[(&str, &'a str, &'a str)],
+) -> Vec<(&'a str, String, &'a str)> {
+    cases
+        .iter()
+        .map(|(name, user, expected)| {
+            (
+                *user,
+                user_image(registry, &format!("{name}:v1"), user),
+                *expected,
+            )
+        })
+        .collect()
+}
+
+/// What a function of `RUNNABLE` prints: the ids it `expected`, no
+/// capabilities, its input.
+fn printed(expected: &str) -> String {
+    format!("{expected}0000000000000000\n{FUNCTION_IO}")
+}
+
 /// The users that run, and what the unprivileged daemon's function prints
 /// for each (uid, gid, owner of its files, uid map): xfn's one id is the
 /// image's user, so its files are the user's own, and (not root) it has
@@ -71,8 +95,7 @@ async fn the_unprivileged_daemon_runs_image_users_as_themselves_and_refuses_unkn
     let registry = Registry::start();
     let daemon = Daemon::start(&[]).await;
     let mut client = daemon.client().await;
-    for (name, user, expected) in RUNNABLE {
-        let image = user_image(&registry, &format!("{name}:v1"), user);
+    for (user, image, expected) in pushed(&registry, &RUNNABLE) {
         // Twice: the first call may be cold, the second finds a warm
         // container made for the image (the pool builds the same spec).
         for _ in 0..2 {
@@ -81,15 +104,10 @@ async fn the_unprivileged_daemon_runs_image_users_as_themselves_and_refuses_unkn
                 .await
                 .unwrap_or_else(|s| panic!("{user}: {s:?}\n{}", daemon.log()));
             let out = String::from_utf8(out.into_inner().output).unwrap();
-            assert_eq!(
-                out,
-                format!("{expected}0000000000000000\n{FUNCTION_IO}"),
-                "{user}"
-            );
+            assert_eq!(out, printed(expected), "{user}");
         }
     }
-    for (name, user, reason) in REFUSED {
-        let image = user_image(&registry, &format!("{name}:v1"), user);
+    for (user, image, reason) in pushed(&registry, &REFUSED) {
         let status = client
             .run_function(request(&image, FUNCTION_IO))
             .await
@@ -120,17 +138,11 @@ fn xfn_run_unprivileged_runs_image_users_as_themselves_and_refuses_unknown_ones(
     let dir = world_traversable_tempdir();
     let cache = dir.path().join("cache");
     dir_owned_by(&cache, NONROOT);
-    for (name, user, expected) in RUNNABLE {
-        let image = user_image(&registry, &format!("{name}:v1"), user);
+    for (user, image, expected) in pushed(&registry, &RUNNABLE) {
         let out = stdout(&xfn_run(&cache, Some(NONROOT), &image));
-        assert_eq!(
-            out,
-            format!("{expected}0000000000000000\n{FUNCTION_IO}"),
-            "{user}"
-        );
+        assert_eq!(out, printed(expected), "{user}");
     }
-    for (name, user, reason) in REFUSED {
-        let image = user_image(&registry, &format!("{name}:v1"), user);
+    for (user, image, reason) in pushed(&registry, &REFUSED) {
         let err = failure(&xfn_run(&cache, Some(NONROOT), &image));
         assert!(err.contains(reason), "{user}: {err}");
     }

@@ -98,12 +98,7 @@ async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
     let daemon = Daemon::start(&[]).await;
     let input = large_input();
     assert_eq!(input.len(), INPUT_CAP);
-    // Never pulled: each call ends once its input is checked and parsed.
-    let mut req = request("registry.invalid/absent:v1", &input);
-    req.image_pull_config = Some(xfn_testkit::pb::ImagePullConfig {
-        pull_policy: xfn_testkit::pb::ImagePullPolicy::Never as i32,
-        auth: None,
-    });
+    let req = never_pulled(&input);
     let mut calls = Vec::new();
     for _ in 0..6 {
         let mut client = daemon.client().await;
@@ -124,36 +119,10 @@ async fn large_inputs_at_once_are_parsed_within_the_memory_budget() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn alias_bombs_are_invalid_arguments_that_cost_the_daemon_no_copies() {
-    // Never pulled: a call ends once its input is checked and parsed.
-    let never = |input: &str| {
-        let mut req = request("registry.invalid/absent:v1", input);
-        req.image_pull_config = Some(xfn_testkit::pb::ImagePullConfig {
-            pull_policy: xfn_testkit::pb::ImagePullPolicy::Never as i32,
-            auth: None,
-        });
-        req
-    };
     let mut grown = Vec::new();
     for (name, bomb) in alias_bombs() {
-        // A daemon of its own, so each bomb's peak is its own.
-        let daemon = Daemon::start(&[]).await;
-        // A call whose input is parsed and whose pull is refused: the
-        // daemon's peak without the bomb.
-        let mut client = daemon.client().await;
-        let status = client.run_function(never(FUNCTION_IO)).await.unwrap_err();
-        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-        let before = peak_memory(daemon.xfn_pid());
-        let input = format!("{FUNCTION_IO}config: {bomb}\n");
-        let answer = client.run_function(never(&input)).await;
-        let after = peak_memory(daemon.xfn_pid());
-        eprintln!(
-            "{name} ({} bytes): daemon peak {:.1} -> {:.1} MiB (+{:.1}): {answer:?}",
-            input.len(),
-            before as f64 / 1048576.0,
-            after as f64 / 1048576.0,
-            (after - before) as f64 / 1048576.0
-        );
-        grown.push((name, answer, after - before));
+        let (answer, growth) = bomb_call(name, &bomb).await;
+        grown.push((name, answer, growth));
     }
     // Accepted just within the bound: 198 copies of a 20 KB anchored
     // scalar (one more is refused, src/nesting/aliases.rs), about 4 MB.
@@ -163,31 +132,15 @@ async fn alias_bombs_are_invalid_arguments_that_cost_the_daemon_no_copies() {
         ["*a"; 198].join(",")
     );
     for (name, bomb) in [("edge", edge)] {
-        let daemon = Daemon::start(&[]).await;
-        let mut client = daemon.client().await;
-        let status = client.run_function(never(FUNCTION_IO)).await.unwrap_err();
-        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-        let before = peak_memory(daemon.xfn_pid());
-        let input = format!("{FUNCTION_IO}config: {bomb}\n");
-        let status = client.run_function(never(&input)).await.unwrap_err();
-        let after = peak_memory(daemon.xfn_pid());
-        eprintln!(
-            "{name} ({} bytes, accepted): daemon peak {:.1} -> {:.1} MiB (+{:.1})",
-            input.len(),
-            before as f64 / 1048576.0,
-            after as f64 / 1048576.0,
-            (after - before) as f64 / 1048576.0
-        );
+        let (answer, growth) = bomb_call(name, &bomb).await;
+        // Accepted: past the parse, the pull is refused.
+        let status = answer.expect_err(name);
         assert_eq!(
             status.code(),
             Code::FailedPrecondition,
             "{name}: {status:?}"
         );
-        assert!(
-            after - before < 32 << 20,
-            "{name}: +{} MiB",
-            (after - before) >> 20
-        );
+        assert!(growth < 32 << 20, "{name}: +{} MiB", growth >> 20);
     }
     for (name, answer, growth) in grown {
         let status = answer.expect_err(name);
@@ -201,6 +154,49 @@ async fn alias_bombs_are_invalid_arguments_that_cost_the_daemon_no_copies() {
         // Without the bound the wide bomb took +300 MiB and the list +480.
         assert!(growth < 32 << 20, "{name}: +{} MiB", growth >> 20);
     }
+}
+
+/// A call of `input` for an image never pulled: it ends once its input is
+/// checked and parsed.
+fn never_pulled(input: &str) -> pb::RunFunctionRequest {
+    let mut req = request("registry.invalid/absent:v1", input);
+    req.image_pull_config = Some(pb::ImagePullConfig {
+        pull_policy: pb::ImagePullPolicy::Never as i32,
+        auth: None,
+    });
+    req
+}
+
+/// The answer to a call whose input's config is `bomb`, and how much it
+/// grew the peak memory of a daemon of its own (so each bomb's peak is its
+/// own) past that of a call whose input is parsed and whose pull is
+/// refused: the daemon's peak without the bomb.
+async fn bomb_call(
+    name: &str,
+    bomb: &str,
+) -> (
+    Result<tonic::Response<pb::RunFunctionResponse>, tonic::Status>,
+    u64,
+) {
+    let daemon = Daemon::start(&[]).await;
+    let mut client = daemon.client().await;
+    let status = client
+        .run_function(never_pulled(FUNCTION_IO))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    let before = peak_memory(daemon.xfn_pid());
+    let input = format!("{FUNCTION_IO}config: {bomb}\n");
+    let answer = client.run_function(never_pulled(&input)).await;
+    let after = peak_memory(daemon.xfn_pid());
+    eprintln!(
+        "{name} ({} bytes): daemon peak {:.1} -> {:.1} MiB (+{:.1}): {answer:?}",
+        input.len(),
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after - before) as f64 / 1048576.0
+    );
+    (answer, after - before)
 }
 
 /// A JSON value whose objects never repeat a key (serde_json would keep

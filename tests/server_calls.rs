@@ -134,10 +134,7 @@ async fn a_failing_function_is_aborted_with_exit_code_and_stderr() {
     assert!(status.message().contains("it-went-wrong"), "{status:?}");
     // The daemon keeps serving.
     let echo = echo_image(&registry, "echo:v1");
-    client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    daemon.call_ok(&echo).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,10 +205,7 @@ async fn callers_beyond_the_run_and_queue_limits_are_turned_away() {
     let daemon = Daemon::start(&["--max-concurrent-runs", "1", "--max-queued-runs", "1"]).await;
     // Pull the echo image first so the queued call needs only its run.
     let mut client = daemon.client().await;
-    client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    daemon.call_ok(&echo).await;
 
     let running = daemon.call_in_flight(&hang, 1).await;
 
@@ -261,12 +255,7 @@ async fn sixty_four_concurrent_callers_with_default_flags_all_succeed() {
     let echo = echo_image(&registry, "echo:v1");
     let daemon = Daemon::start(&[]).await;
     // Warm: the calls below compete for run slots, not for the pull.
-    daemon
-        .client()
-        .await
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    daemon.call_ok(&echo).await;
     // A connection per call, as Crossplane dials, with Crossplane's kind of
     // deadline; far more callers than the CPUs this daemon runs at once.
     let mut calls = Vec::new();
@@ -294,11 +283,7 @@ async fn a_call_still_queued_at_its_deadline_is_deadline_exceeded_and_never_runs
     let hang = script_image(&registry, "hang:v1", "cat >/dev/null; n=36; sleep ${n}15");
     let echo = echo_image(&registry, "echo:v1");
     let daemon = Daemon::start(&["--max-concurrent-runs", "1"]).await;
-    let mut client = daemon.client().await;
-    client
-        .run_function(request(&echo, FUNCTION_IO))
-        .await
-        .unwrap_or_else(|s| panic!("{s:?}\n{}", daemon.log()));
+    daemon.call_ok(&echo).await;
     let running = daemon.call_in_flight(&hang, 1).await;
 
     // The daemon's answer, not the client's own timer.

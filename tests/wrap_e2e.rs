@@ -7,7 +7,7 @@
 //! Needs: docker-registry, busybox-static, skopeo.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -23,6 +23,32 @@ fn skopeo(args: &[&str]) {
         "skopeo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `reference`, copied by skopeo from the registry into
+/// `dir`/function.tar as `docker save` writes it.
+fn saved(dir: &Path, reference: &str) -> PathBuf {
+    let tar = dir.join("function.tar");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{reference}"),
+        &format!("docker-archive:{}", tar.display()),
+    ]);
+    tar
+}
+
+/// `target`, pulled back by skopeo into the OCI layout `dir`/pulled (tag
+/// `wrapped`).
+fn pulled_back(dir: &Path, target: &str) -> PathBuf {
+    let pulled = dir.join("pulled");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &format!("docker://{target}"),
+        &format!("oci:{}:wrapped", pulled.display()),
+    ]);
+    pulled
 }
 
 fn blob(layout: &Path, digest: &str) -> Vec<u8> {
@@ -128,13 +154,7 @@ fn wrapped_images_push_and_write_with_their_package_metadata() {
         .env(["PATH=/usr/local/bin:/bin"])
         .cmd(["/bin/sh"])
         .push(&registry, "adaptor-base:v1");
-    let function_tar = dir.path().join("function.tar");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{}", function.reference),
-        &format!("docker-archive:{}", function_tar.display()),
-    ]);
+    let function_tar = saved(dir.path(), &function.reference);
     let function_bytes = std::fs::read(&function_tar).unwrap();
     let target = format!("{}/wrapped:v1", registry.host());
     let wrap = |destination: &[&str]| {
@@ -159,13 +179,7 @@ fn wrapped_images_push_and_write_with_their_package_metadata() {
 
     // Pushed, pulled back by skopeo.
     wrap(&["--push"]);
-    let pulled = dir.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{target}"),
-        &format!("oci:{}:wrapped", pulled.display()),
-    ]);
+    let pulled = pulled_back(dir.path(), &target);
     check_wrapped(&pulled, &base, &function_bytes);
 
     // Written as an OCI layout tarball, read by skopeo.
@@ -210,13 +224,7 @@ fn a_wrong_function_or_base_fails_before_the_good_tag_is_overwritten() {
         .push(&registry, "adaptor-base:v1");
     // busybox alone: no xfn, no crun.
     let function_as_base = function.reference.clone();
-    let function_tar = dir.path().join("function.tar");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{}", function.reference),
-        &format!("docker-archive:{}", function_tar.display()),
-    ]);
+    let function_tar = saved(dir.path(), &function.reference);
     let script = dir.path().join("fn.sh");
     std::fs::write(&script, "#!/bin/sh\ncat\n").unwrap();
     let metadata = dir.path().join("crossplane.yaml");
@@ -255,13 +263,7 @@ fn a_wrong_function_or_base_fails_before_the_good_tag_is_overwritten() {
         String::from_utf8_lossy(&out.stderr)
     );
     let good = digest_of(&target).expect("pushed");
-    let pulled = dir.path().join("pulled");
-    skopeo(&[
-        "copy",
-        "--src-tls-verify=false",
-        &format!("docker://{target}"),
-        &format!("oci:{}:wrapped", pulled.display()),
-    ]);
+    let pulled = pulled_back(dir.path(), &target);
     let index: Value =
         serde_json::from_slice(&std::fs::read(pulled.join("index.json")).unwrap()).unwrap();
     let manifest: Value = serde_json::from_slice(&blob(

@@ -481,6 +481,14 @@ mod tests {
     use super::*;
     use oci_spec::image::ConfigBuilder;
 
+    /// An image config with a command and nothing else.
+    fn plain_image() -> ImageConfig {
+        ConfigBuilder::default()
+            .cmd(vec!["x".to_string()])
+            .build()
+            .unwrap()
+    }
+
     fn input<'a>(rootfs: &'a Path, image: &'a ImageConfig) -> SpecInput<'a> {
         SpecInput {
             rootfs,
@@ -597,10 +605,7 @@ mod tests {
     #[test]
     fn network_policy_decides_the_netns_and_sysfs() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let has_netns = |spec: &Spec| {
             spec.linux()
                 .as_ref()
@@ -630,10 +635,7 @@ mod tests {
     #[test]
     fn limits_land_in_resources() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let mut i = input(dir.path(), &image);
         i.limits = Limits {
             cpu_millis: Some(500),
@@ -666,10 +668,7 @@ mod tests {
     #[test]
     fn a_pids_limit_of_the_run_replaces_the_runners_in_pids_max_and_rlimit_nproc() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let mut i = input(dir.path(), &image);
         i.limits.pids = Some(64);
         let nproc = |spec: &Spec| {
@@ -712,10 +711,7 @@ mod tests {
     #[test]
     fn the_seccomp_profile_goes_into_the_spec() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let spec = build(&input(dir.path(), &image)).unwrap();
         let seccomp = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
         assert_eq!(seccomp, &crate::sandbox::seccomp::profile().unwrap());
@@ -724,10 +720,7 @@ mod tests {
     #[test]
     fn a_run_has_its_own_user_namespace_over_the_functions_ids_never_xfns_when_it_has_others() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         // A root image: xfn's one id as root, or container 0.. from id 1.
         for (ids, want) in [
             (FunctionIds::Own, (0, 0, 1)),
@@ -776,10 +769,7 @@ mod tests {
                 .map(|l| (l.soft(), l.hard()))
         };
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let without_cgroups = SpecInput {
             pids_limit: 7,
             ..input(dir.path(), &image)
@@ -799,10 +789,7 @@ mod tests {
     #[test]
     fn tmp_is_a_tmpfs_sized_in_bytes_and_inodes() {
         let dir = tempfile::tempdir().unwrap();
-        let image = ConfigBuilder::default()
-            .cmd(vec!["x".to_string()])
-            .build()
-            .unwrap();
+        let image = plain_image();
         let spec = build(&SpecInput {
             tmp_size_bytes: 64 << 20,
             ..input(dir.path(), &image)

@@ -508,18 +508,46 @@ fn revisions(items: Vec<Value>) -> Exchange {
 /// Secret: the Function, its Active revision at its endpoint, its Service,
 /// the CA Secret (`ca`) and the server Secret (`stored`).
 fn hosted_reads(ca: &Ca, stored: Value) -> Vec<Exchange> {
-    vec![
-        exchange("GET", function_path(), 200, function(false)),
-        revisions(vec![revision(
-            REVISION,
-            PACKAGE,
-            1,
-            "Active",
-            Some(ENDPOINT),
-        )]),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
+    let mut reads = reads_to_the_ca("Active");
+    reads.extend([
         ca_get(ca),
         exchange("GET", secret_path(&server_secret()), 200, stored),
+    ]);
+    reads
+}
+
+/// What a reconcile of the Function reads before the CA Secret: the
+/// Function, its revision in `state` at its endpoint, its Service.
+fn reads_to_the_ca(state: &str) -> Vec<Exchange> {
+    vec![
+        exchange("GET", function_path(), 200, function(false)),
+        revisions(vec![revision(REVISION, PACKAGE, 1, state, Some(ENDPOINT))]),
+        exchange("GET", service_path(), 200, service_as_stored(ours())),
+    ]
+}
+
+/// What a reconcile of `function`, whose Active revision `rev` names the
+/// DeploymentRuntimeConfig `config` of these `limits`, reads: as
+/// `hosted_reads`, then the config.
+fn runtime_config_reads(function: Value, rev: Value, config: &str, limits: Value) -> Vec<Exchange> {
+    let ca = crossplane_ca();
+    vec![
+        exchange("GET", function_path(), 200, function),
+        exchange("GET", REVISIONS_PATH, 200, revision_list(vec![rev])),
+        exchange("GET", service_path(), 200, service_as_stored(ours())),
+        ca_get(&ca),
+        exchange(
+            "GET",
+            secret_path(&server_secret()),
+            200,
+            stored_server_secret(&ca),
+        ),
+        exchange(
+            "GET",
+            format!("{CONFIGS_PATH}/{config}"),
+            200,
+            runtime_config(config, Some(limits)),
+        ),
     ]
 }
 
@@ -818,18 +846,14 @@ async fn an_upgrade_hosts_the_newly_active_revisions_package_at_its_endpoint() {
 
 #[tokio::test]
 async fn a_revision_becoming_inactive_unhosts_the_function_and_deletes_its_service() {
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, function(false)),
-        revisions(vec![revision(
-            REVISION,
-            PACKAGE,
-            1,
-            "Inactive",
-            Some(ENDPOINT),
-        )]),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange("DELETE", service_path(), 200, service_as_stored(ours())),
-    ]);
+    let mut reads = reads_to_the_ca("Inactive");
+    reads.push(exchange(
+        "DELETE",
+        service_path(),
+        200,
+        service_as_stored(ours()),
+    ));
+    let conversation = Conversation::new(reads);
     let (reconciler, catalog) = reconciler(&conversation);
 
     reconciler.reconcile(FUNCTION).await.unwrap();
@@ -908,18 +932,14 @@ async fn a_service_another_controller_made_is_never_deleted() {
 
 #[tokio::test]
 async fn a_missing_ca_is_an_error_naming_the_secret_and_hosts_nothing() {
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, function(false)),
-        revisions(vec![revision(
-            REVISION,
-            PACKAGE,
-            1,
-            "Active",
-            Some(ENDPOINT),
-        )]),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange("GET", secret_path("crossplane-root-ca"), 404, not_found()),
-    ]);
+    let mut reads = reads_to_the_ca("Active");
+    reads.push(exchange(
+        "GET",
+        secret_path("crossplane-root-ca"),
+        404,
+        not_found(),
+    ));
+    let conversation = Conversation::new(reads);
     let (reconciler, catalog) = reconciler(&conversation);
 
     let error = reconciler.reconcile(FUNCTION).await.unwrap_err();
@@ -1046,45 +1066,17 @@ async fn a_revision_event_reconciles_its_function_and_a_watch_ending_is_an_error
 
 #[tokio::test]
 async fn a_function_is_hosted_with_the_limits_of_the_runtime_config_its_revision_names() {
-    let ca = crossplane_ca();
-    let issued = issue_server_certificate(
-        "crossplane-root-ca",
-        &ca.cert,
-        &ca.key,
-        &dns_names(FUNCTION, NS),
-    )
-    .unwrap();
-    let stored = secret(
-        &server_secret(),
-        &[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-            ("ca.crt", &ca.cert),
-        ],
-    );
     let mut limited = function(false);
     limited["metadata"]["annotations"]["xfn.crossplane.io/pids-limit"] = json!("128");
     limited["spec"]["runtimeConfigRef"]["name"] = json!("small");
     let mut rev = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
     rev["spec"]["runtimeConfigRef"]["name"] = json!("small");
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, limited),
-        exchange("GET", REVISIONS_PATH, 200, revision_list(vec![rev])),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
-        exchange("GET", secret_path(&server_secret()), 200, stored),
-        exchange(
-            "GET",
-            format!("{CONFIGS_PATH}/small"),
-            200,
-            runtime_config("small", Some(json!({"cpu": "250m", "memory": "64Mi"}))),
-        ),
-    ]);
+    let conversation = Conversation::new(runtime_config_reads(
+        limited,
+        rev,
+        "small",
+        json!({"cpu": "250m", "memory": "64Mi"}),
+    ));
     let (reconciler, catalog) = reconciler(&conversation);
 
     reconciler.reconcile(FUNCTION).await.unwrap();
@@ -1108,42 +1100,14 @@ async fn a_function_is_hosted_with_the_limits_of_the_runtime_config_its_revision
 
 #[tokio::test]
 async fn a_runtime_config_whose_limit_is_no_quantity_fails_the_reconcile_and_hosts_nothing() {
-    let ca = crossplane_ca();
     let mut rev = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
     rev["spec"]["runtimeConfigRef"]["name"] = json!("typo");
-    let issued = issue_server_certificate(
-        "crossplane-root-ca",
-        &ca.cert,
-        &ca.key,
-        &dns_names(FUNCTION, NS),
-    )
-    .unwrap();
-    let stored = secret(
-        &server_secret(),
-        &[
-            ("tls.crt", issued.cert_pem.as_bytes()),
-            ("tls.key", issued.key_pem.as_bytes()),
-            ("ca.crt", &ca.cert),
-        ],
-    );
-    let conversation = Conversation::new(vec![
-        exchange("GET", function_path(), 200, function(false)),
-        exchange("GET", REVISIONS_PATH, 200, revision_list(vec![rev])),
-        exchange("GET", service_path(), 200, service_as_stored(ours())),
-        exchange(
-            "GET",
-            secret_path("crossplane-root-ca"),
-            200,
-            ca_secret(&ca),
-        ),
-        exchange("GET", secret_path(&server_secret()), 200, stored),
-        exchange(
-            "GET",
-            format!("{CONFIGS_PATH}/typo"),
-            200,
-            runtime_config("typo", Some(json!({"memory": "64 MB"}))),
-        ),
-    ]);
+    let conversation = Conversation::new(runtime_config_reads(
+        function(false),
+        rev,
+        "typo",
+        json!({"memory": "64 MB"}),
+    ));
     let (reconciler, catalog) = reconciler(&conversation);
 
     let error = reconciler.reconcile(FUNCTION).await.unwrap_err();

@@ -32,6 +32,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use xfn_testkit::stats::percentile;
 
 use serde_json::json;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
@@ -122,11 +123,6 @@ async fn connect(target: &str) -> Result<Channel, AnyError> {
         .connect()
         .await?;
     Ok(channel)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {

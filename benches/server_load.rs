@@ -26,6 +26,7 @@
 //!   (env, default 6500: past `xfn::resident::IDLE_AFTER`) without calls,
 //!   so each is the first after the daemon gave its code pages back.
 use std::time::{Duration, Instant};
+use xfn_testkit::stats::percentile;
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Endpoint, Uri};
@@ -149,11 +150,6 @@ async fn call(
         .into());
     }
     Ok(elapsed)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {

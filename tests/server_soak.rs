@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use xfn_testkit::stats::percentile;
 
 use xfn_testkit::*;
 
@@ -222,11 +223,6 @@ impl Soaked {
         }
         leaks
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn mib(kib: u64) -> f64 {

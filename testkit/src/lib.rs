@@ -6,8 +6,8 @@
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
 //! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
 //! calls and protobuf bytes ([`raw`]), the tests' Python root ([`python`]),
-//! tree snapshots ([`tree`]) and re-running one test as another user
-//! ([`reexec`]).
+//! tree snapshots ([`tree`]), percentiles ([`stats`]) and re-running one
+//! test as another user ([`reexec`]).
 //!
 //! Invariant: the kit never links xfn's library. It knows xfn as a program
 //! (the binary cargo built, [`xfn_binary`]) and by its wire protocol (the
@@ -39,6 +39,7 @@ pub mod registry;
 pub mod render;
 pub mod state;
 pub mod static_bin;
+pub mod stats;
 pub mod tcp_daemon;
 pub mod tls;
 pub mod tree;

@@ -9,6 +9,12 @@
 #                 with a client certificate and the SNI of the function's
 #                 Service name, as Crossplane calls one): p50 and p99, and
 #                 the median round's p50 difference (benches/host_load.rs).
+#                 Beside them, the same server behind two peers doing xfn
+#                 host's hop (TLS with a verified client certificate in
+#                 front of the plaintext server), where installed: haproxy
+#                 (HTTP/2, routed by SNI, as xfn host routes) and socat (a
+#                 byte-level TLS proxy, one process per connection: the
+#                 floor of a TLS-terminating hop).
 #   from zero     the first call to a function with no server running
 #                 (`xfn host --server-idle 1s`, each call after the last
 #                 server was stopped, on a TLS connection kept open) against
@@ -35,12 +41,14 @@
 # composes). xfn runs as uid 65532 without capabilities.
 #
 # Needs: crun, docker-registry, umoci, skopeo, busybox-static, openssl,
-# python3 (apt-get packages; scripts/setup.sh). Run as root from the
+# python3 (apt-get packages; scripts/setup.sh); for the peers, haproxy and
+# socat (PEERS="haproxy socat" by default; PEERS= for none). Run as root from the
 # repository root:
 #   benches/host.sh                  (release build, niced)
 #   PROFILE=dev benches/host.sh      (debug build)
 # More samples: ROUNDS=10 ROUND_CALLS=200 COLD_CALLS=30 benches/host.sh
 # One function: ONLY=pythonic benches/host.sh
+# Some rows: PARTS="warm cold" benches/host.sh (of warm, cold, memory)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -53,7 +61,7 @@ NS=crossplane-system
 bench_work host
 NATIVE_PIDS=
 bench_cleanup_more() {
-    for pid in $NATIVE_PIDS; do kill "$pid" 2>/dev/null || true; done
+    for pid in $NATIVE_PIDS $PEER_PIDS; do kill "$pid" 2>/dev/null || true; done
 }
 
 # Build xfn, the client and the static test server, niced (the machine's
@@ -113,8 +121,10 @@ else
     echo "NOTE: no function-pythonic root at $PYTHONIC_ROOT (scripts/setup.sh builds it): the test server only" >&2
 fi
 
-# ONLY=fn_server or ONLY=pythonic runs one of them.
+# ONLY=fn_server or ONLY=pythonic runs one of them; PARTS some rows.
 KINDS=${ONLY:-$KINDS}
+PARTS=${PARTS:-warm cold memory}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # native_command KIND PORT: the server of KIND on 127.0.0.1:PORT, run from
 # its image's rootfs with no container.
@@ -138,6 +148,12 @@ mkdir -p "$WORK/certs/ca"
     openssl req -new -key client.key -out client.csr -subj "/O=Crossplane/CN=crossplane" 2>/dev/null
     printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >client.ext
     openssl x509 -req -in client.csr -CA ca/tls.crt -CAkey ca/tls.key -CAcreateserial -out client.crt -days 2 -extfile client.ext 2>/dev/null
+    # The peers' server certificate, for every Service name the bench dials.
+    openssl genrsa -traditional -out peer.key 2048 2>/dev/null
+    openssl req -new -key peer.key -out peer.csr -subj "/CN=peer" 2>/dev/null
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:fn.%s,DNS:py.%s\n' "$NS" "$NS" >peer.ext
+    openssl x509 -req -in peer.csr -CA ca/tls.crt -CAkey ca/tls.key -CAcreateserial -out peer.crt -days 2 -extfile peer.ext 2>/dev/null
+    cat peer.crt peer.key >peer.pem
 )
 chown -R "$NONROOT:$NONROOT" "$WORK/certs"
 export CERTS="$WORK/certs"
@@ -156,13 +172,64 @@ chown "$NONROOT:$NONROOT" "$WORK/cache"
 HPORT=$((PORT + 1))
 MPORT=$((PORT + 2))
 NPORT=$((PORT + 3))
+# The peers' ports, past the memory rows' native servers.
+APORT=$((PORT + FUNCTIONS + 10))
+SPORT=$((PORT + FUNCTIONS + 11))
+PEERS=${PEERS-haproxy socat}
+PEER_PIDS=
+
+# peers_up PREFIX: each installed peer of PEERS in front of the native
+# server on $NPORT, as uid 65532; sets PEER_ARGS, host_load's peer targets.
+peers_up() {
+    PEER_ARGS=
+    PEER_ENV=
+    for peer in $PEERS; do
+        command -v "$peer" >/dev/null || { echo "NOTE: $peer is not installed: not measured" >&2; continue; }
+        case $peer in
+            haproxy)
+                cat >"$WORK/haproxy.cfg" <<EOF
+global
+    log stderr format raw local0 err
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+frontend functions
+    bind 127.0.0.1:$APORT ssl crt $WORK/certs/peer.pem ca-file $WORK/certs/ca/tls.crt verify required alpn h2
+    use_backend function if { ssl_fc_sni -i $1.$NS }
+backend function
+    server native 127.0.0.1:$NPORT proto h2
+EOF
+                $AS_NONROOT haproxy -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
+                port=$APORT ;;
+            socat)
+                $AS_NONROOT socat "OPENSSL-LISTEN:$SPORT,bind=127.0.0.1,reuseaddr,fork,cert=$WORK/certs/peer.pem,cafile=$WORK/certs/ca/tls.crt,verify=1" \
+                    "TCP:127.0.0.1:$NPORT,nodelay" >"$WORK/socat.log" 2>&1 &
+                port=$SPORT ;;
+            *) echo "PEERS: $peer is not one of haproxy, socat" >&2; exit 1 ;;
+        esac
+        PEER_PIDS="$PEER_PIDS $!"
+        PEER_ENV="$PEER_ENV $(echo "$peer" | tr a-z A-Z)_PID=$!"
+        for _ in $(seq 100); do
+            /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2).close()" 2>/dev/null && break
+            sleep 0.1
+        done
+        PEER_ARGS="$PEER_ARGS $peer=tls:127.0.0.1:$port/$1.$NS"
+    done
+}
+peers_down() {
+    for pid in $PEER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    for pid in $PEER_PIDS; do wait "$pid" 2>/dev/null || true; done
+    PEER_PIDS=
+}
 
 # up NAME FUNCTIONS_FILE FLAGS...: `xfn host` as uid 65532 on $HPORT
 # (metrics on $MPORT), its log in $WORK/NAME.log; waits until it listens
 # and every function's package is ready.
 up() {
     name=$1 file=$2; shift 2
-    $AS_NONROOT "$XFN" host --functions "$file" --ca "$WORK/certs/ca" --cache-dir "$WORK/cache" \
+    $AS_NONROOT env ${XFN_ENV:-} "$XFN" host --functions "$file" --ca "$WORK/certs/ca" --cache-dir "$WORK/cache" \
         --address "127.0.0.1:$HPORT" --metrics-address "127.0.0.1:$MPORT" "$@" 2>"$WORK/$name.log" &
     XFN_PID=$!
     want=$(grep -c '^kind: Function' "$file")
@@ -186,6 +253,7 @@ native_up() {
     # shellcheck disable=SC2046 # the command's words
     setsid $(native_command "$1" "$2") >"$WORK/native-$2.log" 2>&1 &
     pid=$!
+    NATIVE_PID=$pid
     NATIVE_PIDS="$NATIVE_PIDS $pid"
     for _ in $(seq 600); do
         /usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $2), 0.2).close()" 2>/dev/null && return 0
@@ -255,53 +323,62 @@ for kind in $KINDS; do
 
     # Warm: the native server and xfn host's, called in alternating rounds.
     functions_file "$WORK/one.yaml" "$prefix=$image"
-    up "$kind-warm" "$WORK/one.yaml"
-    native_up "$kind" "$NPORT"
-    $AS_NONROOT env CERTS="$CERTS" "$LOAD" warm "tcp:127.0.0.1:$NPORT" "tls:127.0.0.1:$HPORT/$prefix.$NS" >>"$out"
-    natives_down
-    down
+    if part warm; then
+        up "$kind-warm" "$WORK/one.yaml"
+        native_up "$kind" "$NPORT"
+        peers_up "$prefix"
+        # shellcheck disable=SC2086 # one word per peer
+        $AS_NONROOT env CERTS="$CERTS" XFN_PID="$XFN_PID" DIRECT_PID="$NATIVE_PID" $PEER_ENV "$LOAD" warm "tcp:127.0.0.1:$NPORT" "tls:127.0.0.1:$HPORT/$prefix.$NS" $PEER_ARGS >>"$out"
+        peers_down
+        natives_down
+        down
+    fi
 
     # From zero, both ways.
-    up "$kind-cold" "$WORK/one.yaml" --server-idle 1s
-    $AS_NONROOT env CERTS="$CERTS" "$LOAD" cold-host "tls:127.0.0.1:$HPORT/$prefix" "$MPORT" "$prefix" "$COLD_CALLS" >>"$out"
-    down
-    # shellcheck disable=SC2046 # the command's words
-    "$LOAD" cold-native "$COLD_CALLS" "$NPORT" -- $(native_command "$kind" "$NPORT") >>"$out"
+    if part cold; then
+        up "$kind-cold" "$WORK/one.yaml" --server-idle 1s
+        $AS_NONROOT env CERTS="$CERTS" "$LOAD" cold-host "tls:127.0.0.1:$HPORT/$prefix" "$MPORT" "$prefix" "$COLD_CALLS" >>"$out"
+        down
+        # shellcheck disable=SC2046 # the command's words
+        "$LOAD" cold-native "$COLD_CALLS" "$NPORT" -- $(native_command "$kind" "$NPORT") >>"$out"
+    fi
 
     # Memory: FUNCTIONS hosted, idle; FUNCTIONS native servers; all hosted warm.
-    pairs=
-    for i in $(seq "$FUNCTIONS"); do pairs="$pairs $prefix-$i=$image"; done
-    # shellcheck disable=SC2086 # one word per function
-    functions_file "$WORK/many.yaml" $pairs
-    up "$kind-memory" "$WORK/many.yaml"
-    # Past three of xfn::resident's looks (5 s): idle, as between polls.
-    sleep 17
-    echo "xfn_idle_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
-    echo "xfn_idle_pss_kb=$(settled own_kb "$XFN_PID" Pss)" >>"$out"
-    for i in $(seq "$FUNCTIONS"); do
-        $AS_NONROOT env CERTS="$CERTS" "$LOAD" once "tls:127.0.0.1:$HPORT/$prefix-$i" >/dev/null
-    done
-    running=$(grep -c "function server started" "$WORK/$kind-memory.log")
-    [ "$running" -eq "$FUNCTIONS" ] || { echo "$running servers started, not $FUNCTIONS" >&2; exit 1; }
-    sleep 17
-    echo "hosted_warm_rss_kb=$(settled tree_kb "$XFN_PID")" >>"$out"
-    echo "hosted_warm_pss_kb=$(settled tree_kb "$XFN_PID" Pss)" >>"$out"
-    echo "hosted_warm_own_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
-    down
-    native_total=0
-    native_pss=0
-    for i in $(seq "$FUNCTIONS"); do native_up "$kind" $((NPORT + i)); done
-    for i in $(seq "$FUNCTIONS"); do
-        "$LOAD" once "tcp:127.0.0.1:$((NPORT + i))" >/dev/null
-    done
-    sleep 2
-    for pid in $NATIVE_PIDS; do
-        native_total=$((native_total + $(tree_kb "$pid")))
-        native_pss=$((native_pss + $(tree_kb "$pid" Pss)))
-    done
-    echo "native_rss_kb=$native_total" >>"$out"
-    echo "native_pss_kb=$native_pss" >>"$out"
-    natives_down
+    if part memory; then
+        pairs=
+        for i in $(seq "$FUNCTIONS"); do pairs="$pairs $prefix-$i=$image"; done
+        # shellcheck disable=SC2086 # one word per function
+        functions_file "$WORK/many.yaml" $pairs
+        up "$kind-memory" "$WORK/many.yaml"
+        # Past three of xfn::resident's looks (5 s): idle, as between polls.
+        sleep 17
+        echo "xfn_idle_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
+        echo "xfn_idle_pss_kb=$(settled own_kb "$XFN_PID" Pss)" >>"$out"
+        for i in $(seq "$FUNCTIONS"); do
+            $AS_NONROOT env CERTS="$CERTS" "$LOAD" once "tls:127.0.0.1:$HPORT/$prefix-$i" >/dev/null
+        done
+        running=$(grep -c "function server started" "$WORK/$kind-memory.log")
+        [ "$running" -eq "$FUNCTIONS" ] || { echo "$running servers started, not $FUNCTIONS" >&2; exit 1; }
+        sleep 17
+        echo "hosted_warm_rss_kb=$(settled tree_kb "$XFN_PID")" >>"$out"
+        echo "hosted_warm_pss_kb=$(settled tree_kb "$XFN_PID" Pss)" >>"$out"
+        echo "hosted_warm_own_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
+        down
+        native_total=0
+        native_pss=0
+        for i in $(seq "$FUNCTIONS"); do native_up "$kind" $((NPORT + i)); done
+        for i in $(seq "$FUNCTIONS"); do
+            "$LOAD" once "tcp:127.0.0.1:$((NPORT + i))" >/dev/null
+        done
+        sleep 2
+        for pid in $NATIVE_PIDS; do
+            native_total=$((native_total + $(tree_kb "$pid")))
+            native_pss=$((native_pss + $(tree_kb "$pid" Pss)))
+        done
+        echo "native_rss_kb=$native_total" >>"$out"
+        echo "native_pss_kb=$native_pss" >>"$out"
+        natives_down
+    fi
 done
 
 python3 - "$WORK" "$PROFILE" "$FUNCTIONS" $KINDS <<'PY'
@@ -313,18 +390,28 @@ for kind in kinds:
     g = lambda k: float(f[k])
     mb = lambda k: g(k) / 1024
     print(f"{kind}:")
-    print(f"  warm call p50 (ms)        direct {g('direct_p50_ms'):7.3f}  via xfn host {g('hosted_p50_ms'):7.3f}"
-          f"  overhead {g('overhead_p50_ms'):+.3f} ms (median round; target <= 0.3)")
-    print(f"  warm call p99 (ms)        direct {g('direct_p99_ms'):7.3f}  via xfn host {g('hosted_p99_ms'):7.3f}")
-    print(f"  the hop alone p50 (ms)    {g('hop_p50_ms'):7.3f}  (gRPC health check through xfn host's TLS and HTTP/2, no function)")
-    cold = g('host_cold_p50_ms') / g('native_cold_p50_ms')
-    print(f"  first call from zero p50  native {g('native_cold_p50_ms'):7.1f}  via xfn host {g('host_cold_p50_ms'):7.1f} ms"
-          f"  {cold:.2f}x (target <= 1.2x; min {g('native_cold_min_ms'):.1f} / {g('host_cold_min_ms'):.1f})")
-    idle = g('native_rss_kb') / g('xfn_idle_rss_kb')
-    print(f"  {n} idle (MB RSS)          {n} native servers {mb('native_rss_kb'):7.1f}  xfn host, scaled to zero {mb('xfn_idle_rss_kb'):6.1f}"
-          f"  {idle:.1f}x less (target >= 10x)  [PSS {mb('native_pss_kb'):.1f} vs {mb('xfn_idle_pss_kb'):.1f}]")
-    warm = g('hosted_warm_rss_kb') / (g('native_rss_kb') + g('xfn_idle_rss_kb'))
-    print(f"  {n} warm (MB RSS)          native + xfn idle {(g('native_rss_kb') + g('xfn_idle_rss_kb')) / 1024:7.1f}"
-          f"  xfn host tree {mb('hosted_warm_rss_kb'):7.1f} (xfn's own {mb('hosted_warm_own_rss_kb'):.1f})"
-          f"  {warm:.2f}x (target <= 1.1x)  [PSS {(g('native_pss_kb') + g('xfn_idle_pss_kb')) / 1024:.1f} vs {mb('hosted_warm_pss_kb'):.1f}]")
+    if "overhead_p50_ms" in f:
+        print(f"  warm call p50 (ms)        direct {g('direct_p50_ms'):7.3f}  via xfn host {g('hosted_p50_ms'):7.3f}"
+              f"  overhead {g('overhead_p50_ms'):+.3f} ms (median round; target <= 0.3)")
+        print(f"  warm call p99 (ms)        direct {g('direct_p99_ms'):7.3f}  via xfn host {g('hosted_p99_ms'):7.3f}")
+        print(f"  the hop alone p50 (ms)    {g('hop_p50_ms'):7.3f}  (gRPC health check through xfn host's TLS and HTTP/2, no function)")
+        print(f"  CPU per call (us)         direct server {g('direct_cpu_us_per_call'):7.1f}  xfn host and its server {g('hosted_cpu_us_per_call'):7.1f}"
+              f"  (xfn alone {g('xfn_cpu_us_per_call'):.1f}; {g('xfn_idle_cpu_us_per_s'):.1f} us a second idle)")
+        for peer in ("haproxy", "socat"):
+            if f"{peer}_overhead_p50_ms" in f:
+                print(f"  peer {peer:8} p50 (ms)    direct {g('direct_p50_ms'):7.3f}  via {peer:8} {g(peer + '_p50_ms'):7.3f}"
+                      f"  overhead {g(peer + '_overhead_p50_ms'):+.3f} ms; xfn host's is {g('overhead_p50_ms') / g(peer + '_overhead_p50_ms'):.2f}x {peer}'s;"
+                      f" its CPU per call {g(peer + '_cpu_us_per_call'):.1f} us")
+    if "host_cold_p50_ms" in f:
+        cold = g('host_cold_p50_ms') / g('native_cold_p50_ms')
+        print(f"  first call from zero p50  native {g('native_cold_p50_ms'):7.1f}  via xfn host {g('host_cold_p50_ms'):7.1f} ms"
+              f"  {cold:.2f}x (target <= 1.2x; min {g('native_cold_min_ms'):.1f} / {g('host_cold_min_ms'):.1f})")
+    if "native_rss_kb" in f:
+        idle = g('native_rss_kb') / g('xfn_idle_rss_kb')
+        print(f"  {n} idle (MB RSS)          {n} native servers {mb('native_rss_kb'):7.1f}  xfn host, scaled to zero {mb('xfn_idle_rss_kb'):6.1f}"
+              f"  {idle:.1f}x less (target >= 10x)  [PSS {mb('native_pss_kb'):.1f} vs {mb('xfn_idle_pss_kb'):.1f}]")
+        warm = g('hosted_warm_rss_kb') / (g('native_rss_kb') + g('xfn_idle_rss_kb'))
+        print(f"  {n} warm (MB RSS)          native + xfn idle {(g('native_rss_kb') + g('xfn_idle_rss_kb')) / 1024:7.1f}"
+              f"  xfn host tree {mb('hosted_warm_rss_kb'):7.1f} (xfn's own {mb('hosted_warm_own_rss_kb'):.1f})"
+              f"  {warm:.2f}x (target <= 1.1x)  [PSS {(g('native_pss_kb') + g('xfn_idle_pss_kb')) / 1024:.1f} vs {mb('hosted_warm_pss_kb'):.1f}]")
 PY

@@ -5,13 +5,16 @@
 //! Usage (`cargo bench` adds a `--bench` argument, which is ignored):
 //!   host_load once TARGET
 //!       One call.
-//!   host_load warm DIRECT HOSTED
+//!   host_load warm DIRECT HOSTED [NAME=PEER...]
 //!       ROUNDS (env, default 5) rounds of ROUND_CALLS (default 100) calls
-//!       to each in turn, one caller, each PACE_MS (default 20) after the
+//!       to each (and to each PEER, another proxy before DIRECT) in turn, one caller, each PACE_MS (default 20) after the
 //!       last answer, after ten warm-up calls each: the two sides timed
 //!       seconds apart, so the machine's drift falls on both alike. Then
 //!       as many `grpc.health.v1.Health/Check` calls to HOSTED (`hop_*`):
-//!       a round trip through xfn host with no function behind it.
+//!       a round trip through xfn host with no function behind it. With
+//!       DIRECT_PID and XFN_PID (env), also the CPU time per call of the
+//!       direct server's processes and of xfn's (with its function
+//!       server's, and alone); with NAME_PID (NAME upper case), a peer's.
 //!   host_load cold-native CALLS PORT -- COMMAND...
 //!       CALLS times: spawn COMMAND (a server that listens on
 //!       127.0.0.1:PORT), connect as soon as it listens (trying every
@@ -116,7 +119,9 @@ async fn connect(target: &str) -> Result<Channel, AnyError> {
             std::fs::read(certs.join("client.crt"))?,
             std::fs::read(certs.join("client.key"))?,
         ))
-        .domain_name(name);
+        .domain_name(name)
+        // A byte-level TLS proxy (a peer) negotiates no ALPN.
+        .assume_http2(true);
     let channel = Channel::from_shared(format!("https://{address}"))?
         .tls_config(tls)?
         .tcp_nodelay(true)
@@ -142,40 +147,77 @@ fn env_number(name: &str, default: u64) -> Result<u64, AnyError> {
     Ok(std::env::var(name).map_or(Ok(default), |v| v.parse())?)
 }
 
-async fn warm(direct: &str, hosted: &str) -> Result<(), AnyError> {
+async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyError> {
     let rounds = env_number("ROUNDS", 5)?;
     let per_round = env_number("ROUND_CALLS", 100)?;
     let pace = Duration::from_millis(env_number("PACE_MS", 20)?);
     let request = request()?;
-    let mut sides = [
-        ("direct", Client::new(connect(direct).await?), Vec::new()),
-        ("hosted", Client::new(connect(hosted).await?), Vec::new()),
+    let mut targets = vec![
+        ("direct".to_string(), direct),
+        ("hosted".to_string(), hosted),
     ];
-    for (_, client, _) in sides.iter_mut() {
+    for peer in peers {
+        let (name, target) = peer
+            .split_once('=')
+            .ok_or_else(|| format!("peer {peer:?}: NAME=TARGET"))?;
+        targets.push((name.to_string(), target));
+    }
+    let mut sides = Vec::new();
+    for (name, target) in targets {
+        let mut client = Client::new(connect(target).await?);
         for _ in 0..10 {
-            call(client, &request).await?;
+            call(&mut client, &request).await?;
         }
+        sides.push((name, client, Vec::new(), Vec::new()));
     }
     // The floor of the hop itself: `grpc.health.v1.Health/Check` to xfn
     // host over a connection like the hosted one (TLS, the same SNI): a
     // round trip through xfn's TLS and HTTP/2 with no function behind it.
     let mut health = tonic_health::pb::health_client::HealthClient::new(connect(hosted).await?);
     let mut hop = Vec::new();
-    let mut overheads = Vec::new();
+    // The CPU time each side's processes spend on its calls: the direct
+    // server's (DIRECT_PID), and xfn's with its function server's
+    // (XFN_PID; xfn's own apart).
+    let mut pids = vec![
+        std::env::var("DIRECT_PID").ok(),
+        std::env::var("XFN_PID").ok(),
+    ];
+    for (name, _, _, _) in sides.iter().skip(2) {
+        pids.push(std::env::var(format!("{}_PID", name.to_uppercase())).ok());
+    }
+    let mut cpu = vec![CpuTime::default(); sides.len()];
+    if let Some(pid) = &pids[1] {
+        // What xfn spends with a server running and no call: the part of
+        // the per-call CPU that is not the calls'.
+        let before = cpu_time(pid)?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let idle = cpu_time(pid)?.xfn.saturating_sub(before.xfn) / 2;
+        println!("xfn_idle_cpu_us_per_s={:.1}", idle.as_secs_f64() * 1e6);
+    }
     for round in 0..rounds {
-        let mut p50s = [Duration::ZERO; 2];
-        for (i, (name, client, all)) in sides.iter_mut().enumerate() {
+        let mut p50s = Vec::new();
+        for (side, (name, client, all, _)) in sides.iter_mut().enumerate() {
             let mut times = Vec::new();
+            let pid = pids.get(side).and_then(Option::as_ref);
+            let before = pid.map(|pid| cpu_time(pid)).transpose()?;
             for _ in 0..per_round {
                 tokio::time::sleep(pace).await;
                 times.push(call(client, &request).await?);
             }
+            if let (Some(before), Some(pid)) = (before, pid) {
+                let after = cpu_time(pid)?;
+                cpu[side].tree += after.tree.saturating_sub(before.tree);
+                cpu[side].xfn += after.xfn.saturating_sub(before.xfn);
+            }
             times.sort();
-            p50s[i] = percentile(&times, 0.5);
-            println!("round{round}_{name}_p50_ms={:.3}", ms(p50s[i]));
+            let p50 = percentile(&times, 0.5);
+            println!("round{round}_{name}_p50_ms={:.3}", ms(p50));
+            p50s.push(ms(p50));
             all.extend(times);
         }
-        overheads.push(ms(p50s[1]) - ms(p50s[0]));
+        for (i, (_, _, _, overheads)) in sides.iter_mut().enumerate() {
+            overheads.push(p50s[i] - p50s[0]);
+        }
         for _ in 0..per_round {
             tokio::time::sleep(pace).await;
             let started = Instant::now();
@@ -188,15 +230,84 @@ async fn warm(direct: &str, hosted: &str) -> Result<(), AnyError> {
     if !hop.is_empty() {
         report("hop", &mut hop);
     }
-    for (name, _, all) in sides.iter_mut() {
-        report(name, all);
+    let calls = u32::try_from((rounds * per_round).max(1))?;
+    let per_call = |time: Duration| (time / calls).as_secs_f64() * 1e6;
+    if pids[0].is_some() {
+        println!("direct_cpu_us_per_call={:.1}", per_call(cpu[0].tree));
     }
-    overheads.sort_by(f64::total_cmp);
-    println!(
-        "overhead_p50_ms={:.3}",
-        overheads[overheads.len() / 2] // the median round's
-    );
+    if pids[1].is_some() {
+        println!("hosted_cpu_us_per_call={:.1}", per_call(cpu[1].tree));
+        println!("xfn_cpu_us_per_call={:.1}", per_call(cpu[1].xfn));
+    }
+    for (side, (name, _, _, _)) in sides.iter().enumerate().skip(2) {
+        if pids[side].is_some() {
+            println!("{name}_cpu_us_per_call={:.1}", per_call(cpu[side].tree));
+        }
+    }
+    for (name, _, all, overheads) in sides.iter_mut() {
+        report(name, all);
+        if name.as_str() == "direct" {
+            continue;
+        }
+        overheads.sort_by(f64::total_cmp);
+        // The median round's.
+        let overhead = overheads[overheads.len() / 2];
+        match name.as_str() {
+            "hosted" => println!("overhead_p50_ms={overhead:.3}"),
+            peer => println!("{peer}_overhead_p50_ms={overhead:.3}"),
+        }
+    }
     Ok(())
+}
+
+/// CPU time of a process tree.
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuTime {
+    /// All of its processes'.
+    tree: Duration,
+    /// Those whose command is `xfn host` (the supervisor, its PID
+    /// namespace's init and xfn itself, not the containers).
+    xfn: Duration,
+}
+
+/// The CPU time process `pid` and its descendants have run so far, from
+/// each thread's `/proc/PID/task/TID/schedstat` (nanoseconds on a CPU).
+fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
+    let (mut tree, mut xfn) = (0u64, 0u64);
+    let mut todo = vec![pid.to_string()];
+    while let Some(pid) = todo.pop() {
+        // A process or thread may end between the listing and the read.
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let mut words = cmdline.split(|b| *b == 0);
+        let is_xfn =
+            words.next().is_some_and(|w| w.ends_with(b"xfn")) && words.any(|w| w == b"host");
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks {
+            let task = task?.path();
+            if let Ok(stat) = std::fs::read_to_string(task.join("schedstat")) {
+                let ns = stat
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("0")
+                    .parse::<u64>()?;
+                tree += ns;
+                if is_xfn {
+                    xfn += ns;
+                }
+            }
+            if let Ok(children) = std::fs::read_to_string(task.join("children")) {
+                todo.extend(children.split_whitespace().map(str::to_string));
+            }
+        }
+    }
+    Ok(CpuTime {
+        tree: Duration::from_nanos(tree),
+        xfn: Duration::from_nanos(xfn),
+    })
 }
 
 async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), AnyError> {
@@ -291,14 +402,14 @@ async fn main() -> Result<(), AnyError> {
             println!("once_ms={:.3}", ms(took));
             Ok(())
         }
-        [mode, direct, hosted] if mode == "warm" => warm(direct, hosted).await,
+        [mode, direct, hosted, peers @ ..] if mode == "warm" => warm(direct, hosted, peers).await,
         [mode, calls, port, dashes, command @ ..] if mode == "cold-native" && dashes == "--" => {
             cold_native(calls.parse()?, port.parse()?, command).await
         }
         [mode, hosted, port, function, calls] if mode == "cold-host" => {
             cold_host(hosted, port.parse()?, function, calls.parse()?).await
         }
-        _ => Err("usage: host_load once TARGET | warm DIRECT HOSTED | cold-native CALLS PORT -- COMMAND... \
+        _ => Err("usage: host_load once TARGET | warm DIRECT HOSTED [NAME=PEER...] | cold-native CALLS PORT -- COMMAND... \
                   | cold-host HOSTED METRICS_PORT FUNCTION CALLS"
             .into()),
     }

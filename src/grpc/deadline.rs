@@ -19,6 +19,16 @@ use tonic::codegen::http;
 /// The metadata key gRPC clients put their deadline in.
 pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
 
+/// A `grpc-timeout` value for `timeout`: milliseconds, rounded up, or
+/// whole seconds past what 8 digits of milliseconds hold.
+pub(crate) fn format_grpc_timeout(timeout: Duration) -> String {
+    let millis = timeout.as_nanos().div_ceil(1_000_000);
+    match millis {
+        0..=99_999_999 => format!("{millis}m"),
+        _ => format!("{}S", timeout.as_secs().min(99_999_999)),
+    }
+}
+
 /// Parses a `grpc-timeout` value: at most 8 ASCII digits and a unit
 /// (`H`, `M`, `S`, `m`, `u`, `n`). `None` when malformed, as gRPC servers
 /// treat a malformed header as absent.
@@ -115,6 +125,17 @@ mod tests {
     #[test]
     fn parses_every_unit() {
         assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        for timeout in [
+            Duration::from_micros(1500),
+            Duration::from_secs(120),
+            Duration::from_secs(7 * 86400),
+        ] {
+            let parsed = parse_grpc_timeout(&format_grpc_timeout(timeout)).unwrap();
+            assert!(
+                parsed >= timeout && parsed - timeout < Duration::from_millis(1),
+                "{timeout:?}"
+            );
+        }
         assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
         assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
         assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));

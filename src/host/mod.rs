@@ -27,6 +27,7 @@ pub(crate) mod runtime_config;
 pub(crate) mod servers;
 pub(crate) mod service;
 pub(crate) mod tls;
+pub(crate) mod upstream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

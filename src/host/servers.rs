@@ -13,13 +13,12 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
+use super::upstream::{Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION};
 use bytes::Bytes;
 
-use crate::proto::raw::{v1, v1beta1};
 use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
 
 /// Where a function server listens inside its own namespace (the port
@@ -54,7 +53,7 @@ pub(crate) const MAX_RESPONSE: usize = 64 << 20;
 #[derive(Debug)]
 struct Server {
     id: u64,
-    channel: Channel,
+    upstream: Upstream,
     served: tokio::sync::Mutex<Option<FunctionServer>>,
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
@@ -291,11 +290,11 @@ impl Servers {
             }
             return Err(failed(crate::chain::Chain(&err).to_string()));
         }
-        let channel = served.channel(address);
+        let upstream = Upstream::new(&self.function, served.network().clone(), address);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let server = Arc::new(Server {
             id,
-            channel,
+            upstream,
             served: tokio::sync::Mutex::new(Some(served)),
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
@@ -315,41 +314,32 @@ impl Servers {
         deadline: Option<Instant>,
     ) -> Result<Bytes, Status> {
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let with_timeout = |request: Bytes| {
-            let mut request = tonic::Request::new(request);
-            if let Some(timeout) = timeout {
-                request.set_timeout(timeout);
-            }
-            request
-        };
-        let mut client = v1::function_runner_service_client::FunctionRunnerServiceClient::new(
-            server.channel.clone(),
-        )
-        .max_decoding_message_size(MAX_RESPONSE);
-        let answer = match client.run_function(with_timeout(request.clone())).await {
-            Ok(response) => Ok(response.into_inner()),
-            // Built before v1: ask again in v1beta1, as Crossplane does
-            // (the same bytes: the two share their wire format).
-            Err(status) if status.code() == Code::Unimplemented => {
-                v1beta1::function_runner_service_client::FunctionRunnerServiceClient::new(
-                    server.channel.clone(),
-                )
-                .max_decoding_message_size(MAX_RESPONSE)
-                .run_function(with_timeout(request))
+        let answer = async {
+            match server
+                .upstream
+                .call(V1_RUN_FUNCTION, &request, timeout)
                 .await
-                .map(tonic::Response::into_inner)
+            {
+                // Built before v1: ask again in v1beta1, as Crossplane does
+                // (the same bytes: the two share their wire format).
+                Err(status) if status.code() == Code::Unimplemented => {
+                    server
+                        .upstream
+                        .call(V1BETA1_RUN_FUNCTION, &request, timeout)
+                        .await
+                }
+                answer => answer,
             }
-            Err(status) => Err(status),
         };
-        answer.map_err(|status| match too_large(&status) {
-            true => Status::resource_exhausted(format!(
-                "function {}: its response is larger than xfn reads from a function server ({} MiB): {}",
-                self.function,
-                MAX_RESPONSE >> 20,
-                status.message()
-            )),
-            false => status,
-        })
+        // The function is told the time left (`grpc-timeout`); xfn holds
+        // it to it too, and a call given up is reset on the connection.
+        let answer = until(deadline, answer).await.unwrap_or_else(|| {
+            Err(Status::deadline_exceeded(format!(
+                "function {}: the caller's deadline passed while the function ran",
+                self.function
+            )))
+        });
+        answer
     }
 
     async fn remove(&self, server: &Arc<Server>) {
@@ -446,16 +436,6 @@ async fn until<T>(
         Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
         None => Some(future.await),
     }
-}
-
-/// Whether `status` is tonic's own refusal of a response past
-/// [`MAX_RESPONSE`] (`OUT_OF_RANGE`, raised while reading it; a function's
-/// own `OUT_OF_RANGE` carries its message and no such text).
-fn too_large(status: &Status) -> bool {
-    status.code() == Code::OutOfRange
-        && status
-            .message()
-            .starts_with("Error, decoded message length too large")
 }
 
 #[cfg(test)]

@@ -1,0 +1,473 @@
+//! The HTTP/2 connection from xfn to one function server, made inside the
+//! server's own network namespace, and a unary gRPC call on it whose
+//! request and answer stay bytes.
+//!
+//! Invariant: **a request leaves xfn in one write**. A function server
+//! woken by the HEADERS frame alone only waits again for the DATA; on a
+//! machine where a wake-up costs a tenth of a millisecond that is paid on
+//! every call (benches/PROFILE.md, "xfn host's hop"). hyper's client (and
+//! so tonic's `Channel`) sends the body only once the stream has send
+//! capacity, after the HEADERS went out: two writes, and a request-queue
+//! task between caller and connection. Here the HEADERS and the one DATA
+//! frame are queued together on h2 itself. The answer is read up to
+//! [`MAX_RESPONSE`]; a connection found broken while its server lives is
+//! made again on the next call; a call dropped is reset on the wire.
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use tonic::codegen::http;
+use tonic::{Code, Status};
+
+use super::servers::MAX_RESPONSE;
+use crate::grpc::authority::MAX_HEADER_LIST;
+use crate::grpc::deadline::{format_grpc_timeout, GRPC_TIMEOUT_HEADER};
+use crate::sandbox::netns::NetworkNamespace;
+
+/// The method a function serves, in the version asked.
+pub(crate) const V1_RUN_FUNCTION: &str =
+    "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction";
+pub(crate) const V1BETA1_RUN_FUNCTION: &str =
+    "/apiextensions.fn.proto.v1beta1.FunctionRunnerService/RunFunction";
+
+/// Where a server's calls go, and the connection there once made.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    function: String,
+    network: NetworkNamespace,
+    address: SocketAddr,
+    sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
+}
+
+impl Upstream {
+    pub(crate) fn new(function: &str, network: NetworkNamespace, address: SocketAddr) -> Self {
+        Self {
+            function: function.to_string(),
+            network,
+            address,
+            sender: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// A sender on the live connection, made (again) when there is none.
+    async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
+        let live = self.sender.lock().await.clone();
+        if let Some(live) = live {
+            if let Ok(ready) = live.ready().await {
+                return Ok(ready);
+            }
+        }
+        let mut sender = self.sender.lock().await;
+        // Another call may have made it again meanwhile.
+        if let Some(live) = sender.clone() {
+            if let Ok(ready) = live.ready().await {
+                return Ok(ready);
+            }
+        }
+        let stream = self
+            .network
+            .connect(self.address)
+            .await
+            .map_err(|e| lost("cannot connect to it", e))?;
+        let made = handshake(stream)
+            .await
+            .map_err(|e| lost("the HTTP/2 handshake with it failed", e))?;
+        *sender = Some(made.clone());
+        made.ready()
+            .await
+            .map_err(|e| lost("its new connection failed", e))
+    }
+
+    /// Calls `method` with the encoded `message`, telling the server the
+    /// `timeout` left; the encoded answer, or the server's status.
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        message: &Bytes,
+        timeout: Option<Duration>,
+    ) -> Result<Bytes, Status> {
+        let sender = self.sender().await?;
+        call_on(sender, &self.function, method, message, timeout).await
+    }
+}
+
+/// An HTTP/2 connection over `io`, its task spawned: it ends when the
+/// server goes or the last sender is dropped.
+async fn handshake<T>(io: T) -> Result<SendRequest<Bytes>, h2::Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = h2::client::Builder::new()
+        .max_header_list_size(u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX))
+        .handshake(io)
+        .await?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.await {
+            tracing::debug!(error = %crate::chain::Chain(&err), "connection to a function server ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// One unary call on `sender` (see [`Upstream::call`]).
+async fn call_on(
+    mut sender: SendRequest<Bytes>,
+    function: &str,
+    method: &str,
+    message: &Bytes,
+    timeout: Option<Duration>,
+) -> Result<Bytes, Status> {
+    let mut head = http::Request::post(format!("http://function{method}"))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers");
+    if let Some(timeout) = timeout {
+        head = head.header(GRPC_TIMEOUT_HEADER, format_grpc_timeout(timeout));
+    }
+    let head = head
+        .body(())
+        .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
+    let (answer, mut body) = sender
+        .send_request(head, false)
+        .map_err(|e| lost("the call could not be sent", e))?;
+    body.send_data(framed(message), true)
+        .map_err(|e| lost("the call could not be sent", e))?;
+    let answer = answer.await.map_err(|e| lost("no answer", e))?;
+    // A status in the headers is a trailers-only answer: no message.
+    if let Some(status) = Status::from_header_map(answer.headers()) {
+        return Err(status);
+    }
+    if answer.status() != http::StatusCode::OK {
+        return Err(Status::unknown(format!(
+            "the function server answered HTTP {}",
+            answer.status()
+        )));
+    }
+    let too_large = || {
+        Status::resource_exhausted(format!(
+            "function {function}: its response is larger than xfn reads from a function server ({} MiB)",
+            MAX_RESPONSE >> 20
+        ))
+    };
+    let mut body = answer.into_body();
+    let mut read = BytesMut::new();
+    let mut declared = None;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| lost("the answer broke off", e))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if read.len() + chunk.len() > MAX_RESPONSE + PREFIX {
+            return Err(too_large());
+        }
+        read.extend_from_slice(&chunk);
+        // Refused by its length before its body is read; else its room
+        // taken once.
+        if declared.is_none() && read.len() >= PREFIX {
+            let length = u32::from_be_bytes([read[1], read[2], read[3], read[4]]) as usize;
+            if length > MAX_RESPONSE {
+                return Err(too_large());
+            }
+            read.reserve((PREFIX + length).saturating_sub(read.len()));
+            declared = Some(length);
+        }
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .map_err(|e| lost("the answer broke off", e))?;
+    match trailers.as_ref().and_then(Status::from_header_map) {
+        Some(status) if status.code() != Code::Ok => Err(status),
+        Some(_) => unframed(read.freeze()),
+        None => Err(Status::internal(
+            "the function server's answer ended without a grpc-status",
+        )),
+    }
+}
+
+/// The gRPC message prefix: a compression flag and a 4-byte length.
+const PREFIX: usize = 5;
+
+fn framed(message: &Bytes) -> Bytes {
+    let mut framed = BytesMut::with_capacity(PREFIX + message.len());
+    framed.put_u8(0);
+    framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    framed.extend_from_slice(message);
+    framed.freeze()
+}
+
+/// The one uncompressed message of a unary answer.
+fn unframed(mut read: Bytes) -> Result<Bytes, Status> {
+    let malformed = |what: &str| Status::internal(format!("the function server's answer {what}"));
+    if read.len() < PREFIX {
+        return Err(malformed("holds no message"));
+    }
+    let prefix = read.split_to(PREFIX);
+    if prefix[0] != 0 {
+        return Err(malformed("is compressed, and none was asked for"));
+    }
+    let length = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
+    if usize::try_from(length).ok() != Some(read.len()) {
+        return Err(malformed("is not one message"));
+    }
+    Ok(read)
+}
+
+/// A call lost to the connection (tonic's mapping of the h2 error, its
+/// source kept: `servers::lost_connection` tells these from a function's).
+fn lost(what: &str, err: impl std::error::Error + Send + Sync + 'static) -> Status {
+    let status = Status::from_error(Box::new(err));
+    let mut lost = Status::new(
+        match status.code() {
+            Code::Unknown => Code::Unavailable,
+            code => code,
+        },
+        format!("{what}: {}", status.message()),
+    );
+    lost.set_source(std::sync::Arc::new(status));
+    lost
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll};
+    use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+
+    /// The client's end of a connection, keeping every write it makes.
+    struct Recorded {
+        io: DuplexStream,
+        writes: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl AsyncRead for Recorded {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Recorded {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[std::io::IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[std::io::IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            // All or nothing, so that one call is one write on the wire.
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let written = std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &all))?;
+            self.writes.lock().unwrap().push(all[..written].to_vec());
+            Poll::Ready(Ok(written))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.io).poll_shutdown(cx)
+        }
+    }
+
+    /// The (type, flags, stream) of each whole frame in `write`.
+    fn frames(write: &[u8]) -> Vec<(u8, u8, u32)> {
+        let mut frames = Vec::new();
+        let mut rest = write;
+        while rest.len() >= 9 {
+            let length = u32::from_be_bytes([0, rest[0], rest[1], rest[2]]) as usize;
+            let stream = u32::from_be_bytes([rest[5], rest[6], rest[7], rest[8]]) & 0x7fff_ffff;
+            frames.push((rest[3], rest[4], stream));
+            rest = &rest[(9 + length).min(rest.len())..];
+        }
+        frames
+    }
+
+    /// A function server on the other end of `io` answering each call
+    /// with `answer(request head, request message)`: (headers, message,
+    /// trailers).
+    fn serve(
+        io: DuplexStream,
+        answer: impl Fn(
+                &http::request::Parts,
+                Bytes,
+            ) -> (http::HeaderMap, Option<Bytes>, Option<http::HeaderMap>)
+            + Send
+            + Sync
+            + 'static,
+    ) {
+        tokio::spawn(async move {
+            let mut connection = h2::server::handshake(io).await.unwrap();
+            let answer = Arc::new(answer);
+            // The accept loop drives the connection: each call is answered
+            // in a task of its own.
+            while let Some(Ok((request, mut respond))) = connection.accept().await {
+                let answer = Arc::clone(&answer);
+                tokio::spawn(async move {
+                    let (head, mut body) = request.into_parts();
+                    let mut read = BytesMut::new();
+                    while let Some(chunk) = body.data().await {
+                        read.extend_from_slice(&chunk.unwrap());
+                    }
+                    let (headers, message, trailers) =
+                        answer(&head, unframed(read.freeze()).unwrap());
+                    let mut response = http::Response::new(());
+                    *response.headers_mut() = headers;
+                    let end = message.is_none() && trailers.is_none();
+                    let mut stream = respond.send_response(response, end).unwrap();
+                    if let Some(message) = message {
+                        stream.send_data(framed(&message), false).unwrap();
+                    }
+                    if let Some(trailers) = trailers {
+                        stream.send_trailers(trailers).unwrap();
+                    }
+                });
+            }
+        });
+    }
+
+    fn grpc_status(code: &str) -> http::HeaderMap {
+        let mut map = http::HeaderMap::new();
+        map.insert("grpc-status", code.parse().unwrap());
+        map
+    }
+
+    #[tokio::test]
+    async fn a_call_leaves_in_one_write_with_its_deadline_and_its_answer_comes_back_as_bytes() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let seen = Arc::new(Mutex::new(None));
+        let seen_by_server = Arc::clone(&seen);
+        serve(server, move |head, message| {
+            *seen_by_server.lock().unwrap() = Some((head.clone(), message.clone()));
+            let mut headers = http::HeaderMap::new();
+            headers.insert("content-type", "application/grpc".parse().unwrap());
+            (
+                headers,
+                Some(Bytes::from_static(b"answer")),
+                Some(grpc_status("0")),
+            )
+        });
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let sender = handshake(Recorded {
+            io: client,
+            writes: Arc::clone(&writes),
+        })
+        .await
+        .unwrap();
+        let message = Bytes::from_static(b"request");
+        let call = call_on(
+            sender,
+            "fn",
+            V1_RUN_FUNCTION,
+            &message,
+            Some(Duration::from_secs(120)),
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the call was not answered")
+            .unwrap();
+        assert_eq!(answer, Bytes::from_static(b"answer"));
+
+        let (head, received) = seen.lock().unwrap().take().unwrap();
+        assert_eq!(received, message);
+        assert_eq!(head.uri.path(), V1_RUN_FUNCTION);
+        assert_eq!(head.headers["grpc-timeout"], "120000m");
+        assert_eq!(head.headers["content-type"], "application/grpc");
+        // HEADERS (1) and DATA (0) with END_STREAM (1) of stream 1, in the
+        // same write.
+        let writes = writes.lock().unwrap();
+        let request_write = writes
+            .iter()
+            .map(|w| frames(w))
+            .find(|frames| {
+                frames
+                    .iter()
+                    .any(|&(kind, _, stream)| kind == 1 && stream == 1)
+            })
+            .expect("no HEADERS frame was written");
+        assert!(
+            request_write
+                .iter()
+                .any(|&(kind, flags, stream)| kind == 0 && flags & 1 == 1 && stream == 1),
+            "the request's DATA left in another write than its HEADERS: {request_write:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_function_status_comes_back_as_it_is_trailers_only_or_after_headers() {
+        for trailers_only in [true, false] {
+            let (client, server) = tokio::io::duplex(1 << 16);
+            serve(server, move |_, _| {
+                let mut status = grpc_status("12");
+                status.insert("grpc-message", "no such method".parse().unwrap());
+                match trailers_only {
+                    true => (status, None, None),
+                    false => (http::HeaderMap::new(), None, Some(status)),
+                }
+            });
+            let sender = handshake(client).await.unwrap();
+            let status = call_on(sender, "fn", V1_RUN_FUNCTION, &Bytes::new(), None)
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
+            assert_eq!(status.message(), "no such method");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_gone_is_a_lost_call_with_its_cause_kept() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut connection = h2::server::handshake(server).await.unwrap();
+            // Takes the call, then the server dies with it.
+            let _call = connection.accept().await;
+            drop(connection);
+        });
+        let sender = handshake(client).await.unwrap();
+        let status = call_on(sender, "fn", V1_RUN_FUNCTION, &Bytes::new(), None)
+            .await
+            .unwrap_err();
+        assert!(std::error::Error::source(&status).is_some(), "{status:?}");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    }
+
+    #[test]
+    fn a_message_framed_is_unframed_to_itself() {
+        let message = Bytes::from_static(b"\x0a\x03abc");
+        assert_eq!(unframed(framed(&message)).unwrap(), message);
+    }
+
+    #[test]
+    fn an_answer_not_one_uncompressed_message_is_refused() {
+        let mut compressed = framed(&Bytes::from_static(b"abc")).to_vec();
+        compressed[0] = 1;
+        let mut short = framed(&Bytes::from_static(b"abc")).to_vec();
+        short.pop();
+        for (answer, says) in [
+            (Bytes::from(compressed), "compressed"),
+            (Bytes::from(short), "not one message"),
+            (Bytes::from_static(b"\0\0"), "no message"),
+        ] {
+            let status = unframed(answer).unwrap_err();
+            assert_eq!(status.code(), Code::Internal);
+            assert!(status.message().contains(says), "{}", status.message());
+        }
+    }
+}

@@ -1328,3 +1328,54 @@ async fn a_functions_runtime_config_limits_reach_its_server_or_its_calls_are_ref
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
     assert!(status.message().contains("fn-small"), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_floods_are_read_within_the_response_budget_and_all_answered() {
+    use prost::Message;
+    use support::raw;
+    let (dir, registry) = tls_dir();
+    // 60 MiB answers: one fits a 65 MiB budget at a time.
+    let under = function_server_image(&registry, "host-flood:v1", &["--flood", "62914560"]);
+    let file = functions_file(dir.path(), &[("fn-flood", &under)]);
+    let host = XfnHost::start_tls(
+        dir.path(),
+        &file,
+        &["--response-budget", "65Mi", "--memory", "2Gi"],
+    );
+    host.wait_for("the package is pulled", || {
+        host.log_text().contains("function package ready")
+    });
+    let channel = dial(&host, dir.path(), "fn-flood", Some("client"))
+        .await
+        .unwrap();
+    let request = Bytes::from(grpc_request("f", 0.0).encode_to_vec());
+    // The server started, one answer read, so what follows is the floods.
+    raw::call(
+        channel.clone(),
+        raw::V1_RUN_FUNCTION,
+        request.clone(),
+        128 << 20,
+    )
+    .await
+    .unwrap();
+    let base = host.own_peak();
+
+    let calls = (0..4).map(|_| {
+        let (channel, request) = (channel.clone(), request.clone());
+        tokio::spawn(
+            async move { raw::call(channel, raw::V1_RUN_FUNCTION, request, 128 << 20).await },
+        )
+    });
+    for answer in futures::future::join_all(calls).await {
+        let answer = answer.unwrap().unwrap();
+        assert!((59 * MIB..=60 * MIB).contains(&(answer.len() as u64)));
+    }
+    let grown = host.own_peak() - base;
+    eprintln!(
+        "measured: xfn's VmHWM +{} MiB across four concurrent 60 MiB answers, --response-budget 65Mi",
+        grown / MIB
+    );
+    // Read one at a time, four cost xfn what one did (the base). With
+    // room for all four (512Mi) they took +204 MiB more.
+    assert!(grown < 64 * MIB, "+{} MiB", grown / MIB);
+}

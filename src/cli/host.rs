@@ -72,6 +72,11 @@ pub(crate) struct HostArgs {
     /// Largest request accepted, a quantity like 4Mi.
     #[arg(long, default_value = "4Mi", value_parser = super::parse_byte_count)]
     pub(crate) max_recv_message_size: usize,
+    /// Most bytes of function servers' responses xfn holds at once, all
+    /// calls together (a quantity); a response waits for room within its
+    /// caller's deadline. See docs/host.md.
+    #[arg(long, default_value = DEFAULT_RESPONSE_BUDGET, value_parser = super::parse_nonzero_size)]
+    pub(crate) response_budget: u64,
     /// When packages are pulled.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
     pub(crate) image_pull_policy: PullPolicy,
@@ -120,6 +125,12 @@ pub(crate) const DEFAULT_CPU: &str = "1";
 /// that needs more says so in its DeploymentRuntimeConfig, as it would for
 /// its own pod.
 pub(crate) const DEFAULT_MEMORY: &str = "512Mi";
+
+/// Default of `--response-budget`: eight responses of the 64 MiB a call
+/// may answer, while a real Function answers kilobytes to a few MiB; a
+/// sixteenth of the 8Gi `deploy/host/` gives xfn's pod. Without it the
+/// bound was calls in flight (up to 512) × 64 MiB = 32 GiB.
+pub(crate) const DEFAULT_RESPONSE_BUDGET: &str = "512Mi";
 
 /// What is read before the namespace: the catalog and the CA (a key
 /// readable only by the real uid is out of reach in it).
@@ -184,6 +195,7 @@ pub(crate) async fn execute(
                 max_queued: args.daemon.max_queued_runs,
             },
             max_servers: args.max_servers.max(1),
+            response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),
             run_timeout: args.timeout,
             pull_policy: args.image_pull_policy,
             limits: crate::runner::Limits {

@@ -5,7 +5,8 @@
 //! ```text
 //! TCP :9443 ─► TLS, certificate chosen by SNI (grpc::sni; unknown: refused)
 //!           ─► v1 / v1beta1 service (service.rs) ─► the connection's function
-//!           ─► Server kind: one of its gRPC servers (servers.rs), started on demand
+//!           ─► Server kind: one of its gRPC servers (servers.rs), started on demand,
+//!              called over one HTTP/2 connection each (upstream.rs)
 //!              StdinStdout kind: one run per call (adaptor::Adaptor, grpc::Calls)
 //! ```
 //!
@@ -58,6 +59,8 @@ pub(crate) struct HostOptions {
     pub(crate) servers: ServerLimits,
     /// Most servers of all functions at once.
     pub(crate) max_servers: usize,
+    /// Most bytes of function servers' responses held at once.
+    pub(crate) response_budget: usize,
     /// A stdin/stdout function's run timeout (a caller's deadline wins).
     pub(crate) run_timeout: Duration,
     /// Pulls of packages.
@@ -106,6 +109,8 @@ pub(crate) struct Host {
     names: RwLock<HashMap<String, String>>,
     /// `--max-servers` slots.
     server_slots: Arc<Semaphore>,
+    /// `--response-budget`.
+    responses: Arc<upstream::ResponseBudget>,
     stats: HostStats,
 }
 
@@ -135,6 +140,7 @@ impl Host {
         ca: Option<tls::Ca>,
     ) -> Arc<Self> {
         let server_slots = Arc::new(Semaphore::new(options.max_servers.max(1)));
+        let responses = Arc::new(upstream::ResponseBudget::new(options.response_budget));
         Arc::new(Self {
             runner,
             calls,
@@ -143,6 +149,7 @@ impl Host {
             functions: RwLock::default(),
             names: RwLock::default(),
             server_slots,
+            responses,
             stats: HostStats::default(),
         })
     }
@@ -267,6 +274,7 @@ impl Host {
                 spec.package.clone(),
                 self.options.servers,
                 Arc::clone(stats),
+                Arc::clone(&self.responses),
             )),
             FunctionKind::StdinStdout => Resolved::StdinStdout(Adaptor::new(
                 Arc::clone(&self.runner) as Arc<dyn crate::grpc::FunctionRunner>,

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
-use super::upstream::{Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION};
+use super::upstream::{ResponseBudget, Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION};
 use bytes::Bytes;
 
 use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
@@ -109,6 +109,8 @@ pub(crate) struct Servers {
     picking: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
     stats: Arc<FunctionStats>,
+    /// The host's, shared by every server.
+    responses: Arc<ResponseBudget>,
 }
 
 impl Servers {
@@ -117,6 +119,7 @@ impl Servers {
         image: String,
         limits: ServerLimits,
         stats: Arc<FunctionStats>,
+        responses: Arc<ResponseBudget>,
     ) -> Self {
         let slots = limits.max_servers.max(1) * limits.calls_per_server.max(1);
         Self {
@@ -128,6 +131,7 @@ impl Servers {
             picking: tokio::sync::Mutex::new(()),
             next_id: Default::default(),
             stats,
+            responses,
         }
     }
 
@@ -290,7 +294,13 @@ impl Servers {
             }
             return Err(failed(crate::chain::Chain(&err).to_string()));
         }
-        let upstream = Upstream::new(&self.function, served.network().clone(), address);
+        let upstream = Upstream::new(
+            &self.function,
+            self.limits.calls_per_server,
+            Arc::clone(&self.responses),
+            served.network().clone(),
+            address,
+        );
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let server = Arc::new(Server {
             id,

@@ -10,13 +10,17 @@
 //! capacity, after the HEADERS went out: two writes, and a request-queue
 //! task between caller and connection. Here the HEADERS and the one DATA
 //! frame are queued together on h2 itself. The answer is read up to
-//! [`MAX_RESPONSE`]; a connection found broken while its server lives is
-//! made again on the next call; a call dropped is reset on the wire.
+//! [`MAX_RESPONSE`], and only once the host's [`ResponseBudget`] has room
+//! for the length it declares, held until its bytes are dropped; a
+//! connection found broken while its server lives is made again on the
+//! next call; a call dropped is reset on the wire.
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::http;
 use tonic::{Code, Status};
 
@@ -31,19 +35,73 @@ pub(crate) const V1_RUN_FUNCTION: &str =
 pub(crate) const V1BETA1_RUN_FUNCTION: &str =
     "/apiextensions.fn.proto.v1beta1.FunctionRunnerService/RunFunction";
 
+/// The bytes of function servers' responses xfn holds at once, over all
+/// calls (`--response-budget`): each [`MAX_RESPONSE`] alone bounds one
+/// call, this bounds their sum whatever a function answers.
+#[derive(Debug)]
+pub(crate) struct ResponseBudget {
+    /// One permit per KiB.
+    room: Arc<Semaphore>,
+    kib: usize,
+}
+
+impl ResponseBudget {
+    pub(crate) fn new(bytes: usize) -> Self {
+        let kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            room: Arc::new(Semaphore::new(kib)),
+            kib,
+        }
+    }
+
+    /// Room for `bytes`, waited for; `None` when it can never fit.
+    async fn hold(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let kib = bytes.div_ceil(1024).max(1);
+        if kib > self.kib {
+            return None;
+        }
+        let kib = u32::try_from(kib).ok()?;
+        Arc::clone(&self.room).acquire_many_owned(kib).await.ok()
+    }
+}
+
+/// A response's bytes with the budget they hold, given back when the
+/// last copy of the bytes is dropped.
+struct Held {
+    bytes: Bytes,
+    _room: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// Where a server's calls go, and the connection there once made.
 #[derive(Debug)]
 pub(crate) struct Upstream {
     function: String,
+    /// Most calls on it at once (`--calls-per-server`).
+    streams: usize,
+    budget: Arc<ResponseBudget>,
     network: NetworkNamespace,
     address: SocketAddr,
     sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
 }
 
 impl Upstream {
-    pub(crate) fn new(function: &str, network: NetworkNamespace, address: SocketAddr) -> Self {
+    pub(crate) fn new(
+        function: &str,
+        streams: usize,
+        budget: Arc<ResponseBudget>,
+        network: NetworkNamespace,
+        address: SocketAddr,
+    ) -> Self {
         Self {
             function: function.to_string(),
+            streams,
+            budget,
             network,
             address,
             sender: tokio::sync::Mutex::new(None),
@@ -70,7 +128,7 @@ impl Upstream {
             .connect(self.address)
             .await
             .map_err(|e| lost("cannot connect to it", e))?;
-        let made = handshake(stream)
+        let made = handshake(stream, self.streams)
             .await
             .map_err(|e| lost("the HTTP/2 handshake with it failed", e))?;
         *sender = Some(made.clone());
@@ -88,18 +146,43 @@ impl Upstream {
         timeout: Option<Duration>,
     ) -> Result<Bytes, Status> {
         let sender = self.sender().await?;
-        call_on(sender, &self.function, method, message, timeout).await
+        call_on(
+            sender,
+            &self.budget,
+            &self.function,
+            method,
+            message,
+            timeout,
+        )
+        .await
     }
 }
 
-/// An HTTP/2 connection over `io`, its task spawned: it ends when the
-/// server goes or the last sender is dropped.
-async fn handshake<T>(io: T) -> Result<SendRequest<Bytes>, h2::Error>
+/// What each stream may have received and not yet been read (h2's
+/// default window).
+const STREAM_WINDOW: u32 = 65_535;
+
+/// An HTTP/2 connection over `io` for at most `streams` calls at once,
+/// its task spawned: it ends when the server goes or the last sender is
+/// dropped.
+///
+/// The connection's window holds every stream's window and one more: a
+/// response waiting for room in the budget stops being read, and its
+/// unread bytes must never use up the window the response being read
+/// (the one that will give the room back) needs. With h2's default
+/// connection window (one stream's) they did, and four 60 MiB responses
+/// under a 65 MiB budget stalled for good.
+async fn handshake<T>(io: T, streams: usize) -> Result<SendRequest<Bytes>, h2::Error>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let streams = u32::try_from(streams.max(1)).unwrap_or(u32::MAX);
+    let connection_window = STREAM_WINDOW.saturating_mul(streams.saturating_add(1));
     let (sender, connection) = h2::client::Builder::new()
         .max_header_list_size(u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX))
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(connection_window)
+        .max_concurrent_reset_streams(usize::try_from(streams).unwrap_or(usize::MAX))
         .handshake(io)
         .await?;
     tokio::spawn(async move {
@@ -113,6 +196,7 @@ where
 /// One unary call on `sender` (see [`Upstream::call`]).
 async fn call_on(
     mut sender: SendRequest<Bytes>,
+    budget: &ResponseBudget,
     function: &str,
     method: &str,
     message: &Bytes,
@@ -151,7 +235,7 @@ async fn call_on(
     };
     let mut body = answer.into_body();
     let mut read = BytesMut::new();
-    let mut declared = None;
+    let mut held = None;
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|e| lost("the answer broke off", e))?;
         let _ = body.flow_control().release_capacity(chunk.len());
@@ -159,15 +243,19 @@ async fn call_on(
             return Err(too_large());
         }
         read.extend_from_slice(&chunk);
-        // Refused by its length before its body is read; else its room
-        // taken once.
-        if declared.is_none() && read.len() >= PREFIX {
+        // Refused by its length before its body is read; else read once
+        // the budget has room for it, its buffer taken once.
+        if held.is_none() && read.len() >= PREFIX {
             let length = u32::from_be_bytes([read[1], read[2], read[3], read[4]]) as usize;
             if length > MAX_RESPONSE {
                 return Err(too_large());
             }
+            held = Some(budget.hold(PREFIX + length).await.ok_or_else(|| {
+                Status::resource_exhausted(format!(
+                    "function {function}: its response ({length} bytes) is larger than all responses xfn holds at once (--response-budget)"
+                ))
+            })?);
             read.reserve((PREFIX + length).saturating_sub(read.len()));
-            declared = Some(length);
         }
     }
     let trailers = body
@@ -176,7 +264,13 @@ async fn call_on(
         .map_err(|e| lost("the answer broke off", e))?;
     match trailers.as_ref().and_then(Status::from_header_map) {
         Some(status) if status.code() != Code::Ok => Err(status),
-        Some(_) => unframed(read.freeze()),
+        Some(_) => unframed(match held {
+            Some(room) => Bytes::from_owner(Held {
+                bytes: read.freeze(),
+                _room: room,
+            }),
+            None => read.freeze(),
+        }),
         None => Err(Status::internal(
             "the function server's answer ended without a grpc-status",
         )),
@@ -343,6 +437,19 @@ mod tests {
         });
     }
 
+    /// An empty call over `io` to whatever serves its other end.
+    async fn call_over<T>(io: T, budget: &ResponseBudget) -> Result<Bytes, Status>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let sender = handshake(io, 1).await.unwrap();
+        call_on(sender, budget, "fn", V1_RUN_FUNCTION, &Bytes::new(), None).await
+    }
+
+    fn budget() -> ResponseBudget {
+        ResponseBudget::new(MAX_RESPONSE)
+    }
+
     fn grpc_status(code: &str) -> http::HeaderMap {
         let mut map = http::HeaderMap::new();
         map.insert("grpc-status", code.parse().unwrap());
@@ -365,15 +472,20 @@ mod tests {
             )
         });
         let writes = Arc::new(Mutex::new(Vec::new()));
-        let sender = handshake(Recorded {
-            io: client,
-            writes: Arc::clone(&writes),
-        })
+        let sender = handshake(
+            Recorded {
+                io: client,
+                writes: Arc::clone(&writes),
+            },
+            1,
+        )
         .await
         .unwrap();
         let message = Bytes::from_static(b"request");
+        let budget = budget();
         let call = call_on(
             sender,
+            &budget,
             "fn",
             V1_RUN_FUNCTION,
             &message,
@@ -422,10 +534,7 @@ mod tests {
                     false => (http::HeaderMap::new(), None, Some(status)),
                 }
             });
-            let sender = handshake(client).await.unwrap();
-            let status = call_on(sender, "fn", V1_RUN_FUNCTION, &Bytes::new(), None)
-                .await
-                .unwrap_err();
+            let status = call_over(client, &budget()).await.unwrap_err();
             assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
             assert_eq!(status.message(), "no such method");
         }
@@ -440,10 +549,7 @@ mod tests {
             let _call = connection.accept().await;
             drop(connection);
         });
-        let sender = handshake(client).await.unwrap();
-        let status = call_on(sender, "fn", V1_RUN_FUNCTION, &Bytes::new(), None)
-            .await
-            .unwrap_err();
+        let status = call_over(client, &budget()).await.unwrap_err();
         assert!(std::error::Error::source(&status).is_some(), "{status:?}");
         assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     }
@@ -468,6 +574,83 @@ mod tests {
             let status = unframed(answer).unwrap_err();
             assert_eq!(status.code(), Code::Internal);
             assert!(status.message().contains(says), "{}", status.message());
+        }
+    }
+
+    /// A server answering every call with `size` bytes.
+    fn answering(size: usize) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        serve(server, move |_, _| {
+            let message = Bytes::from(vec![7u8; size]);
+            (
+                http::HeaderMap::new(),
+                Some(message),
+                Some(grpc_status("0")),
+            )
+        });
+        client
+    }
+
+    #[tokio::test]
+    async fn a_response_waits_for_room_in_the_budget_until_an_earlier_ones_bytes_are_dropped() {
+        let budget = ResponseBudget::new(4096);
+        let first = call_over(answering(3000), &budget).await.unwrap();
+        let mut second = Box::pin(call_over(answering(3000), &budget));
+        // It cannot be read while the first's bytes are held.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut second)
+                .await
+                .is_err()
+        );
+        let copy = first.slice(10..20);
+        drop(first);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), &mut second)
+                .await
+                .is_err(),
+            "the room came back while a copy of the bytes lived"
+        );
+        drop(copy);
+        let second = tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("the room never came back")
+            .unwrap();
+        assert_eq!(second.len(), 3000);
+    }
+
+    #[tokio::test]
+    async fn a_response_larger_than_the_whole_budget_is_resource_exhausted() {
+        let budget = ResponseBudget::new(4096);
+        let status = call_over(answering(8000), &budget).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("--response-budget"), "{status:?}");
+    }
+
+    #[tokio::test]
+    async fn responses_waiting_for_room_never_stall_the_one_being_read() {
+        // Room for one 150 KiB response at a time, four asked for at once
+        // on one connection: each waiting one stops being read with up
+        // to a stream window of it received.
+        let budget = ResponseBudget::new(200 << 10);
+        let sender = handshake(answering(150 << 10), 4).await.unwrap();
+        let call = || async {
+            call_on(
+                sender.clone(),
+                &budget,
+                "fn",
+                V1_RUN_FUNCTION,
+                &Bytes::new(),
+                None,
+            )
+            .await
+            .map(|answer| answer.len())
+        };
+        let all = futures::future::join_all((0..4).map(|_| call()));
+        let lengths = tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("responses waiting for room stalled the one being read");
+        for length in lengths {
+            assert_eq!(length.unwrap(), 150 << 10);
         }
     }
 }

@@ -25,8 +25,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure().compile_fds(descriptors)?;
 
     // The function service once more, its messages left as their bytes
-    // (`crate::proto::raw`): `xfn host` passes calls to function servers
-    // and their answers back without decoding them.
+    // (`crate::proto::raw`): `xfn host` serves calls and passes their
+    // answers back without decoding them. Server side only: xfn calls a
+    // function server over h2 itself (`host::upstream`).
     let raw_dir = out_dir.join("raw");
     std::fs::create_dir_all(&raw_dir)?;
     for package in [
@@ -47,6 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .build();
         tonic_build::manual::Builder::new()
             .build_transport(false)
+            .build_client(false)
             .out_dir(&raw_dir)
             .compile(&[service]);
     }

@@ -343,13 +343,12 @@ impl Servers {
         };
         // The function is told the time left (`grpc-timeout`); xfn holds
         // it to it too, and a call given up is reset on the connection.
-        let answer = until(deadline, answer).await.unwrap_or_else(|| {
+        until(deadline, answer).await.unwrap_or_else(|| {
             Err(Status::deadline_exceeded(format!(
                 "function {}: the caller's deadline passed while the function ran",
                 self.function
             )))
-        });
-        answer
+        })
     }
 
     async fn remove(&self, server: &Arc<Server>) {
@@ -428,13 +427,12 @@ fn lost_during_call(function: &str, exit: Option<Exit>, broken: &Status) -> Stat
 const EXIT_SEEN_WITHIN: Duration = Duration::from_secs(2);
 
 /// Whether `status` came from the connection breaking rather than from the
-/// function (tonic's transport errors carry a source; a reset stream is
-/// `Unknown`/`Unavailable`/`Internal` without a `grpc-status` of the server's).
+/// function (`upstream` keeps the h2 or I/O error as its source), or is an
+/// `UNAVAILABLE` with nothing of the server's beside it.
 fn lost_connection(status: &Status) -> bool {
     use std::error::Error;
-    let transport = status.source().is_some()
-        || (status.code() == Code::Unknown && status.message() == "transport error");
-    transport || (status.code() == Code::Unavailable && status.metadata().is_empty())
+    status.source().is_some()
+        || (status.code() == Code::Unavailable && status.metadata().is_empty())
 }
 
 /// `future`'s output, or `None` once `deadline` passed first.

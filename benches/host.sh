@@ -270,45 +270,11 @@ natives_down() {
     NATIVE_PIDS=
 }
 
-# tree_kb PID [Rss|Pss]: kB of the process PID and all its descendants.
-tree_kb() {
-    python3 - "$1" "${2:-Rss}" <<'PY'
-import os, sys
-field, todo, total = sys.argv[2] + ":", [int(sys.argv[1])], 0
-while todo:
-    pid = todo.pop()
-    try:
-        for line in open(f"/proc/{pid}/smaps_rollup"):
-            if line.startswith(field):
-                total += int(line.split()[1])
-        for task in os.listdir(f"/proc/{pid}/task"):
-            todo += [int(c) for c in open(f"/proc/{pid}/task/{task}/children").read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-print(total)
-PY
-}
-# own_kb PID [Rss|Pss]: kB of xfn's own processes under PID (those whose
-# command line is xfn's), not of the functions it runs.
-own_kb() {
-    python3 - "$1" "${2:-Rss}" <<'PY'
-import os, sys
-field, todo, total = sys.argv[2] + ":", [int(sys.argv[1])], 0
-while todo:
-    pid = todo.pop()
-    try:
-        cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        if b"host" in cmdline and any(a.endswith(b"xfn") for a in cmdline):
-            for line in open(f"/proc/{pid}/smaps_rollup"):
-                if line.startswith(field):
-                    total += int(line.split()[1])
-        for task in os.listdir(f"/proc/{pid}/task"):
-            todo += [int(c) for c in open(f"/proc/{pid}/task/{task}/children").read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-print(total)
-PY
-}
+# tree_kb PID [Rss|Pss]: kB of the process PID and all its descendants;
+# own_kb PID [Rss|Pss]: of xfn's own processes under PID (those whose
+# command is `xfn host`), not of the functions it runs.
+tree_kb() { "$LOAD" memory "$1" "${2:-Rss}" all; }
+own_kb() { "$LOAD" memory "$1" "${2:-Rss}" own; }
 # settled CMD...: the median of five readings of CMD a second apart.
 settled() {
     for _ in 1 2 3 4 5; do "$@"; sleep 1; done | sort -n | sed -n 3p

@@ -20,6 +20,9 @@
 //!       127.0.0.1:PORT), connect as soon as it listens (trying every
 //!       millisecond), call once; the time from spawn to the answer. The
 //!       server is killed after each.
+//!   host_load memory PID Rss|Pss all|own
+//!       kB of the field of `/proc/PID/smaps_rollup` summed over process
+//!       PID and its descendants (`all`), or over xfn's own among them.
 //!   host_load cold-host HOSTED METRICS_PORT FUNCTION CALLS
 //!       CALLS times: wait until `xfn host` (started with a short
 //!       `--server-idle`) stopped FUNCTION's server, then call on the
@@ -270,13 +273,14 @@ struct CpuTime {
     xfn: Duration,
 }
 
-/// The CPU time process `pid` and its descendants have run so far, from
-/// each thread's `/proc/PID/task/TID/schedstat` (nanoseconds on a CPU).
-fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
-    let (mut tree, mut xfn) = (0u64, 0u64);
+/// Process `pid` and its descendants, each with whether it is one of xfn's
+/// own (its command is `xfn host`: the supervisor, its PID namespace's
+/// init and xfn itself, not the containers). A process that ends during
+/// the walk is left out.
+fn process_tree(pid: &str) -> Vec<(String, bool)> {
+    let mut found = Vec::new();
     let mut todo = vec![pid.to_string()];
     while let Some(pid) = todo.pop() {
-        // A process or thread may end between the listing and the read.
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
@@ -286,9 +290,26 @@ fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };
-        for task in tasks {
-            let task = task?.path();
-            if let Ok(stat) = std::fs::read_to_string(task.join("schedstat")) {
+        for task in tasks.flatten() {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                todo.extend(children.split_whitespace().map(str::to_string));
+            }
+        }
+        found.push((pid, is_xfn));
+    }
+    found
+}
+
+/// The CPU time process `pid` and its descendants have run so far, from
+/// each thread's `/proc/PID/task/TID/schedstat` (nanoseconds on a CPU).
+fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
+    let (mut tree, mut xfn) = (0u64, 0u64);
+    for (pid, is_xfn) in process_tree(pid) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
                 let ns = stat
                     .split_whitespace()
                     .next()
@@ -299,15 +320,35 @@ fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
                     xfn += ns;
                 }
             }
-            if let Ok(children) = std::fs::read_to_string(task.join("children")) {
-                todo.extend(children.split_whitespace().map(str::to_string));
-            }
         }
     }
     Ok(CpuTime {
         tree: Duration::from_nanos(tree),
         xfn: Duration::from_nanos(xfn),
     })
+}
+
+/// kB of `field` (`Rss`, `Pss`) in `/proc/PID/smaps_rollup` summed over
+/// process `pid` and its descendants, or over xfn's own among them.
+fn memory_kb(pid: &str, field: &str, own: bool) -> Result<u64, AnyError> {
+    let prefix = format!("{field}:");
+    let mut total = 0;
+    for (pid, is_xfn) in process_tree(pid) {
+        if own && !is_xfn {
+            continue;
+        }
+        let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+            continue;
+        };
+        for line in rollup.lines().filter_map(|l| l.strip_prefix(&prefix)) {
+            total += line
+                .split_whitespace()
+                .next()
+                .unwrap_or("0")
+                .parse::<u64>()?;
+        }
+    }
+    Ok(total)
 }
 
 async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), AnyError> {
@@ -396,6 +437,15 @@ async fn main() -> Result<(), AnyError> {
         .filter(|a| a != "--bench")
         .collect();
     match args.as_slice() {
+        [mode, pid, field, whose] if mode == "memory" => {
+            let own = match whose.as_str() {
+                "all" => false,
+                "own" => true,
+                other => return Err(format!("{other:?}: all or own").into()),
+            };
+            println!("{}", memory_kb(pid, field, own)?);
+            Ok(())
+        }
         [mode, target] if mode == "once" => {
             let mut client = Client::new(connect(target).await?);
             let took = call(&mut client, &request()?).await?;
@@ -410,7 +460,8 @@ async fn main() -> Result<(), AnyError> {
             cold_host(hosted, port.parse()?, function, calls.parse()?).await
         }
         _ => Err("usage: host_load once TARGET | warm DIRECT HOSTED [NAME=PEER...] | cold-native CALLS PORT -- COMMAND... \
-                  | cold-host HOSTED METRICS_PORT FUNCTION CALLS"
+                  | cold-host HOSTED METRICS_PORT FUNCTION CALLS \
+                  | memory PID Rss|Pss all|own"
             .into()),
     }
 }

@@ -9,7 +9,7 @@
 //! Who depends on whom (no circles): `reference`, `auth`, `kind`,
 //! `descriptor` and [`extract`] depend on nothing here; `pull` (the
 //! registry client) on the first four; `store` (the disk) on
-//! `descriptor`, [`extract`] and `error`, never on `pull`; `fetch`
+//! `descriptor`, [`extract`] and `error`, never on `pull`; `image_store`
 //! joins the two. Of these only [`extract`] is public (the extraction
 //! tests drive it directly); the rest is reached through the re-exports
 //! below.

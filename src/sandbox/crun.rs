@@ -1,5 +1,5 @@
 //! crun, the OCI runtime: `crun create` and what `crun start` does (the
-//! lifecycle around them is `container.rs`), removal of crun's state on
+//! lifecycle around them is `crate::lifecycle`), removal of crun's state on
 //! every path, and the capped readers of a container's stdout and stderr.
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};

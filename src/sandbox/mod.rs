@@ -191,7 +191,7 @@ static LIMITS_WARNING: Once = Once::new();
 impl Sandbox {
     /// A sandbox in the namespace xfn entered. Sweeps what a dead xfn left in
     /// the run dir. Makes this process a child subreaper: every container's
-    /// init becomes its child (`container.rs`).
+    /// init becomes its child (`reaper.rs`).
     pub(crate) fn new(
         namespace: &userns::Namespace,
         options: SandboxOptions,

@@ -72,7 +72,7 @@ fn golden_files_out_of_the_suite_s_tree_are_refused_read_and_written() {
             &all,
             &[
                 &format!(
-                    "[!] golden 0: golden file ../outside.yaml: it climbs out of {} (..)",
+                    "[!] golden 0: golden file ../outside.yaml: it climbs out of {} (--root names a wider root)",
                     root.display()
                 ),
                 &format!(

@@ -32,7 +32,7 @@ pub(crate) enum BeneathError {
     #[error("an absolute path: name it relative to the suite, beneath {}", root.display())]
     Absolute { root: PathBuf },
     /// Its `..` climb out of the root.
-    #[error("it climbs out of {} (..)", root.display())]
+    #[error("it climbs out of {} (--root names a wider root)", root.display())]
     Escapes { root: PathBuf },
     /// A component on the way, or the file itself, is a symlink.
     #[error("{} is a symlink, and xfn follows none in a suite's files", link.display())]

@@ -138,6 +138,10 @@ impl Beneath {
     /// Reads it whole, refused past `max` bytes (read through `max + 1`).
     pub(crate) fn read(&self, max: u64) -> Result<String, BeneathError> {
         let file = self.open(OFlags::RDONLY, false)?;
+        // Its size refuses early; `take` is the bound whatever it says.
+        if file.metadata()?.len() > max {
+            return Err(BeneathError::TooLarge { max });
+        }
         let mut bytes = Vec::new();
         file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > max {

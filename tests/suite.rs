@@ -14,6 +14,9 @@ use std::process::{Output, Stdio};
 use xfn_testkit::render::{exec_function, Fixture};
 use xfn_testkit::*;
 
+#[path = "suite_hostile.rs"]
+mod suite_hostile;
+
 const SUITES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite");
 
 /// tests/suite/ copied to a directory of its own, its `functions.yaml`
@@ -28,7 +31,10 @@ impl Suites {
         let dir = world_traversable_tempdir();
         copy_tree(Path::new(SUITES), dir.path());
         std::fs::write(dir.path().join("functions.yaml"), function).unwrap();
-        std::fs::create_dir(dir.path().join("scratch")).unwrap();
+        // Hooks write there: as root, they run as xfn's mapped uid.
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o777)).unwrap();
         let config = format!(
             "repositories:\n  data: {}\n  scratch: {}\n",
             dir.path().join("data").display(),

@@ -551,24 +551,7 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         Command::Cache(command) => Prepared::Cache(command),
         Command::Wrap(args) => Prepared::Wrap(args),
         Command::Validate(args) => Prepared::Validate(args),
-        Command::Test(args) => {
-            let mut loaded = test::Loaded::read(&args);
-            // The host uid xfn becomes in its namespace, where it maps a
-            // range (as root): then what it writes is opened here first.
-            let needed = loaded.containers().needed;
-            let host_uid = needed
-                .then(|| userns_options(&args.store, &args.userns).range())
-                .flatten()
-                .map(|(uid, _)| uid)
-                .filter(|uid| *uid != nix::unistd::geteuid().as_raw());
-            loaded.open_writes(&args, host_uid);
-            let namespace = if needed {
-                Some(enter_namespace(&args.store, &args.userns)?)
-            } else {
-                None
-            };
-            Prepared::Test(args, loaded, namespace)
-        }
+        Command::Test(args) => test::prepare(args)?,
         Command::Host(args) => {
             // The CA key may be readable only by the real uid: read it first.
             let prepared = host::prepare(&args)?;

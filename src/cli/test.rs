@@ -17,13 +17,14 @@ use crate::compose::read::model::{Composition, RuntimeKind};
 use crate::compose::run::runtimes::ContainerDefaults;
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
+use crate::suite::beneath::Beneath;
 use crate::suite::progress::Line;
 use crate::suite::report::{self, SuiteOutcome};
-use crate::suite::run::{golden_path, Env, Options};
+use crate::suite::run::{Env, Options};
 use crate::suite::servers::Servers;
 use crate::suite::spec::{discover, Suite};
 use crate::suite::template::Vars;
-use crate::suite::writes::Opened;
+use crate::suite::writes::{Open, Opened};
 use crate::suite::SuiteError;
 
 use super::run::parse_duration;
@@ -50,6 +51,10 @@ pub(crate) struct TestArgs {
     /// Rewrite the golden files of `diff` and `dyff` assertions with what rendered.
     #[arg(long)]
     pub(crate) update: bool,
+    /// The repository root every golden file must be beneath (default:
+    /// each suite's own directory); a suite outside it is refused.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
     /// Run at most N tests at once (default: the CPUs).
     #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) parallel: Option<u16>,
@@ -101,6 +106,8 @@ pub(crate) struct Loaded {
     /// The JUnit report and golden files, opened before the namespace
     /// ([`Loaded::open_writes`]).
     writes: Opened,
+    /// Where the JUnit report is written, or why it cannot be.
+    junit: Option<Result<Beneath, String>>,
 }
 
 impl Loaded {
@@ -118,7 +125,7 @@ impl Loaded {
         let suites = files
             .into_iter()
             .map(|path| {
-                let suite = Suite::read(&path);
+                let suite = Suite::read(&path, args.root.as_deref());
                 (path, suite)
             })
             .collect();
@@ -128,6 +135,7 @@ impl Loaded {
             discovery,
             containers: Containers::default(),
             writes: Opened::default(),
+            junit: None,
         };
         loaded.containers = loaded.read_containers();
         loaded
@@ -213,9 +221,11 @@ impl Loaded {
             return;
         }
         let mut writes = host_uid.map_or_else(Opened::default, Opened::as_host_uid);
-        if let Some(junit) = &args.junit {
-            writes.open(junit.clone());
-        }
+        self.junit = args.junit.as_deref().map(|junit| {
+            let path = Beneath::anywhere(junit).map_err(|e| crate::chain::Chain(&e).to_string())?;
+            writes.open(&path, Open::Fresh);
+            Ok(path)
+        });
         if let (true, Some(_)) = (args.update, host_uid) {
             let vars = Vars {
                 repositories: self.repositories.as_ref().ok(),
@@ -228,8 +238,8 @@ impl Loaded {
                     .filter(|t| args.run.as_ref().is_none_or(|r| r.is_match(&t.name)));
                 for test in tests {
                     let golden = test.assertions.diff.iter().chain(&test.assertions.dyff);
-                    for path in golden.filter_map(|a| golden_path(suite, a, &vars).ok()) {
-                        writes.open(path);
+                    for path in golden.filter_map(|a| suite.golden(a, &vars).ok()) {
+                        writes.open(&path, Open::InPlace);
                     }
                 }
             }
@@ -237,15 +247,49 @@ impl Loaded {
         self.writes = writes;
     }
 
+    /// Whether a test `--run` selects has a hook.
+    fn hooks(&self, run: Option<&regex::Regex>) -> bool {
+        self.selected_tests(run)
+            .any(|t| !t.hooks.pre_test.is_empty() || !t.hooks.post_test.is_empty())
+    }
+
     /// How many tests the run selects (`--run`), for the progress line.
     fn selected(&self, run: Option<&regex::Regex>) -> usize {
+        self.selected_tests(run).count()
+    }
+
+    fn selected_tests<'a>(
+        &'a self,
+        run: Option<&'a regex::Regex>,
+    ) -> impl Iterator<Item = &'a crate::suite::spec::TestCase> {
         self.suites
             .iter()
             .filter_map(|(_, s)| s.as_ref().ok())
             .flat_map(|s| &s.tests)
-            .filter(|t| run.is_none_or(|r| r.is_match(&t.name)))
-            .count()
+            .filter(move |t| run.is_none_or(|r| r.is_match(&t.name)))
     }
+}
+
+/// Reads the suites and, while the process is single-threaded, enters
+/// xfn's namespace where the run needs it: when a test runs a container
+/// here, and, where xfn maps a range (as root), when a test has a hook, so
+/// that hooks always run as the mapped host uid (100000), never as host
+/// root. What the run writes is opened first, as the user who ran xfn.
+pub(crate) fn prepare(args: TestArgs) -> anyhow::Result<super::Prepared> {
+    let mut loaded = Loaded::read(&args);
+    let mapped = super::userns_options(&args.store, &args.userns)
+        .range()
+        .map(|(uid, _)| uid)
+        .filter(|uid| *uid != nix::unistd::geteuid().as_raw());
+    let enters = loaded.containers().needed
+        || (mapped.is_some() && loaded.runnable() && loaded.hooks(args.run.as_ref()));
+    loaded.open_writes(&args, mapped.filter(|_| enters));
+    let namespace = if enters {
+        Some(super::enter_namespace(&args.store, &args.userns)?)
+    } else {
+        None
+    };
+    Ok(super::Prepared::Test(args, loaded, namespace))
 }
 
 /// What a run's tests run in containers here ([`Loaded::containers`]).
@@ -306,17 +350,16 @@ pub(crate) async fn execute(
         return Ok(ExitCode::from(EXIT_UNREADABLE));
     }
     // A report that cannot be written fails the run before it starts.
-    if let Some(e) = args
-        .junit
-        .as_deref()
-        .and_then(|j| loaded.writes.open_error(j))
-    {
-        anyhow::bail!(
-            "cannot write {}: {e}",
-            args.junit.as_deref().unwrap_or(Path::new("")).display()
-        );
-    }
-    let runner = match namespace {
+    let junit = match (&args.junit, &loaded.junit) {
+        (Some(given), Some(Err(e))) => anyhow::bail!("cannot write {}: {e}", given.display()),
+        (_, Some(Ok(path))) => match loaded.writes.open_error(&path.path()) {
+            Some(e) => anyhow::bail!("cannot write {}: {e}", path.path().display()),
+            None => Some(path),
+        },
+        _ => None,
+    };
+    // The namespace may be entered for hooks alone (see `prepare`).
+    let runner = match namespace.filter(|_| containers.needed) {
         Some(namespace) => {
             let store = args.store.open_store(&global.registry)?;
             // Warm containers only for calls that make one (Exec Functions,
@@ -396,7 +439,7 @@ pub(crate) async fn execute(
         runner.shutdown().await;
     }
     tracing::debug!(servers = servers.len(), "function servers started");
-    if let Some(path) = &args.junit {
+    if let Some(path) = junit {
         let xml = report::junit(&outcomes).context("cannot write the JUnit report")?;
         loaded.writes.write(path, &xml)?;
     }

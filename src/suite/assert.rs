@@ -9,6 +9,7 @@ use std::path::Path;
 use globset::GlobBuilder;
 use serde_json::Value;
 
+use super::beneath::{Beneath, BeneathError};
 use super::spec::{GoldenAssertion, XprinAssertion};
 
 /// How a check ended ([✓], [x], [!] as xprin prints them).
@@ -293,7 +294,7 @@ pub(crate) enum Golden {
 pub(crate) fn golden(
     engine: Golden,
     assertion: &GoldenAssertion,
-    expected: &Path,
+    expected: &Beneath,
     actual: &str,
     update: Option<&super::writes::Opened>,
 ) -> Check {
@@ -303,15 +304,29 @@ pub(crate) fn golden(
             Ok(()) => Check::new(
                 Status::Pass,
                 name,
-                format!("updated {}", expected.display()),
+                format!("updated {}", expected.path().display()),
             ),
             Err(e) => Check::new(Status::Error, name, crate::chain::Chain(&e).to_string()),
         };
     }
-    let golden = match read_bounded(expected) {
+    let golden = match expected.read(MAX_GOLDEN_BYTES) {
         Ok(text) => text,
-        Err(message) => return Check::new(Status::Error, name, message),
+        Err(e) => {
+            let missing =
+                matches!(&e, BeneathError::Io(e) if e.kind() == std::io::ErrorKind::NotFound);
+            return Check::new(
+                Status::Error,
+                name,
+                format!(
+                    "cannot read golden file {}: {}{}",
+                    expected.path().display(),
+                    crate::chain::Chain(&e),
+                    if missing { " (--update writes it)" } else { "" }
+                ),
+            );
+        }
     };
+    let expected = expected.path();
     match engine {
         Golden::Diff => {
             if golden == actual {
@@ -374,25 +389,6 @@ pub(crate) fn golden(
 
 /// Largest golden file read.
 const MAX_GOLDEN_BYTES: u64 = 16 << 20;
-
-fn read_bounded(path: &Path) -> Result<String, String> {
-    let size = std::fs::metadata(path)
-        .map_err(|e| {
-            format!(
-                "cannot read golden file {}: {e} (--update writes it)",
-                path.display()
-            )
-        })?
-        .len();
-    if size > MAX_GOLDEN_BYTES {
-        return Err(format!(
-            "golden file {} is {size} bytes, more than {MAX_GOLDEN_BYTES}",
-            path.display()
-        ));
-    }
-    std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read golden file {}: {e}", path.display()))
-}
 
 /// Documents matched by `apiVersion`, kind and name; each difference a
 /// line: `Kind/name: path: expected X, got Y`, or a document missing.

@@ -13,7 +13,8 @@
 //! - [`assert`]: the `xprin`, `diff` and `dyff` engines;
 //! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
 //!   on a terminal meanwhile; [`writes`]: the report and golden files,
-//!   opened before xfn enters its user namespace.
+//!   opened before xfn enters its user namespace; [`beneath`]: each of
+//!   those a path beneath its root, opened following no symlink.
 //!
 //! Invariant: a check that did not run never reads as passed. Validation
 //! against CRDs is a seam ([`Validator`]): `crate::schema`'s in `xfn test`,
@@ -21,6 +22,7 @@
 use std::path::PathBuf;
 
 pub(crate) mod assert;
+pub(crate) mod beneath;
 pub(crate) mod hooks;
 pub(crate) mod progress;
 pub(crate) mod report;

@@ -560,7 +560,7 @@ fn golden(
     resources: &[assert::Resource],
     update: Option<&super::writes::Opened>,
 ) -> Check {
-    let expected = match golden_path(suite, a, vars) {
+    let expected = match suite.golden(a, vars) {
         Ok(e) => e,
         Err(e) => return Check::new(Status::Error, &a.name, e),
     };
@@ -585,17 +585,6 @@ fn golden(
         },
     };
     assert::golden(engine, a, &expected, &actual, update)
-}
-
-/// Where golden assertion `a` of `suite` reads and writes: its `expected`
-/// expanded, relative to the suite file.
-pub(crate) fn golden_path(
-    suite: &Suite,
-    a: &super::spec::GoldenAssertion,
-    vars: &Vars<'_>,
-) -> Result<PathBuf, String> {
-    let expanded = vars.expand(&a.expected)?;
-    Ok(suite.path.parent().unwrap_or(Path::new(".")).join(expanded))
 }
 
 fn validate(validator: &dyn Validator, crds: &[PathBuf], objects: &[Value]) -> Vec<Check> {

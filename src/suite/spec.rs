@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::beneath::Beneath;
 use super::SuiteError;
 
 /// Largest suite file read.
@@ -145,15 +146,20 @@ pub(crate) struct Suite {
     pub(crate) path: PathBuf,
     /// Its tests, each merged with `common`.
     pub(crate) tests: Vec<TestCase>,
+    /// The root its golden files are beneath (`--root`, or its directory).
+    root: PathBuf,
+    /// Its directory, relative to `root`.
+    dir: PathBuf,
 }
 
 impl Suite {
     /// Reads `path`: its templates kept, its tests merged with `common`.
-    pub(crate) fn read(path: &Path) -> Result<Self, SuiteError> {
+    pub(crate) fn read(path: &Path, root: Option<&Path>) -> Result<Self, SuiteError> {
         let read_error = |source| SuiteError::Read {
             path: path.to_path_buf(),
             source,
         };
+        let (root, dir) = beneath_root(path, root)?;
         let size = std::fs::metadata(path).map_err(read_error)?.len();
         if size > MAX_SUITE_BYTES {
             return Err(SuiteError::Invalid {
@@ -187,7 +193,21 @@ impl Suite {
         Ok(Self {
             path: path.to_path_buf(),
             tests,
+            root,
+            dir,
         })
+    }
+
+    /// Where golden assertion `a` reads and writes: its `expected`
+    /// expanded, relative to the suite file, beneath the suite's root.
+    pub(crate) fn golden(
+        &self,
+        a: &GoldenAssertion,
+        vars: &super::template::Vars<'_>,
+    ) -> Result<Beneath, String> {
+        let expanded = vars.expand(&a.expected)?;
+        Beneath::new(&self.root, &self.dir, Path::new(&expanded))
+            .map_err(|e| format!("golden file {expanded}: {}", crate::chain::Chain(&e)))
     }
 
     /// Whether a test reaches another's outputs: then its tests run in order.
@@ -268,6 +288,32 @@ where
     }
 }
 
+/// The root a suite's golden files are beneath (`root`, or the suite's
+/// directory), and the suite's directory relative to it: both resolved,
+/// the suite refused where it is not beneath the root.
+fn beneath_root(path: &Path, root: Option<&Path>) -> Result<(PathBuf, PathBuf), SuiteError> {
+    let read_error = |path: &Path, source| SuiteError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(dir).map_err(|e| read_error(dir, e))?;
+    let Some(root) = root else {
+        return Ok((dir, PathBuf::new()));
+    };
+    let root = std::fs::canonicalize(root).map_err(|e| read_error(root, e))?;
+    match dir.strip_prefix(&root) {
+        Ok(within) => Ok((root.clone(), within.to_path_buf())),
+        Err(_) => Err(SuiteError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("not beneath --root {}", root.display()),
+        }),
+    }
+}
+
 /// Whether `path` names a suite file.
 fn is_suite_file(path: &Path) -> bool {
     path.file_name()
@@ -325,7 +371,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xprin.yaml");
         std::fs::write(&path, text).unwrap();
-        Suite::read(&path).unwrap()
+        Suite::read(&path, None).unwrap()
     }
 
     #[test]
@@ -376,12 +422,12 @@ tests:
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xprin.yaml");
         std::fs::write(&path, "common: {}\n").unwrap();
-        assert!(Suite::read(&path)
+        assert!(Suite::read(&path, None)
             .unwrap_err()
             .to_string()
             .contains("no test cases"));
         std::fs::write(&path, "tests:\n- name: t\n  input: {}\n").unwrap();
-        assert!(crate::chain::Chain(&Suite::read(&path).unwrap_err())
+        assert!(crate::chain::Chain(&Suite::read(&path, None).unwrap_err())
             .to_string()
             .contains("unknown field `input`"));
     }

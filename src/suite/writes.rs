@@ -1,6 +1,7 @@
 //! Files `xfn test` writes where the user keeps them (the `--junit` report,
 //! golden files under `--update`), opened before xfn enters its user
-//! namespace and written through the kept descriptors.
+//! namespace and written through the kept descriptors; every one a
+//! [`Beneath`] path, opened without following a symlink (`super::beneath`).
 //!
 //! Why: as root, xfn maps a 65536-id range and is host uid 100000 inside
 //! its namespace; it may then no longer create or open for writing a file
@@ -9,33 +10,42 @@
 //! without a namespace, and the namespace gains a way out to these files
 //! only — not a writer that writes any path it is sent.
 //!
-//! Invariant: a file is truncated only when it is written (a test that did
-//! not render leaves an existing golden file as it was). A path not known
-//! before the run (templated from another test's outputs) is opened when
-//! written, as without this; where that is refused, the error says that xfn
-//! runs as another host uid there and what to do.
+//! Invariant: a golden file is truncated only when it is written (a test
+//! that did not render leaves an existing one as it was); the report is
+//! made afresh at the start (a new file renamed over its name). A path not
+//! known before the run (templated from another test's outputs) is opened
+//! when written, as without this; where that is refused, the error says
+//! that xfn runs as another host uid there and what to do.
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::beneath::{Beneath, BeneathError};
+
 /// Errors of writing a file.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum WriteError {
     /// Opening or writing failed.
     #[error("cannot write {}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: BeneathError },
     /// Refused inside the namespace, where xfn is another host uid.
     #[error("cannot write {}: {error} ({hint})", path.display())]
     Refused {
         path: PathBuf,
-        error: std::io::Error,
+        error: BeneathError,
         hint: String,
     },
+}
+
+/// How a file is opened ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Open {
+    /// Made where missing, its contents kept until written (golden files).
+    InPlace,
+    /// Made afresh, empty (the report).
+    Fresh,
 }
 
 /// Files opened ahead, by the path they are written under.
@@ -63,21 +73,19 @@ impl Opened {
 
     /// Opens `path` (and makes its directory) to be written later; an
     /// error is kept and returned when it is written.
-    pub(crate) fn open(&mut self, path: PathBuf) {
-        if self.files.contains_key(&path) {
+    pub(crate) fn open(&mut self, path: &Beneath, how: Open) {
+        let key = path.path();
+        if self.files.contains_key(&key) {
             return;
         }
-        let opened = make_parent(&path)
-            .and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(&path)
-            })
+        let opened = match how {
+            Open::InPlace => path.open_to_write(),
+            Open::Fresh => path.create_fresh(),
+        };
+        let opened = opened
             .map(Mutex::new)
-            .map_err(|e| e.to_string());
-        self.files.insert(path, opened);
+            .map_err(|e| crate::chain::Chain(&e).to_string());
+        self.files.insert(key, opened);
     }
 
     /// The error of opening `path` ahead, if it was opened and failed.
@@ -87,41 +95,32 @@ impl Opened {
 
     /// Replaces the contents of `path` with `text`: through the file opened
     /// ahead, or opened now (its directory made) when it was not.
-    pub(crate) fn write(&self, path: &Path, text: &str) -> Result<(), WriteError> {
-        let io = |source| WriteError::Io {
-            path: path.to_path_buf(),
+    pub(crate) fn write(&self, path: &Beneath, text: &str) -> Result<(), WriteError> {
+        let key = path.path();
+        let io = |source: BeneathError| WriteError::Io {
+            path: key.clone(),
             source,
         };
-        match self.files.get(path) {
-            Some(Ok(file)) => {
-                let file = file.lock().unwrap_or_else(|e| e.into_inner());
-                file.set_len(0)
-                    .and_then(|()| file.write_all_at(text.as_bytes(), 0))
-                    .map_err(io)
-            }
-            Some(Err(e)) => Err(io(std::io::Error::other(e.clone()))),
-            None => make_parent(path)
-                .and_then(|()| std::fs::write(path, text))
-                .map_err(|error| match (&self.hint, error.kind()) {
-                    (Some(hint), std::io::ErrorKind::PermissionDenied) => WriteError::Refused {
-                        path: path.to_path_buf(),
+        let replace = |file: &File| {
+            file.set_len(0)
+                .and_then(|()| file.write_all_at(text.as_bytes(), 0))
+                .map_err(|e| io(e.into()))
+        };
+        match self.files.get(&key) {
+            Some(Ok(file)) => replace(&file.lock().unwrap_or_else(|e| e.into_inner())),
+            Some(Err(e)) => Err(io(std::io::Error::other(e.clone()).into())),
+            None => match path.open_to_write() {
+                Ok(file) => replace(&file),
+                Err(error) => Err(match &self.hint {
+                    Some(hint) if error.is_permission_denied() => WriteError::Refused {
+                        path: key.clone(),
                         error,
                         hint: hint.clone(),
                     },
                     _ => io(error),
                 }),
+            },
         }
-    }
-}
-
-/// Makes the directory of `path` where nothing is (where a file is, the
-/// open that follows says "Not a directory", not mkdir's "File exists").
-fn make_parent(path: &Path) -> std::io::Result<()> {
-    match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() && !parent.exists() => {
-            std::fs::create_dir_all(parent)
-        }
-        _ => Ok(()),
     }
 }
 
@@ -129,51 +128,64 @@ fn make_parent(path: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn golden(dir: &Path, name: &str) -> Beneath {
+        Beneath::new(dir, Path::new(""), Path::new(name)).unwrap()
+    }
+
     #[test]
     fn a_file_opened_ahead_keeps_its_contents_until_written_then_holds_only_the_new_text() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/golden.yaml");
+        let path = golden(dir.path(), "sub/golden.yaml");
         let mut opened = Opened::default();
-        opened.open(path.clone());
-        std::fs::write(&path, "a much longer old text\n").unwrap();
-        opened.open(path.clone());
+        opened.open(&path, Open::InPlace);
+        std::fs::write(path.path(), "a much longer old text\n").unwrap();
+        opened.open(&path, Open::InPlace);
         assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
+            std::fs::read_to_string(path.path()).unwrap(),
             "a much longer old text\n"
         );
         opened.write(&path, "new\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        assert_eq!(std::fs::read_to_string(path.path()).unwrap(), "new\n");
         opened.write(&path, "newer\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "newer\n");
+        assert_eq!(std::fs::read_to_string(path.path()).unwrap(), "newer\n");
     }
 
     #[test]
     fn a_path_not_opened_ahead_is_written_when_asked_its_directory_made() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a/b/golden.yaml");
+        let path = golden(dir.path(), "a/b/golden.yaml");
         Opened::as_host_uid(100_000).write(&path, "x\n").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "x\n");
+        assert_eq!(std::fs::read_to_string(path.path()).unwrap(), "x\n");
     }
 
     #[test]
     fn a_file_that_could_not_be_opened_ahead_says_why_when_written() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("file"), "").unwrap();
-        let path = dir.path().join("file/golden.yaml");
+        let path = golden(dir.path(), "file/golden.yaml");
         let mut opened = Opened::default();
-        opened.open(path.clone());
-        let why = opened.open_error(&path).unwrap_or_default().to_string();
-        assert!(why.contains("Not a directory"), "{why}");
+        opened.open(&path, Open::InPlace);
+        let why = opened
+            .open_error(&path.path())
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            why.ends_with("file is a regular file, not a directory"),
+            "{why}"
+        );
         let e = opened.write(&path, "x").unwrap_err();
         let message = crate::chain::Chain(&e).to_string();
-        assert_eq!(message, format!("cannot write {}: {why}", path.display()));
+        assert_eq!(
+            message,
+            format!("cannot write {}: {why}", path.path().display())
+        );
     }
 
     #[test]
     fn a_refused_write_in_the_namespace_names_the_host_uid_and_what_to_do() {
         let e = WriteError::Refused {
             path: "golden/x.yaml".into(),
-            error: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            error: std::io::Error::from(std::io::ErrorKind::PermissionDenied).into(),
             hint: Opened::as_host_uid(100_000).hint.unwrap_or_default(),
         };
         let message = crate::chain::Chain(&e).to_string();

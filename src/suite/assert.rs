@@ -352,7 +352,7 @@ pub(crate) fn golden(
         }
         Golden::Dyff => {
             let parse = |what: &str, text: &str| {
-                crate::compose::read::files::parse_stream(Path::new(what), text)
+                crate::compose::parse_stream(Path::new(what), text)
                     .map_err(|e| crate::chain::Chain(&e).to_string())
             };
             let (want, got) = match (

@@ -411,10 +411,9 @@ impl Read {
                 self.subject = Subject::Composite { xrs };
                 self.nested = read_nested(&inputs.nested_compositions)?;
                 let Some(functions) = inputs.functions.clone() else {
-                    return Err(usage(
-                        composition_path,
-                        "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
-                    ));
+                    return Err(ComposeError::NoFunctions {
+                        path: composition_path.clone(),
+                    });
                 };
                 Ok(Some((Some(functions), steps)))
             }

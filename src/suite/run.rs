@@ -63,8 +63,17 @@ pub(crate) struct TestOutcome {
 }
 
 impl TestOutcome {
+    /// Every check ran and passed.
     pub(crate) fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.status == Status::Pass)
+    }
+
+    /// A check failed or could not run. A golden file `--update` wrote is
+    /// neither passed nor failed: a test with one is written.
+    pub(crate) fn failed(&self) -> bool {
+        self.checks
+            .iter()
+            .any(|c| matches!(c.status, Status::Fail | Status::Error))
     }
 }
 
@@ -102,7 +111,7 @@ pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOu
             if let (Some(id), Some(outputs)) = (&test.id, outputs) {
                 done.insert(id.clone(), outputs);
             }
-            env.line.test_done(outcome.passed());
+            env.line.test_done(!outcome.failed());
             outcomes.push(outcome);
         }
     } else {
@@ -113,7 +122,7 @@ pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOu
             async move {
                 let _permit = env.limit.acquire().await;
                 let outcome = run_test(suite, test, dir, done, env).await.0;
-                env.line.test_done(outcome.passed());
+                env.line.test_done(!outcome.failed());
                 outcome
             }
         });
@@ -141,7 +150,7 @@ fn needs_dir(test: &TestCase, options: &Options) -> bool {
 /// (kept typed); the report's line is the chain, made at the edge
 /// ([`Progress::error`]), never here.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PhaseError {
+enum PhaseError {
     /// An input missing, given twice, not expanding, not there or not
     /// copied; the test's directory not made.
     #[error(transparent)]
@@ -166,7 +175,7 @@ pub(crate) enum PhaseError {
 
 /// What failed beneath a [`PhaseError`].
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Cause {
+enum Cause {
     /// Said in words (a missing input, a template, a Function's server).
     #[error("{0}")]
     Said(String),

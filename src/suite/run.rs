@@ -828,3 +828,90 @@ fn patch_connection_secret(path: &Path, test: &TestCase, claim: bool) -> Result<
         .map_err(io(format!("cannot write {}", path.display())))
         .map_err(patch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `render` says of a mode Pipeline Composition given no
+    /// Functions: `functions` whether the test gave them.
+    async fn no_functions(functions: bool) -> PhaseError {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let xr = write(
+            "xr.yaml",
+            "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: b}\n",
+        );
+        let composition = write(
+            "composition.yaml",
+            "apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\n\
+             metadata: {name: c}\nspec:\n  compositeTypeRef: {apiVersion: example.org/v1, \
+             kind: XBucket}\n  mode: Pipeline\n  pipeline:\n  - step: s\n    functionRef: \
+             {name: f}\n",
+        );
+        let setup = Setup {
+            inputs: RenderInputs {
+                xr_or_operation: xr,
+                composition_or_functions: Some(composition),
+                ..Default::default()
+            },
+            functions,
+            names: BTreeMap::new(),
+            crds: Vec::new(),
+        };
+        let options = Options {
+            update: false,
+            hook_timeout: Duration::from_secs(1),
+            render_timeout: Duration::from_secs(1),
+            repositories: BTreeMap::new(),
+            keep: false,
+            run: None,
+            full_xr: true,
+        };
+        let servers = SharedServers::new(
+            None,
+            crate::compose::ContainerDefaults {
+                default_registry: "index.docker.io".into(),
+                timeout: Duration::from_secs(1),
+                pull_policy: crate::image::PullPolicy::Never,
+                keeper: None,
+                development_wait: Duration::from_secs(1),
+            },
+        );
+        let env = Env {
+            options: &options,
+            servers: &servers,
+            validator: &crate::schema::Validator::default(),
+            limit: &tokio::sync::Semaphore::new(1),
+            line: &super::super::progress::Line::new(false, 1, 1),
+            writes: &super::super::writes::Opened::default(),
+        };
+        match render(&setup, &env).await {
+            Ok(_) => panic!("rendered without Functions"),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipeline_composition_and_no_functions_input_is_setup_s_missing_input() {
+        let missing = no_functions(false).await;
+        assert_eq!(missing.phase(), "setup");
+        assert_eq!(
+            crate::chain::Chain(&missing).to_string(),
+            "inputs.functions is required (in the test or in common)"
+        );
+        // Given (and still not read as Functions): the render's own error.
+        let given = no_functions(true).await;
+        assert_eq!(given.phase(), "render");
+        assert!(
+            crate::chain::Chain(&given).to_string().ends_with(
+                "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)"
+            ),
+            "{given:?}"
+        );
+    }
+}

@@ -14,10 +14,13 @@
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
-//! pattern's compiled size is capped; a CEL rule's length, nesting and
-//! estimated cost (its size × the size of `self` to the power of its
-//! comprehension nesting) are capped before it runs ([`cel`]).
+//! pattern has Go's semantics, is compiled once and its compiled size is
+//! capped ([`pattern`]); a CEL rule's length, nesting and estimated cost
+//! are capped before it runs ([`cel`]), and its cost is metered while it
+//! runs, stopping it past the API server's limits ([`meter`]).
 mod cel;
+mod meter;
+mod pattern;
 pub(crate) mod read;
 mod structural;
 mod xrd;

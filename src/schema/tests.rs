@@ -674,3 +674,35 @@ fn a_rule_stopped_by_the_runtime_budget_is_a_failure_even_when_an_or_would_absor
         &["'operation cancelled: actual cost limit exceeded': no further validation rules will be run"],
     );
 }
+
+#[test]
+fn rules_keep_their_meaning_under_the_runtime_meter() {
+    let spec = json!({"names": ["a", "b", "cc"], "min": 1, "max": 3});
+    for rule in [
+        "self.names.filter(n, n.startsWith('c')) == ['cc']",
+        "self.names.map(n, size(n) > 1, n + '!') == ['cc!']",
+        "self.names.map(n, size(n)) == [1, 1, 2]",
+        "{'k': 1, 'l': 2}.map(k, k).size() == 2",
+        "self.names.exists_one(n, n == 'b')",
+        "self.names.all(n, self.names.exists(m, m == n))",
+        "'b' in self.names && !('z' in self.names)",
+        "self.names[2] == 'cc' && self.names.size() == 3",
+        "has(self.min) && !has(self.nope)",
+        "self.min < self.max ? self.names + ['d'] == ['a', 'b', 'cc', 'd'] : false",
+        "self.names.map(a, self.names.map(b, a + b)).size() == 3",
+        "'abc'.matches('^a') && !'xabc'.matches('^a')",
+    ] {
+        assert_eq!(
+            cel(json!([{"rule": rule}]), spec.clone()),
+            Vec::<String>::new(),
+            "{rule}"
+        );
+    }
+    one_error(
+        cel(
+            json!([{"rule": "self.names.map(n, n + 1).size() == 3"}]),
+            spec,
+        ),
+        &["the rule could not be evaluated"],
+    );
+}

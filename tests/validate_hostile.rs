@@ -93,12 +93,13 @@ fn a_chain_of_concatenations_on_a_megabyte_string_is_refused_by_its_estimated_co
 #[test]
 fn a_concatenation_in_a_loop_the_estimate_misses_is_stopped_by_the_runtime_budget() {
     // The estimate counts a loop variable as small; each of these is a
-    // 100 KiB string, concatenated with itself ten times per item.
+    // 100 KiB string, concatenated with itself ten times per item (20 of
+    // them: the resource stays under the API server's 3 MiB).
     let rule = format!("self.all(s, size({}) > 0)", ["s"; 10].join(" + "));
     let measured = validate(
         field(json!({"type": "array", "items": {"type": "string"},
             "x-kubernetes-validations": [{"rule": rule}]})),
-        json!({"f": vec!["a".repeat(100 << 10); 40]}),
+        json!({"f": vec!["a".repeat(100 << 10); 20]}),
     );
     assert_fails(&measured, STOPPED, 128 << 20);
 }
@@ -213,10 +214,15 @@ fn an_input_file_over_max_input_bytes_is_refused_before_it_is_parsed() {
         json!({}),
     );
     let big = dir.path().join("big.yaml");
-    let mut text =
-        String::from("apiVersion: ex.org/v1\nkind: Thing\nmetadata: {name: t}\nspec:\n  items:\n");
+    // Resources of ~30 KiB each (the API server takes up to 3 MiB), 9 MiB.
+    let mut text = String::new();
     let mut i = 0;
     while text.len() <= 9 << 20 {
+        if i % 1000 == 0 {
+            text.push_str(&format!(
+                "---\napiVersion: ex.org/v1\nkind: Thing\nmetadata: {{name: t{i}}}\nspec:\n  items:\n"
+            ));
+        }
         text.push_str(&format!("  - {{name: item{i}, value: {i}}}\n"));
         i += 1;
     }

@@ -304,6 +304,18 @@ impl Schemas {
             });
             return report;
         }
+        let bytes = json_bytes(resource);
+        if bytes > MAX_REQUEST_BYTES {
+            report.findings.push(Finding {
+                resource: label.to_string(),
+                path: "<root>".into(),
+                message: format!(
+                    "Request entity too large: limit is {MAX_REQUEST_BYTES} (the resource is {bytes} bytes of JSON)"
+                ),
+                rule: "request size".into(),
+            });
+            return report;
+        }
         let mut object = resource.clone();
         crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
         let mut walk = structural::Walk::new();
@@ -323,6 +335,28 @@ impl Schemas {
         report.notes = walk.notes;
         report
     }
+}
+
+/// The largest request body the API server takes (`MaxRequestBodyBytes`):
+/// a larger resource is refused before any validation.
+const MAX_REQUEST_BYTES: u64 = 3 << 20;
+
+/// The length of `value` as JSON, counted without building it.
+fn json_bytes(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// What a non-object document is, for an error.

@@ -706,3 +706,16 @@ fn rules_keep_their_meaning_under_the_runtime_meter() {
         &["the rule could not be evaluated"],
     );
 }
+
+#[test]
+fn a_resource_over_the_api_server_s_request_limit_is_refused_as_too_large() {
+    let schema = json!({"type": "object", "properties": {"s": {"type": "string"}}});
+    assert!(errors(schema.clone(), json!({"s": "a".repeat((3 << 20) - 1024)})).is_empty());
+    one_error(
+        errors(schema, json!({"s": "a".repeat(3 << 20)})),
+        &[
+            "<root>: Request entity too large: limit is 3145728",
+            "(rule: request size)",
+        ],
+    );
+}

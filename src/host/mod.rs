@@ -48,7 +48,7 @@ use crate::proto::v1;
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{Catalog, FunctionKind, HostedFunction};
 use metrics::{FunctionStats, HostStats};
-use servers::{ServerLimits, Servers};
+use servers::{ServerLimits, ServerSlots, Servers};
 
 /// How the host runs functions.
 #[derive(Debug, Clone)]
@@ -224,22 +224,16 @@ impl Host {
                 Ok(Bytes::from(response.encode_to_vec()))
             }
             Resolved::Server(servers) => {
-                let name = &function.spec.name;
-                let abort = self.calls.drain(Duration::ZERO).abort;
-                let call = async {
-                    let config = RunConfig {
-                        pull_policy: self.options.pull_policy,
-                        limits: self.options.limits_of(&function.spec),
-                        ..RunConfig::default()
-                    };
-                    tokio::select! {
-                        answer = servers.call(&self.runner, &self.server_slots, &config, request, deadline) => answer.map(|r| (r, "ok")),
-                        () = abort.cancelled() => Err(Status::unavailable(
-                            "xfn is shutting down: the call was cancelled at the end of the grace period",
-                        )),
-                    }
+                let config = RunConfig {
+                    pull_policy: self.options.pull_policy,
+                    limits: self.options.limits_of(&function.spec),
+                    ..RunConfig::default()
                 };
-                self.calls.answer(name, call).await
+                // Admitted (and ended by the drain) as every call is.
+                let call =
+                    servers.call(&self.calls, &self.runner, self, &config, request, deadline);
+                let call = async { call.await.map(|r| (r, "ok")) };
+                self.calls.answer(&function.spec.name, call).await
             }
         }
     }
@@ -274,7 +268,7 @@ impl Host {
                 spec.package.clone(),
                 self.options.servers,
                 Arc::clone(stats),
-                Arc::clone(&self.responses),
+                &self.responses,
             )),
             FunctionKind::StdinStdout => Resolved::StdinStdout(Adaptor::new(
                 Arc::clone(&self.runner) as Arc<dyn crate::grpc::FunctionRunner>,
@@ -328,6 +322,38 @@ impl Host {
 async fn stop(function: &Function) {
     if let Some(Resolved::Server(servers)) = function.resolved.get() {
         servers.stop_all().await;
+    }
+}
+
+impl ServerSlots for Host {
+    fn slots(&self) -> &Arc<Semaphore> {
+        &self.server_slots
+    }
+
+    fn stop_least_recently_used<'a>(
+        &'a self,
+        except: &'a str,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let all: Vec<Arc<Function>> = read(&self.functions).values().cloned().collect();
+            let mut idle: Vec<(Instant, &Servers)> = all
+                .iter()
+                .filter(|f| f.spec.name != except)
+                .filter_map(|f| match f.resolved.get() {
+                    Some(Resolved::Server(servers)) => {
+                        Some((servers.least_recently_used()?, servers))
+                    }
+                    _ => None,
+                })
+                .collect();
+            idle.sort_by_key(|(used, _)| *used);
+            for (_, servers) in idle {
+                if servers.stop_least_recently_used().await {
+                    return true;
+                }
+            }
+            false
+        })
     }
 }
 

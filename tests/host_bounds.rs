@@ -338,8 +338,13 @@ async fn idle_connections_to_the_metrics_port_leave_health_and_calls_their_descr
             idle.push(stream);
         }
     }
-    let xfn_fds = std::fs::read_dir(format!("/proc/{}/fd", host.child.id()))
-        .map(|d| d.count())
+    // The daemon's descriptors (it runs under prlimit's pid, re-executed
+    // into its namespaces).
+    let xfn_fds = host
+        .own_pids()
+        .into_iter()
+        .map(|pid| std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()))
+        .max()
         .unwrap_or(0);
     eprintln!(
         "measured: {} idle connections to the metrics port made; xfn holds {xfn_fds} descriptors",

@@ -208,7 +208,7 @@ impl XfnHost {
 
     /// xfn's own processes: the daemon and its init, not the functions
     /// it runs.
-    fn own_pids(&self) -> Vec<u32> {
+    pub(crate) fn own_pids(&self) -> Vec<u32> {
         let pid = self.child.id();
         std::iter::once(pid)
             .chain(

@@ -391,3 +391,41 @@ fn healthz(port: u16) -> String {
     let _ = stream.read_to_string(&mut text);
     text
 }
+
+/// Ten calls at once to a function whose server exits as it starts: two
+/// starts (one failure alone waits for nothing), and the calls after them
+/// refused UNAVAILABLE for the backoff (1 s, doubling to 1 minute) naming
+/// the failure. Before: a
+/// container was created and started for every call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_exits_as_it_starts_is_not_started_again_for_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    // clap refuses the flag's value: the server exits with code 2.
+    let crashing: &[&str] = &["--serve", "nonsense"];
+    let host = host(dir.path(), &registry, &[("fn-crash", crashing)], &[]);
+    let calls = (0..10).map(|i| {
+        let request = small_request(&i.to_string());
+        let host = &host;
+        async move { call(host, "fn-crash", request, Some(Duration::from_secs(120))).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let starts = host
+        .log_text()
+        .matches("function server did not start")
+        .count();
+    eprintln!(
+        "measured: 10 calls at once to a function whose server exits as it starts: {starts} starts"
+    );
+    let mut backed_off = 0;
+    for answer in answers {
+        let status = answer.expect_err("a server that exits answered");
+        assert!(
+            matches!(status.code(), Code::Aborted | Code::Unavailable),
+            "{status:?}"
+        );
+        backed_off += usize::from(status.message().contains("no new one is started"));
+    }
+    assert!(starts <= 2, "{starts} starts\n{}", host.log_text());
+    assert!(backed_off >= 8, "{backed_off} refused for the backoff");
+}

@@ -119,6 +119,8 @@ pub(crate) struct Servers {
     /// Held while a server is picked or started: one start at a time.
     picking: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Servers that failed to start or died in a call, in a row.
+    backoff: Mutex<Backoff>,
     stats: Arc<FunctionStats>,
     /// This function's share of the host's response budget, shared by
     /// its servers.
@@ -142,6 +144,7 @@ impl Servers {
             running: Mutex::default(),
             picking: tokio::sync::Mutex::new(()),
             next_id: Default::default(),
+            backoff: Mutex::default(),
             stats,
             responses: Arc::new(responses.share()),
         }
@@ -186,7 +189,10 @@ impl Servers {
         *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         server.in_flight.fetch_sub(1, Ordering::Relaxed);
         let status = match answer {
-            Ok(response) => return Ok(response),
+            Ok(response) => {
+                self.backoff().answered();
+                return Ok(response);
+            }
             Err(status) => status,
         };
         // An answer of the function's own is passed on; a broken connection
@@ -202,6 +208,7 @@ impl Servers {
         }
         self.remove(&server).await;
         let lost = lost_during_call(&self.function, exit, &status);
+        self.backoff().failed(lost.message());
         tracing::warn!(function = %self.function, server = server.id, code = ?lost.code(), why = lost.message(), "function server lost during a call; the next call starts a new one");
         Err(lost)
     }
@@ -262,7 +269,31 @@ impl Servers {
             .map_err(shutting_down)
     }
 
+    /// Starts a server unless its last ones failed and their backoff has
+    /// not passed.
     async fn start(
+        &self,
+        runner: &Runner,
+        host: &dyn ServerSlots,
+        config: &RunConfig,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Server>, Status> {
+        self.backoff().refuse(&self.function)?;
+        let started = self.start_now(runner, host, config, deadline).await;
+        if let Err(status) = &started {
+            // Not the caller's deadline: the server's own failure.
+            if status.code() != Code::DeadlineExceeded {
+                self.backoff().failed(status.message());
+            }
+        }
+        started
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.backoff.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn start_now(
         &self,
         runner: &Runner,
         host: &dyn ServerSlots,
@@ -468,6 +499,54 @@ impl Servers {
     }
 }
 
+/// The wait after a second failure in a row (after one, the next call
+/// starts a new server at once), doubled per failure after it.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between a crash-looping function's starts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A function's servers failing in a row (failed starts, deaths during a
+/// call): no new one is started before `next`, and calls meanwhile are
+/// refused `UNAVAILABLE` naming the last failure, so a server that
+/// crashes at once costs a container start per backoff, not per call.
+/// One failure alone waits for nothing; an answered call ends the count.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    next: Option<Instant>,
+    last: String,
+}
+
+impl Backoff {
+    fn failed(&mut self, why: &str) {
+        self.failures = self.failures.saturating_add(1);
+        let wait = match self.failures {
+            0 | 1 => Duration::ZERO,
+            n => FIRST_BACKOFF
+                .saturating_mul(1 << (n - 2).min(16))
+                .min(MAX_BACKOFF),
+        };
+        self.next = Some(Instant::now() + wait);
+        self.last = why.to_string();
+    }
+
+    fn answered(&mut self) {
+        *self = Self::default();
+    }
+
+    fn refuse(&self, function: &str) -> Result<(), Status> {
+        match self.next {
+            Some(next) if next > Instant::now() => Err(Status::unavailable(format!(
+                "function {function}: its server failed {} times in a row (last: {}); no new one is started for {:?}",
+                self.failures,
+                self.last,
+                next.saturating_duration_since(Instant::now()),
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What the caller of a call whose server went away during it is told:
 /// `RESOURCE_EXHAUSTED` when the server was killed past its memory limit
 /// (as a stdin/stdout function's run is: the same call would only be
@@ -546,5 +625,49 @@ mod tests {
         assert!(status.message().contains("the connection to it broke"));
         let status = lost_during_call("f", Some(Exit::Stopped), &broken);
         assert_eq!(status.code(), Code::Unavailable);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_failing_in_a_row_is_started_again_only_after_a_doubling_backoff() {
+        let mut backoff = Backoff::default();
+        assert!(backoff.refuse("f").is_ok());
+        backoff.failed("killed");
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "one failure: the next call starts one"
+        );
+        backoff.failed("exited with code 2");
+        let refused = backoff.refuse("f").unwrap_err();
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(
+            refused
+                .message()
+                .contains("failed 2 times in a row (last: exited with code 2)"),
+            "{refused:?}"
+        );
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(backoff.refuse("f").is_ok());
+        backoff.failed("again");
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(
+            backoff.refuse("f").is_err(),
+            "the second wait is twice the first"
+        );
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(backoff.refuse("f").is_ok());
+        for _ in 0..20 {
+            backoff.failed("again");
+        }
+        tokio::time::advance(MAX_BACKOFF).await;
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "never more than the longest wait"
+        );
+        backoff.answered();
+        backoff.failed("once more");
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "an answer starts the count again"
+        );
     }
 }

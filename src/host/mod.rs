@@ -17,8 +17,11 @@
 //!   (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`); nothing else routes.
 //! - **Every server is bounded and goes**: at most `--max-servers-per-function`
 //!   per function and `--max-servers` in all; one idle past `--server-idle`
-//!   or dead is stopped (container, mounts, processes); unhosting and the
-//!   end of the drain stop them all.
+//!   or dead is stopped (container, mounts, processes), and so is the one
+//!   idle the longest when a new server finds no slot free; unhosting and
+//!   the end of the drain stop them all.
+//! - **Every call waits in the daemon's one queue** (`grpc::admission`:
+//!   its caps on calls and bytes), whatever its function's kind.
 //! - **Every log line of a call names its function** (`function` field).
 pub(crate) mod catalog;
 pub(crate) mod controller;

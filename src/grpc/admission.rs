@@ -19,13 +19,9 @@
 //! in [`crate::grpc`]) rather than queued to time out.
 //!
 //! The queue is FIFO: tokio's semaphore hands permits out in request order.
-//!
-//! **One queue for every kind of call.** A call waits either for one of
-//! the run slots (a run of its own: `xfn start`, `xfn adapt`, a stdin/stdout
-//! function of `xfn host`) or for a slot of a [`Lane`] (room on one hosted
-//! function's servers, `xfn host`); either way it is counted against the
-//! same caps on waiting calls and their input bytes, so nothing a caller
-//! sends waits outside them.
+//! **One queue for every kind of call**: one waiting for a run slot or for
+//! a [`Lane`]'s (room on an `xfn host` function's servers) counts against
+//! the same caps, so nothing a caller sends waits outside them.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

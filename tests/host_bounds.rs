@@ -429,3 +429,76 @@ async fn a_server_that_exits_as_it_starts_is_not_started_again_for_every_call() 
     assert!(starts <= 2, "{starts} starts\n{}", host.log_text());
     assert!(backed_off >= 8, "{backed_off} refused for the backoff");
 }
+
+/// Eight calls of 4 MiB of empty values wait behind one run of a
+/// stdin/stdout function (`--max-concurrent-runs 1`): each waits holding
+/// only its request's JSON, the bytes its admission counts. Before: the
+/// request was decoded into a message tree before admission and held
+/// while queued: xfn's peak +822 MiB; now +372 MiB (debug build).
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_stdout_calls_waiting_for_a_run_hold_only_the_json_admission_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let package = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .entrypoint(["/bin/sleep", "120"])
+        .label("io.crossplane.xfn.kind", "stdin-stdout")
+        .push(&registry, "bounds-stdin:v1")
+        .reference;
+    let file = functions_file(dir.path(), &[("fn-stdin", package.as_str())]);
+    let flags = [
+        "--insecure",
+        "--max-concurrent-runs",
+        "1",
+        "--timeout",
+        "5m",
+    ];
+    let host = XfnHost::start_as(xfn_command(), dir.path(), &file, &flags);
+    host.wait_for("the package is pulled", || {
+        host.log_text().contains("function package ready")
+    });
+    let mut request = grpc_request("empty", 0.0);
+    let empty = prost_types::Value { kind: None };
+    let list = prost_types::ListValue {
+        // Just under --max-recv-message-size (4Mi): 2 bytes a value.
+        values: vec![empty; 2_000_000],
+    };
+    request.input.as_mut().unwrap().fields.insert(
+        "pad".into(),
+        prost_types::Value {
+            kind: Some(prost_types::value::Kind::ListValue(list)),
+        },
+    );
+    let request = Bytes::from(request.encode_to_vec());
+    assert!(request.len() >= 4_000_000, "{} bytes", request.len());
+    let channel = insecure_channel(host.port, "fn-stdin").await;
+    let base = host.own_peak();
+    let mut calls = Vec::new();
+    for i in 0..9 {
+        let (channel, request) = (channel.clone(), request.clone());
+        calls.push(tokio::spawn(async move {
+            raw_call(channel, request, Some(Duration::from_secs(300))).await
+        }));
+        // One at a time, so what xfn holds is what it queued.
+        host.wait_for("the call reaches the function", || {
+            host.metric("calls_total", "fn-stdin") > i
+        });
+        host.wait_for("the call runs or waits", || {
+            host.0.metric("xfn_runs_queued") >= i
+        });
+    }
+    let grown = host.own_peak().saturating_sub(base);
+    let queued = host.0.metric("xfn_runs_queued");
+    for call in calls {
+        assert!(!call.is_finished(), "a call ended: {:?}", call.await);
+        call.abort();
+    }
+    eprintln!(
+        "measured: 9 stdin/stdout calls of 4 MiB of empty values, {queued} queued: xfn's VmHWM +{} MiB",
+        grown / MIB
+    );
+    assert_eq!(queued, 8);
+    // Each queued call's JSON is `null,` per value (~10 MiB); one
+    // conversion at a time builds its tree (~300 MiB) and lets it go.
+    assert!(grown < 8 * 16 * MIB + 320 * MIB, "+{} MiB", grown / MIB);
+}

@@ -47,7 +47,6 @@ use crate::adaptor::{Adaptor, AdaptorOptions};
 use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
-use crate::proto::v1;
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{Catalog, FunctionKind, HostedFunction};
 use metrics::{FunctionStats, HostStats};
@@ -218,12 +217,11 @@ impl Host {
             .get_or_try_init(|| self.resolve(&function.spec, &function.stats))
             .await?;
         match resolved {
-            // Its run needs the request as JSON: decoded here (bounded by
-            // --max-recv-message-size, as `xfn adapt` decodes it).
+            // Its run needs the request as JSON: made from the wire bytes
+            // before the call waits, so a queued call holds only the JSON
+            // its admission counts.
             Resolved::StdinStdout(adaptor) => {
-                let request = v1::RunFunctionRequest::decode(request)
-                    .map_err(|e| Status::internal(format!("cannot decode the request: {e}")))?;
-                let response = adaptor.run_function(request, deadline).await?;
+                let response = adaptor.run_encoded(request, deadline).await?;
                 Ok(Bytes::from(response.encode_to_vec()))
             }
             Resolved::Server(servers) => {

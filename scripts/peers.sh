@@ -57,6 +57,7 @@ exec 9>"$cache/.lock"
 flock 9
 export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" CGO_ENABLED=0
 not_served=()
+built=0
 
 # fetch MODULE VERSION: the module's directory in GOMODCACHE on stdout; an
 # empty line when the proxy does not serve it.
@@ -126,9 +127,14 @@ while read -r name module version main; do
         done >"$dest/package.yaml"
     fi
     echo "$module@$version" >"$stamp"
+    built=1
     echo "peers: built $name in $((SECONDS - start)) s" >&2
 done <<<"$PEERS"
 
+# The build cache (~4 GB) only speeds up a rebuild of the same modules,
+# which the stamps make unneeded: dropped; the module cache (~4 GB, the
+# downloads) is kept for a version bump.
+((built == 0)) || go clean -cache
 if ((${#not_served[@]})); then
     printf '%s\n' "${not_served[@]}" >"$cache/NOT-SERVED"
 else

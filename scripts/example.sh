@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# xfn's main job on a built-in example, on a fresh machine: installs what is
-# needed, builds xfn, builds an example function image (busybox + a shell
+# xfn's main job on a built-in example, on a fresh machine: installs what it
+# needs (scripts/lib/apt.sh's EXAMPLE_PACKAGES, not all of scripts/setup.sh), builds xfn, builds an example function image (busybox + a shell
 # function, with umoci: no Docker), pushes it to a registry it starts on
 # 127.0.0.1, and runs the function with xfn on example/functionio.yaml.
 #
@@ -28,7 +28,11 @@ run | render | registry) ;;
     ;;
 esac
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Only what the example uses (not the tests' Debian root, Python packages and
+# peers: scripts/setup.sh).
+. scripts/lib/apt.sh
+apt_install "${EXAMPLE_PACKAGES[@]}"
+command -v cargo >/dev/null || { echo "example: cargo not found: install Rust (rustup) first" >&2; exit 1; }
 cargo build --release --quiet
 xfn="$PWD/target/release/xfn"
 bin="${CARGO_HOME:-$HOME/.cargo}/bin"

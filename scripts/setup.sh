@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything xfn and its tests need on a fresh Debian bookworm machine.
+# Installs everything xfn and its tests need on a fresh Debian bookworm machine
+# (scripts/example.sh installs only the part the example needs): Debian
+# packages, Python packages, a Debian trixie root for function-pythonic, and
+# the peers the tests compare xfn with (scripts/peers.sh).
 # Idempotent: re-running it only checks.
 set -euo pipefail
 
+cd "$(dirname "$0")/.."
+. scripts/lib/apt.sh
+# The example's packages (scripts/lib/apt.sh), and the tests' and benchmarks'.
 packages=(
-  crun            # the OCI runtime xfn drives
+  "${EXAMPLE_PACKAGES[@]}"
   uidmap          # newuidmap/newgidmap (podman, the benchmark peer; subordinate ids and `unshare --map-users` in the tests)
-  docker-registry # the local registry the tests and the example push to
-  busybox-static  # the base of every test and example image
-  skopeo umoci    # the example image is built and pushed with them; the pull benchmark's peer
   podman          # the run benchmark's peer
   zstd            # zstd layers in the tests
   hyperfine       # the benchmarks
@@ -16,34 +19,18 @@ packages=(
   strace          # tests/image_cache.rs checks each cache entry is fsynced before its rename
   eatmydata       # benches/pull-durability.sh: a pull without its fsyncs, for the ratio
   openssl hostname # the TLS registry tests make a CA; they need a non-loopback address
-  iproute2 curl wget ca-certificates
-  libc6-dev binutils # the static test function server (tests/fixtures/fn_server.rs) links glibc's libc.a; readelf checks it
+  iproute2 curl
   python3-yaml    # benches/render.sh reads the renders it checks; tests/deploy/validate.py
   mmdebstrap      # scripts/image.sh: the runner image's base images from Debian's packages
 )
-
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+apt_install "${packages[@]}"
 
 # Crossplane's published Python function SDK: the render tests drive a real
 # function written with it (Development runtime).
 if ! python3 -c 'import crossplane.function' 2>/dev/null; then
   echo "setup: installing crossplane-function-sdk-python" >&2
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    # Debian's own python3 comes without pip.
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
-  fi
+  # Debian's own python3 comes without pip.
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
   python3 -m pip install --quiet --disable-pip-version-check crossplane-function-sdk-python==0.15.1 \
     || python3 -m pip install --quiet --break-system-packages crossplane-function-sdk-python==0.15.1
 fi
@@ -84,7 +71,7 @@ if [ "$(id -u)" = 0 ] && [ ! -d "$pythonic_root/opt/function-pythonic/crossplane
   rm -rf "$pythonic_root.tmp"
   mkdir -p "$(dirname "$pythonic_root")"
   timeout 600 mmdebstrap --quiet --variant=minbase --include=python3 trixie "$pythonic_root.tmp" http://deb.debian.org/debian
-  python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
   timeout 300 python3 -m pip install --quiet --disable-pip-version-check --ignore-requires-python \
     --target "$pythonic_root.tmp/opt/function-pythonic" --python-version 3.13 --implementation cp \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --only-binary=:all: \
@@ -109,3 +96,8 @@ if [ "$(id -u)" = 0 ] && [ -d "$pythonic_root/opt/function-pythonic" ] \
   rm -rf "$pythonic_root/opt/function-sdk"
   mv "$pythonic_root/opt/function-sdk.tmp" "$pythonic_root/opt/function-sdk"
 fi
+
+# The crossplane CLI, its render engine, xprin and Crossplane's functions,
+# built from the Go module proxy into /var/cache/xfn-test/peers
+# (tests/render_peers.rs renders with them).
+scripts/peers.sh

@@ -86,9 +86,28 @@ fn descriptor(name: &str) -> Result<MessageDescriptor, ProtocolError> {
 
 /// A `RunFunctionRequest` as protobuf JSON.
 pub(crate) fn request_to_json(request: &pb::RunFunctionRequest) -> Result<Vec<u8>, ProtocolError> {
+    request_json_from_wire(&request.encode_to_vec()).map(|(json, _)| json)
+}
+
+/// A `RunFunctionRequest` as it came on the wire (v1 or v1beta1: the same
+/// bytes), as protobuf JSON, and its `meta.tag`. The decoded message lives
+/// only while it is written: a caller that keeps the JSON keeps no tree.
+pub(crate) fn request_json_from_wire(wire: &[u8]) -> Result<(Vec<u8>, String), ProtocolError> {
     let what = "RunFunctionRequest";
-    let dynamic = dynamic(what, request)?;
-    serde_json::to_vec(&dynamic).map_err(|source| ProtocolError::ToJson { what, source })
+    let desc = descriptor(&format!("apiextensions.fn.proto.v1.{what}"))?;
+    let dynamic = DynamicMessage::decode(desc, wire)
+        .map_err(|source| ProtocolError::Decode { what, source })?;
+    let tag = dynamic
+        .get_field_by_name("meta")
+        .and_then(|meta| {
+            meta.as_message()
+                .and_then(|m| m.get_field_by_name("tag"))
+                .and_then(|tag| tag.as_str().map(str::to_owned))
+        })
+        .unwrap_or_default();
+    let json =
+        serde_json::to_vec(&dynamic).map_err(|source| ProtocolError::ToJson { what, source })?;
+    Ok((json, tag))
 }
 
 /// The v1 message `name` (`ResourceSelector`, …) as a protobuf JSON value.

@@ -137,7 +137,7 @@ fn packages(registry: &Registry) -> (String, String) {
     (server, stdin)
 }
 
-fn functions_file(dir: &Path, functions: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn functions_file(dir: &Path, functions: &[(&str, &str)]) -> PathBuf {
     let text: Vec<String> = functions
         .iter()
         .map(|(name, package)| {
@@ -150,7 +150,7 @@ fn functions_file(dir: &Path, functions: &[(&str, &str)]) -> PathBuf {
 }
 
 /// `xfn host`, stopped on drop (`xfn_testkit::TcpDaemon`).
-struct XfnHost(TcpDaemon);
+pub(crate) struct XfnHost(pub(crate) TcpDaemon);
 
 impl std::ops::Deref for XfnHost {
     type Target = TcpDaemon;
@@ -166,8 +166,17 @@ impl std::ops::DerefMut for XfnHost {
 }
 
 impl XfnHost {
-    fn start(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
-        let mut command = xfn_command();
+    pub(crate) fn start(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
+        XfnHost::start_as(xfn_command(), dir, functions, flags)
+    }
+
+    /// `xfn host` run by `command` (`xfn`, or a wrapper running it).
+    pub(crate) fn start_as(
+        mut command: Command,
+        dir: &Path,
+        functions: &Path,
+        flags: &[&str],
+    ) -> XfnHost {
         command
             .arg("host")
             .arg("--functions")
@@ -192,14 +201,14 @@ impl XfnHost {
     }
 
     /// The value of `xfn_host_METRIC{function="FUNCTION"}` (0 when absent).
-    fn metric(&self, metric: &str, function: &str) -> u64 {
+    pub(crate) fn metric(&self, metric: &str, function: &str) -> u64 {
         self.0
             .metric(&format!("xfn_host_{metric}{{function=\"{function}\"}}"))
     }
 
     /// xfn's own processes: the daemon and its init, not the functions
     /// it runs.
-    fn own_pids(&self) -> Vec<u32> {
+    pub(crate) fn own_pids(&self) -> Vec<u32> {
         let pid = self.child.id();
         std::iter::once(pid)
             .chain(
@@ -218,7 +227,7 @@ impl XfnHost {
 
     /// The peak resident memory (VmHWM) of xfn's own processes (the
     /// largest of them: the daemon), in bytes.
-    fn own_peak(&self) -> u64 {
+    pub(crate) fn own_peak(&self) -> u64 {
         self.own_pids()
             .into_iter()
             .map(peak_memory)
@@ -236,16 +245,21 @@ impl XfnHost {
     }
 
     /// The function servers running under this xfn.
-    fn servers(&self) -> usize {
+    pub(crate) fn servers(&self) -> usize {
         self.server_pids().len()
     }
 
-    fn wait_for(&self, what: &str, condition: impl FnMut() -> bool) {
+    pub(crate) fn wait_for(&self, what: &str, condition: impl FnMut() -> bool) {
         self.wait_for_within(what, Duration::from_secs(60), condition);
     }
 
     /// A bound against what never happens, not a timing check.
-    fn wait_for_within(&self, what: &str, bound: Duration, mut condition: impl FnMut() -> bool) {
+    pub(crate) fn wait_for_within(
+        &self,
+        what: &str,
+        bound: Duration,
+        mut condition: impl FnMut() -> bool,
+    ) {
         let started = Instant::now();
         while !condition() {
             assert!(
@@ -309,7 +323,7 @@ fn s(text: &str) -> prost_types::value::Kind {
 
 /// A request for the gRPC function: its `results` action (one Warning),
 /// after `sleep` seconds.
-fn grpc_request(tag: &str, sleep: f64) -> v1::RunFunctionRequest {
+pub(crate) fn grpc_request(tag: &str, sleep: f64) -> v1::RunFunctionRequest {
     v1::RunFunctionRequest {
         meta: Some(v1::RequestMeta {
             tag: tag.into(),
@@ -335,7 +349,7 @@ fn stdin_request(tag: &str) -> v1::RunFunctionRequest {
     }
 }
 
-fn messages(response: &v1::RunFunctionResponse) -> Vec<String> {
+pub(crate) fn messages(response: &v1::RunFunctionResponse) -> Vec<String> {
     response.results.iter().map(|r| r.message.clone()).collect()
 }
 
@@ -1050,7 +1064,7 @@ fn python_servers_rss(host: &XfnHost) -> Vec<(String, u64)> {
         .collect()
 }
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn floods_of_either_side_cost_xfn_their_bytes_and_an_answer_past_the_cap_is_resource_exhausted(
@@ -1211,8 +1225,14 @@ async fn call_insecure(
     name: &str,
     request: v1::RunFunctionRequest,
 ) -> Result<tonic::Response<v1::RunFunctionResponse>, tonic::Status> {
-    let port = host.port;
-    let channel = Channel::from_shared(format!("http://{name}:{port}"))
+    let channel = insecure_channel(host.port, name).await;
+    V1Client::new(channel).run_function(request).await
+}
+
+/// A plaintext channel to the function `name` an `xfn host` on `port`
+/// hosts, routed by the `:authority` host.
+pub(crate) async fn insecure_channel(port: u16, name: &str) -> Channel {
+    Channel::from_shared(format!("http://{name}:{port}"))
         .unwrap()
         .connect_with_connector(tower::service_fn(
             move |_: tonic::transport::Uri| async move {
@@ -1221,8 +1241,7 @@ async fn call_insecure(
             },
         ))
         .await
-        .unwrap();
-    V1Client::new(channel).run_function(request).await
+        .unwrap()
 }
 
 /// The OCI specs (`config.json`) of the containers xfn runs now, read in

@@ -11,6 +11,8 @@ mod render_docker;
 mod render_e2e;
 #[path = "render_parity.rs"]
 mod render_parity;
+#[path = "render_peers.rs"]
+mod render_peers;
 #[path = "render_pythonic.rs"]
 mod render_pythonic;
 #[path = "render_v2.rs"]

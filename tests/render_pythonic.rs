@@ -133,6 +133,45 @@ fn serve(root: &Path, dir: &str, flags: &[String]) -> (Server, String) {
     (server, address)
 }
 
+/// function-pythonic's server for the example at `work` (`inside` the
+/// root), with the function's flags of its render.sh `args`, named in a
+/// Functions file `functions-xfn.yaml` written there (Development runtime);
+/// and the render's arguments (those Crossplane's `render` and xfn's share),
+/// that file last.
+fn serve_for_render(
+    root: &Path,
+    work: &Path,
+    inside: &str,
+    args: &[String],
+) -> (Server, Vec<String>) {
+    let (function_flags, mut render) = split_args(args);
+    let (server, address) = serve(root, inside, &function_flags);
+    std::fs::write(
+        work.join("functions-xfn.yaml"),
+        format!(
+            "apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-pythonic
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: {address}
+spec:
+  package: xpkg.crossplane.io/crossplane-contrib/function-pythonic:v0.6.3
+"
+        ),
+    )
+    .unwrap();
+    render.push("functions-xfn.yaml".into());
+    // The peer takes a step's credentials from the required resources;
+    // crossplane render from --function-credentials: the same file.
+    let composition = std::fs::read_to_string(work.join("composition.yaml")).unwrap();
+    if composition.contains("credentials:") {
+        render.push("--function-credentials=resources.yaml".into());
+    }
+    (server, render)
+}
+
 /// The YAML documents of `text`, the peer's log lines left out.
 fn documents(text: &str) -> Vec<Value> {
     let is_log = |l: &str| {
@@ -295,31 +334,7 @@ fn function_pythonics_examples_render_as_function_pythonics_own_renderer_renders
             "{example}: function-pythonic render: {}",
             String::from_utf8_lossy(&peer.stderr)
         );
-        let (function_flags, mut render) = split_args(&args);
-        let (_server, address) = serve(&root, &inside, &function_flags);
-        std::fs::write(
-            work.join("functions-xfn.yaml"),
-            format!(
-                "apiVersion: pkg.crossplane.io/v1
-kind: Function
-metadata:
-  name: function-pythonic
-  annotations:
-    render.crossplane.io/runtime: Development
-    render.crossplane.io/runtime-development-target: {address}
-spec:
-  package: xpkg.crossplane.io/crossplane-contrib/function-pythonic:v0.6.3
-"
-            ),
-        )
-        .unwrap();
-        render.push("functions-xfn.yaml".into());
-        // The peer takes a step's credentials from the required resources;
-        // crossplane render from --function-credentials: the same file.
-        let composition = std::fs::read_to_string(work.join("composition.yaml")).unwrap();
-        if composition.contains("credentials:") {
-            render.push("--function-credentials=resources.yaml".into());
-        }
+        let (_server, render) = serve_for_render(&root, &work, &inside, &args);
         let xfn = xfn_command()
             .arg("render")
             .arg("--cache-dir")

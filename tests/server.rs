@@ -5,6 +5,8 @@
 
 #[path = "adapt_e2e.rs"]
 mod adapt_e2e;
+#[path = "host_bounds.rs"]
+mod host_bounds;
 #[path = "host_e2e.rs"]
 mod host_e2e;
 #[path = "server_bounds.rs"]

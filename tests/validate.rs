@@ -4,3 +4,5 @@
 //! One binary per area (tests/README.md says which file goes where).
 #[path = "validate_cli.rs"]
 mod validate_cli;
+#[path = "validate_hostile.rs"]
+mod validate_hostile;

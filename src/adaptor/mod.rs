@@ -23,13 +23,14 @@ pub(crate) mod wrap;
 
 use std::sync::Arc;
 
+use prost::Message;
 use tonic::Status;
 
 use crate::chain::Chain;
 use crate::grpc::deadline::effective_timeout;
 use crate::grpc::{status_of, Calls, FunctionRunner};
 use crate::proto::v1 as pb;
-use crate::proto_json::{request_to_json, response_from_json};
+use crate::proto_json::{request_json_from_wire, response_from_json};
 use crate::runner::RunConfig;
 use cache::CachedRunner;
 
@@ -108,22 +109,37 @@ impl Adaptor {
         request: pb::RunFunctionRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::RunFunctionResponse, Status> {
+        let call = Call::from_wire(&request.encode_to_vec())?;
+        drop(request);
         self.calls
-            .answer(&self.options.name, self.answer(request, deadline))
+            .answer(&self.options.name, self.answer(call, deadline))
+            .await
+    }
+
+    /// [`Self::run_function`] of a request as it came on the wire (v1 or
+    /// v1beta1), never decoded into a message tree (`xfn host`).
+    pub(crate) async fn run_encoded(
+        &self,
+        request: bytes::Bytes,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<pb::RunFunctionResponse, Status> {
+        let call = Call::from_wire(&request)?;
+        drop(request);
+        self.calls
+            .answer(&self.options.name, self.answer(call, deadline))
             .await
     }
 
     /// The response and its outcome label (`ok` or `cache_hit`).
     async fn answer(
         &self,
-        request: pb::RunFunctionRequest,
+        call: Call,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
-        let input =
-            request_to_json(&request).map_err(|e| Status::internal(Chain(&e).to_string()))?;
+        let Call { input, tag } = call;
         if let Some(output) = self.runner.held(&self.image, &input) {
             tracing::debug!(function = %self.options.name, "answered from the response cache");
-            return Ok((self.response(&request, &output)?, "cache_hit"));
+            return Ok((self.response(&tag, &output)?, "cache_hit"));
         }
         let output = self
             .calls
@@ -150,14 +166,14 @@ impl Adaptor {
         if let Some(usage) = &output.usage {
             self.calls.metrics().record_usage(usage);
         }
-        Ok((self.response(&request, &output)?, "ok"))
+        Ok((self.response(&tag, &output)?, "ok"))
     }
 
     /// The response a run wrote, its `meta.tag` the request's unless it
     /// set its own.
     fn response(
         &self,
-        request: &pb::RunFunctionRequest,
+        tag: &str,
         output: &crate::runner::RunOutput,
     ) -> Result<pb::RunFunctionResponse, Status> {
         let mut response = response_from_json(&output.stdout).map_err(|e| {
@@ -170,12 +186,25 @@ impl Adaptor {
         })?;
         let meta = response.meta.get_or_insert_with(Default::default);
         if meta.tag.is_empty() {
-            meta.tag = request
-                .meta
-                .as_ref()
-                .map(|m| m.tag.clone())
-                .unwrap_or_default();
+            meta.tag = tag.to_string();
         }
         Ok(response)
+    }
+}
+
+/// A call as its run takes it: the request as JSON and the tag its
+/// response carries. Made before the call waits for a run slot, so a
+/// queued call holds only what admission counts (the JSON), never the
+/// decoded request: 4 MiB of empty values decode to ~76 MiB of tree.
+struct Call {
+    input: Vec<u8>,
+    tag: String,
+}
+
+impl Call {
+    fn from_wire(wire: &[u8]) -> Result<Self, Status> {
+        let (input, tag) =
+            request_json_from_wire(wire).map_err(|e| Status::internal(Chain(&e).to_string()))?;
+        Ok(Self { input, tag })
     }
 }

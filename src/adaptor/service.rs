@@ -46,8 +46,9 @@ impl v1beta1::function_runner_service_server::FunctionRunnerService for V1beta1S
         request: Request<v1beta1::RunFunctionRequest>,
     ) -> Result<Response<v1beta1::RunFunctionResponse>, Status> {
         let deadline = deadline_of(&request);
-        let request: v1::RunFunctionRequest = convert(request.get_ref())?;
-        let response = self.0.run_function(request, deadline).await?;
+        // The two packages' messages are the same bytes on the wire.
+        let wire = bytes::Bytes::from(request.into_inner().encode_to_vec());
+        let response = self.0.run_encoded(wire, deadline).await?;
         convert(&response).map(Response::new)
     }
 }

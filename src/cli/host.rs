@@ -192,7 +192,6 @@ pub(crate) async fn execute(
                 calls_per_server: args.calls_per_server.max(1),
                 idle: args.server_idle,
                 start_timeout: args.server_start_timeout,
-                max_queued: args.daemon.max_queued_runs,
             },
             max_servers: args.max_servers.max(1),
             response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),

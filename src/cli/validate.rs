@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use crate::schema::read::read_documents;
+use crate::schema::read::{read_documents, DEFAULT_MAX_INPUT_BYTES};
 use crate::schema::{label, Validator};
 
 /// `xfn validate`'s flags.
@@ -26,17 +26,21 @@ pub(crate) struct ValidateArgs {
     /// Print only errors and warnings, not each valid resource.
     #[arg(long)]
     pub(crate) skip_success_results: bool,
+    /// The largest file (or stdin) read, a quantity (`8Mi`): a larger one is
+    /// refused before it is parsed (parsed YAML takes ~40 times its size).
+    #[arg(long, default_value = DEFAULT_MAX_INPUT_BYTES, value_parser = super::parse_nonzero_size)]
+    pub(crate) max_input_bytes: u64,
 }
 
 /// Runs `xfn validate`.
 pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let mut extensions = Vec::new();
     for path in &args.extensions {
-        let documents = read_documents(path)
+        let documents = read_documents(path, args.max_input_bytes)
             .with_context(|| format!("cannot read the CRDs and XRDs in {}", path.display()))?;
         extensions.extend(documents.into_iter().map(|d| d.object));
     }
-    let documents = read_documents(&args.resources)
+    let documents = read_documents(&args.resources, args.max_input_bytes)
         .with_context(|| format!("cannot read the resources in {}", args.resources.display()))?;
     let labels: Vec<String> = documents
         .iter()

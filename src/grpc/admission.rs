@@ -19,6 +19,9 @@
 //! in [`crate::grpc`]) rather than queued to time out.
 //!
 //! The queue is FIFO: tokio's semaphore hands permits out in request order.
+//! **One queue for every kind of call**: one waiting for a run slot or for
+//! a [`Lane`]'s (room on an `xfn host` function's servers) counts against
+//! the same caps, so nothing a caller sends waits outside them.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +87,34 @@ pub(crate) enum AdmissionError {
         /// Runs allowed at once.
         running: usize,
     },
+    /// The lane it waited for was closed (its function unhosted, or xfn
+    /// shutting down).
+    #[error("the function's servers were stopped while the call waited (unhosted, or xfn is shutting down); the function did not run")]
+    Closed,
+}
+
+/// Slots of their own that calls wait for in the one queue (one hosted
+/// function's room on its servers): see the module's header.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    slots: Arc<Semaphore>,
+    size: usize,
+}
+
+impl Lane {
+    /// `size` calls at once (at least 1).
+    pub(crate) fn new(size: usize) -> Self {
+        let size = size.max(1);
+        Self {
+            slots: Arc::new(Semaphore::new(size)),
+            size,
+        }
+    }
+
+    /// Refuses every call waiting or to come ([`AdmissionError::Closed`]).
+    pub(crate) fn close(&self) {
+        self.slots.close();
+    }
 }
 
 /// How much may run and wait.
@@ -201,30 +232,59 @@ impl Admission {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Ok(self.slot(permit));
         }
-        let started = Instant::now();
         if let Some(deadline) = deadline {
-            self.check_reachable(deadline.saturating_duration_since(started))?;
+            self.check_reachable(deadline.saturating_duration_since(Instant::now()))?;
         }
-        let place = self.enqueue(bytes)?;
-        let acquire = self.slots.clone().acquire_owned();
+        let running = self.limits.max_running;
+        // The run slots are never closed.
+        self.wait(&self.slots, running, bytes, deadline)
+            .await
+            .map(|permit| self.slot(permit))
+    }
+
+    /// Takes a slot of `lane` for a call holding `bytes` of input, waiting
+    /// in the one queue (its caps, FIFO within the lane) until `deadline`
+    /// at the latest. Cancel-safe.
+    pub(crate) async fn admit_to(
+        &self,
+        lane: &Lane,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Result<OwnedSemaphorePermit, AdmissionError> {
+        match lane.slots.clone().try_acquire_owned() {
+            Ok(permit) => Ok(permit),
+            Err(tokio::sync::TryAcquireError::Closed) => Err(AdmissionError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.wait(&lane.slots, lane.size, bytes, deadline).await
+            }
+        }
+    }
+
+    /// Waits in the queue for a permit of `slots` (`running` of them).
+    async fn wait(
+        &self,
+        slots: &Arc<Semaphore>,
+        running: usize,
+        bytes: usize,
+        deadline: Option<Instant>,
+    ) -> Result<OwnedSemaphorePermit, AdmissionError> {
+        let started = Instant::now();
+        let place = self.enqueue(bytes, running)?;
+        let acquire = slots.clone().acquire_owned();
         let permit = match deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline, acquire).await {
                 Ok(permit) => permit,
                 Err(_elapsed) => {
                     return Err(AdmissionError::DeadlinePassed {
                         waited: started.elapsed(),
-                        running: self.limits.max_running,
+                        running,
                     })
                 }
             },
             None => acquire.await,
         };
         drop(place);
-        // The semaphore is never closed, so acquiring cannot fail.
-        match permit {
-            Ok(permit) => Ok(self.slot(permit)),
-            Err(_closed) => Err(self.full()),
-        }
+        permit.map_err(|_closed| AdmissionError::Closed)
     }
 
     /// Refuses a call that would have to wait longer than `deadline_in`
@@ -248,7 +308,7 @@ impl Admission {
     }
 
     /// Takes a place in the queue, or says which cap is reached.
-    fn enqueue(&self, bytes: usize) -> Result<Waiting<'_>, AdmissionError> {
+    fn enqueue(&self, bytes: usize, running: usize) -> Result<Waiting<'_>, AdmissionError> {
         let before = self.waiting.fetch_add(1, Ordering::SeqCst);
         let bytes_before = self.waiting_bytes.fetch_add(bytes, Ordering::SeqCst);
         self.waiting_gauge.inc();
@@ -259,7 +319,7 @@ impl Admission {
         let over_bytes = bytes_before.saturating_add(bytes) > self.limits.max_queued_bytes;
         if before >= self.limits.max_queued || over_bytes {
             let err = AdmissionError::QueueFull {
-                running: self.limits.max_running,
+                running,
                 queued: before,
                 queued_bytes: bytes_before,
                 max_queued: self.limits.max_queued,
@@ -269,16 +329,6 @@ impl Admission {
             return Err(err);
         }
         Ok(place)
-    }
-
-    fn full(&self) -> AdmissionError {
-        AdmissionError::QueueFull {
-            running: self.limits.max_running,
-            queued: self.queued(),
-            queued_bytes: self.waiting_bytes.load(Ordering::SeqCst),
-            max_queued: self.limits.max_queued,
-            max_queued_bytes: self.limits.max_queued_bytes,
-        }
     }
 }
 
@@ -499,5 +549,45 @@ mod tests {
         let waiter = admission.admit(0, None);
         let waited = tokio::time::timeout(Duration::from_millis(10), waiter).await;
         assert!(waited.is_err(), "still waiting, not refused");
+    }
+
+    #[tokio::test]
+    async fn calls_waiting_for_a_lane_count_against_the_same_caps_as_runs() {
+        let admission = Arc::new(Admission::new(
+            AdmissionLimits {
+                max_running: 1,
+                max_queued: 100,
+                max_queued_bytes: 100,
+            },
+            Gauge::default(),
+        ));
+        let lane = Arc::new(Lane::new(1));
+        let _busy = admission.admit_to(&lane, 1000, None).await.unwrap();
+        let _run = admission.admit(0, None).await.unwrap();
+        // 60 bytes wait for the lane...
+        let waiting = {
+            let (admission, lane) = (admission.clone(), lane.clone());
+            tokio::spawn(async move { admission.admit_to(&lane, 60, None).await.map(|_| ()) })
+        };
+        until_queued(&admission, 1).await;
+        // ...so 60 more, for a run, do not fit the same 100-byte cap.
+        let err = admission.admit(60, None).await.unwrap_err();
+        assert!(err.to_string().contains("--max-queued-bytes"), "{err}");
+        let err = admission.admit_to(&lane, 60, None).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AdmissionError::QueueFull {
+                    running: 1,
+                    queued: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A closed lane ends its waiters.
+        lane.close();
+        assert_eq!(waiting.await.unwrap(), Err(AdmissionError::Closed));
+        assert_eq!(admission.queued(), 0);
     }
 }

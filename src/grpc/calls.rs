@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use super::admission::{Admission, AdmissionLimits};
+use super::admission::{Admission, AdmissionError, AdmissionLimits, Lane};
 use super::metrics::Metrics;
 use super::serve::Drain;
 use super::status::{admission_status, outcome_label};
@@ -122,6 +122,38 @@ impl Calls {
         F: FnOnce(Option<Duration>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
+        let admitted = self.admission.admit(input_bytes, deadline);
+        self.admit_with(admitted, deadline, run).await
+    }
+
+    /// As [`Calls::admit`], the call waiting in the same queue for a slot
+    /// of `lane` instead of a run slot (`xfn host`: room on a function's
+    /// servers).
+    pub(crate) async fn admit_to<T, F, Fut>(
+        &self,
+        lane: &Lane,
+        input_bytes: usize,
+        deadline: Option<Instant>,
+        run: F,
+    ) -> Result<T, Status>
+    where
+        F: FnOnce(Option<Duration>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let admitted = self.admission.admit_to(lane, input_bytes, deadline);
+        self.admit_with(admitted, deadline, run).await
+    }
+
+    async fn admit_with<S, T, F, Fut>(
+        &self,
+        admitted: impl Future<Output = Result<S, AdmissionError>>,
+        deadline: Option<Instant>,
+        run: F,
+    ) -> Result<T, Status>
+    where
+        F: FnOnce(Option<Duration>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
         self.begun
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Biased to the abort: a slot freed by the abort itself must not
@@ -133,7 +165,7 @@ impl Calls {
                     "xfn is shutting down: the call was still queued at the end of the grace period; the function did not run",
                 ));
             }
-            admitted = self.admission.admit(input_bytes, deadline) => {
+            admitted = admitted => {
                 admitted.map_err(|e| admission_status(&e))?
             }
         };

@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::metrics::Metrics;
+use super::metrics::{ConnectionCounts, Metrics};
 
 /// Default of `--handshake-timeout`.
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,8 +50,37 @@ pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Bytes a client sends first: the 24-byte HTTP/2 preface and a 9-byte
 /// frame header (its SETTINGS).
 const HANDSHAKE_BYTES: usize = 24 + 9;
-/// At most one cap warning logged per this long.
-const CAP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// At most one warning of a kind (the cap reached, a TLS handshake
+/// refused) logged per this long.
+const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Warnings a flood can make, at most one per [`WARN_INTERVAL`], each
+/// saying how many were left out since the last.
+#[derive(Debug, Default)]
+pub(crate) struct WarnThrottle {
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl WarnThrottle {
+    /// None logged yet.
+    pub(crate) const fn new() -> Self {
+        Self {
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(left out since the last)` when this one is to be logged.
+    pub(crate) fn due(&mut self) -> Option<u64> {
+        if self.last.is_some_and(|at| at.elapsed() < WARN_INTERVAL) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(std::time::Instant::now());
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
 
 /// The bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,7 +334,9 @@ impl Drop for CallGuard {
 #[derive(Debug)]
 pub(crate) struct Connections {
     limits: ConnectionLimits,
-    metrics: Arc<Metrics>,
+    counts: ConnectionCounts,
+    /// What its cap is called in the log.
+    cap: &'static str,
     table: Mutex<Table>,
     /// How many are open (drain waits for 0).
     open: watch::Sender<usize>,
@@ -315,16 +346,30 @@ pub(crate) struct Connections {
 struct Table {
     next_id: u64,
     open: HashMap<u64, Arc<Conn>>,
-    last_cap_log: Option<std::time::Instant>,
-    cap_suppressed: u64,
+    cap_warnings: WarnThrottle,
 }
 
 impl Connections {
     /// An empty table under `limits`, counting into `metrics`.
     pub(crate) fn new(limits: ConnectionLimits, metrics: Arc<Metrics>) -> Arc<Self> {
+        Self::with_counts(
+            limits,
+            metrics.connection_counts(),
+            "connection cap (--max-connections)",
+        )
+    }
+
+    /// An empty table under `limits`, counting into `counts`, its cap
+    /// named `cap` in the log.
+    pub(crate) fn with_counts(
+        limits: ConnectionLimits,
+        counts: ConnectionCounts,
+        cap: &'static str,
+    ) -> Arc<Self> {
         Arc::new(Self {
             limits,
-            metrics,
+            counts,
+            cap,
             table: Mutex::default(),
             open: watch::Sender::new(0),
         })
@@ -428,7 +473,7 @@ impl Connections {
         let count = table.open.len();
         drop(table);
         self.open.send_replace(count);
-        self.metrics.connections_open().set(count as i64);
+        self.counts.set_open(count);
         Some(Tracked {
             io: ManuallyDrop::new(io),
             conn,
@@ -438,7 +483,7 @@ impl Connections {
     }
 
     fn count(&self, reason: CloseReason) {
-        self.metrics.record_connection_closed(reason.label());
+        self.counts.closed(reason.label());
     }
 
     /// Asks `conn`, idle past the idle timeout, to close (once).
@@ -450,19 +495,13 @@ impl Connections {
     }
 
     fn log_cap(&self, table: &mut Table, outcome: &'static str) {
-        let due = table
-            .last_cap_log
-            .is_none_or(|at| at.elapsed() >= CAP_LOG_INTERVAL);
-        if due {
+        if let Some(suppressed) = table.cap_warnings.due() {
             tracing::warn!(
                 max_connections = self.limits.max_connections,
-                suppressed = table.cap_suppressed,
-                "connection cap (--max-connections) reached: {outcome}"
+                suppressed,
+                "{} reached: {outcome}",
+                self.cap
             );
-            table.cap_suppressed = 0;
-            table.last_cap_log = Some(std::time::Instant::now());
-        } else {
-            table.cap_suppressed += 1;
         }
     }
 
@@ -473,7 +512,7 @@ impl Connections {
             table.open.len()
         };
         self.open.send_replace(count);
-        self.metrics.connections_open().set(count as i64);
+        self.counts.set_open(count);
     }
 
     /// Asks every connection to close gracefully and waits until all are
@@ -685,7 +724,14 @@ where
                 .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
                 .map(|tls| tls.get_ref().clone())
         });
-        let conn = conn.or_else(|| extensions.get::<SniInfo>().map(|sni| sni.conn.clone()));
+        let conn = conn
+            .or_else(|| extensions.get::<SniInfo>().map(|sni| sni.conn.clone()))
+            .or_else(|| {
+                // The metrics endpoint's (axum's connect info).
+                extensions
+                    .get::<axum::extract::ConnectInfo<ConnInfo>>()
+                    .map(|info| info.0.clone())
+            });
         let guard = conn.map(|ConnInfo(conn)| conn.begin_call());
         let response = self.0.call(request);
         Box::pin(async move {

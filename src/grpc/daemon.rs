@@ -128,8 +128,12 @@ impl Daemon {
         services: ServiceSet,
     ) -> Result<(), DaemonError> {
         let options = &self.options;
-        let metrics_server =
-            MetricsServer::start(options.metrics_address, Arc::clone(&self.metrics)).await?;
+        let metrics_server = MetricsServer::start(
+            options.metrics_address,
+            Arc::clone(&self.metrics),
+            options.connections,
+        )
+        .await?;
         let admission = options.admission;
         let connections = options.connections;
         tracing::info!(

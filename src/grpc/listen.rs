@@ -133,7 +133,7 @@ pub(crate) fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
 }
 
 /// Accept errors like EMFILE are transient: wait a little rather than spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// The TCP connections (no caller check: TCP carries no credentials).
 pub(crate) fn tcp_incoming(

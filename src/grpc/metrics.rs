@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::connections::{ConnInfo, ConnectionLimits, Connections, CountCallsLayer, Tracked};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -52,6 +53,8 @@ pub(crate) struct Metrics {
     run_memory_peak: Histogram,
     connections_open: Gauge,
     connections_closed: Family<OutcomeLabels, Counter>,
+    /// The same of the metrics endpoint's own connections.
+    endpoint_connections: ConnectionCounts,
     /// A front end's own metrics (`xfn host`'s per function), set once.
     front_end: Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>,
     /// What `/readyz` answers: serving and not draining.
@@ -121,6 +124,17 @@ impl Metrics {
              over_capacity (refused: every connection busy)",
             connections_closed.clone(),
         );
+        let endpoint_connections = ConnectionCounts::default();
+        registry.register(
+            "metrics_connections_open",
+            "Connections to this metrics endpoint open now (capped at 64)",
+            endpoint_connections.open.clone(),
+        );
+        registry.register(
+            "metrics_connections_closed",
+            "Connections to this metrics endpoint it closed, by reason (as xfn_connections_closed)",
+            endpoint_connections.closed.clone(),
+        );
         let front_end = Arc::new(std::sync::OnceLock::new());
         registry.register_collector(Box::new(FrontEndCollector(Arc::clone(&front_end))));
         Self {
@@ -129,6 +143,7 @@ impl Metrics {
             registry,
             connections_open,
             connections_closed,
+            endpoint_connections,
             run_cpu_seconds,
             run_memory_peak,
             runs,
@@ -166,16 +181,17 @@ impl Metrics {
         &self.queued
     }
 
-    /// The open-connections gauge.
-    pub(crate) fn connections_open(&self) -> &Gauge {
-        &self.connections_open
+    /// Where the gRPC listener's connections are counted.
+    pub(crate) fn connection_counts(&self) -> ConnectionCounts {
+        ConnectionCounts {
+            open: self.connections_open.clone(),
+            closed: self.connections_closed.clone(),
+        }
     }
 
-    /// Counts a connection the daemon closed, by reason.
-    pub(crate) fn record_connection_closed(&self, reason: &'static str) {
-        self.connections_closed
-            .get_or_create(&vec![("reason", reason)])
-            .inc();
+    /// Where the metrics endpoint's own connections are counted.
+    pub(crate) fn endpoint_connection_counts(&self) -> ConnectionCounts {
+        self.endpoint_connections.clone()
     }
 
     /// Also exports the gatekeeper's refusal counters (read at each scrape).
@@ -424,19 +440,47 @@ impl prometheus_client::collector::Collector for PoolCollector {
     }
 }
 
+/// One listener's connections: open now, and closed by reason.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnectionCounts {
+    open: Gauge,
+    closed: Family<OutcomeLabels, Counter>,
+}
+
+impl ConnectionCounts {
+    /// Connections open now.
+    pub(crate) fn set_open(&self, open: usize) {
+        self.open.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a connection closed or refused, by reason.
+    pub(crate) fn closed(&self, reason: &'static str) {
+        self.closed.get_or_create(&vec![("reason", reason)]).inc();
+    }
+}
+
+/// Most connections the metrics endpoint holds at once: a kubelet's
+/// probes and a scraper or two need a few. Out of the descriptors
+/// [`super::connections::FD_RESERVE`] keeps beside the gRPC listener's cap.
+pub(crate) const ENDPOINT_MAX_CONNECTIONS: usize = 64;
+
 /// A running metrics endpoint; [`MetricsServer::stop`] ends it.
 #[derive(Debug)]
 pub(crate) struct MetricsServer {
+    #[cfg(test)]
+    address: SocketAddr,
     stop: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<Result<(), MetricsError>>,
 }
 
 impl MetricsServer {
     /// Serves `metrics` at `address` when one is given (`--metrics-address`),
-    /// in a task of its own.
+    /// in a task of its own, its connections held to `limits`' timeouts
+    /// and to [`ENDPOINT_MAX_CONNECTIONS`].
     pub(crate) async fn start(
         address: Option<SocketAddr>,
         metrics: Arc<Metrics>,
+        limits: ConnectionLimits,
     ) -> Result<Option<Self>, MetricsError> {
         let Some(address) = address else {
             return Ok(None);
@@ -448,10 +492,33 @@ impl MetricsServer {
         tracing::info!(address = %local, "serving metrics at /metrics");
         let stop = tokio_util::sync::CancellationToken::new();
         let stopped = stop.clone();
+        let connections = Connections::with_counts(
+            ConnectionLimits {
+                max_connections: limits.max_connections.min(ENDPOINT_MAX_CONNECTIONS),
+                ..limits
+            },
+            metrics.endpoint_connection_counts(),
+            "the metrics endpoint's connection cap",
+        );
+        let listener = Capped {
+            listener,
+            connections,
+        };
         let task = tokio::spawn(serve(listener, metrics, async move {
             stopped.cancelled().await;
         }));
-        Ok(Some(Self { stop, task }))
+        Ok(Some(Self {
+            #[cfg(test)]
+            address: local,
+            stop,
+            task,
+        }))
+    }
+
+    /// Where it listens.
+    #[cfg(test)]
+    fn address(&self) -> SocketAddr {
+        self.address
     }
 
     /// Stops serving and waits for the server to end.
@@ -470,9 +537,54 @@ pub(crate) async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener,
         .map_err(|source| MetricsError::Bind { address, source })
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
-pub(crate) async fn serve(
+/// The endpoint's listener: a connection is taken only with room under
+/// its cap (the longest idle closed for it), and watched for the
+/// handshake and idle timeouts, as the gRPC listener's are
+/// ([`Connections`]). Before, 2,100 idle connections took every one of
+/// 2,048 descriptors: calls, cold starts and `/healthz` all failed.
+struct Capped {
     listener: tokio::net::TcpListener,
+    connections: Arc<Connections>,
+}
+
+impl axum::serve::Listener for Capped {
+    type Io = Tracked<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            self.connections.room().await;
+            let (stream, address) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    tracing::warn!(error = %crate::chain::Chain(&err), "accepting a connection to the metrics endpoint failed");
+                    tokio::time::sleep(super::listen::ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let Some(tracked) = self.connections.admit(stream) else {
+                continue;
+            };
+            let (connections, conn) = (Arc::clone(&self.connections), Arc::clone(tracked.conn()));
+            tokio::spawn(async move { connections.watch(&conn).await });
+            return (tracked, address);
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Capped>> for ConnInfo {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Capped>) -> Self {
+        ConnInfo(Arc::clone(stream.io().conn()))
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+async fn serve(
+    listener: Capped,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), MetricsError> {
@@ -512,6 +624,11 @@ pub(crate) async fn serve(
                 }
             }),
         );
+    // Each request counts as a call of its connection: idle is "no
+    // request in flight", as for gRPC.
+    let app = app
+        .layer(CountCallsLayer)
+        .into_make_service_with_connect_info::<ConnInfo>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -599,26 +716,60 @@ mod tests {
         assert!(!without.contains("warm"), "{without}");
     }
 
-    #[tokio::test]
-    async fn serves_metrics_over_http() {
+    async fn get(address: SocketAddr, path: &str) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let metrics = Arc::new(Metrics::new());
-        metrics.record_run("ok", Duration::from_millis(5));
-        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, metrics, async move {
-            let _ = stopped.await;
-        }));
         let mut conn = tokio::net::TcpStream::connect(address).await.unwrap();
-        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
         let mut body = String::new();
         conn.read_to_string(&mut body).await.unwrap();
+        body
+    }
+
+    async fn server(max_connections: usize) -> (MetricsServer, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let limits = ConnectionLimits {
+            max_connections,
+            ..ConnectionLimits::default()
+        };
+        let address = "127.0.0.1:0".parse().unwrap();
+        let server = MetricsServer::start(Some(address), Arc::clone(&metrics), limits)
+            .await
+            .unwrap()
+            .unwrap();
+        (server, metrics)
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_over_http() {
+        let (server, metrics) = server(8).await;
+        metrics.record_run("ok", Duration::from_millis(5));
+        let body = get(server.address(), "/metrics").await;
         assert!(body.starts_with("HTTP/1.1 200"), "{body}");
         assert!(body.contains("xfn_runs_total{outcome=\"ok\"} 1"), "{body}");
-        stop.send(()).unwrap();
-        server.await.unwrap().unwrap();
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn idle_connections_past_the_cap_make_room_for_a_probe() {
+        let (server, metrics) = server(2).await;
+        let address = server.address();
+        // Connections that send nothing, more than the cap.
+        let mut idle = Vec::new();
+        for _ in 0..6 {
+            idle.push(tokio::net::TcpStream::connect(address).await.unwrap());
+        }
+        let health = tokio::time::timeout(Duration::from_secs(30), get(address, "/healthz"))
+            .await
+            .expect("/healthz never answered past the cap");
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        let text = metrics.render();
+        assert!(
+            text.contains("xfn_metrics_connections_closed_total{reason=\"evicted\"}"),
+            "{text}"
+        );
+        assert!(!text.contains("xfn_connections_closed_total{"), "{text}");
+        drop(idle);
+        server.stop().await.unwrap();
     }
 }

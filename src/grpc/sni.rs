@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{ConnInfo, SniInfo, Tracked};
+use super::connections::{ConnInfo, SniInfo, Tracked, WarnThrottle};
 use crate::echo::Echo;
 
 /// What a front end serving many names gives the gRPC layer.
@@ -36,6 +36,18 @@ pub(crate) trait SniConfigs: Send + Sync + 'static {
 pub(crate) struct SniStream<IO> {
     io: TlsStream<IO>,
     server_name: Arc<str>,
+}
+
+/// Whether a refused handshake is to be logged: at most one a 10 s, each
+/// saying how many were left out (`suppressed`), as the connection cap's
+/// warning. A flood of refused handshakes logged 174 bytes each, 3.4 MB
+/// per 10 s.
+fn refusal_due() -> Option<u64> {
+    static REFUSALS: std::sync::Mutex<WarnThrottle> = std::sync::Mutex::new(WarnThrottle::new());
+    REFUSALS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .due()
 }
 
 /// Reads the ClientHello of `io`, refuses a name `configs` does not serve,
@@ -64,13 +76,18 @@ where
             .server_name()
             .map(|n| n.to_ascii_lowercase())
         else {
-            tracing::warn!(
-                "TLS connection refused: it named no server (SNI); dial a function by its name"
-            );
+            if let Some(suppressed) = refusal_due() {
+                tracing::warn!(
+                    suppressed,
+                    "TLS connection refused: it named no server (SNI); dial a function by its name"
+                );
+            }
             return None;
         };
         let Some(config) = configs.config_for(&name) else {
-            tracing::warn!(server_name = %Echo(&name), "TLS connection refused: no function is hosted under this name");
+            if let Some(suppressed) = refusal_due() {
+                tracing::warn!(server_name = %Echo(&name), suppressed, "TLS connection refused: no function is hosted under this name");
+            }
             return None;
         };
         match start.into_stream(config).await {
@@ -79,7 +96,9 @@ where
                 server_name: name.into(),
             }),
             Err(err) => {
-                tracing::warn!(server_name = %Echo(&name), error = %err, "TLS handshake failed (a client certificate the CA did not sign, or none?)");
+                if let Some(suppressed) = refusal_due() {
+                    tracing::warn!(server_name = %Echo(&name), error = %err, suppressed, "TLS handshake failed (a client certificate the CA did not sign, or none?)");
+                }
                 None
             }
         }

@@ -60,6 +60,7 @@ pub(crate) fn admission_status(err: &AdmissionError) -> Status {
             Status::resource_exhausted(err.to_string())
         }
         AdmissionError::DeadlinePassed { .. } => Status::deadline_exceeded(err.to_string()),
+        AdmissionError::Closed => Status::unavailable(err.to_string()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Per-function metrics of `xfn host`, read at each scrape of the daemon's
 //! `/metrics` (label `function`): calls by outcome, errors, cold starts,
-//! servers running and starting, calls queued for a server.
+//! servers stopped for another's, servers running and starting, calls
+//! queued for a server.
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -57,6 +58,7 @@ pub(crate) struct FunctionStats {
     pub(crate) calls: Count,
     pub(crate) errors: Count,
     pub(crate) cold_starts: Count,
+    pub(crate) evicted: Count,
     pub(crate) running: Level,
     pub(crate) starting: Level,
     pub(crate) queued: Level,
@@ -88,7 +90,7 @@ impl prometheus_client::collector::Collector for HostStats {
             .iter()
             .map(|(k, v)| (k.clone(), Arc::clone(v)))
             .collect();
-        let counters: [Read<u64>; 3] = [
+        let counters: [Read<u64>; 4] = [
             ("host_calls", "RunFunction calls per hosted function", |s| {
                 s.calls.get()
             }),
@@ -101,6 +103,11 @@ impl prometheus_client::collector::Collector for HostStats {
                 "host_cold_starts",
                 "Function servers started (a call found none with room), per hosted function",
                 |s| s.cold_starts.get(),
+            ),
+            (
+                "host_servers_evicted",
+                "Idle function servers stopped to make room for another function's (--max-servers), per hosted function",
+                |s| s.evicted.get(),
             ),
         ];
         for (name, help, value) in counters {

@@ -17,8 +17,11 @@
 //!   (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`); nothing else routes.
 //! - **Every server is bounded and goes**: at most `--max-servers-per-function`
 //!   per function and `--max-servers` in all; one idle past `--server-idle`
-//!   or dead is stopped (container, mounts, processes); unhosting and the
-//!   end of the drain stop them all.
+//!   or dead is stopped (container, mounts, processes), and so is the one
+//!   idle the longest when a new server finds no slot free; unhosting and
+//!   the end of the drain stop them all.
+//! - **Every call waits in the daemon's one queue** (`grpc::admission`:
+//!   its caps on calls and bytes), whatever its function's kind.
 //! - **Every log line of a call names its function** (`function` field).
 pub(crate) mod catalog;
 pub(crate) mod controller;
@@ -44,11 +47,10 @@ use crate::adaptor::{Adaptor, AdaptorOptions};
 use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
-use crate::proto::v1;
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{Catalog, FunctionKind, HostedFunction};
 use metrics::{FunctionStats, HostStats};
-use servers::{ServerLimits, Servers};
+use servers::{ServerLimits, ServerSlots, Servers};
 
 /// How the host runs functions.
 #[derive(Debug, Clone)]
@@ -215,31 +217,24 @@ impl Host {
             .get_or_try_init(|| self.resolve(&function.spec, &function.stats))
             .await?;
         match resolved {
-            // Its run needs the request as JSON: decoded here (bounded by
-            // --max-recv-message-size, as `xfn adapt` decodes it).
+            // Its run needs the request as JSON: made from the wire bytes
+            // before the call waits, so a queued call holds only the JSON
+            // its admission counts.
             Resolved::StdinStdout(adaptor) => {
-                let request = v1::RunFunctionRequest::decode(request)
-                    .map_err(|e| Status::internal(format!("cannot decode the request: {e}")))?;
-                let response = adaptor.run_function(request, deadline).await?;
+                let response = adaptor.run_encoded(request, deadline).await?;
                 Ok(Bytes::from(response.encode_to_vec()))
             }
             Resolved::Server(servers) => {
-                let name = &function.spec.name;
-                let abort = self.calls.drain(Duration::ZERO).abort;
-                let call = async {
-                    let config = RunConfig {
-                        pull_policy: self.options.pull_policy,
-                        limits: self.options.limits_of(&function.spec),
-                        ..RunConfig::default()
-                    };
-                    tokio::select! {
-                        answer = servers.call(&self.runner, &self.server_slots, &config, request, deadline) => answer.map(|r| (r, "ok")),
-                        () = abort.cancelled() => Err(Status::unavailable(
-                            "xfn is shutting down: the call was cancelled at the end of the grace period",
-                        )),
-                    }
+                let config = RunConfig {
+                    pull_policy: self.options.pull_policy,
+                    limits: self.options.limits_of(&function.spec),
+                    ..RunConfig::default()
                 };
-                self.calls.answer(name, call).await
+                // Admitted (and ended by the drain) as every call is.
+                let call =
+                    servers.call(&self.calls, &self.runner, self, &config, request, deadline);
+                let call = async { call.await.map(|r| (r, "ok")) };
+                self.calls.answer(&function.spec.name, call).await
             }
         }
     }
@@ -274,7 +269,7 @@ impl Host {
                 spec.package.clone(),
                 self.options.servers,
                 Arc::clone(stats),
-                Arc::clone(&self.responses),
+                &self.responses,
             )),
             FunctionKind::StdinStdout => Resolved::StdinStdout(Adaptor::new(
                 Arc::clone(&self.runner) as Arc<dyn crate::grpc::FunctionRunner>,
@@ -328,6 +323,38 @@ impl Host {
 async fn stop(function: &Function) {
     if let Some(Resolved::Server(servers)) = function.resolved.get() {
         servers.stop_all().await;
+    }
+}
+
+impl ServerSlots for Host {
+    fn slots(&self) -> &Arc<Semaphore> {
+        &self.server_slots
+    }
+
+    fn stop_least_recently_used<'a>(
+        &'a self,
+        except: &'a str,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let all: Vec<Arc<Function>> = read(&self.functions).values().cloned().collect();
+            let mut idle: Vec<(Instant, &Servers)> = all
+                .iter()
+                .filter(|f| f.spec.name != except)
+                .filter_map(|f| match f.resolved.get() {
+                    Some(Resolved::Server(servers)) => {
+                        Some((servers.least_recently_used()?, servers))
+                    }
+                    _ => None,
+                })
+                .collect();
+            idle.sort_by_key(|(used, _)| *used);
+            for (_, servers) in idle {
+                if servers.stop_least_recently_used().await {
+                    return true;
+                }
+            }
+            false
+        })
     }
 }
 

@@ -1,11 +1,13 @@
 //! One function's gRPC servers: started on demand from the package image
 //! through the runner (`Runner::serve`, the lifecycle every kept container
 //! has), reached privately inside their own network namespace, stopped
-//! when idle or dead, at most `max_servers` of them, each taking at most
-//! `calls_per_server` calls at once; further calls wait their turn (FIFO)
-//! within their deadline. Calls pass through as their bytes
+//! when idle or dead (or, when every `--max-servers` slot is taken, the one
+//! idle the longest of any function, for another's), at most `max_servers`
+//! of them, each taking at most `calls_per_server` calls at once; further
+//! calls wait their turn (FIFO) within their deadline, in the daemon's one
+//! queue ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass through as their bytes
 //! ([`crate::proto::raw`]): a response is held at most at its wire size,
-//! [`MAX_RESPONSE`], and never decoded.
+//! [`super::upstream::MAX_RESPONSE`], and never decoded.
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,9 +18,13 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
-use super::upstream::{ResponseBudget, Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION};
+use super::upstream::{
+    ResponseBudget, ResponseShare, Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION,
+};
 use bytes::Bytes;
 
+use crate::grpc::admission::Lane;
+use crate::grpc::Calls;
 use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
 
 /// Where a function server listens inside its own namespace (the port
@@ -38,16 +44,20 @@ pub(crate) struct ServerLimits {
     pub(crate) idle: Duration,
     /// The longest a server may take to listen.
     pub(crate) start_timeout: Duration,
-    /// Most calls of one function waiting for a server with room; past
-    /// it, `RESOURCE_EXHAUSTED` (`--max-queued-runs`).
-    pub(crate) max_queued: usize,
 }
 
-/// The largest response read from a function server: far above what a
-/// RunFunctionResponse of a real Function holds, and a bound on what a
-/// function can make xfn hold per call (the bytes are passed on as they
-/// are; decoded, a response of tiny values would take ~16 times as much).
-pub(crate) const MAX_RESPONSE: usize = 64 << 20;
+/// The host's `--max-servers` slots, shared by every function, and how
+/// one is freed when none is.
+pub(crate) trait ServerSlots: Send + Sync {
+    /// One permit per server that may run.
+    fn slots(&self) -> &Arc<Semaphore>;
+    /// Stops the server idle the longest among every function's (but
+    /// `except`'s); whether there was one.
+    fn stop_least_recently_used<'a>(
+        &'a self,
+        except: &'a str,
+    ) -> futures::future::BoxFuture<'a, bool>;
+}
 
 /// A running server.
 #[derive(Debug)]
@@ -102,15 +112,19 @@ pub(crate) struct Servers {
     function: String,
     image: String,
     limits: ServerLimits,
-    /// `max_servers × calls_per_server` call slots, FIFO.
-    slots: Arc<Semaphore>,
+    /// `max_servers × calls_per_server` call slots, waited for in the
+    /// daemon's one queue (`grpc::admission`).
+    lane: Lane,
     running: Mutex<Vec<Arc<Server>>>,
     /// Held while a server is picked or started: one start at a time.
     picking: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
+    /// Servers that failed to start or died in a call, in a row.
+    backoff: Mutex<Backoff>,
     stats: Arc<FunctionStats>,
-    /// The host's, shared by every server.
-    responses: Arc<ResponseBudget>,
+    /// This function's share of the host's response budget, shared by
+    /// its servers.
+    responses: Arc<ResponseShare>,
 }
 
 impl Servers {
@@ -119,19 +133,20 @@ impl Servers {
         image: String,
         limits: ServerLimits,
         stats: Arc<FunctionStats>,
-        responses: Arc<ResponseBudget>,
+        responses: &Arc<ResponseBudget>,
     ) -> Self {
         let slots = limits.max_servers.max(1) * limits.calls_per_server.max(1);
         Self {
             function,
             image,
             limits,
-            slots: Arc::new(Semaphore::new(slots)),
+            lane: Lane::new(slots),
             running: Mutex::default(),
             picking: tokio::sync::Mutex::new(()),
             next_id: Default::default(),
+            backoff: Mutex::default(),
             stats,
-            responses,
+            responses: Arc::new(responses.share()),
         }
     }
 
@@ -140,42 +155,44 @@ impl Servers {
     }
 
     /// Answers `request` on one of the servers, starting one when none has
-    /// room, by `deadline`.
+    /// room, by `deadline`; waiting for room in `calls`' one queue.
     pub(crate) async fn call(
         &self,
+        calls: &Calls,
         runner: &Runner,
-        host_slots: &Arc<Semaphore>,
+        host: &dyn ServerSlots,
         config: &RunConfig,
         request: Bytes,
         deadline: Option<Instant>,
     ) -> Result<Bytes, Status> {
-        let by = |what: &str| {
-            Status::deadline_exceeded(format!(
-                "function {}: the caller's deadline passed while the call {what}",
-                self.function
-            ))
-        };
-        if usize::try_from(self.stats.queued.get()).unwrap_or(0) >= self.limits.max_queued {
-            return Err(Status::resource_exhausted(format!(
-                "function {}: {} calls already wait for its servers (--max-queued-runs)",
-                self.function, self.limits.max_queued
-            )));
-        }
-        let slot = {
-            let _queued = self.stats.queued.raise();
-            until(deadline, Arc::clone(&self.slots).acquire_owned())
-                .await
-                .ok_or_else(|| by("waited for a server (at --max-servers-per-function, each at --calls-per-server)"))?
-                .map_err(|_| Status::unavailable("xfn is shutting down"))?
-        };
-        let server = self.pick(runner, host_slots, config, deadline).await?;
-        server.in_flight.fetch_add(1, Ordering::Relaxed);
+        let queued = self.stats.queued.raise();
+        calls
+            .admit_to(&self.lane, request.len(), deadline, |_| async move {
+                drop(queued);
+                self.call_admitted(runner, host, config, request, deadline)
+                    .await
+            })
+            .await
+    }
+
+    async fn call_admitted(
+        &self,
+        runner: &Runner,
+        host: &dyn ServerSlots,
+        config: &RunConfig,
+        request: Bytes,
+        deadline: Option<Instant>,
+    ) -> Result<Bytes, Status> {
+        // Counted in its `in_flight` already.
+        let server = self.pick(runner, host, config, deadline).await?;
         let answer = self.call_on(&server, request, deadline).await;
         *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         server.in_flight.fetch_sub(1, Ordering::Relaxed);
-        drop(slot);
         let status = match answer {
-            Ok(response) => return Ok(response),
+            Ok(response) => {
+                self.backoff().answered();
+                return Ok(response);
+            }
             Err(status) => status,
         };
         // An answer of the function's own is passed on; a broken connection
@@ -191,15 +208,18 @@ impl Servers {
         }
         self.remove(&server).await;
         let lost = lost_during_call(&self.function, exit, &status);
+        self.backoff().failed(lost.message());
         tracing::warn!(function = %self.function, server = server.id, code = ?lost.code(), why = lost.message(), "function server lost during a call; the next call starts a new one");
         Err(lost)
     }
 
-    /// A live server with room, or a new one.
+    /// A live server with room, or a new one, its call counted in its
+    /// `in_flight` before the pick is let go (so no stop of idle servers
+    /// takes it meanwhile).
     async fn pick(
         &self,
         runner: &Runner,
-        host_slots: &Arc<Semaphore>,
+        host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
     ) -> Result<Arc<Server>, Status> {
@@ -217,29 +237,71 @@ impl Servers {
                 continue;
             }
             if server.in_flight.load(Ordering::Relaxed) < self.limits.calls_per_server {
+                server.in_flight.fetch_add(1, Ordering::Relaxed);
                 return Ok(server);
             }
         }
-        self.start(runner, host_slots, config, deadline).await
+        let server = self.start(runner, host, config, deadline).await?;
+        server.in_flight.fetch_add(1, Ordering::Relaxed);
+        Ok(server)
     }
 
+    /// A free `--max-servers` slot; when there is none, the server idle
+    /// the longest (of another function) is stopped for one.
+    async fn host_slot(
+        &self,
+        host: &dyn ServerSlots,
+        deadline: Option<Instant>,
+    ) -> Result<OwnedSemaphorePermit, Status> {
+        let shutting_down = |_| Status::unavailable("xfn is shutting down");
+        if let Ok(slot) = Arc::clone(host.slots()).try_acquire_owned() {
+            return Ok(slot);
+        }
+        host.stop_least_recently_used(&self.function).await;
+        until(deadline, Arc::clone(host.slots()).acquire_owned())
+            .await
+            .ok_or_else(|| {
+                Status::deadline_exceeded(format!(
+                    "function {}: the caller's deadline passed while waiting for a server slot (--max-servers; every server was busy)",
+                    self.function
+                ))
+            })?
+            .map_err(shutting_down)
+    }
+
+    /// Starts a server unless its last ones failed and their backoff has
+    /// not passed.
     async fn start(
         &self,
         runner: &Runner,
-        host_slots: &Arc<Semaphore>,
+        host: &dyn ServerSlots,
+        config: &RunConfig,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Server>, Status> {
+        self.backoff().refuse(&self.function)?;
+        let started = self.start_now(runner, host, config, deadline).await;
+        if let Err(status) = &started {
+            // Not the caller's deadline: the server's own failure.
+            if status.code() != Code::DeadlineExceeded {
+                self.backoff().failed(status.message());
+            }
+        }
+        started
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.backoff.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn start_now(
+        &self,
+        runner: &Runner,
+        host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
     ) -> Result<Arc<Server>, Status> {
         let _starting = self.stats.starting.raise();
-        let host_slot = until(deadline, Arc::clone(host_slots).acquire_owned())
-            .await
-            .ok_or_else(|| {
-                Status::deadline_exceeded(format!(
-                    "function {}: the caller's deadline passed while waiting for a server slot (--max-servers)",
-                    self.function
-                ))
-            })?
-            .map_err(|_| Status::unavailable("xfn is shutting down"))?;
+        let host_slot = self.host_slot(host, deadline).await?;
         let started = std::time::Instant::now();
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let timeout = match left {
@@ -365,8 +427,47 @@ impl Servers {
         }
     }
 
+    /// When its server idle the longest was last used (`None`: none is
+    /// idle).
+    pub(crate) fn least_recently_used(&self) -> Option<Instant> {
+        self.idle_servers().map(|(_, used)| used).min()
+    }
+
+    fn idle_servers(&self) -> impl Iterator<Item = (Arc<Server>, Instant)> {
+        let running: Vec<Arc<Server>> = self.running().clone();
+        running
+            .into_iter()
+            .filter(|s| s.in_flight.load(Ordering::Relaxed) == 0)
+            .map(|s| {
+                let used = *s.last_used.lock().unwrap_or_else(|p| p.into_inner());
+                (s, used)
+            })
+    }
+
+    /// Stops its server idle the longest to make room for another
+    /// function's (counted in `xfn_host_servers_evicted_total`); whether
+    /// it had one idle and not being picked.
+    pub(crate) async fn stop_least_recently_used(&self) -> bool {
+        // No call picks a server meanwhile.
+        let Ok(_picking) = self.picking.try_lock() else {
+            return false;
+        };
+        let Some((server, used)) = self.idle_servers().min_by_key(|(_, used)| *used) else {
+            return false;
+        };
+        tracing::info!(function = %self.function, server = server.id, idle = ?used.elapsed(), "no server slot free (--max-servers): the server idle the longest stopped to make room");
+        self.stats.evicted.inc();
+        self.remove(&server).await;
+        true
+    }
+
     /// Stops the servers idle past the idle time, and the dead ones.
     pub(crate) async fn stop_idle(&self) {
+        // No call picks a server meanwhile; one being started is looked at
+        // next time.
+        let Ok(_picking) = self.picking.try_lock() else {
+            return;
+        };
         let candidates: Vec<Arc<Server>> = self.running().clone();
         for server in candidates {
             if server.in_flight.load(Ordering::Relaxed) > 0 {
@@ -389,11 +490,59 @@ impl Servers {
 
     /// Stops every server (unhost, shutdown).
     pub(crate) async fn stop_all(&self) {
-        self.slots.close();
+        self.lane.close();
         let all: Vec<Arc<Server>> = std::mem::take(&mut *self.running());
         self.stats.running.set(0);
         for server in all {
             server.stop().await;
+        }
+    }
+}
+
+/// The wait after a second failure in a row (after one, the next call
+/// starts a new server at once), doubled per failure after it.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between a crash-looping function's starts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A function's servers failing in a row (failed starts, deaths during a
+/// call): no new one is started before `next`, and calls meanwhile are
+/// refused `UNAVAILABLE` naming the last failure, so a server that
+/// crashes at once costs a container start per backoff, not per call.
+/// One failure alone waits for nothing; an answered call ends the count.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    next: Option<Instant>,
+    last: String,
+}
+
+impl Backoff {
+    fn failed(&mut self, why: &str) {
+        self.failures = self.failures.saturating_add(1);
+        let wait = match self.failures {
+            0 | 1 => Duration::ZERO,
+            n => FIRST_BACKOFF
+                .saturating_mul(1 << (n - 2).min(16))
+                .min(MAX_BACKOFF),
+        };
+        self.next = Some(Instant::now() + wait);
+        self.last = why.to_string();
+    }
+
+    fn answered(&mut self) {
+        *self = Self::default();
+    }
+
+    fn refuse(&self, function: &str) -> Result<(), Status> {
+        match self.next {
+            Some(next) if next > Instant::now() => Err(Status::unavailable(format!(
+                "function {function}: its server failed {} times in a row (last: {}); no new one is started for {:?}",
+                self.failures,
+                self.last,
+                next.saturating_duration_since(Instant::now()),
+            ))),
+            _ => Ok(()),
         }
     }
 }
@@ -476,5 +625,49 @@ mod tests {
         assert!(status.message().contains("the connection to it broke"));
         let status = lost_during_call("f", Some(Exit::Stopped), &broken);
         assert_eq!(status.code(), Code::Unavailable);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_failing_in_a_row_is_started_again_only_after_a_doubling_backoff() {
+        let mut backoff = Backoff::default();
+        assert!(backoff.refuse("f").is_ok());
+        backoff.failed("killed");
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "one failure: the next call starts one"
+        );
+        backoff.failed("exited with code 2");
+        let refused = backoff.refuse("f").unwrap_err();
+        assert_eq!(refused.code(), Code::Unavailable);
+        assert!(
+            refused
+                .message()
+                .contains("failed 2 times in a row (last: exited with code 2)"),
+            "{refused:?}"
+        );
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(backoff.refuse("f").is_ok());
+        backoff.failed("again");
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(
+            backoff.refuse("f").is_err(),
+            "the second wait is twice the first"
+        );
+        tokio::time::advance(FIRST_BACKOFF).await;
+        assert!(backoff.refuse("f").is_ok());
+        for _ in 0..20 {
+            backoff.failed("again");
+        }
+        tokio::time::advance(MAX_BACKOFF).await;
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "never more than the longest wait"
+        );
+        backoff.answered();
+        backoff.failed("once more");
+        assert!(
+            backoff.refuse("f").is_ok(),
+            "an answer starts the count again"
+        );
     }
 }

@@ -10,10 +10,13 @@
 //! capacity, after the HEADERS went out: two writes, and a request-queue
 //! task between caller and connection. Here the HEADERS and the one DATA
 //! frame are queued together on h2 itself. The answer is read up to
-//! [`MAX_RESPONSE`], and only once the host's [`ResponseBudget`] has room
-//! for the length it declares, held until its bytes are dropped; a
-//! connection found broken while its server lives is made again on the
-//! next call; a call dropped is reset on the wire.
+//! [`MAX_RESPONSE`], and only once the host's [`ResponseBudget`] (and the
+//! function's share of it) has room for the length it declares, held until
+//! its bytes are dropped; never past that length (more is a protocol
+//! error), and while it holds room, at [`MIN_PER_WINDOW`] bytes per
+//! [`STALL_WINDOW`] at least, or it is given up. A connection found broken
+//! while its server lives is made again on the next call; a call dropped
+//! is reset on the wire.
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +27,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::http;
 use tonic::{Code, Status};
 
-use super::servers::MAX_RESPONSE;
 use crate::grpc::authority::MAX_HEADER_LIST;
 use crate::grpc::deadline::{format_grpc_timeout, GRPC_TIMEOUT_HEADER};
 use crate::sandbox::netns::NetworkNamespace;
@@ -34,6 +36,20 @@ pub(crate) const V1_RUN_FUNCTION: &str =
     "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction";
 pub(crate) const V1BETA1_RUN_FUNCTION: &str =
     "/apiextensions.fn.proto.v1beta1.FunctionRunnerService/RunFunction";
+
+/// The largest response read from a function server: far above what a
+/// RunFunctionResponse of a real Function holds, and a bound on what a
+/// function can make xfn hold per call (the bytes are passed on as they
+/// are; decoded, a response of tiny values would take ~16 times as much).
+pub(crate) const MAX_RESPONSE: usize = 64 << 20;
+
+/// While an answer holds room in the budget, each window of this long
+/// must bring [`MIN_PER_WINDOW`] bytes of it (or the rest of it, or its
+/// trailers), else it is given up: a function's server writes an answer
+/// it has made at memory speed, one that trickles holds room for nothing.
+const STALL_WINDOW: Duration = Duration::from_secs(2);
+/// See [`STALL_WINDOW`]: 512 KiB/s, a thousandth of what loopback carries.
+const MIN_PER_WINDOW: usize = 1 << 20;
 
 /// The bytes of function servers' responses xfn holds at once, over all
 /// calls (`--response-budget`): each [`MAX_RESPONSE`] alone bounds one
@@ -54,22 +70,63 @@ impl ResponseBudget {
         }
     }
 
-    /// Room for `bytes`, waited for; `None` when it can never fit.
-    async fn hold(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+    /// One function's share: a quarter of the budget, but room for one
+    /// answer of [`MAX_RESPONSE`] when the budget has it, so one function
+    /// whose answers stall or crawl leaves the others three quarters.
+    pub(crate) fn share(self: &Arc<Self>) -> ResponseShare {
+        let largest = (MAX_RESPONSE + PREFIX).div_ceil(1024);
+        let kib = (self.kib / 4).max(largest).min(self.kib);
+        ResponseShare {
+            budget: Arc::clone(self),
+            room: Arc::new(Semaphore::new(kib)),
+            kib,
+        }
+    }
+}
+
+/// One function's share of the [`ResponseBudget`]: what its answers hold
+/// at once, all its servers together.
+#[derive(Debug)]
+pub(crate) struct ResponseShare {
+    budget: Arc<ResponseBudget>,
+    /// One permit per KiB.
+    room: Arc<Semaphore>,
+    kib: usize,
+}
+
+impl ResponseShare {
+    /// Room for `bytes` in the share and then in the budget (always in
+    /// that order, so no two answers wait on each other), waited for in
+    /// arrival order; `None` when it can never fit.
+    async fn hold(&self, bytes: usize) -> Option<Room> {
         let kib = bytes.div_ceil(1024).max(1);
         if kib > self.kib {
             return None;
         }
         let kib = u32::try_from(kib).ok()?;
-        Arc::clone(&self.room).acquire_many_owned(kib).await.ok()
+        let share = Arc::clone(&self.room).acquire_many_owned(kib).await.ok()?;
+        let budget = Arc::clone(&self.budget.room)
+            .acquire_many_owned(kib)
+            .await
+            .ok()?;
+        Some(Room {
+            _share: share,
+            _budget: budget,
+        })
     }
+}
+
+/// Room an answer holds in its function's share and in the budget.
+struct Room {
+    _share: OwnedSemaphorePermit,
+    _budget: OwnedSemaphorePermit,
 }
 
 /// A response's bytes with the budget they hold, given back when the
 /// last copy of the bytes is dropped.
 struct Held {
     bytes: Bytes,
-    _room: OwnedSemaphorePermit,
+    _room: Room,
 }
 
 impl AsRef<[u8]> for Held {
@@ -84,7 +141,7 @@ pub(crate) struct Upstream {
     function: String,
     /// Most calls on it at once (`--calls-per-server`).
     streams: usize,
-    budget: Arc<ResponseBudget>,
+    budget: Arc<ResponseShare>,
     network: NetworkNamespace,
     address: SocketAddr,
     sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
@@ -94,7 +151,7 @@ impl Upstream {
     pub(crate) fn new(
         function: &str,
         streams: usize,
-        budget: Arc<ResponseBudget>,
+        budget: Arc<ResponseShare>,
         network: NetworkNamespace,
         address: SocketAddr,
     ) -> Self {
@@ -196,7 +253,7 @@ where
 /// One unary call on `sender` (see [`Upstream::call`]).
 async fn call_on(
     mut sender: SendRequest<Bytes>,
-    budget: &ResponseBudget,
+    budget: &ResponseShare,
     function: &str,
     method: &str,
     message: &Bytes,
@@ -235,12 +292,26 @@ async fn call_on(
     };
     let mut body = answer.into_body();
     let mut read = BytesMut::new();
-    let mut held = None;
-    while let Some(chunk) = body.data().await {
+    // The declared length and the room held for it, once the prefix is in.
+    let mut held: Option<(usize, Room)> = None;
+    let mut pace = Pace::new(function);
+    loop {
+        let next = match &held {
+            None => body.data().await,
+            Some(_) => pace.next(&mut body).await?,
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| lost("the answer broke off", e))?;
         let _ = body.flow_control().release_capacity(chunk.len());
-        if read.len() + chunk.len() > MAX_RESPONSE + PREFIX {
-            return Err(too_large());
+        let end = read.len() + chunk.len();
+        match &held {
+            // Never read past the length it declared.
+            Some((length, _)) if end > PREFIX + length => {
+                return Err(longer(function, *length));
+            }
+            Some(_) => pace.arrived(chunk.len())?,
+            None if end > MAX_RESPONSE + PREFIX => return Err(too_large()),
+            None => {}
         }
         read.extend_from_slice(&chunk);
         // Refused by its length before its body is read; else read once
@@ -250,22 +321,31 @@ async fn call_on(
             if length > MAX_RESPONSE {
                 return Err(too_large());
             }
-            held = Some(budget.hold(PREFIX + length).await.ok_or_else(|| {
+            if read.len() > PREFIX + length {
+                return Err(longer(function, length));
+            }
+            let room = budget.hold(PREFIX + length).await.ok_or_else(|| {
                 Status::resource_exhausted(format!(
                     "function {function}: its response ({length} bytes) is larger than all responses xfn holds at once (--response-budget)"
                 ))
-            })?);
+            })?;
             read.reserve((PREFIX + length).saturating_sub(read.len()));
+            pace.start(PREFIX + length - read.len());
+            held = Some((length, room));
         }
     }
-    let trailers = body
-        .trailers()
-        .await
-        .map_err(|e| lost("the answer broke off", e))?;
+    let trailers = match held {
+        // Room is held: the trailers come within one window too.
+        Some(_) => tokio::time::timeout(STALL_WINDOW, body.trailers())
+            .await
+            .map_err(|_| pace.stalled())?,
+        None => body.trailers().await,
+    }
+    .map_err(|e| lost("the answer broke off", e))?;
     match trailers.as_ref().and_then(Status::from_header_map) {
         Some(status) if status.code() != Code::Ok => Err(status),
         Some(_) => unframed(match held {
-            Some(room) => Bytes::from_owner(Held {
+            Some((_, room)) => Bytes::from_owner(Held {
                 bytes: read.freeze(),
                 _room: room,
             }),
@@ -274,6 +354,94 @@ async fn call_on(
         None => Err(Status::internal(
             "the function server's answer ended without a grpc-status",
         )),
+    }
+}
+
+/// An answer that goes on past the length its prefix declares: a protocol
+/// error, and what follows is never read.
+fn longer(function: &str, length: usize) -> Status {
+    Status::internal(format!(
+        "function {function}: its server's answer is longer than the {length} bytes it declares"
+    ))
+}
+
+/// How fast an answer holding room arrives: each [`STALL_WINDOW`] must
+/// bring [`MIN_PER_WINDOW`] bytes, or all that was left of it.
+struct Pace<'a> {
+    function: &'a str,
+    /// Bytes of the message still to come.
+    left: usize,
+    window_end: tokio::time::Instant,
+    /// Bytes the current window must bring, and has brought.
+    due: usize,
+    brought: usize,
+}
+
+impl<'a> Pace<'a> {
+    fn new(function: &'a str) -> Self {
+        Self {
+            function,
+            left: 0,
+            window_end: tokio::time::Instant::now(),
+            due: 0,
+            brought: 0,
+        }
+    }
+
+    /// Paced from now, with `left` bytes to come.
+    fn start(&mut self, left: usize) {
+        self.left = left;
+        self.window();
+    }
+
+    fn window(&mut self) {
+        self.window_end = tokio::time::Instant::now() + STALL_WINDOW;
+        self.due = self.left.min(MIN_PER_WINDOW);
+        self.brought = 0;
+    }
+
+    /// The next chunk of `body`, or the answer given up as stalled.
+    async fn next(
+        &mut self,
+        body: &mut h2::RecvStream,
+    ) -> Result<Option<Result<Bytes, h2::Error>>, Status> {
+        loop {
+            // Cancel-safe: a chunk not yet taken stays in the stream.
+            match tokio::time::timeout_at(self.window_end, body.data()).await {
+                Ok(next) => return Ok(next),
+                Err(_) => self.roll()?,
+            }
+        }
+    }
+
+    /// `bytes` of the message arrived.
+    fn arrived(&mut self, bytes: usize) -> Result<(), Status> {
+        self.left = self.left.saturating_sub(bytes);
+        self.brought += bytes;
+        match tokio::time::Instant::now() >= self.window_end {
+            true => self.roll(),
+            false => Ok(()),
+        }
+    }
+
+    /// Ends a window: stalled unless it brought what was due.
+    fn roll(&mut self) -> Result<(), Status> {
+        if self.brought < self.due {
+            return Err(self.stalled());
+        }
+        self.window();
+        Ok(())
+    }
+
+    fn stalled(&self) -> Status {
+        Status::resource_exhausted(format!(
+            "function {}: its server's answer stalled ({} of {} bytes due in {}s, {} bytes still to come) while holding room in --response-budget: given up",
+            self.function,
+            self.brought,
+            self.due,
+            STALL_WINDOW.as_secs(),
+            self.left,
+        ))
     }
 }
 
@@ -438,7 +606,7 @@ mod tests {
     }
 
     /// An empty call over `io` to whatever serves its other end.
-    async fn call_over<T>(io: T, budget: &ResponseBudget) -> Result<Bytes, Status>
+    async fn call_over<T>(io: T, budget: &ResponseShare) -> Result<Bytes, Status>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -446,8 +614,14 @@ mod tests {
         call_on(sender, budget, "fn", V1_RUN_FUNCTION, &Bytes::new(), None).await
     }
 
-    fn budget() -> ResponseBudget {
-        ResponseBudget::new(MAX_RESPONSE)
+    fn budget() -> ResponseShare {
+        budget_of(MAX_RESPONSE)
+    }
+
+    /// One function's share of a budget of `bytes` (all of it, when that
+    /// is one largest answer or less).
+    fn budget_of(bytes: usize) -> ResponseShare {
+        Arc::new(ResponseBudget::new(bytes)).share()
     }
 
     fn grpc_status(code: &str) -> http::HeaderMap {
@@ -593,7 +767,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_response_waits_for_room_in_the_budget_until_an_earlier_ones_bytes_are_dropped() {
-        let budget = ResponseBudget::new(4096);
+        let budget = budget_of(4096);
         let first = call_over(answering(3000), &budget).await.unwrap();
         let mut second = Box::pin(call_over(answering(3000), &budget));
         // It cannot be read while the first's bytes are held.
@@ -620,7 +794,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_response_larger_than_the_whole_budget_is_resource_exhausted() {
-        let budget = ResponseBudget::new(4096);
+        let budget = budget_of(4096);
         let status = call_over(answering(8000), &budget).await.unwrap_err();
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         assert!(status.message().contains("--response-budget"), "{status:?}");
@@ -631,7 +805,7 @@ mod tests {
         // Room for one 150 KiB response at a time, four asked for at once
         // on one connection: each waiting one stops being read with up
         // to a stream window of it received.
-        let budget = ResponseBudget::new(200 << 10);
+        let budget = budget_of(200 << 10);
         let sender = handshake(answering(150 << 10), 4).await.unwrap();
         let call = || async {
             call_on(
@@ -652,5 +826,116 @@ mod tests {
         for length in lengths {
             assert_eq!(length.unwrap(), 150 << 10);
         }
+    }
+
+    /// A server answering every call with `chunks` as its DATA frames
+    /// (the first one sent at once, each later one `every` after the last)
+    /// and then `grpc-status: 0`.
+    fn answering_raw(chunks: Vec<Bytes>, every: Duration) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            let mut connection = h2::server::handshake(server).await.unwrap();
+            while let Some(Ok((_, mut respond))) = connection.accept().await {
+                let chunks = chunks.clone();
+                tokio::spawn(async move {
+                    let mut stream = respond
+                        .send_response(http::Response::new(()), false)
+                        .unwrap();
+                    for (i, chunk) in chunks.into_iter().enumerate() {
+                        if i > 0 {
+                            tokio::time::sleep(every).await;
+                        }
+                        stream.reserve_capacity(chunk.len());
+                        if stream.send_data(chunk, false).is_err() {
+                            return;
+                        }
+                    }
+                    let _ = stream.send_trailers(grpc_status("0"));
+                });
+            }
+        });
+        client
+    }
+
+    fn prefix(length: u32) -> Bytes {
+        let mut prefix = BytesMut::new();
+        prefix.put_u8(0);
+        prefix.put_u32(length);
+        prefix.freeze()
+    }
+
+    #[tokio::test]
+    async fn an_answer_longer_than_it_declares_is_refused_at_its_declared_length() {
+        let chunks = vec![
+            prefix(10),
+            Bytes::from(vec![7u8; 10]),
+            Bytes::from(vec![7u8; 1000]),
+        ];
+        let status = call_over(answering_raw(chunks, Duration::ZERO), &budget())
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("longer than the 10 bytes it declares"),
+            "{status:?}"
+        );
+        // In the prefix's own frame too.
+        let mut one = prefix(3).to_vec();
+        one.extend_from_slice(b"abcd");
+        let status = call_over(
+            answering_raw(vec![Bytes::from(one)], Duration::ZERO),
+            &budget(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            status.message().contains("longer than the 3 bytes"),
+            "{status:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_stalls_while_holding_room_is_given_up_and_its_room_given_back() {
+        let budget = budget_of(8 << 20);
+        let trickle: Vec<Bytes> = std::iter::once(prefix(4 << 20))
+            .chain((0..100).map(|_| Bytes::from_static(b"x")))
+            .collect();
+        let status = call_over(answering_raw(trickle, Duration::from_secs(1)), &budget)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("stalled"), "{status:?}");
+        // Its room came back: the whole budget is there for another.
+        assert_eq!(budget.room.available_permits(), budget.kib);
+        // One that comes at its pace is read whole, however slowly it
+        // began (no room is held before its prefix).
+        let paced: Vec<Bytes> = vec![
+            prefix(3 << 20),
+            Bytes::from(vec![1u8; 1 << 20]),
+            Bytes::from(vec![1u8; 1 << 20]),
+            Bytes::from(vec![1u8; 1 << 20]),
+        ];
+        let answer = call_over(answering_raw(paced, Duration::from_secs(1)), &budget)
+            .await
+            .unwrap();
+        assert_eq!(answer.len(), 3 << 20);
+    }
+
+    #[tokio::test]
+    async fn one_functions_answers_hold_at_most_its_share_of_the_budget() {
+        let budget = Arc::new(ResponseBudget::new(1 << 30));
+        let share = budget.share();
+        assert_eq!(share.kib, (1 << 30) / 1024 / 4);
+        // Never less than one largest answer, never more than the budget.
+        let small = Arc::new(ResponseBudget::new(100 << 20)).share();
+        assert_eq!(small.kib, (MAX_RESPONSE + PREFIX).div_ceil(1024));
+        assert_eq!(budget_of(4096).kib, 4);
+        // Held in the share and in the budget.
+        let room = share.hold(100 << 20).await.unwrap();
+        assert_eq!(budget.room.available_permits(), (1 << 20) - (100 << 10));
+        drop(room);
+        assert_eq!(budget.room.available_permits(), 1 << 20);
     }
 }

@@ -1,25 +1,27 @@
 //! `x-kubernetes-validations`: CEL rules run with the `cel` crate, `self`
-//! the node's value. No old object exists here (a create), so transition
-//! rules (those naming `oldSelf`) are skipped, with a note. A function the
-//! crate lacks (Kubernetes' CEL libraries: lists, strings, quantity, url,
-//! ip, format…) is an error naming it, never a pass.
+//! the node's value (converted once for all its rules). No old object
+//! exists here (a create), so transition rules (those naming `oldSelf`)
+//! are skipped, with a note. A function the crate lacks (Kubernetes' CEL
+//! libraries: lists, strings, quantity, url, ip, format…) is an error
+//! naming it, never a pass.
 //!
 //! Bounds, checked before a rule runs: its length ([`MAX_RULE_BYTES`]),
 //! bracket nesting ([`MAX_RULE_NESTING`]) and operators
 //! ([`MAX_RULE_OPERATORS`]), which bound the parser's and the
-//! interpreter's recursion; its estimated cost, the rule's node count times
-//! the size of `self` (JSON nodes plus string bytes) to the power of its
-//! comprehension nesting, against the API server's per-call limit
-//! ([`PER_CALL_LIMIT`]), and all of a resource's rules together against
-//! its per-object budget ([`PER_OBJECT_BUDGET`]). Nothing in CEL's
-//! standard library costs more than linear time in its inputs, so the
-//! estimate bounds the work.
+//! interpreter's recursion; its estimated cost ([`estimate`], from the
+//! sizes of `self` as the API server's estimator reckons) against the
+//! per-call limit ([`PER_CALL_LIMIT`]). The estimate is a first refusal,
+//! with the API server's words; what bounds the work is the runtime cost
+//! ([`meter`]): a rule stops past the per-call limit, or once a resource's
+//! rules have spent the per-object budget ([`PER_OBJECT_BUDGET`]), and no
+//! rule of that resource runs after a stop. A stopped rule is an error.
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::{Context, Program};
+use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr};
+use cel::Program;
 use serde_json::Value;
 
+use super::meter;
 use super::Issue;
 
 /// The longest rule evaluated.
@@ -82,12 +84,15 @@ const SUPPORTED: &[&str] = &[
 #[derive(Debug)]
 pub(super) struct Budget {
     left: u64,
+    /// A rule was stopped: no further rule runs, as in the API server.
+    stopped: bool,
 }
 
 impl Default for Budget {
     fn default() -> Self {
         Self {
             left: PER_OBJECT_BUDGET,
+            stopped: false,
         }
     }
 }
@@ -102,8 +107,17 @@ impl Budget {
     ) -> (Vec<Issue>, Vec<String>) {
         let mut issues = Vec::new();
         let mut notes = Vec::new();
+        if self.stopped || rules.is_empty() {
+            return (issues, notes);
+        }
         let shown_path = if path.is_empty() { "<root>" } else { path };
+        // `self`, converted and sized once for all the node's rules.
+        let context = meter::context(to_cel(value));
+        let sizes = size_of(value);
         for rule in rules {
+            if self.stopped {
+                break;
+            }
             let Some(text) = rule.get("rule").and_then(Value::as_str) else {
                 continue;
             };
@@ -115,18 +129,14 @@ impl Budget {
                     rule: rule_name.clone(),
                 });
             };
-            if let Err(why) = within_bounds(text) {
-                fail(format!("the rule was not evaluated: {why}"), path);
-                continue;
-            }
-            let program = match compile(text) {
-                Ok(program) => program,
+            let compiled = match compile(text) {
+                Ok(compiled) => compiled,
                 Err(error) => {
-                    fail(format!("the rule does not compile: {error}"), path);
+                    fail(error, path);
                     continue;
                 }
             };
-            let shape = Shape::of(program.expression());
+            let shape = &compiled.shape;
             if shape.variables.iter().any(|v| v == "oldSelf") {
                 notes.push(format!(
                     "{shown_path}: transition rule {text:?} skipped: it compares with the old object (oldSelf), and a validation has none"
@@ -145,38 +155,29 @@ impl Budget {
                 );
                 continue;
             }
-            let size = size_of(value);
-            let cost = shape
-                .nodes
-                .saturating_mul(size.saturating_pow(shape.comprehension_depth));
+            let (cost, _) = estimate(&compiled.expression, &sizes);
             if cost > PER_CALL_LIMIT {
                 fail(
                     format!(
-                        "the rule was not evaluated: its estimated cost {cost} exceeds the per-call limit {PER_CALL_LIMIT} ({} nodes, {} levels of comprehensions over a value of size {size})",
-                        shape.nodes, shape.comprehension_depth
+                        "the rule was not evaluated: estimated rule cost exceeds budget by factor of {:.1} (estimated {cost} on this value of size {}, over the per-call limit {PER_CALL_LIMIT}; try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)",
+                        cost as f64 / PER_CALL_LIMIT as f64,
+                        sizes.size,
                     ),
                     path,
                 );
                 continue;
             }
-            if cost > self.left {
-                fail(
-                    format!("the rule was not evaluated: the resource's rules exceed the per-object CEL budget {PER_OBJECT_BUDGET}"),
-                    path,
-                );
-                continue;
-            }
-            self.left -= cost;
             let at = match rule.get("fieldPath").and_then(Value::as_str) {
                 Some(field) => format!("{path}{}", field),
                 None => path.to_string(),
             };
             let at = at.strip_prefix('.').unwrap_or(&at).to_string();
-            match evaluate(&program, value) {
+            match self.run(&compiled, &context, text) {
                 Ok(cel::Value::Bool(true)) => {}
                 Ok(cel::Value::Bool(false)) => {
-                    let message =
-                        message_of(rule, value).unwrap_or_else(|| format!("failed rule: {text}"));
+                    let message = self
+                        .message_of(rule, &context, sizes)
+                        .unwrap_or_else(|| format!("failed rule: {text}"));
                     let shown = match value {
                         Value::Object(_) => "\"object\"".to_string(),
                         Value::Array(_) => "\"array\"".to_string(),
@@ -184,12 +185,86 @@ impl Budget {
                     };
                     fail(format!("Invalid value: {shown}: {message}"), &at);
                 }
-                Ok(other) => fail(format!("the rule evaluated to {other:?}, not a bool"), &at),
-                Err(error) => fail(format!("the rule could not be evaluated: {error}"), &at),
+                Ok(other) => fail(
+                    format!(
+                        "the rule evaluated to {}, not a bool",
+                        shorten(&format!("{other:?}"))
+                    ),
+                    &at,
+                ),
+                Err(Stop::Error(error)) => fail(
+                    format!("the rule could not be evaluated: {}", shorten(&error)),
+                    &at,
+                ),
+                Err(Stop::Spent(why)) => fail(why, &at),
             }
         }
         (issues, notes)
     }
+
+    /// Runs a rule within the per-call limit and what is left of the
+    /// per-object budget, and takes what it spent from the budget; a stop
+    /// is said in the API server's words, and no rule runs after it.
+    fn run(
+        &mut self,
+        compiled: &Compiled,
+        context: &cel::Context,
+        text: &str,
+    ) -> Result<cel::Value, Stop> {
+        let limit = PER_CALL_LIMIT.min(self.left);
+        let run = meter::run(&compiled.instrumented, context, limit);
+        self.left = self.left.saturating_sub(run.spent);
+        if run.stopped {
+            self.stopped = true;
+            return Err(Stop::Spent(if limit < PER_CALL_LIMIT {
+                format!("validation failed due to running out of cost budget, no further validation rules will be run (the resource's rules spent its budget of {PER_OBJECT_BUDGET})")
+            } else {
+                format!("'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {text} (its cost passed {PER_CALL_LIMIT} while it ran)")
+            }));
+        }
+        run.value.map_err(Stop::Error)
+    }
+
+    /// The rule's message: its `messageExpression` when that evaluates to a
+    /// non-empty string (as the API server), else its `message`.
+    fn message_of(&mut self, rule: &Value, context: &cel::Context, sizes: Sizes) -> Option<String> {
+        if let Some(expression) = rule.get("messageExpression").and_then(Value::as_str) {
+            let evaluated = compile(expression)
+                .ok()
+                .filter(|c| {
+                    c.shape.functions.iter().all(|f| supported(f))
+                        && estimate(&c.expression, &sizes).0 <= PER_CALL_LIMIT
+                })
+                .and_then(|c| self.run(&c, context, expression).ok());
+            if let Some(cel::Value::String(s)) = evaluated {
+                if !s.is_empty() {
+                    return Some(s.to_string());
+                }
+            }
+        }
+        rule.get("message")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+    }
+}
+
+/// An error or a value as a finding shows it: the interpreter's errors name
+/// values, which may be megabytes; cut after 512 characters.
+fn shorten(error: &str) -> String {
+    const SHOWN: usize = 512;
+    match error.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}…", &error[..cut]),
+        None => error.to_string(),
+    }
+}
+
+/// Why a rule has no value.
+enum Stop {
+    /// It erred (`no such key`, …).
+    Error(String),
+    /// Its cost passed its limit.
+    Spent(String),
 }
 
 /// Why `text` is not evaluated at all, if it is too long or nests too deep.
@@ -239,69 +314,47 @@ fn within_bounds(text: &str) -> Result<(), String> {
 }
 
 /// Most rules kept compiled (each at most [`MAX_RULE_BYTES`] of text and
-/// its tree); past that a rule is compiled each time it runs.
+/// its trees); past that a rule is compiled each time it runs.
 const MAX_COMPILED: usize = 4096;
+
+/// A rule ready to run: what it is made of, and its tree with its copies
+/// charged ([`meter::instrument`]).
+#[derive(Debug)]
+struct Compiled {
+    shape: Shape,
+    expression: cel::IdedExpr,
+    instrumented: cel::IdedExpr,
+}
 
 /// Rules compiled once per process, by their text: `xfn test` validates
 /// every test's render against the same CRDs, and the `cel` crate's
 /// parser costs more than most rules' evaluation.
 static COMPILED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Program>>>,
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Compiled>>>,
 > = std::sync::LazyLock::new(Default::default);
 
-fn compile(text: &str) -> Result<std::sync::Arc<Program>, String> {
+/// `text` compiled, or why it is not run at all.
+fn compile(text: &str) -> Result<std::sync::Arc<Compiled>, String> {
+    within_bounds(text).map_err(|why| format!("the rule was not evaluated: {why}"))?;
     let compiled = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(program) = compiled().get(text) {
-        return Ok(std::sync::Arc::clone(program));
+    if let Some(found) = compiled().get(text) {
+        return Ok(std::sync::Arc::clone(found));
     }
     let program = match catch_unwind(AssertUnwindSafe(|| Program::compile(text))) {
-        Ok(Ok(program)) => std::sync::Arc::new(program),
-        Ok(Err(errors)) => return Err(errors.to_string()),
-        Err(_) => return Err("the CEL parser failed on it".into()),
+        Ok(Ok(program)) => program,
+        Ok(Err(errors)) => return Err(format!("the rule does not compile: {errors}")),
+        Err(_) => return Err("the rule does not compile: the CEL parser failed on it".into()),
     };
+    let found = std::sync::Arc::new(Compiled {
+        shape: Shape::of(program.expression()),
+        expression: program.expression().clone(),
+        instrumented: meter::instrument(program.expression()),
+    });
     let mut cache = compiled();
     if cache.len() < MAX_COMPILED {
-        cache.insert(text.to_string(), std::sync::Arc::clone(&program));
+        cache.insert(text.to_string(), std::sync::Arc::clone(&found));
     }
-    Ok(program)
-}
-
-fn evaluate(program: &Program, value: &Value) -> Result<cel::Value, String> {
-    let this = to_cel(value);
-    catch_unwind(AssertUnwindSafe(|| {
-        let mut context = Context::default();
-        context.add_variable_from_value("self", this);
-        program.execute(&context).map_err(|e| e.to_string())
-    }))
-    .unwrap_or_else(|_| Err("the CEL interpreter failed on it".into()))
-}
-
-/// The rule's message: its `messageExpression` when that evaluates to a
-/// non-empty string (as the API server), else its `message`.
-fn message_of(rule: &Value, value: &Value) -> Option<String> {
-    if let Some(expression) = rule.get("messageExpression").and_then(Value::as_str) {
-        let evaluated = within_bounds(expression)
-            .ok()
-            .and_then(|()| compile(expression).ok())
-            .filter(|p| {
-                let shape = Shape::of(p.expression());
-                shape.functions.iter().all(|f| supported(f))
-                    && shape
-                        .nodes
-                        .saturating_mul(size_of(value).saturating_pow(shape.comprehension_depth))
-                        <= PER_CALL_LIMIT
-            })
-            .and_then(|p| evaluate(&p, value).ok());
-        if let Some(cel::Value::String(s)) = evaluated {
-            if !s.is_empty() {
-                return Some(s.to_string());
-            }
-        }
-    }
-    rule.get("message")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .map(str::to_string)
+    Ok(found)
 }
 
 /// Kubernetes' CEL library functions (named in errors as such).
@@ -378,43 +431,43 @@ fn supported(function: &str) -> bool {
     operator || SUPPORTED.contains(&function)
 }
 
-/// What a rule is made of: nodes, calls, variables, comprehension nesting.
+/// What a rule is made of: calls and variables.
 #[derive(Debug, Default)]
 struct Shape {
-    nodes: u64,
     functions: Vec<String>,
     variables: Vec<String>,
-    comprehension_depth: u32,
 }
 
 impl Shape {
     fn of(expression: &IdedExpr) -> Self {
         let mut shape = Shape::default();
-        shape.visit(expression, 0);
+        shape.visit(expression);
         shape
     }
 
-    fn visit(&mut self, expression: &IdedExpr, depth: u32) {
-        self.nodes += 1;
-        self.comprehension_depth = self.comprehension_depth.max(depth);
+    fn visit(&mut self, expression: &IdedExpr) {
         match &expression.expr {
             Expr::Call(call) => {
                 if !self.functions.contains(&call.func_name) {
                     self.functions.push(call.func_name.clone());
                 }
                 if let Some(target) = &call.target {
-                    self.visit(target, depth);
+                    self.visit(target);
                 }
                 for arg in &call.args {
-                    self.visit(arg, depth);
+                    self.visit(arg);
                 }
             }
             Expr::Comprehension(c) => {
-                self.visit(&c.iter_range, depth);
-                self.visit(&c.accu_init, depth);
-                self.visit(&c.loop_cond, depth + 1);
-                self.visit(&c.loop_step, depth + 1);
-                self.visit(&c.result, depth);
+                for part in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    self.visit(part);
+                }
             }
             Expr::Ident(name) => {
                 if !self.variables.contains(name) {
@@ -423,26 +476,85 @@ impl Shape {
             }
             Expr::List(list) => {
                 for element in &list.elements {
-                    self.visit(element, depth);
+                    self.visit(element);
                 }
             }
             Expr::Map(map) => {
                 for entry in &map.entries {
                     if let EntryExpr::MapEntry(e) = &entry.expr {
-                        self.visit(&e.key, depth);
-                        self.visit(&e.value, depth);
+                        self.visit(&e.key);
+                        self.visit(&e.value);
                     }
                 }
             }
             Expr::Struct(s) => {
                 for entry in &s.entries {
                     if let EntryExpr::StructField(f) = &entry.expr {
-                        self.visit(&f.value, depth);
+                        self.visit(&f.value);
                     }
                 }
             }
-            Expr::Select(select) => self.visit(&select.operand, depth),
+            Expr::Select(select) => self.visit(&select.operand),
             Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+}
+
+/// The estimated `(cost, size)` of `expression` on a `self` of sizes `of`, as the API server's estimator
+/// reckons: 1 per node, a comprehension's condition and step once per
+/// element of its range (at most `self`'s values), a concatenation the sizes of its
+/// operands (a 10th of them, strings costing 0.1 a byte), `self` and its
+/// fields as large as `self`. A comprehension's variable counts 1: the
+/// estimate is a first refusal, the runtime budget ([`meter`]) the bound.
+fn estimate(expression: &IdedExpr, of: &Sizes) -> (u64, u64) {
+    let all = |parts: &mut dyn Iterator<Item = &IdedExpr>| {
+        parts.fold((1u64, 1u64), |(cost, sized), part| {
+            let (c, s) = estimate(part, of);
+            (cost.saturating_add(c), sized.saturating_add(s))
+        })
+    };
+    match &expression.expr {
+        Expr::Literal(cel::common::ast::LiteralValue::String(s)) => (1, 1 + s.len() as u64),
+        Expr::Literal(_) | Expr::Unspecified => (1, 1),
+        Expr::Ident(name) if name == "self" => (1, of.size),
+        Expr::Ident(_) => (1, 1),
+        Expr::Select(select) => {
+            let (cost, sized) = estimate(&select.operand, of);
+            (cost.saturating_add(1), sized)
+        }
+        Expr::List(list) => all(&mut list.elements.iter()),
+        Expr::Map(map) => all(&mut map.entries.iter().flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Struct(s) => all(&mut s.entries.iter().flat_map(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Comprehension(c) => {
+            // No more elements than `self` has values.
+            let (range, items) = estimate(&c.iter_range, of);
+            let items = items.min(of.values);
+            let each = estimate(&c.loop_cond, of)
+                .0
+                .saturating_add(estimate(&c.loop_step, of).0);
+            let cost = range
+                .saturating_add(estimate(&c.accu_init, of).0)
+                .saturating_add(items.saturating_mul(each))
+                .saturating_add(estimate(&c.result, of).0);
+            // `map()`, `filter()`: a list of elements; the others a bool.
+            let built = meter::map_shape(c)
+                .map(|(element, _)| items.saturating_mul(estimate(element, of).1));
+            (cost, built.unwrap_or(1))
+        }
+        Expr::Call(call) => {
+            let (cost, sized) = all(&mut call.target.as_deref().into_iter().chain(&call.args));
+            match call.func_name.as_str() {
+                // `sized` counts the call's node too.
+                operators::ADD => (cost.saturating_add(sized / 10), sized - 1),
+                operators::CONDITIONAL => (cost, sized - 1),
+                _ => (cost, 1),
+            }
         }
     }
 }
@@ -472,18 +584,35 @@ fn to_cel(value: &Value) -> cel::Value {
     }
 }
 
-/// The size of a value for the cost estimate: its JSON nodes plus the
-/// bytes of its strings and keys.
-fn size_of(value: &Value) -> u64 {
+/// The sizes of `self` for the cost estimate.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sizes {
+    /// JSON values plus the bytes of strings and keys.
+    size: u64,
+    /// JSON values.
+    values: u64,
+}
+
+fn size_of(value: &Value) -> Sizes {
+    let mut sizes = Sizes { size: 1, values: 1 };
+    let mut add = |inner: Sizes| {
+        sizes.size = sizes.size.saturating_add(inner.size);
+        sizes.values = sizes.values.saturating_add(inner.values);
+    };
     match value {
-        Value::String(s) => 1 + s.len() as u64,
-        Value::Array(items) => 1 + items.iter().map(size_of).sum::<u64>(),
-        Value::Object(map) => {
-            1 + map
-                .iter()
-                .map(|(k, v)| k.len() as u64 + size_of(v))
-                .sum::<u64>()
-        }
-        _ => 1,
+        Value::String(s) => add(Sizes {
+            size: s.len() as u64,
+            values: 0,
+        }),
+        Value::Array(items) => items.iter().for_each(|item| add(size_of(item))),
+        Value::Object(map) => map.iter().for_each(|(k, v)| {
+            add(Sizes {
+                size: k.len() as u64,
+                values: 0,
+            });
+            add(size_of(v));
+        }),
+        _ => {}
     }
+    sizes
 }

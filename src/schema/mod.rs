@@ -14,10 +14,13 @@
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
-//! pattern's compiled size is capped; a CEL rule's length, nesting and
-//! estimated cost (its size × the size of `self` to the power of its
-//! comprehension nesting) are capped before it runs ([`cel`]).
+//! pattern has Go's semantics, is compiled once and its compiled size is
+//! capped ([`pattern`]); a CEL rule's length, nesting and estimated cost
+//! are capped before it runs ([`cel`]), and its cost is metered while it
+//! runs, stopping it past the API server's limits ([`meter`]).
 mod cel;
+mod meter;
+mod pattern;
 pub(crate) mod read;
 mod structural;
 mod xrd;
@@ -301,6 +304,18 @@ impl Schemas {
             });
             return report;
         }
+        let bytes = json_bytes(resource);
+        if bytes > MAX_REQUEST_BYTES {
+            report.findings.push(Finding {
+                resource: label.to_string(),
+                path: "<root>".into(),
+                message: format!(
+                    "Request entity too large: limit is {MAX_REQUEST_BYTES} (the resource is {bytes} bytes of JSON)"
+                ),
+                rule: "request size".into(),
+            });
+            return report;
+        }
         let mut object = resource.clone();
         crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
         let mut walk = structural::Walk::new();
@@ -320,6 +335,28 @@ impl Schemas {
         report.notes = walk.notes;
         report
     }
+}
+
+/// The largest request body the API server takes (`MaxRequestBodyBytes`):
+/// a larger resource is refused before any validation.
+const MAX_REQUEST_BYTES: u64 = 3 << 20;
+
+/// The length of `value` as JSON, counted without building it.
+fn json_bytes(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// What a non-object document is, for an error.

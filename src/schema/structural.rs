@@ -6,7 +6,6 @@
 //! node's CEL rules (only where the node's type is right, as the API
 //! server). `metadata` of the root and of embedded resources is the API
 //! server's own ObjectMeta: only its schema's value validations apply.
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -14,16 +13,11 @@ use serde_json::{Map, Value};
 
 use super::Issue;
 
-/// The compiled size a CRD's `pattern` may take (regex's own bound on a
-/// program; a larger pattern is an error, not a slow match).
-const PATTERN_SIZE_LIMIT: usize = 1 << 20;
-
-/// The walk's state: its errors, its notes, compiled patterns.
+/// The walk's state: its errors, its notes, its CEL budget.
 #[derive(Debug, Default)]
 pub(super) struct Walk {
     pub(crate) issues: Vec<Issue>,
     pub(crate) notes: Vec<String>,
-    patterns: HashMap<String, Result<Regex, String>>,
     cel: super::cel::Budget,
 }
 
@@ -325,16 +319,7 @@ impl Walk {
             }
         }
         if let Some(pattern) = s.get("pattern").and_then(Value::as_str) {
-            let compiled = self
-                .patterns
-                .entry(pattern.to_string())
-                .or_insert_with(|| {
-                    regex::RegexBuilder::new(pattern)
-                        .size_limit(PATTERN_SIZE_LIMIT)
-                        .build()
-                        .map_err(|e| e.to_string())
-                })
-                .clone();
+            let compiled = super::pattern::compiled(pattern);
             match compiled {
                 Ok(re) if !re.is_match(text) => self.issue(
                     path,

@@ -6,6 +6,7 @@
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
 //! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
 //! calls and protobuf bytes ([`raw`]), the tests' Python root ([`python`]),
+//! the peers scripts/peers.sh builds ([`peers`]),
 //! tree snapshots ([`tree`]), percentiles ([`stats`]) and re-running one
 //! test as another user ([`reexec`]).
 //!
@@ -30,6 +31,7 @@ pub mod hostile;
 pub mod http;
 pub mod image;
 pub mod layer;
+pub mod peers;
 pub mod proc;
 pub mod program;
 pub mod python;

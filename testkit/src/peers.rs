@@ -1,0 +1,116 @@
+//! The peers xfn is compared with, as scripts/peers.sh leaves them (built
+//! from the Go module proxy at pinned versions): the `crossplane` CLI, its
+//! render engine (Crossplane's core binary), and Crossplane's composition
+//! functions with their examples and package metadata.
+//!
+//! Invariant: a missing peer fails the test that needs it, naming
+//! scripts/peers.sh (and the proxy's refusal, when that is why), never a
+//! skip: a comparison that did not run must not read as one that agreed.
+//! Function images are made here, at test time, in the test's own registry
+//! (each test starts one on a random port, so no image can be pushed ahead).
+use std::path::{Path, PathBuf};
+
+use crate::{Compression, ImageBuilder, Layer, Registry};
+
+/// Where scripts/peers.sh leaves the peers (`XFN_TEST_PEERS_DIR` overrides it,
+/// for both).
+pub const DIR: &str = "/var/cache/xfn-test/peers";
+
+/// The peers' directory.
+pub fn dir() -> PathBuf {
+    PathBuf::from(std::env::var("XFN_TEST_PEERS_DIR").unwrap_or_else(|_| DIR.into()))
+}
+
+/// Panics saying that `what` of peer `name` is missing, and why when the
+/// script recorded that the proxy refused the module.
+fn missing(name: &str, what: &Path) -> ! {
+    let refused = std::fs::read_to_string(dir().join("NOT-SERVED"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .map(|l| format!(" (the Go module proxy did not serve {l})"))
+        .unwrap_or_default();
+    panic!(
+        "peer {name} is missing: no {}{refused}; run scripts/peers.sh (scripts/setup.sh runs it)",
+        what.display()
+    )
+}
+
+/// A peer program (`crossplane`, `crossplane-core`, `xprin`).
+pub fn binary(name: &str) -> PathBuf {
+    let path = dir().join("bin").join(name);
+    if !path.is_file() {
+        missing(name, &path);
+    }
+    path
+}
+
+/// One of Crossplane's composition functions, built by scripts/peers.sh.
+pub struct PeerFunction {
+    /// Its repository's name (`function-patch-and-transform`).
+    pub name: String,
+    dir: PathBuf,
+}
+
+impl PeerFunction {
+    /// Function `name`; panics (naming scripts/peers.sh) if it is missing.
+    pub fn get(name: &str) -> PeerFunction {
+        let dir = dir().join("functions").join(name);
+        for part in ["VERSION", "function", "package.yaml", "example"] {
+            if !dir.join(part).exists() {
+                missing(name, &dir.join(part));
+            }
+        }
+        PeerFunction {
+            name: name.to_string(),
+            dir,
+        }
+    }
+
+    /// The static binary (a gRPC function server: `--insecure --address`).
+    pub fn binary(&self) -> PathBuf {
+        self.dir.join("function")
+    }
+
+    /// The module's `example/` directory.
+    pub fn example(&self) -> PathBuf {
+        self.dir.join("example")
+    }
+
+    /// `module@version`.
+    pub fn version(&self) -> String {
+        std::fs::read_to_string(self.dir.join("VERSION"))
+            .expect("read the peer's VERSION")
+            .trim()
+            .to_string()
+    }
+
+    /// Pushes the function's image as its Dockerfile makes it, on a minimal
+    /// root: the binary at `/function`, the entrypoint `["/function"]`, the
+    /// user `nonroot:nonroot` (65532) and port 9443 of distroless, plus the
+    /// package metadata layer (`package.yaml`, annotated
+    /// `io.crossplane.xpkg: base`) of a Crossplane package. Returns its
+    /// reference.
+    pub fn image(&self, registry: &Registry, name: &str) -> String {
+        let binary = std::fs::read(self.binary()).expect("read the peer function's binary");
+        let package =
+            std::fs::read(self.dir.join("package.yaml")).expect("read the peer's package.yaml");
+        ImageBuilder::new()
+            // Uncompressed: gzip of tens of MB by the unoptimised test build
+            // takes seconds, and the registry is on loopback.
+            .layer(
+                Layer::new()
+                    .compression(Compression::None)
+                    .file("/function", 0o755, binary),
+            )
+            .layer(
+                Layer::new()
+                    .file("/package.yaml", 0o644, package)
+                    .annotation("io.crossplane.xpkg", "base"),
+            )
+            .entrypoint(["/function"])
+            .user("65532:65532")
+            .push(registry, name)
+            .reference
+    }
+}

@@ -36,7 +36,6 @@ pub(crate) mod plan;
 pub(crate) mod print;
 pub(crate) mod read;
 pub(crate) mod run;
-pub(crate) mod value;
 
 pub(crate) use plan::{CallerMap, Needs, RenderPlan};
 pub(crate) use print::output::to_yaml_stream;
@@ -283,11 +282,11 @@ impl ComposeError {
             return self;
         }
         let field = |name: &str| {
-            value::get_str(object, &[name])
+            crate::value::get_str(object, &[name])
                 .unwrap_or_default()
                 .to_string()
         };
-        let name = value::get_str(object, &["metadata", "name"]).unwrap_or_default();
+        let name = crate::value::get_str(object, &["metadata", "name"]).unwrap_or_default();
         ComposeError::InDocument {
             path: path.to_path_buf(),
             index: index + 1,

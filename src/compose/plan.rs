@@ -26,10 +26,10 @@ use crate::compose::run::alpha::{run_alpha, ContainerConfig};
 use crate::compose::run::runtimes::kept::{self, KeeperCommand, KeptStart};
 use crate::compose::run::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
 use crate::compose::run::v1::V1Pipeline;
-use crate::compose::value::get_str;
 use crate::compose::{ComposeError, Observed};
 use crate::image::PullPolicy;
 use crate::runner::Runner;
+use crate::value::get_str;
 
 /// How deep nested XRs are rendered: a Composition that composes its own
 /// type (directly or through others) stops here with an error.
@@ -490,7 +490,7 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
         let status = without_status
             .as_object_mut()
             .and_then(|o| o.remove("status"));
-        crate::compose::value::merge(&mut composite, &without_status);
+        crate::value::merge(&mut composite, &without_status);
         if let (Some(object), Some(status)) = (composite.as_object_mut(), status) {
             object.insert("status".into(), status);
         }

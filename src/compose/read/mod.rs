@@ -28,9 +28,9 @@ use self::operation::{is_operation, Operation};
 use self::xrd::{XrSchema, Xrd};
 use crate::compose::names;
 use crate::compose::names::COMPOSITE_LABEL;
-use crate::compose::value::{get_str, object_at};
 use crate::compose::ComposeError;
 use crate::compose::OutputOptions;
+use crate::value::{get_str, object_at};
 
 /// What a render is given, as paths and flags: what `xfn render`'s command
 /// line maps onto.

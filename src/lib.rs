@@ -57,6 +57,7 @@ mod sandbox;
 mod schema;
 mod sidecar;
 mod suite;
+mod value;
 
 /// The `xfn` command line, the binary's whole `main`: as PID 1, fork an
 /// init; parse flags; enter the user namespace while still single-threaded;

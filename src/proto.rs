@@ -101,4 +101,4 @@ pub(crate) mod raw {
 /// Conversions between Kubernetes objects as JSON and the protobuf `Struct`
 /// the function protocol carries them in (for programs that serve or call
 /// functions with these types).
-pub use crate::compose::value::{from_struct, to_struct};
+pub use crate::value::{from_struct, to_struct};

@@ -159,7 +159,7 @@ mod tests {
                 tag: "t".into(),
                 capabilities: vec![pb::Capability::Conditions as i32],
             }),
-            input: crate::compose::value::to_struct(&json!({"a": 1})),
+            input: crate::value::to_struct(&json!({"a": 1})),
             ..Default::default()
         };
         let json: serde_json::Value =

@@ -158,8 +158,28 @@ fn update_writes_golden_files_that_then_pass_and_a_change_fails_with_a_diff() {
         ],
     );
 
-    let out = suites.test(&["--update", "golden_xprin.yaml"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Written, not passed: nothing was compared; a skip in JUnit, no failure.
+    let out = suites.test(&[
+        "-v",
+        "--update",
+        "--junit",
+        "update.xml",
+        "golden_xprin.yaml",
+    ]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_has(&all, &["--- SKIP: ", "[w] full render: written "]);
+    assert!(
+        !all.contains("--- PASS") && !all.contains("[✓] full render"),
+        "{all}"
+    );
+    let xml = std::fs::read_to_string(suites.path("update.xml")).unwrap();
+    assert!(
+        xml.contains("disabled=\"1\"")
+            && xml.contains("failures=\"0\"")
+            && xml.contains("<skipped"),
+        "{xml}"
+    );
     let golden = std::fs::read_to_string(suites.path("golden/render.yaml")).unwrap();
     assert!(
         golden.contains("kind: Deployment") && golden.contains("name: my-app"),
@@ -451,7 +471,7 @@ fn as_root_update_writes_golden_files_into_a_root_owned_directory_and_they_then_
     let out = suite.test(&["-v", "--update"]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    assert_has(&all, &["[✓] full render: updated ", "[✓] the XR: updated "]);
+    assert_has(&all, &["[w] full render: written ", "[w] the XR: written "]);
     let render = std::fs::read_to_string(suite.fx.path("golden/render.yaml")).unwrap();
     assert!(render.contains("kind: ConfigMap"), "{render}");
     let xr = std::fs::read_to_string(suite.fx.path("xr-golden.yaml")).unwrap();

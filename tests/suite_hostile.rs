@@ -139,7 +139,7 @@ fn as_root_a_golden_file_or_report_committed_as_a_symlink_to_a_root_only_file_is
     assert_has(
         &all,
         &[
-            "[✓] full render: updated ",
+            "[w] full render: written ",
             &format!(
                 "[!] the XR: cannot write {0}: {0} is a symlink, and xfn follows none in a suite's files",
                 suite.fx.path("xr-golden.yaml").display()

@@ -1,8 +1,8 @@
 //! `xfn render XR COMPOSITION [FUNCTIONS]` and `xfn render OPERATION
 //! FUNCTIONS`: run a Composition's or an Operation's pipeline locally, like
 //! `crossplane composition render` and `crossplane operation render` but
-//! with no Docker engine. The work is done by `crate::compose::plan`; this
-//! module only maps flags onto it.
+//! with no Docker engine. The work is done by the composition core's plan
+//! (`crate::compose::RenderPlan`); this module only maps flags onto it.
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,12 +13,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::compose::plan::RenderPlan;
-use crate::compose::read::RenderInputs;
-use crate::compose::run::runtimes::kept::KeeperCommand;
-use crate::compose::run::runtimes::ContainerDefaults;
-use crate::compose::ComposeError;
-use crate::compose::OutputOptions;
+use crate::compose::{
+    ComposeError, ContainerDefaults, KeeperCommand, OutputOptions, RenderInputs, RenderPlan,
+};
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 
@@ -241,10 +238,12 @@ impl RenderArgs {
     }
 
     /// Whether this render runs containers, and so needs xfn's user
-    /// namespace (see [`RenderPlan::needs_containers`]). Unreadable inputs
-    /// answer false; the render then reports them, naming the file.
+    /// namespace (see [`RenderPlan::needs`]). Unreadable inputs answer
+    /// false; the render then reports them, naming the file.
     pub(crate) fn needs_containers(&self) -> bool {
-        self.plan().as_ref().is_ok_and(RenderPlan::needs_containers)
+        self.plan()
+            .as_ref()
+            .is_ok_and(|plan| plan.needs().containers)
     }
 }
 
@@ -372,16 +371,15 @@ pub(crate) async fn execute(
     };
     let timeout = args.timeout;
     let format = args.output;
-    let runner = if plan.needs_containers() {
+    let needs = plan.needs();
+    let runner = if needs.containers {
         let namespace = namespace.context("xfn did not enter its user namespace")?;
         let store = args.store_args().open_store(&global.registry)?;
         let options = crate::runner::RunnerOptions {
             // Warm containers only for what runs per call (Exec steps,
             // alpha steps): a render of Docker servers makes none.
-            warm_pool: (plan.per_call_containers() > 0).then(|| {
-                args.warm_pool
-                    .options_for_at_least(plan.per_call_containers())
-            }),
+            warm_pool: (needs.per_call > 0)
+                .then(|| args.warm_pool.options_for_at_least(needs.per_call)),
             ..args.runner.options()
         };
         Some(Arc::new(Runner::new(namespace, store, options)?))

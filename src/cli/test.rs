@@ -13,15 +13,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 
-use crate::compose::read::model::{Composition, RuntimeKind};
-use crate::compose::run::runtimes::ContainerDefaults;
+use crate::compose::{ContainerDefaults, Needs};
 use crate::image::PullPolicy;
 use crate::runner::{Namespace, Runner};
 use crate::suite::beneath::Beneath;
 use crate::suite::progress::Line;
 use crate::suite::report::{self, SuiteOutcome};
 use crate::suite::run::{Env, Options};
-use crate::suite::servers::Servers;
+use crate::suite::servers::SharedServers;
 use crate::suite::spec::{discover, Suite};
 use crate::suite::template::Vars;
 use crate::suite::writes::{Open, Opened};
@@ -102,7 +101,7 @@ pub(crate) struct Loaded {
     /// A path given that is not there (or unreadable).
     discovery: Option<SuiteError>,
     /// What the tests run in containers here.
-    containers: Containers,
+    containers: Needs,
     /// The JUnit report and golden files, opened before the namespace
     /// ([`Loaded::open_writes`]).
     writes: Opened,
@@ -133,7 +132,7 @@ impl Loaded {
             suites,
             repositories: repositories(args.config.as_deref()),
             discovery,
-            containers: Containers::default(),
+            containers: Needs::default(),
             writes: Opened::default(),
             junit: None,
         };
@@ -141,8 +140,8 @@ impl Loaded {
         loaded
     }
 
-    /// What the tests run in containers here (see [`Containers`]).
-    pub(crate) fn containers(&self) -> Containers {
+    /// What the tests run in containers here (see [`Loaded::read_containers`]).
+    pub(crate) fn containers(&self) -> Needs {
         self.containers
     }
 
@@ -154,7 +153,7 @@ impl Loaded {
     /// its own teardown). Each Functions and Composition file is read once;
     /// those that cannot be read yet (templated from other tests) are left
     /// to the test.
-    fn read_containers(&self) -> Containers {
+    fn read_containers(&self) -> Needs {
         let repositories = self.repositories.as_ref().ok();
         let vars = Vars {
             repositories,
@@ -177,32 +176,10 @@ impl Loaded {
                 }
             }
         }
-        let mut containers = Containers::default();
-        let mut exec = std::collections::BTreeSet::new();
-        for function in functions_files
-            .iter()
-            .filter_map(|f| crate::compose::read::files::read_functions(f, &[]).ok())
-            .flatten()
-        {
-            match function.runtime {
-                RuntimeKind::Exec => {
-                    containers.needed = true;
-                    exec.insert(format!("{function:?}"));
-                }
-                RuntimeKind::Docker => containers.needed = true,
-                RuntimeKind::Development { .. } => {}
-            }
-        }
-        let alpha = composition_files
-            .iter()
-            .filter_map(|c| crate::compose::read::files::read_one(c).ok())
-            .filter_map(|c| Composition::alpha_functions(&c))
-            .map(|steps| crate::compose::plan::alpha_containers(&steps))
-            .max()
-            .unwrap_or(0);
-        containers.needed |= alpha > 0;
-        containers.per_call = exec.len().max(alpha);
-        containers
+        Needs::of_files(
+            functions_files.iter().map(PathBuf::as_path),
+            composition_files.iter().map(PathBuf::as_path),
+        )
     }
 
     /// Whether the run goes on past reading: a path given is there, the
@@ -281,7 +258,7 @@ pub(crate) fn prepare(args: TestArgs) -> anyhow::Result<super::Prepared> {
         .range()
         .map(|(uid, _)| uid)
         .filter(|uid| *uid != nix::unistd::geteuid().as_raw());
-    let enters = loaded.containers().needed
+    let enters = loaded.containers().containers
         || (mapped.is_some() && loaded.runnable() && loaded.hooks(args.run.as_ref()));
     loaded.open_writes(&args, mapped.filter(|_| enters));
     let namespace = if enters {
@@ -290,15 +267,6 @@ pub(crate) fn prepare(args: TestArgs) -> anyhow::Result<super::Prepared> {
         None
     };
     Ok(super::Prepared::Test(args, loaded, namespace))
-}
-
-/// What a run's tests run in containers here ([`Loaded::containers`]).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Containers {
-    /// Whether any test runs a container here.
-    pub(crate) needed: bool,
-    /// Most containers one call makes, each made ahead in the warm pool.
-    pub(crate) per_call: usize,
 }
 
 /// The `repositories:` of xprin's configuration file.
@@ -313,7 +281,7 @@ fn repositories(config: Option<&Path>) -> Result<BTreeMap<String, String>, Suite
         path: path.clone(),
         message,
     };
-    let object = crate::compose::read::files::read_objects(&path)
+    let object = crate::compose::read_objects(&path)
         .map_err(|e| invalid(crate::chain::Chain(&e).to_string()))?;
     let Some(config) = object.first() else {
         return Ok(BTreeMap::new());
@@ -359,7 +327,7 @@ pub(crate) async fn execute(
         _ => None,
     };
     // The namespace may be entered for hooks alone (see `prepare`).
-    let runner = match namespace.filter(|_| containers.needed) {
+    let runner = match namespace.filter(|_| containers.containers) {
         Some(namespace) => {
             let store = args.store.open_store(&global.registry)?;
             // Warm containers only for calls that make one (Exec Functions,
@@ -380,7 +348,7 @@ pub(crate) async fn execute(
         keeper: None,
         development_wait: args.development_wait,
     };
-    let servers = Servers::new(runner.clone(), defaults);
+    let servers = SharedServers::new(runner.clone(), defaults);
     let options = Options {
         update: args.update,
         hook_timeout: args.hook_timeout,

@@ -20,6 +20,12 @@
 //! options. [`value`] (JSON helpers) sits under all four. No CLI lives
 //! here, nor any flag syntax: `src/cli/render.rs` (and `cli/map_flag.rs`)
 //! map flags onto [`read::RenderInputs`].
+//!
+//! The front door: callers outside (`xfn render`, `xfn test`) name only
+//! what is re-exported here, `crate::compose::{…}`, never a stage's module:
+//! the plan ([`RenderPlan`]: read, needs, render), the function callers a
+//! caller may share between renders, and the YAML files and streams of
+//! the read and print stages.
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -30,7 +36,15 @@ pub(crate) mod plan;
 pub(crate) mod print;
 pub(crate) mod read;
 pub(crate) mod run;
-pub(crate) mod value;
+
+pub(crate) use plan::{CallerMap, Needs, RenderPlan};
+pub(crate) use print::output::to_yaml_stream;
+pub(crate) use read::files::{parse_stream, read_objects, read_one};
+pub(crate) use read::model::Function;
+pub(crate) use read::RenderInputs;
+pub(crate) use run::runtimes::kept::KeeperCommand;
+pub(crate) use run::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
+pub(crate) use run::v1::FunctionCaller;
 
 /// What to print besides the XR and the composed resources.
 #[derive(Debug, Clone, Copy, Default)]
@@ -135,6 +149,15 @@ pub(crate) enum ComposeError {
         composes: String,
         /// The XR's type.
         xr: String,
+    },
+    /// A mode Pipeline Composition is given no Functions (`xfn test` says
+    /// which input is missing instead).
+    #[error(
+        "{path}: a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)"
+    )]
+    NoFunctions {
+        /// The Composition file.
+        path: PathBuf,
     },
     /// A pipeline step names a Function not given.
     #[error("pipeline step {step:?} references unknown Function {function:?} (known: {known})")]
@@ -259,11 +282,11 @@ impl ComposeError {
             return self;
         }
         let field = |name: &str| {
-            value::get_str(object, &[name])
+            crate::value::get_str(object, &[name])
                 .unwrap_or_default()
                 .to_string()
         };
-        let name = value::get_str(object, &["metadata", "name"]).unwrap_or_default();
+        let name = crate::value::get_str(object, &["metadata", "name"]).unwrap_or_default();
         ComposeError::InDocument {
             path: path.to_path_buf(),
             index: index + 1,

@@ -1,13 +1,16 @@
-//! A render, decided before anything runs. [`RenderPlan::read`] takes
-//! every input from the read stage ([`crate::compose::read`]) and knows from them
-//! which runtimes the render needs: [`RenderPlan::needs_containers`] says
-//! whether the namespace must be entered at all. [`RenderPlan::run`] then
-//! starts (or reuses) every function server a step uses, runs the pipeline
-//! (nested XRs after the XR that composed them) and stops the servers it
-//! started, whatever the outcome; [`Rendered`] prints it. Composition and
-//! operation renders are the same plan with a different subject.
+//! A render, decided before anything runs: the composition core's front
+//! door. [`RenderPlan::read`] reads every input once, through the read
+//! stage ([`crate::compose::read`]), and holds the `Read` it made whole;
+//! [`RenderPlan::needs`] says from it what the render needs of the machine
+//! (whether the namespace must be entered at all, how many warm
+//! containers); [`RenderPlan::render`] then starts (or reuses) every
+//! function server a step uses, runs the pipeline (nested XRs after the XR
+//! that composed them) and stops the servers it started, whatever the
+//! outcome ([`RenderPlan::render_over`]: over servers the caller keeps);
+//! [`Rendered`] prints it. Composition and operation renders are the same
+//! plan with a different subject.
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -23,33 +26,75 @@ use crate::compose::run::alpha::{run_alpha, ContainerConfig};
 use crate::compose::run::runtimes::kept::{self, KeeperCommand, KeptStart};
 use crate::compose::run::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
 use crate::compose::run::v1::V1Pipeline;
-use crate::compose::value::get_str;
-use crate::compose::OutputOptions;
 use crate::compose::{ComposeError, Observed};
 use crate::image::PullPolicy;
 use crate::runner::Runner;
+use crate::value::get_str;
 
 /// How deep nested XRs are rendered: a Composition that composes its own
 /// type (directly or through others) stops here with an error.
 pub(crate) const MAX_NESTING: usize = 8;
 
-/// A render with every input read and checked.
+/// A render with every input read and checked: the [`Read`] it came
+/// from, whole (each input file read once), and the kept servers got
+/// ready for it.
 #[derive(Debug)]
 pub(crate) struct RenderPlan {
-    subject: Subject,
-    /// The Functions a step uses.
-    functions: Vec<Function>,
-    required: Vec<Value>,
-    schemas: Vec<Value>,
-    credentials: Vec<Value>,
-    context: Option<Value>,
-    output: OutputOptions,
-    /// How many times at most an XR is rendered (`--iterations`).
-    iterations: u32,
-    /// `--nested-composition`s: (file, Composition object, its steps).
-    nested: Vec<(PathBuf, Value, Vec<PipelineStep>)>,
+    read: Read,
     /// Kept servers got ready by [`RenderPlan::start_kept`], by Function.
     kept: std::sync::Mutex<HashMap<String, KeptStart>>,
+}
+
+/// What a render needs of the machine before it starts: whether it runs
+/// containers here (and so xfn's user namespace), and how many one call
+/// makes at most (each made ahead in the runner's warm pool).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Needs {
+    /// Whether a Function (Exec, Docker not kept) or an alpha step no
+    /// daemon runs is run in a container here.
+    pub(crate) containers: bool,
+    /// Most containers one call makes in-process (Exec Functions, alpha
+    /// steps no daemon runs).
+    pub(crate) per_call: usize,
+}
+
+impl Needs {
+    /// What renders of `functions` (Functions files, each read once) and
+    /// `compositions` (Composition files) need together: `xfn test`'s
+    /// run, before any test is read. Files that cannot be read yet
+    /// (templated from other tests) are skipped: their test reads them.
+    pub(crate) fn of_files<'a>(
+        functions: impl IntoIterator<Item = &'a Path>,
+        compositions: impl IntoIterator<Item = &'a Path>,
+    ) -> Self {
+        let mut needs = Needs::default();
+        let mut exec = std::collections::BTreeSet::new();
+        for function in functions
+            .into_iter()
+            .filter_map(|f| crate::compose::read::files::read_functions(f, &[]).ok())
+            .flatten()
+        {
+            match function.runtime {
+                RuntimeKind::Exec => {
+                    needs.containers = true;
+                    // Function's Debug is every setting that makes its container.
+                    exec.insert(format!("{function:?}"));
+                }
+                RuntimeKind::Docker => needs.containers = true,
+                RuntimeKind::Development { .. } => {}
+            }
+        }
+        let alpha = compositions
+            .into_iter()
+            .filter_map(|c| crate::compose::read::files::read_one(c).ok())
+            .filter_map(|c| Composition::alpha_functions(&c))
+            .map(|steps| alpha_containers(&steps))
+            .max()
+            .unwrap_or(0);
+        needs.containers |= alpha > 0;
+        needs.per_call = exec.len().max(alpha);
+        needs
+    }
 }
 
 /// What a render printed, and whether a Fatal result cut it short.
@@ -87,61 +132,42 @@ impl Rendered {
 }
 
 impl RenderPlan {
-    /// Reads and checks every input ([`crate::compose::read`]).
+    /// Reads and checks every input ([`crate::compose::read`]), each
+    /// file once.
     pub(crate) fn read(inputs: &RenderInputs) -> Result<Self, ComposeError> {
-        let Read {
-            subject,
-            functions,
-            required,
-            schemas,
-            credentials,
-            context,
-            output,
-            iterations,
-            nested,
-        } = Read::from_inputs(inputs)?;
         Ok(Self {
-            subject,
-            functions,
-            required,
-            schemas,
-            credentials,
-            context,
-            output,
-            iterations,
-            nested,
+            read: Read::from_inputs(inputs)?,
             kept: Default::default(),
         })
     }
 
-    /// Whether the render runs containers (Functions of the Docker or Exec
-    /// runtime, alpha steps whose runner daemon does not answer), and so
-    /// needs xfn's user namespace. A render of Development Functions (or
-    /// of alpha steps that all go to a daemon, which must see xfn's own
-    /// uid) does not, and works wherever a namespace cannot be entered.
-    pub(crate) fn needs_containers(&self) -> bool {
-        match &self.subject {
-            Subject::Alpha { functions, .. } => alpha_containers(functions) > 0,
-            // A kept server runs in its keeper's namespace, not the render's.
-            _ => self.functions.iter().any(|f| match f.runtime {
-                RuntimeKind::Exec => true,
-                RuntimeKind::Docker => f.keep.is_none(),
-                RuntimeKind::Development { .. } => false,
-            }),
-        }
-    }
-
-    /// How many containers the render runs per call in-process (Exec
-    /// Functions, alpha steps no daemon runs): each is made ahead in the
-    /// runner's warm pool, which should hold them all.
-    pub(crate) fn per_call_containers(&self) -> usize {
-        match &self.subject {
-            Subject::Alpha { functions, .. } => alpha_containers(functions),
-            _ => self
-                .functions
-                .iter()
-                .filter(|f| matches!(f.runtime, RuntimeKind::Exec))
-                .count(),
+    /// What the render needs before it starts (see [`Needs`]). A render
+    /// of Development Functions (or of alpha steps that all go to a
+    /// daemon, which must see xfn's own uid) runs no container, and works
+    /// wherever a namespace cannot be entered; a kept server runs in its
+    /// keeper's namespace, not the render's.
+    pub(crate) fn needs(&self) -> Needs {
+        match &self.read.subject {
+            Subject::Alpha { functions, .. } => {
+                let per_call = alpha_containers(functions);
+                Needs {
+                    containers: per_call > 0,
+                    per_call,
+                }
+            }
+            _ => Needs {
+                containers: self.read.functions.iter().any(|f| match f.runtime {
+                    RuntimeKind::Exec => true,
+                    RuntimeKind::Docker => f.keep.is_none(),
+                    RuntimeKind::Development { .. } => false,
+                }),
+                per_call: self
+                    .read
+                    .functions
+                    .iter()
+                    .filter(|f| matches!(f.runtime, RuntimeKind::Exec))
+                    .count(),
+            },
         }
     }
 
@@ -156,7 +182,7 @@ impl RenderPlan {
     ) -> Result<(), ComposeError> {
         // Two Functions keeping one server would each lock and start it.
         let mut names: HashMap<&str, &str> = HashMap::new();
-        for function in self.functions.iter() {
+        for function in self.read.functions.iter() {
             let (Some(name), RuntimeKind::Docker) = (&function.keep, &function.runtime) else {
                 continue;
             };
@@ -170,7 +196,7 @@ impl RenderPlan {
                 });
             }
         }
-        for function in self.functions.iter().filter(|f| f.keep.is_some()) {
+        for function in self.read.functions.iter().filter(|f| f.keep.is_some()) {
             if !matches!(function.runtime, RuntimeKind::Docker) {
                 continue;
             }
@@ -195,7 +221,7 @@ impl RenderPlan {
 
     /// The Functions a step uses.
     pub(crate) fn functions(&self) -> &[Function] {
-        &self.functions
+        &self.read.functions
     }
 
     /// Renders over `callers` someone else started and stops (`xfn test`:
@@ -208,7 +234,7 @@ impl RenderPlan {
         callers: &CallerMap,
         alpha: &ContainerSteps,
     ) -> Result<Rendered, ComposeError> {
-        if let Subject::Alpha { .. } = &self.subject {
+        if let Subject::Alpha { .. } = &self.read.subject {
             return self.render_alpha(alpha).await;
         }
         self.render_all(callers).await
@@ -220,7 +246,7 @@ impl RenderPlan {
             xr,
             functions,
             observed,
-        } = &self.subject
+        } = &self.read.subject
         else {
             unreachable!("called for alpha Compositions only")
         };
@@ -229,8 +255,11 @@ impl RenderPlan {
             resources: observed.clone(),
         };
         let outcome = run_alpha(functions, steps, &observed).await?;
-        let objects =
-            crate::compose::run::alpha::output::alpha_objects(&observed, &outcome, self.output);
+        let objects = crate::compose::run::alpha::output::alpha_objects(
+            &observed,
+            &outcome,
+            self.read.output,
+        );
         Ok(Rendered {
             renders: vec![objects],
             fatal: None,
@@ -245,7 +274,7 @@ impl RenderPlan {
         runner: Option<Arc<Runner>>,
         defaults: ContainerDefaults,
     ) -> Result<Rendered, ComposeError> {
-        if let Subject::Alpha { .. } = &self.subject {
+        if let Subject::Alpha { .. } = &self.read.subject {
             return self
                 .render_alpha(&ContainerSteps { runner, defaults })
                 .await;
@@ -255,7 +284,7 @@ impl RenderPlan {
             .lock()
             .map(|mut k| std::mem::take(&mut *k))
             .unwrap_or_default();
-        let callers = Callers::new(&self.functions, runner.as_ref(), &defaults, kept)?;
+        let callers = Callers::new(&self.read.functions, runner.as_ref(), &defaults, kept)?;
         // Every server starts once, before the first XR, and serves them all.
         callers.around(self.render_all(callers.map())).await
     }
@@ -271,11 +300,11 @@ impl RenderPlan {
                 )
             })
         };
-        let xrs = match &self.subject {
+        let xrs = match &self.read.subject {
             Subject::Operation(operation) => {
                 let outcome = self.pipeline(&operation.steps, callers, None).await?;
                 return Ok(Rendered {
-                    renders: vec![operation.objects(&outcome, self.output)],
+                    renders: vec![operation.objects(&outcome, self.read.output)],
                     fatal: fatal_message(&outcome),
                 });
             }
@@ -333,6 +362,7 @@ impl RenderPlan {
                 get_str(object, &["kind"]).unwrap_or_default(),
             );
             let Some((path, composition, _)) = self
+                .read
                 .nested
                 .iter()
                 .find(|(_, c, _)| Composition::composite_type(c) == kind)
@@ -366,10 +396,10 @@ impl RenderPlan {
             steps,
             callers,
             observed,
-            required: &self.required,
-            schemas: &self.schemas,
-            credentials: &self.credentials,
-            context: self.context.clone(),
+            required: &self.read.required,
+            schemas: &self.read.schemas,
+            credentials: &self.read.credentials,
+            context: self.read.context.clone(),
         }
         .run_steps()
         .await
@@ -389,12 +419,12 @@ impl RenderPlan {
         mut observed: Observed,
     ) -> Result<(crate::compose::Outcome, Observed), ComposeError> {
         let mut previous: Option<Vec<Value>> = None;
-        for round in 1..=self.iterations {
+        for round in 1..=self.read.iterations {
             let outcome = self.pipeline(steps, callers, Some(&observed)).await?;
-            if self.iterations == 1 {
+            if self.read.iterations == 1 {
                 return Ok((outcome, observed));
             }
-            let again = round < self.iterations && outcome.fatal.is_none();
+            let again = round < self.read.iterations && outcome.fatal.is_none();
             let objects = self.composite_objects(xr, &outcome, &observed)?;
             if previous.as_ref() == Some(&objects) {
                 tracing::info!(renders = round, "the output is stable");
@@ -431,7 +461,7 @@ impl RenderPlan {
             composition: (&xr.composition.name, xr.composition.revision.as_deref()),
             observed,
             outcome,
-            options: self.output,
+            options: self.read.output,
         }
         .objects()
     }
@@ -460,7 +490,7 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
         let status = without_status
             .as_object_mut()
             .and_then(|o| o.remove("status"));
-        crate::compose::value::merge(&mut composite, &without_status);
+        crate::value::merge(&mut composite, &without_status);
         if let (Some(object), Some(status)) = (composite.as_object_mut(), status) {
             object.insert("status".into(), status);
         }

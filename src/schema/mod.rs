@@ -30,7 +30,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::compose::value::get_str;
+use crate::value::get_str;
 
 /// One error of the walk.
 #[derive(Debug, Clone, PartialEq, Eq)]

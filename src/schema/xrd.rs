@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::compose::read::xrd::Xrd;
-use crate::compose::value::get_str;
+use crate::value::get_str;
 
 /// `(kind, version, schema, served)` of the XR and, when offered, the claim.
 pub(super) fn schemas(xrd: &Xrd) -> Vec<(String, String, Value, bool)> {

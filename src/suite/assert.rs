@@ -12,12 +12,15 @@ use serde_json::Value;
 use super::beneath::{Beneath, BeneathError};
 use super::spec::{GoldenAssertion, XprinAssertion};
 
-/// How a check ended ([✓], [x], [!] as xprin prints them).
+/// How a check ended ([✓], [x], [!] as xprin prints them; [w] xfn's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     Pass,
     Fail,
     Error,
+    /// `--update` wrote the golden file: nothing was compared, so the
+    /// check neither passed nor failed.
+    Written,
 }
 
 impl Status {
@@ -26,6 +29,7 @@ impl Status {
             Status::Pass => "[✓]",
             Status::Fail => "[x]",
             Status::Error => "[!]",
+            Status::Written => "[w]",
         }
     }
 }
@@ -302,9 +306,9 @@ pub(crate) fn golden(
     if let Some(writes) = update {
         return match writes.write(expected, actual) {
             Ok(()) => Check::new(
-                Status::Pass,
+                Status::Written,
                 name,
-                format!("updated {}", expected.path().display()),
+                format!("written {}", expected.path().display()),
             ),
             Err(e) => Check::new(Status::Error, name, crate::chain::Chain(&e).to_string()),
         };
@@ -352,7 +356,7 @@ pub(crate) fn golden(
         }
         Golden::Dyff => {
             let parse = |what: &str, text: &str| {
-                crate::compose::read::files::parse_stream(Path::new(what), text)
+                crate::compose::parse_stream(Path::new(what), text)
                     .map_err(|e| crate::chain::Chain(&e).to_string())
             };
             let (want, got) = match (

@@ -1,7 +1,7 @@
 //! `xfn test`: Composition test suites in xprin's format, run in one
 //! process. Each test renders in-process through the composition core
-//! (`crate::compose::plan`, the path `xfn render` takes), over function
-//! servers [`servers::Servers`] starts once for every test that uses the
+//! (`crate::compose::RenderPlan`, the path `xfn render` takes), over function
+//! servers [`servers::SharedServers`] starts once for every test that uses the
 //! same Function; tests run concurrently, at most `-p N` at a time.
 //!
 //! - [`spec`]: suite files found, read and merged with `common`;
@@ -17,7 +17,7 @@
 //!   those a path beneath its root, opened following no symlink.
 //!
 //! Invariant: a check that did not run never reads as passed. Validation
-//! against CRDs is a seam ([`Validator`]): `crate::schema`'s in `xfn test`,
+//! against CRDs is a seam ([`Validate`]): `crate::schema::Validator` in `xfn test`,
 //! fakes in unit tests.
 use std::path::PathBuf;
 
@@ -34,12 +34,12 @@ pub(crate) mod writes;
 
 /// Validates rendered objects against CRDs and XRDs (`crds:` inputs):
 /// each error names the resource, the field path and the rule.
-pub(crate) trait Validator {
+pub(crate) trait Validate {
     /// The errors of `rendered` against `crds`; none when valid.
     fn validate(&self, crds: &[serde_json::Value], rendered: &[serde_json::Value]) -> Vec<String>;
 }
 
-impl Validator for crate::schema::Validator {
+impl Validate for crate::schema::Validator {
     fn validate(&self, crds: &[serde_json::Value], rendered: &[serde_json::Value]) -> Vec<String> {
         crate::schema::Validator::validate(self, crds, rendered)
     }

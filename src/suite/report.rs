@@ -3,6 +3,10 @@
 //! for every test with its checks; without `-v` only failing tests are
 //! shown, with the checks that did not pass (a golden file's diff
 //! included). `--junit FILE` writes one `<testsuite>` per suite file.
+//!
+//! A test whose golden files `--update` wrote, and that failed nothing
+//! else, is written, not passed (nothing was compared): `--- SKIP` with
+//! its `[w]` checks, a skipped `<testcase>` in JUnit; it fails no suite.
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,10 +24,11 @@ pub(crate) struct SuiteOutcome {
 }
 
 impl SuiteOutcome {
+    /// It ran and no test failed (a written one did not).
     pub(crate) fn passed(&self) -> bool {
         self.tests
             .as_ref()
-            .is_ok_and(|t| t.iter().all(TestOutcome::passed))
+            .is_ok_and(|t| !t.iter().any(TestOutcome::failed))
     }
 }
 
@@ -51,12 +56,16 @@ pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
         }
     };
     for test in tests {
-        let passed = test.passed();
+        let failed = test.failed();
         if verbose {
             let _ = writeln!(out, "=== RUN   {}", test.name);
         }
-        if verbose || !passed {
-            let word = if passed { "PASS" } else { "FAIL" };
+        if verbose || failed {
+            let word = match (failed, test.passed()) {
+                (true, _) => "FAIL",
+                (false, true) => "PASS",
+                (false, false) => "SKIP",
+            };
             let _ = writeln!(
                 out,
                 "--- {word}: {} ({})",
@@ -115,43 +124,7 @@ pub(crate) fn junit(suites: &[SuiteOutcome]) -> Result<String, quick_junit::Seri
             }
             Ok(tests) => {
                 for test in tests {
-                    let status = if test.passed() {
-                        TestCaseStatus::success()
-                    } else {
-                        let failing: Vec<_> = test
-                            .checks
-                            .iter()
-                            .filter(|c| c.status != Status::Pass)
-                            .collect();
-                        let kind = if failing.iter().any(|c| c.status == Status::Fail) {
-                            NonSuccessKind::Failure
-                        } else {
-                            NonSuccessKind::Error
-                        };
-                        let mut status = TestCaseStatus::non_success(kind);
-                        if let Some(first) = failing.first() {
-                            status.set_message(format!(
-                                "{}: {}",
-                                first.name,
-                                first.message.lines().next().unwrap_or("")
-                            ));
-                        }
-                        let mut description = String::new();
-                        for c in &failing {
-                            let _ = writeln!(
-                                description,
-                                "{} {}: {}",
-                                c.status.symbol(),
-                                c.name,
-                                c.message
-                            );
-                            if let Some(detail) = &c.detail {
-                                description.push_str(&indent(detail, "    "));
-                            }
-                        }
-                        status.set_description(description);
-                        status
-                    };
+                    let status = junit_status(test);
                     let mut case = TestCase::new(test.name.clone(), status);
                     case.set_classname(path.clone());
                     case.set_time(test.duration);
@@ -163,4 +136,51 @@ pub(crate) fn junit(suites: &[SuiteOutcome]) -> Result<String, quick_junit::Seri
         report.add_test_suite(junit_suite);
     }
     report.to_string()
+}
+
+/// A test's JUnit status: success when every check passed; skipped when
+/// `--update` wrote its golden files and nothing failed; else a failure
+/// (a check failed) or an error (one could not run), with the checks that
+/// did not pass.
+fn junit_status(test: &TestOutcome) -> quick_junit::TestCaseStatus {
+    use quick_junit::{NonSuccessKind, TestCaseStatus};
+    if test.passed() {
+        return TestCaseStatus::success();
+    }
+    let failed = test.failed();
+    let listed: Vec<_> = test
+        .checks
+        .iter()
+        .filter(|c| c.status != Status::Pass)
+        .filter(|c| !failed || c.status != Status::Written)
+        .collect();
+    let mut status = if !failed {
+        TestCaseStatus::skipped()
+    } else if listed.iter().any(|c| c.status == Status::Fail) {
+        TestCaseStatus::non_success(NonSuccessKind::Failure)
+    } else {
+        TestCaseStatus::non_success(NonSuccessKind::Error)
+    };
+    if let Some(first) = listed.first() {
+        status.set_message(format!(
+            "{}: {}",
+            first.name,
+            first.message.lines().next().unwrap_or("")
+        ));
+    }
+    let mut description = String::new();
+    for c in &listed {
+        let _ = writeln!(
+            description,
+            "{} {}: {}",
+            c.status.symbol(),
+            c.name,
+            c.message
+        );
+        if let Some(detail) = &c.detail {
+            description.push_str(&indent(detail, "    "));
+        }
+    }
+    status.set_description(description);
+    status
 }

@@ -13,13 +13,12 @@ use serde_json::{json, Value};
 
 use super::assert::{self, Check, Golden, Status};
 use super::hooks::{self, HookEnd};
-use super::servers::Servers;
+use super::servers::SharedServers;
 use super::spec::{Hook, Suite, TestCase};
 use super::template::{Outputs, Vars};
-use super::Validator;
-use crate::compose::plan::RenderPlan;
-use crate::compose::read::RenderInputs;
-use crate::compose::OutputOptions;
+use super::Validate;
+use crate::compose::{read_objects, read_one, to_yaml_stream};
+use crate::compose::{OutputOptions, RenderInputs, RenderPlan};
 
 /// How tests run.
 #[derive(Debug, Clone)]
@@ -43,8 +42,8 @@ pub(crate) struct Options {
 /// What every test shares.
 pub(crate) struct Env<'a> {
     pub(crate) options: &'a Options,
-    pub(crate) servers: &'a Servers,
-    pub(crate) validator: &'a dyn Validator,
+    pub(crate) servers: &'a SharedServers,
+    pub(crate) validator: &'a dyn Validate,
     pub(crate) limit: &'a tokio::sync::Semaphore,
     /// The progress line on a terminal (or nothing).
     pub(crate) line: &'a super::progress::Line,
@@ -64,8 +63,17 @@ pub(crate) struct TestOutcome {
 }
 
 impl TestOutcome {
+    /// Every check ran and passed.
     pub(crate) fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.status == Status::Pass)
+    }
+
+    /// A check failed or could not run. A golden file `--update` wrote is
+    /// neither passed nor failed: a test with one is written.
+    pub(crate) fn failed(&self) -> bool {
+        self.checks
+            .iter()
+            .any(|c| matches!(c.status, Status::Fail | Status::Error))
     }
 }
 
@@ -103,7 +111,7 @@ pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOu
             if let (Some(id), Some(outputs)) = (&test.id, outputs) {
                 done.insert(id.clone(), outputs);
             }
-            env.line.test_done(outcome.passed());
+            env.line.test_done(!outcome.failed());
             outcomes.push(outcome);
         }
     } else {
@@ -114,7 +122,7 @@ pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOu
             async move {
                 let _permit = env.limit.acquire().await;
                 let outcome = run_test(suite, test, dir, done, env).await.0;
-                env.line.test_done(outcome.passed());
+                env.line.test_done(!outcome.failed());
                 outcome
             }
         });
@@ -137,6 +145,77 @@ fn needs_dir(test: &TestCase, options: &Options) -> bool {
         || test.patches.connection_secret == Some(true)
 }
 
+/// Why a phase of a test stopped it, or why one of its checks could not
+/// run: the variant is the phase, what failed beneath is its [`Cause`]
+/// (kept typed); the report's line is the chain, made at the edge
+/// ([`Progress::error`]), never here.
+#[derive(Debug, thiserror::Error)]
+enum PhaseError {
+    /// An input missing, given twice, not expanding, not there or not
+    /// copied; the test's directory not made.
+    #[error(transparent)]
+    Setup(Cause),
+    /// The connection-secret patch of the XR's copy.
+    #[error(transparent)]
+    Patch(Cause),
+    /// Reading the plan, the Functions' servers, the render itself, its
+    /// outputs written.
+    #[error(transparent)]
+    Render(Cause),
+    /// The CRDs read for validation.
+    #[error(transparent)]
+    Validate(Cause),
+    /// A golden assertion's file or resource.
+    #[error(transparent)]
+    Assert(Cause),
+    /// A hook's command not expanding, or not run.
+    #[error(transparent)]
+    Hook(Cause),
+}
+
+/// What failed beneath a [`PhaseError`].
+#[derive(Debug, thiserror::Error)]
+enum Cause {
+    /// Said in words (a missing input, a template, a Function's server).
+    #[error("{0}")]
+    Said(String),
+    /// A file or directory of the test's.
+    #[error("{what}")]
+    Io {
+        /// What was being done, on what (`cannot write /x`).
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The composition core: reading inputs, rendering, YAML.
+    #[error(transparent)]
+    Compose(#[from] crate::compose::ComposeError),
+}
+
+impl PhaseError {
+    /// The phase's name, as its check is named.
+    fn phase(&self) -> &'static str {
+        match self {
+            PhaseError::Setup(_) => "setup",
+            PhaseError::Patch(_) => "patch",
+            PhaseError::Render(_) => "render",
+            PhaseError::Validate(_) => "validate",
+            PhaseError::Assert(_) => "assert",
+            PhaseError::Hook(_) => "hook",
+        }
+    }
+}
+
+/// Words as a [`Cause`].
+fn said(message: impl Into<String>) -> Cause {
+    Cause::Said(message.into())
+}
+
+/// An I/O failure `what` (`cannot write /x`) as a [`Cause`].
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Cause {
+    move |source| Cause::Io { what, source }
+}
+
 /// A test's run so far.
 struct Progress {
     checks: Vec<Check>,
@@ -145,6 +224,15 @@ struct Progress {
 impl Progress {
     fn push(&mut self, status: Status, name: &str, message: impl Into<String>) {
         self.checks.push(Check::new(status, name, message));
+    }
+
+    /// `error` as its phase's check, in error.
+    fn error(&mut self, error: &PhaseError) {
+        self.push(
+            Status::Error,
+            error.phase(),
+            crate::chain::Chain(error).to_string(),
+        );
     }
 }
 
@@ -170,9 +258,270 @@ async fn run_test(
     (outcome, outputs)
 }
 
+/// The phases of one test, in order; its outputs when it rendered. A
+/// failed setup, pre-test hook, patch or render stops the test; every
+/// validation and assertion runs.
+async fn phases(
+    suite: &Suite,
+    test: &TestCase,
+    dir: Option<&Path>,
+    done: &HashMap<String, Outputs>,
+    env: &Env<'_>,
+    progress: &mut Progress,
+) -> Option<Outputs> {
+    let base_vars = Vars {
+        repositories: Some(&env.options.repositories),
+        tests: Some(done),
+        ..Default::default()
+    };
+    // Without a directory (see `needs_dir`) nothing is copied or written.
+    let dirs = match dir.map(TestDir::make).transpose() {
+        Ok(dirs) => dirs,
+        Err(e) => {
+            progress.error(&e);
+            return None;
+        }
+    };
+    let setup = match setup(suite, test, dirs.as_ref(), &base_vars, env.options.full_xr) {
+        Ok(setup) => setup,
+        Err(errors) => {
+            errors.iter().for_each(|e| progress.error(e));
+            return None;
+        }
+    };
+    let vars = Vars {
+        inputs: Some(&setup.names),
+        ..base_vars
+    };
+    if let Some(dir) = dir {
+        if !run_hooks("pre-test", &test.hooks.pre_test, &vars, dir, env, progress).await {
+            return None;
+        }
+    }
+    // Patches: XRD defaults are applied by the render (its --xrd).
+    if test.patches.connection_secret == Some(true) {
+        let inputs = &setup.inputs;
+        if let Err(e) = patch_connection_secret(&inputs.xr_or_operation, test, inputs.claim) {
+            progress.error(&e);
+            return None;
+        }
+    }
+    let outputs_dir = dirs.as_ref().map(|d| d.outputs.as_path());
+    let rendered = match render(&setup, env).await {
+        Ok((objects, full)) => write_outputs(outputs_dir, &objects, &full)
+            .map(|outputs| (objects, full, outputs))
+            .map_err(PhaseError::Render),
+        Err(e) => Err(e),
+    };
+    let (objects, full, mut outputs) = match rendered {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            progress.error(&e);
+            return None;
+        }
+    };
+    progress.push(
+        Status::Pass,
+        "render",
+        format!("{} resources", objects.len()),
+    );
+    if !setup.crds.is_empty() {
+        let checks = validate(env.validator, &setup.crds, &objects);
+        outputs.validate = record(outputs_dir, "validate.txt", &checks, |c| {
+            format!("{} {}\n", c.status.symbol(), c.message)
+        });
+        progress.checks.extend(checks);
+    }
+    let checks = assertions(suite, test, &base_vars, &full, &objects, env);
+    if !checks.is_empty() {
+        outputs.assertions = record(outputs_dir, "assertions.txt", &checks, |c| {
+            format!("{} {}: {}\n", c.status.symbol(), c.name, c.message)
+        });
+    }
+    progress.checks.extend(checks);
+    let vars = Vars {
+        outputs: Some(&outputs),
+        ..vars
+    };
+    if let Some(dir) = dir {
+        run_hooks(
+            "post-test",
+            &test.hooks.post_test,
+            &vars,
+            dir,
+            env,
+            progress,
+        )
+        .await;
+    }
+    Some(outputs)
+}
+
+/// A test's own directory: `inputs/` (copies hooks may change) and
+/// `outputs/` (`rendered/` beneath).
+struct TestDir {
+    inputs: PathBuf,
+    outputs: PathBuf,
+}
+
+impl TestDir {
+    fn make(dir: &Path) -> Result<Self, PhaseError> {
+        let this = Self {
+            inputs: dir.join("inputs"),
+            outputs: dir.join("outputs"),
+        };
+        std::fs::create_dir_all(&this.inputs)
+            .and_then(|()| std::fs::create_dir_all(this.outputs.join("rendered")))
+            .map_err(io(format!(
+                "cannot make the test's directory {}",
+                dir.display()
+            )))
+            .map_err(PhaseError::Setup)?;
+        Ok(this)
+    }
+}
+
+/// What setup made of a test's inputs.
+struct Setup {
+    /// The render's inputs (copies in the test's directory, if it has one).
+    inputs: RenderInputs,
+    /// Whether the test gives Functions (an alpha Composition needs none:
+    /// the render says whether its Composition does).
+    functions: bool,
+    /// `{{ .Inputs.* }}`: every input's path.
+    names: BTreeMap<String, String>,
+    /// `crds:`, for validation.
+    crds: Vec<PathBuf>,
+}
+
+/// Setup: every input expanded, checked and (with a directory) copied;
+/// every problem found, not only the first.
+fn setup(
+    suite: &Suite,
+    test: &TestCase,
+    dirs: Option<&TestDir>,
+    vars: &Vars<'_>,
+    full_xr: bool,
+) -> Result<Setup, Vec<PhaseError>> {
+    let i = &test.inputs;
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut errors = Vec::new();
+    let mut input = |label: &str, key: &str, raw: Option<&String>, required: bool| {
+        let Some(raw) = raw else {
+            if required {
+                errors.push(PhaseError::Setup(said(format!(
+                    "inputs.{label} is required (in the test or in common)"
+                ))));
+            }
+            return None;
+        };
+        let resolved = resolve(&suite.path, vars, &format!("inputs.{label}"), raw);
+        let copied = match dirs {
+            Some(dirs) => resolved.and_then(|p| copy_input(&p, &dirs.inputs, label)),
+            None => resolved,
+        };
+        match copied {
+            Ok(path) => {
+                names.insert(key.to_string(), path.display().to_string());
+                Some(path)
+            }
+            Err(e) => {
+                errors.push(PhaseError::Setup(e));
+                None
+            }
+        }
+    };
+    let (xr, claim) = match (&i.xr, &i.claim) {
+        (Some(_), Some(_)) => (None, None),
+        (xr, claim) => (
+            input("xr", "XR", xr.as_ref(), false),
+            input("claim", "Claim", claim.as_ref(), false),
+        ),
+    };
+    let composition = input("composition", "Composition", i.composition.as_ref(), true);
+    // Required unless the Composition is an alpha one (the render reads it).
+    let functions = input("functions", "Functions", i.functions.as_ref(), false);
+    let optional = [
+        (
+            "observed-resources",
+            "ObservedResources",
+            &i.observed_resources,
+        ),
+        ("extra-resources", "ExtraResources", &i.extra_resources),
+        (
+            "function-credentials",
+            "FunctionCredentials",
+            &i.function_credentials,
+        ),
+        ("xrd", "XRD", &test.patches.xrd),
+    ];
+    let [observed, extra, credentials, xrd] =
+        optional.map(|(label, key, raw)| input(label, key, raw.as_ref(), false));
+    let mut context_files = Vec::new();
+    for (key, raw) in &i.context_files {
+        let label = format!("context-files/{key}");
+        if let Some(path) = input(&label, &format!("ContextFiles.{key}"), Some(raw), false) {
+            context_files.push((key.clone(), path));
+        }
+    }
+    if i.xr.is_some() && i.claim.is_some() {
+        errors.push(PhaseError::Setup(said(
+            "inputs.xr and inputs.claim are both set: give one",
+        )));
+    } else if i.xr.is_none() && i.claim.is_none() {
+        errors.push(PhaseError::Setup(said(
+            "inputs.xr or inputs.claim is required (in the test or in common)",
+        )));
+    }
+    let mut crds = Vec::new();
+    for raw in i.crds.iter().flatten() {
+        match resolve(&suite.path, vars, "inputs.crds", raw) {
+            Ok(path) => crds.push(path),
+            Err(e) => errors.push(PhaseError::Setup(e)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let (Some(subject), Some(composition)) = (xr.or(claim.clone()), composition) else {
+        return Err(vec![PhaseError::Setup(said("the inputs are incomplete"))]);
+    };
+    let inputs = RenderInputs {
+        xr_or_operation: subject,
+        composition_or_functions: Some(composition),
+        functions: functions.clone(),
+        observed_resources: observed,
+        required_resources: extra.into_iter().collect(),
+        xrd,
+        // xprin's `claim:` input is a claim whether or not an XRD says so.
+        claim: claim.is_some(),
+        function_credentials: credentials,
+        context_files,
+        context_values: i
+            .context_values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect(),
+        output: OutputOptions {
+            include_full: full_xr,
+            ..OutputOptions::default()
+        },
+        iterations: 1,
+        ..Default::default()
+    };
+    Ok(Setup {
+        inputs,
+        functions: functions.is_some(),
+        names,
+        crds,
+    })
+}
+
 /// An input path: templates expanded, relative to the suite file, there.
-fn resolve(suite: &Path, vars: &Vars<'_>, label: &str, raw: &str) -> Result<PathBuf, String> {
-    let expanded = vars.expand(raw).map_err(|e| format!("{label}: {e}"))?;
+fn resolve(suite: &Path, vars: &Vars<'_>, label: &str, raw: &str) -> Result<PathBuf, Cause> {
+    let expanded = vars
+        .expand(raw)
+        .map_err(|e| said(format!("{label}: {e}")))?;
     let path = Path::new(&expanded);
     let path = if path.is_absolute() {
         path.to_path_buf()
@@ -180,28 +529,21 @@ fn resolve(suite: &Path, vars: &Vars<'_>, label: &str, raw: &str) -> Result<Path
         suite.parent().unwrap_or(Path::new(".")).join(path)
     };
     if !path.exists() {
-        return Err(format!(
+        return Err(said(format!(
             "{label} {}: no such file or directory",
             path.display()
-        ));
+        )));
     }
     Ok(path)
 }
 
-/// Whether the Composition at `path` is an alpha one (`spec.functions`);
-/// false when it cannot be read (the render then says why).
-fn is_alpha(path: &Path) -> bool {
-    crate::compose::read::files::read_one(path)
-        .is_ok_and(|c| crate::compose::read::model::Composition::alpha_functions(&c).is_some())
-}
-
 /// Copies `from` (a file or a directory) under `inputs/LABEL/`.
-fn copy_input(from: &Path, inputs: &Path, label: &str) -> Result<PathBuf, String> {
+fn copy_input(from: &Path, inputs: &Path, label: &str) -> Result<PathBuf, Cause> {
     let fail = |e: std::io::Error| {
-        format!(
-            "cannot copy {} into the test's directory: {e}",
+        io(format!(
+            "cannot copy {} into the test's directory",
             from.display()
-        )
+        ))(e)
     };
     let dest_dir = inputs.join(label);
     std::fs::create_dir_all(&dest_dir).map_err(fail)?;
@@ -226,6 +568,39 @@ fn copy_input(from: &Path, inputs: &Path, label: &str) -> Result<PathBuf, String
     Ok(dest)
 }
 
+/// Render: the plan read (each input file once), over the run's shared
+/// servers, in-process; the objects and the YAML stream printed.
+async fn render(setup: &Setup, env: &Env<'_>) -> Result<(Vec<Value>, String), PhaseError> {
+    let render = |e: crate::compose::ComposeError| PhaseError::Render(e.into());
+    let plan = RenderPlan::read(&setup.inputs).map_err(|e| match e {
+        // A mode Pipeline Composition and no Functions: the input is missing.
+        crate::compose::ComposeError::NoFunctions { .. } if !setup.functions => PhaseError::Setup(
+            said("inputs.functions is required (in the test or in common)"),
+        ),
+        e => render(e),
+    })?;
+    let callers = env
+        .servers
+        .callers(plan.functions())
+        .await
+        .map_err(|e| PhaseError::Render(said(e)))?;
+    let alpha = env.servers.alpha_steps();
+    let timeout = env.options.render_timeout;
+    let rendered = tokio::time::timeout(timeout, plan.render_over(&callers, &alpha))
+        .await
+        .map_err(|_| {
+            PhaseError::Render(said(format!(
+                "did not finish within {timeout:?} (--timeout)"
+            )))
+        })?
+        .map_err(render)?;
+    if let Some(fatal) = &rendered.fatal {
+        return Err(PhaseError::Render(said(fatal.clone())));
+    }
+    let text = rendered.to_yaml().map_err(render)?;
+    Ok((rendered.renders.concat(), text))
+}
+
 /// Runs `hooks` (`pre-test` or `post-test`); false when one did not pass.
 async fn run_hooks(
     which: &str,
@@ -241,22 +616,19 @@ async fn run_hooks(
             "{which} hook {}",
             hook.name.clone().unwrap_or_else(|| format!("#{}", i + 1))
         );
-        let command = match vars.expand(&hook.run) {
-            Ok(command) => command,
-            Err(e) => {
-                progress.push(Status::Error, &name, e);
-                all = false;
-                continue;
-            }
+        let end = match vars.expand(&hook.run) {
+            Ok(command) => hooks::run(&command, dir, env.options.hook_timeout).await,
+            Err(e) => HookEnd::Error(e),
         };
-        match hooks::run(&command, dir, env.options.hook_timeout).await {
+        match end {
             HookEnd::Passed => progress.push(Status::Pass, &name, "passed"),
             HookEnd::Failed(output) => {
                 progress.push(Status::Fail, &name, output);
                 all = false;
             }
             HookEnd::Error(message) => {
-                progress.push(Status::Error, &name, message);
+                let e = PhaseError::Hook(said(message));
+                progress.push(Status::Error, &name, crate::chain::Chain(&e).to_string());
                 all = false;
             }
         }
@@ -267,338 +639,90 @@ async fn run_hooks(
     all
 }
 
-/// The phases of one test; its outputs when it rendered.
-async fn phases(
+/// Writes `checks` to `outputs/NAME`, a line each, when the test has a
+/// directory; the file's path.
+fn record(
+    outputs: Option<&Path>,
+    name: &str,
+    checks: &[Check],
+    line: impl Fn(&Check) -> String,
+) -> Option<PathBuf> {
+    let path = outputs?.join(name);
+    let text: String = checks.iter().map(line).collect();
+    let _ = std::fs::write(&path, text);
+    Some(path)
+}
+
+/// Assertions: every one, whatever the others gave.
+fn assertions(
     suite: &Suite,
     test: &TestCase,
-    dir: Option<&Path>,
-    done: &HashMap<String, Outputs>,
+    vars: &Vars<'_>,
+    full: &str,
+    objects: &[Value],
     env: &Env<'_>,
-    progress: &mut Progress,
-) -> Option<Outputs> {
-    let setup = "setup";
-    // Without a directory (see `needs_dir`) nothing is copied or written.
-    let dirs = dir.map(|dir| (dir, dir.join("inputs"), dir.join("outputs")));
-    if let Some((dir, inputs_dir, outputs_dir)) = &dirs {
-        if let Err(e) = std::fs::create_dir_all(inputs_dir)
-            .and_then(|()| std::fs::create_dir_all(outputs_dir.join("rendered")))
-        {
-            progress.push(
-                Status::Error,
-                setup,
-                format!("cannot make the test's directory {}: {e}", dir.display()),
-            );
-            return None;
-        }
-    }
-    let base_vars = Vars {
-        repositories: Some(&env.options.repositories),
-        tests: Some(done),
-        ..Default::default()
-    };
-    // Setup: inputs expanded, checked, copied.
-    let i = &test.inputs;
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut setup_errors = Vec::new();
-    let mut input =
-        |label: &str, key: &str, raw: Option<&String>, required: bool| -> Option<PathBuf> {
-            let Some(raw) = raw else {
-                if required {
-                    setup_errors.push(format!(
-                        "inputs.{label} is required (in the test or in common)"
-                    ));
-                }
-                return None;
-            };
-            let resolved = resolve(&suite.path, &base_vars, &format!("inputs.{label}"), raw);
-            match match &dirs {
-                Some((_, inputs_dir, _)) => {
-                    resolved.and_then(|p| copy_input(&p, inputs_dir, label))
-                }
-                None => resolved,
-            } {
-                Ok(path) => {
-                    names.insert(key.to_string(), path.display().to_string());
-                    Some(path)
-                }
-                Err(e) => {
-                    setup_errors.push(e);
-                    None
-                }
-            }
-        };
-    let (xr, claim) = match (&i.xr, &i.claim) {
-        (Some(_), Some(_)) => (None, None),
-        (xr, claim) => (
-            input("xr", "XR", xr.as_ref(), false),
-            input("claim", "Claim", claim.as_ref(), false),
-        ),
-    };
-    let composition = input("composition", "Composition", i.composition.as_ref(), true);
-    // An alpha Composition names its steps' images itself: no Functions.
-    let alpha = composition.as_deref().is_some_and(is_alpha);
-    let functions = input("functions", "Functions", i.functions.as_ref(), !alpha);
-    let observed = input(
-        "observed-resources",
-        "ObservedResources",
-        i.observed_resources.as_ref(),
-        false,
-    );
-    let extra = input(
-        "extra-resources",
-        "ExtraResources",
-        i.extra_resources.as_ref(),
-        false,
-    );
-    let credentials = input(
-        "function-credentials",
-        "FunctionCredentials",
-        i.function_credentials.as_ref(),
-        false,
-    );
-    let xrd = input("xrd", "XRD", test.patches.xrd.as_ref(), false);
-    let mut context_files = Vec::new();
-    for (key, raw) in &i.context_files {
-        if let Some(path) = input(
-            &format!("context-files/{key}"),
-            &format!("ContextFiles.{key}"),
-            Some(raw),
-            false,
-        ) {
-            context_files.push((key.clone(), path));
-        }
-    }
-    if i.xr.is_some() && i.claim.is_some() {
-        setup_errors.push("inputs.xr and inputs.claim are both set: give one".into());
-    } else if i.xr.is_none() && i.claim.is_none() {
-        setup_errors
-            .push("inputs.xr or inputs.claim is required (in the test or in common)".into());
-    }
-    let mut crds = Vec::new();
-    for raw in i.crds.iter().flatten() {
-        match resolve(&suite.path, &base_vars, "inputs.crds", raw) {
-            Ok(path) => crds.push(path),
-            Err(e) => setup_errors.push(e),
-        }
-    }
-    if !setup_errors.is_empty() {
-        for e in setup_errors {
-            progress.push(Status::Error, setup, e);
-        }
-        return None;
-    }
-    let (Some(subject), Some(composition)) = (xr.clone().or(claim.clone()), composition) else {
-        progress.push(Status::Error, setup, "the inputs are incomplete");
-        return None;
-    };
-    let vars = Vars {
-        inputs: Some(&names),
-        ..base_vars
-    };
-    if let Some(dir) = dir {
-        if !run_hooks("pre-test", &test.hooks.pre_test, &vars, dir, env, progress).await {
-            return None;
-        }
-    }
-    // Patches: XRD defaults are applied by the render (its --xrd).
-    if test.patches.connection_secret == Some(true) {
-        if let Err(e) = patch_connection_secret(&subject, test, claim.is_some()) {
-            progress.push(Status::Error, "patch", e);
-            return None;
-        }
-    }
-    // Render, in-process, over the run's shared servers.
-    let render_inputs = RenderInputs {
-        xr_or_operation: subject.clone(),
-        composition_or_functions: Some(composition),
-        functions,
-        observed_resources: observed,
-        required_resources: extra.into_iter().collect(),
-        xrd,
-        // xprin's `claim:` input is a claim whether or not an XRD says so.
-        claim: claim.is_some(),
-        function_credentials: credentials,
-        context_files,
-        context_values: i
-            .context_values
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect(),
-        output: OutputOptions {
-            include_full: env.options.full_xr,
-            ..OutputOptions::default()
-        },
-        iterations: 1,
-        ..Default::default()
-    };
-    let rendered = async {
-        let plan =
-            RenderPlan::read(&render_inputs).map_err(|e| crate::chain::Chain(&e).to_string())?;
-        let callers = env.servers.callers(plan.functions()).await?;
-        let alpha = env.servers.alpha_steps();
-        let rendered = tokio::time::timeout(
-            env.options.render_timeout,
-            plan.render_over(&callers, &alpha),
-        )
-        .await
-        .map_err(|_| {
-            format!(
-                "did not finish within {:?} (--timeout)",
-                env.options.render_timeout
-            )
-        })?
-        .map_err(|e| crate::chain::Chain(&e).to_string())?;
-        if let Some(fatal) = &rendered.fatal {
-            return Err(fatal.clone());
-        }
-        let text = rendered
-            .to_yaml()
-            .map_err(|e| crate::chain::Chain(&e).to_string())?;
-        Ok::<_, String>((rendered.renders.concat(), text))
-    }
-    .await;
-    let (objects, full) = match rendered {
-        Ok(r) => r,
-        Err(e) => {
-            progress.push(Status::Error, "render", e);
-            return None;
-        }
-    };
-    let outputs_dir = dirs.as_ref().map(|(_, _, outputs)| outputs.as_path());
-    let written = match outputs_dir {
-        Some(outputs_dir) => write_outputs(outputs_dir, &objects, &full),
-        None => Ok(Outputs {
-            render_count: objects.len(),
-            ..Default::default()
-        }),
-    };
-    let mut outputs = match written {
-        Ok(outputs) => outputs,
-        Err(e) => {
-            progress.push(Status::Error, "render", e);
-            return None;
-        }
-    };
-    progress.push(
-        Status::Pass,
-        "render",
-        format!("{} resources", objects.len()),
-    );
-    // Validation, when CRDs are given.
-    if !crds.is_empty() {
-        let lines = validate(env.validator, &crds, &objects);
-        if let Some(outputs_dir) = outputs_dir {
-            let path = outputs_dir.join("validate.txt");
-            let text: String = lines
-                .iter()
-                .map(|c| format!("{} {}\n", c.status.symbol(), c.message))
-                .collect();
-            let _ = std::fs::write(&path, text);
-            outputs.validate = Some(path);
-        }
-        progress.checks.extend(lines);
-    }
-    // Assertions: every one, whatever the others gave.
+) -> Vec<Check> {
     let resources: Vec<assert::Resource> = objects
         .iter()
         .map(|o| (assert::identifier(o), o.clone()))
         .collect();
-    let mut results = Vec::new();
+    let mut checks = Vec::new();
     for a in &test.assertions.xprin {
-        results.extend(assert::xprin(a, &resources));
+        checks.extend(assert::xprin(a, &resources));
     }
     for (engine, list) in [
         (Golden::Diff, &test.assertions.diff),
         (Golden::Dyff, &test.assertions.dyff),
     ] {
         for a in list {
-            results.push(golden(
-                engine,
-                a,
-                suite,
-                &base_vars,
-                &full,
-                &resources,
-                env.options.update.then_some(env.writes),
-            ));
+            let update = env.options.update.then_some(env.writes);
+            let check = suite
+                .golden(a, vars)
+                .map_err(|e| PhaseError::Assert(said(e)))
+                .and_then(|expected| {
+                    let actual = actual(a, full, &resources)?;
+                    Ok(assert::golden(engine, a, &expected, &actual, update))
+                });
+            checks.push(check.unwrap_or_else(|e| {
+                Check::new(Status::Error, &a.name, crate::chain::Chain(&e).to_string())
+            }));
         }
     }
-    if let (false, Some(outputs_dir)) = (results.is_empty(), outputs_dir) {
-        let path = outputs_dir.join("assertions.txt");
-        let text: String = results
-            .iter()
-            .map(|c| format!("{} {}: {}\n", c.status.symbol(), c.name, c.message))
-            .collect();
-        let _ = std::fs::write(&path, text);
-        outputs.assertions = Some(path);
-    }
-    progress.checks.extend(results);
-    let vars = Vars {
-        outputs: Some(&outputs),
-        ..vars
-    };
-    if let Some(dir) = dir {
-        run_hooks(
-            "post-test",
-            &test.hooks.post_test,
-            &vars,
-            dir,
-            env,
-            progress,
-        )
-        .await;
-    }
-    Some(outputs)
+    checks
 }
 
-fn golden(
-    engine: Golden,
+/// What a golden assertion compares: the whole render, or one resource.
+fn actual(
     a: &super::spec::GoldenAssertion,
-    suite: &Suite,
-    vars: &Vars<'_>,
     full: &str,
     resources: &[assert::Resource],
-    update: Option<&super::writes::Opened>,
-) -> Check {
-    let expected = match suite.golden(a, vars) {
-        Ok(e) => e,
-        Err(e) => return Check::new(Status::Error, &a.name, e),
+) -> Result<String, PhaseError> {
+    let Some(id) = &a.resource else {
+        return Ok(full.to_string());
     };
-    let actual = match &a.resource {
-        None => full.to_string(),
-        Some(id) => match resources.iter().find(|(key, _)| key == id) {
-            Some((_, object)) => {
-                match crate::compose::print::output::to_yaml_stream(std::slice::from_ref(object)) {
-                    Ok(text) => text,
-                    Err(e) => {
-                        return Check::new(
-                            Status::Error,
-                            &a.name,
-                            crate::chain::Chain(&e).to_string(),
-                        )
-                    }
-                }
-            }
-            None => {
-                return Check::new(Status::Error, &a.name, format!("no rendered resource {id}"))
-            }
-        },
+    let Some((_, object)) = resources.iter().find(|(key, _)| key == id) else {
+        return Err(PhaseError::Assert(said(format!(
+            "no rendered resource {id}"
+        ))));
     };
-    assert::golden(engine, a, &expected, &actual, update)
+    to_yaml_stream(std::slice::from_ref(object)).map_err(|e| PhaseError::Assert(e.into()))
 }
 
-fn validate(validator: &dyn Validator, crds: &[PathBuf], objects: &[Value]) -> Vec<Check> {
+/// Validation against `crds`: a pass, a failure per error, or an error
+/// when a CRD file cannot be read.
+fn validate(validator: &dyn Validate, crds: &[PathBuf], objects: &[Value]) -> Vec<Check> {
     let name = "validate";
     let mut schemas = Vec::new();
     for path in crds {
-        match crate::compose::read::files::read_objects(path) {
+        match read_objects(path) {
             Ok(objects) => schemas.extend(objects),
             Err(e) => {
+                let e = PhaseError::Validate(e.into());
                 return vec![Check::new(
                     Status::Error,
                     name,
                     crate::chain::Chain(&e).to_string(),
-                )]
+                )];
             }
         }
     }
@@ -617,15 +741,18 @@ fn validate(validator: &dyn Validator, crds: &[PathBuf], objects: &[Value]) -> V
 }
 
 /// Writes `rendered.yaml`, `xr.yaml` and one file per object under
-/// `rendered/`.
-fn write_outputs(dir: &Path, objects: &[Value], full: &str) -> Result<Outputs, String> {
+/// `rendered/` in `dir`, when the test has one.
+fn write_outputs(dir: Option<&Path>, objects: &[Value], full: &str) -> Result<Outputs, Cause> {
+    let Some(dir) = dir else {
+        return Ok(Outputs {
+            render_count: objects.len(),
+            ..Default::default()
+        });
+    };
     let write = |path: &Path, text: &str| {
-        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        std::fs::write(path, text).map_err(io(format!("cannot write {}", path.display())))
     };
-    let yaml = |object: &Value| {
-        crate::compose::print::output::to_yaml_stream(std::slice::from_ref(object))
-            .map_err(|e| crate::chain::Chain(&e).to_string())
-    };
+    let yaml = |object: &Value| to_yaml_stream(std::slice::from_ref(object));
     let render = dir.join("rendered.yaml");
     write(&render, full)?;
     let mut outputs = Outputs {
@@ -660,9 +787,9 @@ fn write_outputs(dir: &Path, objects: &[Value], full: &str) -> Result<Outputs, S
 /// Sets `spec.writeConnectionSecretToRef` on the XR (or claim) copy, as
 /// xprin's patch-xr: the name given or the XR's uid, the namespace given or
 /// `default` (a claim's reference has no namespace).
-fn patch_connection_secret(path: &Path, test: &TestCase, claim: bool) -> Result<(), String> {
-    let chain = |e: crate::compose::ComposeError| crate::chain::Chain(&e).to_string();
-    let mut object = crate::compose::read::files::read_one(path).map_err(chain)?;
+fn patch_connection_secret(path: &Path, test: &TestCase, claim: bool) -> Result<(), PhaseError> {
+    let patch = |cause: Cause| PhaseError::Patch(cause);
+    let mut object = read_one(path).map_err(|e| patch(e.into()))?;
     let uid = match object.pointer("/metadata/uid").and_then(Value::as_str) {
         Some(uid) => uid.to_string(),
         None => {
@@ -686,13 +813,105 @@ fn patch_connection_secret(path: &Path, test: &TestCase, claim: bool) -> Result<
         json!({"name": name, "namespace": namespace})
     };
     let Some(root) = object.as_object_mut() else {
-        return Err(format!("{}: not an object", path.display()));
+        return Err(patch(said(format!("{}: not an object", path.display()))));
     };
     let spec = root.entry("spec").or_insert_with(|| json!({}));
     let Some(spec) = spec.as_object_mut() else {
-        return Err(format!("{}: spec is not an object", path.display()));
+        return Err(patch(said(format!(
+            "{}: spec is not an object",
+            path.display()
+        ))));
     };
     spec.insert("writeConnectionSecretToRef".into(), reference);
-    let text = crate::compose::print::output::to_yaml_stream(&[object]).map_err(chain)?;
-    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let text = to_yaml_stream(&[object]).map_err(|e| patch(e.into()))?;
+    std::fs::write(path, text)
+        .map_err(io(format!("cannot write {}", path.display())))
+        .map_err(patch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `render` says of a mode Pipeline Composition given no
+    /// Functions: `functions` whether the test gave them.
+    async fn no_functions(functions: bool) -> PhaseError {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let xr = write(
+            "xr.yaml",
+            "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: b}\n",
+        );
+        let composition = write(
+            "composition.yaml",
+            "apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\n\
+             metadata: {name: c}\nspec:\n  compositeTypeRef: {apiVersion: example.org/v1, \
+             kind: XBucket}\n  mode: Pipeline\n  pipeline:\n  - step: s\n    functionRef: \
+             {name: f}\n",
+        );
+        let setup = Setup {
+            inputs: RenderInputs {
+                xr_or_operation: xr,
+                composition_or_functions: Some(composition),
+                ..Default::default()
+            },
+            functions,
+            names: BTreeMap::new(),
+            crds: Vec::new(),
+        };
+        let options = Options {
+            update: false,
+            hook_timeout: Duration::from_secs(1),
+            render_timeout: Duration::from_secs(1),
+            repositories: BTreeMap::new(),
+            keep: false,
+            run: None,
+            full_xr: true,
+        };
+        let servers = SharedServers::new(
+            None,
+            crate::compose::ContainerDefaults {
+                default_registry: "index.docker.io".into(),
+                timeout: Duration::from_secs(1),
+                pull_policy: crate::image::PullPolicy::Never,
+                keeper: None,
+                development_wait: Duration::from_secs(1),
+            },
+        );
+        let env = Env {
+            options: &options,
+            servers: &servers,
+            validator: &crate::schema::Validator::default(),
+            limit: &tokio::sync::Semaphore::new(1),
+            line: &super::super::progress::Line::new(false, 1, 1),
+            writes: &super::super::writes::Opened::default(),
+        };
+        match render(&setup, &env).await {
+            Ok(_) => panic!("rendered without Functions"),
+            Err(e) => e,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipeline_composition_and_no_functions_input_is_setup_s_missing_input() {
+        let missing = no_functions(false).await;
+        assert_eq!(missing.phase(), "setup");
+        assert_eq!(
+            crate::chain::Chain(&missing).to_string(),
+            "inputs.functions is required (in the test or in common)"
+        );
+        // Given (and still not read as Functions): the render's own error.
+        let given = no_functions(true).await;
+        assert_eq!(given.phase(), "render");
+        assert!(
+            crate::chain::Chain(&given).to_string().ends_with(
+                "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)"
+            ),
+            "{given:?}"
+        );
+    }
 }

@@ -10,22 +10,21 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use crate::compose::plan::CallerMap;
-use crate::compose::read::model::Function;
-use crate::compose::run::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
-use crate::compose::run::v1::FunctionCaller;
+use crate::compose::{
+    caller_for, CallerMap, ContainerDefaults, ContainerSteps, Function, FunctionCaller,
+};
 use crate::runner::Runner;
 
 type Started = Result<Arc<dyn FunctionCaller>, String>;
 
 /// The run's function servers.
-pub(crate) struct Servers {
+pub(crate) struct SharedServers {
     runner: Option<Arc<Runner>>,
     defaults: ContainerDefaults,
     started: RefCell<HashMap<String, Rc<OnceCell<Started>>>>,
 }
 
-impl Servers {
+impl SharedServers {
     pub(crate) fn new(runner: Option<Arc<Runner>>, defaults: ContainerDefaults) -> Self {
         Self {
             runner,

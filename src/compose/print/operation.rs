@@ -6,9 +6,9 @@ use serde_json::{json, Map, Value};
 
 use crate::compose::print::output::{condition, context_object, Event};
 use crate::compose::read::operation::Operation;
-use crate::compose::value::{get_str, merge};
 use crate::compose::Outcome;
 use crate::compose::OutputOptions;
+use crate::value::{get_str, merge};
 
 impl Operation {
     /// The output objects: the Operation with its status (all of it with

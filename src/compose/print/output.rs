@@ -14,11 +14,11 @@ use crate::compose::names::COMPOSITE_LABEL;
 use crate::compose::names::{child_name, valid_object_name};
 use crate::compose::read::model::RESOURCE_NAME_ANNOTATION;
 use crate::compose::read::xrd::XrSchema;
-use crate::compose::value::{get_str, merge, object_at};
 use crate::compose::{
     ComposeError, Observed, Outcome, OutputOptions, Readiness, StepResult, XrCondition,
 };
 use crate::proto::v1::Severity;
+use crate::value::{get_str, merge, object_at};
 
 /// `lastTransitionTime` of every condition, fixed (as `crossplane render`
 /// does) so output is reproducible.

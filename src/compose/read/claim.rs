@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::compose::read::model::group;
-use crate::compose::value::get_str;
+use crate::value::get_str;
 
 /// Fields of a claim's spec that stay with the claim.
 const CLAIM_ONLY_FIELDS: &[&str] = &[
@@ -53,7 +53,7 @@ pub(crate) fn composite_of(claim: &Value, composite: (&str, &str)) -> Value {
     );
     let unreserved = |path: &[&str]| -> Map<String, Value> {
         let mut entries = Map::new();
-        if let Some(Value::Object(map)) = crate::compose::value::get(claim, path) {
+        if let Some(Value::Object(map)) = crate::value::get(claim, path) {
             for (key, value) in map {
                 let domain = key.split_once('/').map_or("", |(d, _)| d);
                 if !domain.ends_with("kubernetes.io") {

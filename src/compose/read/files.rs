@@ -126,8 +126,7 @@ pub(crate) fn read_functions(
     let objects = read_objects(path)?;
     let count = objects.len();
     for (index, mut object) in objects.into_iter().enumerate() {
-        let annotations =
-            crate::compose::value::object_at(&mut object, &["metadata", "annotations"]);
+        let annotations = crate::value::object_at(&mut object, &["metadata", "annotations"]);
         for (key, value) in overrides {
             annotations.insert(key.clone(), Value::String(value.clone()));
         }

@@ -28,9 +28,9 @@ use self::operation::{is_operation, Operation};
 use self::xrd::{XrSchema, Xrd};
 use crate::compose::names;
 use crate::compose::names::COMPOSITE_LABEL;
-use crate::compose::value::{get_str, object_at};
 use crate::compose::ComposeError;
 use crate::compose::OutputOptions;
+use crate::value::{get_str, object_at};
 
 /// What a render is given, as paths and flags: what `xfn render`'s command
 /// line maps onto.
@@ -411,10 +411,9 @@ impl Read {
                 self.subject = Subject::Composite { xrs };
                 self.nested = read_nested(&inputs.nested_compositions)?;
                 let Some(functions) = inputs.functions.clone() else {
-                    return Err(usage(
-                        composition_path,
-                        "a mode Pipeline Composition needs FUNCTIONS (a file or directory of Functions)",
-                    ));
+                    return Err(ComposeError::NoFunctions {
+                        path: composition_path.clone(),
+                    });
                 };
                 Ok(Some((Some(functions), steps)))
             }

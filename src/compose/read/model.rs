@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::compose::value::{get, get_str};
 use crate::compose::ComposeError;
+use crate::value::{get, get_str};
 
 /// Annotation naming a composed resource within its Composition.
 pub(crate) const RESOURCE_NAME_ANNOTATION: &str = "crossplane.io/composition-resource-name";

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use crate::compose::read::model::{
     pipeline_steps, PipelineStep, RequiredResourceSelector, StepRequirements,
 };
-use crate::compose::value::{get, get_str, object_at};
 use crate::compose::ComposeError;
+use crate::value::{get, get_str, object_at};
 
 /// The requirement name a WatchOperation's watched resource is given under.
 pub(crate) const WATCHED_RESOURCE: &str = "ops.crossplane.io/watched-resource";

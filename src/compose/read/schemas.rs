@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::compose::value::{get, get_str};
 use crate::compose::ComposeError;
+use crate::value::{get, get_str};
 
 const REF_PREFIX: &str = "#/components/schemas/";
 /// `$ref`s inlined deeper than this are left as they are (a cycle).

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::compose::read::files::read_one;
 use crate::compose::read::model::{group, Composite};
-use crate::compose::value::{get, get_str};
 use crate::compose::ComposeError;
+use crate::value::{get, get_str};
 
 /// Where Crossplane keeps its own fields of an XR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -149,7 +149,7 @@ impl Xrd {
         let policy = get_str(&self.object, &["spec", "defaultCompositionUpdatePolicy"])
             .unwrap_or("Automatic");
         let field = self.schema.spec_path("compositionUpdatePolicy");
-        let spec = crate::compose::value::object_at(xr, &field[..field.len() - 1]);
+        let spec = crate::value::object_at(xr, &field[..field.len() - 1]);
         spec.entry("compositionUpdatePolicy")
             .or_insert_with(|| Value::String(policy.to_string()));
         Ok(())

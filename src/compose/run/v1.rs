@@ -9,11 +9,11 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::compose::read::model::{PipelineStep, StepCredentials};
-use crate::compose::value::{from_struct, get, get_str, to_struct};
 use crate::compose::{
     ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult, XrCondition,
 };
 use crate::proto::v1 as pb;
+use crate::value::{from_struct, get, get_str, to_struct};
 
 /// How many times a step is re-called to satisfy its requirements: core's
 /// `MaxRequirementsIterations` (so at most 6 calls, iterations 0 to 5).

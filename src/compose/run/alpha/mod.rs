@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::compose::read::model::AlphaFunction;
-use crate::compose::value::get;
 use crate::compose::{ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult};
 use crate::proto_json::ProtocolError;
+use crate::value::get;
 
 pub(crate) mod container;
 pub(crate) mod function_io;

@@ -11,9 +11,9 @@ use super::condition_is;
 use crate::compose::names::COMPOSITE_LABEL;
 use crate::compose::print::output::{readiness_of, TRANSITION_TIME};
 use crate::compose::read::model::RESOURCE_NAME_ANNOTATION;
-use crate::compose::value::{get_str, merge, object_at};
 use crate::compose::OutputOptions;
 use crate::compose::{Observed, Outcome, Readiness};
+use crate::value::{get_str, merge, object_at};
 
 /// The output objects, in order.
 pub(crate) fn alpha_objects(

@@ -1,5 +1,8 @@
-//! Conversions between Kubernetes objects as `serde_json::Value` and
-//! protobuf `google.protobuf.Struct`, which carries them over gRPC.
+//! Kubernetes objects as `serde_json::Value`: paths into them, a merge,
+//! and conversions to and from protobuf `google.protobuf.Struct`, which
+//! carries them over gRPC. Below the composition core, the schema checks
+//! and the protocol code alike ([`crate::proto`] re-exports the
+//! conversions), so none of them reaches up into another for them.
 use std::collections::BTreeMap;
 
 use prost_types::value::Kind;

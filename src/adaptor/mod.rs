@@ -109,11 +109,9 @@ impl Adaptor {
         request: pb::RunFunctionRequest,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<pb::RunFunctionResponse, Status> {
-        let call = Call::from_wire(&request.encode_to_vec())?;
+        let wire = bytes::Bytes::from(request.encode_to_vec());
         drop(request);
-        self.calls
-            .answer(&self.options.name, self.answer(call, deadline))
-            .await
+        self.run_encoded(wire, deadline).await
     }
 
     /// [`Self::run_function`] of a request as it came on the wire (v1 or

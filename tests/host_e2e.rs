@@ -1398,3 +1398,74 @@ async fn concurrent_floods_are_read_within_the_response_budget_and_all_answered(
     // room for all four (512Mi) they took +204 MiB more.
     assert!(grown < 64 * MIB, "+{} MiB", grown / MIB);
 }
+
+/// What cannot work is refused at start, saying what to fix, rather than
+/// blamed on every client later: neither `--ca` nor `--insecure` (the
+/// message names both), a functions file with no Function in it, a CA key
+/// that is not its certificate's. A CA key other users can read is served
+/// but warned about; one only its owner reads is not.
+#[test]
+fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    crossplane_ca(dir.path());
+    let functions = functions_file(dir.path(), &[("function-a", "127.0.0.1:9/none:v1")]);
+    let refused = |args: &[&std::ffi::OsStr]| {
+        let out = xfn_command()
+            .arg("host")
+            .args(args)
+            .env("RUST_LOG", "xfn=info")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} must be refused");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let functions_arg = functions.as_os_str();
+
+    let stderr = refused(&["--functions".as_ref(), functions_arg]);
+    assert!(
+        stderr.contains("--ca") && stderr.contains("--insecure"),
+        "{stderr}"
+    );
+
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "# nothing hosted yet\n---\n").unwrap();
+    let stderr = refused(&[
+        "--functions".as_ref(),
+        empty.as_os_str(),
+        "--insecure".as_ref(),
+    ]);
+    assert!(stderr.contains("no Function"), "{stderr}");
+
+    let wrong = dir.path().join("wrong");
+    std::fs::create_dir(&wrong).unwrap();
+    std::fs::copy(dir.path().join("ca/tls.crt"), wrong.join("tls.crt")).unwrap();
+    std::fs::copy(dir.path().join("client.key"), wrong.join("tls.key")).unwrap();
+    let stderr = refused(&[
+        "--functions".as_ref(),
+        functions_arg,
+        "--ca".as_ref(),
+        wrong.as_os_str(),
+    ]);
+    assert!(
+        stderr.contains("is not the private key of"),
+        "a key of another pair must be refused, naming both files: {stderr}"
+    );
+
+    let shared_warning = "readable by other users";
+    let key = dir.path().join("ca/tls.key");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let host = XfnHost::start_tls(dir.path(), &functions, &[]);
+    assert!(
+        !host.log_text().contains(shared_warning),
+        "{}",
+        host.log_text()
+    );
+    drop(host);
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let host = XfnHost::start_tls(dir.path(), &functions, &[]);
+    assert!(
+        host.log_text().contains(shared_warning),
+        "{}",
+        host.log_text()
+    );
+}

@@ -27,6 +27,7 @@ use super::{StoreArgs, UsernsArgs};
 
 /// Flags of `xfn host`.
 #[derive(Debug, Clone, Args)]
+#[group(id = "trust", required = true, multiple = false, args = ["ca", "insecure"])]
 pub(crate) struct HostArgs {
     /// Crossplane `pkg.crossplane.io` Function objects to host (multi-doc
     /// YAML; the file `crossplane render` takes). Without it, xfn hosts
@@ -37,10 +38,12 @@ pub(crate) struct HostArgs {
     /// Directory with the CA (`tls.crt`, `tls.key`, as the
     /// `crossplane-root-ca` secret holds it): server certificates are
     /// issued from it and client certificates must be signed by it.
-    #[arg(long, env = "XFN_HOST_CA_DIR", required_unless_present = "insecure")]
+    /// One of `--ca` and `--insecure` is required.
+    #[arg(long, env = "XFN_HOST_CA_DIR")]
     pub(crate) ca: Option<PathBuf>,
-    /// Serve plaintext gRPC, routed by the `:authority` host (local use only).
-    #[arg(long, conflicts_with = "ca")]
+    /// Serve plaintext gRPC, routed by the `:authority` host (local use
+    /// only; instead of `--ca`).
+    #[arg(long)]
     pub(crate) insecure: bool,
     /// TCP address to serve on.
     #[arg(long, default_value = "0.0.0.0:9443")]

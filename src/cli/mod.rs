@@ -111,7 +111,10 @@ pub(crate) fn print_json(rows: &[serde_json::Value]) -> anyhow::Result<()> {
 /// Flags every command that touches the image store shares.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub(crate) struct StoreArgs {
-    /// Directory of the image cache (and per-run state).
+    /// Directory of the image cache (and per-run state). Default: `/xfn`
+    /// where it exists (the sidecar's mount), else `/var/cache/xfn` for
+    /// root and `$XDG_CACHE_HOME/xfn` or `~/.cache/xfn` for other users;
+    /// the value below is this user's.
     #[arg(short = 'c', long, env = "XFN_CACHE_DIR", default_value_os_t = default_cache_dir())]
     pub(crate) cache_dir: PathBuf,
     /// Registries reached over plain HTTP (loopback registries always are).

@@ -186,6 +186,14 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
             spec.runtime_config_ref,
         ));
     }
+    if functions.is_empty() {
+        // Serving nothing is never what an operator meant: say so at start
+        // rather than refuse every call as "not hosted" later.
+        return Err(Parse::Invalid(
+            "no Function in it (apiVersion pkg.crossplane.io/v1, kind Function): xfn would host nothing"
+                .to_string(),
+        ));
+    }
     // Configs may come after the Functions naming them.
     functions
         .into_iter()
@@ -281,6 +289,21 @@ mod tests {
         match parse(text) {
             Err(Parse::Invalid(reason)) => assert!(reason.contains("big"), "{reason}"),
             _ => panic!("a missing config must be refused"),
+        }
+    }
+
+    #[test]
+    fn a_file_without_a_function_is_refused_rather_than_served_empty() {
+        for text in [
+            "",
+            "---\n",
+            "# nothing yet\n",
+            "apiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: default\n",
+        ] {
+            match parse(text) {
+                Err(Parse::Invalid(reason)) => assert!(reason.contains("no Function"), "{reason}"),
+                _ => panic!("{text:?} must be refused"),
+            }
         }
     }
 

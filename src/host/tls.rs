@@ -40,6 +40,15 @@ pub(crate) enum TlsError {
     /// The client verifier could not be built.
     #[error("cannot verify client certificates against the CA")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// `tls.key` is not the key of `tls.crt`: every certificate issued
+    /// from it would fail every client's verification.
+    #[error("{key} is not the private key of {cert}: the certificates issued from it would fail every handshake")]
+    KeyMismatch {
+        /// The key file.
+        key: PathBuf,
+        /// The certificate file.
+        cert: PathBuf,
+    },
 }
 
 /// The CA the host issues server certificates from and verifies clients by.
@@ -63,6 +72,25 @@ fn read(dir: &Path, name: &str) -> Result<(PathBuf, String), TlsError> {
     }
 }
 
+/// Warns when the CA key can be read by users other than its owner: with
+/// it anyone on the node can mint a certificate every Function trusts.
+/// Kubernetes mounts a Secret 0644 unless `defaultMode` says otherwise
+/// (deploy/host sets 0400).
+fn warn_if_shared(key: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(key) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %key.display(),
+                mode = format_args!("{mode:04o}"),
+                "the CA key is readable by other users: anyone who reads it can mint certificates \
+                 every Function trusts (chmod 0400, or a Secret volume's defaultMode: 0400)"
+            );
+        }
+    }
+}
+
 impl Ca {
     /// Loads `dir/tls.crt` and `dir/tls.key` (RSA or ECDSA, PKCS#1, SEC1
     /// or PKCS#8 PEM).
@@ -70,7 +98,7 @@ impl Ca {
         let (cert_path, cert_pem) = read(dir, "tls.crt")?;
         let (key_path, key_pem) = read(dir, "tls.key")?;
         let key = rcgen::KeyPair::from_pem(&key_pem).map_err(|_| TlsError::Pem {
-            path: key_path,
+            path: key_path.clone(),
             what: "private key",
         })?;
         let ca_der =
@@ -78,6 +106,19 @@ impl Ca {
                 path: cert_path.clone(),
                 what: "certificate",
             })?;
+        let public_key = x509_parser::parse_x509_certificate(&ca_der)
+            .map(|(_, cert)| cert.public_key().subject_public_key.data.to_vec())
+            .map_err(|_| TlsError::Pem {
+                path: cert_path.clone(),
+                what: "CA certificate",
+            })?;
+        if public_key != rcgen::PublicKeyData::der_bytes(&key) {
+            return Err(TlsError::KeyMismatch {
+                key: key_path,
+                cert: cert_path,
+            });
+        }
+        warn_if_shared(&key_path);
         let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, key).map_err(|_| TlsError::Pem {
             path: cert_path.clone(),
             what: "CA certificate",
@@ -117,5 +158,38 @@ impl Ca {
             .with_single_cert(vec![cert.der().clone()], key)?;
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_ca(dir: &Path, signer: &rcgen::KeyPair, written: &rcgen::KeyPair) {
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(signer).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("tls.key"), written.serialize_pem())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_ca_whose_key_is_its_certificates_loads_and_another_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ca_key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+        let other = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+
+        write_ca(dir.path(), &ca_key, &ca_key);
+        assert!(Ca::load(dir.path()).is_ok());
+
+        write_ca(dir.path(), &ca_key, &other);
+        match Ca::load(dir.path()) {
+            Err(TlsError::KeyMismatch { key, cert }) => {
+                assert!(key.ends_with("tls.key") && cert.ends_with("tls.crt"));
+            }
+            other => panic!("a key of another pair must be refused: {other:?}"),
+        }
     }
 }

@@ -1410,12 +1410,21 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
     crossplane_ca(dir.path());
     let functions = functions_file(dir.path(), &[("function-a", "127.0.0.1:9/none:v1")]);
     let refused = |args: &[&std::ffi::OsStr]| {
-        let out = xfn_command()
-            .arg("host")
-            .args(args)
-            .env("RUST_LOG", "xfn=info")
-            .output()
-            .unwrap();
+        // Bounded: a host that accepts what it should refuse serves on.
+        let out = support::child::output_within(
+            xfn_command()
+                .arg("host")
+                .args(args)
+                .args([
+                    "--address",
+                    "127.0.0.1:0",
+                    "--metrics-address",
+                    "127.0.0.1:0",
+                ])
+                .env("RUST_LOG", "xfn=info"),
+            "xfn host refusing at start",
+            Duration::from_secs(60),
+        );
         assert!(!out.status.success(), "{args:?} must be refused");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

@@ -216,9 +216,12 @@ done
 
 # One Docker render with -d, each stderr line stamped on arrival.
 python3 - "$WORK/docker-phases.log" $RENDER "$WORK/docker.yaml" -d <<'PY'
-import subprocess, sys, time
+import os, subprocess, sys, time
 start = time.monotonic()
-p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+# RUST_LOG: -d leaves out HTTP/2 frames and connection pools; these
+# phases are read from them.
+env = dict(os.environ, RUST_LOG="debug")
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
 with open(sys.argv[1], "w") as log:
     for line in p.stderr:
         log.write(f"{(time.monotonic() - start) * 1000:9.1f} {line}")

@@ -527,3 +527,48 @@ fn the_static_function_server_image_pulls() {
     let xfn = xfn_testkit::function_server::check_static(Path::new(env!("CARGO_BIN_EXE_xfn")));
     assert!(xfn.is_err_and(|why| why.contains("PT_INTERP")));
 }
+
+/// `-d` is xfn's own story of a render (its calls, its servers), not the
+/// HTTP/2 frames and connection pools under it: those drowned a call's
+/// lines (about 90 for 2 calls) and are left to `RUST_LOG=…,h2=debug`,
+/// which still shows them.
+#[test]
+fn debug_logging_leaves_http2_frames_to_rust_log() {
+    let function = FunctionServer::start(&[]);
+    let fx = Fixture::new();
+    golden_pipeline(
+        &fx,
+        "rust",
+        &development_function("rust", &function.address),
+    );
+    let noise = ["h2::codec", "Connection{peer=Client}", "hyper_util::client"];
+    let log = |debug: bool, rust_log: Option<&str>| {
+        let mut command = xfn_command();
+        command
+            .arg("render")
+            .arg("--cache-dir")
+            .arg(fx.path("cache"))
+            .args(GOLDEN_ARGS)
+            .current_dir(fx.path(""))
+            .env_remove("RUST_LOG");
+        if debug {
+            command.arg("-d");
+        }
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let out = command.output().expect("run xfn render");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{log}");
+        log
+    };
+    let debug = log(true, None);
+    for noise in noise {
+        assert!(!debug.contains(noise), "{noise} under -d: {debug}");
+    }
+    let asked = log(false, Some("debug"));
+    assert!(
+        noise.iter().all(|n| asked.contains(n)),
+        "RUST_LOG=debug still shows them: {asked}"
+    );
+}

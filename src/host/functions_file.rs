@@ -129,8 +129,12 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
             let Some(name) = object.metadata.name.filter(|n| !n.is_empty()) else {
                 return Err(invalid(&"a DeploymentRuntimeConfig without metadata.name"));
             };
-            let spec: RuntimeConfigSpec = spec_of(object.spec)
-                .map_err(|e| invalid(&format!("DeploymentRuntimeConfig {name}: {e}")))?;
+            let spec = serde_json::to_value(object.spec)
+                .map_err(|e| invalid(&format!("DeploymentRuntimeConfig {name}: {e}")))
+                .and_then(|spec| {
+                    RuntimeConfigSpec::from_json(&name, spec)
+                        .map_err(|e| invalid(&crate::chain::Chain(&e)))
+                })?;
             if configs.insert(name.clone(), spec).is_some() {
                 return Err(invalid(&format!(
                     "DeploymentRuntimeConfig {name} appears twice"

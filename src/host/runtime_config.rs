@@ -140,6 +140,7 @@ impl RuntimeConfigSpec {
         if spec.is_null() {
             return Ok(Self::default());
         }
+        warn_ignored(config, &spec);
         serde_json::from_value(spec).map_err(|source| RuntimeConfigError::Malformed {
             config: config.to_owned(),
             source,
@@ -160,6 +161,83 @@ impl RuntimeConfigSpec {
         let container = containers.iter().find(|c| c.name == RUNTIME_CONTAINER)?;
         Some(&container.resources.as_ref()?.limits)
     }
+}
+
+/// What of a DeploymentRuntimeConfig's spec xfn does not apply (all but
+/// the `package-runtime` container's cpu and memory limits, and the
+/// Deployment's required `selector`), as paths: an operator who set
+/// `replicas`, `args` or `env` for Crossplane's Deployment runtime must
+/// hear that xfn does not follow them rather than find out.
+pub(crate) fn ignored_fields(spec: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    fn others(value: &Value, path: &str, kept: &[&str], out: &mut Vec<String>) {
+        if let Value::Object(map) = value {
+            out.extend(
+                map.keys()
+                    .filter(|k| !kept.contains(&k.as_str()))
+                    .map(|k| format!("{path}.{k}")),
+            );
+        }
+    }
+    let mut out = Vec::new();
+    others(spec, "spec", &["deploymentTemplate"], &mut out);
+    let deployment = &spec["deploymentTemplate"];
+    others(deployment, "spec.deploymentTemplate", &["spec"], &mut out);
+    let path = "spec.deploymentTemplate.spec";
+    others(
+        &deployment["spec"],
+        path,
+        &["selector", "template"],
+        &mut out,
+    );
+    let template = &deployment["spec"]["template"];
+    others(template, &format!("{path}.template"), &["spec"], &mut out);
+    let path = format!("{path}.template.spec");
+    others(&template["spec"], &path, &["containers"], &mut out);
+    for container in template["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = container["name"].as_str().unwrap_or_default();
+        let path = format!("{path}.containers[{name}]");
+        if name != RUNTIME_CONTAINER {
+            out.push(path);
+            continue;
+        }
+        others(container, &path, &["name", "resources"], &mut out);
+        let resources = &container["resources"];
+        others(
+            resources,
+            &format!("{path}.resources"),
+            &["limits"],
+            &mut out,
+        );
+        let path = format!("{path}.resources.limits");
+        others(&resources["limits"], &path, &["cpu", "memory"], &mut out);
+    }
+    out
+}
+
+/// Names in one WARN what of config `name` xfn ignores, once per config and
+/// set of fields (the controller reads a config on every reconcile).
+fn warn_ignored(name: &str, spec: &serde_json::Value) {
+    static WARNED: std::sync::Mutex<BTreeMap<String, Vec<String>>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let ignored = ignored_fields(spec);
+    let mut warned = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if ignored.is_empty() || warned.get(name) == Some(&ignored) {
+        return;
+    }
+    tracing::warn!(
+        config = name,
+        ignored = ignored.join(", "),
+        "xfn applies only the package-runtime container's cpu and memory limits of a \
+         DeploymentRuntimeConfig; these fields have no effect"
+    );
+    warned.insert(name.to_owned(), ignored);
 }
 
 /// A Function's limits from its annotations and the config its reference
@@ -232,6 +310,57 @@ pub(crate) fn limits_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_field_xfn_does_not_apply_is_named_and_the_limits_it_applies_are_not() {
+        let spec = serde_json::json!({
+            "serviceTemplate": {"metadata": {"name": "x"}},
+            "deploymentTemplate": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {},
+                    "template": {
+                        "spec": {
+                            "serviceAccountName": "sa",
+                            "containers": [
+                                {
+                                    "name": "package-runtime",
+                                    "args": ["--debug"],
+                                    "env": [],
+                                    "resources": {
+                                        "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"},
+                                        "requests": {"cpu": "100m"}
+                                    }
+                                },
+                                {"name": "sidecar", "image": "x"}
+                            ]
+                        }
+                    }
+                }
+            }
+        });
+        let base = "spec.deploymentTemplate.spec.template.spec";
+        let expected: Vec<String> = [
+            "spec.serviceTemplate".to_string(),
+            "spec.deploymentTemplate.metadata".into(),
+            "spec.deploymentTemplate.spec.replicas".into(),
+            format!("{base}.serviceAccountName"),
+            format!("{base}.containers[package-runtime].args"),
+            format!("{base}.containers[package-runtime].env"),
+            format!("{base}.containers[package-runtime].resources.requests"),
+            format!("{base}.containers[package-runtime].resources.limits.ephemeral-storage"),
+            format!("{base}.containers[sidecar]"),
+        ]
+        .into();
+        let mut found = ignored_fields(&spec);
+        found.sort();
+        let mut expected = expected;
+        expected.sort();
+        assert_eq!(found, expected);
+        let only_limits = serde_json::json!({"deploymentTemplate": {"spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "package-runtime", "resources": {"limits": {"cpu": "1"}}}]}}}}});
+        assert!(ignored_fields(&only_limits).is_empty());
+    }
 
     fn spec(yaml: &str) -> RuntimeConfigSpec {
         yaml_serde::from_str(yaml).unwrap()

@@ -131,6 +131,23 @@ while read -r name module version main; do
     echo "peers: built $name in $((SECONDS - start)) s" >&2
 done <<<"$PEERS"
 
+# The client shaped as Crossplane core dials a Function (tests/peers/dial:
+# xfn's own test code, not a peer's), built beside the peers from the same
+# module cache; stamped with its sources' hash.
+dial_src="$(cd "$(dirname "$0")/.." && pwd)/tests/peers/dial"
+dial_stamp=$(cat "$dial_src/go.mod" "$dial_src/go.sum" "$dial_src"/*.go | sha256sum | cut -c1-16)
+if ! [ -x "$cache/bin/core-dial" ] || [ "$(cat "$cache/bin/core-dial.version" 2>/dev/null)" != "$dial_stamp" ]; then
+    echo "peers: building core-dial (tests/peers/dial)" >&2
+    (cd "$dial_src" && GOFLAGS="-mod=readonly -trimpath" timeout 1800 go build -o "$cache/bin/core-dial.tmp" . >"$cache/core-dial.log" 2>&1) || {
+        echo "peers: go build of tests/peers/dial failed:" >&2
+        grep -v '^go: downloading' "$cache/core-dial.log" >&2
+        exit 1
+    }
+    mv "$cache/bin/core-dial.tmp" "$cache/bin/core-dial"
+    echo "$dial_stamp" >"$cache/bin/core-dial.version"
+    built=1
+fi
+
 # The build cache (~4 GB) only speeds up a rebuild of the same modules,
 # which the stamps make unneeded: dropped; the module cache (~4 GB, the
 # downloads) is kept for a version bump.

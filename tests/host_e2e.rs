@@ -58,7 +58,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA as the `crossplane-root-ca` secret holds it (`ca/tls.crt`,
 /// `ca/tls.key`: RSA 2048, PKCS#1, as Crossplane's initializer writes) and
 /// a client certificate it signs (`client.crt`, `client.key`), in `dir`.
-fn crossplane_ca(dir: &Path) {
+pub(crate) fn crossplane_ca(dir: &Path) {
     std::fs::create_dir_all(dir.join("ca")).unwrap();
     openssl(
         dir,
@@ -193,7 +193,7 @@ impl XfnHost {
 
     /// `xfn host` serving over mutual TLS with the CA `crossplane_ca` made
     /// in `dir`, and `flags`.
-    fn start_tls(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
+    pub(crate) fn start_tls(dir: &Path, functions: &Path, flags: &[&str]) -> XfnHost {
         let ca = dir.join("ca");
         let mut all = vec!["--ca", ca.to_str().unwrap()];
         all.extend_from_slice(flags);

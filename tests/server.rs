@@ -1,4 +1,4 @@
-//! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) `xfn adapt` and `xfn host`.
+//! Test binary `server`: The daemons end to end as they are deployed: `xfn start` (calls, callers, lifecycle, warm pool, restarts, a bounded soak) `xfn adapt` and `xfn host` (with Crossplane's Go functions, called as core calls them).
 //!
 //! One binary per area (tests/README.md says which file goes where): one
 //! link, and its tests run side by side.
@@ -9,6 +9,8 @@ mod adapt_e2e;
 mod host_bounds;
 #[path = "host_e2e.rs"]
 mod host_e2e;
+#[path = "host_peers.rs"]
+mod host_peers;
 #[path = "server_bounds.rs"]
 mod server_bounds;
 #[path = "server_calls.rs"]

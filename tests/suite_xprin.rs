@@ -208,9 +208,17 @@ fn processes_in_group(group: u32) -> Vec<u32> {
 }
 
 #[test]
-fn sigint_and_sigterm_stop_hooks_and_remove_the_run_s_directories_exiting_130_and_143() {
-    let server = FunctionServer::start(&[]);
-    let suites = Suites::new(&development(&server));
+fn sigint_and_sigterm_stop_hooks_servers_and_containers_and_remove_the_run_s_directories() {
+    // The Function as a Docker-runtime server: a container the run starts
+    // for its first test and keeps for the next, whose hook is stopped.
+    let registry = Registry::start();
+    let image = function_server_image(&registry, "fn-server:v1", &[]);
+    let suites = Suites::new(&xfn_testkit::render::function_object(
+        "fn",
+        &image,
+        &["render.crossplane.io/runtime: Docker"],
+    ));
+    let cache = suites.path("cache");
     for (signal, code) in [
         (nix::sys::signal::Signal::SIGTERM, 143),
         (nix::sys::signal::Signal::SIGINT, 130),
@@ -221,10 +229,12 @@ fn sigint_and_sigterm_stop_hooks_and_remove_the_run_s_directories_exiting_130_an
         std::fs::write(
             suites.path("signal_xprin.yaml"),
             format!(
-                "tests:\n- name: stopped\n  inputs:\n    xr: data/xr.yaml\n    \
-                 composition: data/composition.yaml\n    functions: functions.yaml\n  \
-                 hooks:\n    pre-test:\n    - run: \"sh -c 'sleep 300; : {marker}' & \
-                 echo $$ > scratch/{marker}; sleep 300\"\n"
+                "common:\n  inputs:\n    composition: data/composition.yaml\n    \
+                 functions: functions.yaml\ntests:\n- name: renders\n  id: first\n  \
+                 inputs: {{xr: data/xr.yaml}}\n- name: stopped\n  inputs:\n    \
+                 xr: {{{{ .Tests.first.Outputs.XR }}}}\n  hooks:\n    pre-test:\n    \
+                 - run: \"sh -c 'sleep 300; : {marker}' & echo $$ > scratch/{marker}; \
+                 sleep 300\"\n"
             ),
         )
         .unwrap();
@@ -255,21 +265,31 @@ fn sigint_and_sigterm_stop_hooks_and_remove_the_run_s_directories_exiting_130_an
             .trim()
             .parse()
             .unwrap();
+        // Before: the hook, the container and the run's directory are there.
         assert!(
             !processes_in_group(group).is_empty(),
             "the hook is not running"
         );
-        // The run's directory is there while the hook runs.
+        assert!(
+            !xfn_testkit::proc::processes_rooted_under(&cache).is_empty(),
+            "the Function's container is not running"
+        );
         assert!(std::fs::read_dir(&tmp).unwrap().next().is_some());
         let pid = nix::unistd::Pid::from_raw(child.child().id() as i32);
         nix::sys::signal::kill(pid, signal).unwrap();
         let out = child.output_within("xfn test", Duration::from_secs(60));
         assert_eq!(out.status.code(), Some(code), "{signal}: {}", text(&out));
         assert_has(&text(&out), &[&format!("{signal} received: stopped")]);
+        // After: none of them.
         assert_eq!(processes_in_group(group), Vec::<u32>::new(), "{signal}");
         assert_eq!(
             xfn_testkit::proc::processes_with(&marker),
             Vec::<u32>::new()
+        );
+        assert_eq!(
+            xfn_testkit::proc::processes_rooted_under(&cache),
+            Vec::<u32>::new(),
+            "{signal}: the Function's container outlived the run"
         );
         let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
         assert!(left.is_empty(), "{signal}: left {left:?}");

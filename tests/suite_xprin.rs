@@ -45,6 +45,7 @@ fn a_suite_brought_from_xprin_runs_unchanged() {
             "--- PASS: hooks run in the suite's directory (",
             "[✓] pre-test hook relative paths: passed",
             "[✓] a float count: found 5 resources (as expected)",
+            "[✓] post-test hook count {{ .Outputs.RenderCount }}: passed",
             "--- PASS: a hyphenated id through index and a template as a number (",
             "[✓] as many as the first: found 5 resources (as expected)",
             "[✓] quoted as many: found 5 resources (as expected)",
@@ -316,7 +317,12 @@ fn xprin_verdicts(out: &str) -> Verdicts {
             let Some((mark, rest)) = line.trim().split_once("] ") else {
                 continue;
             };
-            if let (Some((name, _)), Some(last)) = (rest.split_once(" - "), verdicts.last_mut()) {
+            if !["[✓", "[x", "[!", "[s"].contains(&mark) {
+                continue; // a line of a diff
+            }
+            // `[x] NAME - MESSAGE`, or `[x] NAME` above a diff.
+            let name = rest.split_once(" - ").map_or(rest, |(name, _)| name);
+            if let Some(last) = verdicts.last_mut() {
                 last.2.push((name.into(), format!("{mark}]")));
             }
         }
@@ -392,10 +398,19 @@ fn xprin_and_xfn_test_give_the_same_verdict_for_every_test_and_assertion() {
     let (mut tests, mut assertions) = (0, 0);
     let (mut tests_alike, mut assertions_alike) = (0, 0);
     let mut differences = Vec::new();
+    // The golden files as xfn test writes them; then xprin's `diff` reads
+    // them byte for byte (its whole render and one resource's file).
+    let update = suites
+        .command(&config)
+        .args(["--update", "golden_xprin.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(update.status.code(), Some(0), "{}", text(&update));
     for suite in [
         "assertions_xprin.yaml",
         "chain_xprin.yaml",
         "failures_xprin.yaml",
+        "golden_xprin.yaml",
         "compat_xprin.yaml",
     ] {
         // xfn test first: as root its hooks are uid 100000, which may not
@@ -468,7 +483,7 @@ fn xprin_and_xfn_test_give_the_same_verdict_for_every_test_and_assertion() {
         differences.join("\n")
     );
     assert!(
-        tests >= 16 && assertions >= 30,
+        tests >= 17 && assertions >= 38,
         "{tests} tests, {assertions} assertions"
     );
 }

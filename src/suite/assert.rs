@@ -384,7 +384,7 @@ pub(crate) fn golden(
     actual: &str,
     update: Option<&super::writes::Opened>,
 ) -> Check {
-    let name = &assertion.name;
+    let name = &super::template::as_written(&assertion.name);
     if let Some(writes) = update {
         return match writes.write(expected, actual) {
             Ok(()) => Check::new(

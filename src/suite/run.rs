@@ -665,7 +665,9 @@ async fn run_hooks(
     for (i, hook) in hooks.iter().enumerate() {
         let name = format!(
             "{which} hook {}",
-            hook.name.clone().unwrap_or_else(|| format!("#{}", i + 1))
+            hook.name
+                .as_deref()
+                .map_or_else(|| format!("#{}", i + 1), template::as_written)
         );
         let end = match vars.expand(&hook.run) {
             Ok(command) => hooks::run(&command, dir, env.options.hook_timeout).await,
@@ -745,7 +747,11 @@ fn assertions(
                     Ok(assert::golden(engine, a, &expected, &actual, update))
                 });
             checks.push(check.unwrap_or_else(|e| {
-                Check::new(Status::Error, &a.name, crate::chain::Chain(&e).to_string())
+                Check::new(
+                    Status::Error,
+                    &template::as_written(&a.name),
+                    crate::chain::Chain(&e).to_string(),
+                )
             }));
         }
     }
@@ -784,7 +790,7 @@ fn actual(
             "no rendered resource {id}"
         ))));
     };
-    to_yaml_stream(std::slice::from_ref(object)).map_err(|e| PhaseError::Assert(e.into()))
+    one_document(object).map_err(|e| PhaseError::Assert(e.into()))
 }
 
 /// Validation against `crds`: a pass, a failure per error, or an error
@@ -831,6 +837,16 @@ fn validate(
         .collect()
 }
 
+/// One object as YAML, as xprin writes each rendered resource's file (and
+/// a golden file of one resource compares): no `---` before it.
+fn one_document(object: &Value) -> Result<String, crate::compose::ComposeError> {
+    let text = to_yaml_stream(std::slice::from_ref(object))?;
+    Ok(match text.strip_prefix("---\n") {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
+}
+
 /// Writes `rendered.yaml`, `xr.yaml` and one file per object under
 /// `rendered/` in `dir`, when the test has one.
 fn write_outputs(dir: Option<&Path>, objects: &[Value], full: &str) -> Result<Outputs, Cause> {
@@ -843,7 +859,7 @@ fn write_outputs(dir: Option<&Path>, objects: &[Value], full: &str) -> Result<Ou
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).map_err(io(format!("cannot write {}", path.display())))
     };
-    let yaml = |object: &Value| to_yaml_stream(std::slice::from_ref(object));
+    let yaml = one_document;
     let render = dir.join("rendered.yaml");
     write(&render, full)?;
     let mut outputs = Outputs {

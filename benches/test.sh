@@ -18,17 +18,31 @@
 # after each render when a test gives `crds`: the suite gets `crds:`, the
 # render side runs `xfn validate` per case.
 #
+# Then xprin itself (issue 44; skip with XPRIN=0): the same 30 cases as
+# one suite run by `xfn test` and by xprin v0.2.0, which forks `crossplane
+# render` (CLI v2.5.0, Crossplane's render engine: no Docker) per test;
+# both over one fn_server process started here (the Function annotated
+# `Development`, so both call the same server). Not with VALIDATE=1:
+# `crossplane beta validate` knows Kubernetes' own kinds and refuses the
+# suite's Deployment fields, xfn has no schema for them.
+#
 # Both sides must agree: all 30 cases pass on each (the checks are the
 # suite's assertions). Prints the wall time of each (median of RUNS, default
-# 3) and the ratio; no threshold. The image is pulled before timing.
+# 3) and the ratios; no threshold. The image is pulled before timing.
 #
 # Needs: crun, docker-registry, umoci, skopeo, busybox-static, python3 with
-# PyYAML, glibc's static libraries (libc6-dev). Run as root from the repo root:
-#   cargo build && benches/test.sh          (XFN=target/release/xfn for release)
+# PyYAML, glibc's static libraries (libc6-dev); xprin, crossplane and
+# crossplane-core from scripts/peers.sh (PEERS, default
+# /var/cache/xfn-test/peers). Run as root from the repo root:
+#   cargo build && benches/test.sh   (target/release/xfn when built, else
+#                                     target/debug/xfn; XFN= to choose)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
-XFN=${XFN:-target/debug/xfn}
+if [ -z "${XFN:-}" ]; then
+    XFN=target/debug/xfn
+    [ -x target/release/xfn ] && XFN=target/release/xfn
+fi
 XFN=$(realpath "$XFN")
 RUNS=${RUNS:-3}
 CASES=30
@@ -36,10 +50,12 @@ WORK=$(mktemp -d /tmp/xfn-test-bench-XXXXXX)
 chmod 755 "$WORK"
 PORT=$(( 20000 + $$ % 20000 ))
 REG_PID=
+DEV_PID=
 DATA=$(realpath tests/suite/data)
 
 cleanup() {
     [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null || true
+    [ -n "$DEV_PID" ] && kill "$DEV_PID" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT INT TERM
@@ -176,3 +192,65 @@ printf '%d cases, both sides %d/%d passed (median of %d runs, validation %s)\n' 
 printf '  xfn test (one process)          %8.3f s\n' "$SUITE_S"
 printf '  %d xfn render + the same checks %8.3f s\n' "$CASES" "$RENDER_S"
 printf '  ratio                           %8.1fx\n' "$(echo "$RENDER_S / $SUITE_S" | bc -l)"
+
+[ "${XPRIN:-1}" = 0 ] && exit 0
+[ "$VALIDATE" = 1 ] && { echo "xprin: not with VALIDATE=1 (see the header)"; exit 0; }
+PEERS=${PEERS:-/var/cache/xfn-test/peers}
+for peer in xprin crossplane crossplane-core; do
+    [ -x "$PEERS/bin/$peer" ] || fail "peer $peer is missing: no $PEERS/bin/$peer; run scripts/peers.sh (or XPRIN=0)"
+done
+
+# One fn_server for both, a Development Function pointing at it.
+DEV_PORT=$(( PORT + 1 ))
+"$FUNCTION_SERVER" --insecure --address "127.0.0.1:$DEV_PORT" >"$WORK/fn-server.log" 2>&1 &
+DEV_PID=$!
+python3 - "$DEV_PORT" <<'PY' || fail "the fn_server did not listen"
+import socket, sys, time
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.1).close(); sys.exit(0)
+    except OSError:
+        time.sleep(0.05)
+sys.exit(1)
+PY
+printf -- '---\napiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: fn\n  annotations:\n    render.crossplane.io/runtime: Development\n    render.crossplane.io/runtime-development-target: 127.0.0.1:%s\nspec:\n  package: %s\n' \
+    "$DEV_PORT" "$SERVER_IMAGE" >"$WORK/functions-dev.yaml"
+sed 's/functions: functions.yaml/functions: functions-dev.yaml/' "$SUITE" >"$WORK/dev_xprin.yaml"
+# xprin's configuration: crossplane render with Crossplane's engine.
+mkdir -p "$WORK/validate-cache/xpkg.crossplane.io/crossplane/crossplane@stable"
+cat >"$WORK/xprin.yaml" <<YAML
+dependencies:
+  crossplane: $PEERS/bin/crossplane
+subcommands:
+  render: render --include-full-xr --crossplane-binary $PEERS/bin/crossplane-core
+  validate: resource validate --error-on-missing-schemas --cache-dir $WORK/validate-cache
+YAML
+
+: >"$WORK/ours.times"
+: >"$WORK/xprin.times"
+run=1
+while [ "$run" -le "$RUNS" ]; do
+    start=$(now)
+    "$XFN" test -c "$WORK/xprin.yaml" --cache-dir "$CACHE" -v "$WORK/dev_xprin.yaml" >"$WORK/ours.out" 2>&1 \
+        || { cat "$WORK/ours.out" >&2; fail "xfn test (Development) failed"; }
+    end=$(now)
+    echo "$end - $start" | bc >>"$WORK/ours.times"
+
+    start=$(now)
+    PATH="$PEERS/bin:$PATH" "$PEERS/bin/xprin" -c "$WORK/xprin.yaml" test -v "$WORK/dev_xprin.yaml" >"$WORK/xprin.out" 2>&1 \
+        || { cat "$WORK/xprin.out" >&2; fail "xprin failed"; }
+    end=$(now)
+    echo "$end - $start" | bc >>"$WORK/xprin.times"
+    run=$(( run + 1 ))
+done
+for side in ours xprin; do
+    n=$(grep -c -- '^--- PASS: case ' "$WORK/$side.out" || true)
+    [ "$n" = "$CASES" ] || fail "$side passed $n of $CASES"
+done
+OURS_S=$(median <"$WORK/ours.times")
+XPRIN_S=$(median <"$WORK/xprin.times")
+printf '%d cases as one suite, one Development fn_server, both sides %d/%d passed (median of %d runs)\n' \
+    "$CASES" "$CASES" "$CASES" "$RUNS"
+printf '  xfn test                        %8.3f s   (%s)\n' "$OURS_S" "$XFN"
+printf '  xprin (crossplane render each)  %8.3f s\n' "$XPRIN_S"
+printf '  ratio                           %8.1fx\n' "$(echo "$XPRIN_S / $OURS_S" | bc -l)"

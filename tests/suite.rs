@@ -5,7 +5,8 @@
 //! crun); each failing case is checked for the message a user needs.
 //!
 //! Needs: crun, docker-registry, busybox-static (the Exec test); python3
-//! with junitparser (scripts/setup.sh) for the JUnit test.
+//! with junitparser (scripts/setup.sh) for the JUnit test; xprin and the
+//! `crossplane` CLI (scripts/peers.sh) for the side-by-side test.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,8 @@ use xfn_testkit::*;
 
 #[path = "suite_hostile.rs"]
 mod suite_hostile;
+#[path = "suite_xprin.rs"]
+mod suite_xprin;
 
 const SUITES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/suite");
 
@@ -49,17 +52,24 @@ impl Suites {
     }
 
     fn test(&self, args: &[&str]) -> Output {
-        xfn_command()
+        self.command(&self.path("xprin-config.yaml"))
+            .args(args)
+            .output()
+            .expect("spawn xfn")
+    }
+
+    /// `xfn test` in the suites' directory with the configuration `config`.
+    fn command(&self, config: &Path) -> std::process::Command {
+        let mut command = xfn_command();
+        command
             .arg("test")
             .arg("--cache-dir")
             .arg(self.path("cache"))
             .arg("--config")
-            .arg(self.path("xprin-config.yaml"))
-            .args(args)
+            .arg(config)
             .current_dir(self.dir.path())
-            .stdin(Stdio::null())
-            .output()
-            .expect("spawn xfn")
+            .stdin(Stdio::null());
+        command
     }
 }
 
@@ -116,7 +126,7 @@ fn every_assertion_type_passes_and_each_failure_says_what_was_found() {
             "[x] replicas-is-string: field spec.replicas has type number, expected string on resource Deployment/my-app",
             "[x] has-deprecated: field spec.deprecated does not exist on resource Deployment/my-app",
             "[x] no-selector: field spec.selector exists (should not exist) on resource Service/my-app",
-            "[x] replicas-equal-5: field spec.replicas is 3, expected == 5 on resource Deployment/my-app",
+            "[x] replicas-equal-5: field spec.replicas is 3 (number), expected == 5 (number) on resource Deployment/my-app",
             "[!] unknown-type: unsupported assertion type \"Matches\"",
             "[!] no-such-resource: no rendered resource matched Pod/x",
             "FAIL\tassertions_xprin.yaml\t",
@@ -376,7 +386,7 @@ fn exec_functions_render_every_test_of_a_run_in_one_process() {
         &[
             "--- FAIL: 2 buckets (",
             "[✓] buckets: found 4 resources (as expected)",
-            "[x] index: field data.index is 1, expected is 0 on resource ConfigMap/",
+            "[x] index: field data.index is \"1\" (string), expected is \"0\" (string) on resource ConfigMap/",
         ],
     );
     assert!(all.contains("--- PASS: 1 buckets ("), "{all}");
@@ -645,7 +655,26 @@ fn on_a_terminal(suites: &Suites, args: &[&str]) -> String {
         .stdin(Stdio::null())
         .output()
         .expect("script(1) (bsdutils)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    without_colour(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `text` without its colours (`ESC[…m`, `--color auto` on a terminal).
+fn without_colour(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        match after.find(|c: char| !(c.is_ascii_digit() || c == ';')) {
+            Some(end) if after[end..].starts_with('m') => rest = &after[end + 1..],
+            _ => {
+                out.push_str("\x1b[");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// What a terminal shows of one line's bytes: `\r` returns to its start,

@@ -19,7 +19,7 @@ use crate::runner::{Namespace, Runner};
 use crate::suite::beneath::Beneath;
 use crate::suite::progress::Line;
 use crate::suite::report::{self, SuiteOutcome};
-use crate::suite::run::{Env, Options};
+use crate::suite::run::{Env, Options, Show};
 use crate::suite::servers::SharedServers;
 use crate::suite::spec::{discover, Suite};
 use crate::suite::template::Vars;
@@ -31,8 +31,10 @@ use super::run::parse_duration;
 /// Exit code when a suite could not be read.
 const EXIT_UNREADABLE: u8 = 2;
 
-/// Flags of `xfn test`.
+/// Flags of `xfn test`. `-c` is xprin's `-c FILE` (the configuration), so
+/// the cache directory is `--cache-dir` alone here.
 #[derive(Debug, Args)]
+#[command(mut_arg("cache_dir", |a| a.short(None)))]
 pub(crate) struct TestArgs {
     /// Suite files (`xprin.yaml`, `*_xprin.yaml`) or directories searched
     /// recursively for them (`DIR/...` too); default: the current directory.
@@ -58,9 +60,29 @@ pub(crate) struct TestArgs {
     #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) parallel: Option<u16>,
     /// xprin's configuration file; its `repositories:` give
-    /// `{{ .Repositories.NAME }}` (default: ~/.config/xprin.yaml when there).
-    #[arg(long, value_name = "FILE", env = "XPRIN_CONFIG")]
+    /// `{{ .Repositories.NAME }}`, its `subcommands.validate` whether a
+    /// kind no CRD defines fails validation (default: ~/.config/xprin.yaml
+    /// when there).
+    #[arg(short = 'c', long, value_name = "FILE", env = "XPRIN_CONFIG")]
     pub(crate) config: Option<PathBuf>,
+    /// Do not print `[no test cases found]` for a suite without tests.
+    #[arg(short = 'q', long)]
+    pub(crate) quiet: bool,
+    /// Colour the check marks and verdicts: on, off, or auto (on a terminal).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) color: Color,
+    /// Under -v, list each test's rendered resources (`Kind/name`).
+    #[arg(long)]
+    pub(crate) show_render: bool,
+    /// Under -v, list each resource validated.
+    #[arg(long)]
+    pub(crate) show_validate: bool,
+    /// Under -v, print each hook's output.
+    #[arg(long)]
+    pub(crate) show_hooks: bool,
+    /// Under -v, print every assertion (as -v always does in xfn test).
+    #[arg(long)]
+    pub(crate) show_assertions: bool,
     /// Print the whole XR, not only its status (`--include-full-xr=false`:
     /// as `crossplane render` by default); the whole XR is what a chained
     /// test's `{{ .Tests.ID.Outputs.XR }}` renders again.
@@ -93,11 +115,60 @@ pub(crate) struct TestArgs {
     pub(crate) image_pull_policy: PullPolicy,
 }
 
+/// SIGINT and SIGTERM, as they stop a run.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+/// A signal that stopped the run.
+struct Stop {
+    name: &'static str,
+    /// 128 + its number, as a shell reports a process it killed.
+    exit_code: u8,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.interrupt.recv() => Stop { name: "SIGINT", exit_code: 130 },
+            _ = self.terminate.recv() => Stop { name: "SIGTERM", exit_code: 143 },
+        }
+    }
+}
+
+/// `--color`, as xprin's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Color {
+    On,
+    Off,
+    Auto,
+}
+
+/// What xprin's configuration file says that `xfn test` reads.
+#[derive(Debug, Default)]
+struct Config {
+    /// `repositories:`.
+    repositories: BTreeMap<String, String>,
+    /// `subcommands.validate` passes `--error-on-missing-schemas` (as
+    /// xprin's default, `beta validate --error-on-missing-schemas`, does).
+    error_on_missing_schemas: bool,
+}
+
 /// The suites and configuration, read while the process is single-threaded.
 #[derive(Debug)]
 pub(crate) struct Loaded {
     suites: Vec<(PathBuf, Result<Suite, SuiteError>)>,
-    repositories: Result<BTreeMap<String, String>, SuiteError>,
+    config: Result<Config, SuiteError>,
     /// A path given that is not there (or unreadable).
     discovery: Option<SuiteError>,
     /// What the tests run in containers here.
@@ -130,7 +201,7 @@ impl Loaded {
             .collect();
         let mut loaded = Self {
             suites,
-            repositories: repositories(args.config.as_deref()),
+            config: read_config(args.config.as_deref()),
             discovery,
             containers: Needs::default(),
             writes: Opened::default(),
@@ -154,7 +225,7 @@ impl Loaded {
     /// those that cannot be read yet (templated from other tests) are left
     /// to the test.
     fn read_containers(&self) -> Needs {
-        let repositories = self.repositories.as_ref().ok();
+        let repositories = self.config.as_ref().ok().map(|c| &c.repositories);
         let vars = Vars {
             repositories,
             ..Default::default()
@@ -185,7 +256,7 @@ impl Loaded {
     /// Whether the run goes on past reading: a path given is there, the
     /// configuration reads and a suite was found (else it exits 2 first).
     fn runnable(&self) -> bool {
-        self.discovery.is_none() && self.repositories.is_ok() && !self.suites.is_empty()
+        self.discovery.is_none() && self.config.is_ok() && !self.suites.is_empty()
     }
 
     /// Opens what the run writes where the user keeps it, before xfn
@@ -205,7 +276,7 @@ impl Loaded {
         });
         if let (true, Some(_)) = (args.update, host_uid) {
             let vars = Vars {
-                repositories: self.repositories.as_ref().ok(),
+                repositories: self.config.as_ref().ok().map(|c| &c.repositories),
                 ..Default::default()
             };
             for suite in self.suites.iter().filter_map(|(_, s)| s.as_ref().ok()) {
@@ -269,13 +340,20 @@ pub(crate) fn prepare(args: TestArgs) -> anyhow::Result<super::Prepared> {
     Ok(super::Prepared::Test(args, loaded, namespace))
 }
 
-/// The `repositories:` of xprin's configuration file.
-fn repositories(config: Option<&Path>) -> Result<BTreeMap<String, String>, SuiteError> {
+/// What `xfn test` reads of xprin's configuration file: `repositories:`
+/// and whether `subcommands.validate` passes `--error-on-missing-schemas`
+/// (xprin's default does; so does no file).
+fn read_config(config: Option<&Path>) -> Result<Config, SuiteError> {
     let default = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/xprin.yaml"));
     let path = match (config, default) {
         (Some(path), _) => path.to_path_buf(),
         (None, Some(path)) if path.exists() => path,
-        _ => return Ok(BTreeMap::new()),
+        _ => {
+            return Ok(Config {
+                error_on_missing_schemas: true,
+                ..Config::default()
+            })
+        }
     };
     let invalid = |message: String| SuiteError::Config {
         path: path.clone(),
@@ -283,14 +361,25 @@ fn repositories(config: Option<&Path>) -> Result<BTreeMap<String, String>, Suite
     };
     let object = crate::compose::read_objects(&path)
         .map_err(|e| invalid(crate::chain::Chain(&e).to_string()))?;
-    let Some(config) = object.first() else {
-        return Ok(BTreeMap::new());
-    };
-    match config.get("repositories") {
-        None | Some(serde_json::Value::Null) => Ok(BTreeMap::new()),
+    let config = object.first().cloned().unwrap_or_default();
+    let repositories = match config.get("repositories") {
+        None | Some(serde_json::Value::Null) => BTreeMap::new(),
         Some(map) => serde_json::from_value(map.clone())
-            .map_err(|e| invalid(format!("repositories must map names to paths: {e}"))),
-    }
+            .map_err(|e| invalid(format!("repositories must map names to paths: {e}")))?,
+    };
+    let validate = config.pointer("/subcommands/validate");
+    let error_on_missing_schemas = match validate {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::String(s)) if s.trim().is_empty() => true,
+        Some(serde_json::Value::String(s)) => s
+            .split_whitespace()
+            .any(|w| w == "--error-on-missing-schemas" || w == "--error-on-missing-schemas=true"),
+        Some(_) => return Err(invalid("subcommands.validate must be a string".into())),
+    };
+    Ok(Config {
+        repositories,
+        error_on_missing_schemas,
+    })
 }
 
 /// Runs `xfn test`.
@@ -306,8 +395,8 @@ pub(crate) async fn execute(
     }
     let containers = loaded.containers();
     let selected = loaded.selected(args.run.as_ref());
-    let repositories = match loaded.repositories {
-        Ok(r) => r,
+    let config = match loaded.config {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("xfn: {}", crate::chain::Chain(&e));
             return Ok(ExitCode::from(EXIT_UNREADABLE));
@@ -341,6 +430,20 @@ pub(crate) async fn execute(
         }
         None => None,
     };
+    // Listened for from here: SIGINT (Ctrl-C) and SIGTERM stop the run.
+    let mut signals = Signals::new()?;
+    if !args.verbose {
+        for (flag, given) in [
+            ("--show-render", args.show_render),
+            ("--show-validate", args.show_validate),
+            ("--show-hooks", args.show_hooks),
+            ("--show-assertions", args.show_assertions),
+        ] {
+            if given {
+                eprintln!("xfn: {flag} requires -v (verbose mode) to display results");
+            }
+        }
+    }
     let defaults = ContainerDefaults {
         default_registry: global.registry.clone(),
         timeout: args.timeout,
@@ -353,17 +456,24 @@ pub(crate) async fn execute(
         update: args.update,
         hook_timeout: args.hook_timeout,
         render_timeout: args.timeout,
-        repositories,
+        repositories: config.repositories,
         keep: global.debug,
         run: args.run.clone(),
         full_xr: args.include_full_xr,
+        show: Show {
+            render: args.show_render,
+            validate: args.show_validate,
+            hooks: args.show_hooks,
+        },
     };
     let parallel = args
         .parallel
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let limit = tokio::sync::Semaphore::new(parallel);
-    let validator = crate::schema::Validator::default();
+    let validator = crate::schema::Validator {
+        error_on_missing_schemas: config.error_on_missing_schemas,
+    };
     let line = Line::new(Line::wanted(args.verbose), loaded.suites.len(), selected);
     let env = Env {
         options: &options,
@@ -373,7 +483,22 @@ pub(crate) async fn execute(
         line: &line,
         writes: &loaded.writes,
     };
-    let runs = loaded.suites.iter().map(|(path, suite)| {
+    // A suite without tests has nothing to run, as xprin says of it.
+    let (empty, suites): (Vec<_>, Vec<_>) = loaded
+        .suites
+        .iter()
+        .partition(|(_, s)| s.as_ref().is_ok_and(|s| s.tests.is_empty()));
+    if !args.quiet {
+        for (path, _) in &empty {
+            eprintln!("?   \t{}\t[no test cases found]", path.display());
+        }
+    }
+    let color = match args.color {
+        Color::On => true,
+        Color::Off => false,
+        Color::Auto => std::io::IsTerminal::is_terminal(&std::io::stdout()),
+    };
+    let runs = suites.into_iter().map(|(path, suite)| {
         let env = &env;
         async move {
             let started = Instant::now();
@@ -392,19 +517,34 @@ pub(crate) async fn execute(
     // (the order given), as `go test` prints a package when it is done.
     let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
     let mut outcomes = Vec::new();
-    while let Some(outcome) = futures::StreamExt::next(&mut runs).await {
+    let mut stopped = None;
+    loop {
+        let outcome = tokio::select! {
+            outcome = futures::StreamExt::next(&mut runs) => outcome,
+            signal = signals.next() => {
+                stopped = Some(signal);
+                break;
+            }
+        };
+        let Some(outcome) = outcome else { break };
         line.suite_done(|| {
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(report::text(&outcome, args.verbose).as_bytes())?;
+            stdout.write_all(report::text(&outcome, args.verbose, color).as_bytes())?;
             stdout.flush()
         })?;
         outcomes.push(outcome);
     }
+    // Dropped, the runs kill their hooks' process groups and remove their
+    // temporary directories; then the servers and containers stop.
     drop(runs);
     line.finish();
     servers.stop().await;
     if let Some(runner) = runner {
         runner.shutdown().await;
+    }
+    if let Some(signal) = stopped {
+        eprintln!("xfn: {} received: stopped", signal.name);
+        return Ok(ExitCode::from(signal.exit_code));
     }
     tracing::debug!(servers = servers.len(), "function servers started");
     if let Some(path) = junit {

@@ -120,6 +120,36 @@ fn field_at<'a>(object: &'a Value, field: &str) -> Result<Option<&'a Value>, Str
     Ok(Some(current))
 }
 
+/// Why `field` is absent when a key on its way holds a dot (an
+/// annotation's `example.com/x`): a dot path cannot address that key, as
+/// xprin's cannot, so the field is not known to be absent.
+fn unaddressable(object: &Value, field: &str) -> Option<String> {
+    let parts: Vec<&str> = field.split('.').collect();
+    let mut current = object;
+    for (i, part) in parts.iter().enumerate() {
+        let map = current.as_object()?;
+        if let Some(next) = map.get(*part) {
+            current = next;
+            continue;
+        }
+        let key = map.keys().find(|k| {
+            k.contains('.') && (i + 2..=parts.len()).any(|end| parts[i..end].join(".") == **k)
+        })?;
+        return Some(format!(
+            "field {field} cannot be addressed: key {key:?} of {} holds a dot, which a dot path splits",
+            if i == 0 { "the resource".to_string() } else { parts[..i].join(".") }
+        ));
+    }
+    None
+}
+
+/// Why `field` was not found on resource `id`: it cannot be addressed, or
+/// it is not there.
+fn not_found(object: &Value, field: &str, id: &str) -> String {
+    let why = unaddressable(object, field).unwrap_or_else(|| format!("field {field} not found"));
+    format!("{why} on resource {id}")
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -131,19 +161,69 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-/// Equal as xprin compares: numbers by value, everything else exactly.
+/// Equal as xprin compares (`fmt.Sprintf("%v")` of both): numbers by
+/// value, anything else by its text, so the string `"3"` equals the
+/// number `3` and `"true"` equals `true`; `null` equals only `null`.
 fn equal(actual: &Value, expected: &Value) -> bool {
-    match (actual.as_f64(), expected.as_f64()) {
-        (Some(a), Some(b)) => a == b,
-        _ => actual == expected,
+    match (actual, expected) {
+        (Value::Null, Value::Null) => true,
+        (Value::Null, _) | (_, Value::Null) => false,
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        _ => go_text(actual) == go_text(expected),
     }
 }
 
-fn text(value: &Value) -> String {
+/// A value as Go's `%v` prints the decoded YAML: a string bare, a list
+/// `[a b]`, a map `map[k:v]` by sorted key.
+fn go_text(value: &Value) -> String {
     match value {
+        Value::Null => "<nil>".into(),
         Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_text).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k}:{}", go_text(v)))
+                .collect();
+            entries.sort();
+            format!("map[{}]", entries.join(" "))
+        }
         other => other.to_string(),
     }
+}
+
+/// A value as a failure names it: its text and its type
+/// (`"3" (string)`, `3 (number)`).
+fn typed(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    };
+    format!("{text} ({})", type_name(value))
+}
+
+/// A Count assertion's value as a whole number: `4` or `4.0` (YAML's
+/// float, as xprin truncates it), never negative.
+fn count(value: Option<&Value>) -> Result<u64, String> {
+    let Some(value) = value else {
+        return Err("a Count assertion needs `value`, a number".into());
+    };
+    let Some(number) = value.as_f64() else {
+        return Err(format!(
+            "a Count assertion's value must be a number, got {}",
+            typed(value)
+        ));
+    };
+    if number < 0.0 {
+        return Err(format!(
+            "a Count assertion's value must not be negative, got {number}"
+        ));
+    }
+    // As xprin's `int(float64)`: a fraction is dropped.
+    Ok(value.as_u64().unwrap_or(number.trunc() as u64))
 }
 
 /// Runs one `xprin` assertion over the rendered `resources`.
@@ -176,11 +256,7 @@ fn xprin_checks(a: &XprinAssertion, resources: &[Resource]) -> Result<Vec<Check>
     };
     match a.kind.as_str() {
         "Count" => {
-            let expected = a
-                .value
-                .as_ref()
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("a Count assertion's value must be a non-negative whole number, got {:?}", a.value))?;
+            let expected = count(a.value.as_ref())?;
             let found = match &a.resource {
                 Some(pattern) => find(resources, pattern)?,
                 None => resources.iter().collect(),
@@ -225,7 +301,7 @@ fn xprin_checks(a: &XprinAssertion, resources: &[Resource]) -> Result<Vec<Check>
                 .into_iter()
                 .map(|(id, object)| {
                     Ok(match field_at(object, &field)? {
-                        None => Check::new(Status::Error, name, format!("field {field} not found on resource {id}")),
+                        None => Check::new(Status::Error, name, not_found(object, &field, id)),
                         Some(value) => check(
                             type_name(value) == expected,
                             format!("field {field} has expected type {expected} on resource {id}"),
@@ -243,9 +319,15 @@ fn xprin_checks(a: &XprinAssertion, resources: &[Resource]) -> Result<Vec<Check>
                 .into_iter()
                 .map(|(id, object)| {
                     let exists = field_at(object, &field)?.is_some();
+                    let absent = || {
+                        unaddressable(object, &field).map_or_else(
+                            || format!("field {field} does not exist on resource {id}"),
+                            |why| format!("{why} on resource {id}"),
+                        )
+                    };
                     Ok(match (want, exists) {
                         (true, true) => Check::new(Status::Pass, name, format!("field {field} exists on resource {id}")),
-                        (true, false) => Check::new(Status::Fail, name, format!("field {field} does not exist on resource {id}")),
+                        (true, false) => Check::new(Status::Fail, name, absent()),
                         (false, false) => Check::new(Status::Pass, name, format!("field {field} does not exist (as expected) on resource {id}")),
                         (false, true) => Check::new(Status::Fail, name, format!("field {field} exists (should not exist) on resource {id}")),
                     })
@@ -267,11 +349,11 @@ fn xprin_checks(a: &XprinAssertion, resources: &[Resource]) -> Result<Vec<Check>
                 .into_iter()
                 .map(|(id, object)| {
                     Ok(match field_at(object, &field)? {
-                        None => Check::new(Status::Error, name, format!("field {field} not found on resource {id}")),
+                        None => Check::new(Status::Error, name, not_found(object, &field, id)),
                         Some(value) => check(
                             equal(value, &expected),
-                            format!("field {field} {operator} {} on resource {id}", text(&expected)),
-                            format!("field {field} is {}, expected {operator} {} on resource {id}", text(value), text(&expected)),
+                            format!("field {field} {operator} {} on resource {id}", go_text(&expected)),
+                            format!("field {field} is {}, expected {operator} {} on resource {id}", typed(value), typed(&expected)),
                         ),
                     })
                 })
@@ -302,7 +384,7 @@ pub(crate) fn golden(
     actual: &str,
     update: Option<&super::writes::Opened>,
 ) -> Check {
-    let name = &assertion.name;
+    let name = &super::template::as_written(&assertion.name);
     if let Some(writes) = update {
         return match writes.write(expected, actual) {
             Ok(()) => Check::new(
@@ -563,7 +645,7 @@ mod tests {
             checks[1],
             (
                 Status::Fail,
-                "field spec.region is us, expected is eu on resource Bucket/group-b".into()
+                "field spec.region is \"us\" (string), expected is \"eu\" (string) on resource Bucket/group-b".into()
             )
         );
         for (ty, field) in [
@@ -596,6 +678,73 @@ mod tests {
             (Status::Error, "no rendered resource matched Pod".into())
         );
         assert_eq!(run("{name: n, type: Bogus}")[0].0, Status::Error);
+    }
+
+    #[test]
+    fn a_count_of_4_0_is_4_and_a_bad_count_names_its_type_not_rust_s_debug() {
+        assert_eq!(run("{name: n, type: Count, value: 3.0}")[0].0, Status::Pass);
+        let bad = run("{name: n, type: Count, value: 'three'}");
+        assert_eq!(
+            bad[0],
+            (
+                Status::Error,
+                "a Count assertion's value must be a number, got \"three\" (string)".into()
+            )
+        );
+        let none = run("{name: n, type: Count}");
+        assert!(
+            !none[0].1.contains("None") && !none[0].1.contains("Some("),
+            "{none:?}"
+        );
+    }
+
+    #[test]
+    fn equality_is_xprin_s_text_of_both_and_a_failure_names_both_types() {
+        // As xprin's `fmt.Sprintf("%v")`: "3" equals 3, "true" equals true.
+        for value in ["'3'", "3", "3.0"] {
+            let checks = run(&format!("{{name: n, type: FieldValue, resource: Bucket/group-a, field: spec.replicas, operator: '==', value: {value}}}"));
+            assert_eq!(checks[0].0, Status::Pass, "{value}: {checks:?}");
+        }
+        assert_eq!(
+            run("{name: n, type: FieldValue, resource: Bucket/group-a, field: spec.on, operator: '==', value: 'true'}")[0].0,
+            Status::Pass
+        );
+        let failed = run("{name: n, type: FieldValue, resource: Bucket/group-a, field: spec.region, operator: '==', value: 3}");
+        assert_eq!(
+            failed[0].1,
+            "field spec.region is \"eu\" (string), expected == 3 (number) on resource Bucket/group-a"
+        );
+        let null = run("{name: n, type: FieldValue, resource: Bucket/group-a, field: spec.none, operator: '==', value: '<nil>'}");
+        assert_eq!(null[0].0, Status::Fail, "{null:?}");
+    }
+
+    #[test]
+    fn a_dotted_key_is_said_to_be_unaddressable_not_absent() {
+        let object = json!({"kind": "Bucket", "metadata": {"name": "a", "annotations": {"example.com/x": "1"}}});
+        let a: XprinAssertion = yaml_serde::from_str(
+            "{name: n, type: FieldExists, resource: Bucket, field: metadata.annotations.example.com/x}",
+        )
+        .unwrap();
+        let checks = xprin(&a, &[(identifier(&object), object.clone())]);
+        assert_eq!(checks[0].status, Status::Fail);
+        assert!(
+            checks[0].message.contains("cannot be addressed")
+                && checks[0].message.contains("\"example.com/x\"")
+                && !checks[0].message.contains("does not exist"),
+            "{}",
+            checks[0].message
+        );
+        let a: XprinAssertion = yaml_serde::from_str(
+            "{name: n, type: FieldValue, resource: Bucket, field: metadata.annotations.example.com/x, operator: '==', value: '1'}",
+        )
+        .unwrap();
+        let checks = xprin(&a, &[(identifier(&object), object)]);
+        assert_eq!(checks[0].status, Status::Error);
+        assert!(
+            checks[0].message.contains("cannot be addressed"),
+            "{}",
+            checks[0].message
+        );
     }
 
     #[test]

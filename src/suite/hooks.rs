@@ -1,7 +1,8 @@
-//! Hooks: a shell command (`sh -c`) run in the test's own temporary
-//! directory, in a process group of its own, killed whole when its timeout
-//! passes; its output is kept up to a bound (the rest is read and dropped,
-//! so a chatty hook neither blocks nor grows xfn).
+//! Hooks: a shell command (`sh -c`) run in the directory given (the suite
+//! file's), in a process group of its own, killed whole when its timeout
+//! passes or when its run is dropped (a signal stopping `xfn test`); its
+//! output is kept up to a bound (the rest is read and dropped, so a chatty
+//! hook neither blocks nor grows xfn).
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,8 +15,8 @@ const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// How a hook ended.
 #[derive(Debug)]
 pub(crate) enum HookEnd {
-    /// It exited 0.
-    Passed,
+    /// It exited 0: its output.
+    Passed(String),
     /// It exited otherwise: its status and output.
     Failed(String),
     /// It could not run, or ran out of time.
@@ -32,6 +33,20 @@ async fn read_bounded(mut stream: impl AsyncRead + Unpin) -> Vec<u8> {
                 let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
                 kept.extend_from_slice(&buffer[..n.min(room)]);
             }
+        }
+    }
+}
+
+/// A hook's process group, killed whole when dropped (unless emptied).
+struct Group(Option<i32>);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
@@ -53,6 +68,9 @@ pub(crate) async fn run(command: &str, dir: &Path, timeout: Duration) -> HookEnd
         Err(e) => return HookEnd::Error(format!("cannot run sh: {e}")),
     };
     let pid = child.id();
+    // Until the hook is waited for, dropping this run (a signal stopping
+    // `xfn test`) kills its whole group: a shell's children too.
+    let mut group = Group(pid.and_then(|p| i32::try_from(p).ok()));
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return HookEnd::Error("its output is not readable".into());
     };
@@ -60,10 +78,16 @@ pub(crate) async fn run(command: &str, dir: &Path, timeout: Duration) -> HookEnd
         let (out, err) = tokio::join!(read_bounded(stdout), read_bounded(stderr));
         (child.wait().await, out, err)
     };
-    match tokio::time::timeout(timeout, work).await {
+    let ended = tokio::time::timeout(timeout, work).await;
+    if ended.is_ok() {
+        group.0 = None;
+    }
+    match ended {
         Ok((Ok(status), out, err)) => {
             if status.success() {
-                return HookEnd::Passed;
+                let mut text = String::from_utf8_lossy(&out).into_owned();
+                text.push_str(&String::from_utf8_lossy(&err));
+                return HookEnd::Passed(text);
             }
             let mut text = format!("{status}");
             for stream in [out, err] {
@@ -78,13 +102,7 @@ pub(crate) async fn run(command: &str, dir: &Path, timeout: Duration) -> HookEnd
         }
         Ok((Err(e), _, _)) => HookEnd::Error(format!("cannot wait for it: {e}")),
         Err(_) => {
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                // The whole group: a shell's children too.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            drop(group);
             HookEnd::Error(format!(
                 "did not finish within {timeout:?} (--hook-timeout); killed"
             ))

@@ -6,10 +6,11 @@
 //!
 //! - [`spec`]: suite files found, read and merged with `common`;
 //! - [`template`]: `{{ .Repositories.* }}`, `{{ .Inputs.* }}`, `{{ .Outputs.* }}`,
-//!   `{{ .Tests.ID.Outputs.* }}`;
-//! - [`run`]: one test's phases as xprin's (setup and pre-test hooks, patches,
-//!   render, validation, assertions, post-test hooks, artifacts), each in
-//!   the test's own temporary directory;
+//!   `{{ .Tests.ID.Outputs.* }}`, templates as typed values;
+//! - [`run`]: one test's phases as xprin's code runs them (setup and
+//!   pre-test hooks, patches, render, validation, assertions, post-test
+//!   hooks, artifacts), inputs copied to the test's own temporary
+//!   directory, hooks run in the suite file's;
 //! - [`assert`]: the `xprin`, `diff` and `dyff` engines;
 //! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
 //!   on a terminal meanwhile; [`writes`]: the report and golden files,

@@ -40,8 +40,28 @@ fn indent(text: &str, by: &str) -> String {
     text.lines().map(|l| format!("{by}{l}\n")).collect()
 }
 
-/// The text for one suite.
-pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
+/// `text` in ANSI colour `code` when `color`.
+fn paint(text: &str, code: u8, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+/// A check's mark, coloured when `color` (green, red, yellow, blue).
+fn mark(status: Status, color: bool) -> String {
+    let code = match status {
+        Status::Pass => 32,
+        Status::Fail => 31,
+        Status::Error => 33,
+        Status::Written => 34,
+    };
+    paint(status.symbol(), code, color)
+}
+
+/// The text for one suite, coloured when `color` (`--color`).
+pub(crate) fn text(suite: &SuiteOutcome, verbose: bool, color: bool) -> String {
     let mut out = String::new();
     let path = suite.path.display();
     let tests = match &suite.tests {
@@ -49,7 +69,8 @@ pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
         Err(e) => {
             let _ = writeln!(
                 out,
-                "FAIL\t{path} [setup failed]\n{}",
+                "{}\t{path} [setup failed]\n{}",
+                paint("FAIL", 31, color),
                 indent(e, "    ").trim_end()
             );
             return out;
@@ -62,9 +83,9 @@ pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
         }
         if verbose || failed {
             let word = match (failed, test.passed()) {
-                (true, _) => "FAIL",
-                (false, true) => "PASS",
-                (false, false) => "SKIP",
+                (true, _) => paint("FAIL", 31, color),
+                (false, true) => paint("PASS", 32, color),
+                (false, false) => paint("SKIP", 34, color),
             };
             let _ = writeln!(
                 out,
@@ -78,7 +99,7 @@ pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
                 }
                 let line = format!(
                     "{} {}: {}",
-                    check.status.symbol(),
+                    mark(check.status, color),
                     check.name,
                     check.message
                 );
@@ -101,7 +122,8 @@ pub(crate) fn text(suite: &SuiteOutcome, verbose: bool) -> String {
     } else if suite.passed() {
         let _ = writeln!(out, "ok  \t{path}\t{}", seconds(suite.duration));
     } else {
-        let _ = writeln!(out, "FAIL\t{path}\t{}", seconds(suite.duration));
+        let fail = paint("FAIL", 31, color);
+        let _ = writeln!(out, "{fail}\t{path}\t{}", seconds(suite.duration));
     }
     out
 }

@@ -15,7 +15,7 @@ use super::assert::{self, Check, Golden, Status};
 use super::hooks::{self, HookEnd};
 use super::servers::SharedServers;
 use super::spec::{Hook, Suite, TestCase};
-use super::template::{Outputs, Vars};
+use super::template::{self, Outputs, Vars};
 use super::Validate;
 use crate::compose::{read_objects, read_one, to_yaml_stream};
 use crate::compose::{OutputOptions, RenderInputs, RenderPlan};
@@ -37,6 +37,21 @@ pub(crate) struct Options {
     pub(crate) run: Option<regex::Regex>,
     /// Print the whole XR (so that `.Outputs.XR` feeds a next loop).
     pub(crate) full_xr: bool,
+    /// What passing checks show beneath them under `-v`.
+    pub(crate) show: Show,
+}
+
+/// xprin's `--show-render`, `--show-validate`, `--show-hooks`: what a
+/// passing check shows beneath it under `-v` (a failing one always shows
+/// what failed).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Show {
+    /// The rendered resources, `Kind/name` each.
+    pub(crate) render: bool,
+    /// Each resource validated.
+    pub(crate) validate: bool,
+    /// Each hook's output.
+    pub(crate) hooks: bool,
 }
 
 /// What every test shares.
@@ -104,11 +119,11 @@ pub(crate) async fn run_suite(suite: &Suite, env: &Env<'_>) -> Result<Vec<TestOu
     };
     let mut outcomes = Vec::new();
     if suite.is_chained() {
-        let mut done: HashMap<String, Outputs> = HashMap::new();
+        let mut done: HashMap<String, Option<Outputs>> = HashMap::new();
         for (index, test) in selected {
             let _permit = env.limit.acquire().await;
             let (outcome, outputs) = run_test(suite, test, dir(index, test), &done, env).await;
-            if let (Some(id), Some(outputs)) = (&test.id, outputs) {
+            if let Some(id) = &test.id {
                 done.insert(id.clone(), outputs);
             }
             env.line.test_done(!outcome.failed());
@@ -240,7 +255,7 @@ async fn run_test(
     suite: &Suite,
     test: &TestCase,
     dir: Option<PathBuf>,
-    done: &HashMap<String, Outputs>,
+    done: &HashMap<String, Option<Outputs>>,
     env: &Env<'_>,
 ) -> (TestOutcome, Option<Outputs>) {
     let started = Instant::now();
@@ -265,7 +280,7 @@ async fn phases(
     suite: &Suite,
     test: &TestCase,
     dir: Option<&Path>,
-    done: &HashMap<String, Outputs>,
+    done: &HashMap<String, Option<Outputs>>,
     env: &Env<'_>,
     progress: &mut Progress,
 ) -> Option<Outputs> {
@@ -293,12 +308,22 @@ async fn phases(
         inputs: Some(&setup.names),
         ..base_vars
     };
-    if let Some(dir) = dir {
-        if !run_hooks("pre-test", &test.hooks.pre_test, &vars, dir, env, progress).await {
-            return None;
-        }
+    // Hooks run in the suite file's directory, as xprin's runner runs them.
+    let here = suite_dir(suite);
+    if dir.is_some()
+        && !run_hooks("pre-test", &test.hooks.pre_test, &vars, here, env, progress).await
+    {
+        return None;
     }
     // Patches: XRD defaults are applied by the render (its --xrd).
+    let p = &test.patches;
+    let named = p.connection_secret_name.is_some() || p.connection_secret_namespace.is_some();
+    if named && p.connection_secret.is_none() {
+        progress.error(&PhaseError::Patch(said(
+            "connection-secret must be set to true when using connection-secret-name or connection-secret-namespace",
+        )));
+        return None;
+    }
     if test.patches.connection_secret == Some(true) {
         let inputs = &setup.inputs;
         if let Err(e) = patch_connection_secret(&inputs.xr_or_operation, test, inputs.claim) {
@@ -320,13 +345,27 @@ async fn phases(
             return None;
         }
     };
-    progress.push(
+    let mut render_check = Check::new(
         Status::Pass,
         "render",
         format!("{} resources", objects.len()),
     );
+    if env.options.show.render {
+        render_check.detail = Some(
+            objects
+                .iter()
+                .map(|o| assert::identifier(o) + "\n")
+                .collect(),
+        );
+    }
+    progress.checks.push(render_check);
     if !setup.crds.is_empty() {
-        let checks = validate(env.validator, &setup.crds, &objects);
+        let checks = validate(
+            env.validator,
+            &setup.crds,
+            &objects,
+            env.options.show.validate,
+        );
         outputs.validate = record(outputs_dir, "validate.txt", &checks, |c| {
             format!("{} {}\n", c.status.symbol(), c.message)
         });
@@ -343,18 +382,26 @@ async fn phases(
         outputs: Some(&outputs),
         ..vars
     };
-    if let Some(dir) = dir {
+    if dir.is_some() {
         run_hooks(
             "post-test",
             &test.hooks.post_test,
             &vars,
-            dir,
+            here,
             env,
             progress,
         )
         .await;
     }
     Some(outputs)
+}
+
+/// The directory of `suite`'s file (where its hooks run).
+fn suite_dir(suite: &Suite) -> &Path {
+    match suite.path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 /// A test's own directory: `inputs/` (copies hooks may change) and
@@ -474,9 +521,12 @@ fn setup(
         )));
     }
     let mut crds = Vec::new();
-    for raw in i.crds.iter().flatten() {
+    for (n, raw) in i.crds.iter().flatten().enumerate() {
         match resolve(&suite.path, vars, "inputs.crds", raw) {
-            Ok(path) => crds.push(path),
+            Ok(path) => {
+                names.insert(format!("CRDs.{n}"), path.display().to_string());
+                crds.push(path);
+            }
             Err(e) => errors.push(PhaseError::Setup(e)),
         }
     }
@@ -601,7 +651,8 @@ async fn render(setup: &Setup, env: &Env<'_>) -> Result<(Vec<Value>, String), Ph
     Ok((rendered.renders.concat(), text))
 }
 
-/// Runs `hooks` (`pre-test` or `post-test`); false when one did not pass.
+/// Runs `hooks` (`pre-test` or `post-test`) in `dir`, in order; false
+/// when one did not pass, and the rest do not run (xprin's order).
 async fn run_hooks(
     which: &str,
     hooks: &[Hook],
@@ -614,14 +665,23 @@ async fn run_hooks(
     for (i, hook) in hooks.iter().enumerate() {
         let name = format!(
             "{which} hook {}",
-            hook.name.clone().unwrap_or_else(|| format!("#{}", i + 1))
+            hook.name
+                .as_deref()
+                .map_or_else(|| format!("#{}", i + 1), template::as_written)
         );
         let end = match vars.expand(&hook.run) {
             Ok(command) => hooks::run(&command, dir, env.options.hook_timeout).await,
             Err(e) => HookEnd::Error(e),
         };
         match end {
-            HookEnd::Passed => progress.push(Status::Pass, &name, "passed"),
+            HookEnd::Passed(output) => {
+                let mut check = Check::new(Status::Pass, &name, "passed");
+                let output = output.trim_end();
+                if env.options.show.hooks && !output.is_empty() {
+                    check.detail = Some(output.to_string());
+                }
+                progress.checks.push(check);
+            }
             HookEnd::Failed(output) => {
                 progress.push(Status::Fail, &name, output);
                 all = false;
@@ -632,7 +692,7 @@ async fn run_hooks(
                 all = false;
             }
         }
-        if !all && which == "pre-test" {
+        if !all {
             return false;
         }
     }
@@ -668,7 +728,10 @@ fn assertions(
         .collect();
     let mut checks = Vec::new();
     for a in &test.assertions.xprin {
-        checks.extend(assert::xprin(a, &resources));
+        match expand_assertion(a, vars) {
+            Ok(a) => checks.extend(assert::xprin(&a, &resources)),
+            Err(e) => checks.push(Check::new(Status::Error, &template::as_written(&a.name), e)),
+        }
     }
     for (engine, list) in [
         (Golden::Diff, &test.assertions.diff),
@@ -684,11 +747,33 @@ fn assertions(
                     Ok(assert::golden(engine, a, &expected, &actual, update))
                 });
             checks.push(check.unwrap_or_else(|e| {
-                Check::new(Status::Error, &a.name, crate::chain::Chain(&e).to_string())
+                Check::new(
+                    Status::Error,
+                    &template::as_written(&a.name),
+                    crate::chain::Chain(&e).to_string(),
+                )
             }));
         }
     }
     checks
+}
+
+/// An `xprin` assertion with its templates expanded, as xprin renders a
+/// test before it runs: every text, and `value` read again as YAML
+/// ([`Vars::expand_value`]).
+fn expand_assertion(
+    a: &super::spec::XprinAssertion,
+    vars: &Vars<'_>,
+) -> Result<super::spec::XprinAssertion, String> {
+    let text = |t: &Option<String>| t.as_deref().map(|t| vars.expand(t)).transpose();
+    Ok(super::spec::XprinAssertion {
+        name: vars.expand(&a.name)?,
+        kind: vars.expand(&a.kind)?,
+        resource: text(&a.resource)?,
+        field: text(&a.field)?,
+        operator: text(&a.operator)?,
+        value: a.value.as_ref().map(|v| vars.expand_value(v)).transpose()?,
+    })
 }
 
 /// What a golden assertion compares: the whole render, or one resource.
@@ -705,12 +790,18 @@ fn actual(
             "no rendered resource {id}"
         ))));
     };
-    to_yaml_stream(std::slice::from_ref(object)).map_err(|e| PhaseError::Assert(e.into()))
+    one_document(object).map_err(|e| PhaseError::Assert(e.into()))
 }
 
 /// Validation against `crds`: a pass, a failure per error, or an error
-/// when a CRD file cannot be read.
-fn validate(validator: &dyn Validate, crds: &[PathBuf], objects: &[Value]) -> Vec<Check> {
+/// when a CRD file cannot be read; `each` lists every resource beneath the
+/// pass (`--show-validate`).
+fn validate(
+    validator: &dyn Validate,
+    crds: &[PathBuf],
+    objects: &[Value],
+    each: bool,
+) -> Vec<Check> {
     let name = "validate";
     let mut schemas = Vec::new();
     for path in crds {
@@ -728,16 +819,32 @@ fn validate(validator: &dyn Validate, crds: &[PathBuf], objects: &[Value]) -> Ve
     }
     let errors = validator.validate(&schemas, objects);
     if errors.is_empty() {
-        return vec![Check::new(
+        let mut check = Check::new(
             Status::Pass,
             name,
             format!("{} resources valid", objects.len()),
-        )];
+        );
+        if each {
+            let line =
+                |o: &Value| format!("[✓] {} validated successfully\n", assert::identifier(o));
+            check.detail = Some(objects.iter().map(line).collect());
+        }
+        return vec![check];
     }
     errors
         .into_iter()
         .map(|e| Check::new(Status::Fail, name, e))
         .collect()
+}
+
+/// One object as YAML, as xprin writes each rendered resource's file (and
+/// a golden file of one resource compares): no `---` before it.
+fn one_document(object: &Value) -> Result<String, crate::compose::ComposeError> {
+    let text = to_yaml_stream(std::slice::from_ref(object))?;
+    Ok(match text.strip_prefix("---\n") {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
 }
 
 /// Writes `rendered.yaml`, `xr.yaml` and one file per object under
@@ -752,7 +859,7 @@ fn write_outputs(dir: Option<&Path>, objects: &[Value], full: &str) -> Result<Ou
     let write = |path: &Path, text: &str| {
         std::fs::write(path, text).map_err(io(format!("cannot write {}", path.display())))
     };
-    let yaml = |object: &Value| to_yaml_stream(std::slice::from_ref(object));
+    let yaml = one_document;
     let render = dir.join("rendered.yaml");
     write(&render, full)?;
     let mut outputs = Outputs {
@@ -871,6 +978,7 @@ mod tests {
             keep: false,
             run: None,
             full_xr: true,
+            show: Show::default(),
         };
         let servers = SharedServers::new(
             None,

@@ -179,12 +179,10 @@ impl Suite {
             path: path.to_path_buf(),
             source,
         })?;
-        if file.tests.is_empty() {
-            return Err(SuiteError::Invalid {
-                path: path.to_path_buf(),
-                message: "no test cases (`tests:` is empty)".into(),
-            });
-        }
+        check_tests(&file.tests).map_err(|message| SuiteError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
         let tests = file
             .tests
             .iter()
@@ -213,8 +211,39 @@ impl Suite {
     /// Whether a test reaches another's outputs: then its tests run in order.
     pub(crate) fn is_chained(&self) -> bool {
         let text = format!("{:?}", self.tests);
-        text.contains(".Tests.")
+        text.contains(".Tests")
     }
+}
+
+/// What xprin refuses of a suite's tests before any runs (its
+/// `CheckValidTestSuiteFile`): an empty name, an id of other characters
+/// than letters, digits, `_` and `-`, an id given twice. Every problem is
+/// listed. A suite without tests is no error: it has nothing to run.
+fn check_tests(tests: &[TestCase]) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    for test in tests {
+        if test.name.is_empty() {
+            problems.push("test case has empty name".to_string());
+        }
+        let Some(id) = &test.id else { continue };
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if id.is_empty() || !id.chars().all(valid) {
+            problems.push(format!(
+                "test case ID {id:?} contains invalid characters (allowed: alphanumeric, underscore, hyphen)"
+            ));
+        }
+        if !ids.insert(id.as_str()) {
+            problems.push(format!("duplicate test case ID {id:?} found"));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "invalid testsuite file:\n- {}",
+        problems.join("\n- ")
+    ))
 }
 
 /// `test` with what it does not set taken from `common`.
@@ -411,21 +440,30 @@ tests:
         let suite = suite("tests:\n- name: t\n  inputs:\n    xr: {{ .Tests.a.Outputs.XR }}\n");
         let xr = suite.tests[0].inputs.xr.clone().unwrap();
         assert_eq!(
-            super::super::template::restore(&xr),
+            super::super::template::as_written(&xr),
             "{{ .Tests.a.Outputs.XR }}"
         );
         assert!(suite.is_chained());
     }
 
     #[test]
-    fn a_suite_without_tests_or_with_an_unknown_field_is_refused() {
+    fn a_suite_with_an_unknown_field_a_duplicate_or_a_bad_id_is_refused_one_without_tests_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xprin.yaml");
-        std::fs::write(&path, "common: {}\n").unwrap();
-        assert!(Suite::read(&path, None)
-            .unwrap_err()
-            .to_string()
-            .contains("no test cases"));
+        std::fs::write(&path, "common: {}\ntests: []\n").unwrap();
+        assert!(Suite::read(&path, None).unwrap().tests.is_empty());
+        std::fs::write(
+            &path,
+            "tests:\n- {name: a, id: twice}\n- {name: b, id: twice}\n- {name: c, id: 'a b'}\n- {name: '', id: ok}\n",
+        )
+        .unwrap();
+        let err = Suite::read(&path, None).unwrap_err().to_string();
+        assert!(
+            err.contains("duplicate test case ID \"twice\" found")
+                && err.contains("test case ID \"a b\" contains invalid characters")
+                && err.contains("test case has empty name"),
+            "{err}"
+        );
         std::fs::write(&path, "tests:\n- name: t\n  input: {}\n").unwrap();
         assert!(crate::chain::Chain(&Suite::read(&path, None).unwrap_err())
             .to_string()

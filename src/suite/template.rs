@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use regex::Regex;
+use serde_json::Value;
 
 const OPEN: &str = "__OPEN__";
 const CLOSE: &str = "__CLOSE__";
@@ -16,22 +17,31 @@ static TEMPLATE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\{\{\s*(.*?)\s*\}\}|__OPEN__(.*?)__CLOSE__").expect("a valid regex")
 });
 
-/// `text` with each `{{ x }}` as a placeholder that YAML reads as plain text.
-pub(crate) fn to_placeholders(text: &str) -> String {
+/// `(index .Tests "ID")`: how Go templates reach an id with a hyphen.
+static INDEX_TESTS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"\(\s*index\s+\.Tests\s+"([A-Za-z0-9_-]*)"\s*\)"#).expect("a valid regex")
+});
+
+/// Whether `text` holds a template (as written or as a placeholder).
+pub(crate) fn has_template(text: &str) -> bool {
+    TEMPLATE.is_match(text)
+}
+
+/// `text` as the user wrote it: placeholders back as `{{ x }}`.
+pub(crate) fn as_written(text: &str) -> String {
     TEMPLATE
-        .replace_all(text, |c: &regex::Captures| match c.get(1) {
-            Some(inner) => format!("{OPEN}{}{CLOSE}", inner.as_str().trim()),
+        .replace_all(text, |c: &regex::Captures| match c.get(2) {
+            Some(inner) => format!("{{{{ {} }}}}", inner.as_str()),
             None => c[0].to_string(),
         })
         .into_owned()
 }
 
-/// `text` with its placeholders written back as `{{ x }}`.
-#[cfg(test)]
-pub(crate) fn restore(text: &str) -> String {
+/// `text` with each `{{ x }}` as a placeholder that YAML reads as plain text.
+pub(crate) fn to_placeholders(text: &str) -> String {
     TEMPLATE
-        .replace_all(text, |c: &regex::Captures| match c.get(2) {
-            Some(inner) => format!("{{{{ {} }}}}", inner.as_str()),
+        .replace_all(text, |c: &regex::Captures| match c.get(1) {
+            Some(inner) => format!("{OPEN}{}{CLOSE}", inner.as_str().trim()),
             None => c[0].to_string(),
         })
         .into_owned()
@@ -89,8 +99,9 @@ pub(crate) struct Vars<'a> {
     /// `.Inputs.X` by X (`XR`, `Composition`, `ObservedResources`, …).
     pub(crate) inputs: Option<&'a BTreeMap<String, String>>,
     pub(crate) outputs: Option<&'a Outputs>,
-    /// Outputs of earlier tests with an id.
-    pub(crate) tests: Option<&'a HashMap<String, Outputs>>,
+    /// Earlier tests with an id: their outputs, or none when the test
+    /// failed before it rendered.
+    pub(crate) tests: Option<&'a HashMap<String, Option<Outputs>>>,
 }
 
 impl Vars<'_> {
@@ -113,17 +124,53 @@ impl Vars<'_> {
         }
     }
 
+    /// `value` with every string that holds a template expanded and read
+    /// again as YAML, as xprin renders a test's YAML before reading it:
+    /// `value: {{ .Tests.a.Outputs.RenderCount }}` is the number, quoted
+    /// or not; text around a template keeps it a string.
+    pub(crate) fn expand_value(&self, value: &Value) -> Result<Value, String> {
+        Ok(match value {
+            Value::String(text) if has_template(text) => {
+                let expanded = self.expand(text)?;
+                match yaml_serde::from_str::<Value>(&expanded) {
+                    Ok(typed @ (Value::Bool(_) | Value::Number(_) | Value::String(_))) => typed,
+                    _ => Value::String(expanded),
+                }
+            }
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|v| self.expand_value(v))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| Ok((k.clone(), self.expand_value(v)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+
     fn value(&self, expression: &str) -> Result<String, String> {
+        let expression = INDEX_TESTS.replace_all(expression, ".Tests.$1");
+        let expression = expression.as_ref();
         let (path, key) = match expression.strip_prefix("index ") {
             Some(rest) => {
                 let rest = rest.trim();
                 match rest.split_once(char::is_whitespace) {
                     Some((path, key)) => {
                         let key = key.trim();
-                        let key = key
-                            .strip_prefix('"')
-                            .and_then(|k| k.strip_suffix('"'))
-                            .ok_or_else(|| format!("the key {key} must be a quoted string"))?;
+                        let key = match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+                            Some(quoted) => quoted.to_string(),
+                            // `index .Inputs.CRDs 0`: a list's item.
+                            None if key.parse::<usize>().is_ok() => key.to_string(),
+                            None => {
+                                return Err(format!(
+                                    "the key {key} must be a quoted string or an index"
+                                ))
+                            }
+                        };
                         (path, Some(key))
                     }
                     None => (rest, None),
@@ -132,6 +179,7 @@ impl Vars<'_> {
             None => (expression, None),
         };
         let parts: Vec<&str> = path.strip_prefix('.').unwrap_or(path).split('.').collect();
+        let key = key.as_deref();
         let outputs_value = |outputs: &Outputs, rest: &[&str]| match (rest, key) {
             (["Rendered"], Some(key)) => outputs.rendered(key),
             (["Rendered"], None) => Err("use {{ index .Outputs.Rendered \"Kind/name\" }}".into()),
@@ -148,12 +196,17 @@ impl Vars<'_> {
                         "no repository {name:?} in the configuration (repositories: in --config)"
                     )
                 }),
-            ["Inputs", name] => self
-                .inputs
-                .ok_or_else(|| "inputs are not known here".to_string())?
-                .get(*name)
-                .cloned()
-                .ok_or_else(|| format!("the test has no input {name}")),
+            ["Inputs", name] => {
+                let name = match key {
+                    Some(index) => format!("{name}.{index}"),
+                    None => name.to_string(),
+                };
+                self.inputs
+                    .ok_or_else(|| "inputs are not known here".to_string())?
+                    .get(&name)
+                    .cloned()
+                    .ok_or_else(|| format!("the test has no input {name}"))
+            }
             ["Outputs", rest @ ..] => {
                 let outputs = self
                     .outputs
@@ -161,9 +214,17 @@ impl Vars<'_> {
                 outputs_value(outputs, rest)
             }
             ["Tests", id, "Outputs", rest @ ..] => {
-                let outputs = self.tests.and_then(|t| t.get(*id)).ok_or_else(|| {
-                    format!("no earlier test has id {id:?} (a test's outputs are known after it ran, in the same suite)")
-                })?;
+                let outputs = match self.tests.and_then(|t| t.get(*id)) {
+                    Some(Some(outputs)) => outputs,
+                    Some(None) => {
+                        return Err(format!(
+                            "test {id} failed before its outputs (it did not render)"
+                        ))
+                    }
+                    None => return Err(format!(
+                        "no earlier test has id {id:?} (a test's outputs are known after it ran, in the same suite)"
+                    )),
+                };
                 outputs_value(outputs, rest)
             }
             _ => Err("not a variable xfn test knows".into()),
@@ -185,7 +246,11 @@ mod tests {
             rendered: BTreeMap::from([("Bucket/b".to_string(), "/out/b.yaml".into())]),
             ..Default::default()
         };
-        let tests = HashMap::from([("first".to_string(), outputs.clone())]);
+        let tests = HashMap::from([
+            ("first".to_string(), Some(outputs.clone())),
+            ("my-id".to_string(), Some(outputs.clone())),
+            ("early".to_string(), None),
+        ]);
         let vars = Vars {
             repositories: Some(&repos),
             inputs: Some(&inputs),
@@ -199,6 +264,40 @@ mod tests {
             vars.expand(text).unwrap(),
             "/r /in/xr.yaml 3 /out/b.yaml /out/rendered.yaml /out/rendered.yaml"
         );
+        assert_eq!(
+            vars.expand("{{ (index .Tests \"my-id\").Outputs.Render }}")
+                .unwrap(),
+            "/out/rendered.yaml"
+        );
+        let err = vars.expand("{{ .Tests.early.Outputs.XR }}").unwrap_err();
+        assert!(
+            err.contains("test early failed before its outputs"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_template_as_a_value_is_read_again_as_yaml_as_xprin_reads_it() {
+        let outputs = Outputs {
+            render_count: 3,
+            ..Default::default()
+        };
+        let tests = HashMap::from([("first".to_string(), Some(outputs))]);
+        let vars = Vars {
+            tests: Some(&tests),
+            ..Default::default()
+        };
+        let placeholder = to_placeholders("{{ .Tests.first.Outputs.RenderCount }}");
+        let expand = |v: Value| vars.expand_value(&v).unwrap();
+        assert_eq!(
+            expand(Value::String(placeholder.clone())),
+            serde_json::json!(3)
+        );
+        assert_eq!(
+            expand(Value::String(format!("n-{placeholder}"))),
+            serde_json::json!("n-3")
+        );
+        assert_eq!(expand(serde_json::json!("3")), serde_json::json!("3"));
     }
 
     #[test]

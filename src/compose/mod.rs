@@ -321,7 +321,7 @@ pub(crate) enum CallError {
         waited: std::time::Duration,
         /// The last attempt's error.
         #[source]
-        source: tonic::transport::Error,
+        source: tonic::Status,
     },
     /// There is nowhere to run it.
     #[error("no runner daemon answers at {endpoint} and there is no in-process runner")]
@@ -347,9 +347,9 @@ pub(crate) enum CallError {
 /// [`ComposeError::FunctionStart`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StartError {
-    /// Its container could not be run, exited or never listened.
+    /// Its function server could not be run, exited or never listened.
     #[error(transparent)]
-    Run(#[from] crate::runner::RunError),
+    Server(#[from] crate::function_server::ServerError),
     /// A file or directory of its kept server could not be made.
     #[error("cannot {what} {path}")]
     Io {

@@ -5,8 +5,8 @@
 //! ```text
 //! TCP :9443 ─► TLS, certificate chosen by SNI (grpc::sni; unknown: refused)
 //!           ─► v1 / v1beta1 service (service.rs) ─► the connection's function
-//!           ─► Server kind: one of its gRPC servers (servers.rs), started on demand,
-//!              called over one HTTP/2 connection each (upstream.rs)
+//!           ─► Server kind: one of its gRPC servers (servers.rs: which takes the
+//!              call, idle, stop), each a crate::function_server (start, client)
 //!              StdinStdout kind: one run per call (adaptor::Adaptor, grpc::Calls)
 //! ```
 //!
@@ -31,7 +31,6 @@ pub(crate) mod runtime_config;
 pub(crate) mod servers;
 pub(crate) mod service;
 pub(crate) mod tls;
-pub(crate) mod upstream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -44,6 +43,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::function_server::ResponseBudget;
 use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
@@ -112,7 +112,7 @@ pub(crate) struct Host {
     /// `--max-servers` slots.
     server_slots: Arc<Semaphore>,
     /// `--response-budget`.
-    responses: Arc<upstream::ResponseBudget>,
+    responses: Arc<ResponseBudget>,
     stats: HostStats,
 }
 
@@ -142,7 +142,7 @@ impl Host {
         ca: Option<tls::Ca>,
     ) -> Arc<Self> {
         let server_slots = Arc::new(Semaphore::new(options.max_servers.max(1)));
-        let responses = Arc::new(upstream::ResponseBudget::new(options.response_budget));
+        let responses = Arc::new(ResponseBudget::new(options.response_budget));
         Arc::new(Self {
             runner,
             calls,

@@ -57,11 +57,11 @@ pub(crate) struct OutputOptions {
     /// `-c`: the context.
     pub(crate) include_context: bool,
     /// `--include-deleted-resources` (xfn): the observed composed
-    /// resources Crossplane would garbage collect, as the engine's
+    /// resources Crossplane would garbage collect, as Crossplane's renderer's
     /// `deleted_resources`.
     pub(crate) include_deleted: bool,
     /// `--include-requirements` (xfn): what the pipeline required, as the
-    /// engine's `required_resources` and `required_schemas`.
+    /// Crossplane's renderer's `required_resources` and `required_schemas`.
     pub(crate) include_requirements: bool,
 }
 
@@ -455,7 +455,7 @@ pub(crate) struct Outcome {
     /// The XR's readiness, when the pipeline set it explicitly.
     pub(crate) composite_ready: Option<bool>,
     /// What the steps' last calls required (protobuf JSON
-    /// `ResourceSelector`s), once each: the engine's `required_resources`.
+    /// `ResourceSelector`s), once each: Crossplane's renderer's `required_resources`.
     pub(crate) required_resources: Vec<Value>,
     /// The schemas they required (`SchemaSelector`s).
     pub(crate) required_schemas: Vec<Value>,

@@ -48,7 +48,8 @@ use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, RunConfig, Runner};
-use catalog::{Catalog, FunctionKind, HostedFunction};
+use catalog::{FunctionKind, HostedFunction};
+use controller::Hosting;
 use metrics::{FunctionStats, HostStats};
 use servers::{ServerLimits, ServerSlots, Servers};
 
@@ -380,7 +381,7 @@ pub(crate) fn decide_kind(config: &oci_spec::image::ImageConfiguration) -> Funct
 /// The image label that marks a stdin/stdout function image.
 pub(crate) const KIND_LABEL: &str = "io.crossplane.xfn.kind";
 
-impl Catalog for Arc<Host> {
+impl Hosting for Arc<Host> {
     fn host(&self, function: HostedFunction) {
         let names = self.names_of(&function.name);
         let tls = match &self.ca {
@@ -460,4 +461,4 @@ impl SniConfigs for Host {
 }
 
 // The static catalog never unhosts; the controller's catalog does.
-const _: fn(&Arc<Host>, &str) = <Arc<Host> as Catalog>::unhost;
+const _: fn(&Arc<Host>, &str) = <Arc<Host> as Hosting>::unhost;

@@ -10,7 +10,7 @@
 //! - [`run`]: one test's phases as xprin's (setup and pre-test hooks, patches,
 //!   render, validation, assertions, post-test hooks, artifacts), each in
 //!   the test's own temporary directory;
-//! - [`assert`]: the `xprin`, `diff` and `dyff` engines;
+//! - [`assert`]: the `xprin`, `diff` and `dyff` checkers;
 //! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
 //!   on a terminal meanwhile; [`writes`]: the report and golden files,
 //!   opened before xfn enters its user namespace; [`beneath`]: each of

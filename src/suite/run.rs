@@ -670,7 +670,7 @@ fn assertions(
     for a in &test.assertions.xprin {
         checks.extend(assert::xprin(a, &resources));
     }
-    for (engine, list) in [
+    for (checker, list) in [
         (Golden::Diff, &test.assertions.diff),
         (Golden::Dyff, &test.assertions.dyff),
     ] {
@@ -681,7 +681,7 @@ fn assertions(
                 .map_err(|e| PhaseError::Assert(said(e)))
                 .and_then(|expected| {
                     let actual = actual(a, full, &resources)?;
-                    Ok(assert::golden(engine, a, &expected, &actual, update))
+                    Ok(assert::golden(checker, a, &expected, &actual, update))
                 });
             checks.push(check.unwrap_or_else(|e| {
                 Check::new(Status::Error, &a.name, crate::chain::Chain(&e).to_string())

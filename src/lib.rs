@@ -44,6 +44,7 @@ mod compose;
 mod duration;
 mod echo;
 mod fork_lock;
+mod function_server;
 mod grpc;
 mod host;
 mod instance;

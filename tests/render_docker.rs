@@ -37,7 +37,10 @@ fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
         .arg(fx.path("cache"))
         .args(args)
         .current_dir(fx.dir.path())
-        .env("RUST_LOG", "xfn::compose=debug,xfn::lifecycle::serve=debug")
+        .env(
+            "RUST_LOG",
+            "xfn::compose=debug,xfn::function_server=debug,xfn::lifecycle::serve=debug",
+        )
         .stdin(Stdio::null())
         .output()
         .expect("spawn xfn")

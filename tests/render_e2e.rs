@@ -119,7 +119,7 @@ fn a_fatal_result_exits_3_naming_the_step_and_prints_the_partial_output() {
         "{err}"
     );
     // The XR (Synced False, naming the fatal result) and the results before
-    // it, as Crossplane's render engine returns them; no composed resources.
+    // it, as Crossplane's renderer returns them; no composed resources.
     assert_golden("v1-fatal.yaml", &String::from_utf8_lossy(&out.stdout));
 }
 

@@ -3,7 +3,7 @@
 //! runtimes: the real Python-SDK function of tests/render/function.py
 //! (Development) and the static twin of it in an image served rootless
 //! (Docker), both rendering the same golden file. Also what xfn adds
-//! where the CLI has nothing (claims as input, the engine's deleted
+//! where the CLI has nothing (claims as input, Crossplane's renderer's deleted
 //! resources and requirements), and a render stopped by a signal.
 //!
 //! Needs: python3 with crossplane-function-sdk-python (or XFN_TEST_PYTHON),
@@ -135,7 +135,7 @@ metadata:
 ";
 
 #[test]
-fn deleted_resources_and_requirements_are_printed_as_the_engine_returns_them() {
+fn deleted_resources_and_requirements_are_printed_as_crossplanes_renderer_returns_them() {
     let fx = Fixture::new();
     for (runtime, functions, _python) in each_runtime(&fx, "fn") {
         golden_pipeline(&fx, "fn", &functions);

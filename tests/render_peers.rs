@@ -1,5 +1,5 @@
 //! `xfn render` against `crossplane render` itself: crossplane/cli v2.5.0
-//! with Crossplane v2.3.4's render engine (`--crossplane-binary`: its
+//! with Crossplane v2.3.4's renderer (`--crossplane-binary`: its
 //! `internal render`, no Docker), both built by scripts/peers.sh, on each
 //! peer function's own `example/` (the inputs its README gives `crossplane
 //! render`). The function runs natively as a gRPC server (`Development`

@@ -1,5 +1,5 @@
-//! The flags of the gRPC layer, shared by `xfn start` and `xfn adapt`
-//! (one set of defaults for both front ends; see `crate::grpc`), mapped to
+//! The flags of the gRPC layer, shared by `xfn start`, `xfn adapt` and `xfn host`
+//! (one set of defaults for every daemon; see `crate::grpc`), mapped to
 //! the library's `DaemonOptions`.
 use std::net::SocketAddr;
 use std::time::Duration;

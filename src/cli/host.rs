@@ -12,7 +12,7 @@ use clap::Args;
 
 use crate::grpc::daemon::Daemon;
 use crate::grpc::serve::{Incoming, ServiceSet};
-use crate::host::catalog::Catalog;
+use crate::host::controller::Hosting;
 use crate::host::servers::ServerLimits;
 use crate::host::service::{V1Service, V1beta1Service, WithAuthority};
 use crate::host::tls::Ca;
@@ -249,8 +249,8 @@ pub(crate) async fn execute(
             namespace: args.namespace.clone(),
             ..Default::default()
         };
-        let catalog: Arc<dyn Catalog> = Arc::new(Arc::clone(&host));
-        crate::host::controller::run(client, catalog, options)
+        let hosting: Arc<dyn Hosting> = Arc::new(Arc::clone(&host));
+        crate::host::controller::run(client, hosting, options)
             .await
             .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))
             .context("the controller stopped")

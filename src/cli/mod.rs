@@ -21,6 +21,7 @@ pub(crate) mod run;
 pub(crate) mod start;
 pub(crate) mod test;
 pub(crate) mod validate;
+mod value_enums;
 pub(crate) mod wrap;
 
 /// A rootless OCI container function runner for Crossplane Composition Functions.

@@ -1,7 +1,7 @@
 //! `xfn render XR COMPOSITION [FUNCTIONS]` and `xfn render OPERATION
 //! FUNCTIONS`: run a Composition's or an Operation's pipeline locally, like
 //! `crossplane composition render` and `crossplane operation render` but
-//! with no Docker engine. The work is done by the composition core's plan
+//! with no Docker daemon. The work is done by the composition core's plan
 //! (`crate::compose::RenderPlan`); this module only maps flags onto it.
 use std::ffi::OsString;
 use std::io::Write;
@@ -104,11 +104,12 @@ pub(crate) struct RenderArgs {
     #[arg(long = "include-function-results")]
     pub(crate) include_function_results: bool,
     /// Print the observed composed resources Crossplane would delete, as
-    /// `DeletedResource` objects (the engine's deleted resources; xfn only).
+    /// `DeletedResource` objects (Crossplane's renderer's deleted
+    /// resources; xfn only).
     #[arg(long)]
     pub(crate) include_deleted_resources: bool,
-    /// Print what the pipeline required, as a `Requirements` object (the
-    /// engine's required resources and schemas; xfn only).
+    /// Print what the pipeline required, as a `Requirements` object
+    /// (Crossplane's renderer's required resources and schemas; xfn only).
     #[arg(long)]
     pub(crate) include_requirements: bool,
     /// Print the whole XR, not only its status.

@@ -57,11 +57,11 @@ pub(crate) struct OutputOptions {
     /// `-c`: the context.
     pub(crate) include_context: bool,
     /// `--include-deleted-resources` (xfn): the observed composed
-    /// resources Crossplane would garbage collect, as the engine's
+    /// resources Crossplane would garbage collect, as Crossplane's renderer's
     /// `deleted_resources`.
     pub(crate) include_deleted: bool,
     /// `--include-requirements` (xfn): what the pipeline required, as the
-    /// engine's `required_resources` and `required_schemas`.
+    /// Crossplane's renderer's `required_resources` and `required_schemas`.
     pub(crate) include_requirements: bool,
 }
 
@@ -321,7 +321,7 @@ pub(crate) enum CallError {
         waited: std::time::Duration,
         /// The last attempt's error.
         #[source]
-        source: tonic::transport::Error,
+        source: tonic::Status,
     },
     /// There is nowhere to run it.
     #[error("no runner daemon answers at {endpoint} and there is no in-process runner")]
@@ -347,9 +347,9 @@ pub(crate) enum CallError {
 /// [`ComposeError::FunctionStart`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StartError {
-    /// Its container could not be run, exited or never listened.
+    /// Its function server could not be run, exited or never listened.
     #[error(transparent)]
-    Run(#[from] crate::runner::RunError),
+    Server(#[from] crate::function_server::ServerError),
     /// A file or directory of its kept server could not be made.
     #[error("cannot {what} {path}")]
     Io {
@@ -455,7 +455,7 @@ pub(crate) struct Outcome {
     /// The XR's readiness, when the pipeline set it explicitly.
     pub(crate) composite_ready: Option<bool>,
     /// What the steps' last calls required (protobuf JSON
-    /// `ResourceSelector`s), once each: the engine's `required_resources`.
+    /// `ResourceSelector`s), once each: Crossplane's renderer's `required_resources`.
     pub(crate) required_resources: Vec<Value>,
     /// The schemas they required (`SchemaSelector`s).
     pub(crate) required_schemas: Vec<Value>,

@@ -15,7 +15,7 @@ const CHILD_HASH_LEN: usize = 12;
 /// The longest DNS-1123 subdomain.
 const MAX_SUBDOMAIN: usize = 253;
 
-/// The uid Crossplane's render engine gives an XR that has none: a SHA-1
+/// The uid Crossplane's renderer gives an XR that has none: a SHA-1
 /// (version 5) UUID in the nil namespace of `<gvk>\0<namespace>\0<name>`,
 /// where `<gvk>` is written as Go's `GroupVersionKind.String()` does
 /// (`group/version, Kind=kind`).

@@ -1,5 +1,5 @@
-//! The seam between a daemon's gRPC service and the run engine: both
-//! daemons call through it, so a service's admission, deadline and status
+//! The seam between a daemon's gRPC service and the engine: the sidecar
+//! and the adaptor (so the host's stdin/stdout functions) call through it, so a service's admission, deadline and status
 //! logic can be unit-tested with a fake, and layers (the adaptor's response
 //! cache) wrap the engine as Crossplane's `internal/xfn` wraps its
 //! `FunctionRunner`.

@@ -38,7 +38,7 @@ pub(crate) enum ListenError {
 }
 
 /// The transport, as Crossplane's `--network` flag names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Network {
     /// A Unix socket (`@name` for an abstract one).
     Unix,

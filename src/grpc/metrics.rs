@@ -1,4 +1,4 @@
-//! Prometheus metrics of both front ends (`xfn start`, `xfn adapt`) and the
+//! Prometheus metrics of the daemons (`xfn start`, `xfn adapt`, `xfn host`) and the
 //! tiny HTTP server that exposes them at `/metrics`.
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,11 +1,12 @@
-//! The gRPC layer under both gRPC front ends: `xfn start` ([`crate::sidecar`],
+//! The gRPC layer under the three daemons: `xfn start` ([`crate::sidecar`],
 //! Crossplane's alpha `ContainerizedFunctionRunnerService` on an abstract
-//! socket behind the gatekeeper) and `xfn adapt` ([`crate::adaptor`], the
-//! v1/v1beta1 `FunctionRunnerService` on TCP). A front end brings its
-//! service and its listener; everything between the socket and the service,
-//! and between the service and the run engine, is here.
+//! socket behind the gatekeeper), `xfn adapt` ([`crate::adaptor`], the
+//! v1/v1beta1 `FunctionRunnerService` on TCP) and `xfn host` (`src/host/`,
+//! many v1 Functions on one port, routed by SNI). A front end brings its
+//! service and its listener; everything between the socket and the
+//! service, and between the service and the engine, is here.
 //!
-//! Why one layer: the two front ends face the same caller (Crossplane,
+//! Why one layer: the three front ends face the same caller (Crossplane,
 //! calling from many reconcilers at once, with deadlines, retrying every
 //! error with backoff) in the same place (a pod that is SIGTERMed on every
 //! rollout). A second copy of admission, draining or status mapping is a

@@ -407,8 +407,8 @@ async fn drain_on(
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT: the shutdown both front ends
-/// drain on.
+/// Resolves on the first SIGTERM or SIGINT: the shutdown every daemon
+/// drains on.
 pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (

@@ -1,5 +1,5 @@
 //! The one place a run's or an admission's error becomes a gRPC status
-//! (for both front ends), so the mapping is easy to read and to adjust as
+//! (for every daemon), so the mapping is easy to read and to adjust as
 //! the engine's error variants grow; and the metric label of each code.
 use tonic::{Code, Status};
 

@@ -1,7 +1,8 @@
 //! What `xfn host` serves: the functions a catalog (a static file, or the
 //! controller watching Crossplane's FunctionRevisions) says are active now.
 //! The host only ever serves a name the catalog holds, so a call is never
-//! served by another function; the catalog only ever says what, never how.
+//! served by another function; the catalog only ever says what, never how
+//! (the controller tells the host through the seam the controller owns).
 
 /// How a function's package runs: decided from its package metadata or image
 /// config, overridable per function.
@@ -26,13 +27,4 @@ pub(crate) struct HostedFunction {
     /// Its cpu/memory/pids limits (`runtime_config`); each one unset takes
     /// the host's default.
     pub(crate) limits: crate::runner::Limits,
-}
-
-/// The host's side of a catalog: what a catalog calls when the set changes.
-pub(crate) trait Catalog: Send + Sync + 'static {
-    /// Serve `function` under its names. Idempotent: the same function
-    /// again is a no-op; a new package or new limits replace the old servers.
-    fn host(&self, function: HostedFunction);
-    /// Stop serving `name` and stop its servers; unknown names are a no-op.
-    fn unhost(&self, name: &str);
 }

@@ -40,8 +40,18 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use serde_json::Value;
 
-use super::catalog::{Catalog, HostedFunction};
+use super::catalog::HostedFunction;
 use super::runtime_config::{self, RuntimeConfigRef, RuntimeConfigSpec};
+
+/// What the controller tells of the functions it finds (the seam it owns,
+/// so it is unit-tested against a recording of it; the host implements it).
+pub(crate) trait Hosting: Send + Sync + 'static {
+    /// Serve `function` under its names. Idempotent: the same function
+    /// again is a no-op; a new package or new limits replace the old servers.
+    fn host(&self, function: HostedFunction);
+    /// Stop serving `name` and stop its servers; unknown names are a no-op.
+    fn unhost(&self, name: &str);
+}
 
 /// Crossplane's package API group and version.
 const PKG_API_VERSION: &str = "pkg.crossplane.io/v1";
@@ -166,12 +176,12 @@ fn revision_resource() -> ApiResource {
     )
 }
 
-/// Watch Functions and FunctionRevisions and keep `catalog` and the cluster
+/// Watch Functions and FunctionRevisions and keep `hosting` and the cluster
 /// as the module header says, until a watch ends (never, short of the
 /// client going away) — the caller runs it beside the server.
 pub(crate) async fn run(
     client: Client,
-    catalog: Arc<dyn Catalog>,
+    hosting: Arc<dyn Hosting>,
     options: ControllerOptions,
 ) -> Result<(), ControllerError> {
     let functions: Api<DynamicObject> = Api::all_with(client.clone(), &function_resource());
@@ -180,7 +190,7 @@ pub(crate) async fn run(
     let revision_events = watcher::watcher(revisions, watcher::Config::default()).default_backoff();
     let configs: Api<DynamicObject> = Api::all_with(client.clone(), &runtime_config_resource());
     let config_events = watcher::watcher(configs, watcher::Config::default()).default_backoff();
-    let reconciler = Reconciler::new(client, catalog, options);
+    let reconciler = Reconciler::new(client, hosting, options);
     drive(reconciler, function_events, revision_events, config_events).await
 }
 
@@ -273,7 +283,7 @@ pub(crate) struct Reconciler {
     configs: Api<DynamicObject>,
     services: Api<Service>,
     secrets: Api<Secret>,
-    catalog: Arc<dyn Catalog>,
+    hosting: Arc<dyn Hosting>,
     options: ControllerOptions,
     /// The names hosted now, reconciled again on every relist and resync
     /// (a Function deleted while no watch ran is seen gone then).
@@ -283,7 +293,7 @@ pub(crate) struct Reconciler {
 impl Reconciler {
     pub(crate) fn new(
         client: Client,
-        catalog: Arc<dyn Catalog>,
+        hosting: Arc<dyn Hosting>,
         options: ControllerOptions,
     ) -> Self {
         Self {
@@ -292,7 +302,7 @@ impl Reconciler {
             configs: Api::all_with(client.clone(), &runtime_config_resource()),
             services: Api::namespaced(client.clone(), &options.namespace),
             secrets: Api::namespaced(client, &options.namespace),
-            catalog,
+            hosting,
             options,
             hosted: std::sync::Mutex::new(BTreeSet::new()),
         }
@@ -430,7 +440,7 @@ impl Reconciler {
             .unwrap_or_default()
             .to_owned();
         let limits = self.limits_of(function, revision).await?;
-        self.catalog.host(HostedFunction {
+        self.hosting.host(HostedFunction {
             name: name.to_owned(),
             package,
             kind: None,
@@ -486,7 +496,7 @@ impl Reconciler {
     }
 
     async fn unhost(&self, name: &str) -> Result<(), ControllerError> {
-        self.catalog.unhost(name);
+        self.hosting.unhost(name);
         self.set_hosted(name, false);
         let current = self
             .services

@@ -5,8 +5,8 @@
 //! ```text
 //! TCP :9443 ─► TLS, certificate chosen by SNI (grpc::sni; unknown: refused)
 //!           ─► v1 / v1beta1 service (service.rs) ─► the connection's function
-//!           ─► Server kind: one of its gRPC servers (servers.rs), started on demand,
-//!              called over one HTTP/2 connection each (upstream.rs)
+//!           ─► Server kind: one of its gRPC servers (servers.rs: which takes the
+//!              call, idle, stop), each a crate::function_server (start, client)
 //!              StdinStdout kind: one run per call (adaptor::Adaptor, grpc::Calls)
 //! ```
 //!
@@ -31,7 +31,6 @@ pub(crate) mod runtime_config;
 pub(crate) mod servers;
 pub(crate) mod service;
 pub(crate) mod tls;
-pub(crate) mod upstream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -44,11 +43,13 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::function_server::ResponseBudget;
 use crate::grpc::sni::SniConfigs;
 use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, RunConfig, Runner};
-use catalog::{Catalog, FunctionKind, HostedFunction};
+use catalog::{FunctionKind, HostedFunction};
+use controller::Hosting;
 use metrics::{FunctionStats, HostStats};
 use servers::{ServerLimits, ServerSlots, Servers};
 
@@ -112,7 +113,7 @@ pub(crate) struct Host {
     /// `--max-servers` slots.
     server_slots: Arc<Semaphore>,
     /// `--response-budget`.
-    responses: Arc<upstream::ResponseBudget>,
+    responses: Arc<ResponseBudget>,
     stats: HostStats,
 }
 
@@ -142,7 +143,7 @@ impl Host {
         ca: Option<tls::Ca>,
     ) -> Arc<Self> {
         let server_slots = Arc::new(Semaphore::new(options.max_servers.max(1)));
-        let responses = Arc::new(upstream::ResponseBudget::new(options.response_budget));
+        let responses = Arc::new(ResponseBudget::new(options.response_budget));
         Arc::new(Self {
             runner,
             calls,
@@ -380,7 +381,7 @@ pub(crate) fn decide_kind(config: &oci_spec::image::ImageConfiguration) -> Funct
 /// The image label that marks a stdin/stdout function image.
 pub(crate) const KIND_LABEL: &str = "io.crossplane.xfn.kind";
 
-impl Catalog for Arc<Host> {
+impl Hosting for Arc<Host> {
     fn host(&self, function: HostedFunction) {
         let names = self.names_of(&function.name);
         let tls = match &self.ca {
@@ -460,4 +461,4 @@ impl SniConfigs for Host {
 }
 
 // The static catalog never unhosts; the controller's catalog does.
-const _: fn(&Arc<Host>, &str) = <Arc<Host> as Catalog>::unhost;
+const _: fn(&Arc<Host>, &str) = <Arc<Host> as Hosting>::unhost;

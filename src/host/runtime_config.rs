@@ -93,11 +93,12 @@ struct PodTemplate {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 struct PodSpec {
     #[serde(default)]
-    containers: Vec<Container>,
+    containers: Vec<PodContainer>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-struct Container {
+/// One container of a pod template (a Kubernetes pod's, not a lifecycle container).
+struct PodContainer {
     #[serde(default)]
     name: String,
     #[serde(default)]

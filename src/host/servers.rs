@@ -6,9 +6,9 @@
 //! of them, each taking at most `calls_per_server` calls at once; further
 //! calls wait their turn (FIFO) within their deadline, in the daemon's one
 //! queue ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass through as their bytes
-//! ([`crate::proto::raw`]): a response is held at most at its wire size,
-//! [`super::upstream::MAX_RESPONSE`], and never decoded.
-use std::net::{Ipv4Addr, SocketAddr};
+//! ([`crate::proto::raw`]) on each server's [`function_server::Client`]
+//! (its bounds on answers); a server's exit is told by its pidfd. This file
+//! picks, idles and stops; starting and calling are the room's.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,20 +18,15 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
-use super::upstream::{
-    ResponseBudget, ResponseShare, Upstream, V1BETA1_RUN_FUNCTION, V1_RUN_FUNCTION,
-};
 use bytes::Bytes;
 
+use crate::function_server::{
+    self, lost_connection, Client, ResponseBudget, ResponseShare, Server, ServerError,
+};
 use crate::grpc::admission::Lane;
 use crate::grpc::Calls;
-use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
-
-/// Where a function server listens inside its own namespace (the port
-/// Crossplane's SDKs default to), and the flag it is started with, as
-/// `crossplane render` starts one.
-const FUNCTION_PORT: u16 = 9443;
-const SERVER_ARGS: &[&str] = &["--insecure"];
+use crate::runner::{RunConfig, RunError, Runner};
+use crate::sandbox::exit_watch::ExitWatch;
 
 /// How a function's servers run.
 #[derive(Debug, Clone, Copy)]
@@ -59,19 +54,20 @@ pub(crate) trait ServerSlots: Send + Sync {
     ) -> futures::future::BoxFuture<'a, bool>;
 }
 
-/// A running server.
+/// A running server of the function's, and its calls.
 #[derive(Debug)]
-struct Server {
+struct HostedServer {
     id: u64,
-    upstream: Upstream,
-    served: tokio::sync::Mutex<Option<FunctionServer>>,
+    client: Client,
+    served: tokio::sync::Mutex<Option<Server>>,
+    exit_watch: ExitWatch,
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     /// One of the host's `--max-servers` slots, given back when it stops.
     _slot: OwnedSemaphorePermit,
 }
 
-impl Server {
+impl HostedServer {
     /// Whether it exited, and why.
     async fn exited(&self) -> Option<String> {
         match self.exit().await? {
@@ -87,6 +83,13 @@ impl Server {
             Some(served) => served.exited().map(Exit::Failed),
             None => Some(Exit::Stopped),
         }
+    }
+
+    /// How it ended, once its exit is seen within `within`.
+    async fn exit_within(&self, within: Duration) -> Option<Exit> {
+        // Told by its pidfd; an error of the watch is only a look now.
+        let _ = tokio::time::timeout(within, self.exit_watch.exited()).await;
+        self.exit().await
     }
 
     async fn stop(&self) {
@@ -115,7 +118,7 @@ pub(crate) struct Servers {
     /// `max_servers × calls_per_server` call slots, waited for in the
     /// daemon's one queue (`grpc::admission`).
     lane: Lane,
-    running: Mutex<Vec<Arc<Server>>>,
+    running: Mutex<Vec<Arc<HostedServer>>>,
     /// Held while a server is picked or started: one start at a time.
     picking: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
@@ -150,7 +153,7 @@ impl Servers {
         }
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Server>>> {
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<Arc<HostedServer>>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -185,7 +188,7 @@ impl Servers {
     ) -> Result<Bytes, Status> {
         // Counted in its `in_flight` already.
         let server = self.pick(runner, host, config, deadline).await?;
-        let answer = self.call_on(&server, request, deadline).await;
+        let answer = server.client.call(&request, deadline).await;
         *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         server.in_flight.fetch_sub(1, Ordering::Relaxed);
         let status = match answer {
@@ -200,12 +203,7 @@ impl Servers {
         if !lost_connection(&status) {
             return Err(status);
         }
-        let mut exit = server.exit().await;
-        let started = Instant::now();
-        while exit.is_none() && started.elapsed() < EXIT_SEEN_WITHIN {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            exit = server.exit().await;
-        }
+        let exit = server.exit_within(EXIT_SEEN_WITHIN).await;
         self.remove(&server).await;
         let lost = lost_during_call(&self.function, exit, &status);
         self.backoff().failed(lost.message());
@@ -222,14 +220,14 @@ impl Servers {
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
-    ) -> Result<Arc<Server>, Status> {
+    ) -> Result<Arc<HostedServer>, Status> {
         let _picking = until(deadline, self.picking.lock()).await.ok_or_else(|| {
             Status::deadline_exceeded(format!(
                 "function {}: the caller's deadline passed while a server started",
                 self.function
             ))
         })?;
-        let candidates: Vec<Arc<Server>> = self.running().clone();
+        let candidates: Vec<Arc<HostedServer>> = self.running().clone();
         for server in candidates {
             if let Some(why) = server.exited().await {
                 tracing::warn!(function = %self.function, server = server.id, %why, "function server found dead; removed");
@@ -277,7 +275,7 @@ impl Servers {
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
-    ) -> Result<Arc<Server>, Status> {
+    ) -> Result<Arc<HostedServer>, Status> {
         self.backoff().refuse(&self.function)?;
         let started = self.start_now(runner, host, config, deadline).await;
         if let Err(status) = &started {
@@ -299,7 +297,7 @@ impl Servers {
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
-    ) -> Result<Arc<Server>, Status> {
+    ) -> Result<Arc<HostedServer>, Status> {
         let _starting = self.stats.starting.raise();
         let host_slot = self.host_slot(host, deadline).await?;
         let started = std::time::Instant::now();
@@ -308,65 +306,24 @@ impl Servers {
             Some(left) => left.min(self.limits.start_timeout),
             None => self.limits.start_timeout,
         };
-        let args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
-        let failed = |what: String| {
-            tracing::warn!(function = %self.function, image = %self.image, error = %what, "function server did not start");
-            Status::unavailable(format!(
-                "function {}: its server ({}) did not start: {what}",
-                self.function, self.image
-            ))
+        let config = RunConfig {
+            timeout,
+            ..config.clone()
         };
-        let mut served = runner
-            .serve(
-                &self.image,
-                FunctionServerOptions {
-                    cmd: &args,
-                    env: &[],
-                    host_network: false,
-                },
-                &RunConfig {
-                    timeout,
-                    ..config.clone()
-                },
-            )
+        let served = function_server::start(runner, &self.image, &config, &[], false)
             .await
-            .map_err(|e| {
-                let status = crate::grpc::status_of(&e);
-                match status.code() {
-                    Code::Unavailable | Code::DeadlineExceeded | Code::Internal => {
-                        failed(crate::chain::Chain(&e).to_string())
-                    }
-                    code => Status::new(
-                        code,
-                        format!("function {}: {}", self.function, status.message()),
-                    ),
-                }
-            })?;
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, FUNCTION_PORT));
-        if let Err(err) = served.wait_listening(address, timeout).await {
-            served.stop().await;
-            if let RunError::MemoryLimitExceeded(_) = err {
-                tracing::warn!(function = %self.function, image = %self.image, error = %crate::chain::Chain(&err), "function server did not start");
-                return Err(Status::resource_exhausted(format!(
-                    "function {}: its server ({}) did not start: {}",
-                    self.function,
-                    self.image,
-                    crate::chain::Chain(&err)
-                )));
-            }
-            return Err(failed(crate::chain::Chain(&err).to_string()));
-        }
-        let upstream = Upstream::new(
+            .map_err(|e| self.not_started(e))?;
+        let client = served.client(
             &self.function,
             self.limits.calls_per_server,
             Arc::clone(&self.responses),
-            served.network().clone(),
-            address,
         );
+        let exit_watch = served.exit_watch().clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let server = Arc::new(Server {
+        let server = Arc::new(HostedServer {
             id,
-            upstream,
+            client,
+            exit_watch,
             served: tokio::sync::Mutex::new(Some(served)),
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
@@ -379,41 +336,37 @@ impl Servers {
         Ok(server)
     }
 
-    async fn call_on(
-        &self,
-        server: &Server,
-        request: Bytes,
-        deadline: Option<Instant>,
-    ) -> Result<Bytes, Status> {
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let answer = async {
-            match server
-                .upstream
-                .call(V1_RUN_FUNCTION, &request, timeout)
-                .await
-            {
-                // Built before v1: ask again in v1beta1, as Crossplane does
-                // (the same bytes: the two share their wire format).
-                Err(status) if status.code() == Code::Unimplemented => {
-                    server
-                        .upstream
-                        .call(V1BETA1_RUN_FUNCTION, &request, timeout)
-                        .await
+    /// What a caller is told of a server that did not start: its own
+    /// failure `UNAVAILABLE` (or `RESOURCE_EXHAUSTED`, killed past its
+    /// memory limit), what the caller asked for (a pull refused, a bad
+    /// image) as the runner's status says.
+    fn not_started(&self, err: ServerError) -> Status {
+        let code = match &err {
+            ServerError::NotListening(RunError::MemoryLimitExceeded(_)) => Code::ResourceExhausted,
+            ServerError::Run(run) => {
+                let status = crate::grpc::status_of(run);
+                match status.code() {
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Internal => {
+                        Code::Unavailable
+                    }
+                    code => {
+                        let message = format!("function {}: {}", self.function, status.message());
+                        return Status::new(code, message);
+                    }
                 }
-                answer => answer,
             }
+            _ => Code::Unavailable,
         };
-        // The function is told the time left (`grpc-timeout`); xfn holds
-        // it to it too, and a call given up is reset on the connection.
-        until(deadline, answer).await.unwrap_or_else(|| {
-            Err(Status::deadline_exceeded(format!(
-                "function {}: the caller's deadline passed while the function ran",
-                self.function
-            )))
-        })
+        let why = crate::chain::Chain(&err).to_string();
+        tracing::warn!(function = %self.function, image = %self.image, error = %why, "function server did not start");
+        let message = format!(
+            "function {}: its server ({}) did not start: {why}",
+            self.function, self.image
+        );
+        Status::new(code, message)
     }
 
-    async fn remove(&self, server: &Arc<Server>) {
+    async fn remove(&self, server: &Arc<HostedServer>) {
         let removed = {
             let mut running = self.running();
             let before = running.len();
@@ -433,8 +386,8 @@ impl Servers {
         self.idle_servers().map(|(_, used)| used).min()
     }
 
-    fn idle_servers(&self) -> impl Iterator<Item = (Arc<Server>, Instant)> {
-        let running: Vec<Arc<Server>> = self.running().clone();
+    fn idle_servers(&self) -> impl Iterator<Item = (Arc<HostedServer>, Instant)> {
+        let running: Vec<Arc<HostedServer>> = self.running().clone();
         running
             .into_iter()
             .filter(|s| s.in_flight.load(Ordering::Relaxed) == 0)
@@ -468,7 +421,7 @@ impl Servers {
         let Ok(_picking) = self.picking.try_lock() else {
             return;
         };
-        let candidates: Vec<Arc<Server>> = self.running().clone();
+        let candidates: Vec<Arc<HostedServer>> = self.running().clone();
         for server in candidates {
             if server.in_flight.load(Ordering::Relaxed) > 0 {
                 continue;
@@ -491,7 +444,7 @@ impl Servers {
     /// Stops every server (unhost, shutdown).
     pub(crate) async fn stop_all(&self) {
         self.lane.close();
-        let all: Vec<Arc<Server>> = std::mem::take(&mut *self.running());
+        let all: Vec<Arc<HostedServer>> = std::mem::take(&mut *self.running());
         self.stats.running.set(0);
         for server in all {
             server.stop().await;
@@ -574,15 +527,6 @@ fn lost_during_call(function: &str, exit: Option<Exit>, broken: &Status) -> Stat
 
 /// How long after its connection broke a server's exit is waited for.
 const EXIT_SEEN_WITHIN: Duration = Duration::from_secs(2);
-
-/// Whether `status` came from the connection breaking rather than from the
-/// function (`upstream` keeps the h2 or I/O error as its source), or is an
-/// `UNAVAILABLE` with nothing of the server's beside it.
-fn lost_connection(status: &Status) -> bool {
-    use std::error::Error;
-    status.source().is_some()
-        || (status.code() == Code::Unavailable && status.metadata().is_empty())
-}
 
 /// `future`'s output, or `None` once `deadline` passed first.
 async fn until<T>(

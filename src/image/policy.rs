@@ -7,17 +7,14 @@
 use crate::proto::v1alpha1::ImagePullPolicy as ProtoPullPolicy;
 
 /// When to contact the registry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum PullPolicy {
     /// Pull only when not cached (also the protocol's UNSPECIFIED).
     #[default]
-    #[value(name = "IfNotPresent", alias = "if-not-present")]
     IfNotPresent,
     /// Re-resolve the reference every time; cached layers are reused.
-    #[value(name = "Always", alias = "always")]
     Always,
     /// Never contact the registry: the image must be cached.
-    #[value(name = "Never", alias = "never")]
     Never,
 }
 
@@ -49,12 +46,14 @@ impl std::str::FromStr for PullPolicy {
     type Err = UnknownPullPolicy;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "IfNotPresent" => Ok(PullPolicy::IfNotPresent),
-            "Always" => Ok(PullPolicy::Always),
-            "Never" => Ok(PullPolicy::Never),
-            other => Err(UnknownPullPolicy(other.to_string())),
-        }
+        [
+            PullPolicy::IfNotPresent,
+            PullPolicy::Always,
+            PullPolicy::Never,
+        ]
+        .into_iter()
+        .find(|policy| policy.as_str() == text)
+        .ok_or_else(|| UnknownPullPolicy(text.to_string()))
     }
 }
 
@@ -114,18 +113,5 @@ mod tests {
             "unknown pull policy \"Sometimes\" (IfNotPresent, Always or Never)"
         );
         assert!("always".parse::<PullPolicy>().is_err());
-    }
-
-    #[test]
-    fn the_command_line_takes_kubernetes_spelling_and_lowercase() {
-        use clap::ValueEnum;
-        for (text, policy) in [
-            ("IfNotPresent", PullPolicy::IfNotPresent),
-            ("if-not-present", PullPolicy::IfNotPresent),
-            ("Always", PullPolicy::Always),
-            ("never", PullPolicy::Never),
-        ] {
-            assert_eq!(PullPolicy::from_str(text, false), Ok(policy));
-        }
     }
 }

@@ -66,7 +66,7 @@ pub struct PoolOptions {
 
 /// How far a warm container is taken before its call
 /// (`--warm-pool-start`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum WarmStart {
     /// Started: the function's process runs, blocked reading its stdin, so
     /// a call pays only for the function's own work on its input (what

@@ -17,6 +17,7 @@ use super::teardown::{Finished, Teardown};
 use super::{Container, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
 use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
 use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};
+use crate::sandbox::exit_watch::ExitWatch;
 use crate::sandbox::netns::NetworkNamespace;
 use crate::sandbox::{Limits, Sandbox, SandboxError};
 
@@ -90,6 +91,11 @@ impl Container<Serving> {
     /// The last bytes the container wrote (stdout and stderr, interleaved).
     pub(crate) fn output_tail(&self) -> Vec<u8> {
         self.state.output.tail()
+    }
+
+    /// A watch woken when the container's init exits.
+    pub(crate) fn exit_watch(&self) -> std::io::Result<ExitWatch> {
+        ExitWatch::new(std::os::fd::AsFd::as_fd(&self.parts.init.pidfd))
     }
 
     /// The exit code, once the container is gone (reaping it).
@@ -330,22 +336,6 @@ impl FunctionServer {
         self.0.container.network()
     }
 
-    /// A gRPC channel to `address` inside the server's own network
-    /// namespace, which nothing else can reach: every connection is made
-    /// there (lazily), and the URI's authority is only a label.
-    pub fn channel(&self, address: SocketAddr) -> tonic::transport::Channel {
-        let network = self.network().clone();
-        tonic::transport::Endpoint::from_static("http://function:9443").connect_with_connector_lazy(
-            tower::service_fn(move |_: tonic::transport::Uri| {
-                let network = network.clone();
-                async move {
-                    let stream = network.connect(address).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }),
-        )
-    }
-
     /// Waits until the server listens on `address` inside its namespace;
     /// fails with its exit code and output when it exits first.
     pub async fn wait_listening(
@@ -354,6 +344,12 @@ impl FunctionServer {
         timeout: Duration,
     ) -> Result<(), RunError> {
         Ok(self.0.container.wait_listening(address, timeout).await?)
+    }
+
+    /// A watch woken when the server exits (it reaps nothing: [`Self::exited`]
+    /// then says why).
+    pub(crate) fn exit_watch(&self) -> std::io::Result<ExitWatch> {
+        self.0.container.exit_watch()
     }
 
     /// Why the server is gone, if it is (exit code, OOM kill, output tail).

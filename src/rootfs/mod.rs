@@ -31,7 +31,7 @@ pub(crate) use copy::copy_tree;
 pub(crate) use overlay::{mount_tmpfs, unmount};
 
 /// `--rootfs`: how runs get their root filesystem.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RootfsMode {
     /// Overlay where the probe at start says it works, else copy.
     #[default]

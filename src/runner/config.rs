@@ -9,15 +9,23 @@ pub use crate::sandbox::Limits;
 
 /// Network policy of a run, spelled `Isolated` or `Runner` on every wire
 /// (`--network-policy`, an alpha step's `network.policy`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum NetworkPolicy {
     /// An own, empty network namespace (also the protocol's UNSPECIFIED).
     #[default]
-    #[value(name = "Isolated")]
     Isolated,
     /// The runner's network; /etc/resolv.conf bound read-only.
-    #[value(name = "Runner")]
     Runner,
+}
+
+impl NetworkPolicy {
+    /// Its one spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkPolicy::Isolated => "Isolated",
+            NetworkPolicy::Runner => "Runner",
+        }
+    }
 }
 
 /// A network policy spelled otherwise.
@@ -29,11 +37,10 @@ impl std::str::FromStr for NetworkPolicy {
     type Err = UnknownNetworkPolicy;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "Isolated" => Ok(NetworkPolicy::Isolated),
-            "Runner" => Ok(NetworkPolicy::Runner),
-            other => Err(UnknownNetworkPolicy(other.to_string())),
-        }
+        [NetworkPolicy::Isolated, NetworkPolicy::Runner]
+            .into_iter()
+            .find(|policy| policy.as_str() == text)
+            .ok_or_else(|| UnknownNetworkPolicy(text.to_string()))
     }
 }
 

@@ -456,20 +456,12 @@ impl Drop for KilledUnlessReaped {
 /// Waits for the process of `pidfd` (a child of this process) to exit,
 /// reaps it and returns its exit code (128 + signal when killed by one).
 pub(crate) async fn wait_exit(pidfd: &OwnedFd) -> Result<i32, CrunError> {
-    // A pidfd turns readable when its process exits.
-    let owned = pidfd.as_fd().try_clone_to_owned()?;
-    // SAFETY: `owned` is an open descriptor the AsyncFd takes ownership of:
-    // it stays open, naming the same pidfd, until the AsyncFd drops it.
-    let readable = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| e.into_parts().1)?;
+    let watch = super::exit_watch::ExitWatch::new(pidfd.as_fd())?;
     loop {
         if let Some(code) = try_reap(pidfd)? {
             return Ok(code);
         }
-        let mut ready = readable.readable().await?;
-        ready.clear_ready();
+        watch.exited().await?;
     }
 }
 

@@ -10,6 +10,7 @@
 pub(crate) mod bundle;
 pub(crate) mod cgroup;
 pub(crate) mod crun;
+pub(crate) mod exit_watch;
 pub(crate) mod netns;
 pub(crate) mod nproc;
 pub(crate) mod oci_runtime;

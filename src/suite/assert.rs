@@ -1,4 +1,4 @@
-//! The assertion engines: `xprin` (Count, Exists, NotExists, FieldType,
+//! The assertion checkers: `xprin` (Count, Exists, NotExists, FieldType,
 //! FieldExists, FieldNotExists, FieldValue over `Kind/name` patterns, as
 //! xprin's own), `diff` (the golden file byte for byte, a unified diff on
 //! failure) and `dyff` (documents matched by kind and name, compared as
@@ -365,7 +365,7 @@ fn xprin_checks(a: &XprinAssertion, resources: &[Resource]) -> Result<Vec<Check>
     }
 }
 
-/// Which golden-file engine.
+/// Which golden-file checker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Golden {
     /// Byte for byte, a unified diff.
@@ -378,7 +378,7 @@ pub(crate) enum Golden {
 /// golden file `expected`; with `update` (`--update`), writes `actual`
 /// there through it instead.
 pub(crate) fn golden(
-    engine: Golden,
+    checker: Golden,
     assertion: &GoldenAssertion,
     expected: &Beneath,
     actual: &str,
@@ -413,7 +413,7 @@ pub(crate) fn golden(
         }
     };
     let expected = expected.path();
-    match engine {
+    match checker {
         Golden::Diff => {
             if golden == actual {
                 return Check::new(

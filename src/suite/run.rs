@@ -733,7 +733,7 @@ fn assertions(
             Err(e) => checks.push(Check::new(Status::Error, &template::as_written(&a.name), e)),
         }
     }
-    for (engine, list) in [
+    for (checker, list) in [
         (Golden::Diff, &test.assertions.diff),
         (Golden::Dyff, &test.assertions.dyff),
     ] {
@@ -744,7 +744,7 @@ fn assertions(
                 .map_err(|e| PhaseError::Assert(said(e)))
                 .and_then(|expected| {
                     let actual = actual(a, full, &resources)?;
-                    Ok(assert::golden(engine, a, &expected, &actual, update))
+                    Ok(assert::golden(checker, a, &expected, &actual, update))
                 });
             checks.push(check.unwrap_or_else(|e| {
                 Check::new(

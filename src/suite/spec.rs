@@ -103,7 +103,7 @@ pub(crate) struct Hook {
     pub(crate) run: String,
 }
 
-/// `assertions`, by engine.
+/// `assertions`, by checker.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct Assertions {
@@ -112,7 +112,7 @@ pub(crate) struct Assertions {
     pub(crate) dyff: Vec<GoldenAssertion>,
 }
 
-/// An assertion of the `xprin` engine.
+/// An assertion of the `xprin` checker.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct XprinAssertion {

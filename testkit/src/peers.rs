@@ -1,6 +1,6 @@
 //! The peers xfn is compared with, as scripts/peers.sh leaves them (built
 //! from the Go module proxy at pinned versions): the `crossplane` CLI, its
-//! render engine (Crossplane's core binary), and Crossplane's composition
+//! renderer (Crossplane's core binary), and Crossplane's composition
 //! functions with their examples and package metadata.
 //!
 //! Invariant: a missing peer fails the test that needs it, naming

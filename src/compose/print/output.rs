@@ -5,7 +5,7 @@
 //! composition resource name with the metadata Crossplane gives them, then
 //! the events of the reconcile as `Result`s and the Context.
 //!
-//! After a Fatal result the output is partial, as the engine's: the XR with
+//! After a Fatal result the output is partial, as Crossplane's renderer's: the XR with
 //! `Synced: False` and the results before the fatal one, no composed
 //! resources.
 use serde_json::{json, Map, Value};

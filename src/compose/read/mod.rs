@@ -612,7 +612,7 @@ fn check_scope(path: &Path, xrd: &Xrd, xr: &Value) -> Result<(), ComposeError> {
 }
 
 /// The XR's uid: its own, or the stable one the render gives an XR
-/// without one (as Crossplane's render engine).
+/// without one (as Crossplane's renderer).
 fn xr_uid(xr: &Value) -> String {
     if let Some(uid) = get_str(xr, &["metadata", "uid"]).filter(|u| !u.is_empty()) {
         return uid.to_string();
@@ -627,7 +627,7 @@ fn xr_uid(xr: &Value) -> String {
 }
 
 /// What Crossplane's reconciler sets on the XR before the pipeline sees
-/// it: a uid (a stable one, as Crossplane's render engine), the composite
+/// it: a uid (a stable one, as Crossplane's renderer), the composite
 /// label composed resources are named after, the composition (revision)
 /// reference, and references to the observed composed resources.
 pub(super) fn configure(composite: &mut CompositeXr) {

@@ -71,7 +71,7 @@ pub(crate) struct V1Pipeline<'a> {
 }
 
 /// Adds what a step's last call asked for to the pipeline's requirements
-/// (once each, in the order of their names), as the engine's output has
+/// (once each, in the order of their names), as Crossplane's renderer's output has
 /// them: protobuf JSON `ResourceSelector`s and `SchemaSelector`s.
 fn record_requirements(
     outcome: &mut Outcome,
@@ -167,7 +167,7 @@ impl V1Pipeline<'_> {
                     reason: result.reason.clone().filter(|r| !r.is_empty()),
                 };
                 // A fatal result ends the pipeline; what came before it is
-                // kept, for the partial output Crossplane's engine returns.
+                // kept, for the partial output Crossplane's renderer returns.
                 if severity == pb::Severity::Fatal {
                     outcome.fatal = Some(result);
                     outcome.context = context.as_ref().map(from_struct);

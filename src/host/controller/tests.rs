@@ -17,7 +17,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use serde_json::json;
 
 use super::*;
-use crate::host::catalog::Catalog;
+use crate::host::controller::Hosting;
 
 const NS: &str = "crossplane-system";
 const FUNCTION: &str = "function-patch-and-transform";
@@ -34,9 +34,9 @@ enum Call {
 }
 
 #[derive(Default)]
-struct RecordingCatalog(Mutex<Vec<Call>>);
+struct RecordingHosting(Mutex<Vec<Call>>);
 
-impl Catalog for RecordingCatalog {
+impl Hosting for RecordingHosting {
     fn host(&self, function: HostedFunction) {
         self.0.lock().unwrap().push(Call::Host(function));
     }
@@ -628,8 +628,8 @@ fn server_secret() -> String {
 }
 const ENDPOINT: &str = "dns:///function-patch-and-transform.crossplane-system:9443";
 
-fn reconciler(conversation: &Arc<Conversation>) -> (Reconciler, Arc<RecordingCatalog>) {
-    let catalog = Arc::new(RecordingCatalog::default());
+fn reconciler(conversation: &Arc<Conversation>) -> (Reconciler, Arc<RecordingHosting>) {
+    let catalog = Arc::new(RecordingHosting::default());
     let reconciler = Reconciler::new(
         conversation.client(),
         catalog.clone(),

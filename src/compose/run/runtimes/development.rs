@@ -3,12 +3,12 @@
 //! (`--development-wait`), since a function started just before the render
 //! (a script's `python fn.py &`) is often not listening yet; a refusal past
 //! it says how long render waited and what to check.
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use tonic::transport::{Channel, Endpoint};
 
 use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
+use crate::function_server::{Client, Dial, ResponseBudget};
 use crate::proto::v1;
 
 /// A function server that is already running (`Development` runtime).
@@ -16,7 +16,9 @@ use crate::proto::v1;
 pub(crate) struct Development {
     target: String,
     wait: Duration,
-    channel: tokio::sync::OnceCell<Channel>,
+    client: Client,
+    /// Set once the first connect succeeded.
+    connected: tokio::sync::OnceCell<()>,
 }
 
 /// How often a connect is tried again while the server may be starting.
@@ -26,40 +28,38 @@ impl Development {
     /// A caller of the server at `target` (`host:port`), waiting up to
     /// `wait` for it to accept a connection.
     pub(crate) fn new(target: &str, wait: Duration) -> Self {
+        let budget = Arc::new(ResponseBudget::one_answer());
         Self {
             target: target.to_string(),
             wait,
-            channel: tokio::sync::OnceCell::new(),
+            client: Client::new(target, Dial::Tcp(target.to_string()), 1, budget),
+            connected: tokio::sync::OnceCell::new(),
         }
     }
 
-    async fn channel(&self) -> Result<Channel, ComposeError> {
-        let unreachable = |waited, source| ComposeError::Call {
-            target: self.target.clone(),
-            source: Box::new(CallError::Connect { waited, source }),
-        };
-        self.channel
+    /// Connects, trying again for up to the wait.
+    async fn connected(&self) -> Result<(), ComposeError> {
+        self.connected
             .get_or_try_init(|| async {
-                let uri = if self.target.contains("://") {
-                    self.target.clone()
-                } else {
-                    format!("http://{}", self.target)
-                };
-                let endpoint =
-                    Endpoint::from_shared(uri).map_err(|e| unreachable(Duration::ZERO, e))?;
                 let started = Instant::now();
                 loop {
-                    match endpoint.connect().await {
-                        Ok(channel) => return Ok(channel),
-                        Err(e) if started.elapsed() >= self.wait => {
-                            return Err(unreachable(started.elapsed(), e))
+                    match self.client.connect().await {
+                        Ok(()) => return Ok(()),
+                        Err(source) if started.elapsed() >= self.wait => {
+                            return Err(ComposeError::Call {
+                                target: self.target.clone(),
+                                source: Box::new(CallError::Connect {
+                                    waited: started.elapsed(),
+                                    source,
+                                }),
+                            })
                         }
                         Err(_) => tokio::time::sleep(RETRY_EVERY).await,
                     }
                 }
             })
             .await
-            .cloned()
+            .copied()
     }
 }
 
@@ -69,7 +69,7 @@ impl FunctionCaller for Development {
         &self,
         request: v1::RunFunctionRequest,
     ) -> Result<v1::RunFunctionResponse, ComposeError> {
-        let channel = self.channel().await?;
-        super::grpc::run_function(channel, &self.target, request).await
+        self.connected().await?;
+        super::grpc::call(&self.client, &self.target, request).await
     }
 }

@@ -20,19 +20,18 @@
 //! More of the why: docs/design.md, "Notes behind the code", `src/compose/run/runtimes/kept.rs`.
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-use tonic::transport::{Channel, Endpoint, Uri};
-
-use super::docker::{start_function_server, FunctionServerSpec};
+use super::docker::start;
 use crate::compose::read::model::Function;
 use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{ComposeError, StartError};
+use crate::function_server::{Client, Dial, ResponseBudget};
 use crate::image::PullPolicy;
 use crate::proto::v1;
 use crate::runner::{RunConfig, Runner};
+use serde::{Deserialize, Serialize};
 
 /// How to start a keeper: xfn's own binary and the flags (cache, registry,
 /// user namespace, runner) it shares with the render.
@@ -268,29 +267,20 @@ pub(crate) struct Kept {
     pub(super) dir: KeptDir,
     pub(super) start: Mutex<Option<KeptStart>>,
     pub(super) timeout: Duration,
-    pub(super) channel: tokio::sync::OnceCell<Channel>,
+    pub(super) client: tokio::sync::OnceCell<Client>,
 }
 
 impl Kept {
-    async fn channel(&self) -> Result<Channel, ComposeError> {
-        self.channel
+    /// The client of the server, once its keeper's socket answers.
+    async fn client(&self) -> Result<&Client, ComposeError> {
+        self.client
             .get_or_try_init(|| async {
                 self.wait_ready().await?;
-                let socket = self.dir.socket();
-                Ok(
-                    Endpoint::from_static("http://kept-function").connect_with_connector_lazy(
-                        tower::service_fn(move |_: Uri| {
-                            let socket = socket.clone();
-                            async move {
-                                let stream = tokio::net::UnixStream::connect(socket).await?;
-                                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                            }
-                        }),
-                    ),
-                )
+                let dial = Dial::Unix(self.dir.socket());
+                let budget = Arc::new(ResponseBudget::one_answer());
+                Ok(Client::new(&self.function, dial, 1, budget))
             })
             .await
-            .cloned()
     }
 
     /// Waits until the keeper's socket answers, or fails when the keeper
@@ -341,15 +331,15 @@ impl Kept {
 #[async_trait::async_trait(?Send)]
 impl FunctionCaller for Kept {
     async fn start(&self) -> Result<(), ComposeError> {
-        self.channel().await.map(|_| ())
+        self.client().await.map(|_| ())
     }
 
     async fn run_function(
         &self,
         request: v1::RunFunctionRequest,
     ) -> Result<v1::RunFunctionResponse, ComposeError> {
-        let channel = self.channel().await?;
-        super::grpc::run_function(channel, &self.image, request).await
+        let client = self.client().await?;
+        super::grpc::call(client, &self.image, request).await
     }
 
     // Kept: nothing to stop.
@@ -367,15 +357,16 @@ pub(crate) async fn keep(
     env: &[String],
     host_network: bool,
 ) -> Result<(), ComposeError> {
-    let (mut server, address) = start_function_server(&FunctionServerSpec {
-        function: &info.function,
+    let mut server = start(
+        &info.function,
         runner,
-        image: &info.image,
+        &info.image,
         config,
         env,
         host_network,
-    })
+    )
     .await?;
+    let address = server.address();
     let (function, image) = (info.function.clone(), info.image.clone());
     let failed = |source| ComposeError::FunctionStart {
         function: function.clone(),
@@ -404,7 +395,7 @@ pub(crate) async fn keep(
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(io("handle SIGINT in", dir.path().to_path_buf()))?;
     let network = server.network().clone();
-    let mut check = tokio::time::interval(Duration::from_millis(500));
+    let exit = server.exit_watch().clone();
     let why = loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -421,10 +412,12 @@ pub(crate) async fn keep(
             }
             _ = term.recv() => break "stopped".to_string(),
             _ = interrupt.recv() => break "interrupted".to_string(),
-            _ = check.tick() => {
-                if let Some(err) = server.exited() {
-                    break format!("the server exited: {}", crate::chain::Chain(&err));
-                }
+            // Told by its pidfd.
+            Ok(()) = exit.exited() => {
+                break match server.exited() {
+                    Some(err) => format!("the server exited: {}", crate::chain::Chain(&err)),
+                    None => "the server exited".to_string(),
+                };
             }
         }
     };

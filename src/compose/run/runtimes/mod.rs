@@ -6,8 +6,9 @@
 //! - alpha steps: [`ContainerSteps`], through the runner daemon at the step's
 //!   `runner.endpoint` when one answers there, else in-process.
 //!
-//! Files: [`docker`], [`development`], [`exec`], [`grpc`] (the v1/v1beta1
-//! call both servers share), [`alpha_steps`].
+//! Files: [`docker`], [`development`], [`exec`], [`grpc`] (a typed call
+//! on the one client of function servers, [`crate::function_server`]),
+//! [`alpha_steps`].
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,7 +86,7 @@ impl Callers {
                             dir: kept::KeptDir::new(&keeper.cache_dir, name),
                             start: std::sync::Mutex::new(kept.remove(&function.name)),
                             timeout: defaults.timeout,
-                            channel: tokio::sync::OnceCell::new(),
+                            client: tokio::sync::OnceCell::new(),
                         })
                     }
                     _ => caller_for(function, runner, defaults)?,

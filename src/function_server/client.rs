@@ -1,6 +1,8 @@
-//! The HTTP/2 connection from xfn to one function server, made inside the
-//! server's own network namespace, and a unary gRPC call on it whose
-//! request and answer stay bytes.
+//! The one client of function servers: a unary gRPC call whose request
+//! and answer stay bytes, over one HTTP/2 connection per server (made
+//! inside the server's own network namespace, or to a TCP address or a
+//! socket file: [`Dial`]), v1 first and v1beta1 when the server answers
+//! Unimplemented (Functions built before v1), as Crossplane does.
 //!
 //! Invariant: **a request leaves xfn in one write**. A function server
 //! woken by the HEADERS frame alone only waits again for the DATA; on a
@@ -9,160 +11,113 @@
 //! so tonic's `Channel`) sends the body only once the stream has send
 //! capacity, after the HEADERS went out: two writes, and a request-queue
 //! task between caller and connection. Here the HEADERS and the one DATA
-//! frame are queued together on h2 itself. The answer is read up to
-//! [`MAX_RESPONSE`], and only once the host's [`ResponseBudget`] (and the
-//! function's share of it) has room for the length it declares, held until
-//! its bytes are dropped; never past that length (more is a protocol
-//! error), and while it holds room, at [`MIN_PER_WINDOW`] bytes per
-//! [`STALL_WINDOW`] at least, or it is given up. A connection found broken
-//! while its server lives is made again on the next call; a call dropped
-//! is reset on the wire.
+//! frame are queued together on h2 itself. The answer is read within the
+//! bounds of [`super::budget`] (its declared length, at most
+//! [`MAX_RESPONSE`]; its function's share of the budget; a minimum pace).
+//! A connection found broken while its server lives is made again on the
+//! next call; a call dropped is reset on the wire.
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tonic::codegen::http;
 use tonic::{Code, Status};
 
+use super::budget::{Pace, ResponseShare, Room, MAX_RESPONSE, PREFIX, STALL_WINDOW};
 use crate::grpc::authority::MAX_HEADER_LIST;
 use crate::grpc::deadline::{format_grpc_timeout, GRPC_TIMEOUT_HEADER};
 use crate::sandbox::netns::NetworkNamespace;
 
 /// The method a function serves, in the version asked.
-pub(crate) const V1_RUN_FUNCTION: &str =
-    "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction";
-pub(crate) const V1BETA1_RUN_FUNCTION: &str =
+const V1_RUN_FUNCTION: &str = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction";
+const V1BETA1_RUN_FUNCTION: &str =
     "/apiextensions.fn.proto.v1beta1.FunctionRunnerService/RunFunction";
 
-/// The largest response read from a function server: far above what a
-/// RunFunctionResponse of a real Function holds, and a bound on what a
-/// function can make xfn hold per call (the bytes are passed on as they
-/// are; decoded, a response of tiny values would take ~16 times as much).
-pub(crate) const MAX_RESPONSE: usize = 64 << 20;
+/// Where a function server is reached.
+#[derive(Debug, Clone)]
+pub(crate) enum Dial {
+    /// An address inside a network namespace (a started server's own, or
+    /// xfn's for one on the host's network).
+    Namespace(NetworkNamespace, SocketAddr),
+    /// `host:port` (or `http://host:port`) on xfn's network: a server
+    /// already running (render's `Development` runtime).
+    Tcp(String),
+    /// A socket file (a kept server's keeper).
+    Unix(PathBuf),
+}
 
-/// While an answer holds room in the budget, each window of this long
-/// must bring [`MIN_PER_WINDOW`] bytes of it (or the rest of it, or its
-/// trailers), else it is given up: a function's server writes an answer
-/// it has made at memory speed, one that trickles holds room for nothing.
-const STALL_WINDOW: Duration = Duration::from_secs(2);
-/// See [`STALL_WINDOW`]: 512 KiB/s, a thousandth of what loopback carries.
-const MIN_PER_WINDOW: usize = 1 << 20;
-
-/// The bytes of function servers' responses xfn holds at once, over all
-/// calls (`--response-budget`): each [`MAX_RESPONSE`] alone bounds one
-/// call, this bounds their sum whatever a function answers.
+/// One function's server, its calls and the connection there once made.
 #[derive(Debug)]
-pub(crate) struct ResponseBudget {
-    /// One permit per KiB.
-    room: Arc<Semaphore>,
-    kib: usize,
-}
-
-impl ResponseBudget {
-    pub(crate) fn new(bytes: usize) -> Self {
-        let kib = bytes.div_ceil(1024).clamp(1, Semaphore::MAX_PERMITS);
-        Self {
-            room: Arc::new(Semaphore::new(kib)),
-            kib,
-        }
-    }
-
-    /// One function's share: a quarter of the budget, but room for one
-    /// answer of [`MAX_RESPONSE`] when the budget has it, so one function
-    /// whose answers stall or crawl leaves the others three quarters.
-    pub(crate) fn share(self: &Arc<Self>) -> ResponseShare {
-        let largest = (MAX_RESPONSE + PREFIX).div_ceil(1024);
-        let kib = (self.kib / 4).max(largest).min(self.kib);
-        ResponseShare {
-            budget: Arc::clone(self),
-            room: Arc::new(Semaphore::new(kib)),
-            kib,
-        }
-    }
-}
-
-/// One function's share of the [`ResponseBudget`]: what its answers hold
-/// at once, all its servers together.
-#[derive(Debug)]
-pub(crate) struct ResponseShare {
-    budget: Arc<ResponseBudget>,
-    /// One permit per KiB.
-    room: Arc<Semaphore>,
-    kib: usize,
-}
-
-impl ResponseShare {
-    /// Room for `bytes` in the share and then in the budget (always in
-    /// that order, so no two answers wait on each other), waited for in
-    /// arrival order; `None` when it can never fit.
-    async fn hold(&self, bytes: usize) -> Option<Room> {
-        let kib = bytes.div_ceil(1024).max(1);
-        if kib > self.kib {
-            return None;
-        }
-        let kib = u32::try_from(kib).ok()?;
-        let share = Arc::clone(&self.room).acquire_many_owned(kib).await.ok()?;
-        let budget = Arc::clone(&self.budget.room)
-            .acquire_many_owned(kib)
-            .await
-            .ok()?;
-        Some(Room {
-            _share: share,
-            _budget: budget,
-        })
-    }
-}
-
-/// Room an answer holds in its function's share and in the budget.
-struct Room {
-    _share: OwnedSemaphorePermit,
-    _budget: OwnedSemaphorePermit,
-}
-
-/// A response's bytes with the budget they hold, given back when the
-/// last copy of the bytes is dropped.
-struct Held {
-    bytes: Bytes,
-    _room: Room,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
-/// Where a server's calls go, and the connection there once made.
-#[derive(Debug)]
-pub(crate) struct Upstream {
+pub(crate) struct Client {
     function: String,
-    /// Most calls on it at once (`--calls-per-server`).
+    /// Most calls on it at once (h2's reset streams are bounded by it).
     streams: usize,
     budget: Arc<ResponseShare>,
-    network: NetworkNamespace,
-    address: SocketAddr,
+    dial: Dial,
     sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
 }
 
-impl Upstream {
+impl Client {
+    /// A client of `function`'s server at `dial`, taking at most `streams`
+    /// calls at once, its answers held within `budget`. Connects on the
+    /// first call (or [`Client::connect`]).
     pub(crate) fn new(
         function: &str,
+        dial: Dial,
         streams: usize,
         budget: Arc<ResponseShare>,
-        network: NetworkNamespace,
-        address: SocketAddr,
     ) -> Self {
         Self {
             function: function.to_string(),
             streams,
             budget,
-            network,
-            address,
+            dial,
             sender: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Answers `request` (an encoded `RunFunctionRequest`) with the encoded
+    /// `RunFunctionResponse`, or the server's status, by `deadline` (told
+    /// to the server as `grpc-timeout`; a call given up is reset on the
+    /// connection). A call lost to the connection keeps its cause as the
+    /// status's source ([`lost_connection`]).
+    pub(crate) async fn call(
+        &self,
+        request: &Bytes,
+        deadline: Option<Instant>,
+    ) -> Result<Bytes, Status> {
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let answer = async {
+            match self.call_method(V1_RUN_FUNCTION, request, timeout).await {
+                // Built before v1: ask again in v1beta1 (the same bytes: the
+                // two share their wire format).
+                Err(status) if status.code() == Code::Unimplemented => {
+                    self.call_method(V1BETA1_RUN_FUNCTION, request, timeout)
+                        .await
+                }
+                answer => answer,
+            }
+        };
+        let Some(deadline) = deadline else {
+            return answer.await;
+        };
+        tokio::time::timeout_at(deadline, answer)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "function {}: the caller's deadline passed while the function ran",
+                    self.function
+                )))
+            })
+    }
+
+    /// Makes the connection unless one is live.
+    pub(crate) async fn connect(&self) -> Result<(), Status> {
+        self.sender().await.map(drop)
     }
 
     /// A sender on the live connection, made (again) when there is none.
@@ -180,23 +135,43 @@ impl Upstream {
                 return Ok(ready);
             }
         }
-        let stream = self
-            .network
-            .connect(self.address)
-            .await
-            .map_err(|e| lost("cannot connect to it", e))?;
-        let made = handshake(stream, self.streams)
-            .await
-            .map_err(|e| lost("the HTTP/2 handshake with it failed", e))?;
+        let made = self.dial().await?;
         *sender = Some(made.clone());
         made.ready()
             .await
             .map_err(|e| lost("its new connection failed", e))
     }
 
+    /// A new connection where [`Dial`] says.
+    async fn dial(&self) -> Result<SendRequest<Bytes>, Status> {
+        let refused = |e| lost("cannot connect to it", e);
+        let made = match &self.dial {
+            Dial::Namespace(network, address) => {
+                let stream = network.connect(*address).await.map_err(refused)?;
+                handshake(stream, self.streams).await
+            }
+            Dial::Tcp(target) => {
+                let target = target.strip_prefix("http://").unwrap_or(target);
+                let target = target.trim_end_matches('/');
+                let stream = tokio::net::TcpStream::connect(target)
+                    .await
+                    .map_err(refused)?;
+                stream.set_nodelay(true).map_err(refused)?;
+                handshake(stream, self.streams).await
+            }
+            Dial::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(refused)?;
+                handshake(stream, self.streams).await
+            }
+        };
+        made.map_err(|e| lost("the HTTP/2 handshake with it failed", e))
+    }
+
     /// Calls `method` with the encoded `message`, telling the server the
     /// `timeout` left; the encoded answer, or the server's status.
-    pub(crate) async fn call(
+    async fn call_method(
         &self,
         method: &str,
         message: &Bytes,
@@ -213,6 +188,15 @@ impl Upstream {
         )
         .await
     }
+}
+
+/// Whether `status` came from the connection breaking rather than from the
+/// function (the client keeps the h2 or I/O error as its source), or is an
+/// `UNAVAILABLE` with nothing of the server's beside it.
+pub(crate) fn lost_connection(status: &Status) -> bool {
+    use std::error::Error;
+    status.source().is_some()
+        || (status.code() == Code::Unavailable && status.metadata().is_empty())
 }
 
 /// What each stream may have received and not yet been read (h2's
@@ -250,7 +234,7 @@ where
     Ok(sender)
 }
 
-/// One unary call on `sender` (see [`Upstream::call`]).
+/// One unary call on `sender` (see [`Client::call`]).
 async fn call_on(
     mut sender: SendRequest<Bytes>,
     budget: &ResponseShare,
@@ -268,11 +252,23 @@ async fn call_on(
     let head = head
         .body(())
         .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
+    // Framed first, so that nothing but h2 stands between the two frames.
+    let framed = framed(message);
     let (answer, mut body) = sender
         .send_request(head, false)
         .map_err(|e| lost("the call could not be sent", e))?;
-    body.send_data(framed(message), true)
-        .map_err(|e| lost("the call could not be sent", e))?;
+    if let Err(err) = body.send_data(framed, true) {
+        // The connection's task sent the HEADERS alone, and the server
+        // answered and closed the stream before the body came (it does for
+        // a method it does not serve: Unimplemented): that answer, in hand
+        // already, is the call's.
+        use futures::FutureExt;
+        let early = answer
+            .now_or_never()
+            .and_then(Result::ok)
+            .and_then(|answer| Status::from_header_map(answer.headers()));
+        return Err(early.unwrap_or_else(|| lost("the call could not be sent", err)));
+    }
     let answer = answer.await.map_err(|e| lost("no answer", e))?;
     // A status in the headers is a trailers-only answer: no message.
     if let Some(status) = Status::from_header_map(answer.headers()) {
@@ -345,10 +341,7 @@ async fn call_on(
     match trailers.as_ref().and_then(Status::from_header_map) {
         Some(status) if status.code() != Code::Ok => Err(status),
         Some(_) => unframed(match held {
-            Some((_, room)) => Bytes::from_owner(Held {
-                bytes: read.freeze(),
-                _room: room,
-            }),
+            Some((_, room)) => room.held_by(read.freeze()),
             None => read.freeze(),
         }),
         None => Err(Status::internal(
@@ -364,89 +357,6 @@ fn longer(function: &str, length: usize) -> Status {
         "function {function}: its server's answer is longer than the {length} bytes it declares"
     ))
 }
-
-/// How fast an answer holding room arrives: each [`STALL_WINDOW`] must
-/// bring [`MIN_PER_WINDOW`] bytes, or all that was left of it.
-struct Pace<'a> {
-    function: &'a str,
-    /// Bytes of the message still to come.
-    left: usize,
-    window_end: tokio::time::Instant,
-    /// Bytes the current window must bring, and has brought.
-    due: usize,
-    brought: usize,
-}
-
-impl<'a> Pace<'a> {
-    fn new(function: &'a str) -> Self {
-        Self {
-            function,
-            left: 0,
-            window_end: tokio::time::Instant::now(),
-            due: 0,
-            brought: 0,
-        }
-    }
-
-    /// Paced from now, with `left` bytes to come.
-    fn start(&mut self, left: usize) {
-        self.left = left;
-        self.window();
-    }
-
-    fn window(&mut self) {
-        self.window_end = tokio::time::Instant::now() + STALL_WINDOW;
-        self.due = self.left.min(MIN_PER_WINDOW);
-        self.brought = 0;
-    }
-
-    /// The next chunk of `body`, or the answer given up as stalled.
-    async fn next(
-        &mut self,
-        body: &mut h2::RecvStream,
-    ) -> Result<Option<Result<Bytes, h2::Error>>, Status> {
-        loop {
-            // Cancel-safe: a chunk not yet taken stays in the stream.
-            match tokio::time::timeout_at(self.window_end, body.data()).await {
-                Ok(next) => return Ok(next),
-                Err(_) => self.roll()?,
-            }
-        }
-    }
-
-    /// `bytes` of the message arrived.
-    fn arrived(&mut self, bytes: usize) -> Result<(), Status> {
-        self.left = self.left.saturating_sub(bytes);
-        self.brought += bytes;
-        match tokio::time::Instant::now() >= self.window_end {
-            true => self.roll(),
-            false => Ok(()),
-        }
-    }
-
-    /// Ends a window: stalled unless it brought what was due.
-    fn roll(&mut self) -> Result<(), Status> {
-        if self.brought < self.due {
-            return Err(self.stalled());
-        }
-        self.window();
-        Ok(())
-    }
-
-    fn stalled(&self) -> Status {
-        Status::resource_exhausted(format!(
-            "function {}: its server's answer stalled ({} of {} bytes due in {}s, {} bytes still to come) while holding room in --response-budget: given up",
-            self.function,
-            self.brought,
-            self.due,
-            STALL_WINDOW.as_secs(),
-            self.left,
-        ))
-    }
-}
-
-/// The gRPC message prefix: a compression flag and a 4-byte length.
-const PREFIX: usize = 5;
 
 fn framed(message: &Bytes) -> Bytes {
     let mut framed = BytesMut::with_capacity(PREFIX + message.len());
@@ -474,7 +384,7 @@ fn unframed(mut read: Bytes) -> Result<Bytes, Status> {
 }
 
 /// A call lost to the connection (tonic's mapping of the h2 error, its
-/// source kept: `servers::lost_connection` tells these from a function's).
+/// source kept: [`lost_connection`] tells these from a function's).
 fn lost(what: &str, err: impl std::error::Error + Send + Sync + 'static) -> Status {
     let status = Status::from_error(Box::new(err));
     let mut lost = Status::new(
@@ -490,6 +400,7 @@ fn lost(what: &str, err: impl std::error::Error + Send + Sync + 'static) -> Stat
 
 #[cfg(test)]
 mod tests {
+    use super::super::budget::ResponseBudget;
     use super::*;
     use std::pin::Pin;
     use std::sync::{Arc, Mutex};
@@ -921,21 +832,5 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.len(), 3 << 20);
-    }
-
-    #[tokio::test]
-    async fn one_functions_answers_hold_at_most_its_share_of_the_budget() {
-        let budget = Arc::new(ResponseBudget::new(1 << 30));
-        let share = budget.share();
-        assert_eq!(share.kib, (1 << 30) / 1024 / 4);
-        // Never less than one largest answer, never more than the budget.
-        let small = Arc::new(ResponseBudget::new(100 << 20)).share();
-        assert_eq!(small.kib, (MAX_RESPONSE + PREFIX).div_ceil(1024));
-        assert_eq!(budget_of(4096).kib, 4);
-        // Held in the share and in the budget.
-        let room = share.hold(100 << 20).await.unwrap();
-        assert_eq!(budget.room.available_permits(), (1 << 20) - (100 << 10));
-        drop(room);
-        assert_eq!(budget.room.available_permits(), 1 << 20);
     }
 }

@@ -19,6 +19,7 @@
 //! are capped before it runs ([`cel`]), and its cost is metered while it
 //! runs, stopping it past the API server's limits ([`meter`]).
 mod cel;
+mod format;
 mod meter;
 mod pattern;
 pub(crate) mod read;

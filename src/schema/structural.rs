@@ -521,7 +521,7 @@ fn type_of(value: &Value) -> &'static str {
 }
 
 /// A value as an error shows it: scalars as JSON, collections by kind.
-fn short(value: &Value) -> String {
+pub(super) fn short(value: &Value) -> String {
     match value {
         Value::String(s) => short_str(s),
         Value::Array(_) => "\"array\"".into(),

@@ -140,10 +140,12 @@ fn a_composition_among_the_extensions_is_skipped_and_verbose_says_so() {
     assert!(!stdout.contains("Composition"), "{stdout}");
     let (_, stdout, _) = validate(&["-v".as_ref(), extensions.as_os_str(), resource.as_os_str()]);
     assert!(
-        stdout.contains(
+        stdout.contains(&format!(
             "[!] skipped 1 documents among the extensions that are neither CRDs nor XRDs: \
-             Composition/xnameds (apiextensions.crossplane.io/v1, extension 1)"
-        ),
+             Composition/xnameds (apiextensions.crossplane.io/v1, \
+             {}/composition.yaml, document 1)",
+            extensions.display()
+        )),
         "{stdout}"
     );
 }

@@ -38,11 +38,14 @@ pub(crate) struct ValidateArgs {
 
 /// Runs `xfn validate`.
 pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let mut extensions = Vec::new();
+    let (mut extensions, mut extension_places) = (Vec::new(), Vec::new());
     for path in &args.extensions {
         let documents = read_documents(path, args.max_input_bytes)
             .with_context(|| format!("cannot read the CRDs and XRDs in {}", path.display()))?;
-        extensions.extend(documents.into_iter().map(|d| d.object));
+        for document in documents {
+            extensions.push(document.object);
+            extension_places.push(document.place);
+        }
     }
     let documents = read_documents(&args.resources, args.max_input_bytes)
         .with_context(|| format!("cannot read the resources in {}", args.resources.display()))?;
@@ -54,7 +57,7 @@ pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let validator = Validator {
         error_on_missing_schemas: args.error_on_missing_schemas,
     };
-    let report = validator.check(&extensions, &resources, &labels);
+    let report = validator.check_placed(&extensions, &extension_places, &resources, &labels);
     let mut out = String::new();
     for error in &report.extension_errors {
         out.push_str(&format!("[x] {error}\n"));

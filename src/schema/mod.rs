@@ -155,11 +155,26 @@ impl Validator {
         resources: &[Value],
         labels: &[String],
     ) -> Report {
+        self.check_placed(extensions, &[], resources, labels)
+    }
+
+    /// [`Self::check`], each extension named by where it came from
+    /// (`places`: `FILE, document N`) in the errors and skipped documents
+    /// that name one; `extension N` past the end of `places`.
+    pub(crate) fn check_placed(
+        &self,
+        extensions: &[Value],
+        places: &[String],
+        resources: &[Value],
+        labels: &[String],
+    ) -> Report {
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("xfn-validate".into())
                 .stack_size(STACK_BYTES)
-                .spawn_scoped(scope, || self.check_here(extensions, resources, labels))
+                .spawn_scoped(scope, || {
+                    self.check_here(extensions, places, resources, labels)
+                })
                 .map(|thread| thread.join())
         })
         .unwrap_or_else(|spawn| {
@@ -174,8 +189,14 @@ impl Validator {
         })
     }
 
-    fn check_here(&self, extensions: &[Value], resources: &[Value], labels: &[String]) -> Report {
-        let (schemas, extension_errors, skipped_extensions) = Schemas::build(extensions);
+    fn check_here(
+        &self,
+        extensions: &[Value],
+        places: &[String],
+        resources: &[Value],
+        labels: &[String],
+    ) -> Report {
+        let (schemas, extension_errors, skipped_extensions) = Schemas::build(extensions, places);
         let resources = resources
             .iter()
             .zip(labels)
@@ -227,12 +248,15 @@ impl Schemas {
     /// an error; anything else is skipped, as Crossplane's CLI skips it
     /// (`PrepExtensions`: a Composition in an `apis/` directory, a Function
     /// or Provider whose package xfn does not fetch), and returned by name.
-    fn build(extensions: &[Value]) -> (Self, Vec<String>, Vec<String>) {
+    fn build(extensions: &[Value], places: &[String]) -> (Self, Vec<String>, Vec<String>) {
         let mut schemas = Schemas::default();
         let mut errors = Vec::new();
         let mut skipped = Vec::new();
         for (i, extension) in extensions.iter().enumerate() {
-            let place = format!("extension {}", i + 1);
+            let place = places
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("extension {}", i + 1));
             let api_version = get_str(extension, &["apiVersion"]).unwrap_or_default();
             let kind = get_str(extension, &["kind"]).unwrap_or_default();
             let name = get_str(extension, &["metadata", "name"]).unwrap_or_default();

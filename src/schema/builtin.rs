@@ -294,7 +294,9 @@ fn base64(text: &str) -> bool {
         .is_ok()
 }
 
-/// `metav1.Time`: Go's `time.Parse(time.RFC3339, …)`.
+/// `metav1.Time`: Go's `time.Parse(time.RFC3339, …)` (`T` and `Z` upper
+/// case, an offset's hours up to 24 and minutes up to 60, as Go's
+/// `parseRFC3339` bounds them).
 fn rfc3339(text: &str) -> bool {
     static RFC3339: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
         regex::Regex::new(
@@ -310,8 +312,8 @@ fn rfc3339(text: &str) -> bool {
         && n(2) < 24
         && n(3) < 60
         && n(4) < 60
-        && n(7) < 24
-        && n(8) < 60
+        && n(7) <= 24
+        && n(8) <= 60
 }
 
 /// apimachinery's `resource.ParseQuantity`: a signed decimal, then a

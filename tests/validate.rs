@@ -2,6 +2,10 @@
 //! on CRDs, XRDs and rendered output in tests/validate/.
 //!
 //! One binary per area (tests/README.md says which file goes where).
+#[path = "validate/corpus.rs"]
+mod corpus;
+#[path = "validate/peers.rs"]
+mod peers;
 #[path = "validate_cli.rs"]
 mod validate_cli;
 #[path = "validate_hostile.rs"]

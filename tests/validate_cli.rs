@@ -60,7 +60,7 @@ fn each_error_names_the_resource_its_document_the_field_and_the_rule_and_exits_1
         format!("[x] Bucket/(composition-resource-name data) (storage.example.org/v1beta1, {file}, document 2): spec.forProvider: Invalid value: \"object\": objectLock needs versioning (rule: x-kubernetes-validations rule \"!has(self.versioning) || self.versioning || !has(self.objectLock)\")"),
         format!("[x] Bucket/logs (storage.example.org/v1beta1, {file}, document 3): spec.forProvider.region: Unsupported value: \"mars-1\": supported values: \"eu-west-1\", \"us-east-1\" (rule: enum)"),
         format!("[x] Bucket/logs (storage.example.org/v1beta1, {file}, document 3): spec.forProvider.tag: Unknown field: \"tag\" is not in the schema (the API server would prune it) (rule: unknown field)"),
-        format!("[!] could not find a CRD or XRD for ConfigMap/no-schema (v1, {file}, document 4)"),
+        format!("[!] could not find a CRD or XRD for Dashboard/no-schema (monitoring.example.org/v1, {file}, document 4)"),
         "Total 4 resources: 1 missing schemas, 0 success cases, 3 failure cases".to_string(),
     ] {
         assert!(stdout.contains(&line), "no line\n{line}\nin\n{stdout}");
@@ -70,10 +70,10 @@ fn each_error_names_the_resource_its_document_the_field_and_the_rule_and_exits_1
 #[test]
 fn a_missing_schema_is_a_warning_unless_error_on_missing_schemas_is_given() {
     let dir = tempfile::tempdir().unwrap();
-    let resource = dir.path().join("cm.yaml");
+    let resource = dir.path().join("dashboard.yaml");
     std::fs::write(
         &resource,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+        "apiVersion: monitoring.example.org/v1\nkind: Dashboard\nmetadata: {name: d}\n",
     )
     .unwrap();
     let extensions = data("extensions");
@@ -133,14 +133,54 @@ fn a_resource_file_nested_past_the_bound_is_refused_before_parsing() {
 }
 
 #[test]
-fn a_file_that_is_not_a_crd_or_xrd_among_the_extensions_is_an_error() {
-    let (code, stdout, _) = validate(&[
-        data("valid.yaml").as_os_str(),
-        data("valid.yaml").as_os_str(),
-    ]);
-    assert_eq!(code, Some(1), "{stdout}");
+fn a_composition_among_the_extensions_is_skipped_and_verbose_says_so() {
+    let extensions = data("files/extensions");
+    let resource = data("files/cases.yaml");
+    let (_, stdout, _) = validate(&[extensions.as_os_str(), resource.as_os_str()]);
+    assert!(!stdout.contains("Composition"), "{stdout}");
+    let (_, stdout, _) = validate(&["-v".as_ref(), extensions.as_os_str(), resource.as_os_str()]);
     assert!(
-        stdout.contains("[x] XStore/shop (example.org/v1, extension 1): not an apiextensions.k8s.io/v1 CustomResourceDefinition"),
+        stdout.contains(&format!(
+            "[!] skipped 1 documents among the extensions that are neither CRDs nor XRDs: \
+             Composition/xnameds (apiextensions.crossplane.io/v1, \
+             {}/composition.yaml, document 1)",
+            extensions.display()
+        )),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_composition_beside_its_xrd_exits_0_when_the_resources_are_valid() {
+    let (code, stdout, stderr) = validate(&[
+        data("pat/extensions").as_os_str(),
+        data("pat/rendered.yaml").as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout
+            .ends_with("Total 3 resources: 1 missing schemas, 2 success cases, 0 failure cases\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_built_in_kind_is_decoded_strictly_against_kubernetes_published_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let resource = dir.path().join("secret.yaml");
+    std::fs::write(
+        &resource,
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\ndata: {password: not base64!}\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = validate(&[data("extensions").as_os_str(), resource.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "data[password]: Invalid value: \"not base64!\": cannot be decoded into the \
+             built-in type's base64 []byte field (rule: built-in schema)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 missing schemas"), "{stdout}");
 }

@@ -26,6 +26,10 @@ pub(crate) struct ValidateArgs {
     /// Print only errors and warnings, not each valid resource.
     #[arg(long)]
     pub(crate) skip_success_results: bool,
+    /// Also say which documents among the extensions were skipped (neither
+    /// CRDs nor XRDs: a Composition, a Function…).
+    #[arg(short, long)]
+    pub(crate) verbose: bool,
     /// The largest file (or stdin) read, a quantity (`8Mi`): a larger one is
     /// refused before it is parsed (parsed YAML takes ~40 times its size).
     #[arg(long, default_value = DEFAULT_MAX_INPUT_BYTES, value_parser = super::parse_nonzero_size)]
@@ -34,11 +38,14 @@ pub(crate) struct ValidateArgs {
 
 /// Runs `xfn validate`.
 pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
-    let mut extensions = Vec::new();
+    let (mut extensions, mut extension_places) = (Vec::new(), Vec::new());
     for path in &args.extensions {
         let documents = read_documents(path, args.max_input_bytes)
             .with_context(|| format!("cannot read the CRDs and XRDs in {}", path.display()))?;
-        extensions.extend(documents.into_iter().map(|d| d.object));
+        for document in documents {
+            extensions.push(document.object);
+            extension_places.push(document.place);
+        }
     }
     let documents = read_documents(&args.resources, args.max_input_bytes)
         .with_context(|| format!("cannot read the resources in {}", args.resources.display()))?;
@@ -50,10 +57,17 @@ pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let validator = Validator {
         error_on_missing_schemas: args.error_on_missing_schemas,
     };
-    let report = validator.check(&extensions, &resources, &labels);
+    let report = validator.check_placed(&extensions, &extension_places, &resources, &labels);
     let mut out = String::new();
     for error in &report.extension_errors {
         out.push_str(&format!("[x] {error}\n"));
+    }
+    if args.verbose && !report.skipped_extensions.is_empty() {
+        out.push_str(&format!(
+            "[!] skipped {} documents among the extensions that are neither CRDs nor XRDs: {}\n",
+            report.skipped_extensions.len(),
+            report.skipped_extensions.join(", ")
+        ));
     }
     let (mut missing, mut failed) = (0, 0);
     for resource in &report.resources {

@@ -8,7 +8,11 @@
 //! then types, value validations, unknown fields (which the API server
 //! prunes and `crossplane beta validate` reports), then CEL
 //! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
-//! makes its CRD ([`xrd`]). What xfn cannot check is never passed: a
+//! makes its CRD ([`xrd`]); a kind no CRD or XRD defines but Kubernetes
+//! does is decoded strictly against its published schema ([`builtin`]);
+//! documents among the extensions that are neither CRDs nor XRDs are
+//! skipped and named, as Crossplane's CLI skips them. What xfn cannot
+//! check is never passed: a
 //! Kubernetes CEL library function it lacks is an error naming the
 //! function; only transition rules (`oldSelf`) are skipped, and said so.
 //!
@@ -18,7 +22,9 @@
 //! capped ([`pattern`]); a CEL rule's length, nesting and estimated cost
 //! are capped before it runs ([`cel`]), and its cost is metered while it
 //! runs, stopping it past the API server's limits ([`meter`]).
+mod builtin;
 mod cel;
+mod format;
 mod meter;
 mod pattern;
 pub(crate) mod read;
@@ -82,6 +88,10 @@ pub(crate) struct ResourceReport {
 pub(crate) struct Report {
     /// CRDs and XRDs that could not be used, and why.
     pub(crate) extension_errors: Vec<String>,
+    /// The documents among the extensions that are neither CRDs nor XRDs
+    /// (a Composition, a Function…), skipped as Crossplane's CLI skips
+    /// them, each named as errors name a resource.
+    pub(crate) skipped_extensions: Vec<String>,
     /// One per resource, in order.
     pub(crate) resources: Vec<ResourceReport>,
 }
@@ -145,27 +155,48 @@ impl Validator {
         resources: &[Value],
         labels: &[String],
     ) -> Report {
+        self.check_placed(extensions, &[], resources, labels)
+    }
+
+    /// [`Self::check`], each extension named by where it came from
+    /// (`places`: `FILE, document N`) in the errors and skipped documents
+    /// that name one; `extension N` past the end of `places`.
+    pub(crate) fn check_placed(
+        &self,
+        extensions: &[Value],
+        places: &[String],
+        resources: &[Value],
+        labels: &[String],
+    ) -> Report {
         std::thread::scope(|scope| {
             std::thread::Builder::new()
                 .name("xfn-validate".into())
                 .stack_size(STACK_BYTES)
-                .spawn_scoped(scope, || self.check_here(extensions, resources, labels))
+                .spawn_scoped(scope, || {
+                    self.check_here(extensions, places, resources, labels)
+                })
                 .map(|thread| thread.join())
         })
         .unwrap_or_else(|spawn| {
             Ok(Report {
                 extension_errors: vec![format!("cannot start the validation thread: {spawn}")],
-                resources: Vec::new(),
+                ..Report::default()
             })
         })
         .unwrap_or_else(|_| Report {
             extension_errors: vec!["the validation failed unexpectedly (a panic)".into()],
-            resources: Vec::new(),
+            ..Report::default()
         })
     }
 
-    fn check_here(&self, extensions: &[Value], resources: &[Value], labels: &[String]) -> Report {
-        let (schemas, extension_errors) = Schemas::build(extensions);
+    fn check_here(
+        &self,
+        extensions: &[Value],
+        places: &[String],
+        resources: &[Value],
+        labels: &[String],
+    ) -> Report {
+        let (schemas, extension_errors, skipped_extensions) = Schemas::build(extensions, places);
         let resources = resources
             .iter()
             .zip(labels)
@@ -173,6 +204,7 @@ impl Validator {
             .collect();
         Report {
             extension_errors,
+            skipped_extensions,
             resources,
         }
     }
@@ -212,13 +244,19 @@ struct Schemas {
 }
 
 impl Schemas {
-    /// Reads every CRD and XRD in `extensions`; anything else, or one
-    /// without versions, is an error.
-    fn build(extensions: &[Value]) -> (Self, Vec<String>) {
+    /// Reads every CRD and XRD in `extensions`: a CRD without versions is
+    /// an error; anything else is skipped, as Crossplane's CLI skips it
+    /// (`PrepExtensions`: a Composition in an `apis/` directory, a Function
+    /// or Provider whose package xfn does not fetch), and returned by name.
+    fn build(extensions: &[Value], places: &[String]) -> (Self, Vec<String>, Vec<String>) {
         let mut schemas = Schemas::default();
         let mut errors = Vec::new();
+        let mut skipped = Vec::new();
         for (i, extension) in extensions.iter().enumerate() {
-            let place = format!("extension {}", i + 1);
+            let place = places
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| format!("extension {}", i + 1));
             let api_version = get_str(extension, &["apiVersion"]).unwrap_or_default();
             let kind = get_str(extension, &["kind"]).unwrap_or_default();
             let name = get_str(extension, &["metadata", "name"]).unwrap_or_default();
@@ -253,7 +291,7 @@ impl Schemas {
                     );
                 }
             } else if let Some(definition) =
-                crate::compose::read::xrd::Xrd::from_object(extension.clone())
+                crate::compose::read::xrd::Xrd::from_object(xrd_as_crossplane_reads_it(extension))
             {
                 for (kind, version, schema, served) in xrd::schemas(&definition) {
                     schemas.by_gvk.insert(
@@ -266,14 +304,10 @@ impl Schemas {
                     );
                 }
             } else {
-                errors.push(format!(
-                    "{}: not an apiextensions.k8s.io/v1 CustomResourceDefinition or an \
-                     apiextensions.crossplane.io v1/v2 CompositeResourceDefinition",
-                    label(extension, &place)
-                ));
+                skipped.push(label(extension, &place));
             }
         }
-        (schemas, errors)
+        (schemas, errors, skipped)
     }
 
     /// Validates one resource.
@@ -289,7 +323,17 @@ impl Schemas {
             self.by_gvk
                 .get(&(group.to_string(), version.to_string(), kind.to_string()))
         else {
-            report.missing_schema = true;
+            match builtin::Builtin::find(group, version, kind) {
+                Some(builtin) if !too_large(resource, label, &mut report) => {
+                    report.findings = builtin
+                        .check(resource)
+                        .into_iter()
+                        .map(|issue| finding(label, issue))
+                        .collect();
+                }
+                Some(_) => {}
+                None => report.missing_schema = true,
+            }
             return report;
         };
         if !found.served {
@@ -304,37 +348,66 @@ impl Schemas {
             });
             return report;
         }
-        let bytes = json_bytes(resource);
-        if bytes > MAX_REQUEST_BYTES {
-            report.findings.push(Finding {
-                resource: label.to_string(),
-                path: "<root>".into(),
-                message: format!(
-                    "Request entity too large: limit is {MAX_REQUEST_BYTES} (the resource is {bytes} bytes of JSON)"
-                ),
-                rule: "request size".into(),
-            });
+        if too_large(resource, label, &mut report) {
             return report;
         }
         let mut object = resource.clone();
         crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
         let mut walk = structural::Walk::new();
         walk.root(&object, &found.schema);
-        for issue in walk.issues {
-            report.findings.push(Finding {
-                resource: label.to_string(),
-                path: if issue.path.is_empty() {
-                    "<root>".into()
-                } else {
-                    issue.path
-                },
-                message: issue.message,
-                rule: issue.rule,
-            });
-        }
+        report.findings = walk
+            .issues
+            .into_iter()
+            .map(|issue| finding(label, issue))
+            .collect();
         report.notes = walk.notes;
         report
     }
+}
+
+/// `issue` of the resource `label`.
+fn finding(label: &str, issue: Issue) -> Finding {
+    Finding {
+        resource: label.to_string(),
+        path: if issue.path.is_empty() {
+            "<root>".into()
+        } else {
+            issue.path
+        },
+        message: issue.message,
+        rule: issue.rule,
+    }
+}
+
+/// Whether `resource` is over the API server's request size, said in
+/// `report` when it is.
+fn too_large(resource: &Value, label: &str, report: &mut ResourceReport) -> bool {
+    let bytes = json_bytes(resource);
+    if bytes > MAX_REQUEST_BYTES {
+        report.findings.push(Finding {
+            resource: label.to_string(),
+            path: "<root>".into(),
+            message: format!(
+                "Request entity too large: limit is {MAX_REQUEST_BYTES} (the resource is {bytes} bytes of JSON)"
+            ),
+            rule: "request size".into(),
+        });
+    }
+    bytes > MAX_REQUEST_BYTES
+}
+
+/// An XRD as Crossplane's CLI reads it: every version of
+/// `apiextensions.crossplane.io` (`v1alpha1` too) decoded as v1
+/// (`PrepExtensions` matches the group and kind only).
+fn xrd_as_crossplane_reads_it(extension: &Value) -> Value {
+    let mut xrd = extension.clone();
+    let api_version = get_str(extension, &["apiVersion"]).unwrap_or_default();
+    if let Some(version) = api_version.strip_prefix("apiextensions.crossplane.io/") {
+        if !matches!(version, "v1" | "v2") {
+            xrd["apiVersion"] = Value::String("apiextensions.crossplane.io/v1".into());
+        }
+    }
+    xrd
 }
 
 /// The largest request body the API server takes (`MaxRequestBodyBytes`):

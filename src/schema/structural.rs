@@ -6,9 +6,6 @@
 //! node's CEL rules (only where the node's type is right, as the API
 //! server). `metadata` of the root and of embedded resources is the API
 //! server's own ObjectMeta: only its schema's value validations apply.
-use std::sync::LazyLock;
-
-use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::Issue;
@@ -338,7 +335,7 @@ impl Walk {
             }
         }
         if let Some(format) = s.get("format").and_then(Value::as_str) {
-            if let Some(false) = format_ok(format, text) {
+            if let Some(false) = super::format::check(format, text) {
                 self.issue(
                     path,
                     format!(
@@ -524,7 +521,7 @@ fn type_of(value: &Value) -> &'static str {
 }
 
 /// A value as an error shows it: scalars as JSON, collections by kind.
-fn short(value: &Value) -> String {
+pub(super) fn short(value: &Value) -> String {
     match value {
         Value::String(s) => short_str(s),
         Value::Array(_) => "\"array\"".into(),
@@ -542,119 +539,4 @@ fn short_str(text: &str) -> String {
     } else {
         format!("{text:?}")
     }
-}
-
-macro_rules! pattern {
-    ($name:ident, $re:expr) => {
-        static $name: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new($re).ok());
-    };
-}
-
-pattern!(DATE, r"^(\d{4})-(\d{2})-(\d{2})$");
-pattern!(
-    DATE_TIME,
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-);
-pattern!(
-    UUID,
-    r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?([0-9a-fA-F])[0-9a-fA-F]{3}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
-);
-pattern!(EMAIL, r"^[^@\s]+@[^@\s]+\.[^@\s]+$");
-pattern!(
-    MAC,
-    r"^([0-9a-fA-F]{2}[:-]){5}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{2}[:-]){7}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{2}[:-]){19}[0-9a-fA-F]{2}$|^([0-9a-fA-F]{4}\.){2}[0-9a-fA-F]{4}$"
-);
-pattern!(URI, r"^([a-zA-Z][a-zA-Z0-9+.\-]*:[^\s]*|/[^\s]*)$");
-pattern!(HEXCOLOR, r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$");
-pattern!(
-    RGBCOLOR,
-    r"^rgb\(\s*\d{1,3}%?\s*,\s*\d{1,3}%?\s*,\s*\d{1,3}%?\s*\)$"
-);
-pattern!(
-    DURATION,
-    r"^[-+]?(\d+(\.\d+)?\s*(ns|us|µs|ms|s|m|h|d|w|nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)\s*)+$"
-);
-
-fn matches(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
-    re.as_ref().is_some_and(|r| r.is_match(text))
-}
-
-/// Whether `text` is a valid `format` by the API server's (kube-openapi's
-/// strfmt) rules; `None` for a format it does not check.
-pub(super) fn format_ok(format: &str, text: &str) -> Option<bool> {
-    Some(match format {
-        "date" => valid_date(&DATE, text),
-        "date-time" | "datetime" => valid_date(&DATE_TIME, text),
-        "byte" => {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .is_ok()
-        }
-        "uuid" => matches(&UUID, text),
-        "uuid3" | "uuid4" | "uuid5" => {
-            let want = &format[4..];
-            UUID.as_ref()
-                .and_then(|r| r.captures(text))
-                .and_then(|c| c.get(1))
-                .is_some_and(|v| v.as_str() == want)
-        }
-        "ipv4" => text.parse::<std::net::Ipv4Addr>().is_ok(),
-        "ipv6" => text.parse::<std::net::Ipv6Addr>().is_ok(),
-        "cidr" => text.split_once('/').is_some_and(|(ip, bits)| {
-            let bits: Option<u8> = bits.parse().ok();
-            match (ip.parse::<std::net::IpAddr>(), bits) {
-                (Ok(std::net::IpAddr::V4(_)), Some(b)) => b <= 32,
-                (Ok(std::net::IpAddr::V6(_)), Some(b)) => b <= 128,
-                _ => false,
-            }
-        }),
-        "hostname" => valid_hostname(text),
-        "email" => matches(&EMAIL, text),
-        "mac" => matches(&MAC, text),
-        "uri" => matches(&URI, text),
-        "hexcolor" => matches(&HEXCOLOR, text),
-        "rgbcolor" => matches(&RGBCOLOR, text),
-        "duration" => matches(&DURATION, text),
-        _ => return None,
-    })
-}
-
-fn valid_date(re: &LazyLock<Option<Regex>>, text: &str) -> bool {
-    let Some(c) = re.as_ref().and_then(|r| r.captures(text)) else {
-        return false;
-    };
-    let n = |i: usize| -> u32 {
-        c.get(i)
-            .and_then(|m| m.as_str().parse().ok())
-            .unwrap_or(u32::MAX)
-    };
-    let (year, month, day) = (n(1), n(2), n(3));
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let days = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return false,
-    };
-    if day == 0 || day > days {
-        return false;
-    }
-    if c.len() > 4 {
-        return n(4) < 24 && n(5) < 60 && n(6) < 61;
-    }
-    true
-}
-
-fn valid_hostname(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 253
-        && text.trim_end_matches('.').split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        })
 }

@@ -1,8 +1,10 @@
 //! The schemas of the CRDs Crossplane makes from an XRD: per version, the
-//! XRD's own `openAPIV3Schema` with Crossplane's fields added to `spec` and
-//! `status` (under `spec.crossplane` for Modern XRs, directly in `spec` for
-//! LegacyCluster ones; `status.conditions` always), and the claim's when
-//! the XRD offers claims. Mirrors Crossplane's `internal/xcrd` (schemas.go).
+//! parts of the XRD's own `openAPIV3Schema` Crossplane keeps, with its
+//! fields added to `spec` and `status` (under `spec.crossplane` for Modern
+//! XRs, directly in `spec` for LegacyCluster ones; `status.conditions`
+//! always) and `metadata.name` limited to 63 characters, and the claim's
+//! when the XRD offers claims. Mirrors crossplane-runtime's `pkg/xcrd`
+//! (crd.go `genCrdVersion`, schemas.go), which Crossplane and its CLI use.
 use serde_json::{json, Map, Value};
 
 use crate::compose::read::xrd::Xrd;
@@ -41,7 +43,11 @@ pub(super) fn schemas(xrd: &Xrd) -> Vec<(String, String, Value, bool)> {
             out.push((
                 claim_kind.to_string(),
                 name,
-                with_crossplane_fields(&own, claim_spec_props(delete_policy), claim_status_props()),
+                with_crossplane_fields(
+                    &own,
+                    claim_spec_props(delete_policy),
+                    xr_status_props("LegacyCluster"),
+                ),
                 served,
             ));
         }
@@ -49,53 +55,80 @@ pub(super) fn schemas(xrd: &Xrd) -> Vec<(String, String, Value, bool)> {
     out
 }
 
-/// Crossplane's base (`apiVersion`, `kind`, `metadata`, a required `spec`)
-/// around the XRD's own schema, `spec` and `status` given Crossplane's
-/// fields besides the XRD's.
+/// The longest name of an XR or claim: names are used as label values
+/// (crossplane-runtime `xcrd/crd.go`, `maxCompositeNameLength`,
+/// `maxClaimNameLength`).
+const MAX_NAME_LENGTH: u64 = 63;
+
+/// The schema of one version of the CRD Crossplane generates, as
+/// crossplane-runtime's `genCrdVersion` builds it: its base (`apiVersion`,
+/// `kind`, `metadata.name` of at most 63 characters or the XRD's own
+/// lower `maxLength`, a required `spec`), then of the XRD's schema only the
+/// root's `description` and `x-kubernetes-validations`, `spec`'s
+/// `required`, `x-kubernetes-preserve-unknown-fields`,
+/// `x-kubernetes-validations`, `oneOf`, `description` and `properties`,
+/// `status`'s the same but `x-kubernetes-preserve-unknown-fields`; then
+/// Crossplane's fields (`spec`, `status`) over the XRD's.
 fn with_crossplane_fields(
     own: &Value,
     spec: Map<String, Value>,
     status: Map<String, Value>,
 ) -> Value {
-    let mut root = own.as_object().cloned().unwrap_or_default();
-    root.insert("type".into(), json!("object"));
-    let mut required: Vec<Value> = root
-        .get("required")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if !required.contains(&json!("spec")) {
-        required.push(json!("spec"));
-    }
-    root.insert("required".into(), Value::Array(required));
-    let properties = root
-        .entry("properties")
-        .or_insert_with(|| json!({}))
-        .as_object_mut();
-    let Some(properties) = properties else {
-        return Value::Object(root);
-    };
-    properties.insert("apiVersion".into(), json!({"type": "string"}));
-    properties.insert("kind".into(), json!({"type": "string"}));
-    properties.insert("metadata".into(), json!({"type": "object"}));
-    for (field, added) in [("spec", spec), ("status", status)] {
-        let part = properties
-            .entry(field)
-            .or_insert_with(|| json!({"type": "object"}));
-        if let Some(part) = part.as_object_mut() {
-            part.insert("type".into(), json!("object"));
-            if let Some(props) = part
-                .entry("properties")
-                .or_insert_with(|| json!({}))
-                .as_object_mut()
-            {
-                for (key, value) in added {
-                    props.insert(key, value);
-                }
+    let part = |name: &str| own.pointer(&format!("/properties/{name}"));
+    let own_max = part("metadata")
+        .and_then(|m| m.pointer("/properties/name/maxLength"))
+        .and_then(Value::as_u64);
+    let max_name = own_max.map_or(MAX_NAME_LENGTH, |m| m.min(MAX_NAME_LENGTH));
+    let mut root = json!({"type": "object", "required": ["spec"], "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        "metadata": {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": max_name}}}}});
+    copy(own, &mut root, &["description", "x-kubernetes-validations"]);
+    for (field, kept, added) in [
+        (
+            "spec",
+            &[
+                "required",
+                "x-kubernetes-preserve-unknown-fields",
+                "x-kubernetes-validations",
+                "oneOf",
+                "description",
+            ][..],
+            spec,
+        ),
+        (
+            "status",
+            &[
+                "required",
+                "x-kubernetes-validations",
+                "oneOf",
+                "description",
+            ][..],
+            status,
+        ),
+    ] {
+        let mut schema = json!({"type": "object"});
+        let mut properties = Map::new();
+        if let Some(own_part) = part(field) {
+            copy(own_part, &mut schema, kept);
+            if let Some(own_properties) = own_part.get("properties").and_then(Value::as_object) {
+                properties.extend(own_properties.clone());
             }
         }
+        properties.extend(added);
+        schema["properties"] = Value::Object(properties);
+        root["properties"][field] = schema;
     }
-    Value::Object(root)
+    root
+}
+
+/// Copies `keys` of `from` (those it has) to `to`.
+fn copy(from: &Value, to: &mut Value, keys: &[&str]) {
+    for key in keys {
+        if let (Some(value), Some(to)) = (from.get(*key), to.as_object_mut()) {
+            to.insert((*key).to_string(), value.clone());
+        }
+    }
 }
 
 fn name_ref() -> Value {
@@ -171,6 +204,9 @@ fn connection_details() -> Value {
         "lastPublishedTime": {"type": "string", "format": "date-time"}}})
 }
 
+/// `CompositeResourceStatusProps`: conditions; for LegacyCluster XRs (and
+/// claims, whose CRD Crossplane gives the same) connection details and
+/// claim condition types too.
 fn xr_status_props(scope: &str) -> Map<String, Value> {
     let mut props = Map::new();
     props.insert("conditions".into(), conditions());
@@ -179,11 +215,6 @@ fn xr_status_props(scope: &str) -> Map<String, Value> {
         props.insert(
             "claimConditionTypes".into(),
             json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}),
-        );
-    } else {
-        props.insert(
-            "crossplane".into(),
-            json!({"type": "object", "properties": {"connectionDetails": connection_details()}}),
         );
     }
     props
@@ -211,12 +242,5 @@ fn claim_spec_props(delete_policy: Option<&str>) -> Map<String, Value> {
         "writeConnectionSecretToRef".into(),
         json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}),
     );
-    props
-}
-
-fn claim_status_props() -> Map<String, Value> {
-    let mut props = Map::new();
-    props.insert("conditions".into(), conditions());
-    props.insert("connectionDetails".into(), connection_details());
     props
 }

@@ -114,3 +114,55 @@ impl PeerFunction {
             .reference
     }
 }
+
+/// One resource's verdict in `crossplane resource validate -o json`:
+/// `(apiVersion, kind, name, status)`, status `valid`, `invalid`,
+/// `missingSchema` or `defaultingFailed`.
+pub type Verdict = (String, String, String, String);
+
+/// What `crossplane resource validate` (the CLI's `beta validate` before
+/// v2.5) says of `resources` against `extensions` (comma-separated, as the
+/// CLI takes them): its exit code and each resource's verdict, in order.
+/// Offline: a fresh `--cache-dir` and no Crossplane image to fetch, so give
+/// it only CRDs, XRDs and documents it skips (no Provider, Function or
+/// Configuration, whose packages it would download).
+pub fn crossplane_validate(
+    extensions: &str,
+    resources: &Path,
+    flags: &[&str],
+) -> (Option<i32>, Vec<Verdict>) {
+    let cache = tempfile::tempdir().expect("a cache dir for crossplane");
+    let out = std::process::Command::new(binary("crossplane"))
+        .args(["resource", "validate", "-o", "json", "--crossplane-image="])
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .args(flags)
+        .arg(extensions)
+        .arg(resources)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run crossplane resource validate");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "crossplane resource validate printed no JSON report ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let field = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap_or_default().to_string();
+    let verdicts = report["resources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (
+                field(r, "apiVersion"),
+                field(r, "kind"),
+                field(r, "name"),
+                field(r, "status"),
+            )
+        })
+        .collect();
+    (out.status.code(), verdicts)
+}

@@ -1478,3 +1478,30 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
         host.log_text()
     );
 }
+
+/// A stdin/stdout image hosted without its kind (no label, no annotation)
+/// is started as a server, exits at once having written its document, and
+/// the caller is told how to say what it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stdin_stdout_image_hosted_as_a_server_is_refused_with_the_kind_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let unlabelled = ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file("/fn.sh", 0o755, std::fs::read(FUNCTION).unwrap()))
+        .entrypoint(["/bin/sh", "/fn.sh"])
+        .push(&registry, "host-stdin-unlabelled:v1")
+        .reference;
+    let file = functions_file(dir.path(), &[("fn-unlabelled", &unlabelled)]);
+    let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
+    let status = call_insecure(&host, "fn-unlabelled", stdin_request("i"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("annotate its Function xfn.crossplane.io/kind: StdinStdout"),
+        "{status:?}"
+    );
+}

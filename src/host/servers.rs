@@ -357,7 +357,16 @@ impl Servers {
             }
             _ => Code::Unavailable,
         };
-        let why = crate::chain::Chain(&err).to_string();
+        let mut why = crate::chain::Chain(&err).to_string();
+        // A server never ends by itself; a stdin/stdout function does, at
+        // once, having read an empty stdin and written its document.
+        if let ServerError::NotListening(RunError::FunctionFailed { code: 0, .. }) = &err {
+            why.push_str(&format!(
+                " (a server never exits by itself: if this image is a stdin/stdout function, \
+                 annotate its Function {}: StdinStdout)",
+                crate::host::functions_file::KIND_ANNOTATION
+            ));
+        }
         tracing::warn!(function = %self.function, image = %self.image, error = %why, "function server did not start");
         let message = format!(
             "function {}: its server ({}) did not start: {why}",

@@ -6,7 +6,9 @@
 //! FunctionRevisions is `Active`; then a headless Service named for the
 //! Function selects the host's pods on 9443, the revision's `status.endpoint`
 //! is `dns:///NAME.NS:9443`, and the revision's server Secret holds a
-//! certificate for NAME, NAME.NS and NAME.NS.svc from `crossplane-root-ca`.
+//! certificate for NAME, NAME.NS and NAME.NS.svc from `crossplane-root-ca`;
+//! the revision's status names that Secret and says its runtime is healthy
+//! (what core's package manager waits for from any runtime).
 //! Otherwise the Function is unhosted and the Service this controller made
 //! is deleted. Why: core dials the Active revision's endpoint as written and
 //! verifies the host by those names, as it would a function's own pod.
@@ -30,7 +32,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Secret, Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -412,16 +414,25 @@ impl Reconciler {
                 .map_err(ControllerError::api("apply", "Service", name))?;
         }
 
-        self.ensure_certificate(function, revision).await?;
+        let secret_name = self.ensure_certificate(function, revision).await?;
 
         let endpoint = format!("dns:///{name}.{}:{GRPC_PORT}", self.options.namespace);
-        if str_at(&revision.data, &["status", "endpoint"]) != Some(endpoint.as_str()) {
-            tracing::info!(function = %name, revision = %revision_name, %endpoint, "writing the endpoint");
+        let conditions = runtime_conditions(&revision.data);
+        if str_at(&revision.data, &["status", "endpoint"]) != Some(endpoint.as_str())
+            || str_at(&revision.data, &["status", "tlsServerSecretName"])
+                != Some(secret_name.as_str())
+            || conditions.is_none()
+        {
+            tracing::info!(function = %name, revision = %revision_name, %endpoint, "writing the endpoint and runtime conditions");
             let status = serde_json::json!({
                 "apiVersion": PKG_API_VERSION,
                 "kind": "FunctionRevision",
                 "metadata": { "name": revision_name },
-                "status": { "endpoint": endpoint },
+                "status": {
+                    "endpoint": endpoint,
+                    "tlsServerSecretName": secret_name,
+                    "conditions": runtime_conditions_to_write(&revision.data),
+                },
             });
             self.revisions
                 .patch_status(revision_name, &apply, &Patch::Apply(&status))
@@ -555,12 +566,13 @@ impl Reconciler {
 
     /// Keep the revision's server Secret holding a certificate from the
     /// current CA; one already there from it (Crossplane's, another
-    /// replica's) is kept, as Crossplane's own generator keeps it.
+    /// replica's) is kept, as Crossplane's own generator keeps it. Returns
+    /// the Secret's name.
     async fn ensure_certificate(
         &self,
         function: &DynamicObject,
         revision: &DynamicObject,
-    ) -> Result<(), ControllerError> {
+    ) -> Result<String, ControllerError> {
         let name = function.metadata.name.as_deref().unwrap_or_default();
         let secret_name = str_at(&revision.data, &["spec", "tlsServerSecretName"])
             .map(str::to_owned)
@@ -585,7 +597,7 @@ impl Reconciler {
             && secret_key(current.as_ref(), TLS_KEY).is_some()
             && secret_key(current.as_ref(), CA_CRT) == Some(ca_cert);
         if complete {
-            return Ok(());
+            return Ok(secret_name);
         }
         let ca_key =
             secret_key(ca.as_ref(), TLS_KEY).ok_or_else(|| ControllerError::CaIncomplete {
@@ -622,8 +634,61 @@ impl Reconciler {
             )
             .await
             .map_err(ControllerError::api("apply", "Secret", &secret_name))?;
-        Ok(())
+        Ok(secret_name)
     }
+}
+
+/// The conditions a package runtime owns on an Active revision, as
+/// Crossplane's Deployment runtime sets them once its Deployment serves:
+/// core's package manager reports a Function `Healthy` only when its
+/// revision's `RuntimeHealthy` is True (`PackageHealth`), and with an
+/// External runtime nothing of core's sets it. (type, reason.)
+const RUNTIME_CONDITIONS: [(&str, &str); 2] = [
+    ("RuntimeHealthy", "HealthyPackageRevision"),
+    ("RuntimeActive", "ActiveRuntime"),
+];
+
+/// `Some(())` when every runtime condition is already True on the revision.
+fn runtime_conditions(revision: &Value) -> Option<()> {
+    RUNTIME_CONDITIONS
+        .iter()
+        .all(|(kind, _)| {
+            condition_of(revision, kind).is_some_and(|c| str_at(c, &["status"]) == Some("True"))
+        })
+        .then_some(())
+}
+
+/// The runtime conditions to apply: True, keeping the transition time of
+/// one already True (so a re-apply changes nothing), else now.
+fn runtime_conditions_to_write(revision: &Value) -> Vec<Value> {
+    let now = serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now()))
+        .ok()
+        .and_then(|t| t.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    RUNTIME_CONDITIONS
+        .iter()
+        .map(|(kind, reason)| {
+            let since = condition_of(revision, kind)
+                .filter(|c| str_at(c, &["status"]) == Some("True"))
+                .and_then(|c| str_at(c, &["lastTransitionTime"]))
+                .unwrap_or(now.as_str());
+            serde_json::json!({
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "lastTransitionTime": since,
+            })
+        })
+        .collect()
+}
+
+/// A condition of an object's status, by type.
+fn condition_of<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| str_at(c, &["type"]) == Some(kind))
 }
 
 /// The names Crossplane's Deployment runtime certifies a Service for.

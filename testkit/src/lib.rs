@@ -6,7 +6,8 @@
 //! state ([`state`]), TLS ([`tls`]), property-test settings ([`fuzz`]), render
 //! fixtures ([`render`]), function servers ([`function_server`]), raw gRPC
 //! calls and protobuf bytes ([`raw`]), the tests' Python root ([`python`]),
-//! the peers scripts/peers.sh builds ([`peers`]),
+//! the peers scripts/peers.sh builds ([`peers`]), a real control plane
+//! from scripts/cluster.sh ([`cluster`]),
 //! tree snapshots ([`tree`]), percentiles ([`stats`]) and re-running one
 //! test as another user ([`reexec`]).
 //!
@@ -22,6 +23,7 @@
 //! Every test binary's files `use xfn_testkit::*;` (the common names are
 //! re-exported here) or name a module (`xfn_testkit::child::measure`).
 pub mod child;
+pub mod cluster;
 pub mod daemon;
 pub mod dial;
 pub mod format;

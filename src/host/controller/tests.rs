@@ -351,8 +351,10 @@ fn revision(name: &str, image: &str, number: i64, state: &str, endpoint: Option<
             "revision": number,
             "ignoreCrossplaneConstraints": false,
             "skipDependencyResolution": false,
-            "runtimeConfigRef": {"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig", "name": "default"},
-            "tlsServerSecretName": format!("{FUNCTION}-tls-server")
+            // Its CRD's default; core copies neither this nor the TLS
+            // secret names from the Function with an External runtime
+            // (PR #6567), as a real API server showed (tests/cluster.rs).
+            "runtimeConfigRef": {"apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig", "name": "default"}
         },
         "status": {
             "conditions": [
@@ -361,12 +363,20 @@ fn revision(name: &str, image: &str, number: i64, state: &str, endpoint: Option<
             "capabilities": ["composition"],
             "objectRefs": [{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                             "name": "resources.pt.fn.crossplane.io", "uid": "crd-uid"}],
-            "resolvedImage": image,
-            "tlsServerSecretName": format!("{FUNCTION}-tls-server")
+            "resolvedImage": image
         }
     });
     if let Some(endpoint) = endpoint {
+        // As this controller writes them beside the endpoint.
         r["status"]["endpoint"] = json!(endpoint);
+        r["status"]["tlsServerSecretName"] = json!(format!("{FUNCTION}-tls-server"));
+        for (kind, reason) in [
+            ("RuntimeHealthy", "HealthyPackageRevision"),
+            ("RuntimeActive", "ActiveRuntime"),
+        ] {
+            r["status"]["conditions"].as_array_mut().unwrap().push(json!(
+                {"type": kind, "status": "True", "reason": reason, "lastTransitionTime": "2026-11-28T12:00:11Z"}));
+        }
     }
     r
 }
@@ -744,7 +754,25 @@ async fn a_new_active_revision_gets_a_service_a_certificate_an_endpoint_and_is_h
 
     let (request, status) = conversation.body_of("PATCH", &status_path(REVISION));
     assert_eq!(request.content_type, "application/apply-patch+yaml");
-    assert_eq!(status["status"], json!({"endpoint": ENDPOINT}));
+    assert_eq!(status["status"]["endpoint"], ENDPOINT);
+    // The Secret core's establisher reads (a CRD's conversion webhook CA)
+    // once a runtime has named it: it waits for it otherwise.
+    assert_eq!(status["status"]["tlsServerSecretName"], server_secret());
+    // The conditions core's package manager needs to call the Function
+    // Healthy, which the Deployment runtime would set (none of core's
+    // controllers does with an External runtime).
+    let conditions = status["status"]["conditions"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = conditions
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("RuntimeHealthy", "True"), ("RuntimeActive", "True")]
+    );
+    assert!(conditions.iter().all(|c| c["lastTransitionTime"]
+        .as_str()
+        .is_some_and(|t| t.ends_with('Z'))));
     assert_eq!(status["kind"], "FunctionRevision");
 
     let (_, issued) = conversation.body_of("PATCH", &secret_path(&server_secret()));
@@ -787,6 +815,40 @@ async fn re_reconciling_a_hosted_function_writes_nothing() {
         vec![hosted(PACKAGE)],
         "the catalog's host is idempotent"
     );
+}
+
+#[tokio::test]
+async fn a_revision_at_its_endpoint_without_runtime_conditions_gets_them_and_its_secret_name() {
+    // What an xfn before this controller wrote: the endpoint only. Core's
+    // package manager then kept the Function Unhealthy ("Package runtime
+    // health is Unknown") and its establisher waited for the revision's
+    // server Secret name (tests/cluster.rs showed both).
+    let ca = crossplane_ca();
+    let mut exchanges = hosted_reads(&ca, stored_server_secret(&ca));
+    let mut old = revision(REVISION, PACKAGE, 1, "Active", None);
+    old["status"]["endpoint"] = json!(ENDPOINT);
+    exchanges[1] = revisions(vec![old]);
+    exchanges.push(exchange(
+        "PATCH",
+        status_path(REVISION),
+        200,
+        revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT)),
+    ));
+    exchanges.push(default_config());
+    let conversation = Conversation::new(exchanges);
+    let (reconciler, _) = reconciler(&conversation);
+
+    reconciler.reconcile(FUNCTION).await.unwrap();
+
+    conversation.assert_complete();
+    assert_eq!(
+        conversation.writes(),
+        vec![format!("PATCH {}", status_path(REVISION))]
+    );
+    let (_, status) = conversation.body_of("PATCH", &status_path(REVISION));
+    assert_eq!(status["status"]["tlsServerSecretName"], server_secret());
+    assert_eq!(status["status"]["conditions"][0]["type"], "RuntimeHealthy");
+    assert_eq!(status["status"]["conditions"][1]["type"], "RuntimeActive");
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! on CRDs, XRDs and rendered output in tests/validate/.
 //!
 //! One binary per area (tests/README.md says which file goes where).
+#[path = "validate_cel_tables.rs"]
+mod validate_cel_tables;
 #[path = "validate_cli.rs"]
 mod validate_cli;
 #[path = "validate_hostile.rs"]

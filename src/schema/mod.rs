@@ -8,9 +8,10 @@
 //! then types, value validations, unknown fields (which the API server
 //! prunes and `crossplane beta validate` reports), then CEL
 //! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
-//! makes its CRD ([`xrd`]). What xfn cannot check is never passed: a
-//! Kubernetes CEL library function it lacks is an error naming the
-//! function; only transition rules (`oldSelf`) are skipped, and said so.
+//! makes its CRD ([`xrd`]). CEL values are typed by the schema ([`typed`])
+//! and rules checked against those types ([`check`]) as the API server
+//! does; a rule it would not admit is an error, never a pass. Only
+//! transition rules (`oldSelf`) are skipped, and said so.
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
@@ -19,10 +20,12 @@
 //! are capped before it runs ([`cel`]), and its cost is metered while it
 //! runs, stopping it past the API server's limits ([`meter`]).
 mod cel;
+mod check;
 mod meter;
 mod pattern;
 pub(crate) mod read;
 mod structural;
+mod typed;
 mod xrd;
 
 use std::collections::HashMap;

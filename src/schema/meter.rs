@@ -109,6 +109,12 @@ pub(super) fn context(this: Value) -> Context<'static> {
     let google: std::collections::HashMap<Key, Value> =
         [(Key::from("protobuf"), Value::Map(protobuf.into()))].into();
     context.add_variable_from_value("google", Value::Map(google.into()));
+    // kube-cel's IP and CIDR values name their types `net.IP`, `net.CIDR`.
+    let net: std::collections::HashMap<Key, Value> = ["IP", "CIDR"]
+        .into_iter()
+        .map(|t| (Key::from(t), type_value(&format!("net.{t}"))))
+        .collect();
+    context.add_variable_from_value("net", Value::Map(net.into()));
     context.add_variable_from_value("self", this);
     context
 }

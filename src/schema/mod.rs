@@ -25,6 +25,7 @@ mod meter;
 mod pattern;
 pub(crate) mod read;
 mod structural;
+mod timestamps;
 mod typed;
 mod xrd;
 

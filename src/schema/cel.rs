@@ -90,6 +90,13 @@ impl Budget {
             };
             let rule_name = format!("x-kubernetes-validations rule {text:?}");
             let mut fail = |message: String, at: &str| {
+                // One line per finding: the parser's errors show the rule
+                // over several lines, with a caret.
+                let message = if message.contains('\n') {
+                    message.split_whitespace().collect::<Vec<_>>().join(" ")
+                } else {
+                    message
+                };
                 issues.push(Issue {
                     path: at.to_string(),
                     message,

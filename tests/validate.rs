@@ -6,6 +6,8 @@
 mod corpus;
 #[path = "validate/peers.rs"]
 mod peers;
+#[path = "validate_cel_tables.rs"]
+mod validate_cel_tables;
 #[path = "validate_cli.rs"]
 mod validate_cli;
 #[path = "validate_hostile.rs"]

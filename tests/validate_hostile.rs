@@ -260,3 +260,18 @@ fn an_input_file_over_max_input_bytes_is_refused_before_it_is_parsed() {
         measured.stderr
     );
 }
+
+#[test]
+fn the_equality_of_two_large_sets_is_stopped_by_the_runtime_budget() {
+    // Set equality compares every pair of items: 20,000 × 20,000 is charged
+    // 400,000,000, past the per-call limit, and stops at once.
+    let items: Vec<String> = (0..20_000).map(|i| format!("i{i}")).collect();
+    let set =
+        json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}});
+    let measured = validate(
+        json!({"type": "object", "properties": {"a": set.clone(), "b": set},
+            "x-kubernetes-validations": [{"rule": "self.a == self.b"}]}),
+        json!({"a": items.clone(), "b": items}),
+    );
+    assert_fails(&measured, STOPPED, 128 << 20);
+}

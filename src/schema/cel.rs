@@ -1,9 +1,10 @@
-//! `x-kubernetes-validations`: CEL rules run with the `cel` crate, `self`
-//! the node's value (converted once for all its rules). No old object
-//! exists here (a create), so transition rules (those naming `oldSelf`)
-//! are skipped, with a note. A function the crate lacks (Kubernetes' CEL
-//! libraries: lists, strings, quantity, url, ip, format…) is an error
-//! naming it, never a pass.
+//! `x-kubernetes-validations`: CEL rules run with the `cel` crate and
+//! Kubernetes' CEL libraries from `kube-cel` ([`meter::context`]), `self` the
+//! node's value typed by its schema as the API server types it ([`typed`],
+//! converted once for all its rules). A rule is checked against the declared
+//! type of `self` first ([`check`]): what cel-go's checker refuses in a CRD
+//! is an error, never a pass. No old object exists here (a create), so
+//! transition rules (those naming `oldSelf`) are skipped, with a note.
 //!
 //! Bounds, checked before a rule runs: its length ([`MAX_RULE_BYTES`]),
 //! bracket nesting ([`MAX_RULE_NESTING`]) and operators
@@ -21,7 +22,9 @@ use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr};
 use cel::Program;
 use serde_json::Value;
 
+use super::check::check;
 use super::meter;
+use super::typed::{self, Ty};
 use super::Issue;
 
 /// The longest rule evaluated.
@@ -37,48 +40,6 @@ pub(super) const PER_CALL_LIMIT: u64 = 1_000_000;
 /// The estimated cost all rules of one resource may have together (the
 /// API server's per-object budget, `RuntimeCELCostBudget`).
 pub(super) const PER_OBJECT_BUDGET: u64 = 10_000_000;
-
-/// Functions the `cel` crate's standard context has, and the macros it
-/// expands.
-const SUPPORTED: &[&str] = &[
-    "contains",
-    "size",
-    "max",
-    "min",
-    "startsWith",
-    "endsWith",
-    "string",
-    "bytes",
-    "double",
-    "int",
-    "uint",
-    "matches",
-    "duration",
-    "timestamp",
-    "getFullYear",
-    "getMonth",
-    "getDayOfYear",
-    "getDayOfMonth",
-    "getDate",
-    "getDayOfWeek",
-    "getHours",
-    "getMinutes",
-    "getSeconds",
-    "getMilliseconds",
-    "has",
-    "all",
-    "exists",
-    "exists_one",
-    "map",
-    "filter",
-    "optional.none",
-    "optional.of",
-    "optional.ofNonZeroValue",
-    "value",
-    "hasValue",
-    "or",
-    "orValue",
-];
 
 /// What is left of a resource's CEL budget.
 #[derive(Debug)]
@@ -102,6 +63,7 @@ impl Budget {
     pub(super) fn check(
         &mut self,
         value: &Value,
+        schema: &Value,
         rules: &[Value],
         path: &str,
     ) -> (Vec<Issue>, Vec<String>) {
@@ -111,8 +73,13 @@ impl Budget {
             return (issues, notes);
         }
         let shown_path = if path.is_empty() { "<root>" } else { path };
-        // `self`, converted and sized once for all the node's rules.
-        let context = meter::context(to_cel(value));
+        // `self`, typed, converted and sized once for all the node's rules.
+        let this = if path.is_empty() {
+            typed::declared_resource(schema)
+        } else {
+            typed::declared(schema).unwrap_or(Ty::Dyn)
+        };
+        let context = meter::context(typed::value(value, schema));
         let sizes = size_of(value);
         for rule in rules {
             if self.stopped {
@@ -123,13 +90,20 @@ impl Budget {
             };
             let rule_name = format!("x-kubernetes-validations rule {text:?}");
             let mut fail = |message: String, at: &str| {
+                // One line per finding: the parser's errors show the rule
+                // over several lines, with a caret.
+                let message = if message.contains('\n') {
+                    message.split_whitespace().collect::<Vec<_>>().join(" ")
+                } else {
+                    message
+                };
                 issues.push(Issue {
                     path: at.to_string(),
                     message,
                     rule: rule_name.clone(),
                 });
             };
-            let compiled = match compile(text) {
+            let compiled = match compile(text, &this, &Ty::Bool) {
                 Ok(compiled) => compiled,
                 Err(error) => {
                     fail(error, path);
@@ -141,18 +115,6 @@ impl Budget {
                 notes.push(format!(
                     "{shown_path}: transition rule {text:?} skipped: it compares with the old object (oldSelf), and a validation has none"
                 ));
-                continue;
-            }
-            if let Some(function) = shape.functions.iter().find(|f| !supported(f)) {
-                let what = if KUBERNETES_LIBRARY.contains(&function.as_str()) {
-                    "a function of Kubernetes' CEL libraries that xfn cannot evaluate"
-                } else {
-                    "a function xfn does not know"
-                };
-                fail(
-                    format!("the rule was not checked: it calls {function}(), {what}"),
-                    path,
-                );
                 continue;
             }
             let (cost, _) = estimate(&compiled.expression, &sizes);
@@ -176,7 +138,7 @@ impl Budget {
                 Ok(cel::Value::Bool(true)) => {}
                 Ok(cel::Value::Bool(false)) => {
                     let message = self
-                        .message_of(rule, &context, sizes)
+                        .message_of(rule, &context, sizes, &this)
                         .unwrap_or_else(|| format!("failed rule: {text}"));
                     let shown = match value {
                         Value::Object(_) => "\"object\"".to_string(),
@@ -227,14 +189,17 @@ impl Budget {
 
     /// The rule's message: its `messageExpression` when that evaluates to a
     /// non-empty string (as the API server), else its `message`.
-    fn message_of(&mut self, rule: &Value, context: &cel::Context, sizes: Sizes) -> Option<String> {
+    fn message_of(
+        &mut self,
+        rule: &Value,
+        context: &cel::Context,
+        sizes: Sizes,
+        this: &Ty,
+    ) -> Option<String> {
         if let Some(expression) = rule.get("messageExpression").and_then(Value::as_str) {
-            let evaluated = compile(expression)
+            let evaluated = compile(expression, this, &Ty::String)
                 .ok()
-                .filter(|c| {
-                    c.shape.functions.iter().all(|f| supported(f))
-                        && estimate(&c.expression, &sizes).0 <= PER_CALL_LIMIT
-                })
+                .filter(|c| estimate(&c.expression, &sizes).0 <= PER_CALL_LIMIT)
                 .and_then(|c| self.run(&c, context, expression).ok());
             if let Some(cel::Value::String(s)) = evaluated {
                 if !s.is_empty() {
@@ -326,18 +291,26 @@ struct Compiled {
     instrumented: cel::IdedExpr,
 }
 
-/// Rules compiled once per process, by their text: `xfn test` validates
-/// every test's render against the same CRDs, and the `cel` crate's
-/// parser costs more than most rules' evaluation.
+/// A rule compiled for a type of `self`: its text and the type's hash.
+type CompiledKey = (String, u64);
+
+/// Rules compiled once per process, by their text and the type of `self`:
+/// `xfn test` validates every test's render against the same CRDs, and the
+/// `cel` crate's parser costs more than most rules' evaluation.
 static COMPILED: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Compiled>>>,
+    std::sync::Mutex<std::collections::HashMap<CompiledKey, std::sync::Arc<Compiled>>>,
 > = std::sync::LazyLock::new(Default::default);
 
-/// `text` compiled, or why it is not run at all.
-fn compile(text: &str) -> Result<std::sync::Arc<Compiled>, String> {
+/// `text` compiled and checked for a `self` of type `this` and a value of
+/// type `want`, or why it is not run at all.
+fn compile(text: &str, this: &Ty, want: &Ty) -> Result<std::sync::Arc<Compiled>, String> {
+    use std::hash::{Hash, Hasher};
     within_bounds(text).map_err(|why| format!("the rule was not evaluated: {why}"))?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (this, want).hash(&mut hasher);
+    let key = (text.to_string(), hasher.finish());
     let compiled = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = compiled().get(text) {
+    if let Some(found) = compiled().get(&key) {
         return Ok(std::sync::Arc::clone(found));
     }
     let program = match catch_unwind(AssertUnwindSafe(|| Program::compile(text))) {
@@ -345,96 +318,29 @@ fn compile(text: &str) -> Result<std::sync::Arc<Compiled>, String> {
         Ok(Err(errors)) => return Err(format!("the rule does not compile: {errors}")),
         Err(_) => return Err("the rule does not compile: the CEL parser failed on it".into()),
     };
+    let shape = Shape::of(program.expression());
+    // A transition rule is skipped, never checked (`oldSelf` has no type).
+    let checked = if shape.variables.iter().any(|v| v == "oldSelf") {
+        program.expression().clone()
+    } else {
+        check(program.expression(), this, want)
+            .map_err(|error| format!("the rule does not compile: {error}"))?
+    };
     let found = std::sync::Arc::new(Compiled {
-        shape: Shape::of(program.expression()),
-        expression: program.expression().clone(),
-        instrumented: meter::instrument(program.expression()),
+        shape,
+        instrumented: meter::instrument(&checked),
+        expression: checked,
     });
     let mut cache = compiled();
     if cache.len() < MAX_COMPILED {
-        cache.insert(text.to_string(), std::sync::Arc::clone(&found));
+        cache.insert(key, std::sync::Arc::clone(&found));
     }
     Ok(found)
 }
 
-/// Kubernetes' CEL library functions (named in errors as such).
-const KUBERNETES_LIBRARY: &[&str] = &[
-    "isSorted",
-    "sum",
-    "indexOf",
-    "lastIndexOf",
-    "url",
-    "isURL",
-    "getScheme",
-    "getHost",
-    "getHostname",
-    "getPort",
-    "getEscapedPath",
-    "getQuery",
-    "ip",
-    "isIP",
-    "cidr",
-    "isCIDR",
-    "quantity",
-    "isQuantity",
-    "format",
-    "lowerAscii",
-    "upperAscii",
-    "replace",
-    "split",
-    "join",
-    "trim",
-    "substring",
-    "charAt",
-    "reverse",
-    "quote",
-    "find",
-    "findAll",
-    "sets.contains",
-    "sets.equivalent",
-    "sets.intersects",
-    "base64.encode",
-    "base64.decode",
-    "type",
-    "dyn",
-    "authorizer",
-    "validator",
-    "semver",
-    "isSemver",
-    "compareTo",
-    "isLessThan",
-    "isGreaterThan",
-    "add",
-    "sub",
-    "asInteger",
-    "asApproximateFloat",
-    "sign",
-    "isInteger",
-    "family",
-    "isUnspecified",
-    "isLoopback",
-    "isLinkLocalMulticast",
-    "isLinkLocalUnicast",
-    "isGlobalUnicast",
-    "containsIP",
-    "containsCIDR",
-    "prefixLength",
-    "masked",
-    "getField",
-];
-
-fn supported(function: &str) -> bool {
-    let operator = !function
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic());
-    operator || SUPPORTED.contains(&function)
-}
-
-/// What a rule is made of: calls and variables.
+/// What a rule is made of: its variables.
 #[derive(Debug, Default)]
 struct Shape {
-    functions: Vec<String>,
     variables: Vec<String>,
 }
 
@@ -448,9 +354,6 @@ impl Shape {
     fn visit(&mut self, expression: &IdedExpr) {
         match &expression.expr {
             Expr::Call(call) => {
-                if !self.functions.contains(&call.func_name) {
-                    self.functions.push(call.func_name.clone());
-                }
                 if let Some(target) = &call.target {
                     self.visit(target);
                 }
@@ -555,31 +458,6 @@ fn estimate(expression: &IdedExpr, of: &Sizes) -> (u64, u64) {
                 operators::CONDITIONAL => (cost, sized - 1),
                 _ => (cost, 1),
             }
-        }
-    }
-}
-
-/// A JSON value as CEL sees it in Kubernetes: integers are `int` (serde
-/// would make a non-negative one a `uint`, and `self.n % 2` would fail).
-fn to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => cel::Value::String(s.clone().into()),
-        Value::Array(items) => {
-            cel::Value::List(items.iter().map(to_cel).collect::<Vec<_>>().into())
-        }
-        Value::Object(map) => {
-            let map: std::collections::HashMap<cel::objects::Key, cel::Value> = map
-                .iter()
-                .map(|(k, v)| (cel::objects::Key::String(k.clone().into()), to_cel(v)))
-                .collect();
-            cel::Value::Map(map.into())
         }
     }
 }

@@ -15,15 +15,17 @@
 //!
 //! `map()` and `filter()` run as `@xfn_map(…)`, linear in the list: the
 //! crate's own expansion copies the accumulated list at every element
-//! (quadratic). `matches()` compiles its pattern once ([`super::pattern`]),
-//! with Go's semantics.
+//! (quadratic). `matches()`, `find()` and `findAll()` compile their pattern
+//! once ([`super::pattern`]), with Go's semantics (kube-cel's compile it at
+//! every call, with Rust's). The equality and `+` of set and map lists
+//! ([`super::check`]) charge every pair of items they compare.
 use std::cell::Cell;
 use std::sync::Arc;
 
 use cel::common::ast::{
     operators, CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue,
 };
-use cel::extractors::This;
+use cel::extractors::{Arguments, This};
 use cel::objects::Key;
 use cel::{Context, ExecutionError, FunctionContext, Value};
 
@@ -42,6 +44,26 @@ thread_local! {
 const COST: &str = "@xfn_cost";
 /// `map()` and `filter()`, linear.
 const MAP: &str = "@xfn_map";
+/// `all()` and `exists()`, with cel-go's errors: an item's error is
+/// absorbed when another item decides the result.
+const QUANTIFIER: &str = "@xfn_quantifier";
+/// `sum()` of a list whose item type is known (its zero).
+pub(super) const SUM: &str = "@xfn_sum";
+/// `string()` of a bool, duration or timestamp, as cel-go writes them.
+pub(super) const STRING: &str = "@xfn_string";
+
+/// The namespaces of Kubernetes' CEL library functions (`sets.contains`).
+const NAMESPACES: &[&str] = &[
+    "sets",
+    "base64",
+    "strings",
+    "format",
+    "lists",
+    "jsonpatch",
+    "ip",
+    "math",
+    "optional",
+];
 
 /// What one run of a rule gave.
 #[derive(Debug)]
@@ -56,14 +78,211 @@ pub(super) struct Run {
 }
 
 /// A context whose `self` is `this` (converted once, for every rule of a
-/// node), with the metering functions.
+/// node): the `cel` crate's standard functions, Kubernetes' CEL libraries
+/// (`kube-cel`), what the API server has that they lack (`type()`, type
+/// names, `size()` in code points, set and map lists), and the metering
+/// functions.
 pub(super) fn context(this: Value) -> Context<'static> {
+    use kube_cel::KubeCelExt;
     let mut context = Context::default();
+    context.register_all();
     context.add_function(COST, cost);
     context.add_function(MAP, map);
+    context.add_function(QUANTIFIER, quantifier);
+    context.add_function(SUM, sum);
+    context.add_function(STRING, string);
+    context.add_function("dyn", dynamic);
+    super::timestamps::register(&mut context);
     context.add_function("matches", matches);
+    context.add_function("find", find);
+    context.add_function("findAll", find_all);
+    context.add_function("size", size);
+    context.add_function("type", type_of);
+    context.add_function(super::check::SET_EQUALS, list_equals);
+    context.add_function(super::check::SET_ADD, list_add);
+    for name in super::check::TYPE_NAMES {
+        context.add_variable_from_value(*name, type_value(name));
+    }
+    let protobuf: std::collections::HashMap<Key, Value> = ["Duration", "Timestamp"]
+        .into_iter()
+        .map(|t| (Key::from(t), type_value(&format!("google.protobuf.{t}"))))
+        .collect();
+    let google: std::collections::HashMap<Key, Value> =
+        [(Key::from("protobuf"), Value::Map(protobuf.into()))].into();
+    context.add_variable_from_value("google", Value::Map(google.into()));
+    // kube-cel's IP and CIDR values name their types `net.IP`, `net.CIDR`.
+    let net: std::collections::HashMap<Key, Value> = ["IP", "CIDR"]
+        .into_iter()
+        .map(|t| (Key::from(t), type_value(&format!("net.{t}"))))
+        .collect();
+    context.add_variable_from_value("net", Value::Map(net.into()));
     context.add_variable_from_value("self", this);
     context
+}
+
+/// A CEL type as a value (`type(1) == int`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TypeName(String);
+
+impl cel::objects::Opaque for TypeName {
+    fn runtime_type_name(&self) -> &str {
+        "type"
+    }
+}
+
+fn type_value(name: &str) -> Value {
+    Value::Opaque(Arc::new(TypeName(name.to_string())))
+}
+
+/// `type(x)`: the name of `x`'s type, as cel-go names it.
+fn type_of(This(value): This<Value>) -> Result<Value, ExecutionError> {
+    let name = match &value {
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Function(..) => "function",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::Bool(_) => "bool",
+        Value::Duration(_) => "google.protobuf.Duration",
+        Value::Timestamp(_) => "google.protobuf.Timestamp",
+        Value::Opaque(o) => o.runtime_type_name(),
+        Value::Null => "null_type",
+    };
+    Ok(type_value(name))
+}
+
+/// `size()`: a string's length in code points, as cel-go counts it.
+fn size(ftx: &FunctionContext, This(this): This<Value>) -> Result<i64, ExecutionError> {
+    let size = match this {
+        Value::String(s) => s.chars().count(),
+        Value::List(l) => l.len(),
+        Value::Map(m) => m.map.len(),
+        Value::Bytes(b) => b.len(),
+        other => return Err(ftx.error(format!("no such overload: size({other:?})"))),
+    };
+    Ok(i64::try_from(size).unwrap_or(i64::MAX))
+}
+
+/// `find()` with the pattern compiled once, in Go's semantics.
+fn find(
+    ftx: &FunctionContext,
+    This(this): This<Arc<String>>,
+    pattern: Arc<String>,
+) -> Result<Value, ExecutionError> {
+    let re = compiled(ftx, &pattern)?;
+    let found = re.find(&this).map(|m| m.as_str()).unwrap_or_default();
+    Ok(Value::String(Arc::new(found.to_string())))
+}
+
+/// `findAll()`, `findAll(limit)` (a negative limit is none).
+fn find_all(
+    ftx: &FunctionContext,
+    This(this): This<Arc<String>>,
+    Arguments(args): Arguments,
+) -> Result<Value, ExecutionError> {
+    let Some(Value::String(pattern)) = args.first() else {
+        return Err(ftx.error("findAll expects a string pattern"));
+    };
+    let limit = match args.get(1) {
+        Some(Value::Int(n)) => usize::try_from(*n).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    let re = compiled(ftx, pattern)?;
+    let found = re
+        .find_iter(&this)
+        .take(limit)
+        .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+        .collect();
+    Ok(Value::List(Arc::new(found)))
+}
+
+fn compiled(ftx: &FunctionContext, pattern: &str) -> Result<Arc<regex::Regex>, ExecutionError> {
+    super::pattern::compiled(pattern)
+        .map_err(|error| ftx.error(format!("'{pattern}' not a valid regex:\n{error}")))
+}
+
+/// Two lists' items and the keys of their items (none for a set).
+type Lists = (Arc<Vec<Value>>, Arc<Vec<Value>>, Vec<Key>);
+
+/// The items of two set or map lists and their keys (none for a set),
+/// every pair of items charged.
+fn lists(
+    ftx: &FunctionContext,
+    a: &Value,
+    b: &Value,
+    keys: &Value,
+) -> Result<Lists, ExecutionError> {
+    let (Value::List(a), Value::List(b), Value::List(keys)) = (a, b, keys) else {
+        return Err(ExecutionError::NoSuchOverload);
+    };
+    let pairs = (a.len() as u64).saturating_mul(b.len() as u64);
+    charge(pairs).map_err(|m| ftx.error(m))?;
+    let keys = keys
+        .iter()
+        .filter_map(|k| match k {
+            Value::String(s) => Some(Key::String(Arc::clone(s))),
+            _ => None,
+        })
+        .collect();
+    Ok((Arc::clone(a), Arc::clone(b), keys))
+}
+
+/// Whether `x` and `y` are the same item: equal (a set), or with equal
+/// keys (a map list).
+fn same_item(x: &Value, y: &Value, keys: &[Key]) -> bool {
+    if keys.is_empty() {
+        return x == y;
+    }
+    let field = |v: &Value, k: &Key| match v {
+        Value::Map(m) => m.map.get(k).cloned(),
+        _ => None,
+    };
+    keys.iter().all(|k| field(x, k) == field(y, k))
+}
+
+/// `==` of set and map lists: the same items, in any order.
+fn list_equals(
+    ftx: &FunctionContext,
+    a: Value,
+    b: Value,
+    keys: Value,
+) -> Result<bool, ExecutionError> {
+    let (a, b, keys) = lists(ftx, &a, &b, &keys)?;
+    Ok(a.len() == b.len()
+        && a.iter().all(|x| {
+            b.iter()
+                .find(|y| same_item(x, y, &keys))
+                .is_some_and(|y| x == y)
+        }))
+}
+
+/// `+` of set and map lists: `a`'s items (replaced by `b`'s of the same
+/// key), then `b`'s new ones.
+fn list_add(
+    ftx: &FunctionContext,
+    a: Value,
+    b: Value,
+    keys: Value,
+) -> Result<Value, ExecutionError> {
+    let (a, b, keys) = lists(ftx, &a, &b, &keys)?;
+    let mut out: Vec<Value> = a
+        .iter()
+        .map(|x| {
+            b.iter()
+                .find(|y| !keys.is_empty() && same_item(x, y, &keys))
+                .unwrap_or(x)
+                .clone()
+        })
+        .collect();
+    for y in b.iter() {
+        if !a.iter().any(|x| same_item(x, y, &keys)) {
+            out.push(y.clone());
+        }
+    }
+    Ok(Value::List(Arc::new(out)))
 }
 
 /// Runs an [`instrument`]ed rule in `context`, stopping past `limit`.
@@ -154,16 +373,116 @@ fn map(ftx: &FunctionContext) -> Result<Value, ExecutionError> {
     Ok(Value::List(Arc::new(out)))
 }
 
+/// `@xfn_quantifier(range, var, predicate, all)`: `all()` (`all` true) or
+/// `exists()`. As cel-go: an item that decides the result wins over
+/// another's error; otherwise the first error is the result.
+fn quantifier(ftx: &FunctionContext) -> Result<Value, ExecutionError> {
+    let [range, var, predicate, all] = ftx.args else {
+        return Err(ftx.error("expects 4 arguments"));
+    };
+    let (Expr::Ident(name), Expr::Literal(LiteralValue::Boolean(all))) = (&var.expr, &all.expr)
+    else {
+        return Err(ftx.error("expects a variable and a bool"));
+    };
+    let all = *all.inner();
+    let items: Vec<Value> = match Value::resolve(range, ftx.ptx)? {
+        Value::List(items) => items.iter().cloned().collect(),
+        Value::Map(map) => map.map.keys().cloned().map(Value::from).collect(),
+        _ => return Err(ExecutionError::NoSuchOverload),
+    };
+    let mut error = None;
+    for item in items {
+        charge(1).map_err(|m| ftx.error(m))?;
+        let mut scope = ftx.ptx.new_inner_scope();
+        scope.add_variable_from_value(name.as_str(), item);
+        match Value::resolve(predicate, &scope) {
+            Ok(Value::Bool(b)) if b != all => return Ok(Value::Bool(b)),
+            Ok(Value::Bool(_)) => {}
+            Ok(_) => error = error.or(Some(ExecutionError::NoSuchOverload)),
+            Err(e) => error = error.or(Some(e)),
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(Value::Bool(all)),
+    }
+}
+
+/// `@xfn_sum(list, item type)`: the sum of a list of numbers or durations;
+/// an empty list sums to its item type's zero.
+fn sum(ftx: &FunctionContext, list: Value, item: Arc<String>) -> Result<Value, ExecutionError> {
+    let Value::List(items) = list else {
+        return Err(ExecutionError::NoSuchOverload);
+    };
+    let mut total = match item.as_str() {
+        "double" => Value::Float(0.0),
+        "uint" => Value::UInt(0),
+        "google.protobuf.Duration" => Value::Duration(chrono::Duration::zero()),
+        _ => Value::Int(0),
+    };
+    let overflow = || ftx.error("sum: overflow");
+    for (i, value) in items.iter().enumerate() {
+        total = match (&total, value) {
+            (_, v) if i == 0 && item.as_str() == "dyn" => v.clone(),
+            (Value::Int(a), Value::Int(b)) => Value::Int(a.checked_add(*b).ok_or_else(overflow)?),
+            (Value::UInt(a), Value::UInt(b)) => {
+                Value::UInt(a.checked_add(*b).ok_or_else(overflow)?)
+            }
+            (Value::Float(a), Value::Float(b)) => Value::Float(a + b),
+            (Value::Float(a), Value::Int(b)) => Value::Float(a + *b as f64),
+            (Value::Duration(a), Value::Duration(b)) => {
+                Value::Duration(a.checked_add(b).ok_or_else(overflow)?)
+            }
+            _ => return Err(ftx.error(format!("sum: cannot add {value:?}"))),
+        };
+    }
+    Ok(total)
+}
+
+/// `string()` of a bool, a duration (seconds, `3723.004s`) or a timestamp
+/// (RFC 3339 with its offset and no trailing zeros), as cel-go writes them.
+fn string(ftx: &FunctionContext, value: Value) -> Result<Value, ExecutionError> {
+    let text = match value {
+        Value::Bool(b) => b.to_string(),
+        Value::Duration(d) => {
+            let nanos = d
+                .num_nanoseconds()
+                .ok_or_else(|| ftx.error("duration overflow"))?;
+            format!("{}s", nanos as f64 / 1e9)
+        }
+        Value::Timestamp(t) => {
+            use chrono::Timelike;
+            let mut text = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+            if t.nanosecond() > 0 {
+                let fraction = format!("{:09}", t.nanosecond());
+                text.push('.');
+                text.push_str(fraction.trim_end_matches('0'));
+            }
+            if t.offset().local_minus_utc() == 0 {
+                text.push('Z');
+            } else {
+                text.push_str(&t.format("%:z").to_string());
+            }
+            text
+        }
+        Value::String(s) => return Ok(Value::String(s)),
+        other => return Err(ftx.error(format!("string: cannot convert {other:?}"))),
+    };
+    Ok(Value::String(Arc::new(text)))
+}
+
+/// `dyn(x)`: `x`, its type left to run time.
+fn dynamic(This(value): This<Value>) -> Result<Value, ExecutionError> {
+    Ok(value)
+}
+
 /// `matches()` with the pattern compiled once, in Go's semantics.
 fn matches(
     ftx: &FunctionContext,
     This(this): This<Arc<String>>,
     pattern: Arc<String>,
 ) -> Result<bool, ExecutionError> {
-    match super::pattern::compiled(&pattern) {
-        Ok(re) => Ok(re.is_match(&this)),
-        Err(error) => Err(ftx.error(format!("'{pattern}' not a valid regex:\n{error}"))),
-    }
+    Ok(compiled(ftx, &pattern)?.is_match(&this))
 }
 
 /// `expression` with its copies charged (the module's header says which).
@@ -199,8 +518,18 @@ pub(super) fn instrument(expression: &IdedExpr) -> IdedExpr {
             }
             charged(node(Expr::Map(map)))
         }
-        Expr::Comprehension(c) => charged(match map_shape(c) {
-            Some((element, guard)) => node(Expr::Call(CallExpr {
+        Expr::Comprehension(c) => charged(match (map_shape(c), quantifier_shape(c)) {
+            (None, Some((predicate, all))) => node(Expr::Call(CallExpr {
+                func_name: QUANTIFIER.into(),
+                target: None,
+                args: vec![
+                    argument(&c.iter_range),
+                    node(Expr::Ident(c.iter_var.clone())),
+                    instrument(predicate),
+                    node(Expr::Literal(LiteralValue::Boolean(all.into()))),
+                ],
+            })),
+            (Some((element, guard)), _) => node(Expr::Call(CallExpr {
                 func_name: MAP.into(),
                 target: None,
                 args: vec![
@@ -212,7 +541,7 @@ pub(super) fn instrument(expression: &IdedExpr) -> IdedExpr {
                         .unwrap_or_else(|| node(Expr::Literal(LiteralValue::Boolean(true.into())))),
                 ],
             })),
-            None => node(Expr::Comprehension(Box::new(ComprehensionExpr {
+            (None, None) => node(Expr::Comprehension(Box::new(ComprehensionExpr {
                 iter_range: argument(&c.iter_range),
                 iter_var: c.iter_var.clone(),
                 iter_var2: c.iter_var2.clone(),
@@ -249,9 +578,15 @@ pub(super) fn instrument(expression: &IdedExpr) -> IdedExpr {
                     }
                 })
                 .collect();
+            // `sets.contains(…)`: the interpreter finds the function by the
+            // qualified name only while its namespace stays a bare name.
+            let target = call.target.as_deref().map(|t| match &t.expr {
+                Expr::Ident(name) if NAMESPACES.contains(&name.as_str()) => t.clone(),
+                _ => argument(t),
+            });
             let called = node(Expr::Call(CallExpr {
                 func_name: call.func_name.clone(),
-                target: call.target.as_deref().map(|t| Box::new(argument(t))),
+                target: target.map(Box::new),
                 args,
             }));
             if lazy {
@@ -279,6 +614,36 @@ fn charged(expression: IdedExpr) -> IdedExpr {
             target: None,
             args: vec![expression],
         }),
+    }
+}
+
+/// `(predicate, all)` of the crate's expansion of `all(x, predicate)`
+/// (`true`, `@result && predicate`) and `exists(x, predicate)` (`false`,
+/// `@result || predicate`).
+fn quantifier_shape(c: &ComprehensionExpr) -> Option<(&IdedExpr, bool)> {
+    let is_accu = |e: &IdedExpr| matches!(&e.expr, Expr::Ident(n) if *n == c.accu_var);
+    let Expr::Literal(LiteralValue::Boolean(init)) = &c.accu_init.expr else {
+        return None;
+    };
+    let all = *init.inner();
+    let Expr::Call(step) = &c.loop_step.expr else {
+        return None;
+    };
+    let joins = if all {
+        operators::LOGICAL_AND
+    } else {
+        operators::LOGICAL_OR
+    };
+    match step.args.as_slice() {
+        [accu, predicate]
+            if step.func_name == joins
+                && is_accu(accu)
+                && is_accu(&c.result)
+                && c.iter_var2.is_none() =>
+        {
+            Some((predicate, all))
+        }
+        _ => None,
     }
 }
 

@@ -11,10 +11,11 @@
 //! makes its CRD ([`xrd`]); a kind no CRD or XRD defines but Kubernetes
 //! does is decoded strictly against its published schema ([`builtin`]);
 //! documents among the extensions that are neither CRDs nor XRDs are
-//! skipped and named, as Crossplane's CLI skips them. What xfn cannot
-//! check is never passed: a
-//! Kubernetes CEL library function it lacks is an error naming the
-//! function; only transition rules (`oldSelf`) are skipped, and said so.
+//! skipped and named, as Crossplane's CLI skips them. CEL values are typed
+//! by the schema ([`typed`]) and rules checked against those types
+//! ([`check`]) as the API server does; a rule it would not admit is an
+//! error, never a pass. Only transition rules (`oldSelf`) are skipped, and
+//! said so.
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
@@ -24,11 +25,14 @@
 //! runs, stopping it past the API server's limits ([`meter`]).
 mod builtin;
 mod cel;
+mod check;
 mod format;
 mod meter;
 mod pattern;
 pub(crate) mod read;
 mod structural;
+mod timestamps;
+mod typed;
 mod xrd;
 
 use std::collections::HashMap;

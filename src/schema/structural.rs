@@ -98,6 +98,9 @@ impl Walk {
             }
         }
         self.values(value, s, path);
+        if mode == Mode::Full {
+            self.rules_in_junctors(s, path);
+        }
         for (keyword, all) in [("allOf", true), ("anyOf", false), ("oneOf", false)] {
             let Some(branches) = s.get(keyword).and_then(Value::as_array) else {
                 continue;
@@ -162,9 +165,33 @@ impl Walk {
         }
         if mode == Mode::Full {
             if let Some(rules) = s.get("x-kubernetes-validations").and_then(Value::as_array) {
-                let (issues, notes) = self.cel.check(value, rules, path);
+                let (issues, notes) = self.cel.check(value, schema, rules, path);
                 self.issues.extend(issues);
                 self.notes.extend(notes);
+            }
+        }
+    }
+
+    /// CEL rules under `allOf`/`anyOf`/`oneOf`/`not`: the API server
+    /// refuses such a CRD (not structural), so its rules are never passed.
+    fn rules_in_junctors(&mut self, s: &Map<String, Value>, path: &str) {
+        fn has_rules(schema: &Value) -> bool {
+            match schema {
+                Value::Object(map) => map.iter().any(|(k, v)| {
+                    k == "x-kubernetes-validations"
+                        || (k != "default" && k != "enum" && has_rules(v))
+                }),
+                Value::Array(items) => items.iter().any(has_rules),
+                _ => false,
+            }
+        }
+        for keyword in ["allOf", "anyOf", "oneOf", "not"] {
+            if s.get(keyword).is_some_and(has_rules) {
+                self.issue(
+                    path,
+                    format!("Forbidden: x-kubernetes-validations under {keyword} must be empty to be structural (the API server refuses this CRD)"),
+                    keyword,
+                );
             }
         }
     }

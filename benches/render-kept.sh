@@ -98,23 +98,11 @@ done
 cmp -s "$WORK/fresh.out" "$WORK/kept.out" || fail "fresh and kept renders differ"
 "$XFN" render-servers ls --cache-dir "$CACHE" | grep -q bench-fn || fail "no kept server"
 
-python3 - "$WORK" "$RUNS" "$PASSES" "$RENDER" <<'PY'
-import json, statistics, subprocess, sys
-work, runs, passes, render = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-commands = {"fresh": f"{render} {work}/fresh.yaml", "kept": f"{render} {work}/kept.yaml"}
-times = {name: [] for name in commands}
-for n in range(passes):
-    order = list(commands) if n % 2 == 0 else list(commands)[::-1]
-    out = f"{work}/hyperfine-{n}.json"
-    subprocess.run(["hyperfine", "--warmup", "2", "--runs", str(max(2, runs // passes)),
-                    "--export-json", out, "--output", "null", "--style", "none",
-                    *[commands[c] for c in order]], check=True)
-    for name, result in zip(order, json.load(open(out))["results"]):
-        times[name] += result["times"]
-median = {name: statistics.median(t) * 1000 for name, t in times.items()}
-print(f"back-to-back renders, {len(times['fresh'])} each (median):")
-print(f"  fresh server (start + stop per render): {median['fresh']:7.1f} ms")
-print(f"  kept server (reused):                   {median['kept']:7.1f} ms")
-print(f"  kept / fresh: {median['kept'] / median['fresh']:.2f}  "
+printf '%s\t%s\n' fresh "$RENDER $WORK/fresh.yaml" kept "$RENDER $WORK/kept.yaml" >"$WORK/commands"
+python3 "$(dirname "$0")/lib/pooled.py" "$WORK" "$RUNS" "$PASSES"
+python3 - "$WORK" <<'PY'
+import json, sys
+median = json.load(open(f"{sys.argv[1]}/medians.json"))
+print(f"kept / fresh: {median['kept'] / median['fresh']:.2f}  "
       f"(fresh / kept: {median['fresh'] / median['kept']:.1f}x)")
 PY

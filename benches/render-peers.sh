@@ -19,6 +19,7 @@
 #   cargo build --release && XFN=target/release/xfn benches/render-peers.sh
 set -eu
 XFN=$(realpath "${XFN:-target/debug/xfn}")
+BENCHES=$(realpath "$(dirname "$0")")
 RUNS=${RUNS:-20}
 PASSES=${PASSES:-2}
 PEERS=${XFN_TEST_PEERS_DIR:-/var/cache/xfn-test/peers}
@@ -92,27 +93,11 @@ printf '%s\t%s\n' \
     "xfn render, 20 XRs in 1" "$XFN render --cache-dir $WORK/cache xrs.yaml composition.yaml functions.yaml $ANNOTATE" \
     >commands
 
-python3 - "$WORK" "$RUNS" "$PASSES" "$XFN" <<'PY'
-import json, os, statistics, subprocess, sys
-work, runs, passes, xfn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-commands = [line.rstrip("\n").split("\t") for line in open(f"{work}/commands")]
-loadavg = lambda: " ".join(open("/proc/loadavg").read().split()[:3])
-load_before, times = loadavg(), {name: [] for name, _ in commands}
-for n in range(passes):
-    order = commands if n % 2 == 0 else commands[::-1]
-    args = [a for name, cmd in order for a in ("--command-name", name, cmd)]
-    out = f"{work}/hyperfine-{n}.json"
-    with open(f"{work}/hyperfine.log", "a") as log:
-        timed = subprocess.run(["hyperfine", "--warmup", "1", "--runs", str(max(2, runs // passes)),
-                                "--export-json", out, "-N", *args], stdout=log, stderr=log, cwd=work)
-    if timed.returncode != 0:
-        sys.exit(f"hyperfine failed: {open(f'{work}/hyperfine.log').read()[-3000:]}")
-    for result in json.load(open(out))["results"]:
-        times[result["command"]].extend(result["times"])
-r = {name: statistics.median(t) * 1000 for name, t in times.items()}
-print(f"xfn: {xfn}; CPUs: {os.cpu_count()}; load before/after timing: {load_before} / {loadavg()}")
-for name, ms in r.items():
-    print(f"{name + ' (median)':34}: {ms:9.1f} ms   ({len(times[name])} runs)")
+echo "xfn: $XFN"
+python3 "$BENCHES/lib/pooled.py" "$WORK" "$RUNS" "$PASSES" 1
+python3 - "$WORK" <<'PY'
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/medians.json"))
 print(f"crossplane / xfn, 1 XR            : {r['crossplane render, 1 XR'] / r['xfn render, 1 XR']:9.2f}")
 print(f"crossplane / xfn, 20 renders      : {r['crossplane render x20'] / r['xfn render x20']:9.2f}")
 print(f"crossplane x20 / xfn 20 XRs in 1  : {r['crossplane render x20'] / r['xfn render, 20 XRs in 1']:9.2f}")

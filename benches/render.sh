@@ -241,27 +241,12 @@ printf '%s\t%s\n' \
     "3 bare crun runs" "$WORK/bare-runs" \
     "3 podman runs" "$PODMAN_RUNS" >"$WORK/commands"
 
-python3 - "$WORK" "$RUNS" "$PASSES" "$XFN" <<'PY'
-import json, os, re, statistics, subprocess, sys
-work, runs, passes, xfn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-commands = [line.rstrip("\n").split("\t") for line in open(f"{work}/commands")]
-loadavg = lambda: " ".join(open("/proc/loadavg").read().split()[:3])
-load_before, times = loadavg(), {name: [] for name, _ in commands}
-for n in range(passes):
-    order = commands if n % 2 == 0 else commands[::-1]
-    args = [a for name, cmd in order for a in ("--command-name", name, cmd)]
-    out = f"{work}/hyperfine-{n}.json"
-    with open(f"{work}/hyperfine.log", "a") as log:
-        timed = subprocess.run(["hyperfine", "--warmup", "2", "--runs", str(max(2, runs // passes)),
-                                "--export-json", out, "-N", *args], stdout=log, stderr=log)
-    if timed.returncode != 0:
-        sys.exit(f"hyperfine failed: {open(f'{work}/hyperfine.log').read()[-3000:]}")
-    for result in json.load(open(out))["results"]:
-        times[result["command"]].extend(result["times"])
-r = {name: statistics.median(t) * 1000 for name, t in times.items()}
-print(f"xfn: {xfn}; CPUs: {os.cpu_count()}; load before/after timing: {load_before} / {loadavg()}")
-for name, ms in r.items():
-    print(f"{name + ' (median)':26}: {ms:8.1f} ms   ({len(times[name])} runs)")
+echo "xfn: $XFN"
+python3 "$(dirname "$0")/lib/pooled.py" "$WORK" "$RUNS" "$PASSES"
+python3 - "$WORK" <<'PY'
+import json, re, sys
+work = sys.argv[1]
+r = json.load(open(f"{work}/medians.json"))
 docker, exec_, runs3 = r["render (Docker)"], r["render (Exec)"], r["3 xfn runs"]
 bare, podman = r["3 bare crun runs"], r["3 podman runs"]
 print(f"Docker render / 3 xfn runs : {docker / runs3:8.2f}")
@@ -303,3 +288,4 @@ for at, text in lines:
     elif text.startswith("exit "):
         end = f", teardown after the last call {at - calls[-1][1]:.1f} ms" if calls else ""
         print(f"  {at:8.1f}  xfn exited ({text[5:]}){end}")
+PY

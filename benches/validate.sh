@@ -15,7 +15,7 @@
 #
 # Prints the wall time of each (median of RUNS, default 3), the per-case /
 # one-run ratio of each tool and the crossplane / xfn ratio of each mode; no
-# threshold. Exit codes are not compared here (tests/validate/peers.rs does
+# threshold. Exit codes are not compared here (tests/validate_peers.rs does
 # that); every run must end 0 or 1 (a verdict), not in an error.
 #
 # Needs: the crossplane CLI (scripts/peers.sh; CROSSPLANE overrides it),

@@ -535,15 +535,18 @@ pub(crate) fn readiness_of(unready: &[&str]) -> Value {
     if unready.is_empty() {
         return condition("Ready", "True", "Available", None);
     }
+    // crossplane-runtime's FirstNAndSomeMore with DefaultFirstN (3), as
+    // Crossplane's composite reconciler words it: "a, b, and 2 more",
+    // "a, b, and c", "a, b".
     const FIRST: usize = 3;
-    let listed = if unready.len() > FIRST {
-        format!(
-            "{}, and {} more",
-            unready[..FIRST].join(", "),
-            unready.len() - FIRST
-        )
-    } else {
-        unready.join(", ")
+    let listed = match unready.len() {
+        n if n > FIRST => format!("{}, and {} more", unready[..FIRST].join(", "), n - FIRST),
+        FIRST => format!(
+            "{}, and {}",
+            unready[..FIRST - 1].join(", "),
+            unready[FIRST - 1]
+        ),
+        _ => unready.join(", "),
     };
     condition(
         "Ready",

@@ -170,3 +170,19 @@ fn a_fatal_result_leaves_a_partial_xr_and_the_results_before_it() {
         ]
     );
 }
+
+#[test]
+fn unready_resources_are_worded_as_crossplanes_first_n_and_some_more() {
+    let message = |names: &[&str]| readiness_of(names)["message"].clone();
+    assert_eq!(message(&["a"]), json!("Unready resources: a"));
+    assert_eq!(message(&["a", "b"]), json!("Unready resources: a, b"));
+    assert_eq!(
+        message(&["a", "b", "c"]),
+        json!("Unready resources: a, b, and c")
+    );
+    assert_eq!(
+        message(&["a", "b", "c", "d", "e"]),
+        json!("Unready resources: a, b, c, and 2 more")
+    );
+    assert_eq!(readiness_of(&[])["status"], json!("True"));
+}

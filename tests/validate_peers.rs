@@ -7,7 +7,7 @@
 //! each with the crossplane/cli source line it follows.
 use xfn_testkit::peers;
 
-use super::corpus::{sets, xfn_validate};
+use super::validate_corpus::{sets, xfn_validate};
 
 #[test]
 fn xfn_validate_gives_crossplane_resource_validates_verdict_and_exit_code_on_the_corpus() {

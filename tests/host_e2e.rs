@@ -1504,4 +1504,37 @@ async fn a_stdin_stdout_image_hosted_as_a_server_is_refused_with_the_kind_hint()
             .contains("annotate its Function xfn.crossplane.io/kind: StdinStdout"),
         "{status:?}"
     );
+    let log = host.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("call failed") && l.contains("function=fn-unlabelled")),
+        "a failed call's line names its function: {log}"
+    );
+}
+
+/// An operator's view of one function, as `kubectl logs` gave it per pod:
+/// its server's own output at INFO under `function=NAME`, and the lines
+/// about its calls naming it too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hosted_servers_output_and_its_calls_are_logged_under_its_function() {
+    let (dir, _registry, file) = setup(&[("fn-grpc", true)]);
+    let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
+    call_insecure(&host, "fn-grpc", grpc_request("a", 0.0))
+        .await
+        .unwrap();
+    host.wait_for("the server's own output at INFO under its function", || {
+        host.log_text().lines().any(|l| {
+            l.contains(" INFO ")
+                && l.contains("function=fn-grpc")
+                && l.contains("server: fn_server: serving")
+        })
+    });
+    let log = host.log_text();
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("call answered"))
+            .all(|l| l.contains("function=fn-grpc") && !l.contains("subject=")),
+        "{log}"
+    );
+    assert!(log.contains("call answered"), "{log}");
 }

@@ -28,7 +28,7 @@ use tonic::Status;
 
 use crate::chain::Chain;
 use crate::grpc::deadline::effective_timeout;
-use crate::grpc::{status_of, Calls, FunctionRunner};
+use crate::grpc::{status_of, Calls, FunctionRunner, Subject};
 use crate::proto::v1 as pb;
 use crate::proto_json::{request_json_from_wire, response_from_json};
 use crate::runner::RunConfig;
@@ -124,7 +124,10 @@ impl Adaptor {
         let call = Call::from_wire(&request)?;
         drop(request);
         self.calls
-            .answer(&self.options.name, self.answer(call, deadline))
+            .answer(
+                Subject::Function(&self.options.name),
+                self.answer(call, deadline),
+            )
             .await
     }
 

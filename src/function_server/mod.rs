@@ -70,7 +70,8 @@ pub(crate) struct Server {
 }
 
 /// Starts `image` as a function server (with `env` added, on xfn's network
-/// when `host_network`) and waits until it listens. `config.timeout` bounds
+/// when `host_network`; its output logged as `log_as`, the function's name,
+/// when it has one) and waits until it listens. `config.timeout` bounds
 /// the start and the wait (the pull excluded).
 pub(crate) async fn start(
     runner: &Runner,
@@ -78,6 +79,7 @@ pub(crate) async fn start(
     config: &RunConfig,
     env: &[String],
     host_network: bool,
+    log_as: Option<&str>,
 ) -> Result<Server, ServerError> {
     let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
     // On xfn's network a free loopback port instead (the SDKs take
@@ -96,6 +98,7 @@ pub(crate) async fn start(
         cmd: &args,
         env,
         host_network,
+        log_as,
     };
     let mut served = runner
         .serve(image, options, config)

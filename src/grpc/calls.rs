@@ -47,11 +47,32 @@ impl Drop for Raised<'_> {
     }
 }
 
+/// What a call is about, as its log lines name it: the image a sidecar
+/// call runs (`image=`), or the function an adaptor or host call reaches
+/// (`function=`, the field an operator filters one function's lines by).
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// An image reference.
+    Image(&'a str),
+    /// A function's name.
+    Function(&'a str),
+}
+
+/// Logs an event about a call at `$level`, its subject as its own field.
+macro_rules! call_event {
+    ($level:ident, $subject:expr, $($rest:tt)*) => {
+        match $subject {
+            Subject::Image(image) => tracing::$level!(image = %Echo(image), $($rest)*),
+            Subject::Function(function) => tracing::$level!(function = %Echo(function), $($rest)*),
+        }
+    };
+}
+
 /// Records a call whose future was dropped before it answered: the caller
 /// cancelled (or its connection went away), and the run was dropped with it.
 struct CancelRecord<'a> {
     metrics: &'a Metrics,
-    subject: &'a str,
+    subject: Subject<'a>,
     started: std::time::Instant,
     finished: bool,
 }
@@ -61,7 +82,12 @@ impl Drop for CancelRecord<'_> {
         if !self.finished {
             let elapsed = self.started.elapsed();
             self.metrics.record_run("cancelled", elapsed);
-            tracing::info!(subject = %Echo(self.subject), ?elapsed, "call cancelled by the caller; run stopped");
+            call_event!(
+                info,
+                self.subject,
+                ?elapsed,
+                "call cancelled by the caller; run stopped"
+            );
         }
     }
 }
@@ -192,13 +218,13 @@ impl Calls {
         result
     }
 
-    /// Answers one call about `subject` (an image, a function) through
+    /// Answers one call about `subject` through
     /// `call`, which gives the answer and its outcome label (`ok`, or e.g.
     /// `cache_hit`); records the outcome and duration, and a call dropped
     /// before it answered as `cancelled`.
     pub async fn answer<T>(
         &self,
-        subject: &str,
+        subject: Subject<'_>,
         call: impl Future<Output = Result<(T, &'static str), Status>>,
     ) -> Result<T, Status> {
         let started = std::time::Instant::now();
@@ -214,14 +240,14 @@ impl Calls {
         match &result {
             Ok((_, outcome)) => {
                 self.metrics.record_run(outcome, elapsed);
-                tracing::debug!(subject = %Echo(subject), ?elapsed, outcome, "call answered");
+                call_event!(debug, subject, ?elapsed, outcome, "call answered");
             }
             Err(status) => {
                 self.metrics
                     .record_run(outcome_label(status.code()), elapsed);
                 // `error`, not `message`: that is the event's own key, and JSON
                 // lines would carry it twice.
-                tracing::warn!(subject = %Echo(subject), ?elapsed, code = ?status.code(), error = status.message(), "call failed");
+                call_event!(warn, subject, ?elapsed, code = ?status.code(), error = status.message(), "call failed");
             }
         }
         result.map(|(answer, _)| answer)
@@ -295,16 +321,19 @@ mod tests {
     #[tokio::test]
     async fn answers_are_recorded_by_outcome_and_dropped_calls_as_cancelled() {
         let calls = calls(1);
-        calls.answer("fn", async { Ok(((), "ok")) }).await.unwrap();
         calls
-            .answer("fn", async { Ok(((), "cache_hit")) })
+            .answer(Subject::Function("fn"), async { Ok(((), "ok")) })
+            .await
+            .unwrap();
+        calls
+            .answer(Subject::Function("fn"), async { Ok(((), "cache_hit")) })
             .await
             .unwrap();
         let failed = calls
-            .answer::<()>("fn", async { Err(Status::not_found("no such image")) })
+            .answer::<()>(Subject::Function("fn"), async { Err(Status::not_found("no such image")) })
             .await;
         assert_eq!(failed.unwrap_err().code(), Code::NotFound);
-        let dropped = calls.answer::<()>("fn", std::future::pending());
+        let dropped = calls.answer::<()>(Subject::Function("fn"), std::future::pending());
         assert!(tokio::time::timeout(Duration::from_millis(1), dropped)
             .await
             .is_err());

@@ -35,6 +35,6 @@ pub(crate) mod sni;
 pub(crate) mod status;
 pub(crate) mod wait;
 
-pub(crate) use calls::Calls;
+pub(crate) use calls::{Calls, Subject};
 pub(crate) use function_runner::FunctionRunner;
 pub(crate) use status::status_of;

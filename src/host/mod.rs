@@ -45,7 +45,7 @@ use tonic::Status;
 use crate::adaptor::{Adaptor, AdaptorOptions};
 use crate::function_server::ResponseBudget;
 use crate::grpc::sni::SniConfigs;
-use crate::grpc::Calls;
+use crate::grpc::{Calls, Subject};
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{FunctionKind, HostedFunction};
@@ -235,7 +235,9 @@ impl Host {
                 let call =
                     servers.call(&self.calls, &self.runner, self, &config, request, deadline);
                 let call = async { call.await.map(|r| (r, "ok")) };
-                self.calls.answer(&function.spec.name, call).await
+                self.calls
+                    .answer(Subject::Function(&function.spec.name), call)
+                    .await
             }
         }
     }

@@ -310,9 +310,16 @@ impl Servers {
             timeout,
             ..config.clone()
         };
-        let served = function_server::start(runner, &self.image, &config, &[], false)
-            .await
-            .map_err(|e| self.not_started(e))?;
+        let served = function_server::start(
+            runner,
+            &self.image,
+            &config,
+            &[],
+            false,
+            Some(self.function.as_str()),
+        )
+        .await
+        .map_err(|e| self.not_started(e))?;
         let client = served.client(
             &self.function,
             self.limits.calls_per_server,

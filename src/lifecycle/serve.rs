@@ -32,11 +32,12 @@ pub(crate) struct Serving {
 
 impl Container<Started> {
     /// Leaves the function running as a server: its stdin is closed (a
-    /// server reads none), its stdout and stderr go to xfn's log (at debug
-    /// level) and to a tail kept for errors.
+    /// server reads none), its stdout and stderr go to xfn's log (see
+    /// [`OutputLog`]) and to a tail kept for errors.
     pub(crate) async fn serve(
         self,
         host_network: bool,
+        log_as: Option<&str>,
     ) -> Result<Container<Serving>, SandboxError> {
         let Self { state, mut parts } = self;
         let stdio = state.stdio;
@@ -44,11 +45,12 @@ impl Container<Started> {
         let output = Arc::new(Output::default());
         for stream in [boxed(stdio.stdout), boxed(stdio.stderr)] {
             output.open_streams.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(forward_output(
-                stream,
-                parts.bundle.id.clone(),
-                Arc::clone(&output),
-            ));
+            let log = OutputLog {
+                container: parts.bundle.id.clone(),
+                function: log_as.map(Arc::from),
+                budget: LineBudget::default(),
+            };
+            tokio::spawn(forward_output(stream, log, Arc::clone(&output)));
         }
         let network = if host_network {
             Ok(NetworkNamespace::own())
@@ -229,13 +231,12 @@ fn boxed(stream: impl AsyncRead + Send + Unpin + 'static) -> Box<dyn AsyncRead +
     Box::new(stream)
 }
 
-/// Logs what the container writes, line by line (at debug level: a server's
-/// log is noise unless something goes wrong), and keeps the tail for errors.
-/// A line without end is logged in pieces of [`MAX_LOG_LINE`] rather than
-/// held without bound.
+/// Logs what the container writes, line by line (see [`OutputLog`]), and
+/// keeps the tail for errors. A line without end is logged in pieces of
+/// [`MAX_LOG_LINE`] rather than held without bound.
 async fn forward_output(
     mut stream: Box<dyn AsyncRead + Send + Unpin>,
-    container: String,
+    mut log: OutputLog,
     output: Arc<Output>,
 ) {
     let mut buf = vec![0u8; 8 * 1024];
@@ -251,26 +252,93 @@ async fn forward_output(
         for piece in buf[..n].split_inclusive(|b| *b == b'\n') {
             line.extend_from_slice(piece);
             if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
-                log_line(&container, &line);
+                log.line(&line, Instant::now());
                 line.clear();
             }
         }
     }
     if !line.is_empty() {
-        log_line(&container, &line);
+        log.line(&line, Instant::now());
     }
+    log.flush();
     output.open_streams.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The longest piece of a container's output logged as one line.
 const MAX_LOG_LINE: usize = 8 * 1024;
 
-fn log_line(container: &str, line: &[u8]) {
-    tracing::debug!(
-        container,
-        "function: {}",
-        String::from_utf8_lossy(line).trim_end()
-    );
+/// Most lines of one output stream of a named function's server logged per
+/// second; the rest are counted and the count logged. A server that logs
+/// in a loop must not make xfn's log (and a node's log pipeline) pay for
+/// it: 20 lines a second is far above a function's own start and error
+/// lines, and bounds a flood at about 160 KiB/s of log per stream.
+const LOG_LINES_PER_SECOND: u32 = 20;
+
+/// Where a served container's output goes: a named function's (a hosted
+/// Function's: an operator's only window on it, as `kubectl logs` would
+/// be) at INFO as `function=NAME`, rate-limited; an unnamed one's (a
+/// render's servers) at DEBUG under its container id, as noise unless
+/// something goes wrong.
+struct OutputLog {
+    container: String,
+    function: Option<Arc<str>>,
+    budget: LineBudget,
+}
+
+/// A fixed one-second window of [`LOG_LINES_PER_SECOND`] lines.
+#[derive(Default)]
+struct LineBudget {
+    window: Option<Instant>,
+    used: u32,
+    dropped: u64,
+}
+
+impl LineBudget {
+    /// Whether a line at `now` may be logged; when a new window opens, the
+    /// lines dropped in the last one are returned to be said.
+    fn admit(&mut self, now: Instant) -> (bool, u64) {
+        let mut dropped = 0;
+        if self
+            .window
+            .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1))
+        {
+            self.window = Some(now);
+            self.used = 0;
+            dropped = std::mem::take(&mut self.dropped);
+        }
+        if self.used < LOG_LINES_PER_SECOND {
+            self.used += 1;
+            (true, dropped)
+        } else {
+            self.dropped += 1;
+            (false, dropped)
+        }
+    }
+}
+
+impl OutputLog {
+    fn line(&mut self, line: &[u8], now: Instant) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end();
+        let Some(function) = &self.function else {
+            tracing::debug!(container = %self.container, "function: {text}");
+            return;
+        };
+        let (admitted, dropped) = self.budget.admit(now);
+        if dropped > 0 {
+            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
+        }
+        if admitted {
+            tracing::info!(function = %function, container = %self.container, "server: {text}");
+        }
+    }
+
+    /// Says what the last window dropped, at the stream's end.
+    fn flush(&mut self) {
+        if let (Some(function), dropped @ 1..) = (&self.function, self.budget.dropped) {
+            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
+        }
+    }
 }
 
 /// A function image running as a server in its own network namespace.
@@ -289,6 +357,10 @@ pub struct FunctionServerOptions<'a> {
     /// the server has an empty network namespace of its own and is reached
     /// inside it, never through the host's.
     pub host_network: bool,
+    /// The function's name: its output is logged at INFO as
+    /// `function=NAME`, rate-limited; without, at DEBUG (a render's
+    /// servers).
+    pub log_as: Option<&'a str>,
 }
 
 impl FunctionServer {
@@ -322,7 +394,9 @@ impl FunctionServer {
             rootfs,
             pin,
         } = started;
-        let container = container.serve(options.host_network).await?;
+        let container = container
+            .serve(options.host_network, options.log_as)
+            .await?;
         tracing::debug!(container = container.id(), "function serving");
         Ok(Self(FunctionContainer {
             container,
@@ -391,5 +465,23 @@ mod tests {
         }
         assert_eq!(tail.bytes.len(), STDERR_TAIL_BYTES);
         assert!(tail.bytes.ends_with(b"line 9999\n"));
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_lines_is_cut_to_the_budget_per_second_and_the_rest_counted() {
+        let mut budget = LineBudget::default();
+        let start = Instant::now();
+        let admitted = (0..100).filter(|_| budget.admit(start).0).count();
+        assert_eq!(admitted, LOG_LINES_PER_SECOND as usize);
+        // The next window admits again and says what the last one dropped.
+        let (admitted, dropped) = budget.admit(start + Duration::from_secs(1));
+        assert!(admitted);
+        assert_eq!(dropped, 100 - u64::from(LOG_LINES_PER_SECOND));
+        assert_eq!(budget.admit(start + Duration::from_secs(1)).1, 0);
     }
 }

@@ -10,7 +10,7 @@ use super::validate::{checked, InvalidRequest};
 use crate::chain::Chain;
 use crate::grpc::deadline::{deadline_of, effective_timeout};
 use crate::grpc::serve::ServiceSet;
-use crate::grpc::{status_of, Calls, FunctionRunner};
+use crate::grpc::{status_of, Calls, FunctionRunner, Subject};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
@@ -113,7 +113,10 @@ impl<R: FunctionRunner> ContainerizedFunctionRunnerService for SidecarService<R>
         request: Request<pb::RunFunctionRequest>,
     ) -> Result<Response<pb::RunFunctionResponse>, Status> {
         let image = request.get_ref().image.clone();
-        let output = self.calls.answer(&image, self.run_checked(request)).await?;
+        let output = self
+            .calls
+            .answer(Subject::Image(&image), self.run_checked(request))
+            .await?;
         Ok(Response::new(pb::RunFunctionResponse { output }))
     }
 }

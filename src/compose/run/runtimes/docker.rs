@@ -97,7 +97,7 @@ pub(super) async fn start(
         timeout: (config.timeout / 2).min(MAX_SERVER_START),
         ..config.clone()
     };
-    function_server::start(runner, image, &config, env, host_network)
+    function_server::start(runner, image, &config, env, host_network, None)
         .await
         .map_err(|source| ComposeError::FunctionStart {
             function: function.to_string(),

@@ -154,10 +154,20 @@ fn a_kind_no_crd_defines_fails_validation_unless_the_configuration_leaves_out_th
     let server = FunctionServer::start(&[]);
     let suites = Suites::new(&development(&server));
     std::fs::write(suites.path("data/open-crd.yaml"), OPEN_CRD).unwrap();
+    // The composed Deployment as a kind nothing defines (a Deployment is
+    // judged against Kubernetes' own schema, as the CLI judges it).
+    let composition = std::fs::read_to_string(suites.path("data/composition.yaml"))
+        .unwrap()
+        .replace(
+            "apiVersion: apps/v1\n        kind: Deployment",
+            "apiVersion: example.org/v1\n        kind: Widget",
+        );
+    assert!(composition.contains("kind: Widget"));
+    std::fs::write(suites.path("data/widget-composition.yaml"), composition).unwrap();
     std::fs::write(
         suites.path("validate_xprin.yaml"),
         "tests:\n- name: validated\n  inputs:\n    xr: data/xr.yaml\n    \
-         composition: data/composition.yaml\n    functions: functions.yaml\n    \
+         composition: data/widget-composition.yaml\n    functions: functions.yaml\n    \
          crds: [data/open-crd.yaml]\n",
     )
     .unwrap();
@@ -166,7 +176,10 @@ fn a_kind_no_crd_defines_fails_validation_unless_the_configuration_leaves_out_th
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_has(
         &text(&out),
-        &["[x] validate: Deployment/my-app (apps/v1, document 2): no CRD or XRD given defines this kind and version"],
+        &[
+            "[x] validate: Widget/my-app (example.org/v1, document ",
+            "no CRD or XRD given defines this kind and version",
+        ],
     );
     // A configuration whose validate command leaves it out: a warning.
     let config = suites.path("lenient.yaml");

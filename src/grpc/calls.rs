@@ -330,7 +330,9 @@ mod tests {
             .await
             .unwrap();
         let failed = calls
-            .answer::<()>(Subject::Function("fn"), async { Err(Status::not_found("no such image")) })
+            .answer::<()>(Subject::Function("fn"), async {
+                Err(Status::not_found("no such image"))
+            })
             .await;
         assert_eq!(failed.unwrap_err().code(), Code::NotFound);
         let dropped = calls.answer::<()>(Subject::Function("fn"), std::future::pending());

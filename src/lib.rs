@@ -39,6 +39,7 @@ pub mod runner;
 pub use grpc::daemon::{Daemon, DaemonError, DaemonOptions};
 
 mod adaptor;
+mod calendar;
 mod cli;
 mod compose;
 mod duration;

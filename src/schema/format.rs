@@ -158,15 +158,7 @@ fn date(text: &str) -> bool {
     let (Some(year), Some(month), Some(day)) = (number(0..4), number(5..7), number(8..10)) else {
         return false;
     };
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    let days = match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        2 if leap => 29,
-        2 => 28,
-        _ => return false,
-    };
-    (1..=days).contains(&day)
+    crate::calendar::days_in_month(year, month).is_some_and(|days| (1..=days).contains(&day))
 }
 
 /// strfmt's `IsDateTime`: lower-cased and split at every `t`, the first

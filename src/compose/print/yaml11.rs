@@ -281,14 +281,7 @@ fn is_timestamp(s: &str) -> bool {
         let (month, rest) = number(&s[5..], 2)?;
         let rest = rest.strip_prefix('-')?;
         let (day, rest) = number(rest, 2)?;
-        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-        let days = match month {
-            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-            4 | 6 | 9 | 11 => 30,
-            2 if leap => 29,
-            2 => 28,
-            _ => return None,
-        };
+        let days = crate::calendar::days_in_month(year, month)?;
         (1..=days).contains(&day).then_some(rest)
     })();
     let Some(rest) = date else {

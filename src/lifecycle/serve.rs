@@ -252,13 +252,13 @@ async fn forward_output(
         for piece in buf[..n].split_inclusive(|b| *b == b'\n') {
             line.extend_from_slice(piece);
             if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
-                log.line(&line, Instant::now());
+                log.line(&line);
                 line.clear();
             }
         }
     }
     if !line.is_empty() {
-        log.line(&line, Instant::now());
+        log.line(&line);
     }
     log.flush();
     output.open_streams.fetch_sub(1, Ordering::SeqCst);
@@ -317,19 +317,20 @@ impl LineBudget {
 }
 
 impl OutputLog {
-    fn line(&mut self, line: &[u8], now: Instant) {
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim_end();
+    /// Logs one line; its text is made only where it is logged (not for a
+    /// render's server with debug off, nor for a line over the budget).
+    fn line(&mut self, line: &[u8]) {
+        let text = || String::from_utf8_lossy(line);
         let Some(function) = &self.function else {
-            tracing::debug!(container = %self.container, "function: {text}");
+            tracing::debug!(container = %self.container, "function: {}", text().trim_end());
             return;
         };
-        let (admitted, dropped) = self.budget.admit(now);
+        let (admitted, dropped) = self.budget.admit(Instant::now());
         if dropped > 0 {
             tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
         }
         if admitted {
-            tracing::info!(function = %function, container = %self.container, "server: {text}");
+            tracing::info!(function = %function, container = %self.container, "server: {}", text().trim_end());
         }
     }
 

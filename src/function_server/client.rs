@@ -50,6 +50,23 @@ pub(crate) enum Dial {
     Unix(PathBuf),
 }
 
+impl Dial {
+    /// The `:authority` a call to the server names: the `host:port` dialled
+    /// (as gRPC clients do: Crossplane dialling `dns:///fn:9443` sends
+    /// `fn:9443`, and `xfn host --insecure` routes by its host), else
+    /// `localhost`.
+    fn authority(&self) -> String {
+        match self {
+            Dial::Namespace(_, address) => address.to_string(),
+            Dial::Tcp(target) => {
+                let target = target.strip_prefix("http://").unwrap_or(target);
+                target.trim_end_matches('/').to_string()
+            }
+            Dial::Unix(_) => "localhost".to_string(),
+        }
+    }
+}
+
 /// One function's server, its calls and the connection there once made.
 #[derive(Debug)]
 pub(crate) struct Client {
@@ -58,6 +75,9 @@ pub(crate) struct Client {
     streams: usize,
     budget: Arc<ResponseShare>,
     dial: Dial,
+    /// The `:authority` every call names (what a front, such as `xfn
+    /// host` without TLS, routes by).
+    authority: String,
     sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
 }
 
@@ -75,6 +95,7 @@ impl Client {
             function: function.to_string(),
             streams,
             budget,
+            authority: dial.authority(),
             dial,
             sender: tokio::sync::Mutex::new(None),
         }
@@ -150,10 +171,8 @@ impl Client {
                 let stream = network.connect(*address).await.map_err(refused)?;
                 handshake(stream, self.streams).await
             }
-            Dial::Tcp(target) => {
-                let target = target.strip_prefix("http://").unwrap_or(target);
-                let target = target.trim_end_matches('/');
-                let stream = tokio::net::TcpStream::connect(target)
+            Dial::Tcp(_) => {
+                let stream = tokio::net::TcpStream::connect(self.authority.as_str())
                     .await
                     .map_err(refused)?;
                 stream.set_nodelay(true).map_err(refused)?;
@@ -182,6 +201,7 @@ impl Client {
             sender,
             &self.budget,
             &self.function,
+            &self.authority,
             method,
             message,
             timeout,
@@ -239,11 +259,12 @@ async fn call_on(
     mut sender: SendRequest<Bytes>,
     budget: &ResponseShare,
     function: &str,
+    authority: &str,
     method: &str,
     message: &Bytes,
     timeout: Option<Duration>,
 ) -> Result<Bytes, Status> {
-    let mut head = http::Request::post(format!("http://function{method}"))
+    let mut head = http::Request::post(format!("http://{authority}{method}"))
         .header(http::header::CONTENT_TYPE, "application/grpc")
         .header(http::header::TE, "trailers");
     if let Some(timeout) = timeout {
@@ -522,7 +543,16 @@ mod tests {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let sender = handshake(io, 1).await.unwrap();
-        call_on(sender, budget, "fn", V1_RUN_FUNCTION, &Bytes::new(), None).await
+        call_on(
+            sender,
+            budget,
+            "fn",
+            "fn:9443",
+            V1_RUN_FUNCTION,
+            &Bytes::new(),
+            None,
+        )
+        .await
     }
 
     fn budget() -> ResponseShare {
@@ -572,6 +602,7 @@ mod tests {
             sender,
             &budget,
             "fn",
+            "big:9443",
             V1_RUN_FUNCTION,
             &message,
             Some(Duration::from_secs(120)),
@@ -585,6 +616,8 @@ mod tests {
         let (head, received) = seen.lock().unwrap().take().unwrap();
         assert_eq!(received, message);
         assert_eq!(head.uri.path(), V1_RUN_FUNCTION);
+        // The authority dialled, which `xfn host --insecure` routes by.
+        assert_eq!(head.uri.authority().map(|a| a.as_str()), Some("big:9443"));
         assert_eq!(head.headers["grpc-timeout"], "120000m");
         assert_eq!(head.headers["content-type"], "application/grpc");
         // HEADERS (1) and DATA (0) with END_STREAM (1) of stream 1, in the
@@ -604,6 +637,19 @@ mod tests {
                 .iter()
                 .any(|&(kind, flags, stream)| kind == 0 && flags & 1 == 1 && stream == 1),
             "the request's DATA left in another write than its HEADERS: {request_write:?}"
+        );
+    }
+
+    #[test]
+    fn a_call_names_the_host_and_port_dialled_as_its_authority() {
+        // What `xfn host --insecure` routes by: render's Development
+        // target `dns:///big:9443` reaches the client as `big:9443`.
+        for target in ["big:9443", "http://big:9443", "http://big:9443/"] {
+            assert_eq!(Dial::Tcp(target.to_string()).authority(), "big:9443");
+        }
+        assert_eq!(
+            Dial::Unix(PathBuf::from("/k.sock")).authority(),
+            "localhost"
         );
     }
 
@@ -723,6 +769,7 @@ mod tests {
                 sender.clone(),
                 &budget,
                 "fn",
+                "fn:9443",
                 V1_RUN_FUNCTION,
                 &Bytes::new(),
                 None,

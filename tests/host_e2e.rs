@@ -501,6 +501,66 @@ async fn insecure_calls_are_routed_by_the_authority_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn render_reaches_a_hosted_function_through_the_development_runtime_by_its_target_host() {
+    // `xfn render` (as `crossplane render`) with a Development function
+    // pointed at `xfn host --insecure`: the call names the target's
+    // host:port as its :authority, which the host routes by. (It once named
+    // every call "function": NotFound.)
+    let (dir, _registry, file) = setup(&[("localhost", true)]);
+    let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
+    let xr = dir.path().join("xr.yaml");
+    std::fs::write(
+        &xr,
+        "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: test}\nspec: {count: 2}\n",
+    )
+    .unwrap();
+    let composition = dir.path().join("composition.yaml");
+    std::fs::write(
+        &composition,
+        "apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata: {name: hosted}
+spec:
+  compositeTypeRef: {apiVersion: example.org/v1, kind: XBucket}
+  mode: Pipeline
+  pipeline:
+  - step: one
+    functionRef: {name: localhost}
+    input: {apiVersion: example.org/v1, kind: Input, action: create}
+",
+    )
+    .unwrap();
+    let functions = dir.path().join("functions.yaml");
+    std::fs::write(
+        &functions,
+        format!(
+            "apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: localhost
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: dns:///localhost:{}
+",
+            host.port
+        ),
+    )
+    .unwrap();
+    let rendered = xfn_command()
+        .arg("render")
+        .args([&xr, &composition, &functions])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&rendered.stdout);
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    assert!(stdout.contains("bucket-1"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_replaced() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true)]);
     let host = XfnHost::start_tls(dir.path(), &file, &["--server-idle", "2s"]);

@@ -54,11 +54,21 @@ pub(crate) trait Hosting: Send + Sync + 'static {
     fn host(&self, function: HostedFunction);
     /// Stop serving `name` and stop its servers; unknown names are a no-op.
     fn unhost(&self, name: &str);
-    /// Whether `name`'s package is ready to serve: `Err(why)` while it is
-    /// not (or `name` is not hosted).
-    fn readiness(&self, name: &str) -> Result<(), String>;
+    /// Whether `name`'s package is ready to serve.
+    fn readiness(&self, name: &str) -> Readiness;
     /// Marked changed whenever a hosted package's readiness may have.
     fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()>;
+}
+
+/// Whether a hosted Function's package is ready, as the host tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Pulled and its kind decided: its calls need no pull.
+    Ready,
+    /// Not yet (not hosted yet, or being pulled): why.
+    Pending(String),
+    /// Its last pull failed (tried again meanwhile): why.
+    Failed(String),
 }
 
 /// Crossplane's package API group and version.
@@ -431,7 +441,7 @@ impl Reconciler {
         let secret_name = self.ensure_certificate(function, revision).await?;
 
         let endpoint = format!("dns:///{name}.{}:{GRPC_PORT}", self.options.namespace);
-        let conditions = runtime_conditions(self.hosting.readiness(name));
+        let conditions = runtime_conditions(self.hosting.readiness(name), &revision.data);
         if str_at(&revision.data, &["status", "endpoint"]) != Some(endpoint.as_str())
             || str_at(&revision.data, &["status", "tlsServerSecretName"])
                 != Some(secret_name.as_str())
@@ -656,40 +666,75 @@ impl Reconciler {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RuntimeCondition {
     kind: &'static str,
-    status: &'static str,
-    reason: &'static str,
+    status: String,
+    reason: String,
     message: Option<String>,
+}
+
+impl RuntimeCondition {
+    fn new(kind: &'static str, status: &str, reason: &str, message: Option<String>) -> Self {
+        Self {
+            kind,
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+        }
+    }
 }
 
 /// The conditions a package runtime owns on an Active revision, as
 /// Crossplane's Deployment runtime sets them: core's package manager
 /// reports a Function `Healthy` only when its revision's `RuntimeHealthy`
 /// is True (`PackageHealth`), and with an External runtime nothing of
-/// core's sets it. `RuntimeHealthy` is True once the host has the package
-/// ready (`readiness`), as the Deployment runtime's is once its Deployment
-/// is Available; else False (`UnhealthyPackageRevision`, saying why).
-/// `RuntimeActive` is True: the host serves the endpoint.
-fn runtime_conditions(readiness: Result<(), String>) -> [RuntimeCondition; 2] {
-    let healthy = match readiness {
-        Ok(()) => RuntimeCondition {
-            kind: "RuntimeHealthy",
-            status: "True",
-            reason: "HealthyPackageRevision",
-            message: None,
-        },
-        Err(why) => RuntimeCondition {
-            kind: "RuntimeHealthy",
-            status: "False",
-            reason: "UnhealthyPackageRevision",
-            message: Some(format!("xfn host: {}", crate::echo::Echo(&why))),
-        },
+/// core's sets it. `RuntimeActive` is True: the host serves the endpoint.
+/// `RuntimeHealthy` is True once the package is ready (`readiness`), as
+/// the Deployment runtime's is once its Deployment is Available; False
+/// (`UnhealthyPackageRevision`, why) once its pull failed; Unknown
+/// (`UnknownPackageRevisionHealth`) while it is pulled.
+///
+/// Every replica writes it from its own view, so a worse view never
+/// overwrites a better one, nor a failure another's: True stays once one
+/// replica had the package ready (a revision's package does not change; a
+/// replica that cannot pull it says so in its own `/readyz` and metrics),
+/// False stays against a replica still pulling or failing otherwise.
+/// Without that, a replica starting (pulling) and one serving would each
+/// rewrite the condition at every write of the other's, as fast as their
+/// watches tell them (tests/cluster.rs saw the revisions keep changing).
+fn runtime_conditions(readiness: Readiness, revision: &Value) -> [RuntimeCondition; 2] {
+    let current = condition_of(revision, "RuntimeHealthy");
+    let status = current.and_then(|c| str_at(c, &["status"]));
+    let keep = match (&readiness, status) {
+        (Readiness::Ready, _) => false,
+        (Readiness::Failed(_), Some(status)) => status == "True" || status == "False",
+        (Readiness::Pending(_), Some(status)) => ["True", "False", "Unknown"].contains(&status),
+        (_, None) => false,
     };
-    let active = RuntimeCondition {
-        kind: "RuntimeActive",
-        status: "True",
-        reason: "ActiveRuntime",
-        message: None,
+    let healthy = match (readiness, current) {
+        (_, Some(current)) if keep => RuntimeCondition::new(
+            "RuntimeHealthy",
+            str_at(current, &["status"]).unwrap_or_default(),
+            str_at(current, &["reason"]).unwrap_or_default(),
+            str_at(current, &["message"])
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+        ),
+        (Readiness::Ready, _) => {
+            RuntimeCondition::new("RuntimeHealthy", "True", "HealthyPackageRevision", None)
+        }
+        (Readiness::Failed(why), _) => RuntimeCondition::new(
+            "RuntimeHealthy",
+            "False",
+            "UnhealthyPackageRevision",
+            Some(format!("xfn host: {}", crate::echo::Echo(&why))),
+        ),
+        (Readiness::Pending(why), _) => RuntimeCondition::new(
+            "RuntimeHealthy",
+            "Unknown",
+            "UnknownPackageRevisionHealth",
+            Some(format!("xfn host: {}", crate::echo::Echo(&why))),
+        ),
     };
+    let active = RuntimeCondition::new("RuntimeActive", "True", "ActiveRuntime", None);
     [healthy, active]
 }
 
@@ -697,8 +742,8 @@ fn runtime_conditions(readiness: Result<(), String>) -> [RuntimeCondition; 2] {
 fn runtime_conditions_hold(revision: &Value, conditions: &[RuntimeCondition]) -> bool {
     conditions.iter().all(|want| {
         condition_of(revision, want.kind).is_some_and(|c| {
-            str_at(c, &["status"]) == Some(want.status)
-                && str_at(c, &["reason"]) == Some(want.reason)
+            str_at(c, &["status"]) == Some(want.status.as_str())
+                && str_at(c, &["reason"]) == Some(want.reason.as_str())
                 && str_at(c, &["message"]).filter(|m| !m.is_empty()) == want.message.as_deref()
         })
     })
@@ -715,7 +760,7 @@ fn runtime_conditions_to_write(revision: &Value, conditions: &[RuntimeCondition]
         .iter()
         .map(|want| {
             let since = condition_of(revision, want.kind)
-                .filter(|c| str_at(c, &["status"]) == Some(want.status))
+                .filter(|c| str_at(c, &["status"]) == Some(want.status.as_str()))
                 .and_then(|c| str_at(c, &["lastTransitionTime"]))
                 .unwrap_or(now.as_str());
             let mut condition = serde_json::json!({

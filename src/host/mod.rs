@@ -476,9 +476,8 @@ impl Hosting for Arc<Host> {
         status::keep_resolving(Arc::downgrade(self), hosted);
     }
 
-    fn readiness(&self, name: &str) -> Result<(), String> {
-        self.readiness_of(name)
-            .unwrap_or_else(|| Err("not hosted yet".to_owned()))
+    fn readiness(&self, name: &str) -> controller::Readiness {
+        self.package_readiness(name)
     }
 
     fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()> {

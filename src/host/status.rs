@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
+use super::controller::Readiness;
 use super::metrics::PackageState;
 use super::{read, Function, Host};
 use crate::grpc::metrics::FrontEndStatus;
@@ -72,7 +73,7 @@ fn ready(state: Option<&PackageState>) -> Result<(), String> {
         Some(PackageState::Ready { .. }) => Ok(()),
         Some(PackageState::Pulling) => Err("its package is being pulled".to_owned()),
         Some(PackageState::Failing { error }) => Err(format!("its package failed: {error}")),
-        None => Err("not hosted".to_owned()),
+        None => Err("not hosted yet".to_owned()),
     }
 }
 
@@ -87,6 +88,18 @@ impl Host {
     pub(crate) fn readiness_of(&self, name: &str) -> Option<Result<(), String>> {
         let function = read(&self.functions).get(name).cloned()?;
         Some(ready(function.stats.package().as_ref()))
+    }
+
+    /// The same, for the controller: a failure told from a wait.
+    pub(super) fn package_readiness(&self, name: &str) -> Readiness {
+        let package = read(&self.functions)
+            .get(name)
+            .and_then(|f| f.stats.package());
+        match (&package, ready(package.as_ref())) {
+            (_, Ok(())) => Readiness::Ready,
+            (Some(PackageState::Failing { .. }), Err(why)) => Readiness::Failed(why),
+            (_, Err(why)) => Readiness::Pending(why),
+        }
     }
 }
 
@@ -187,6 +200,6 @@ mod tests {
             "cut: {}",
             why.len()
         );
-        assert_eq!(ready(None), Err("not hosted".to_owned()));
+        assert_eq!(ready(None), Err("not hosted yet".to_owned()));
     }
 }

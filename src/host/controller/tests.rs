@@ -33,12 +33,12 @@ enum Call {
     Unhost(String),
 }
 
-/// Records what it is told; its packages are ready unless `not_ready`
-/// says why not.
+/// Records what it is told; its packages are ready unless its second
+/// field says otherwise.
 #[derive(Default)]
 struct RecordingHosting(
     Mutex<Vec<Call>>,
-    Mutex<Option<String>>,
+    Mutex<Option<Readiness>>,
     tokio::sync::watch::Sender<()>,
 );
 
@@ -49,11 +49,8 @@ impl Hosting for RecordingHosting {
     fn unhost(&self, name: &str) {
         self.0.lock().unwrap().push(Call::Unhost(name.to_owned()));
     }
-    fn readiness(&self, _: &str) -> Result<(), String> {
-        match self.1.lock().unwrap().clone() {
-            Some(why) => Err(why),
-            None => Ok(()),
-        }
+    fn readiness(&self, _: &str) -> Readiness {
+        self.1.lock().unwrap().clone().unwrap_or(Readiness::Ready)
     }
     fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()> {
         self.2.subscribe()
@@ -1225,17 +1222,23 @@ async fn a_runtime_config_changing_asks_for_every_hosted_function_and_its_relist
 }
 
 /// The Active revision at its endpoint as stored once this controller
-/// wrote its runtime unhealthy for `why`.
-fn revision_unhealthy(why: &str) -> Value {
+/// wrote its `RuntimeHealthy` `status` for `reason`, saying `why`.
+fn revision_health(status: &str, reason: &str, why: &str) -> Value {
     let mut r = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
     for c in r["status"]["conditions"].as_array_mut().unwrap() {
         if c["type"] == "RuntimeHealthy" {
-            c["status"] = json!("False");
-            c["reason"] = json!("UnhealthyPackageRevision");
+            c["status"] = json!(status);
+            c["reason"] = json!(reason);
             c["message"] = json!(format!("xfn host: {why}"));
         }
     }
     r
+}
+
+const PULLING: &str = "its package is being pulled";
+
+fn revision_pulling() -> Value {
+    revision_health("Unknown", "UnknownPackageRevisionHealth", PULLING)
 }
 
 /// A reconcile of the hosted Function whose Active revision is stored as
@@ -1262,13 +1265,13 @@ fn runtime_healthy(status: &Value) -> Value {
 }
 
 #[tokio::test]
-async fn a_revision_whose_package_is_not_ready_is_runtime_unhealthy_saying_why() {
+async fn a_package_whose_pull_failed_makes_its_revision_runtime_unhealthy_saying_why() {
     let why = "its package failed: manifest unknown";
     let ca = crossplane_ca();
-    let healthy = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
-    let conversation = Conversation::new(reconcile_of(&ca, healthy, Some(revision_unhealthy(why))));
+    let failed = revision_health("False", "UnhealthyPackageRevision", why);
+    let conversation = Conversation::new(reconcile_of(&ca, revision_pulling(), Some(failed)));
     let (reconciler, catalog) = reconciler(&conversation);
-    *catalog.1.lock().unwrap() = Some(why.to_owned());
+    *catalog.1.lock().unwrap() = Some(Readiness::Failed(why.to_owned()));
 
     reconciler.reconcile(FUNCTION).await.unwrap();
 
@@ -1300,26 +1303,58 @@ async fn a_revision_whose_package_is_not_ready_is_runtime_unhealthy_saying_why()
 }
 
 #[tokio::test]
-async fn a_package_becoming_ready_reconciles_its_function_again_and_makes_it_healthy() {
-    let why = "its package is being pulled";
+async fn a_replica_not_ready_overwrites_neither_another_replicas_health_nor_its_failure() {
+    // Before, a second replica still pulling and one serving rewrote the
+    // condition at each other's writes (tests/cluster.rs: the revisions'
+    // resourceVersions kept changing).
     let ca = crossplane_ca();
-    let unhealthy = revision_unhealthy(why);
     let healthy = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
-    // Hosted while its package is pulled: unhealthy.
-    let mut script = reconcile_of(&ca, healthy.clone(), Some(unhealthy.clone()));
-    // The resync at the start of the loop: still pulled, nothing written.
-    script.extend(reconcile_of(&ca, unhealthy.clone(), None));
+    let failed = revision_health("False", "UnhealthyPackageRevision", "its package failed: A");
+    let cases = [
+        (healthy.clone(), Readiness::Pending(PULLING.to_owned())),
+        (
+            healthy,
+            Readiness::Failed("its package failed: B".to_owned()),
+        ),
+        (failed.clone(), Readiness::Pending(PULLING.to_owned())),
+        (
+            failed,
+            Readiness::Failed("its package failed: B".to_owned()),
+        ),
+        (
+            revision_pulling(),
+            Readiness::Pending("not hosted yet".to_owned()),
+        ),
+    ];
+    for (stored, readiness) in cases {
+        let conversation = Conversation::new(reconcile_of(&ca, stored, None));
+        let (reconciler, catalog) = reconciler(&conversation);
+        *catalog.1.lock().unwrap() = Some(readiness.clone());
+
+        reconciler.reconcile(FUNCTION).await.unwrap();
+
+        conversation.assert_complete();
+        assert_eq!(conversation.writes(), Vec::<String>::new(), "{readiness:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_package_becoming_ready_reconciles_its_function_again_and_makes_it_healthy() {
+    let ca = crossplane_ca();
+    let healthy = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    // Hosted while its package is pulled; then the resync at the start of
+    // the loop: nothing to write either time.
+    let mut script = reconcile_of(&ca, revision_pulling(), None);
+    script.extend(reconcile_of(&ca, revision_pulling(), None));
     // Ready: healthy.
-    let after_ready = reconcile_of(&ca, unhealthy, Some(healthy));
+    let after_ready = reconcile_of(&ca, revision_pulling(), Some(healthy));
     let left_when_ready = after_ready.len();
     script.extend(after_ready);
     let conversation = Conversation::new(script);
     let (reconciler, catalog) = reconciler(&conversation);
-    *catalog.1.lock().unwrap() = Some(why.to_owned());
+    *catalog.1.lock().unwrap() = Some(Readiness::Pending(PULLING.to_owned()));
     reconciler.reconcile(FUNCTION).await.unwrap();
-    let (_, status) = conversation.body_of("PATCH", &status_path(REVISION));
-    assert_eq!(runtime_healthy(&status)["status"], "False");
-
+    assert_eq!(conversation.writes(), Vec::<String>::new());
     // The package becomes ready once the loop's first reconcile is done;
     // the loop ends once the ready reconcile is (its last watch ending).
     let left = {

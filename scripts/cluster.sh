@@ -258,7 +258,7 @@ host() {
         mkdir -p "$run/xfn-host-$n"
         start "xfn-host-$n" env KUBECONFIG="$run/xfn-host.kubeconfig" RUST_LOG="${RUST_LOG:-info}" \
             "$xfn" host --ca "$run/ca" --namespace "$ns" --address "127.0.45.$n:9443" \
-            --metrics-address "127.0.45.$n:9090" --cache-dir "$run/xfn-host-$n/cache"
+            --metrics-address "127.0.45.$n:9090" --ready-when any --cache-dir "$run/xfn-host-$n/cache"
         wait_for "xfn host replica $n" curl -sf "http://127.0.45.$n:9090/readyz"
         log "xfn host replica $n serves on 127.0.45.$n:9443 (log: $run/log/xfn-host-$n.log)"
         ;;

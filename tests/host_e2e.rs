@@ -1598,3 +1598,141 @@ async fn a_hosted_servers_output_and_its_calls_are_logged_under_its_function() {
     );
     assert!(log.contains("call answered"), "{log}");
 }
+
+/// The status code and body `xfn host`'s metrics address answers `path`.
+fn answer(host: &XfnHost, path: &str) -> (u16, String) {
+    let text = host.http(path);
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (code, body.to_owned())
+}
+
+/// `xfn host ls` against `host`'s metrics address, with `flags`.
+fn host_ls(host: &XfnHost, flags: &[&str]) -> String {
+    let out = xfn_command()
+        .args(["host", "ls", "--address"])
+        .arg(format!("127.0.0.1:{}", host.metrics_port))
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "xfn host ls: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `/status`'s entry of `function`, as `xfn host ls --format json` prints it.
+fn listed(host: &XfnHost, function: &str) -> serde_json::Value {
+    let status: serde_json::Value =
+        serde_json::from_str(&host_ls(host, &["--format", "json"])).unwrap();
+    status["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == function)
+        .cloned()
+        .unwrap_or_else(|| panic!("{function} not listed: {status}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_package_missing_from_its_registry_is_listed_failing_and_not_ready_until_it_is_pushed() {
+    let (dir, registry) = (tempfile::tempdir().unwrap(), Registry::start());
+    let good = function_server_image(&registry, "host-grpc:v1", &[]);
+    let late = good.replace("host-grpc:v1", "host-late:v1");
+    let file = functions_file(dir.path(), &[("fn-good", &good), ("fn-late", &late)]);
+    let host = XfnHost::start(dir.path(), &file, &["--insecure"]);
+
+    host.wait_for("fn-late's pull failed", || {
+        listed(&host, "fn-late")["state"] == "failing"
+    });
+    host.wait_for("fn-good's package is ready", || {
+        listed(&host, "fn-good")["state"] == "ready"
+    });
+    let failing = listed(&host, "fn-late");
+    assert_eq!(failing["package"], late.as_str());
+    assert_eq!(failing["digest"], serde_json::Value::Null);
+    let error = failing["error"].as_str().unwrap();
+    assert!(error.contains("host-late"), "{failing}");
+    let ready = listed(&host, "fn-good");
+    assert!(
+        ready["digest"].as_str().unwrap().starts_with("sha256:"),
+        "{ready}"
+    );
+    assert_eq!(ready["kind"], "Server");
+    assert_eq!(ready["calls"], 0);
+    let table = host_ls(&host, &[]);
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row:\n{table}"))
+            .to_owned()
+    };
+    assert!(row("fn-late ").contains("failing"), "{table}");
+    assert!(row("fn-good ").contains("ready"), "{table}");
+    assert!(
+        table.contains(&format!("  error: {error}")),
+        "the error under its function:\n{table}"
+    );
+
+    // Not ready as a whole, naming the one not ready; each function alone.
+    let (code, body) = answer(&host, "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("function fn-late: its package failed"),
+        "{body}"
+    );
+    assert!(!body.contains("fn-good"), "{body}");
+    assert_eq!(answer(&host, "/readyz?function=fn-good").0, 200);
+    assert_eq!(answer(&host, "/readyz?function=fn-late").0, 503);
+    assert_eq!(answer(&host, "/readyz?function=fn-nope").0, 404);
+    let state = |function: &str, state: &str| {
+        host.0.metric(&format!(
+            "xfn_host_package_state{{function=\"{function}\",state=\"{state}\"}}"
+        ))
+    };
+    assert_eq!(
+        (state("fn-late", "failing"), state("fn-late", "ready")),
+        (1, 0)
+    );
+    assert_eq!(state("fn-good", "ready"), 1);
+
+    // A call is timed under its function.
+    assert_eq!(host.metric("call_duration_seconds_count", "fn-good"), 0);
+    let answered = call_insecure(&host, "fn-good", grpc_request("t", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answered), ["from the grpc function"]);
+    assert_eq!(host.metric("call_duration_seconds_count", "fn-good"), 1);
+    let after = listed(&host, "fn-good");
+    assert_eq!(
+        (after["calls"].clone(), after["coldStarts"].clone()),
+        (1.into(), 1.into())
+    );
+    assert!(
+        after["lastColdStart"]["seconds"].as_f64().unwrap() > 0.0,
+        "{after}"
+    );
+
+    // Pushed now: the host's retries find it, with no call and no restart.
+    let pushed = function_server_image(&registry, "host-late:v1", &[]);
+    assert_eq!(pushed, late);
+    host.wait_for_within(
+        "fn-late ready once pushed (retried within a minute's backoff)",
+        Duration::from_secs(150),
+        || answer(&host, "/readyz").0 == 200,
+    );
+    assert_eq!(answer(&host, "/readyz?function=fn-late").0, 200);
+    let now_ready = listed(&host, "fn-late");
+    assert_eq!(now_ready["state"], "ready", "{now_ready}");
+    assert_eq!(now_ready["error"], serde_json::Value::Null);
+    assert_eq!(state("fn-late", "failing"), 0);
+    assert_eq!(now_ready["calls"], 0, "ready with no call");
+}

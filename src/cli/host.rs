@@ -15,6 +15,7 @@ use crate::grpc::serve::{Incoming, ServiceSet};
 use crate::host::controller::Hosting;
 use crate::host::servers::ServerLimits;
 use crate::host::service::{V1Service, V1beta1Service, WithAuthority};
+use crate::host::status::ReadyWhen;
 use crate::host::tls::Ca;
 use crate::host::{Host, HostOptions};
 use crate::image::PullPolicy;
@@ -28,7 +29,11 @@ use super::{StoreArgs, UsernsArgs};
 /// Flags of `xfn host`.
 #[derive(Debug, Clone, Args)]
 #[group(id = "trust", required = true, multiple = false, args = ["ca", "insecure"])]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct HostArgs {
+    /// What to ask a running `xfn host` (none: run one).
+    #[command(subcommand)]
+    pub(crate) command: Option<HostCommand>,
     /// Crossplane `pkg.crossplane.io` Function objects to host (multi-doc
     /// YAML; the file `crossplane render` takes). Without it, xfn hosts
     /// what the cluster's FunctionRevisions say is active (in a pod, with
@@ -83,6 +88,11 @@ pub(crate) struct HostArgs {
     /// When packages are pulled.
     #[arg(long, value_enum, default_value = "IfNotPresent")]
     pub(crate) image_pull_policy: PullPolicy,
+    /// When `/readyz` (on --metrics-address) answers 200: once every
+    /// hosted function's package is pulled and its kind decided (`all`),
+    /// or once any is (`any`). See docs/host.md, Watching it.
+    #[arg(long, value_enum, default_value = "all")]
+    pub(crate) ready_when: ReadyWhen,
     /// CPU limit of each container of a function whose
     /// DeploymentRuntimeConfig sets none, a Kubernetes quantity (`500m`,
     /// `2`). See docs/host.md, Limits.
@@ -205,10 +215,14 @@ pub(crate) async fn execute(
                 memory_bytes: Some(args.memory),
                 pids: None,
             },
+            ready_when: args.ready_when,
         },
         prepared.ca,
     );
     daemon.metrics().set_front_end(Box::new(host.stats()));
+    daemon
+        .metrics()
+        .set_front_end_status(Arc::clone(&host) as Arc<dyn crate::grpc::metrics::FrontEndStatus>);
     for function in prepared.functions {
         host.host(function);
     }
@@ -266,4 +280,135 @@ pub(crate) async fn execute(
     host.shutdown().await;
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `xfn host` asks a running one.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub(crate) enum HostCommand {
+    /// List the hosted functions of a running `xfn host`: package and
+    /// digest, kind, state (pulling, ready, failing and its error),
+    /// servers, calls, last cold start (its `/status`).
+    Ls(LsArgs),
+}
+
+/// `xfn host ls`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct LsArgs {
+    /// The `--metrics-address` of the `xfn host` to ask.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub(crate) address: String,
+    /// Output format (`json`: its `/status` as it answered).
+    #[arg(long, value_enum, default_value_t = super::ListFormat::Text)]
+    pub(crate) format: super::ListFormat,
+}
+
+/// The most bytes of `/status` read: one entry per hosted function, each
+/// well under 2 KiB (its error cut), for thousands of functions.
+const MAX_STATUS_BYTES: usize = 8 << 20;
+
+/// Runs `xfn host ls`.
+pub(crate) async fn list(args: LsArgs) -> anyhow::Result<ExitCode> {
+    let url = format!("http://{}/status", args.address);
+    let mut response = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("cannot reach xfn host at {url}"))?;
+    if !response.status().is_success() {
+        anyhow::bail!(
+            "{url} answered {}: is it xfn host's --metrics-address?",
+            response.status()
+        );
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .with_context(|| format!("reading {url}"))?
+    {
+        anyhow::ensure!(
+            body.len() + chunk.len() <= MAX_STATUS_BYTES,
+            "{url} answered more than {MAX_STATUS_BYTES} bytes"
+        );
+        body.extend_from_slice(&chunk);
+    }
+    let status: serde_json::Value =
+        serde_json::from_slice(&body).with_context(|| format!("{url} answered no JSON"))?;
+    if args.format == super::ListFormat::Json {
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut stdout, &status)?;
+        std::io::Write::write_all(&mut stdout, b"\n")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", table(&status));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `/status` as aligned columns, a failing function's error under it.
+fn table(status: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    let mut rows = vec![[
+        "NAME",
+        "STATE",
+        "KIND",
+        "SERVERS",
+        "CALLS",
+        "ERRORS",
+        "LAST-COLD-START",
+        "PACKAGE",
+        "DIGEST",
+    ]
+    .map(str::to_owned)];
+    let mut errors = Vec::new();
+    let functions = status["functions"].as_array().cloned().unwrap_or_default();
+    for f in &functions {
+        let cold = match &f["lastColdStart"] {
+            serde_json::Value::Null => "-".to_owned(),
+            cold => format!(
+                "{:.2}s at {}",
+                cold["seconds"].as_f64().unwrap_or(0.0),
+                text(&cold["at"])
+            ),
+        };
+        let servers = format!(
+            "{} (+{} starting)",
+            text(&f["serversRunning"]),
+            text(&f["serversStarting"])
+        );
+        rows.push([
+            text(&f["name"]),
+            text(&f["state"]),
+            text(&f["kind"]),
+            servers,
+            text(&f["calls"]),
+            text(&f["callErrors"]),
+            cold,
+            text(&f["package"]),
+            text(&f["digest"]),
+        ]);
+        errors.push(f["error"].as_str().map(str::to_owned));
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+        if let Some(Some(error)) = i.checked_sub(1).and_then(|f| errors.get(f)) {
+            out.push_str(&format!("  error: {error}\n"));
+        }
+    }
+    out
 }

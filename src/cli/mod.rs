@@ -495,6 +495,8 @@ pub(crate) enum Prepared {
     /// `xfn host`: its catalog and CA, namespace, and whether its
     /// containers end with it.
     Host(host::HostArgs, host::Prepared, Namespace, bool),
+    /// `xfn host ls`.
+    HostLs(host::LsArgs),
     /// A command that ended while preparing, with this exit code (`xfn
     /// run`'s refused input, said on stderr).
     Exit(std::process::ExitCode),
@@ -558,6 +560,10 @@ pub(crate) fn prepare_process(command: Command, global: &Global) -> anyhow::Resu
         Command::Wrap(args) => Prepared::Wrap(args),
         Command::Validate(args) => Prepared::Validate(args),
         Command::Test(args) => test::prepare(args)?,
+        Command::Host(host::HostArgs {
+            command: Some(host::HostCommand::Ls(args)),
+            ..
+        }) => Prepared::HostLs(args),
         Command::Host(args) => {
             // The CA key may be readable only by the real uid: read it first.
             let prepared = host::prepare(&args)?;
@@ -597,6 +603,7 @@ impl Prepared {
             Prepared::Host(args, prepared, namespace, in_memory) => {
                 host::execute(args, prepared, &namespace, in_memory, global).await
             }
+            Prepared::HostLs(args) => host::list(args).await,
             Prepared::Exit(code) => Ok(code),
         }
     }

@@ -59,6 +59,21 @@ pub(crate) struct Metrics {
     front_end: Arc<std::sync::OnceLock<Box<dyn prometheus_client::collector::Collector>>>,
     /// What `/readyz` answers: serving and not draining.
     ready: Arc<std::sync::atomic::AtomicBool>,
+    /// A front end's readiness and status, set once.
+    front_end_status: Arc<std::sync::OnceLock<Arc<dyn FrontEndStatus>>>,
+}
+
+/// What a front end (`xfn host`) tells on the endpoint beside its metrics:
+/// whether what it serves is ready (`/readyz`, `/readyz?function=NAME`)
+/// and its status (`/status`, JSON). Each answer is bounded by what it
+/// serves (the functions its catalog holds).
+pub(crate) trait FrontEndStatus: Send + Sync + std::fmt::Debug {
+    /// Whether it is ready as a whole: `Err(why)` while not.
+    fn ready(&self) -> Result<(), String>;
+    /// Whether the function `name` is: `None` when it serves none so named.
+    fn ready_of(&self, name: &str) -> Option<Result<(), String>>;
+    /// What `/status` answers.
+    fn status(&self) -> serde_json::Value;
 }
 
 impl Default for Metrics {
@@ -140,6 +155,7 @@ impl Metrics {
         Self {
             front_end,
             ready: Arc::default(),
+            front_end_status: Arc::default(),
             registry,
             connections_open,
             connections_closed,
@@ -208,6 +224,12 @@ impl Metrics {
         collector: Box<dyn prometheus_client::collector::Collector>,
     ) {
         let _ = self.front_end.set(collector);
+    }
+
+    /// Also answers `/readyz` and `/status` from a front end's status; the
+    /// first one set stays.
+    pub(crate) fn set_front_end_status(&self, status: Arc<dyn FrontEndStatus>) {
+        let _ = self.front_end_status.set(status);
     }
 
     /// Whether `/readyz` answers 200: set when serving starts, cleared when
@@ -592,21 +614,32 @@ async fn serve(
     use axum::routing::get;
 
     let ready = Arc::clone(&metrics.ready);
+    let front_end = Arc::clone(&metrics.front_end_status);
+    let status = Arc::clone(&metrics.front_end_status);
     let app = axum::Router::new()
         // Alive while this endpoint answers; ready while serving and not
         // draining (a Kubernetes readiness probe takes the pod out of its
-        // Service as the drain starts).
+        // Service as the drain starts) and what the front end serves is.
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
+            get(
+                move |axum::extract::RawQuery(query): axum::extract::RawQuery| {
+                    let serving = ready.load(std::sync::atomic::Ordering::Relaxed);
+                    let answer =
+                        readiness(serving, front_end.get().map(|f| &**f), query.as_deref());
+                    async move { answer }
+                },
+            ),
+        )
+        .route(
+            "/status",
             get(move || {
-                let ready = ready.load(std::sync::atomic::Ordering::Relaxed);
-                async move {
-                    match ready {
-                        true => (axum::http::StatusCode::OK, "ready"),
-                        false => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready"),
-                    }
-                }
+                let answer = match status.get() {
+                    Some(status) => (axum::http::StatusCode::OK, status.status().to_string()),
+                    None => (axum::http::StatusCode::NOT_FOUND, "{}".to_owned()),
+                };
+                async move { ([(CONTENT_TYPE, "application/json")], answer) }
             }),
         )
         .route(
@@ -633,6 +666,41 @@ async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(MetricsError::Serve)
+}
+
+/// What `/readyz` answers: 503 while not serving (or draining); else, with
+/// a front end, its readiness (of one function with `?function=NAME`, 404
+/// for a name it serves none under).
+fn readiness(
+    serving: bool,
+    front_end: Option<&dyn FrontEndStatus>,
+    query: Option<&str>,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    if !serving {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready".to_owned());
+    }
+    let function = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("function="));
+    let answer = match (front_end, function) {
+        (None, None) => Some(Ok(())),
+        (Some(front_end), None) => Some(front_end.ready()),
+        (Some(front_end), Some(name)) => front_end.ready_of(name),
+        (None, Some(_)) => None,
+    };
+    match answer {
+        Some(Ok(())) => (StatusCode::OK, "ready".to_owned()),
+        Some(Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no function {} is hosted here",
+                crate::echo::Echo(function.unwrap_or_default())
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! is `dns:///NAME.NS:9443`, and the revision's server Secret holds a
 //! certificate for NAME, NAME.NS and NAME.NS.svc from `crossplane-root-ca`;
 //! the revision's status names that Secret and says its runtime is healthy
+//! once the host has its package ready, unhealthy (and why) until then
 //! (what core's package manager waits for from any runtime).
 //! Otherwise the Function is unhosted and the Service this controller made
 //! is deleted. Why: core dials the Active revision's endpoint as written and
@@ -53,6 +54,21 @@ pub(crate) trait Hosting: Send + Sync + 'static {
     fn host(&self, function: HostedFunction);
     /// Stop serving `name` and stop its servers; unknown names are a no-op.
     fn unhost(&self, name: &str);
+    /// Whether `name`'s package is ready to serve.
+    fn readiness(&self, name: &str) -> Readiness;
+    /// Marked changed whenever a hosted package's readiness may have.
+    fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()>;
+}
+
+/// Whether a hosted Function's package is ready, as the host tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Pulled and its kind decided: its calls need no pull.
+    Ready,
+    /// Not yet (not hosted yet, or being pulled): why.
+    Pending(String),
+    /// Its last pull failed (tried again meanwhile): why.
+    Failed(String),
 }
 
 /// Crossplane's package API group and version.
@@ -219,6 +235,10 @@ where
     let mut revision_events = std::pin::pin!(revision_events);
     let mut config_events = std::pin::pin!(config_events);
     let mut resync = tokio::time::interval(reconciler.options.resync);
+    // A package becoming ready (or failing) changes its revision's
+    // runtime conditions: every hosted Function is reconciled again.
+    let mut readiness = reconciler.hosting.readiness_changes();
+    let mut watching_readiness = true;
     let mut pending = BTreeSet::new();
     let mut retries: HashMap<String, (tokio::time::Instant, u32)> = HashMap::new();
     loop {
@@ -240,6 +260,10 @@ where
                 None => return Err(ControllerError::WatchEnded { kind: "DeploymentRuntimeConfig" }),
             },
             _ = resync.tick() => pending.extend(reconciler.hosted()),
+            changed = readiness.changed(), if watching_readiness => match changed {
+                Ok(()) => pending.extend(reconciler.hosted()),
+                Err(_) => watching_readiness = false,
+            },
             _ = sleep_until(next_retry), if next_retry.is_some() => {
                 let now = tokio::time::Instant::now();
                 pending.extend(retries.iter().filter(|(_, (at, _))| *at <= now).map(|(n, _)| n.clone()));
@@ -417,11 +441,11 @@ impl Reconciler {
         let secret_name = self.ensure_certificate(function, revision).await?;
 
         let endpoint = format!("dns:///{name}.{}:{GRPC_PORT}", self.options.namespace);
-        let conditions = runtime_conditions(&revision.data);
+        let conditions = runtime_conditions(self.hosting.readiness(name), &revision.data);
         if str_at(&revision.data, &["status", "endpoint"]) != Some(endpoint.as_str())
             || str_at(&revision.data, &["status", "tlsServerSecretName"])
                 != Some(secret_name.as_str())
-            || conditions.is_none()
+            || !runtime_conditions_hold(&revision.data, &conditions)
         {
             tracing::info!(function = %name, revision = %revision_name, %endpoint, "writing the endpoint and runtime conditions");
             let status = serde_json::json!({
@@ -431,7 +455,7 @@ impl Reconciler {
                 "status": {
                     "endpoint": endpoint,
                     "tlsServerSecretName": secret_name,
-                    "conditions": runtime_conditions_to_write(&revision.data),
+                    "conditions": runtime_conditions_to_write(&revision.data, &conditions),
                 },
             });
             self.revisions
@@ -638,46 +662,117 @@ impl Reconciler {
     }
 }
 
-/// The conditions a package runtime owns on an Active revision, as
-/// Crossplane's Deployment runtime sets them once its Deployment serves:
-/// core's package manager reports a Function `Healthy` only when its
-/// revision's `RuntimeHealthy` is True (`PackageHealth`), and with an
-/// External runtime nothing of core's sets it. (type, reason.)
-const RUNTIME_CONDITIONS: [(&str, &str); 2] = [
-    ("RuntimeHealthy", "HealthyPackageRevision"),
-    ("RuntimeActive", "ActiveRuntime"),
-];
-
-/// `Some(())` when every runtime condition is already True on the revision.
-fn runtime_conditions(revision: &Value) -> Option<()> {
-    RUNTIME_CONDITIONS
-        .iter()
-        .all(|(kind, _)| {
-            condition_of(revision, kind).is_some_and(|c| str_at(c, &["status"]) == Some("True"))
-        })
-        .then_some(())
+/// One runtime condition as this controller writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RuntimeCondition {
+    kind: &'static str,
+    status: String,
+    reason: String,
+    message: Option<String>,
 }
 
-/// The runtime conditions to apply: True, keeping the transition time of
-/// one already True (so a re-apply changes nothing), else now.
-fn runtime_conditions_to_write(revision: &Value) -> Vec<Value> {
+impl RuntimeCondition {
+    fn new(kind: &'static str, status: &str, reason: &str, message: Option<String>) -> Self {
+        Self {
+            kind,
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+        }
+    }
+}
+
+/// The conditions a package runtime owns on an Active revision, as
+/// Crossplane's Deployment runtime sets them: core's package manager
+/// reports a Function `Healthy` only when its revision's `RuntimeHealthy`
+/// is True (`PackageHealth`), and with an External runtime nothing of
+/// core's sets it. `RuntimeActive` is True: the host serves the endpoint.
+/// `RuntimeHealthy` is True once the package is ready (`readiness`), as
+/// the Deployment runtime's is once its Deployment is Available; False
+/// (`UnhealthyPackageRevision`, why) once its pull failed; Unknown
+/// (`UnknownPackageRevisionHealth`) while it is pulled.
+///
+/// Every replica writes it from its own view, so a worse view never
+/// overwrites a better one, nor a failure another's: True stays once one
+/// replica had the package ready (a revision's package does not change; a
+/// replica that cannot pull it says so in its own `/readyz` and metrics),
+/// False stays against a replica still pulling or failing otherwise.
+/// Without that, a replica starting (pulling) and one serving would each
+/// rewrite the condition at every write of the other's, as fast as their
+/// watches tell them (tests/cluster.rs saw the revisions keep changing).
+fn runtime_conditions(readiness: Readiness, revision: &Value) -> [RuntimeCondition; 2] {
+    let current = condition_of(revision, "RuntimeHealthy");
+    let status = current.and_then(|c| str_at(c, &["status"]));
+    let keep = match (&readiness, status) {
+        (Readiness::Ready, _) => false,
+        (Readiness::Failed(_), Some(status)) => status == "True" || status == "False",
+        (Readiness::Pending(_), Some(status)) => ["True", "False", "Unknown"].contains(&status),
+        (_, None) => false,
+    };
+    let healthy = match (readiness, current) {
+        (_, Some(current)) if keep => RuntimeCondition::new(
+            "RuntimeHealthy",
+            str_at(current, &["status"]).unwrap_or_default(),
+            str_at(current, &["reason"]).unwrap_or_default(),
+            str_at(current, &["message"])
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+        ),
+        (Readiness::Ready, _) => {
+            RuntimeCondition::new("RuntimeHealthy", "True", "HealthyPackageRevision", None)
+        }
+        (Readiness::Failed(why), _) => RuntimeCondition::new(
+            "RuntimeHealthy",
+            "False",
+            "UnhealthyPackageRevision",
+            Some(format!("xfn host: {}", crate::echo::Echo(&why))),
+        ),
+        (Readiness::Pending(why), _) => RuntimeCondition::new(
+            "RuntimeHealthy",
+            "Unknown",
+            "UnknownPackageRevisionHealth",
+            Some(format!("xfn host: {}", crate::echo::Echo(&why))),
+        ),
+    };
+    let active = RuntimeCondition::new("RuntimeActive", "True", "ActiveRuntime", None);
+    [healthy, active]
+}
+
+/// Whether the revision already has `conditions` as they are to be.
+fn runtime_conditions_hold(revision: &Value, conditions: &[RuntimeCondition]) -> bool {
+    conditions.iter().all(|want| {
+        condition_of(revision, want.kind).is_some_and(|c| {
+            str_at(c, &["status"]) == Some(want.status.as_str())
+                && str_at(c, &["reason"]) == Some(want.reason.as_str())
+                && str_at(c, &["message"]).filter(|m| !m.is_empty()) == want.message.as_deref()
+        })
+    })
+}
+
+/// The runtime conditions to apply, keeping the transition time of one
+/// already of the same status (so a re-apply changes nothing), else now.
+fn runtime_conditions_to_write(revision: &Value, conditions: &[RuntimeCondition]) -> Vec<Value> {
     let now = serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now()))
         .ok()
         .and_then(|t| t.as_str().map(str::to_owned))
         .unwrap_or_default();
-    RUNTIME_CONDITIONS
+    conditions
         .iter()
-        .map(|(kind, reason)| {
-            let since = condition_of(revision, kind)
-                .filter(|c| str_at(c, &["status"]) == Some("True"))
+        .map(|want| {
+            let since = condition_of(revision, want.kind)
+                .filter(|c| str_at(c, &["status"]) == Some(want.status.as_str()))
                 .and_then(|c| str_at(c, &["lastTransitionTime"]))
                 .unwrap_or(now.as_str());
-            serde_json::json!({
-                "type": kind,
-                "status": "True",
-                "reason": reason,
+            let mut condition = serde_json::json!({
+                "type": want.kind,
+                "status": want.status,
+                "reason": want.reason,
                 "lastTransitionTime": since,
-            })
+            });
+            if let Some(message) = &want.message {
+                condition["message"] = Value::from(message.as_str());
+            }
+            condition
         })
         .collect()
 }

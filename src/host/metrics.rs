@@ -1,15 +1,22 @@
 //! Per-function metrics of `xfn host`, read at each scrape of the daemon's
-//! `/metrics` (label `function`): calls by outcome, errors, cold starts,
-//! servers stopped for another's, servers running and starting, calls
-//! queued for a server.
+//! `/metrics` (label `function`): calls by outcome, errors, call latency,
+//! cold starts, servers stopped for another's, servers running and
+//! starting, calls queued for a server, and where its package is
+//! ([`PackageState`], also what `/readyz` and `/status` answer from).
+//! Bounded: one entry per function name the catalog ever held, each of
+//! fixed size (a package error is kept cut to [`crate::echo::ECHO_BYTES`]).
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
+
+use super::catalog::FunctionKind;
 
 /// A counter read at scrape time.
 #[derive(Debug, Default)]
@@ -19,7 +26,7 @@ impl Count {
     pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
-    fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -52,6 +59,48 @@ impl Drop for Raised<'_> {
     }
 }
 
+/// Call latencies: buckets from 1 ms to ~65 s (a warm call of a server is
+/// milliseconds; a cold start, a pull or a slow function seconds).
+#[derive(Debug)]
+pub(crate) struct Latency(Histogram);
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self(Histogram::new(exponential_buckets(0.001, 2.0, 17)))
+    }
+}
+
+/// Where a hosted function's package is: pulled and its kind decided
+/// (`Ready`), not yet (`Pulling`), or its last try failed (`Failing`,
+/// tried again with a backoff).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PackageState {
+    Pulling,
+    Ready { digest: String, kind: FunctionKind },
+    Failing { error: String },
+}
+
+impl PackageState {
+    /// Its name in `/status` and the `state` label.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Pulling => "pulling",
+            Self::Ready { .. } => "ready",
+            Self::Failing { .. } => "failing",
+        }
+    }
+
+    /// A failure, its message cut as an echo is.
+    pub(crate) fn failing(error: &str) -> Self {
+        Self::Failing {
+            error: crate::echo::Echo(error).to_string(),
+        }
+    }
+}
+
+/// Every state's name, for the state gauge.
+const PACKAGE_STATES: [&str; 3] = ["pulling", "ready", "failing"];
+
 /// One function's numbers.
 #[derive(Debug, Default)]
 pub(crate) struct FunctionStats {
@@ -62,6 +111,46 @@ pub(crate) struct FunctionStats {
     pub(crate) running: Level,
     pub(crate) starting: Level,
     pub(crate) queued: Level,
+    latency: Latency,
+    /// `None` while it is not hosted.
+    package: Mutex<Option<PackageState>>,
+    /// How long its last server took to start, and when it started.
+    last_cold_start: Mutex<Option<(Duration, SystemTime)>>,
+}
+
+impl FunctionStats {
+    /// Records one call's wall time, from its arrival to its answer.
+    pub(crate) fn observe_call(&self, took: Duration) {
+        self.latency.0.observe(took.as_secs_f64());
+    }
+
+    /// Records a server started in `took`.
+    pub(crate) fn cold_started(&self, took: Duration) {
+        self.cold_starts.inc();
+        *lock(&self.last_cold_start) = Some((took, SystemTime::now()));
+    }
+
+    /// The last server start: how long it took, and when.
+    pub(crate) fn last_cold_start(&self) -> Option<(Duration, SystemTime)> {
+        *lock(&self.last_cold_start)
+    }
+
+    /// Its package's state now (`None`: not hosted).
+    pub(crate) fn package(&self) -> Option<PackageState> {
+        lock(&self.package).clone()
+    }
+
+    /// Sets its package's state; whether it changed.
+    pub(crate) fn set_package(&self, state: Option<PackageState>) -> bool {
+        let mut package = lock(&self.package);
+        let changed = *package != state;
+        *package = state;
+        changed
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Every hosted function's numbers, by name.
@@ -139,6 +228,32 @@ impl prometheus_client::collector::Collector for HostStats {
             for (function, stats) in &all {
                 let label: Label = [("function", function.clone())];
                 ConstGauge::new(value(stats)).encode(family.encode_family(&label)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "host_call_duration_seconds",
+            "Wall time of RunFunction calls, from arrival to answer (a cold start and the wait for a server included), per hosted function",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (function, stats) in &all {
+            let label: Label = [("function", function.clone())];
+            stats.latency.0.encode(family.encode_family(&label)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "host_package_state",
+            "1 for the state a hosted function's package is in (pulling, ready, failing), else 0",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (function, stats) in &all {
+            let Some(package) = stats.package() else {
+                continue;
+            };
+            for state in PACKAGE_STATES {
+                let labels = [("function", function.clone()), ("state", state.to_owned())];
+                let value = i64::from(package.name() == state);
+                ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
             }
         }
         Ok(())

@@ -30,6 +30,7 @@ pub(crate) mod metrics;
 pub(crate) mod runtime_config;
 pub(crate) mod servers;
 pub(crate) mod service;
+pub(crate) mod status;
 pub(crate) mod tls;
 
 use std::collections::HashMap;
@@ -50,7 +51,7 @@ use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{FunctionKind, HostedFunction};
 use controller::Hosting;
-use metrics::{FunctionStats, HostStats};
+use metrics::{FunctionStats, HostStats, PackageState};
 use servers::{ServerLimits, ServerSlots, Servers};
 
 /// How the host runs functions.
@@ -71,6 +72,8 @@ pub(crate) struct HostOptions {
     /// Every function's limits where its own (`HostedFunction::limits`)
     /// set none (`--cpu`, `--memory`; pids unset: `--pids-limit`).
     pub(crate) limits: Limits,
+    /// When `/readyz` says the host is ready (`--ready-when`).
+    pub(crate) ready_when: status::ReadyWhen,
 }
 
 impl HostOptions {
@@ -115,6 +118,8 @@ pub(crate) struct Host {
     /// `--response-budget`.
     responses: Arc<ResponseBudget>,
     stats: HostStats,
+    /// Told whenever a hosted package's state changes.
+    changed: tokio::sync::watch::Sender<()>,
 }
 
 impl std::fmt::Debug for Host {
@@ -154,6 +159,7 @@ impl Host {
             server_slots,
             responses,
             stats: HostStats::default(),
+            changed: tokio::sync::watch::Sender::new(()),
         })
     }
 
@@ -200,7 +206,9 @@ impl Host {
         };
         let stats = Arc::clone(&function.stats);
         stats.calls.inc();
+        let arrived = Instant::now();
         let answer = self.answer(&function, request, deadline).await;
+        stats.observe_call(arrived.elapsed());
         if answer.is_err() {
             stats.errors.inc();
         }
@@ -215,7 +223,7 @@ impl Host {
     ) -> Result<Bytes, Status> {
         let resolved = function
             .resolved
-            .get_or_try_init(|| self.resolve(&function.spec, &function.stats))
+            .get_or_try_init(|| self.resolve(function))
             .await?;
         match resolved {
             // Its run needs the request as JSON: made from the wire bytes
@@ -242,12 +250,38 @@ impl Host {
         }
     }
 
-    /// Pulls `spec`'s package and decides how it runs (see [`decide_kind`]).
-    async fn resolve(
+    /// Pulls `function`'s package and decides how it runs (see
+    /// [`decide_kind`]); its package's state says how that went.
+    async fn resolve(&self, function: &Function) -> Result<Resolved, Status> {
+        let resolved = self.resolve_spec(&function.spec, &function.stats).await;
+        let state = match &resolved {
+            Ok((_, state)) => state.clone(),
+            Err(status) => PackageState::failing(status.message()),
+        };
+        self.set_package(function, Some(state));
+        resolved.map(|(resolved, _)| resolved)
+    }
+
+    /// Sets `function`'s package state while it is the one hosted under
+    /// its name, telling whoever watches the changes.
+    fn set_package(&self, function: &Function, state: Option<PackageState>) {
+        if (state.is_none() || self.is_current(function)) && function.stats.set_package(state) {
+            self.changed.send_replace(());
+        }
+    }
+
+    /// Whether `function` is the one hosted under its name now.
+    fn is_current(&self, function: &Function) -> bool {
+        read(&self.functions)
+            .get(&function.spec.name)
+            .is_some_and(|hosted| std::ptr::eq(Arc::as_ptr(hosted), function))
+    }
+
+    async fn resolve_spec(
         &self,
         spec: &HostedFunction,
         stats: &Arc<FunctionStats>,
-    ) -> Result<Resolved, Status> {
+    ) -> Result<(Resolved, PackageState), Status> {
         let pulled = self
             .runner
             .store()
@@ -265,8 +299,12 @@ impl Host {
                 )
             })?;
         let kind = spec.kind.unwrap_or_else(|| decide_kind(&pulled.config));
-        tracing::info!(function = %spec.name, package = %spec.package, ?kind, overridden = spec.kind.is_some(), "function package ready");
-        Ok(match kind {
+        tracing::info!(function = %spec.name, package = %spec.package, digest = %pulled.digest, ?kind, overridden = spec.kind.is_some(), "function package ready");
+        let state = PackageState::Ready {
+            digest: pulled.digest.clone(),
+            kind,
+        };
+        let resolved = match kind {
             FunctionKind::Server => Resolved::Server(Servers::new(
                 spec.name.clone(),
                 spec.package.clone(),
@@ -289,7 +327,8 @@ impl Host {
                 },
                 Arc::clone(&self.calls),
             )),
-        })
+        };
+        Ok((resolved, state))
     }
 
     /// Stops the servers idle past the idle time (and dead ones), every
@@ -396,7 +435,7 @@ impl Hosting for Arc<Host> {
             },
             None => None,
         };
-        let old = {
+        let (old, hosted) = {
             let mut functions = write(&self.functions);
             if let Some(old) = functions.get(&function.name) {
                 if old.spec == function {
@@ -413,8 +452,10 @@ impl Hosting for Arc<Host> {
             for name in &names {
                 by_name.insert(name.clone(), function.name.clone());
             }
-            functions.insert(function.name.clone(), hosted)
+            let old = functions.insert(function.name.clone(), Arc::clone(&hosted));
+            (old, hosted)
         };
+        self.set_package(&hosted, Some(PackageState::Pulling));
         let limits = self.options.limits_of(&function);
         tracing::info!(
             function = %function.name,
@@ -429,27 +470,25 @@ impl Hosting for Arc<Host> {
             tokio::spawn(async move { stop(&old).await });
         }
         // The package is pulled now, so the first call does not wait for
-        // it; its servers still start on demand. A failure is logged here
-        // and met again (and answered) by the first call.
-        let host = Arc::clone(self);
-        tokio::spawn(async move {
-            let Some(hosted) = read(&host.functions).get(&function.name).cloned() else {
-                return;
-            };
-            let resolved = hosted
-                .resolved
-                .get_or_try_init(|| host.resolve(&hosted.spec, &hosted.stats))
-                .await;
-            if let Err(status) = resolved {
-                tracing::warn!(function = %function.name, error = status.message(), "cannot get the function's package ready; its calls will try again");
-            }
-        });
+        // it; its servers still start on demand. A failure is logged and
+        // tried again with a backoff (and by each call meanwhile) while the
+        // function is hosted, so its readiness comes when its package does.
+        status::keep_resolving(Arc::downgrade(self), hosted);
+    }
+
+    fn readiness(&self, name: &str) -> controller::Readiness {
+        self.package_readiness(name)
+    }
+
+    fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changed.subscribe()
     }
 
     fn unhost(&self, name: &str) {
         let old = write(&self.functions).remove(name);
         write(&self.names).retain(|_, function| function != name);
         if let Some(old) = old {
+            self.set_package(&old, None);
             tracing::info!(function = %name, "unhosted");
             tokio::spawn(async move { stop(&old).await });
         }

@@ -337,7 +337,7 @@ impl Servers {
             _slot: host_slot,
         });
         self.running().push(Arc::clone(&server));
-        self.stats.cold_starts.inc();
+        self.stats.cold_started(started.elapsed());
         self.stats.running.set(self.running().len() as i64);
         tracing::info!(function = %self.function, server = id, took = ?started.elapsed(), "function server started");
         Ok(server)

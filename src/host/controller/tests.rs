@@ -33,8 +33,14 @@ enum Call {
     Unhost(String),
 }
 
+/// Records what it is told; its packages are ready unless its second
+/// field says otherwise.
 #[derive(Default)]
-struct RecordingHosting(Mutex<Vec<Call>>);
+struct RecordingHosting(
+    Mutex<Vec<Call>>,
+    Mutex<Option<Readiness>>,
+    tokio::sync::watch::Sender<()>,
+);
 
 impl Hosting for RecordingHosting {
     fn host(&self, function: HostedFunction) {
@@ -42,6 +48,12 @@ impl Hosting for RecordingHosting {
     }
     fn unhost(&self, name: &str) {
         self.0.lock().unwrap().push(Call::Unhost(name.to_owned()));
+    }
+    fn readiness(&self, _: &str) -> Readiness {
+        self.1.lock().unwrap().clone().unwrap_or(Readiness::Ready)
+    }
+    fn readiness_changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.2.subscribe()
     }
 }
 
@@ -1207,4 +1219,185 @@ async fn a_runtime_config_changing_asks_for_every_hosted_function_and_its_relist
         .names_using(&watcher::Event::InitApply(config))
         .is_empty());
     conversation.assert_complete();
+}
+
+/// The Active revision at its endpoint as stored once this controller
+/// wrote its `RuntimeHealthy` `status` for `reason`, saying `why`.
+fn revision_health(status: &str, reason: &str, why: &str) -> Value {
+    let mut r = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    for c in r["status"]["conditions"].as_array_mut().unwrap() {
+        if c["type"] == "RuntimeHealthy" {
+            c["status"] = json!(status);
+            c["reason"] = json!(reason);
+            c["message"] = json!(format!("xfn host: {why}"));
+        }
+    }
+    r
+}
+
+const PULLING: &str = "its package is being pulled";
+
+fn revision_pulling() -> Value {
+    revision_health("Unknown", "UnknownPackageRevisionHealth", PULLING)
+}
+
+/// A reconcile of the hosted Function whose Active revision is stored as
+/// `stored`, writing its status (answered with `written`) when given.
+fn reconcile_of(ca: &Ca, stored: Value, written: Option<Value>) -> Vec<Exchange> {
+    let mut exchanges = hosted_reads(ca, stored_server_secret(ca));
+    exchanges[1] = revisions(vec![stored]);
+    if let Some(written) = written {
+        exchanges.push(exchange("PATCH", status_path(REVISION), 200, written));
+    }
+    exchanges.push(default_config());
+    exchanges
+}
+
+/// The `RuntimeHealthy` condition of a status apply's body.
+fn runtime_healthy(status: &Value) -> Value {
+    status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "RuntimeHealthy")
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_package_whose_pull_failed_makes_its_revision_runtime_unhealthy_saying_why() {
+    let why = "its package failed: manifest unknown";
+    let ca = crossplane_ca();
+    let failed = revision_health("False", "UnhealthyPackageRevision", why);
+    let conversation = Conversation::new(reconcile_of(&ca, revision_pulling(), Some(failed)));
+    let (reconciler, catalog) = reconciler(&conversation);
+    *catalog.1.lock().unwrap() = Some(Readiness::Failed(why.to_owned()));
+
+    reconciler.reconcile(FUNCTION).await.unwrap();
+
+    conversation.assert_complete();
+    assert_eq!(*catalog.0.lock().unwrap(), vec![hosted(PACKAGE)]);
+    let (_, status) = conversation.body_of("PATCH", &status_path(REVISION));
+    let condition = runtime_healthy(&status);
+    assert_eq!(condition["status"], "False", "{condition}");
+    assert_eq!(condition["reason"], "UnhealthyPackageRevision");
+    assert_eq!(condition["message"], format!("xfn host: {why}"));
+    assert_ne!(
+        condition["lastTransitionTime"], "2026-11-28T12:00:11Z",
+        "a new status, a new transition"
+    );
+    let active = &status["status"]["conditions"][1];
+    assert_eq!(
+        (
+            &active["type"],
+            &active["status"],
+            &active["lastTransitionTime"]
+        ),
+        (
+            &json!("RuntimeActive"),
+            &json!("True"),
+            &json!("2026-11-28T12:00:11Z")
+        ),
+        "RuntimeActive unchanged"
+    );
+}
+
+#[tokio::test]
+async fn a_replica_not_ready_overwrites_neither_another_replicas_health_nor_its_failure() {
+    // Before, a second replica still pulling and one serving rewrote the
+    // condition at each other's writes (tests/cluster.rs: the revisions'
+    // resourceVersions kept changing).
+    let ca = crossplane_ca();
+    let healthy = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    let failed = revision_health("False", "UnhealthyPackageRevision", "its package failed: A");
+    let cases = [
+        (healthy.clone(), Readiness::Pending(PULLING.to_owned())),
+        (
+            healthy,
+            Readiness::Failed("its package failed: B".to_owned()),
+        ),
+        (failed.clone(), Readiness::Pending(PULLING.to_owned())),
+        (
+            failed,
+            Readiness::Failed("its package failed: B".to_owned()),
+        ),
+        (
+            revision_pulling(),
+            Readiness::Pending("not hosted yet".to_owned()),
+        ),
+    ];
+    for (stored, readiness) in cases {
+        let conversation = Conversation::new(reconcile_of(&ca, stored, None));
+        let (reconciler, catalog) = reconciler(&conversation);
+        *catalog.1.lock().unwrap() = Some(readiness.clone());
+
+        reconciler.reconcile(FUNCTION).await.unwrap();
+
+        conversation.assert_complete();
+        assert_eq!(conversation.writes(), Vec::<String>::new(), "{readiness:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_package_becoming_ready_reconciles_its_function_again_and_makes_it_healthy() {
+    let ca = crossplane_ca();
+    let healthy = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
+    // Hosted while its package is pulled; then the resync at the start of
+    // the loop: nothing to write either time.
+    let mut script = reconcile_of(&ca, revision_pulling(), None);
+    script.extend(reconcile_of(&ca, revision_pulling(), None));
+    // Ready: healthy.
+    let after_ready = reconcile_of(&ca, revision_pulling(), Some(healthy));
+    let left_when_ready = after_ready.len();
+    script.extend(after_ready);
+    let conversation = Conversation::new(script);
+    let (reconciler, catalog) = reconciler(&conversation);
+    *catalog.1.lock().unwrap() = Some(Readiness::Pending(PULLING.to_owned()));
+    reconciler.reconcile(FUNCTION).await.unwrap();
+    assert_eq!(conversation.writes(), Vec::<String>::new());
+    // The package becomes ready once the loop's first reconcile is done;
+    // the loop ends once the ready reconcile is (its last watch ending).
+    let left = {
+        let conversation = Arc::clone(&conversation);
+        move || conversation.script.lock().unwrap().len()
+    };
+    let hosting = Arc::clone(&catalog);
+    let ready_then_end = futures::stream::once(async move {
+        while left() > left_when_ready {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        *hosting.1.lock().unwrap() = None;
+        hosting.2.send_replace(());
+        while left() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .filter_map(|()| async { None });
+    let ended = tokio::time::timeout(
+        Duration::from_secs(60),
+        drive(
+            reconciler,
+            futures::stream::pending(),
+            futures::stream::pending(),
+            ready_then_end,
+        ),
+    )
+    .await
+    .expect("the readiness change never reconciled the function (a bound, not a timing)");
+
+    assert!(
+        matches!(
+            ended,
+            Err(ControllerError::WatchEnded {
+                kind: "DeploymentRuntimeConfig"
+            })
+        ),
+        "{ended:?}"
+    );
+    conversation.assert_complete();
+    let (_, status) = conversation.body_of("PATCH", &status_path(REVISION));
+    let condition = runtime_healthy(&status);
+    assert_eq!(condition["status"], "True", "{condition}");
+    assert_eq!(condition["reason"], "HealthyPackageRevision");
+    assert_eq!(condition.get("message"), None);
 }

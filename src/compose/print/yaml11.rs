@@ -17,7 +17,8 @@
 //! no input can hold (a fixed-width counter after a digest of the whole
 //! document) while serializing through yaml_serde, in the object's own key
 //! order, then each placeholder is replaced by the JSON-escaped string
-//! (valid YAML double-quoted style). Everything else is yaml_serde's.
+//! (valid YAML double-quoted style). Everything else is yaml_serde's, its
+//! long scalars then folded at go-yaml's width (`fold`).
 use regex::RegexSet;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;

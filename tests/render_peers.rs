@@ -153,14 +153,24 @@ fn long_strings() -> serde_json::Value {
     })
 }
 
+/// The XR carries a generation and conditions of its own too: set over in
+/// their places, `Responsive` marked with the generation.
 #[test]
-fn long_strings_fold_as_crossplane_render_folds_them() {
+fn long_strings_and_the_xrs_own_conditions_print_as_crossplane_render_prints_them() {
     let function = PeerFunction::get("function-patch-and-transform");
     let server = FunctionServer::start_command(Command::new(function.binary()));
     let dir = tempfile::tempdir().expect("a dir");
     let xr = serde_json::json!({
-        "apiVersion": "example.org/v1", "kind": "XThing", "metadata": {"name": "t"},
+        "apiVersion": "example.org/v1", "kind": "XThing",
+        "metadata": {"name": "t", "generation": 3},
         "spec": long_strings(),
+        "status": {"conditions": [
+            {"type": "Custom", "status": "True", "reason": "Mine", "observedGeneration": 2,
+             "lastTransitionTime": "2023-01-01T00:00:00Z"},
+            {"type": "Ready", "status": "True", "reason": "Available",
+             "lastTransitionTime": "2023-01-01T00:00:00Z"},
+            {"type": "Synced", "status": "False", "reason": "ReconcileError", "message": "old"},
+        ]},
     });
     std::fs::write(dir.path().join("xr.yaml"), xr.to_string()).expect("write the XR");
     std::fs::write(
@@ -196,7 +206,8 @@ spec:
     // Not a vacuous comparison: the CLI did fold (`s80-0: a…a b c d e f g
     // h`, its key at column 4, breaks at its first space).
     assert!(
-        expected.contains(&format!("s80-0: {}\n      b c d e f g h\n", "a".repeat(80))),
+        expected.contains(&format!("s80-0: {}\n      b c d e f g h\n", "a".repeat(80)))
+            && expected.contains("observedGeneration: 3\n    reason: WatchCircuitClosed\n"),
         "{expected}"
     );
     let actual = stdout(

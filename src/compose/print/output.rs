@@ -224,10 +224,25 @@ impl CompositeOutput<'_> {
                 .iter()
                 .map(|r| Event::of_result(r, REASON_COMPOSE, true)),
         );
+        // The reconciler marks conditions with the XR's generation
+        // (crossplane-runtime v2.3.3 pkg/conditions/manager.go:70): the
+        // input's, until the desired XR replaces it, generation and all
+        // (Crossplane v2.3.4 composition_functions.go:673), so only
+        // `Responsive` (reconciler.go:597) and a failed pipeline's `Synced`
+        // carry it.
+        let generation = self.xr["metadata"]["generation"]
+            .as_i64()
+            .filter(|g| *g != 0);
+        let with_generation = |mut c: Value| {
+            if let Some(g) = generation {
+                c["observedGeneration"] = json!(g);
+            }
+            c
+        };
         let mut conditions = input_conditions(self.xr);
         set_condition(
             &mut conditions,
-            condition("Responsive", "True", "WatchCircuitClosed", None),
+            with_generation(condition("Responsive", "True", "WatchCircuitClosed", None)),
         );
         for c in outcome
             .conditions
@@ -245,7 +260,7 @@ impl CompositeOutput<'_> {
             events.push(Event::warning(REASON_COMPOSE, error.clone()));
             set_condition(
                 &mut conditions,
-                condition("Synced", "False", "ReconcileError", Some(&error)),
+                with_generation(condition("Synced", "False", "ReconcileError", Some(&error))),
             );
             let mut xr = self.identity();
             object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));

@@ -230,3 +230,48 @@ fn conditions_are_set_over_the_xrs_own_in_their_places_as_crossplanes_set_condit
         ])
     );
 }
+
+#[test]
+fn only_responsive_and_a_failed_pipelines_synced_carry_the_xrs_generation() {
+    let mut xr = xr(None);
+    xr["metadata"]["generation"] = json!(3);
+    let generations = |objects: Vec<Value>| -> Vec<(String, Value)> {
+        objects[0]["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap().to_string(),
+                    c["observedGeneration"].clone(),
+                )
+            })
+            .collect()
+    };
+    let ok = render(&xr, &Outcome::default(), OutputOptions::default()).unwrap();
+    let named = |v: &[(&str, Value)]| -> Vec<(String, Value)> {
+        v.iter().map(|(k, g)| (k.to_string(), g.clone())).collect()
+    };
+    assert_eq!(
+        generations(ok),
+        named(&[
+            ("Responsive", json!(3)),
+            ("Synced", Value::Null),
+            ("Ready", Value::Null)
+        ])
+    );
+    let failed = Outcome {
+        fatal: Some(StepResult {
+            step: "s".into(),
+            severity: Severity::Fatal,
+            message: "no".into(),
+            reason: None,
+        }),
+        ..Outcome::default()
+    };
+    let failed = render(&xr, &failed, OutputOptions::default()).unwrap();
+    assert_eq!(
+        generations(failed),
+        named(&[("Responsive", json!(3)), ("Synced", json!(3))])
+    );
+}

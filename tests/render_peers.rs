@@ -7,9 +7,13 @@
 //! as its image served rootless (`Docker` runtime): every output must be
 //! the CLI's, byte for byte, with and without each of the CLI's output
 //! flags. (`--output json` is xfn's only: the CLI has no such flag.)
+//! Then function-pythonic's examples (tests/pythonic/) through both, and
+//! long strings (go-yaml's folding) with the XR's own conditions.
 //!
 //! Needs: scripts/peers.sh's peers (a missing one fails the test, naming
-//! the script), crun, docker-registry; root.
+//! the script), crun, docker-registry; root; for function-pythonic's
+//! examples, scripts/setup.sh's Python root (without it, that test says
+//! loudly that it skipped, as tests/render_pythonic.rs does).
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

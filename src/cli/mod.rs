@@ -74,6 +74,9 @@ pub(crate) enum Command {
     Cache(cache::CacheCommand),
     /// Render a Composition's or an Operation's pipeline locally, like
     /// `crossplane composition render` / `crossplane operation render`.
+    // A flag given twice is taken, the last value winning, as kong (the
+    // CLI's parser) takes it; a list flag still gathers every value.
+    #[command(args_override_self = true)]
     Render(render::RenderArgs),
     /// List and stop the function servers renders keep running.
     #[command(subcommand)]
@@ -86,6 +89,8 @@ pub(crate) enum Command {
     /// validate`: `xfn validate EXTENSIONS RESOURCES`.
     Validate(validate::ValidateArgs),
     /// Run Composition test suites (xprin's format) in one process.
+    // A flag given twice is taken, as kong (xprin's parser) takes it.
+    #[command(args_override_self = true)]
     Test(test::TestArgs),
     /// Serve many Functions on one port, each started on demand (Crossplane v2).
     Host(host::HostArgs),

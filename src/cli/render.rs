@@ -458,6 +458,44 @@ mod tests {
         assert_eq!(cli.registry, "third.example");
     }
 
+    #[test]
+    fn a_flag_given_twice_is_taken_as_the_clis_kong_takes_it_the_last_value_winning() {
+        let cli = parse(&[
+            "xfn",
+            "render",
+            "-x",
+            "--include-full-xr",
+            "-r",
+            "-r",
+            "-o",
+            "first.yaml",
+            "--observed-resources",
+            "last.yaml",
+            "-e",
+            "a.yaml",
+            "-e",
+            "b.yaml",
+            "xr.yaml",
+            "composition.yaml",
+        ]);
+        let super::super::Command::Render(render) = cli.command else {
+            panic!("not a render");
+        };
+        assert!(render.include_full_xr && render.include_function_results);
+        assert_eq!(render.observed_resources, Some(PathBuf::from("last.yaml")));
+        // A list flag still gathers every value.
+        assert_eq!(
+            render.required_resources,
+            [PathBuf::from("a.yaml"), PathBuf::from("b.yaml")]
+        );
+        // xprin (kong too) takes them as well.
+        let cli = parse(&["xfn", "test", "-v", "--verbose", "suite_xprin.yaml"]);
+        let super::super::Command::Test(test) = cli.command else {
+            panic!("not a test");
+        };
+        assert!(test.verbose);
+    }
+
     /// Renders `flags`, starts (on paper) its kept server and parses that
     /// server's command line as the server would: what it was given, what
     /// the server got.

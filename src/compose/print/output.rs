@@ -108,6 +108,71 @@ pub(crate) fn condition(kind: &str, status: &str, reason: &str, message: Option<
     c
 }
 
+/// The XR's own `status.conditions` as Crossplane reads them into its
+/// `Condition` type (crossplane-runtime v2.3.3
+/// `pkg/resource/unstructured/composite/composite.go:345`, `GetValueInto`):
+/// the fields it has, a field of another JSON type left empty, the time the
+/// fixed one (the CLI's `SetConditionTimestamps` sets every condition's).
+fn input_conditions(xr: &Value) -> Vec<Value> {
+    let Some(given) = xr
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    given
+        .iter()
+        .map(|c| {
+            let field = |k: &str| get_str(c, &[k]).unwrap_or_default();
+            let mut out = condition(
+                field("type"),
+                field("status"),
+                field("reason"),
+                Some(field("message")),
+            );
+            if let Some(g) = c.get("observedGeneration").and_then(Value::as_i64) {
+                if g != 0 {
+                    out["observedGeneration"] = json!(g);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Sets `c` among `conditions` as Crossplane's `SetConditions` does
+/// (crossplane/apis v2.3.4 `core/v2/condition.go:193`): every condition of
+/// its type is replaced in its place, unless `Equal` to it (type, status,
+/// reason, message, and the observed generation when both have one); a new
+/// type is appended.
+fn set_condition(conditions: &mut Vec<Value>, c: Value) {
+    let equal = |a: &Value, b: &Value| {
+        let generation = |v: &Value| v.get("observedGeneration").and_then(Value::as_i64);
+        let text = |v: &Value, k: &str| get_str(v, &[k]).unwrap_or_default().to_string();
+        ["type", "status", "reason", "message"]
+            .iter()
+            .all(|k| text(a, k) == text(b, k))
+            && match (generation(a), generation(b)) {
+                (Some(x), Some(y)) if x != 0 && y != 0 => x == y,
+                _ => true,
+            }
+    };
+    let mut exists = false;
+    for existing in conditions.iter_mut() {
+        if existing.get("type") != c.get("type") {
+            continue;
+        }
+        exists = true;
+        if !equal(existing, &c) {
+            *existing = c.clone();
+        }
+    }
+    if !exists {
+        conditions.push(c);
+    }
+}
+
 fn xr_condition(c: &XrCondition) -> Value {
     condition(&c.kind, &c.status, &c.reason, c.message.as_deref())
 }
@@ -159,14 +224,33 @@ impl CompositeOutput<'_> {
                 .iter()
                 .map(|r| Event::of_result(r, REASON_COMPOSE, true)),
         );
-        let mut conditions = vec![condition("Responsive", "True", "WatchCircuitClosed", None)];
-        conditions.extend(
-            outcome
-                .conditions
-                .iter()
-                .filter(|c| !SYSTEM_CONDITIONS.contains(&c.kind.as_str()))
-                .map(xr_condition),
+        // The reconciler marks conditions with the XR's generation
+        // (crossplane-runtime v2.3.3 pkg/conditions/manager.go:70): the
+        // input's, until the desired XR replaces it, generation and all
+        // (Crossplane v2.3.4 composition_functions.go:673), so only
+        // `Responsive` (reconciler.go:597) and a failed pipeline's `Synced`
+        // carry it.
+        let generation = self.xr["metadata"]["generation"]
+            .as_i64()
+            .filter(|g| *g != 0);
+        let with_generation = |mut c: Value| {
+            if let Some(g) = generation {
+                c["observedGeneration"] = json!(g);
+            }
+            c
+        };
+        let mut conditions = input_conditions(self.xr);
+        set_condition(
+            &mut conditions,
+            with_generation(condition("Responsive", "True", "WatchCircuitClosed", None)),
         );
+        for c in outcome
+            .conditions
+            .iter()
+            .filter(|c| !SYSTEM_CONDITIONS.contains(&c.kind.as_str()))
+        {
+            set_condition(&mut conditions, xr_condition(c));
+        }
 
         if let Some(fatal) = &outcome.fatal {
             let error = format!(
@@ -174,7 +258,10 @@ impl CompositeOutput<'_> {
                 fatal.step, fatal.message
             );
             events.push(Event::warning(REASON_COMPOSE, error.clone()));
-            conditions.push(condition("Synced", "False", "ReconcileError", Some(&error)));
+            set_condition(
+                &mut conditions,
+                with_generation(condition("Synced", "False", "ReconcileError", Some(&error))),
+            );
             let mut xr = self.identity();
             object_at(&mut xr, &["status"]).insert("conditions".into(), Value::Array(conditions));
             // Nothing is garbage collected after a failed pipeline.
@@ -204,8 +291,14 @@ impl CompositeOutput<'_> {
                 format!("Composed resource {name:?} is not yet ready"),
             ));
         }
-        conditions.push(condition("Synced", "True", "ReconcileSuccess", None));
-        conditions.push(ready_condition(&unready, outcome.composite_ready));
+        set_condition(
+            &mut conditions,
+            condition("Synced", "True", "ReconcileSuccess", None),
+        );
+        set_condition(
+            &mut conditions,
+            ready_condition(&unready, outcome.composite_ready),
+        );
 
         let mut xr = self.identity();
         let refs_path = self.schema.spec_path("resourceRefs");

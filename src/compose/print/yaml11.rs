@@ -17,7 +17,8 @@
 //! no input can hold (a fixed-width counter after a digest of the whole
 //! document) while serializing through yaml_serde, in the object's own key
 //! order, then each placeholder is replaced by the JSON-escaped string
-//! (valid YAML double-quoted style). Everything else is yaml_serde's.
+//! (valid YAML double-quoted style). Everything else is yaml_serde's, its
+//! long scalars then folded at go-yaml's width (`fold`).
 use regex::RegexSet;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
@@ -25,7 +26,8 @@ use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::sync::LazyLock;
 
-/// `value` as YAML whose strings a YAML 1.1 reader reads back as strings.
+/// `value` as YAML whose strings a YAML 1.1 reader reads back as strings,
+/// long scalars folded as go-yaml v2 folds them (`fold`).
 pub(crate) fn to_string(value: &Value) -> Result<String, yaml_serde::Error> {
     let digest = Sha256::digest(value.to_string().as_bytes());
     let quoting = Quoting {
@@ -35,7 +37,7 @@ pub(crate) fn to_string(value: &Value) -> Result<String, yaml_serde::Error> {
     let text = yaml_serde::to_string(&Quoted(value, &quoting))?;
     let quoted = quoting.quoted.into_inner();
     if quoted.is_empty() {
-        return Ok(text);
+        return Ok(super::fold::fold(&text));
     }
     let mut out = String::with_capacity(text.len());
     let mut rest = text.as_str();
@@ -59,7 +61,7 @@ pub(crate) fn to_string(value: &Value) -> Result<String, yaml_serde::Error> {
         }
     }
     out.push_str(rest);
-    Ok(out)
+    Ok(super::fold::fold(&out))
 }
 
 struct Quoting {

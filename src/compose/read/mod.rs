@@ -407,6 +407,13 @@ impl Read {
                 for xr in &mut xrs {
                     configure(xr);
                     check_observed(composition_path, &xr.xr, &xr.observed)?;
+                    // Crossplane finds an observed resource by the name its
+                    // reference gives and skips a reference with none
+                    // (v2.3.4 composition_functions.go:795, `if ref.Name ==
+                    // "" { continue }`): a nameless one is not observed.
+                    xr.observed.retain(|(_, o)| {
+                        get_str(o, &["metadata", "name"]).is_some_and(|n| !n.is_empty())
+                    });
                 }
                 self.subject = Subject::Composite { xrs };
                 self.nested = read_nested(&inputs.nested_compositions)?;
@@ -807,6 +814,36 @@ spec:
             ..Default::default()
         };
         Read::from_inputs(&inputs).map_err(|e| crate::chain::one_line(&e))
+    }
+
+    #[test]
+    fn an_observed_resource_with_no_name_is_not_observed_as_crossplane_skips_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let observed = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: named\n  \
+             annotations: {crossplane.io/composition-resource-name: a}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata:\n  \
+             annotations: {crossplane.io/composition-resource-name: b}\n";
+        let inputs = RenderInputs {
+            xr_or_operation: write(
+                "xr.yaml",
+                "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: x}\n",
+            ),
+            composition_or_functions: Some(write("composition.yaml", COMPOSITION)),
+            functions: Some(write("functions.yaml", FUNCTIONS)),
+            observed_resources: Some(write("observed.yaml", observed)),
+            ..Default::default()
+        };
+        let read = Read::from_inputs(&inputs).unwrap();
+        let Subject::Composite { xrs } = &read.subject else {
+            panic!("a composite render")
+        };
+        let names: Vec<&str> = xrs[0].observed.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a"]);
     }
 
     const BUCKET_CLAIM: &str =

@@ -186,3 +186,92 @@ fn unready_resources_are_worded_as_crossplanes_first_n_and_some_more() {
     );
     assert_eq!(readiness_of(&[])["status"], json!("True"));
 }
+
+#[test]
+fn conditions_are_set_over_the_xrs_own_in_their_places_as_crossplanes_set_conditions() {
+    let mut xr = xr(None);
+    xr["status"] = json!({"conditions": [
+        {"type": "Ready", "status": "True", "reason": "old",
+         "lastTransitionTime": "2023-11-03T09:07:31Z", "extra": "dropped"},
+        {"type": "Custom", "status": "False", "reason": 7, "message": "kept",
+         "observedGeneration": 3},
+    ]});
+    let mut outcome = Outcome::default();
+    for message in ["first", "second"] {
+        outcome.conditions.push(XrCondition {
+            kind: "ResourcesComposed".into(),
+            status: "True".into(),
+            reason: "AllComposed".into(),
+            message: Some(message.into()),
+        });
+    }
+    let objects = render(&xr, &outcome, OutputOptions::default()).unwrap();
+    let at = |reason: &str, message: Option<&str>, kind: &str, status: &str| {
+        let mut c = json!({"type": kind, "status": status, "reason": reason,
+            "lastTransitionTime": TRANSITION_TIME});
+        if let Some(m) = message {
+            c["message"] = json!(m);
+        }
+        c
+    };
+    let mut custom = at("", Some("kept"), "Custom", "False");
+    custom["observedGeneration"] = json!(3);
+    assert_eq!(
+        objects[0]["status"]["conditions"],
+        json!([
+            // Replaced in its place, not moved after Synced.
+            at("Available", None, "Ready", "True"),
+            // Nobody sets it: kept, read as Crossplane's Condition type.
+            custom,
+            at("WatchCircuitClosed", None, "Responsive", "True"),
+            // A type set twice is there once, the last one set.
+            at("AllComposed", Some("second"), "ResourcesComposed", "True"),
+            at("ReconcileSuccess", None, "Synced", "True"),
+        ])
+    );
+}
+
+#[test]
+fn only_responsive_and_a_failed_pipelines_synced_carry_the_xrs_generation() {
+    let mut xr = xr(None);
+    xr["metadata"]["generation"] = json!(3);
+    let generations = |objects: Vec<Value>| -> Vec<(String, Value)> {
+        objects[0]["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap().to_string(),
+                    c["observedGeneration"].clone(),
+                )
+            })
+            .collect()
+    };
+    let ok = render(&xr, &Outcome::default(), OutputOptions::default()).unwrap();
+    let named = |v: &[(&str, Value)]| -> Vec<(String, Value)> {
+        v.iter().map(|(k, g)| (k.to_string(), g.clone())).collect()
+    };
+    assert_eq!(
+        generations(ok),
+        named(&[
+            ("Responsive", json!(3)),
+            ("Synced", Value::Null),
+            ("Ready", Value::Null)
+        ])
+    );
+    let failed = Outcome {
+        fatal: Some(StepResult {
+            step: "s".into(),
+            severity: Severity::Fatal,
+            message: "no".into(),
+            reason: None,
+        }),
+        ..Outcome::default()
+    };
+    let failed = render(&xr, &failed, OutputOptions::default()).unwrap();
+    assert_eq!(
+        generations(failed),
+        named(&[("Responsive", json!(3)), ("Synced", json!(3))])
+    );
+}

@@ -210,9 +210,11 @@ composed() {
 }
 composed via-xfn xfn-one xfn-two
 METRICS=http://$XFN_CLUSTER_NET.1:9090/metrics
+CORE_METRICS=http://127.0.0.1$(sed -n 's/.*Serving metrics server.*"bindAddress": "\([^"]*\)".*/\1/p' \
+    "$XFN_CLUSTER_RUN/log/crossplane-core.log" | tail -1)/metrics
 XFN_PID=$(cat "$XFN_CLUSTER_RUN/pid/xfn-host-1")
 python3 benches/lib/xr_ready.py "$KUBECONFIG" "$WORK/xfn.json" via-xfn --zero "$ZERO" --warm "$WARM" \
-    --batch "$BATCH" --poll "$POLL" --metrics "$METRICS" --tree "$XFN_PID"
+    --batch "$BATCH" --poll "$POLL" --metrics "$METRICS" --core-metrics "$CORE_METRICS" --tree "$XFN_PID"
 
 # The native side: xfn host gone, its names resolve to nothing.
 scripts/cluster.sh host stop 1
@@ -263,7 +265,7 @@ done
 composed via-native native-one native-two
 NATIVE_PIDS=${NATIVE_PIDS# }
 python3 benches/lib/xr_ready.py "$KUBECONFIG" "$WORK/native.json" via-native --warm "$WARM" \
-    --batch "$BATCH" --poll "$POLL" --pids "${NATIVE_PIDS// /,}"
+    --batch "$BATCH" --poll "$POLL" --core-metrics "$CORE_METRICS" --pids "${NATIVE_PIDS// /,}"
 
 python3 - "$WORK/xfn.json" "$WORK/native.json" "$POLL" <<'EOF'
 import json, statistics, sys
@@ -287,8 +289,15 @@ for when, label in (("idle", "idle, before any XR"), ("warm", "after the warm XR
           f"   (Pss {mb(a, 'Pss'):.1f} / {mb(b, 'Pss'):.1f} MB; {a['processes']} / {b['processes']} processes)")
 z = x["memory"]["zero"]
 print(f"{'memory scaled to zero (xfn), Rss':40} {mb(z):9.1f} MB   (Pss {mb(z, 'Pss'):.1f} MB; {z['processes']} processes)")
-print("\nxfn's calls per XR, up to Ready / during its deletion: "
-      + ", ".join(f"{k} {v[0]:.1f} / {v[1]:.1f}" for k, v in x["calls"].items()))
+print("\nWhat an XR cost up to Ready, per XR (core's metrics; xfn's own count of calls):")
+print(f"{'':22} {'XR to Ready':>12} {'reconciles':>10} {'their time':>11} {'queued':>9} "
+      f"{'RunFunction':>11} {'their time':>11} {'xfn calls':>9}")
+for side, r in (("xfn", x), ("native", n)):
+    for kind, c in r["counts"].items():
+        own = f"{c['xfn_calls']:.1f}" if "xfn_calls" in c else "—"
+        print(f"{side + ' ' + kind:22} {ms(r['samples'][kind]):9.0f} ms {c['reconciles']:10.1f} "
+              f"{c['reconcile_seconds'] * 1000:8.0f} ms {c['queue_seconds'] * 1000:6.0f} ms {c['fn_calls']:11.1f} "
+              f"{c['fn_seconds'] * 1000:8.1f} ms {own:>9}")
 print("load (1/5/15 min) at each phase: xfn " + "; ".join(f"{k} {v}" for k, v in x["load"].items())
       + " | native " + "; ".join(f"{k} {v}" for k, v in n["load"].items()))
 EOF

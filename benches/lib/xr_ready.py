@@ -6,7 +6,8 @@ beside it a poller lists the XRs every POLL seconds, as a `kubectl get`
 loop would, to show what a poll adds to the figure.
 
     python3 benches/lib/xr_ready.py KUBECONFIG OUT.json COMPOSITION \
-        --zero N --warm N --batch N [--metrics URL] [--tree PID | --pids PID,...]
+        --zero N --warm N --batch N [--metrics URL] [--core-metrics URL] \
+        [--tree PID | --pids PID,...]
 
 Each XR is deleted (and its deletion seen) before the next is made, so no
 XR is left for core to re-reconcile every --poll-interval (that would call
@@ -18,6 +19,8 @@ samples follow one another at once; `batch` creates N XRs at once.
 Memory (kB of Rss and Pss from smaps_rollup) of --tree (a process and its
 descendants) or --pids (their sum) is read at `idle` (before the samples),
 `warm` (right after the warm samples) and `after` (after the batch).
+What each XR cost up to Ready is read from counters (see CORE): xfn's
+calls, and core's RunFunction calls, reconciles and work-queue waits.
 """
 import argparse
 import json
@@ -160,18 +163,38 @@ def memory(pids):
     return total
 
 
+def scrape(url):
+    """(name, labels, value) of each sample of a Prometheus text page."""
+    for line in urllib.request.urlopen(url, timeout=5).read().decode().splitlines():
+        m = re.match(r"([a-z_:]+)(\{.*\})? (\S+)$", line)
+        if m:
+            yield m.group(1), m.group(2) or "", float(m.group(3))
+
+
 def servers_running(url):
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return sum(float(l.split()[-1]) for l in text.splitlines()
-               if l.startswith("xfn_host_servers_running{"))
+    return sum(v for name, _, v in scrape(url) if name == "xfn_host_servers_running")
 
 
-def calls(url):
-    if not url:
-        return 0
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return sum(float(l.split()[-1]) for l in text.splitlines()
-               if l.startswith("xfn_host_calls_total{"))
+# What the figures are made of, as counters: xfn's calls (its metrics), and
+# from core's: its RunFunction calls and their seconds (as core timed them),
+# and its reconciles of the XR kind, their seconds and their wait in the
+# work queue.
+CORE = {"fn_calls": "function_run_function_seconds_count", "fn_seconds": "function_run_function_seconds_sum",
+        "reconciles": "controller_runtime_reconcile_time_seconds_count",
+        "reconcile_seconds": "controller_runtime_reconcile_time_seconds_sum",
+        "queue_seconds": "workqueue_queue_duration_seconds_sum"}
+
+
+def totals(xfn, core):
+    out = {}
+    if xfn:
+        out["xfn_calls"] = sum(v for name, _, v in scrape(xfn) if name == "xfn_host_calls_total")
+    if core:
+        for name, labels, value in scrape(core):
+            for key, metric in CORE.items():
+                if name == metric and (key.startswith("fn_") or PLURAL in labels):
+                    out[key] = out.get(key, 0) + value
+    return out
 
 
 def main():
@@ -184,6 +207,7 @@ def main():
     p.add_argument("--batch", type=int, default=10)
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--metrics")
+    p.add_argument("--core-metrics")
     p.add_argument("--tree", type=int)
     p.add_argument("--pids")
     a = p.parse_args()
@@ -203,34 +227,34 @@ def main():
             seen.created[name] = time.monotonic()
         api.create(name, a.composition)
 
+    count = lambda: totals(a.metrics, a.core_metrics)
+
     def finish(names, counted, before):
-        """Waits for `names` Ready, then deleted; adds to `counted` xfn's
-        calls since `before` (its count) up to Ready and during the
-        deletion."""
+        """Waits for `names` Ready, then deleted; adds to `counted` what
+        the counters of `count` rose by from `before` up to Ready."""
         seen.wait(lambda: all(n in seen.watched for n in names), f"{names} Ready")
-        at_ready = calls(a.metrics)
+        at_ready = count()
+        counted.append({k: v - before.get(k, 0) for k, v in at_ready.items()})
         seen.wait(lambda: all(n in seen.polled for n in names), f"{names} polled Ready")
         for n in names:
             api.delete(n)
         seen.wait(lambda: all(n in seen.gone for n in names), f"{names} deleted")
-        if a.metrics:
-            counted.append((at_ready - before, calls(a.metrics) - at_ready))
         return [{"watch": seen.watched[n] - seen.created[n], "poll": seen.polled[n] - seen.created[n]}
                 for n in names]
 
     def tally(kind, counted, xrs):
-        if counted:
-            result.setdefault("calls", {})[kind] = [sum(c[i] for c in counted) / xrs for i in (0, 1)]
+        keys = counted[0].keys() if counted else []
+        result.setdefault("counts", {})[kind] = {k: sum(c[k] for c in counted) / xrs for k in keys}
 
-    def phase(kind, names, before=None):
+    def phase(kind, names, first=None):
         result["load"][kind] = loadavg()
         out, counted = [], []
         for name in names:
-            if before:
-                before()
-            count = calls(a.metrics)
+            if first:
+                first()
+            start = count()
             one(name)
-            out.extend(finish([name], counted, count))
+            out.extend(finish([name], counted, start))
         result["samples"][kind] = out
         tally(kind, counted, len(names))
 
@@ -255,11 +279,11 @@ def main():
     result["memory"]["warm"] = memory(pids())
     result["load"]["batch"] = loadavg()
     names = [f"{tag}-batch-{i}" for i in range(a.batch)]
-    count, counted = calls(a.metrics), []
+    before, counted = count(), []
     started = time.monotonic()
     for name in names:
         one(name)
-    result["samples"]["batch"] = finish(names, counted, count)
+    result["samples"]["batch"] = finish(names, counted, before)
     tally("batch", counted, len(names))
     result["batch_all"] = max(seen.watched[n] for n in names) - started
     result["memory"]["after"] = memory(pids())

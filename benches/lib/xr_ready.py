@@ -160,6 +160,12 @@ def memory(pids):
             m = re.search(rf"^{field}:\s+(\d+)", rollup, re.M)
             total[field] += int(m.group(1)) if m else 0
     total["processes"] = len(pids)
+    total["commands"] = []
+    for pid in pids:
+        try:
+            total["commands"].append(open(f"/proc/{pid}/comm").read().strip())
+        except OSError:
+            pass
     return total
 
 

@@ -289,7 +289,7 @@ for when, label in (("idle", "idle, before any XR"), ("warm", "after the warm XR
           f"   (Pss {mb(a, 'Pss'):.1f} / {mb(b, 'Pss'):.1f} MB; {a['processes']} / {b['processes']} processes)")
 z = x["memory"]["zero"]
 print(f"{'memory scaled to zero (xfn), Rss':40} {mb(z):9.1f} MB   (Pss {mb(z, 'Pss'):.1f} MB; {z['processes']} processes)")
-print(f"processes: xfn {' '.join(x['memory']['after']['commands'])}; native {' '.join(n['memory']['after']['commands'])}")
+print(f"processes counted, by name: xfn's tree [{' '.join(x['memory']['after']['commands'])}]; native [{' '.join(n['memory']['after']['commands'])}]")
 print("\nWhat an XR cost up to Ready, per XR (core's metrics; xfn's own count of calls):")
 print(f"{'':22} {'XR to Ready':>12} {'reconciles':>10} {'their time':>11} {'queued':>9} "
       f"{'RunFunction':>11} {'their time':>11} {'xfn calls':>9}")

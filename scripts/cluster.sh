@@ -20,11 +20,14 @@
 #
 # Run state lives in $XFN_CLUSTER_RUN (default /tmp/xfn-cluster): the PKI,
 # the kubeconfigs, etcd's data, each process's pid and log. `down` stops
-# every process by its recorded pid and removes the run directory.
+# every process by its recorded pid and removes the run directory. Two
+# instances can run at once with distinct $XFN_CLUSTER_RUN and
+# $XFN_CLUSTER_NET (the replicas' /24 on loopback, default 127.0.45).
+# $XFN_HOST_ARGS: more flags for every replica started (`--server-idle 3s`).
 #
 # Names. Core dials a revision's `status.endpoint`, `dns:///NAME.NS:9443`.
 # In a cluster, DNS answers a headless Service's name with the addresses of
-# the ready pods it selects. Here the replicas listen on 127.0.45.N:9443 and
+# the ready pods it selects. Here the replicas listen on NET.N:9443 and
 # a resolver loop of this script plays that DNS: every second it writes, for
 # each headless Service in crossplane-system that selects xfn host's pods,
 # `NAME`, `NAME.NS`, `NAME.NS.svc` and `NAME.NS.svc.cluster.local` mapped to
@@ -34,7 +37,9 @@
 # name, as DNS returns every A record). So a name resolves only once xfn's
 # controller has made its Service, stops resolving when the Service goes,
 # and a replica that stops drops out: what a cluster's DNS does. The
-# machine's /etc/hosts is never touched.
+# machine's /etc/hosts is never touched. Lines of $run/hosts.extra (`IP
+# NAME...`) are added as they are: endpoints served by something else than
+# xfn host (benches/cluster.sh's native function servers).
 set -euo pipefail
 
 # name                     module                                version  main package
@@ -61,6 +66,8 @@ run=${XFN_CLUSTER_RUN:-/tmp/xfn-cluster}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 xfn=${XFN:-$repo/target/debug/xfn}
 ns=crossplane-system
+net=${XFN_CLUSTER_NET:-127.0.45}
+[[ $net =~ ^127\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || { echo "cluster: XFN_CLUSTER_NET must be 127.X.Y, not $net" >&2; exit 1; }
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 bin=$cache/bin
 kubectl() { "$bin/kubectl" --kubeconfig "$run/admin.kubeconfig" "$@"; }
@@ -221,7 +228,7 @@ secret() {
 # The resolver: the hosts file core sees (see the header).
 resolve() {
     local base services ip n line
-    base=$(grep -v '127\.0\.45\.' /etc/hosts)
+    base=$(grep -v "^${net//./\\.}\\." /etc/hosts)
     while :; do
         services=$(kubectl -n "$ns" get services -l app.kubernetes.io/managed-by=xfn-host \
             -o 'jsonpath={range .items[?(@.spec.clusterIP=="None")]}{.metadata.name}{"\n"}{end}' 2>/dev/null) || {
@@ -231,7 +238,7 @@ resolve() {
         local ready=()
         for n in 1 2 3 4 5 6 7 8 9; do
             alive "xfn-host-$n" || continue
-            ip=127.0.45.$n
+            ip=$net.$n
             curl -sf -o /dev/null --max-time 1 "http://$ip:9090/readyz" && ready+=("$ip")
         done
         {
@@ -241,6 +248,7 @@ resolve() {
                     echo "$ip $line $line.$ns $line.$ns.svc $line.$ns.svc.cluster.local"
                 done
             done
+            [ ! -f "$run/hosts.extra" ] || cat "$run/hosts.extra"
         } >"$run/hosts.next"
         # In place: the bind mount holds this inode.
         cmp -s "$run/hosts.next" "$run/hosts" || cat "$run/hosts.next" >"$run/hosts"
@@ -256,11 +264,12 @@ host() {
         alive "xfn-host-$n" && return 0
         [ -x "$xfn" ] || die "no xfn binary at $xfn (cargo build, or set XFN)"
         mkdir -p "$run/xfn-host-$n"
+        # shellcheck disable=SC2086 # $XFN_HOST_ARGS: flags, split on purpose
         start "xfn-host-$n" env KUBECONFIG="$run/xfn-host.kubeconfig" RUST_LOG="${RUST_LOG:-info}" \
-            "$xfn" host --ca "$run/ca" --namespace "$ns" --address "127.0.45.$n:9443" \
-            --metrics-address "127.0.45.$n:9090" --ready-when any --cache-dir "$run/xfn-host-$n/cache"
-        wait_for "xfn host replica $n" curl -sf "http://127.0.45.$n:9090/readyz"
-        log "xfn host replica $n serves on 127.0.45.$n:9443 (log: $run/log/xfn-host-$n.log)"
+            "$xfn" host --ca "$run/ca" --namespace "$ns" --address "$net.$n:9443" \
+            --metrics-address "$net.$n:9090" --ready-when any --cache-dir "$run/xfn-host-$n/cache" ${XFN_HOST_ARGS:-}
+        wait_for "xfn host replica $n" curl -sf "http://$net.$n:9090/readyz"
+        log "xfn host replica $n serves on $net.$n:9443 (log: $run/log/xfn-host-$n.log)"
         ;;
     stop) stop "xfn-host-$n" TERM ;;
     kill) stop "xfn-host-$n" KILL ;;
@@ -327,7 +336,7 @@ up() {
     # them (not its Deployment: no kubelet here).
     awk -v RS='\n---\n' '/\nkind: (ServiceAccount|ClusterRole|ClusterRoleBinding|Role|RoleBinding)\n/ {print "---"; print}' \
         "$repo/deploy/host/xfn-host.yaml" | kubectl apply -f - >/dev/null
-    grep -v '127\.0\.45\.' /etc/hosts >"$run/hosts"
+    grep -v "^${net//./\\.}\\." /etc/hosts >"$run/hosts"
     start resolver "$0" resolve
     mkdir -p "$run/core-cache"
     local metrics health

@@ -13,9 +13,11 @@
 //!
 //! Needs: scripts/cluster.sh's binaries (`scripts/cluster.sh build`; a
 //! missing one fails the test naming it), scripts/peers.sh's
-//! function-patch-and-transform, crun, docker-registry, busybox-static,
-//! openssl. Run alone: `cargo test --test cluster` (its xfn host replicas
-//! listen on the fixed 127.0.45.N:9443).
+//! function-patch-and-transform and `crossplane` CLI (its package is a
+//! real xpkg: `crossplane xpkg build`, `crossplane xpkg push`), crun,
+//! skopeo, docker-registry, busybox-static, openssl. Run alone: `cargo
+//! test --test cluster` (its xfn host replicas listen on 127.0.45.N:9443;
+//! `XFN_CLUSTER_NET=127.X.Y` moves them beside another cluster).
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -41,7 +43,7 @@ struct Day {
 #[test]
 fn crossplane_core_composes_through_xfn_host_as_the_runtime_of_every_function() {
     let registry = Registry::start();
-    let pt = PeerFunction::get(PT).image(&registry, &format!("{PT}:v0.10.7"));
+    let pt = PeerFunction::get(PT).xpkg(&registry, &format!("{PT}:v0.10.7"));
     let started = Instant::now();
     let cluster = Cluster::up();
     eprintln!("cluster up in {:?}", started.elapsed());

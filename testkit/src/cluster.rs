@@ -7,9 +7,10 @@
 //! `scripts/cluster.sh build`, never a skip: an end-to-end case that did not
 //! run must not read as one that passed. The cluster is stopped (every
 //! process `up` started, by its pid) when the [`Cluster`] drops, panics
-//! included. One cluster at a time on a machine: its `xfn host` replicas
-//! listen on the fixed addresses 127.0.45.N:9443 (core dials port 9443 of
-//! the Function's name, as it would a pod's).
+//! included. One cluster at a time per loopback net: its `xfn host`
+//! replicas listen on 127.0.45.N:9443 (core dials port 9443 of the
+//! Function's name, as it would a pod's); `XFN_CLUSTER_NET=127.X.Y` in the
+//! environment moves them, for a second cluster beside it.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -85,16 +85,11 @@ impl PeerFunction {
             .to_string()
     }
 
-    /// Pushes the function's image as its Dockerfile makes it, on a minimal
-    /// root: the binary at `/function`, the entrypoint `["/function"]`, the
-    /// user `nonroot:nonroot` (65532) and port 9443 of distroless, plus the
-    /// package metadata layer (`package.yaml`, annotated
-    /// `io.crossplane.xpkg: base`) of a Crossplane package. Returns its
-    /// reference.
-    pub fn image(&self, registry: &Registry, name: &str) -> String {
+    /// The function's runtime image as its Dockerfile makes it, on a
+    /// minimal root: the binary at `/function`, the entrypoint
+    /// `["/function"]`, the user `nonroot:nonroot` (65532) of distroless.
+    fn runtime_image(&self) -> ImageBuilder {
         let binary = std::fs::read(self.binary()).expect("read the peer function's binary");
-        let package =
-            std::fs::read(self.dir.join("package.yaml")).expect("read the peer's package.yaml");
         ImageBuilder::new()
             // Uncompressed: gzip of tens of MB by the unoptimised test build
             // takes seconds, and the registry is on loopback.
@@ -103,15 +98,96 @@ impl PeerFunction {
                     .compression(Compression::None)
                     .file("/function", 0o755, binary),
             )
+            .entrypoint(["/function"])
+            .user("65532:65532")
+    }
+
+    /// Pushes the function's runtime image plus the package metadata layer
+    /// (`package.yaml`, annotated `io.crossplane.xpkg: base`) of a
+    /// Crossplane package, as `name`. Returns its reference.
+    pub fn image(&self, registry: &Registry, name: &str) -> String {
+        let package =
+            std::fs::read(self.dir.join("package.yaml")).expect("read the peer's package.yaml");
+        self.runtime_image()
             .layer(
                 Layer::new()
                     .file("/package.yaml", 0o644, package)
                     .annotation("io.crossplane.xpkg", "base"),
             )
-            .entrypoint(["/function"])
-            .user("65532:65532")
             .push(registry, name)
             .reference
+    }
+
+    /// Pushes the function as a real xpkg, as its release is made: the
+    /// runtime image ([`PeerFunction::image`]'s, pushed as `NAME-runtime`)
+    /// saved as a tarball by skopeo, `crossplane xpkg build
+    /// --embed-runtime-image-tarball` with `package.yaml` as the package's
+    /// `crossplane.yaml`, `crossplane xpkg push` as `name` (`repo:semver`).
+    /// Returns its reference.
+    pub fn xpkg(&self, registry: &Registry, name: &str) -> String {
+        let (repo, tag) = name.split_once(':').expect("an xpkg name is repo:tag");
+        let runtime = self
+            .runtime_image()
+            .push(registry, &format!("{repo}-runtime:{tag}"))
+            .reference;
+        let work = tempfile::tempdir().expect("a directory for the xpkg");
+        let tarball = work.path().join("runtime.tar");
+        let root = work.path().join("package");
+        let xpkg = work.path().join("function.xpkg");
+        std::fs::create_dir(&root).expect("the package root");
+        std::fs::copy(self.dir.join("package.yaml"), root.join("crossplane.yaml"))
+            .expect("copy the peer's package.yaml");
+        let run = |program: &Path, args: &[&std::ffi::OsStr]| {
+            let out = std::process::Command::new(program)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+            assert!(
+                out.status.success(),
+                "{} {args:?}: {}",
+                program.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let archive = format!("docker-archive:{}", tarball.display());
+        let source = format!("docker://{runtime}");
+        run(
+            Path::new("skopeo"),
+            &[
+                "copy",
+                "--quiet",
+                "--src-tls-verify=false",
+                &source,
+                &archive,
+            ]
+            .map(AsRef::as_ref),
+        );
+        let cli = binary("crossplane");
+        run(
+            &cli,
+            &[
+                "xpkg".as_ref(),
+                "build".as_ref(),
+                "--package-root".as_ref(),
+                root.as_os_str(),
+                "--embed-runtime-image-tarball".as_ref(),
+                tarball.as_os_str(),
+                "-o".as_ref(),
+                xpkg.as_os_str(),
+            ],
+        );
+        let reference = registry.reference(name);
+        run(
+            &cli,
+            &[
+                "xpkg".as_ref(),
+                "push".as_ref(),
+                "-f".as_ref(),
+                xpkg.as_os_str(),
+                reference.as_ref(),
+            ],
+        );
+        reference
     }
 }
 

@@ -617,6 +617,79 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
     assert_eq!(host.metric("cold_starts_total", "fn-grpc"), 3);
 }
 
+/// A process's network namespace (`/proc/PID/ns/net`'s link).
+fn network_namespace(pid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_kept_warm_runs_before_any_call_outlives_its_idle_time_and_is_replaced_once_killed(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-warm", &server), ("fn-cold", &server)]);
+    // fn-warm: one server kept warm, on xfn's network; fn-cold: the flags.
+    let text = std::fs::read_to_string(&file).unwrap().replace(
+        "name: fn-warm\n",
+        "name: fn-warm\n  annotations:\n    xfn.crossplane.io/min-servers: \"1\"\n    xfn.crossplane.io/network-policy: Runner\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1s"]);
+
+    host.wait_for("fn-warm's server is started before any call", || {
+        host.metric("servers_running", "fn-warm") == 1
+    });
+    assert_eq!(host.servers(), 1, "only fn-warm's");
+    assert_eq!(host.metric("calls_total", "fn-warm"), 0);
+    let warm = host.server_pids();
+    let xfn = network_namespace(*host.own_pids().last().unwrap());
+    assert_eq!(
+        network_namespace(warm[0]),
+        xfn,
+        "network-policy Runner: xfn's"
+    );
+
+    call_insecure(&host, "fn-cold", grpc_request("1", 0.0))
+        .await
+        .unwrap();
+    assert_eq!(host.servers(), 2);
+    let cold: Vec<u32> = host
+        .server_pids()
+        .into_iter()
+        .filter(|p| !warm.contains(p))
+        .collect();
+    assert_ne!(network_namespace(cold[0]), xfn, "by default: its own");
+    host.wait_for("fn-cold's idle server is stopped", || {
+        host.metric("servers_running", "fn-cold") == 0
+    });
+    // fn-warm's, idle since before fn-cold's call, was not.
+    assert_eq!(host.server_pids(), warm);
+    assert_eq!(host.metric("servers_running", "fn-warm"), 1);
+    let answer = call_insecure(&host, "fn-warm", grpc_request("2", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"]);
+    assert_eq!(
+        host.metric("cold_starts_total", "fn-warm"),
+        1,
+        "answered by the server kept warm"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(warm[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    host.wait_for("fn-warm's killed server is replaced, with no call", || {
+        host.metric("cold_starts_total", "fn-warm") == 2
+            && host.metric("servers_running", "fn-warm") == 1
+            && host.servers() == 1
+    });
+    assert_ne!(host.server_pids(), warm);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_past_the_per_function_bound_wait_and_sigterm_drains_and_stops_every_server() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-other", true)]);
@@ -1504,6 +1577,24 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
         "--insecure".as_ref(),
     ]);
     assert!(stderr.contains("no Function"), "{stderr}");
+
+    let greedy = dir.path().join("greedy.yaml");
+    let text = std::fs::read_to_string(&functions).unwrap().replace(
+        "name: function-a\n",
+        "name: function-a\n  annotations:\n    xfn.crossplane.io/min-servers: \"10000\"\n",
+    );
+    std::fs::write(&greedy, text).unwrap();
+    let stderr = refused(&[
+        "--functions".as_ref(),
+        greedy.as_os_str(),
+        "--insecure".as_ref(),
+    ]);
+    assert!(
+        stderr.contains(
+            "Function function-a: xfn.crossplane.io/min-servers is \"10000\": more than the host's --max-servers (32)"
+        ),
+        "{stderr}"
+    );
 
     let wrong = dir.path().join("wrong");
     std::fs::create_dir(&wrong).unwrap();

@@ -617,6 +617,20 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
     assert_eq!(host.metric("cold_starts_total", "fn-grpc"), 3);
 }
 
+/// Gives the Function `name` of the functions file `file` the
+/// `xfn.crossplane.io/` annotations `annotations`.
+fn annotate(file: &Path, name: &str, annotations: &[(&str, &str)]) {
+    let lines: String = annotations
+        .iter()
+        .map(|(k, v)| format!("    xfn.crossplane.io/{k}: \"{v}\"\n"))
+        .collect();
+    let text = std::fs::read_to_string(file).unwrap().replace(
+        &format!("name: {name}\n"),
+        &format!("name: {name}\n  annotations:\n{lines}"),
+    );
+    std::fs::write(file, text).unwrap();
+}
+
 /// A process's network namespace (`/proc/PID/ns/net`'s link).
 fn network_namespace(pid: u32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap()
@@ -630,11 +644,11 @@ async fn a_function_kept_warm_runs_before_any_call_outlives_its_idle_time_and_is
     let server = function_server_image(&registry, "host-grpc:v1", &[]);
     let file = functions_file(dir.path(), &[("fn-warm", &server), ("fn-cold", &server)]);
     // fn-warm: one server kept warm, on xfn's network; fn-cold: the flags.
-    let text = std::fs::read_to_string(&file).unwrap().replace(
-        "name: fn-warm\n",
-        "name: fn-warm\n  annotations:\n    xfn.crossplane.io/min-servers: \"1\"\n    xfn.crossplane.io/network-policy: Runner\n",
+    annotate(
+        &file,
+        "fn-warm",
+        &[("min-servers", "1"), ("network-policy", "Runner")],
     );
-    std::fs::write(&file, text).unwrap();
     let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1s"]);
 
     host.wait_for("fn-warm's server is started before any call", || {
@@ -688,6 +702,46 @@ async fn a_function_kept_warm_runs_before_any_call_outlives_its_idle_time_and_is
             && host.servers() == 1
     });
     assert_ne!(host.server_pids(), warm);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_functions_own_servers_calls_per_server_and_idle_time_win_over_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-own", &server)]);
+    annotate(
+        &file,
+        "fn-own",
+        &[
+            ("max-servers", "2"),
+            ("calls-per-server", "1"),
+            ("server-idle", "1s"),
+        ],
+    );
+    // The flags: one server of 16 calls, idle for an hour.
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1h"]);
+    let slow: Vec<_> = (0..2)
+        .map(|i| {
+            let port = host.port;
+            tokio::spawn(async move {
+                let channel = insecure_channel(port, "fn-own").await;
+                V1Client::new(channel)
+                    .run_function(grpc_request(&format!("slow{i}"), 5.0))
+                    .await
+            })
+        })
+        .collect();
+    host.wait_for("two servers of one call each, for two calls", || {
+        host.servers() == 2
+    });
+    for call in slow {
+        call.await.unwrap().unwrap();
+    }
+    host.wait_for("its servers stop after its own idle time", || {
+        host.servers() == 0 && host.metric("servers_running", "fn-own") == 0
+    });
+    assert_eq!(host.metric("cold_starts_total", "fn-own"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1579,11 +1633,8 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
     assert!(stderr.contains("no Function"), "{stderr}");
 
     let greedy = dir.path().join("greedy.yaml");
-    let text = std::fs::read_to_string(&functions).unwrap().replace(
-        "name: function-a\n",
-        "name: function-a\n  annotations:\n    xfn.crossplane.io/min-servers: \"10000\"\n",
-    );
-    std::fs::write(&greedy, text).unwrap();
+    std::fs::copy(&functions, &greedy).unwrap();
+    annotate(&greedy, "function-a", &[("min-servers", "10000")]);
     let stderr = refused(&[
         "--functions".as_ref(),
         greedy.as_os_str(),

@@ -16,8 +16,9 @@
 //!   up among the names of the functions the catalog holds now
 //!   (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`); nothing else routes.
 //! - **Every server is bounded and goes**: at most `--max-servers-per-function`
-//!   per function and `--max-servers` in all; one idle past `--server-idle`
-//!   or dead is stopped (container, mounts, processes), and so is the one
+//!   per function (or its own, `runtime_config::ServerSettings`) and
+//!   `--max-servers` in all; one idle past `--server-idle` (or its own),
+//!   but its warm ones, or dead is stopped (container, mounts, processes), and so is the one
 //!   idle the longest when a new server finds no slot free; unhosting and
 //!   the end of the drain stop them all.
 //! - **Every call waits in the daemon's one queue** (`grpc::admission`:
@@ -90,23 +91,9 @@ impl HostOptions {
     }
 
     /// How `function`'s servers run: its own settings, else the host's
-    /// flags; its minimum of warm servers raises its maximum to it.
+    /// flags.
     pub(crate) fn servers_of(&self, function: &HostedFunction) -> ServerLimits {
-        let (own, default) = (function.servers, self.servers);
-        let min_servers = own.min_servers.unwrap_or(default.min_servers);
-        ServerLimits {
-            max_servers: own
-                .max_servers
-                .unwrap_or(default.max_servers)
-                .max(min_servers),
-            calls_per_server: own.calls_per_server.unwrap_or(default.calls_per_server),
-            idle: own.idle.unwrap_or(default.idle),
-            start_timeout: default.start_timeout,
-            min_servers,
-            host_network: own.network.map_or(default.host_network, |n| {
-                n == crate::runner::NetworkPolicy::Runner
-            }),
-        }
+        self.servers.with(&function.servers)
     }
 }
 

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
+use super::runtime_config::ServerSettings;
 use bytes::Bytes;
 
 use crate::function_server::{
@@ -27,7 +28,7 @@ use crate::function_server::{
 };
 use crate::grpc::admission::Lane;
 use crate::grpc::Calls;
-use crate::runner::{RunConfig, RunError, Runner};
+use crate::runner::{NetworkPolicy, RunConfig, RunError, Runner};
 use crate::sandbox::exit_watch::ExitWatch;
 
 /// How a function's servers run (the host's flags, or the function's own
@@ -46,6 +47,24 @@ pub(crate) struct ServerLimits {
     pub(crate) min_servers: usize,
     /// Whether its servers share xfn's network instead of their own.
     pub(crate) host_network: bool,
+}
+
+impl ServerLimits {
+    /// These (the host's flags) where `own` (a function's) sets nothing;
+    /// its minimum of warm servers raises its maximum to it.
+    pub(crate) fn with(self, own: &ServerSettings) -> Self {
+        let min_servers = own.min_servers.unwrap_or(self.min_servers);
+        Self {
+            max_servers: own.max_servers.unwrap_or(self.max_servers).max(min_servers),
+            calls_per_server: own.calls_per_server.unwrap_or(self.calls_per_server),
+            idle: own.idle.unwrap_or(self.idle),
+            start_timeout: self.start_timeout,
+            min_servers,
+            host_network: own
+                .network
+                .map_or(self.host_network, |n| n == NetworkPolicy::Runner),
+        }
+    }
 }
 
 /// The host's `--max-servers` slots, shared by every function, and how
@@ -680,5 +699,43 @@ mod tests {
             backoff.refuse("f").is_ok(),
             "an answer starts the count again"
         );
+    }
+
+    #[test]
+    fn a_functions_own_settings_win_over_the_flags_and_its_warm_servers_raise_its_maximum() {
+        let flags = ServerLimits {
+            max_servers: 1,
+            calls_per_server: 16,
+            idle: Duration::from_secs(300),
+            start_timeout: Duration::from_secs(30),
+            min_servers: 0,
+            host_network: false,
+        };
+        assert_eq!(flags.with(&ServerSettings::default()), flags);
+        let own = ServerSettings {
+            calls_per_server: Some(2),
+            idle: Some(Duration::from_secs(9)),
+            min_servers: Some(3),
+            network: Some(NetworkPolicy::Runner),
+            ..Default::default()
+        };
+        assert_eq!(
+            flags.with(&own),
+            ServerLimits {
+                max_servers: 3,
+                calls_per_server: 2,
+                idle: Duration::from_secs(9),
+                start_timeout: Duration::from_secs(30),
+                min_servers: 3,
+                host_network: true,
+            }
+        );
+        let isolated = ServerSettings {
+            max_servers: Some(4),
+            network: Some(NetworkPolicy::Isolated),
+            ..Default::default()
+        };
+        let limits = flags.with(&isolated);
+        assert_eq!((limits.max_servers, limits.host_network), (4, false));
     }
 }

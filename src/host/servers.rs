@@ -512,7 +512,10 @@ impl Servers {
         host: &dyn ServerSlots,
         config: &RunConfig,
     ) {
-        if self.running().len() >= self.limits.min_servers {
+        // Failing in a row: tried after its backoff, not logged per sweep.
+        if self.running().len() >= self.limits.min_servers
+            || self.backoff().refuse(&self.function).is_err()
+        {
             return;
         }
         // No call picks a server meanwhile: a call's own start counts too.

@@ -617,6 +617,133 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
     assert_eq!(host.metric("cold_starts_total", "fn-grpc"), 3);
 }
 
+/// Gives the Function `name` of the functions file `file` the
+/// `xfn.crossplane.io/` annotations `annotations`.
+fn annotate(file: &Path, name: &str, annotations: &[(&str, &str)]) {
+    let lines: String = annotations
+        .iter()
+        .map(|(k, v)| format!("    xfn.crossplane.io/{k}: \"{v}\"\n"))
+        .collect();
+    let text = std::fs::read_to_string(file).unwrap().replace(
+        &format!("name: {name}\n"),
+        &format!("name: {name}\n  annotations:\n{lines}"),
+    );
+    std::fs::write(file, text).unwrap();
+}
+
+/// A process's network namespace (`/proc/PID/ns/net`'s link).
+fn network_namespace(pid: u32) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_kept_warm_runs_before_any_call_outlives_its_idle_time_and_is_replaced_once_killed(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-warm", &server), ("fn-cold", &server)]);
+    // fn-warm: one server kept warm, on xfn's network; fn-cold: the flags.
+    annotate(
+        &file,
+        "fn-warm",
+        &[("min-servers", "1"), ("network-policy", "Runner")],
+    );
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1s"]);
+
+    host.wait_for("fn-warm's server is started before any call", || {
+        host.metric("servers_running", "fn-warm") == 1
+    });
+    assert_eq!(host.servers(), 1, "only fn-warm's");
+    assert_eq!(host.metric("calls_total", "fn-warm"), 0);
+    let warm = host.server_pids();
+    let xfn = network_namespace(*host.own_pids().last().unwrap());
+    assert_eq!(
+        network_namespace(warm[0]),
+        xfn,
+        "network-policy Runner: xfn's"
+    );
+
+    call_insecure(&host, "fn-cold", grpc_request("1", 0.0))
+        .await
+        .unwrap();
+    assert_eq!(host.servers(), 2);
+    let cold: Vec<u32> = host
+        .server_pids()
+        .into_iter()
+        .filter(|p| !warm.contains(p))
+        .collect();
+    assert_ne!(network_namespace(cold[0]), xfn, "by default: its own");
+    host.wait_for("fn-cold's idle server is stopped", || {
+        host.metric("servers_running", "fn-cold") == 0
+    });
+    // fn-warm's, idle since before fn-cold's call, was not.
+    assert_eq!(host.server_pids(), warm);
+    assert_eq!(host.metric("servers_running", "fn-warm"), 1);
+    let answer = call_insecure(&host, "fn-warm", grpc_request("2", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"]);
+    assert_eq!(
+        host.metric("cold_starts_total", "fn-warm"),
+        1,
+        "answered by the server kept warm"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(warm[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    host.wait_for("fn-warm's killed server is replaced, with no call", || {
+        host.metric("cold_starts_total", "fn-warm") == 2
+            && host.metric("servers_running", "fn-warm") == 1
+            && host.servers() == 1
+    });
+    assert_ne!(host.server_pids(), warm);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_functions_own_servers_calls_per_server_and_idle_time_win_over_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-own", &server)]);
+    annotate(
+        &file,
+        "fn-own",
+        &[
+            ("max-servers", "2"),
+            ("calls-per-server", "1"),
+            ("server-idle", "1s"),
+        ],
+    );
+    // The flags: one server of 16 calls, idle for an hour.
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1h"]);
+    let slow: Vec<_> = (0..2)
+        .map(|i| {
+            let port = host.port;
+            tokio::spawn(async move {
+                let channel = insecure_channel(port, "fn-own").await;
+                V1Client::new(channel)
+                    .run_function(grpc_request(&format!("slow{i}"), 5.0))
+                    .await
+            })
+        })
+        .collect();
+    host.wait_for("two servers of one call each, for two calls", || {
+        host.servers() == 2
+    });
+    for call in slow {
+        call.await.unwrap().unwrap();
+    }
+    host.wait_for("its servers stop after its own idle time", || {
+        host.servers() == 0 && host.metric("servers_running", "fn-own") == 0
+    });
+    assert_eq!(host.metric("cold_starts_total", "fn-own"), 2);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_past_the_per_function_bound_wait_and_sigterm_drains_and_stops_every_server() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-other", true)]);
@@ -1504,6 +1631,21 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
         "--insecure".as_ref(),
     ]);
     assert!(stderr.contains("no Function"), "{stderr}");
+
+    let greedy = dir.path().join("greedy.yaml");
+    std::fs::copy(&functions, &greedy).unwrap();
+    annotate(&greedy, "function-a", &[("min-servers", "10000")]);
+    let stderr = refused(&[
+        "--functions".as_ref(),
+        greedy.as_os_str(),
+        "--insecure".as_ref(),
+    ]);
+    assert!(
+        stderr.contains(
+            "Function function-a: xfn.crossplane.io/min-servers is \"10000\": more than the host's --max-servers (32)"
+        ),
+        "{stderr}"
+    );
 
     let wrong = dir.path().join("wrong");
     std::fs::create_dir(&wrong).unwrap();

@@ -156,7 +156,7 @@ pub(crate) struct Prepared {
 /// Reads the functions file and the CA.
 pub(crate) fn prepare(args: &HostArgs) -> anyhow::Result<Prepared> {
     let functions = match &args.functions {
-        Some(path) => crate::host::functions_file::read(path)
+        Some(path) => crate::host::functions_file::read(path, args.max_servers.max(1))
             .map_err(|e| anyhow::anyhow!("{}", crate::chain::Chain(&e)))?,
         None => Vec::new(),
     };
@@ -205,6 +205,8 @@ pub(crate) async fn execute(
                 calls_per_server: args.calls_per_server.max(1),
                 idle: args.server_idle,
                 start_timeout: args.server_start_timeout,
+                min_servers: 0,
+                host_network: false,
             },
             max_servers: args.max_servers.max(1),
             response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),
@@ -261,6 +263,7 @@ pub(crate) async fn execute(
             .context("no Kubernetes API to watch (give --functions FILE outside a cluster)")?;
         let options = crate::host::controller::ControllerOptions {
             namespace: args.namespace.clone(),
+            max_servers: args.max_servers.max(1),
             ..Default::default()
         };
         let hosting: Arc<dyn Hosting> = Arc::new(Arc::clone(&host));

@@ -27,4 +27,7 @@ pub(crate) struct HostedFunction {
     /// Its cpu/memory/pids limits (`runtime_config`); each one unset takes
     /// the host's default.
     pub(crate) limits: crate::runner::Limits,
+    /// Its server settings (`runtime_config`); each one unset takes the
+    /// host's flag.
+    pub(crate) servers: super::runtime_config::ServerSettings,
 }

@@ -103,6 +103,8 @@ pub(crate) struct ControllerOptions {
     pub(crate) ca_secret: String,
     /// How often every hosted Function is reconciled again regardless.
     pub(crate) resync: Duration,
+    /// The host's `--max-servers`: the most servers a Function may ask for.
+    pub(crate) max_servers: usize,
 }
 
 impl Default for ControllerOptions {
@@ -116,6 +118,7 @@ impl Default for ControllerOptions {
             field_manager: "xfn-host".to_owned(),
             ca_secret: "crossplane-root-ca".to_owned(),
             resync: Duration::from_secs(600),
+            max_servers: 32,
         }
     }
 }
@@ -149,8 +152,9 @@ pub(crate) enum ControllerError {
         #[source]
         source: rcgen::Error,
     },
-    /// The Function's limits cannot be read from its runtime config.
-    #[error("cannot read the limits of Function {name}")]
+    /// The Function's limits or settings cannot be read from its runtime
+    /// config and annotations.
+    #[error("cannot read the limits and settings of Function {name}")]
     Limits {
         name: String,
         #[source]
@@ -474,26 +478,28 @@ impl Reconciler {
             .or_else(|| str_at(&revision.data, &["spec", "image"]))
             .unwrap_or_default()
             .to_owned();
-        let limits = self.limits_of(function, revision).await?;
+        let settings = self.settings_of(function, revision).await?;
         self.hosting.host(HostedFunction {
             name: name.to_owned(),
             package,
             kind: None,
-            limits,
+            limits: settings.limits,
+            servers: settings.servers,
         });
         self.set_hosted(name, true);
         Ok(())
     }
 
-    /// The Function's limits, from the DeploymentRuntimeConfig its revision
-    /// names (as Crossplane's runtime reads it; else the Function's
-    /// reference, else `default`) and its annotations: the mapping the
-    /// functions file uses too (`runtime_config`).
-    async fn limits_of(
+    /// The Function's limits and server settings, from the
+    /// DeploymentRuntimeConfig its revision names (as Crossplane's runtime
+    /// reads it; else the Function's reference, else `default`) and its
+    /// annotations: the mapping the functions file uses too
+    /// (`runtime_config`).
+    async fn settings_of(
         &self,
         function: &DynamicObject,
         revision: &DynamicObject,
-    ) -> Result<crate::runner::Limits, ControllerError> {
+    ) -> Result<runtime_config::FunctionSettings, ControllerError> {
         let name = function.metadata.name.as_deref().unwrap_or_default();
         let reference = |object: &DynamicObject| {
             object
@@ -527,7 +533,13 @@ impl Reconciler {
             .transpose()
             .map_err(limits_error)?;
         let annotations = function.metadata.annotations.clone().unwrap_or_default();
-        runtime_config::limits_of(&annotations, config_name, spec.as_ref()).map_err(limits_error)
+        runtime_config::settings_of(
+            &annotations,
+            config_name,
+            spec.as_ref(),
+            self.options.max_servers,
+        )
+        .map_err(limits_error)
     }
 
     async fn unhost(&self, name: &str) -> Result<(), ControllerError> {

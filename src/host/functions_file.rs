@@ -4,7 +4,9 @@
 //! `spec.package` are used; the annotation `xfn.crossplane.io/kind`
 //! (`Server` or `StdinStdout`) overrides the kind the package says. The
 //! file may also hold `DeploymentRuntimeConfig` objects: a Function's
-//! `spec.runtimeConfigRef` picks one for its limits (`runtime_config`).
+//! `spec.runtimeConfigRef` picks one for its limits and its minimum of warm
+//! servers; its `xfn.crossplane.io/*` annotations set the rest
+//! (`runtime_config`).
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -78,8 +80,12 @@ struct Spec {
     runtime_config_ref: Option<RuntimeConfigRef>,
 }
 
-/// The functions `path` holds.
-pub(crate) fn read(path: &Path) -> Result<Vec<HostedFunction>, FunctionsFileError> {
+/// The functions `path` holds, their servers bounded by the host's
+/// `--max-servers` (`max_servers`).
+pub(crate) fn read(
+    path: &Path,
+    max_servers: usize,
+) -> Result<Vec<HostedFunction>, FunctionsFileError> {
     let read_err = |source| FunctionsFileError::Read {
         path: path.to_path_buf(),
         source,
@@ -91,7 +97,7 @@ pub(crate) fn read(path: &Path) -> Result<Vec<HostedFunction>, FunctionsFileErro
         });
     }
     let text = std::fs::read_to_string(path).map_err(read_err)?;
-    parse(&text).map_err(|e| match e {
+    parse(&text, max_servers).map_err(|e| match e {
         Parse::Bounds(source) => FunctionsFileError::Bounds {
             path: path.to_path_buf(),
             source,
@@ -108,7 +114,7 @@ enum Parse {
     Invalid(String),
 }
 
-fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
+fn parse(text: &str, max_servers: usize) -> Result<Vec<HostedFunction>, Parse> {
     crate::nesting::check(text.as_bytes()).map_err(Parse::Bounds)?;
     let mut functions: Vec<(HostedFunction, Metadata, Option<RuntimeConfigRef>)> = Vec::new();
     let mut configs: std::collections::BTreeMap<String, RuntimeConfigSpec> = Default::default();
@@ -185,6 +191,7 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
                 package,
                 kind,
                 limits: crate::runner::Limits::default(),
+                servers: Default::default(),
             },
             object.metadata,
             spec.runtime_config_ref,
@@ -203,15 +210,21 @@ fn parse(text: &str) -> Result<Vec<HostedFunction>, Parse> {
         .into_iter()
         .map(|(mut function, metadata, reference)| {
             let config = runtime_config::config_name(reference.as_ref());
-            function.limits =
-                runtime_config::limits_of(&metadata.annotations, config, configs.get(config))
-                    .map_err(|e| {
-                        Parse::Invalid(format!(
-                            "Function {}: {}",
-                            function.name,
-                            crate::chain::Chain(&e)
-                        ))
-                    })?;
+            let settings = runtime_config::settings_of(
+                &metadata.annotations,
+                config,
+                configs.get(config),
+                max_servers,
+            )
+            .map_err(|e| {
+                Parse::Invalid(format!(
+                    "Function {}: {}",
+                    function.name,
+                    crate::chain::Chain(&e)
+                ))
+            })?;
+            function.limits = settings.limits;
+            function.servers = settings.servers;
             Ok(function)
         })
         .collect()
@@ -245,7 +258,7 @@ mod tests {
     #[test]
     fn functions_with_their_packages_and_overrides_are_read_from_every_document() {
         let text = "apiVersion: pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: a\nspec:\n  package: r/a:v1\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: b\n  annotations:\n    xfn.crossplane.io/kind: StdinStdout\nspec:\n  package: r/b:v1\n";
-        let Ok(functions) = parse(text) else {
+        let Ok(functions) = parse(text, 32) else {
             panic!("parse")
         };
         assert_eq!(functions.len(), 2);
@@ -261,14 +274,14 @@ mod tests {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
             "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: a\nspec: {}\n",
         ] {
-            assert!(matches!(parse(text), Err(Parse::Invalid(_))), "{text}");
+            assert!(matches!(parse(text, 32), Err(Parse::Invalid(_))), "{text}");
         }
     }
 
     #[test]
     fn a_functions_runtime_config_in_the_file_gives_its_limits_and_default_applies_without_a_ref() {
         let text = "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: small\n  annotations:\n    xfn.crossplane.io/pids-limit: \"32\"\nspec:\n  package: r/a:v1\n  runtimeConfigRef:\n    apiVersion: pkg.crossplane.io/v1beta1\n    kind: DeploymentRuntimeConfig\n    name: small\n---\napiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: plain\nspec:\n  package: r/b:v1\n---\napiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: small\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {}\n      template:\n        spec:\n          containers:\n            - name: package-runtime\n              resources:\n                limits: {cpu: 250m, memory: 64Mi}\n---\napiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: default\nspec:\n  deploymentTemplate:\n    spec:\n      selector: {}\n      template:\n        spec:\n          containers:\n            - name: package-runtime\n              resources:\n                limits: {memory: 1Gi}\n";
-        let functions = parse(text).unwrap_or_else(|_| panic!("parse"));
+        let functions = parse(text, 32).unwrap_or_else(|_| panic!("parse"));
         assert_eq!(
             functions[0].limits,
             crate::runner::Limits {
@@ -290,7 +303,7 @@ mod tests {
     #[test]
     fn a_function_naming_a_runtime_config_the_file_lacks_is_refused() {
         let text = "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: a\nspec:\n  package: r/a:v1\n  runtimeConfigRef: {name: big}\n";
-        match parse(text) {
+        match parse(text, 32) {
             Err(Parse::Invalid(reason)) => assert!(reason.contains("big"), "{reason}"),
             _ => panic!("a missing config must be refused"),
         }
@@ -304,7 +317,7 @@ mod tests {
             "# nothing yet\n",
             "apiVersion: pkg.crossplane.io/v1beta1\nkind: DeploymentRuntimeConfig\nmetadata:\n  name: default\n",
         ] {
-            match parse(text) {
+            match parse(text, 32) {
                 Err(Parse::Invalid(reason)) => assert!(reason.contains("no Function"), "{reason}"),
                 _ => panic!("{text:?} must be refused"),
             }
@@ -314,6 +327,22 @@ mod tests {
     #[test]
     fn an_alias_bomb_is_refused_before_it_is_parsed() {
         let bomb = crate::nesting::bombs::laughs();
-        assert!(matches!(parse(&bomb), Err(Parse::Bounds(_))));
+        assert!(matches!(parse(&bomb, 32), Err(Parse::Bounds(_))));
+    }
+
+    #[test]
+    fn a_functions_server_settings_are_read_and_a_bad_one_refused_naming_the_function() {
+        let text = |value: &str| {
+            format!("apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: warm\n  annotations:\n    xfn.crossplane.io/min-servers: \"{value}\"\nspec:\n  package: r/a:v1\n")
+        };
+        let functions = parse(&text("2"), 32).unwrap_or_else(|_| panic!("parse"));
+        assert_eq!(functions[0].servers.min_servers, Some(2));
+        match parse(&text("100"), 32) {
+            Err(Parse::Invalid(reason)) => assert_eq!(
+                reason,
+                "Function warm: xfn.crossplane.io/min-servers is \"100\": more than the host's --max-servers (32)"
+            ),
+            _ => panic!("more warm servers than the host runs must be refused"),
+        }
     }
 }

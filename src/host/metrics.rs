@@ -190,7 +190,7 @@ impl prometheus_client::collector::Collector for HostStats {
             ),
             (
                 "host_cold_starts",
-                "Function servers started (a call found none with room), per hosted function",
+                "Function servers started (a call found none with room, or one kept warm was missing), per hosted function",
                 |s| s.cold_starts.get(),
             ),
             (

@@ -16,8 +16,9 @@
 //!   up among the names of the functions the catalog holds now
 //!   (`NAME`, `NAME.NAMESPACE`, `NAME.NAMESPACE.svc`); nothing else routes.
 //! - **Every server is bounded and goes**: at most `--max-servers-per-function`
-//!   per function and `--max-servers` in all; one idle past `--server-idle`
-//!   or dead is stopped (container, mounts, processes), and so is the one
+//!   per function (or its own, `runtime_config::ServerSettings`) and
+//!   `--max-servers` in all; one idle past `--server-idle` (or its own),
+//!   but its warm ones, or dead is stopped (container, mounts, processes), and so is the one
 //!   idle the longest when a new server finds no slot free; unhosting and
 //!   the end of the drain stop them all.
 //! - **Every call waits in the daemon's one queue** (`grpc::admission`:
@@ -59,7 +60,8 @@ use servers::{ServerLimits, ServerSlots, Servers};
 pub(crate) struct HostOptions {
     /// The namespace in the names functions are served under.
     pub(crate) namespace: String,
-    /// Servers' bounds and idle time.
+    /// Servers' bounds and idle time where a function sets none
+    /// (`HostedFunction::servers`).
     pub(crate) servers: ServerLimits,
     /// Most servers of all functions at once.
     pub(crate) max_servers: usize,
@@ -86,6 +88,12 @@ impl HostOptions {
             memory_bytes: own.memory_bytes.or(default.memory_bytes),
             pids: own.pids.or(default.pids),
         }
+    }
+
+    /// How `function`'s servers run: its own settings, else the host's
+    /// flags.
+    pub(crate) fn servers_of(&self, function: &HostedFunction) -> ServerLimits {
+        self.servers.with(&function.servers)
     }
 }
 
@@ -308,7 +316,7 @@ impl Host {
             FunctionKind::Server => Resolved::Server(Servers::new(
                 spec.name.clone(),
                 spec.package.clone(),
-                self.options.servers,
+                self.options.servers_of(spec),
                 Arc::clone(stats),
                 &self.responses,
             )),
@@ -331,14 +339,16 @@ impl Host {
         Ok((resolved, state))
     }
 
-    /// Stops the servers idle past the idle time (and dead ones), every
-    /// quarter of it, until the host is dropped.
+    /// Stops the servers idle past their idle time (and dead ones), and
+    /// starts those kept warm that are missing, every quarter of the
+    /// shortest idle time, until the host is dropped.
     pub(crate) fn keep_tidy(self: &Arc<Self>) {
         let host = Arc::downgrade(self);
-        let every = (self.options.servers.idle / 4)
-            .clamp(Duration::from_millis(100), Duration::from_secs(30));
         tokio::spawn(async move {
             loop {
+                let Some(every) = host.upgrade().map(|host| host.tidy_every()) else {
+                    return;
+                };
                 tokio::time::sleep(every).await;
                 let Some(host) = host.upgrade() else { return };
                 let all: Vec<Arc<Function>> = read(&host.functions).values().cloned().collect();
@@ -346,9 +356,33 @@ impl Host {
                     if let Some(Resolved::Server(servers)) = function.resolved.get() {
                         servers.stop_idle().await;
                     }
+                    host.keep_warm(&function).await;
                 }
             }
         });
+    }
+
+    /// A quarter of the shortest idle time of the host's and its
+    /// functions', within 100 ms … 30 s.
+    fn tidy_every(&self) -> Duration {
+        let shortest = read(&self.functions)
+            .values()
+            .filter_map(|f| f.spec.servers.idle)
+            .fold(self.options.servers.idle, Duration::min);
+        (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
+    }
+
+    /// Starts `function`'s servers kept warm (its `min_servers`) that are
+    /// not running, once its package is ready.
+    async fn keep_warm(&self, function: &Function) {
+        if let Some(Resolved::Server(servers)) = function.resolved.get() {
+            let config = RunConfig {
+                pull_policy: self.options.pull_policy,
+                limits: self.options.limits_of(&function.spec),
+                ..RunConfig::default()
+            };
+            servers.keep_warm(&self.runner, self, &config).await;
+        }
     }
 
     /// Stops every function's servers (after the drain).
@@ -457,6 +491,7 @@ impl Hosting for Arc<Host> {
         };
         self.set_package(&hosted, Some(PackageState::Pulling));
         let limits = self.options.limits_of(&function);
+        let servers = self.options.servers_of(&function);
         tracing::info!(
             function = %function.name,
             package = %function.package,
@@ -464,6 +499,11 @@ impl Hosting for Arc<Host> {
             cpu_limit_millis = limits.cpu_millis,
             memory_limit_bytes = limits.memory_bytes,
             pids_limit = limits.pids,
+            max_servers = servers.max_servers,
+            min_servers = servers.min_servers,
+            calls_per_server = servers.calls_per_server,
+            server_idle = ?servers.idle,
+            host_network = servers.host_network,
             "hosted"
         );
         if let Some(old) = old {

@@ -3,24 +3,44 @@
 //! `spec.runtimeConfigRef.name` names (Crossplane's default: `default`),
 //! whose `package-runtime` container's `resources.limits.cpu`/`.memory`
 //! are the limits of each of the function's containers, as they would be of
-//! its pod's; and its annotation `xfn.crossplane.io/pids-limit`.
+//! its pod's, and whose Deployment's `replicas` is its minimum of warm
+//! servers; and its annotations: `xfn.crossplane.io/pids-limit` and the
+//! server settings ([`ServerSettings`]: the host's flags, per function).
 //!
 //! Invariant: one mapping for both catalogs (the functions file, the
 //! controller): what is not set stays `None` and the host fills in its
-//! flags' defaults; a value that is set but not a quantity is refused,
-//! never dropped, so a typo cannot lift a limit. A Function naming a
+//! flags' defaults; a value that is set but not a quantity (or a setting
+//! past its bound) is refused, never dropped or clamped, so a typo cannot
+//! lift a limit. A Function naming a
 //! config that does not exist is refused, as Crossplane refuses to deploy
 //! it, except for `default` (an install may not have one): then it has no
 //! config, only the defaults.
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::quantity::{Quantity, QuantityError};
-use crate::runner::Limits;
+use crate::runner::{Limits, NetworkPolicy};
 
 /// The annotation of a Function that sets its pids limit.
 pub(crate) const PIDS_ANNOTATION: &str = "xfn.crossplane.io/pids-limit";
+/// Most servers of the function at once (`--max-servers-per-function`).
+pub(crate) const MAX_SERVERS_ANNOTATION: &str = "xfn.crossplane.io/max-servers";
+/// Most calls one of its servers takes at once (`--calls-per-server`).
+pub(crate) const CALLS_PER_SERVER_ANNOTATION: &str = "xfn.crossplane.io/calls-per-server";
+/// Its server with no call this long is stopped (`--server-idle`).
+pub(crate) const SERVER_IDLE_ANNOTATION: &str = "xfn.crossplane.io/server-idle";
+/// Its servers kept running from the start, whatever their idle time
+/// (its config's `replicas` else; none by default).
+pub(crate) const MIN_SERVERS_ANNOTATION: &str = "xfn.crossplane.io/min-servers";
+/// `Runner`: its servers share xfn's network (egress); `Isolated`, the
+/// default: their own, empty one.
+pub(crate) const NETWORK_ANNOTATION: &str = "xfn.crossplane.io/network-policy";
+/// The most calls one server may be asked to take at once.
+pub(crate) const MAX_CALLS_PER_SERVER: usize = 1024;
+/// The longest idle time a Function may ask for.
+pub(crate) const MAX_SERVER_IDLE: Duration = Duration::from_secs(24 * 3600);
 /// The container of a DeploymentRuntimeConfig that runs the function.
 pub(crate) const RUNTIME_CONTAINER: &str = "package-runtime";
 /// The config a Function without `runtimeConfigRef` uses, as Crossplane.
@@ -42,6 +62,20 @@ pub(crate) enum RuntimeConfigError {
     /// The pids annotation is not a positive integer.
     #[error("{PIDS_ANNOTATION} is {value:?}, not a positive integer")]
     Pids { value: String },
+    /// A server setting is not one, or past its bound.
+    #[error("{annotation} is {value:?}: {why}")]
+    Setting {
+        annotation: &'static str,
+        value: String,
+        why: String,
+    },
+    /// The config asks for more warm servers than the host may run.
+    #[error("DeploymentRuntimeConfig {config}: spec.deploymentTemplate.spec.replicas is {replicas}, more than the host's --max-servers ({max_servers})")]
+    Replicas {
+        config: String,
+        replicas: u32,
+        max_servers: usize,
+    },
     /// The Function names a config that does not exist.
     #[error("its runtimeConfigRef names DeploymentRuntimeConfig {name}, which does not exist")]
     Missing { name: String },
@@ -86,6 +120,8 @@ struct Template<T> {
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 struct PodTemplate {
+    #[serde(default)]
+    replicas: Option<u32>,
     #[serde(default)]
     template: Option<Template<PodSpec>>,
 }
@@ -148,6 +184,10 @@ impl RuntimeConfigSpec {
         })
     }
 
+    fn replicas(&self) -> Option<u32> {
+        self.deployment_template.as_ref()?.spec.as_ref()?.replicas
+    }
+
     fn runtime_limits(&self) -> Option<&BTreeMap<String, QuantityText>> {
         let containers = &self
             .deployment_template
@@ -165,9 +205,9 @@ impl RuntimeConfigSpec {
 }
 
 /// What of a DeploymentRuntimeConfig's spec xfn does not apply (all but
-/// the `package-runtime` container's cpu and memory limits, and the
-/// Deployment's required `selector`), as paths: an operator who set
-/// `replicas`, `args` or `env` for Crossplane's Deployment runtime must
+/// the `package-runtime` container's cpu and memory limits, the
+/// Deployment's `replicas` and its required `selector`), as paths: an
+/// operator who set `args` or `env` for Crossplane's Deployment runtime must
 /// hear that xfn does not follow them rather than find out.
 pub(crate) fn ignored_fields(spec: &serde_json::Value) -> Vec<String> {
     use serde_json::Value;
@@ -188,7 +228,7 @@ pub(crate) fn ignored_fields(spec: &serde_json::Value) -> Vec<String> {
     others(
         &deployment["spec"],
         path,
-        &["selector", "template"],
+        &["replicas", "selector", "template"],
         &mut out,
     );
     let template = &deployment["spec"]["template"];
@@ -235,16 +275,145 @@ fn warn_ignored(name: &str, spec: &serde_json::Value) {
     tracing::warn!(
         config = name,
         ignored = ignored.join(", "),
-        "xfn applies only the package-runtime container's cpu and memory limits of a \
-         DeploymentRuntimeConfig; these fields have no effect"
+        "xfn applies only the package-runtime container's cpu and memory limits and the \
+         replicas (minimum warm servers) of a DeploymentRuntimeConfig; these fields have no effect"
     );
     warned.insert(name.to_owned(), ignored);
+}
+
+/// How a Function's servers run where it says so (its annotations, its
+/// config's `replicas`); each one unset takes the host's flag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ServerSettings {
+    /// [`MAX_SERVERS_ANNOTATION`].
+    pub(crate) max_servers: Option<usize>,
+    /// [`CALLS_PER_SERVER_ANNOTATION`].
+    pub(crate) calls_per_server: Option<usize>,
+    /// [`SERVER_IDLE_ANNOTATION`].
+    pub(crate) idle: Option<Duration>,
+    /// [`MIN_SERVERS_ANNOTATION`], else the config's `replicas`.
+    pub(crate) min_servers: Option<usize>,
+    /// [`NETWORK_ANNOTATION`].
+    pub(crate) network: Option<NetworkPolicy>,
+}
+
+/// What a Function sets for itself: its limits and its server settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FunctionSettings {
+    /// Its containers' limits.
+    pub(crate) limits: Limits,
+    /// Its servers'.
+    pub(crate) servers: ServerSettings,
+}
+
+/// A Function's settings from its annotations and the config its reference
+/// named (`name`; `config`: what was found under it, `None` when nothing
+/// was), servers bounded by the host's `--max-servers` (`max_servers`).
+/// Unset parts stay `None`: the host's defaults apply.
+pub(crate) fn settings_of(
+    annotations: &BTreeMap<String, String>,
+    name: &str,
+    config: Option<&RuntimeConfigSpec>,
+    max_servers: usize,
+) -> Result<FunctionSettings, RuntimeConfigError> {
+    let mut servers = server_settings(annotations, max_servers)?;
+    if servers.min_servers.is_none() {
+        if let Some(replicas) = config.and_then(RuntimeConfigSpec::replicas) {
+            let warm = usize::try_from(replicas).unwrap_or(usize::MAX);
+            if warm > max_servers {
+                return Err(RuntimeConfigError::Replicas {
+                    config: name.to_owned(),
+                    replicas,
+                    max_servers,
+                });
+            }
+            servers.min_servers = Some(warm);
+        }
+    }
+    let limits = limits_of(annotations, name, config)?;
+    Ok(FunctionSettings { limits, servers })
+}
+
+/// The server settings `annotations` give, each within its bound.
+fn server_settings(
+    annotations: &BTreeMap<String, String>,
+    max_servers: usize,
+) -> Result<ServerSettings, RuntimeConfigError> {
+    fn read<T>(
+        annotations: &BTreeMap<String, String>,
+        annotation: &'static str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, RuntimeConfigError> {
+        let Some(value) = annotations.get(annotation) else {
+            return Ok(None);
+        };
+        parse(value.trim())
+            .map(Some)
+            .map_err(|why| RuntimeConfigError::Setting {
+                annotation,
+                value: value.clone(),
+                why,
+            })
+    }
+    let count = |least: usize, most: usize, ceiling: &'static str| {
+        move |text: &str| match text.parse::<usize>() {
+            Ok(n) if n < least => Err(format!("less than {least}")),
+            Ok(n) if n > most => Err(format!("more than {ceiling} ({most})")),
+            Ok(n) => Ok(n),
+            Err(_) => Err("not a whole number".to_owned()),
+        }
+    };
+    let servers_ceiling = "the host's --max-servers";
+    let max = read(
+        annotations,
+        MAX_SERVERS_ANNOTATION,
+        count(1, max_servers, servers_ceiling),
+    )?;
+    let min = read(
+        annotations,
+        MIN_SERVERS_ANNOTATION,
+        count(
+            0,
+            max.unwrap_or(max_servers),
+            match max {
+                Some(_) => "its max-servers",
+                None => servers_ceiling,
+            },
+        ),
+    )?;
+    let calls = read(
+        annotations,
+        CALLS_PER_SERVER_ANNOTATION,
+        count(1, MAX_CALLS_PER_SERVER, "xfn's bound"),
+    )?;
+    let idle =
+        read(
+            annotations,
+            SERVER_IDLE_ANNOTATION,
+            |text| match crate::duration::parse_go_duration(text)? {
+                d if d.is_zero() => Err("zero: its server would stop between calls".to_owned()),
+                d if d > MAX_SERVER_IDLE => {
+                    Err(format!("longer than xfn's bound ({MAX_SERVER_IDLE:?})"))
+                }
+                d => Ok(d),
+            },
+        )?;
+    let network = read(annotations, NETWORK_ANNOTATION, |text| {
+        text.parse::<NetworkPolicy>().map_err(|e| e.to_string())
+    })?;
+    Ok(ServerSettings {
+        max_servers: max,
+        calls_per_server: calls,
+        idle,
+        min_servers: min,
+        network,
+    })
 }
 
 /// A Function's limits from its annotations and the config its reference
 /// named (`name`; `config`: what was found under it, `None` when nothing
 /// was). Unset parts stay `None`: the host's defaults apply.
-pub(crate) fn limits_of(
+fn limits_of(
     annotations: &BTreeMap<String, String>,
     name: &str,
     config: Option<&RuntimeConfigSpec>,
@@ -313,7 +482,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_field_xfn_does_not_apply_is_named_and_the_limits_it_applies_are_not() {
+    fn every_field_xfn_does_not_apply_is_named_and_the_limits_and_replicas_it_applies_are_not() {
         let spec = serde_json::json!({
             "serviceTemplate": {"metadata": {"name": "x"}},
             "deploymentTemplate": {
@@ -345,7 +514,6 @@ mod tests {
         let expected: Vec<String> = [
             "spec.serviceTemplate".to_string(),
             "spec.deploymentTemplate.metadata".into(),
-            "spec.deploymentTemplate.spec.replicas".into(),
             format!("{base}.serviceAccountName"),
             format!("{base}.containers[package-runtime].args"),
             format!("{base}.containers[package-runtime].env"),
@@ -359,7 +527,7 @@ mod tests {
         let mut expected = expected;
         expected.sort();
         assert_eq!(found, expected);
-        let only_limits = serde_json::json!({"deploymentTemplate": {"spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "package-runtime", "resources": {"limits": {"cpu": "1"}}}]}}}}});
+        let only_limits = serde_json::json!({"deploymentTemplate": {"spec": {"replicas": 1, "selector": {}, "template": {"spec": {"containers": [{"name": "package-runtime", "resources": {"limits": {"cpu": "1"}}}]}}}}});
         assert!(ignored_fields(&only_limits).is_empty());
     }
 
@@ -436,5 +604,102 @@ mod tests {
             name: Some("big".into()),
         };
         assert_eq!(config_name(Some(&named)), "big");
+    }
+
+    fn annotated(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_functions_server_settings_are_its_annotations_and_its_configs_replicas() {
+        let annotations = annotated(&[
+            (MAX_SERVERS_ANNOTATION, "4"),
+            (CALLS_PER_SERVER_ANNOTATION, " 2 "),
+            (SERVER_IDLE_ANNOTATION, "90s"),
+            (MIN_SERVERS_ANNOTATION, "1"),
+            (NETWORK_ANNOTATION, "Runner"),
+        ]);
+        let settings = settings_of(&annotations, DEFAULT_CONFIG, None, 32).unwrap();
+        assert_eq!(
+            settings.servers,
+            ServerSettings {
+                max_servers: Some(4),
+                calls_per_server: Some(2),
+                idle: Some(Duration::from_secs(90)),
+                min_servers: Some(1),
+                network: Some(NetworkPolicy::Runner),
+            }
+        );
+        let none = BTreeMap::new();
+        assert_eq!(
+            settings_of(&none, DEFAULT_CONFIG, None, 32).unwrap(),
+            FunctionSettings::default(),
+            "nothing set: every flag of the host's applies"
+        );
+        let replicas = LIMITED.replace("selector: {}", "selector: {}\n    replicas: 3");
+        let from_config = settings_of(&none, "small", Some(&spec(&replicas)), 32).unwrap();
+        assert_eq!(
+            from_config.servers.min_servers,
+            Some(3),
+            "replicas: warm servers"
+        );
+        assert_eq!(from_config.limits.memory_bytes, Some(64 << 20));
+        let annotation_wins = annotated(&[(MIN_SERVERS_ANNOTATION, "0")]);
+        let settings = settings_of(&annotation_wins, "small", Some(&spec(&replicas)), 32).unwrap();
+        assert_eq!(settings.servers.min_servers, Some(0), "the annotation wins");
+    }
+
+    #[test]
+    fn a_server_setting_that_is_no_value_or_past_its_bound_is_refused_naming_its_annotation() {
+        for (annotation, value, why) in [
+            (MAX_SERVERS_ANNOTATION, "0", "less than 1"),
+            (
+                MAX_SERVERS_ANNOTATION,
+                "33",
+                "more than the host's --max-servers (32)",
+            ),
+            (
+                MIN_SERVERS_ANNOTATION,
+                "10000",
+                "more than the host's --max-servers (32)",
+            ),
+            (MIN_SERVERS_ANNOTATION, "-1", "not a whole number"),
+            (CALLS_PER_SERVER_ANNOTATION, "0", "less than 1"),
+            (
+                CALLS_PER_SERVER_ANNOTATION,
+                "1025",
+                "more than xfn's bound (1024)",
+            ),
+            (CALLS_PER_SERVER_ANNOTATION, "many", "not a whole number"),
+            (SERVER_IDLE_ANNOTATION, "0s", "zero"),
+            (SERVER_IDLE_ANNOTATION, "25h", "longer than xfn's bound"),
+            (SERVER_IDLE_ANNOTATION, "soon", "not a duration"),
+            (NETWORK_ANNOTATION, "Host", "unknown network policy"),
+        ] {
+            let annotations = annotated(&[(annotation, value)]);
+            let err = settings_of(&annotations, DEFAULT_CONFIG, None, 32).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(annotation) && text.contains(value) && text.contains(why),
+                "{annotation}={value}: {text}"
+            );
+        }
+        let min_above_max =
+            annotated(&[(MAX_SERVERS_ANNOTATION, "2"), (MIN_SERVERS_ANNOTATION, "3")]);
+        let err = settings_of(&min_above_max, DEFAULT_CONFIG, None, 32).unwrap_err();
+        assert!(
+            err.to_string().contains("more than its max-servers (2)"),
+            "{err}"
+        );
+        let many = LIMITED.replace("selector: {}", "selector: {}\n    replicas: 10000");
+        let err = settings_of(&BTreeMap::new(), "small", Some(&spec(&many)), 32).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "DeploymentRuntimeConfig small: spec.deploymentTemplate.spec.replicas is 10000, \
+             more than the host's --max-servers (32)"
+        );
     }
 }

@@ -1,8 +1,10 @@
 //! One function's gRPC servers: started on demand from the package image
 //! through the runner (`Runner::serve`, the lifecycle every kept container
-//! has), reached privately inside their own network namespace, stopped
-//! when idle or dead (or, when every `--max-servers` slot is taken, the one
-//! idle the longest of any function, for another's), at most `max_servers`
+//! has), reached privately inside their own network namespace (or on
+//! xfn's, its network policy `Runner`), stopped when idle or dead (or,
+//! when every `--max-servers` slot is taken, the one idle the longest of
+//! any function, for another's) but never below its `min_servers` (kept
+//! warm: started when hosted, a dead one replaced), at most `max_servers`
 //! of them, each taking at most `calls_per_server` calls at once; further
 //! calls wait their turn (FIFO) within their deadline, in the daemon's one
 //! queue ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass through as their bytes
@@ -18,6 +20,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use super::metrics::FunctionStats;
+use super::runtime_config::ServerSettings;
 use bytes::Bytes;
 
 use crate::function_server::{
@@ -25,11 +28,12 @@ use crate::function_server::{
 };
 use crate::grpc::admission::Lane;
 use crate::grpc::Calls;
-use crate::runner::{RunConfig, RunError, Runner};
+use crate::runner::{NetworkPolicy, RunConfig, RunError, Runner};
 use crate::sandbox::exit_watch::ExitWatch;
 
-/// How a function's servers run.
-#[derive(Debug, Clone, Copy)]
+/// How a function's servers run (the host's flags, or the function's own
+/// settings: `runtime_config::ServerSettings`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ServerLimits {
     /// Most servers of one function at once.
     pub(crate) max_servers: usize,
@@ -39,6 +43,28 @@ pub(crate) struct ServerLimits {
     pub(crate) idle: Duration,
     /// The longest a server may take to listen.
     pub(crate) start_timeout: Duration,
+    /// Servers kept running, idle or not (at most `max_servers`).
+    pub(crate) min_servers: usize,
+    /// Whether its servers share xfn's network instead of their own.
+    pub(crate) host_network: bool,
+}
+
+impl ServerLimits {
+    /// These (the host's flags) where `own` (a function's) sets nothing;
+    /// its minimum of warm servers raises its maximum to it.
+    pub(crate) fn with(self, own: &ServerSettings) -> Self {
+        let min_servers = own.min_servers.unwrap_or(self.min_servers);
+        Self {
+            max_servers: own.max_servers.unwrap_or(self.max_servers).max(min_servers),
+            calls_per_server: own.calls_per_server.unwrap_or(self.calls_per_server),
+            idle: own.idle.unwrap_or(self.idle),
+            start_timeout: self.start_timeout,
+            min_servers,
+            host_network: own
+                .network
+                .map_or(self.host_network, |n| n == NetworkPolicy::Runner),
+        }
+    }
 }
 
 /// The host's `--max-servers` slots, shared by every function, and how
@@ -119,6 +145,8 @@ pub(crate) struct Servers {
     /// daemon's one queue (`grpc::admission`).
     lane: Lane,
     running: Mutex<Vec<Arc<HostedServer>>>,
+    /// Set by `stop_all`: a server started after it is stopped at once.
+    stopped: std::sync::atomic::AtomicBool,
     /// Held while a server is picked or started: one start at a time.
     picking: tokio::sync::Mutex<()>,
     next_id: std::sync::atomic::AtomicU64,
@@ -145,6 +173,7 @@ impl Servers {
             limits,
             lane: Lane::new(slots),
             running: Mutex::default(),
+            stopped: Default::default(),
             picking: tokio::sync::Mutex::new(()),
             next_id: Default::default(),
             backoff: Mutex::default(),
@@ -315,7 +344,7 @@ impl Servers {
             &self.image,
             &config,
             &[],
-            false,
+            self.limits.host_network,
             Some(self.function.as_str()),
         )
         .await
@@ -337,6 +366,14 @@ impl Servers {
             _slot: host_slot,
         });
         self.running().push(Arc::clone(&server));
+        // Unhosted (or shut down) while it started: it never stays.
+        if self.stopped.load(Ordering::SeqCst) {
+            self.remove(&server).await;
+            return Err(Status::unavailable(format!(
+                "function {}: no longer hosted",
+                self.function
+            )));
+        }
         self.stats.cold_started(started.elapsed());
         self.stats.running.set(self.running().len() as i64);
         tracing::info!(function = %self.function, server = id, took = ?started.elapsed(), "function server started");
@@ -421,6 +458,9 @@ impl Servers {
         let Ok(_picking) = self.picking.try_lock() else {
             return false;
         };
+        if self.running().len() <= self.limits.min_servers {
+            return false;
+        }
         let Some((server, used)) = self.idle_servers().min_by_key(|(_, used)| *used) else {
             return false;
         };
@@ -430,14 +470,18 @@ impl Servers {
         true
     }
 
-    /// Stops the servers idle past the idle time, and the dead ones.
+    /// Stops the servers idle past the idle time (but `min_servers`), and
+    /// the dead ones.
     pub(crate) async fn stop_idle(&self) {
         // No call picks a server meanwhile; one being started is looked at
         // next time.
         let Ok(_picking) = self.picking.try_lock() else {
             return;
         };
-        let candidates: Vec<Arc<HostedServer>> = self.running().clone();
+        let mut candidates: Vec<Arc<HostedServer>> = self.running().clone();
+        // The most recently used are the ones kept warm.
+        candidates.sort_by_key(|s| *s.last_used.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut left = candidates.len();
         for server in candidates {
             if server.in_flight.load(Ordering::Relaxed) > 0 {
                 continue;
@@ -447,12 +491,40 @@ impl Servers {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .elapsed();
-            if idle >= self.limits.idle {
+            if idle >= self.limits.idle && left > self.limits.min_servers {
+                left -= 1;
                 tracing::info!(function = %self.function, server = server.id, ?idle, "function server idle: stopped");
                 self.remove(&server).await;
             } else if let Some(why) = server.exited().await {
+                left -= 1;
                 tracing::warn!(function = %self.function, server = server.id, %why, "function server died: removed");
                 self.remove(&server).await;
+            }
+        }
+    }
+
+    /// Starts servers until `min_servers` run (when hosted, and after one
+    /// died or was killed), each within the start timeout; one failing is
+    /// logged and tried again the next time, after its backoff.
+    pub(crate) async fn keep_warm(
+        &self,
+        runner: &Runner,
+        host: &dyn ServerSlots,
+        config: &RunConfig,
+    ) {
+        // Failing in a row: tried after its backoff, not logged per sweep.
+        if self.running().len() >= self.limits.min_servers
+            || self.backoff().refuse(&self.function).is_err()
+        {
+            return;
+        }
+        // No call picks a server meanwhile: a call's own start counts too.
+        let _picking = self.picking.lock().await;
+        while self.running().len() < self.limits.min_servers {
+            let deadline = Instant::now() + self.limits.start_timeout;
+            if let Err(status) = self.start(runner, host, config, Some(deadline)).await {
+                tracing::warn!(function = %self.function, error = status.message(), "cannot start a server kept warm (min-servers); tried again later");
+                return;
             }
         }
     }
@@ -460,6 +532,7 @@ impl Servers {
     /// Stops every server (unhost, shutdown).
     pub(crate) async fn stop_all(&self) {
         self.lane.close();
+        self.stopped.store(true, Ordering::SeqCst);
         let all: Vec<Arc<HostedServer>> = std::mem::take(&mut *self.running());
         self.stats.running.set(0);
         for server in all {
@@ -629,5 +702,43 @@ mod tests {
             backoff.refuse("f").is_ok(),
             "an answer starts the count again"
         );
+    }
+
+    #[test]
+    fn a_functions_own_settings_win_over_the_flags_and_its_warm_servers_raise_its_maximum() {
+        let flags = ServerLimits {
+            max_servers: 1,
+            calls_per_server: 16,
+            idle: Duration::from_secs(300),
+            start_timeout: Duration::from_secs(30),
+            min_servers: 0,
+            host_network: false,
+        };
+        assert_eq!(flags.with(&ServerSettings::default()), flags);
+        let own = ServerSettings {
+            calls_per_server: Some(2),
+            idle: Some(Duration::from_secs(9)),
+            min_servers: Some(3),
+            network: Some(NetworkPolicy::Runner),
+            ..Default::default()
+        };
+        assert_eq!(
+            flags.with(&own),
+            ServerLimits {
+                max_servers: 3,
+                calls_per_server: 2,
+                idle: Duration::from_secs(9),
+                start_timeout: Duration::from_secs(30),
+                min_servers: 3,
+                host_network: true,
+            }
+        );
+        let isolated = ServerSettings {
+            max_servers: Some(4),
+            network: Some(NetworkPolicy::Isolated),
+            ..Default::default()
+        };
+        let limits = flags.with(&isolated);
+        assert_eq!((limits.max_servers, limits.host_network), (4, false));
     }
 }

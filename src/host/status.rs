@@ -55,7 +55,11 @@ pub(super) fn keep_resolving(host: Weak<Host>, hosted: Arc<Function>) {
                 .get_or_try_init(|| host.resolve(&hosted))
                 .await;
             match resolved {
-                Ok(_) => return,
+                Ok(_) => {
+                    // Its servers kept warm start now, not at the next tidy.
+                    host.keep_warm(&hosted).await;
+                    return;
+                }
                 Err(status) => {
                     tracing::warn!(function = %hosted.spec.name, error = status.message(), retry_in = ?wait, "cannot get the function's package ready; tried again after the wait (and by each call)");
                 }

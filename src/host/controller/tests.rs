@@ -666,6 +666,7 @@ fn hosted(package: &str) -> Call {
         package: package.to_owned(),
         kind: None,
         limits: crate::runner::Limits::default(),
+        servers: Default::default(),
     })
 }
 
@@ -1142,6 +1143,8 @@ async fn a_revision_event_reconciles_its_function_and_a_watch_ending_is_an_error
 async fn a_function_is_hosted_with_the_limits_of_the_runtime_config_its_revision_names() {
     let mut limited = function(false);
     limited["metadata"]["annotations"]["xfn.crossplane.io/pids-limit"] = json!("128");
+    limited["metadata"]["annotations"]["xfn.crossplane.io/min-servers"] = json!("2");
+    limited["metadata"]["annotations"]["xfn.crossplane.io/network-policy"] = json!("Runner");
     limited["spec"]["runtimeConfigRef"]["name"] = json!("small");
     let mut rev = revision(REVISION, PACKAGE, 1, "Active", Some(ENDPOINT));
     rev["spec"]["runtimeConfigRef"]["name"] = json!("small");
@@ -1167,6 +1170,11 @@ async fn a_function_is_hosted_with_the_limits_of_the_runtime_config_its_revision
                 cpu_millis: Some(250),
                 memory_bytes: Some(64 << 20),
                 pids: Some(128),
+            },
+            servers: crate::host::runtime_config::ServerSettings {
+                min_servers: Some(2),
+                network: Some(crate::runner::NetworkPolicy::Runner),
+                ..Default::default()
             },
         })]
     );

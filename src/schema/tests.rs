@@ -230,6 +230,30 @@ fn lists_are_bounded_by_min_and_max_items_and_sets_refuse_duplicates() {
 }
 
 #[test]
+fn every_repeat_in_a_set_or_list_map_is_found_with_its_index_and_value() {
+    let set = json!({"type": "array", "uniqueItems": true,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    // Equal objects whatever their keys' order; `1` and `1.0` are not equal.
+    assert_eq!(
+        field(set, json!([{"a": 1, "b": [2]}, {"b": [2], "a": 1}, {"a": 1.0, "b": [2]}, {"a": 1, "b": [2]}])),
+        [
+            "Widget/w (example.org/v1, document 1): spec.f[1]: Duplicate value: \"object\" (rule: uniqueItems)",
+            "Widget/w (example.org/v1, document 1): spec.f[3]: Duplicate value: \"object\" (rule: uniqueItems)",
+        ]
+    );
+    let map = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name", "port"],
+        "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}, "x": {"type": "integer"}}}});
+    // A missing key is null: two items without `port` share it.
+    assert_eq!(
+        field(map, json!([{"name": "a"}, {"name": "a", "port": 1}, {"name": "a", "x": 2}, {"name": "a", "port": 1, "x": 3}])),
+        [
+            "Widget/w (example.org/v1, document 1): spec.f[2]: Duplicate value: {name=\"a\", port=null} (rule: x-kubernetes-list-type: map)",
+            "Widget/w (example.org/v1, document 1): spec.f[3]: Duplicate value: {name=\"a\", port=1} (rule: x-kubernetes-list-type: map)",
+        ]
+    );
+}
+
+#[test]
 fn objects_are_bounded_by_min_and_max_properties() {
     let schema = json!({"type": "object", "minProperties": 1, "maxProperties": 1,
         "additionalProperties": {"type": "string"}});

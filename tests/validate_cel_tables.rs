@@ -158,10 +158,22 @@ fn kubernetes_cel_tables_agree_or_are_listed_as_exceptions() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // The tables run rules without the API server's CRD checks; of those,
+    // only the estimated cost refuses some (listed in docs/validate.md):
+    // each such rule still gets its verdict, compared below.
+    let refusals: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("[x] CustomResourceDefinition/"))
+        .collect();
     assert!(
-        !stdout.contains("CustomResourceDefinition case"),
+        refusals
+            .iter()
+            .all(|l| l.contains("exceeds budget by factor of")),
         "a CRD was refused: {stdout}"
     );
+    for refusal in &refusals {
+        eprintln!("{refusal}");
+    }
 
     let listed = listed_exceptions();
     let mut agreement: BTreeMap<String, (usize, usize)> = BTreeMap::new();

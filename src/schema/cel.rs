@@ -278,6 +278,20 @@ fn within_bounds(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `text` compiled and checked for a `self` of `schema` (a resource's
+/// root when `root`), as [`Budget::check`] compiles it: its tree, or
+/// `None` when it is not run (reported where it runs).
+pub(super) fn checked(text: &str, schema: &Value, root: bool) -> Option<IdedExpr> {
+    let this = if root {
+        typed::declared_resource(schema)
+    } else {
+        typed::declared(schema).unwrap_or(Ty::Dyn)
+    };
+    compile(text, &this, &Ty::Bool)
+        .ok()
+        .map(|compiled| compiled.expression.clone())
+}
+
 /// Most rules kept compiled (each at most [`MAX_RULE_BYTES`] of text and
 /// its trees); past that a rule is compiled each time it runs.
 const MAX_COMPILED: usize = 4096;

@@ -15,7 +15,8 @@
 //! by the schema ([`typed`]) and rules checked against those types
 //! ([`check`]) as the API server does; a rule it would not admit is an
 //! error, never a pass. Only transition rules (`oldSelf`) are skipped, and
-//! said so.
+//! said so. A CRD the API server would refuse for its rules' estimated
+//! cost ([`estimate`]) is an error of the extension.
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
@@ -26,6 +27,7 @@
 mod builtin;
 mod cel;
 mod check;
+mod estimate;
 mod format;
 mod meter;
 mod pattern;
@@ -279,12 +281,16 @@ impl Schemas {
                         label(extension, &place)
                     ));
                 }
-                for version in versions {
+                for (v, version) in versions.iter().enumerate() {
                     let version_name = get_str(version, &["name"]).unwrap_or_default();
                     let schema = version
                         .pointer("/schema/openAPIV3Schema")
                         .cloned()
                         .unwrap_or(Value::Null);
+                    errors.extend(over_cost(
+                        &schema,
+                        &format!("{}: spec.versions[{v}].schema", label(extension, &place)),
+                    ));
                     schemas.by_gvk.insert(
                         (group.into(), version_name.into(), crd_kind.into()),
                         Version {
@@ -298,6 +304,13 @@ impl Schemas {
                 crate::compose::read::xrd::Xrd::from_object(xrd_as_crossplane_reads_it(extension))
             {
                 for (kind, version, schema, served) in xrd::schemas(&definition) {
+                    errors.extend(over_cost(
+                        &schema,
+                        &format!(
+                            "{}: the CRD of {kind} {version} Crossplane makes from it",
+                            label(extension, &place)
+                        ),
+                    ));
                     schemas.by_gvk.insert(
                         (group.into(), version, kind),
                         Version {
@@ -367,6 +380,40 @@ impl Schemas {
         report.notes = walk.notes;
         report
     }
+}
+
+/// Why the API server refuses a CRD with `schema` (an `openAPIV3Schema`)
+/// for its rules' estimated cost, each said after `place`: a rule over
+/// the per-rule limit, all of them over the per-CRD limit.
+fn over_cost(schema: &Value, place: &str) -> Vec<String> {
+    let rules = estimate::rules(schema, &cel::checked);
+    let mut errors = Vec::new();
+    let mut total = 0u64;
+    for rule in &rules {
+        total = total.saturating_add(rule.cost);
+        if rule.cost > estimate::PER_RULE_LIMIT {
+            errors.push(format!(
+                "{place}.{}: Forbidden: {} (rule {:?}: estimated cost {}, limit {}; the API server refuses this CRD)",
+                rule.path,
+                estimate::exceeds("estimated rule cost", rule.cost, estimate::PER_RULE_LIMIT),
+                rule.rule,
+                rule.cost,
+                estimate::PER_RULE_LIMIT,
+            ));
+        }
+    }
+    if total > estimate::PER_CRD_LIMIT {
+        errors.push(format!(
+            "{place}.openAPIV3Schema: Forbidden: {} (estimated cost {total}, limit {}; the API server refuses this CRD)",
+            estimate::exceeds(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                total,
+                estimate::PER_CRD_LIMIT
+            ),
+            estimate::PER_CRD_LIMIT,
+        ));
+    }
+    errors
 }
 
 /// `issue` of the resource `label`.

@@ -1,10 +1,10 @@
-//! Validation of Kubernetes objects against the schemas of CRDs and XRDs, as
-//! `crossplane beta validate` does it: what `xfn validate` prints and what
-//! `xfn test` asserts on rendered output.
+//! Validation of Kubernetes objects against CRDs and XRDs, as `crossplane
+//! beta validate` does it, for `xfn validate` and `xfn test`.
 //!
 //! Invariant: every resource is judged as the API server would judge it on
-//! create (no old object): the served version's structural schema, its
-//! defaults applied first ([`crate::compose::read::xrd::apply_schema_defaults`]),
+//! create, or on update of its old version when given (transition rules
+//! run, unchanged values ratchet): the served version's structural schema,
+//! defaults first ([`crate::compose::read::xrd::apply_schema_defaults`]),
 //! then types, value validations, unknown fields (which the API server
 //! prunes and `crossplane beta validate` reports), then CEL
 //! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
@@ -13,10 +13,9 @@
 //! documents among the extensions that are neither CRDs nor XRDs are
 //! skipped and named, as Crossplane's CLI skips them. CEL values are typed
 //! by the schema ([`typed`]) and rules checked against those types
-//! ([`check`]) as the API server does; a rule it would not admit is an
-//! error, never a pass. Only transition rules (`oldSelf`) are skipped, and
-//! said so. A CRD the API server would refuse for its rules' estimated
-//! cost ([`estimate`]) is an error of the extension.
+//! ([`check`]); a rule, or a rules' estimated cost ([`estimate`]), the API
+//! server would not admit is an error, never a pass. Transition rules
+//! without an old value are skipped, and said so.
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
@@ -130,6 +129,11 @@ pub(crate) struct Validator {
     /// A resource whose kind no CRD or XRD defines is an error (otherwise
     /// a warning, as in `crossplane beta validate`).
     pub(crate) error_on_missing_schemas: bool,
+    /// The old versions of resources (`xfn validate --old-resources`): a
+    /// resource with one (same apiVersion, kind, namespace and name) is
+    /// judged as an update — its transition rules run, and what is
+    /// unchanged and invalid is ratcheted. Without one, a create.
+    pub(crate) old_resources: Vec<Value>,
 }
 
 impl Validator {
@@ -203,10 +207,18 @@ impl Validator {
         labels: &[String],
     ) -> Report {
         let (schemas, extension_errors, skipped_extensions) = Schemas::build(extensions, places);
+        let olds: HashMap<[&str; 4], &Value> = self
+            .old_resources
+            .iter()
+            .map(|old| (identity(old), old))
+            .collect();
         let resources = resources
             .iter()
             .zip(labels)
-            .map(|(resource, label)| schemas.check(resource, label))
+            .map(|(resource, label)| {
+                let old = olds.get(&identity(resource)).copied();
+                schemas.check(resource, old, label)
+            })
             .collect();
         Report {
             extension_errors,
@@ -214,6 +226,17 @@ impl Validator {
             resources,
         }
     }
+}
+
+/// What makes a resource the same object as an old one: apiVersion, kind,
+/// namespace, name.
+fn identity(resource: &Value) -> [&str; 4] {
+    [
+        get_str(resource, &["apiVersion"]).unwrap_or_default(),
+        get_str(resource, &["kind"]).unwrap_or_default(),
+        get_str(resource, &["metadata", "namespace"]).unwrap_or_default(),
+        get_str(resource, &["metadata", "name"]).unwrap_or_default(),
+    ]
 }
 
 /// `Kind/name (apiVersion, WHERE)`: a resource as errors name it. A
@@ -327,8 +350,8 @@ impl Schemas {
         (schemas, errors, skipped)
     }
 
-    /// Validates one resource.
-    fn check(&self, resource: &Value, label: &str) -> ResourceReport {
+    /// Validates one resource, as an update of `old` when there is one.
+    fn check(&self, resource: &Value, old: Option<&Value>, label: &str) -> ResourceReport {
         let mut report = ResourceReport {
             resource: label.to_string(),
             ..ResourceReport::default()
@@ -370,8 +393,13 @@ impl Schemas {
         }
         let mut object = resource.clone();
         crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
+        let old = old.map(|old| {
+            let mut old = old.clone();
+            crate::compose::read::xrd::apply_schema_defaults(&mut old, &found.schema);
+            old
+        });
         let mut walk = structural::Walk::new();
-        walk.root(&object, &found.schema);
+        walk.root(&object, old.as_ref(), &found.schema);
         report.findings = walk
             .issues
             .into_iter()

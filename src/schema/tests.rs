@@ -490,6 +490,112 @@ fn a_transition_rule_is_skipped_and_said_so() {
     );
 }
 
+/// The report on a Widget with `spec` validated as an update of one with
+/// `old` (`None`: a create), against a `spec` of `spec_schema`.
+fn update(spec_schema: Value, old: Option<Value>, spec: Value) -> super::ResourceReport {
+    let validator = Validator {
+        old_resources: old.into_iter().map(widget).collect(),
+        ..Validator::default()
+    };
+    let mut report = validator.check(&[crd(spec_schema)], &[widget(spec)], &["w".into()]);
+    assert!(report.extension_errors.is_empty(), "{report:#?}");
+    report.resources.remove(0)
+}
+
+#[test]
+fn a_transition_rule_runs_against_the_old_resource() {
+    let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.min >= oldSelf.min", "message": "min may not decrease"}]});
+    let lower = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 3}));
+    assert_eq!(lower.findings.len(), 1, "{lower:#?}");
+    assert_eq!(
+        lower.findings[0].message,
+        "Invalid value: \"object\": min may not decrease"
+    );
+    assert!(lower.notes.is_empty(), "{lower:#?}");
+    let higher = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 7}));
+    assert!(
+        higher.findings.is_empty() && higher.notes.is_empty(),
+        "{higher:#?}"
+    );
+    // Another object's old version is not this one's.
+    let validator = Validator {
+        old_resources: vec![json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "other", "namespace": "default"}, "spec": {"min": 9}})],
+        ..Validator::default()
+    };
+    let report = validator.check(&[crd(schema)], &[widget(json!({"min": 1}))], &["w".into()]);
+    assert!(report.errors(true).is_empty(), "{report:#?}");
+    assert!(report.resources[0].notes[0].contains("--old-resources"));
+}
+
+#[test]
+fn an_unchanged_invalid_value_is_ratcheted_and_a_changed_one_is_not() {
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 3,
+            "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]},
+        "n": {"type": "integer"},
+        "tags": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+            "items": {"type": "object", "properties": {"k": {"type": "string"}, "v": {"type": "string", "maxLength": 1}}}}}});
+    let old = json!({"name": "toolong", "n": 1, "tags": [{"k": "a", "v": "long"}]});
+    // The object changed (n), its invalid name and tag did not: no error.
+    let unchanged = update(
+        schema.clone(),
+        Some(old.clone()),
+        json!({"name": "toolong", "n": 2, "tags": [{"k": "b", "v": "x"}, {"k": "a", "v": "long"}]}),
+    );
+    assert!(unchanged.findings.is_empty(), "{unchanged:#?}");
+    // A changed invalid value is an error, by every rule it breaks.
+    let changed = update(
+        schema.clone(),
+        Some(old),
+        json!({"name": "toolong2", "n": 2, "tags": [{"k": "a", "v": "longer"}]}),
+    );
+    let rules: Vec<&str> = changed.findings.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(
+        rules,
+        [
+            "maxLength",
+            "x-kubernetes-validations rule \"self.startsWith('a')\"",
+            "maxLength"
+        ],
+        "{changed:#?}"
+    );
+    // Without an old version, a create: both are errors.
+    let created = update(schema, None, json!({"name": "toolong", "n": 2, "tags": []}));
+    assert_eq!(created.findings.len(), 2, "{created:#?}");
+}
+
+#[test]
+fn an_optional_old_self_rule_runs_with_and_without_an_old_resource() {
+    let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}},
+        "x-kubernetes-validations": [
+            {"rule": "!oldSelf.hasValue() || self.min >= oldSelf.value().min", "optionalOldSelf": true},
+            {"rule": "oldSelf.hasValue()", "optionalOldSelf": true, "message": "only on update"}]});
+    let created = update(schema.clone(), None, json!({"min": 3}));
+    let messages: Vec<&str> = created
+        .findings
+        .iter()
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        ["Invalid value: \"object\": only on update"],
+        "{created:#?}"
+    );
+    assert!(created.notes.is_empty(), "{created:#?}");
+    let lower = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 3}));
+    let messages: Vec<&str> = lower.findings.iter().map(|f| f.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["Invalid value: \"object\": failed rule: !oldSelf.hasValue() || self.min >= oldSelf.value().min"],
+        "{lower:#?}"
+    );
+    assert!(update(schema, Some(json!({"min": 5})), json!({"min": 6}))
+        .findings
+        .is_empty());
+}
+
 #[test]
 fn kubernetes_cel_library_functions_are_evaluated() {
     // Before kube-cel, each was an error: "the rule was not checked".
@@ -580,6 +686,7 @@ fn a_resource_of_an_unserved_version_is_an_error_and_one_without_schema_a_warnin
         .is_empty());
     let strict = Validator {
         error_on_missing_schemas: true,
+        ..Validator::default()
     };
     one_error(strict.validate(&[crd(json!({}))], &[other]), &["Widget/x (example.org/v2, document 1): no CRD or XRD given defines this kind and version"]);
 }

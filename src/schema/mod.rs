@@ -400,6 +400,24 @@ impl Schemas {
         });
         let mut walk = structural::Walk::new();
         walk.root(&object, old.as_ref(), &found.schema);
+        // The API server has a CEL validator only for a schema with rules.
+        let blocked = found
+            .schema
+            .to_string()
+            .contains("\"x-kubernetes-validations\"")
+            && walk
+                .issues
+                .iter()
+                .any(|i| BLOCKING.contains(&i.rule.as_str()));
+        if blocked {
+            walk.issues.retain(|i| !i.rule.starts_with(CEL_RULE));
+            walk.issues.push(Issue {
+                path: String::new(),
+                message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+                rule: "x-kubernetes-validations".into(),
+            });
+            walk.notes.retain(|n| !n.contains("transition rule"));
+        }
         report.findings = walk
             .issues
             .into_iter()
@@ -409,6 +427,24 @@ impl Schemas {
         report
     }
 }
+
+/// The schema errors after which the API server runs no CEL rule
+/// (apiextensions-apiserver `registry/customresource/strategy.go`
+/// `hasBlockingErr`: NotSupported, Required, TooLong, TooMany,
+/// TypeInvalid), by the rule xfn names them with.
+const BLOCKING: &[&str] = &[
+    "enum",
+    "required",
+    "maxLength",
+    "maxItems",
+    "maxProperties",
+    "type",
+    "nullable",
+    "x-kubernetes-int-or-string",
+];
+
+/// How a CEL rule's error names its rule ([`cel`]).
+const CEL_RULE: &str = "x-kubernetes-validations rule ";
 
 /// Why the API server refuses a CRD with `schema` (an `openAPIV3Schema`)
 /// for its rules' estimated cost, each said after `place`: a rule over

@@ -401,14 +401,14 @@ impl Schemas {
         let mut walk = structural::Walk::new();
         walk.root(&object, old.as_ref(), &found.schema);
         // The API server has a CEL validator only for a schema with rules.
-        let blocked = found
-            .schema
-            .to_string()
-            .contains("\"x-kubernetes-validations\"")
-            && walk
-                .issues
-                .iter()
-                .any(|i| BLOCKING.contains(&i.rule.as_str()));
+        let blocked = walk
+            .issues
+            .iter()
+            .any(|i| BLOCKING.contains(&i.rule.as_str()))
+            && found
+                .schema
+                .to_string()
+                .contains("\"x-kubernetes-validations\"");
         if blocked {
             walk.issues.retain(|i| !i.rule.starts_with(CEL_RULE));
             walk.issues.push(Issue {

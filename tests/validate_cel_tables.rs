@@ -131,9 +131,23 @@ fn kubernetes_cel_tables_agree_or_are_listed_as_exceptions() {
     let groups = groups();
     let mut crds = Vec::new();
     let mut resources = Vec::new();
+    // A group with an old object (transition rules) is an update of it.
+    let mut olds = Vec::new();
     let mut cases: Vec<(usize, Case)> = Vec::new();
     for (n, group) in groups.iter().enumerate() {
         let (crd, resource) = crd_and_resource(n, group);
+        if let Some(old) = group.get("old") {
+            let mut old_resource = resource.clone();
+            let root = group["root"].as_bool().unwrap_or(false);
+            if root {
+                old_resource = old.clone();
+                old_resource["apiVersion"] = resource["apiVersion"].clone();
+                old_resource["kind"] = resource["kind"].clone();
+            } else {
+                old_resource["spec"] = old.clone();
+            }
+            olds.push(old_resource);
+        }
         crds.push(crd);
         resources.push(resource);
         for (rule, expected) in rules(group) {
@@ -151,17 +165,32 @@ fn kubernetes_cel_tables_agree_or_are_listed_as_exceptions() {
     let dir = tempfile::tempdir().unwrap();
     write_stream(&dir.path().join("crds.yaml"), &crds);
     write_stream(&dir.path().join("resources.yaml"), &resources);
+    write_stream(&dir.path().join("old.yaml"), &olds);
     let out = xfn_command()
         .arg("validate")
+        .arg("--old-resources")
+        .arg(dir.path().join("old.yaml"))
         .arg(dir.path().join("crds.yaml"))
         .arg(dir.path().join("resources.yaml"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // The tables run rules without the API server's CRD checks; of those,
+    // only the estimated cost refuses some (listed in docs/validate.md):
+    // each such rule still gets its verdict, compared below.
+    let refusals: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("[x] CustomResourceDefinition/"))
+        .collect();
     assert!(
-        !stdout.contains("CustomResourceDefinition case"),
+        refusals
+            .iter()
+            .all(|l| l.contains("exceeds budget by factor of")),
         "a CRD was refused: {stdout}"
     );
+    for refusal in &refusals {
+        eprintln!("{refusal}");
+    }
 
     let listed = listed_exceptions();
     let mut agreement: BTreeMap<String, (usize, usize)> = BTreeMap::new();

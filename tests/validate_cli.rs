@@ -184,3 +184,57 @@ fn a_built_in_kind_is_decoded_strictly_against_kubernetes_published_schema() {
     );
     assert!(stdout.contains("0 missing schemas"), "{stdout}");
 }
+
+#[test]
+fn old_resources_make_transition_rules_run_and_ratchet_what_is_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let crd = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+      "metadata": {"name": "things.ex.org"},
+      "spec": {"group": "ex.org", "names": {"kind": "Thing", "plural": "things"}, "scope": "Namespaced",
+        "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+          "type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.replicas >= oldSelf.replicas", "message": "replicas may not decrease"}],
+            "properties": {"replicas": {"type": "integer"}, "zone": {"type": "string", "maxLength": 2}}}}}}}]}}"#;
+    let thing = |replicas: i64, zone: &str| {
+        format!(
+            r#"{{"apiVersion": "ex.org/v1", "kind": "Thing", "metadata": {{"name": "t", "namespace": "n"}},
+              "spec": {{"replicas": {replicas}, "zone": "{zone}"}}}}"#
+        )
+    };
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let crd = write("crd.json", crd);
+    let old = write("old.json", &thing(3, "eu-west"));
+    // A create: the transition rule is skipped; with the long zone, an
+    // error after which the API server runs no rule.
+    let short = write("short.json", &thing(2, "eu"));
+    let (code, stdout, _) = validate(&[crd.as_os_str(), short.as_os_str()]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains("transition rule \"self.replicas >= oldSelf.replicas\" skipped"),
+        "{stdout}"
+    );
+    let lower = write("lower.json", &thing(2, "eu-west"));
+    let (code, stdout, _) = validate(&[crd.as_os_str(), lower.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("spec.zone: Too long"), "{stdout}");
+    assert!(
+        stdout.contains("some validation rules were not checked because the object was invalid"),
+        "{stdout}"
+    );
+    // An update of old.json: the rule runs; the unchanged zone is ratcheted.
+    let flag = std::ffi::OsStr::new("--old-resources");
+    let (code, stdout, _) = validate(&[flag, old.as_os_str(), crd.as_os_str(), lower.as_os_str()]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains("spec: Invalid value: \"object\": replicas may not decrease"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("Too long"), "{stdout}");
+    let higher = write("higher.json", &thing(4, "eu-west"));
+    let (code, stdout, _) = validate(&[flag, old.as_os_str(), crd.as_os_str(), higher.as_os_str()]);
+    assert_eq!(code, Some(0), "{stdout}");
+}

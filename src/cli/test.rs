@@ -471,8 +471,10 @@ pub(crate) async fn execute(
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let limit = tokio::sync::Semaphore::new(parallel);
+    // `crds:` validation judges a create: no old resources.
     let validator = crate::schema::Validator {
         error_on_missing_schemas: config.error_on_missing_schemas,
+        ..Default::default()
     };
     let line = Line::new(Line::wanted(args.verbose), loaded.suites.len(), selected);
     let env = Env {

@@ -30,6 +30,12 @@ pub(crate) struct ValidateArgs {
     /// CRDs nor XRDs: a Composition, a Function…).
     #[arg(short, long)]
     pub(crate) verbose: bool,
+    /// The old versions of the resources (files or directories, repeatable):
+    /// a resource with one (same apiVersion, kind, namespace and name) is
+    /// validated as an update — its transition rules (`oldSelf`) run, and
+    /// an unchanged invalid value is not an error (ratcheting).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) old_resources: Vec<PathBuf>,
     /// The largest file (or stdin) read, a quantity (`8Mi`): a larger one is
     /// refused before it is parsed (parsed YAML takes ~40 times its size).
     #[arg(long, default_value = DEFAULT_MAX_INPUT_BYTES, value_parser = super::parse_nonzero_size)]
@@ -54,8 +60,15 @@ pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         .map(|d| label(&d.object, &d.place))
         .collect();
     let resources: Vec<serde_json::Value> = documents.into_iter().map(|d| d.object).collect();
+    let mut old_resources = Vec::new();
+    for path in &args.old_resources {
+        let documents = read_documents(path, args.max_input_bytes)
+            .with_context(|| format!("cannot read the old resources in {}", path.display()))?;
+        old_resources.extend(documents.into_iter().map(|d| d.object));
+    }
     let validator = Validator {
         error_on_missing_schemas: args.error_on_missing_schemas,
+        old_resources,
     };
     let report = validator.check_placed(&extensions, &extension_places, &resources, &labels);
     let mut out = String::new();

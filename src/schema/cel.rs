@@ -3,8 +3,9 @@
 //! node's value typed by its schema as the API server types it ([`typed`],
 //! converted once for all its rules). A rule is checked against the declared
 //! type of `self` first ([`check`]): what cel-go's checker refuses in a CRD
-//! is an error, never a pass. No old object exists here (a create), so
-//! transition rules (those naming `oldSelf`) are skipped, with a note.
+//! is an error, never a pass. Transition rules (those naming `oldSelf`)
+//! run against the old value when the resource has an old version, and
+//! are skipped with a note otherwise (unless `optionalOldSelf`).
 //!
 //! Bounds, checked before a rule runs: its length ([`MAX_RULE_BYTES`]),
 //! bracket nesting ([`MAX_RULE_NESTING`]) and operators
@@ -59,13 +60,18 @@ impl Default for Budget {
 }
 
 impl Budget {
-    /// Runs `rules` on `value` at `path`: the errors and the notes.
+    /// Runs `rules` on `value` at `path`, `old` its old value when the
+    /// resource has an old version that holds one: the errors and the
+    /// notes. `ratcheting` (`value` is unchanged, or within an unchanged
+    /// value): only transition rules run, as in the API server.
     pub(super) fn check(
         &mut self,
         value: &Value,
+        old: Option<&Value>,
         schema: &Value,
         rules: &[Value],
         path: &str,
+        ratcheting: bool,
     ) -> (Vec<Issue>, Vec<String>) {
         let mut issues = Vec::new();
         let mut notes = Vec::new();
@@ -80,6 +86,7 @@ impl Budget {
             typed::declared(schema).unwrap_or(Ty::Dyn)
         };
         let context = meter::context(typed::value(value, schema));
+        let old = old.map(|old| typed::value(old, schema));
         let sizes = size_of(value);
         for rule in rules {
             if self.stopped {
@@ -103,20 +110,41 @@ impl Budget {
                     rule: rule_name.clone(),
                 });
             };
-            let compiled = match compile(text, &this, &Ty::Bool) {
+            let optional = rule.get("optionalOldSelf") == Some(&Value::Bool(true));
+            let compiled = match compile(text, &this, &Ty::Bool, optional) {
                 Ok(compiled) => compiled,
                 Err(error) => {
                     fail(error, path);
                     continue;
                 }
             };
-            let shape = &compiled.shape;
-            if shape.variables.iter().any(|v| v == "oldSelf") {
+            let transition = compiled.shape.variables.iter().any(|v| v == "oldSelf");
+            if ratcheting && !transition {
+                continue;
+            }
+            // `oldSelf`: the old value, optional with `optionalOldSelf`
+            // (then the rule runs without one too); a transition rule
+            // without it does not run (apiextensions-apiserver
+            // `schema/cel/validation.go`).
+            let old_self = match (&old, optional) {
+                (Some(old), false) => Some(old.clone()),
+                (old, true) => Some(cel::Value::Opaque(std::sync::Arc::new(match old {
+                    Some(old) => cel::objects::OptionalValue::of(old.clone()),
+                    None => cel::objects::OptionalValue::none(),
+                }))),
+                (None, false) => None,
+            };
+            if transition && old_self.is_none() {
                 notes.push(format!(
-                    "{shown_path}: transition rule {text:?} skipped: it compares with the old object (oldSelf), and a validation has none"
+                    "{shown_path}: transition rule {text:?} skipped: it compares with the old object (oldSelf), and there is none here (give it with --old-resources)"
                 ));
                 continue;
             }
+            let mut scope = context.new_inner_scope();
+            if let Some(old_self) = old_self.filter(|_| transition) {
+                scope.add_variable_from_value("oldSelf", old_self);
+            }
+            let context = &scope;
             let (cost, _) = estimate(&compiled.expression, &sizes);
             if cost > PER_CALL_LIMIT {
                 fail(
@@ -134,11 +162,11 @@ impl Budget {
                 None => path.to_string(),
             };
             let at = at.strip_prefix('.').unwrap_or(&at).to_string();
-            match self.run(&compiled, &context, text) {
+            match self.run(&compiled, context, text) {
                 Ok(cel::Value::Bool(true)) => {}
                 Ok(cel::Value::Bool(false)) => {
                     let message = self
-                        .message_of(rule, &context, sizes, &this)
+                        .message_of(rule, context, sizes, &this, optional)
                         .unwrap_or_else(|| format!("failed rule: {text}"));
                     let shown = match value {
                         Value::Object(_) => "\"object\"".to_string(),
@@ -195,9 +223,10 @@ impl Budget {
         context: &cel::Context,
         sizes: Sizes,
         this: &Ty,
+        optional: bool,
     ) -> Option<String> {
         if let Some(expression) = rule.get("messageExpression").and_then(Value::as_str) {
-            let evaluated = compile(expression, this, &Ty::String)
+            let evaluated = compile(expression, this, &Ty::String, optional)
                 .ok()
                 .filter(|c| estimate(&c.expression, &sizes).0 <= PER_CALL_LIMIT)
                 .and_then(|c| self.run(&c, context, expression).ok());
@@ -278,6 +307,20 @@ fn within_bounds(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `text` compiled and checked for a `self` of `schema` (a resource's
+/// root when `root`), as [`Budget::check`] compiles it: its tree, or
+/// `None` when it is not run (reported where it runs).
+pub(super) fn checked(text: &str, schema: &Value, root: bool) -> Option<IdedExpr> {
+    let this = if root {
+        typed::declared_resource(schema)
+    } else {
+        typed::declared(schema).unwrap_or(Ty::Dyn)
+    };
+    compile(text, &this, &Ty::Bool, false)
+        .ok()
+        .map(|compiled| compiled.expression.clone())
+}
+
 /// Most rules kept compiled (each at most [`MAX_RULE_BYTES`] of text and
 /// its trees); past that a rule is compiled each time it runs.
 const MAX_COMPILED: usize = 4096;
@@ -301,13 +344,19 @@ static COMPILED: std::sync::LazyLock<
     std::sync::Mutex<std::collections::HashMap<CompiledKey, std::sync::Arc<Compiled>>>,
 > = std::sync::LazyLock::new(Default::default);
 
-/// `text` compiled and checked for a `self` of type `this` and a value of
-/// type `want`, or why it is not run at all.
-fn compile(text: &str, this: &Ty, want: &Ty) -> Result<std::sync::Arc<Compiled>, String> {
+/// `text` compiled and checked for a `self` of type `this` (and an
+/// `oldSelf` of the same type, or an optional one when `optional_old`) and
+/// a value of type `want`, or why it is not run at all.
+fn compile(
+    text: &str,
+    this: &Ty,
+    want: &Ty,
+    optional_old: bool,
+) -> Result<std::sync::Arc<Compiled>, String> {
     use std::hash::{Hash, Hasher};
     within_bounds(text).map_err(|why| format!("the rule was not evaluated: {why}"))?;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (this, want).hash(&mut hasher);
+    (this, want, optional_old).hash(&mut hasher);
     let key = (text.to_string(), hasher.finish());
     let compiled = || COMPILED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(found) = compiled().get(&key) {
@@ -319,13 +368,14 @@ fn compile(text: &str, this: &Ty, want: &Ty) -> Result<std::sync::Arc<Compiled>,
         Err(_) => return Err("the rule does not compile: the CEL parser failed on it".into()),
     };
     let shape = Shape::of(program.expression());
-    // A transition rule is skipped, never checked (`oldSelf` has no type).
-    let checked = if shape.variables.iter().any(|v| v == "oldSelf") {
-        program.expression().clone()
-    } else {
-        check(program.expression(), this, want)
-            .map_err(|error| format!("the rule does not compile: {error}"))?
-    };
+    // `oldSelf` has `self`'s type; an optional one is left dynamic.
+    let old = shape
+        .variables
+        .iter()
+        .any(|v| v == "oldSelf")
+        .then_some(if optional_old { &Ty::Dyn } else { this });
+    let checked = check(program.expression(), this, old, want)
+        .map_err(|error| format!("the rule does not compile: {error}"))?;
     let found = std::sync::Arc::new(Compiled {
         shape,
         instrumented: meter::instrument(&checked),

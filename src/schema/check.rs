@@ -40,13 +40,22 @@ pub(super) const TYPE_NAMES: &[&str] = &[
     "type",
 ];
 
-/// `rule` checked against `this` (the declared type of `self`) and the
+/// `rule` checked against `this` (the declared type of `self`), `old`
+/// (of `oldSelf`, in a transition rule) and the
 /// type its value must have (`bool` for a rule, `string` for a
 /// `messageExpression`): its tree, rewritten for list types, or cel-go's
 /// refusal.
-pub(super) fn check(rule: &IdedExpr, this: &Ty, want: &Ty) -> Result<IdedExpr, String> {
+pub(super) fn check(
+    rule: &IdedExpr,
+    this: &Ty,
+    old: Option<&Ty>,
+    want: &Ty,
+) -> Result<IdedExpr, String> {
     let mut scope = HashMap::new();
     scope.insert("self".to_string(), this.clone());
+    if let Some(old) = old {
+        scope.insert("oldSelf".to_string(), old.clone());
+    }
     let (ty, tree) = Checker { scope }.expr(rule)?;
     if ty == *want || ty == Ty::Dyn {
         return Ok(tree);
@@ -471,7 +480,7 @@ mod tests {
     fn checked(rule: &str, schema: serde_json::Value) -> Result<IdedExpr, String> {
         let program = cel::Program::compile(rule).map_err(|e| e.to_string())?;
         let this = super::super::typed::declared(&schema).unwrap_or(Ty::Dyn);
-        check(program.expression(), &this, &Ty::Bool)
+        check(program.expression(), &this, None, &Ty::Bool)
     }
 
     fn refused(rule: &str, schema: serde_json::Value) -> String {

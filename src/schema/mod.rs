@@ -1,10 +1,10 @@
-//! Validation of Kubernetes objects against the schemas of CRDs and XRDs, as
-//! `crossplane beta validate` does it: what `xfn validate` prints and what
-//! `xfn test` asserts on rendered output.
+//! Validation of Kubernetes objects against CRDs and XRDs, as `crossplane
+//! beta validate` does it, for `xfn validate` and `xfn test`.
 //!
 //! Invariant: every resource is judged as the API server would judge it on
-//! create (no old object): the served version's structural schema, its
-//! defaults applied first ([`crate::compose::read::xrd::apply_schema_defaults`]),
+//! create, or on update of its old version when given (transition rules
+//! run, unchanged values ratchet): the served version's structural schema,
+//! defaults first ([`crate::compose::read::xrd::apply_schema_defaults`]),
 //! then types, value validations, unknown fields (which the API server
 //! prunes and `crossplane beta validate` reports), then CEL
 //! `x-kubernetes-validations`. An XRD's schema is the XR's as Crossplane
@@ -13,9 +13,9 @@
 //! documents among the extensions that are neither CRDs nor XRDs are
 //! skipped and named, as Crossplane's CLI skips them. CEL values are typed
 //! by the schema ([`typed`]) and rules checked against those types
-//! ([`check`]) as the API server does; a rule it would not admit is an
-//! error, never a pass. Only transition rules (`oldSelf`) are skipped, and
-//! said so.
+//! ([`check`]); a rule, or a rules' estimated cost ([`estimate`]), the API
+//! server would not admit is an error, never a pass. Transition rules
+//! without an old value are skipped, and said so.
 //!
 //! Why bounded: CRDs, XRDs and resources come from users and functions.
 //! Files are read through [`crate::nesting`] with a size cap ([`read`]); a
@@ -26,6 +26,7 @@
 mod builtin;
 mod cel;
 mod check;
+mod estimate;
 mod format;
 mod meter;
 mod pattern;
@@ -128,6 +129,11 @@ pub(crate) struct Validator {
     /// A resource whose kind no CRD or XRD defines is an error (otherwise
     /// a warning, as in `crossplane beta validate`).
     pub(crate) error_on_missing_schemas: bool,
+    /// The old versions of resources (`xfn validate --old-resources`): a
+    /// resource with one (same apiVersion, kind, namespace and name) is
+    /// judged as an update — its transition rules run, and what is
+    /// unchanged and invalid is ratcheted. Without one, a create.
+    pub(crate) old_resources: Vec<Value>,
 }
 
 impl Validator {
@@ -201,10 +207,18 @@ impl Validator {
         labels: &[String],
     ) -> Report {
         let (schemas, extension_errors, skipped_extensions) = Schemas::build(extensions, places);
+        let olds: HashMap<[&str; 4], &Value> = self
+            .old_resources
+            .iter()
+            .map(|old| (identity(old), old))
+            .collect();
         let resources = resources
             .iter()
             .zip(labels)
-            .map(|(resource, label)| schemas.check(resource, label))
+            .map(|(resource, label)| {
+                let old = olds.get(&identity(resource)).copied();
+                schemas.check(resource, old, label)
+            })
             .collect();
         Report {
             extension_errors,
@@ -212,6 +226,17 @@ impl Validator {
             resources,
         }
     }
+}
+
+/// What makes a resource the same object as an old one: apiVersion, kind,
+/// namespace, name.
+fn identity(resource: &Value) -> [&str; 4] {
+    [
+        get_str(resource, &["apiVersion"]).unwrap_or_default(),
+        get_str(resource, &["kind"]).unwrap_or_default(),
+        get_str(resource, &["metadata", "namespace"]).unwrap_or_default(),
+        get_str(resource, &["metadata", "name"]).unwrap_or_default(),
+    ]
 }
 
 /// `Kind/name (apiVersion, WHERE)`: a resource as errors name it. A
@@ -279,12 +304,16 @@ impl Schemas {
                         label(extension, &place)
                     ));
                 }
-                for version in versions {
+                for (v, version) in versions.iter().enumerate() {
                     let version_name = get_str(version, &["name"]).unwrap_or_default();
                     let schema = version
                         .pointer("/schema/openAPIV3Schema")
                         .cloned()
                         .unwrap_or(Value::Null);
+                    errors.extend(over_cost(
+                        &schema,
+                        &format!("{}: spec.versions[{v}].schema", label(extension, &place)),
+                    ));
                     schemas.by_gvk.insert(
                         (group.into(), version_name.into(), crd_kind.into()),
                         Version {
@@ -298,6 +327,13 @@ impl Schemas {
                 crate::compose::read::xrd::Xrd::from_object(xrd_as_crossplane_reads_it(extension))
             {
                 for (kind, version, schema, served) in xrd::schemas(&definition) {
+                    errors.extend(over_cost(
+                        &schema,
+                        &format!(
+                            "{}: the CRD of {kind} {version} Crossplane makes from it",
+                            label(extension, &place)
+                        ),
+                    ));
                     schemas.by_gvk.insert(
                         (group.into(), version, kind),
                         Version {
@@ -314,8 +350,8 @@ impl Schemas {
         (schemas, errors, skipped)
     }
 
-    /// Validates one resource.
-    fn check(&self, resource: &Value, label: &str) -> ResourceReport {
+    /// Validates one resource, as an update of `old` when there is one.
+    fn check(&self, resource: &Value, old: Option<&Value>, label: &str) -> ResourceReport {
         let mut report = ResourceReport {
             resource: label.to_string(),
             ..ResourceReport::default()
@@ -357,8 +393,31 @@ impl Schemas {
         }
         let mut object = resource.clone();
         crate::compose::read::xrd::apply_schema_defaults(&mut object, &found.schema);
+        let old = old.map(|old| {
+            let mut old = old.clone();
+            crate::compose::read::xrd::apply_schema_defaults(&mut old, &found.schema);
+            old
+        });
         let mut walk = structural::Walk::new();
-        walk.root(&object, &found.schema);
+        walk.root(&object, old.as_ref(), &found.schema);
+        // The API server has a CEL validator only for a schema with rules.
+        let blocked = walk
+            .issues
+            .iter()
+            .any(|i| BLOCKING.contains(&i.rule.as_str()))
+            && found
+                .schema
+                .to_string()
+                .contains("\"x-kubernetes-validations\"");
+        if blocked {
+            walk.issues.retain(|i| !i.rule.starts_with(CEL_RULE));
+            walk.issues.push(Issue {
+                path: String::new(),
+                message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+                rule: "x-kubernetes-validations".into(),
+            });
+            walk.notes.retain(|n| !n.contains("transition rule"));
+        }
         report.findings = walk
             .issues
             .into_iter()
@@ -367,6 +426,58 @@ impl Schemas {
         report.notes = walk.notes;
         report
     }
+}
+
+/// The schema errors after which the API server runs no CEL rule
+/// (apiextensions-apiserver `registry/customresource/strategy.go`
+/// `hasBlockingErr`: NotSupported, Required, TooLong, TooMany,
+/// TypeInvalid), by the rule xfn names them with.
+const BLOCKING: &[&str] = &[
+    "enum",
+    "required",
+    "maxLength",
+    "maxItems",
+    "maxProperties",
+    "type",
+    "nullable",
+    "x-kubernetes-int-or-string",
+];
+
+/// How a CEL rule's error names its rule ([`cel`]).
+const CEL_RULE: &str = "x-kubernetes-validations rule ";
+
+/// Why the API server refuses a CRD with `schema` (an `openAPIV3Schema`)
+/// for its rules' estimated cost, each said after `place`: a rule over
+/// the per-rule limit, all of them over the per-CRD limit.
+fn over_cost(schema: &Value, place: &str) -> Vec<String> {
+    let rules = estimate::rules(schema, &cel::checked);
+    let mut errors = Vec::new();
+    let mut total = 0u64;
+    for rule in &rules {
+        total = total.saturating_add(rule.cost);
+        if rule.cost > estimate::PER_RULE_LIMIT {
+            errors.push(format!(
+                "{place}.{}: Forbidden: {} (rule {:?}: estimated cost {}, limit {}; the API server refuses this CRD)",
+                rule.path,
+                estimate::exceeds("estimated rule cost", rule.cost, estimate::PER_RULE_LIMIT),
+                rule.rule,
+                rule.cost,
+                estimate::PER_RULE_LIMIT,
+            ));
+        }
+    }
+    if total > estimate::PER_CRD_LIMIT {
+        errors.push(format!(
+            "{place}.openAPIV3Schema: Forbidden: {} (estimated cost {total}, limit {}; the API server refuses this CRD)",
+            estimate::exceeds(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                total,
+                estimate::PER_CRD_LIMIT
+            ),
+            estimate::PER_CRD_LIMIT,
+        ));
+    }
+    errors
 }
 
 /// `issue` of the resource `label`.

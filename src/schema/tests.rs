@@ -230,6 +230,30 @@ fn lists_are_bounded_by_min_and_max_items_and_sets_refuse_duplicates() {
 }
 
 #[test]
+fn every_repeat_in_a_set_or_list_map_is_found_with_its_index_and_value() {
+    let set = json!({"type": "array", "uniqueItems": true,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    // Equal objects whatever their keys' order; `1` and `1.0` are not equal.
+    assert_eq!(
+        field(set, json!([{"a": 1, "b": [2]}, {"b": [2], "a": 1}, {"a": 1.0, "b": [2]}, {"a": 1, "b": [2]}])),
+        [
+            "Widget/w (example.org/v1, document 1): spec.f[1]: Duplicate value: \"object\" (rule: uniqueItems)",
+            "Widget/w (example.org/v1, document 1): spec.f[3]: Duplicate value: \"object\" (rule: uniqueItems)",
+        ]
+    );
+    let map = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name", "port"],
+        "items": {"type": "object", "properties": {"name": {"type": "string"}, "port": {"type": "integer"}, "x": {"type": "integer"}}}});
+    // A missing key is null: two items without `port` share it.
+    assert_eq!(
+        field(map, json!([{"name": "a"}, {"name": "a", "port": 1}, {"name": "a", "x": 2}, {"name": "a", "port": 1, "x": 3}])),
+        [
+            "Widget/w (example.org/v1, document 1): spec.f[2]: Duplicate value: {name=\"a\", port=null} (rule: x-kubernetes-list-type: map)",
+            "Widget/w (example.org/v1, document 1): spec.f[3]: Duplicate value: {name=\"a\", port=1} (rule: x-kubernetes-list-type: map)",
+        ]
+    );
+}
+
+#[test]
 fn objects_are_bounded_by_min_and_max_properties() {
     let schema = json!({"type": "object", "minProperties": 1, "maxProperties": 1,
         "additionalProperties": {"type": "string"}});
@@ -394,7 +418,8 @@ fn cel(rules: Value, spec: Value) -> Vec<String> {
     errors(
         json!({"type": "object", "x-kubernetes-validations": rules,
             "properties": {"min": {"type": "integer"}, "max": {"type": "integer"},
-                "names": {"type": "array", "items": {"type": "string"}}}}),
+                "names": {"type": "array", "maxItems": 600,
+                    "items": {"type": "string", "maxLength": 16}}}}),
         spec,
     )
 }
@@ -465,6 +490,109 @@ fn a_transition_rule_is_skipped_and_said_so() {
     );
 }
 
+/// The report on a Widget with `spec` validated as an update of one with
+/// `old` (`None`: a create), against a `spec` of `spec_schema`.
+fn update(spec_schema: Value, old: Option<Value>, spec: Value) -> super::ResourceReport {
+    let validator = Validator {
+        old_resources: old.into_iter().map(widget).collect(),
+        ..Validator::default()
+    };
+    let mut report = validator.check(&[crd(spec_schema)], &[widget(spec)], &["w".into()]);
+    assert!(report.extension_errors.is_empty(), "{report:#?}");
+    report.resources.remove(0)
+}
+
+#[test]
+fn a_transition_rule_runs_against_the_old_resource() {
+    let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.min >= oldSelf.min", "message": "min may not decrease"}]});
+    let lower = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 3}));
+    assert_eq!(lower.findings.len(), 1, "{lower:#?}");
+    assert_eq!(
+        lower.findings[0].message,
+        "Invalid value: \"object\": min may not decrease"
+    );
+    assert!(lower.notes.is_empty(), "{lower:#?}");
+    let higher = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 7}));
+    assert!(
+        higher.findings.is_empty() && higher.notes.is_empty(),
+        "{higher:#?}"
+    );
+    // Another object's old version is not this one's.
+    let validator = Validator {
+        old_resources: vec![json!({"apiVersion": "example.org/v1", "kind": "Widget",
+            "metadata": {"name": "other", "namespace": "default"}, "spec": {"min": 9}})],
+        ..Validator::default()
+    };
+    let report = validator.check(&[crd(schema)], &[widget(json!({"min": 1}))], &["w".into()]);
+    assert!(report.errors(true).is_empty(), "{report:#?}");
+    assert!(report.resources[0].notes[0].contains("--old-resources"));
+}
+
+#[test]
+fn an_unchanged_invalid_value_is_ratcheted_and_a_changed_one_is_not() {
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 3,
+            "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]},
+        "n": {"type": "integer"},
+        "tags": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+            "items": {"type": "object", "properties": {"k": {"type": "string"}, "v": {"type": "string", "maxLength": 1}}}}}});
+    let old = json!({"name": "toolong", "n": 1, "tags": [{"k": "a", "v": "long"}]});
+    // The object changed (n), its invalid name and tag did not: no error.
+    let unchanged = update(
+        schema.clone(),
+        Some(old.clone()),
+        json!({"name": "toolong", "n": 2, "tags": [{"k": "b", "v": "x"}, {"k": "a", "v": "long"}]}),
+    );
+    assert!(unchanged.findings.is_empty(), "{unchanged:#?}");
+    // A changed invalid value is an error; after a maxLength error the
+    // API server runs no CEL rule, and says so.
+    let changed = update(
+        schema.clone(),
+        Some(old),
+        json!({"name": "toolong2", "n": 2, "tags": [{"k": "a", "v": "longer"}]}),
+    );
+    let rules: Vec<&str> = changed.findings.iter().map(|f| f.rule.as_str()).collect();
+    assert_eq!(
+        rules,
+        ["maxLength", "maxLength", "x-kubernetes-validations"],
+        "{changed:#?}"
+    );
+    // Without an old version, a create: both are errors.
+    let created = update(schema, None, json!({"name": "toolong", "n": 2, "tags": []}));
+    assert_eq!(created.findings.len(), 2, "{created:#?}");
+}
+
+#[test]
+fn an_optional_old_self_rule_runs_with_and_without_an_old_resource() {
+    let schema = json!({"type": "object", "properties": {"min": {"type": "integer"}},
+        "x-kubernetes-validations": [
+            {"rule": "!oldSelf.hasValue() || self.min >= oldSelf.value().min", "optionalOldSelf": true},
+            {"rule": "oldSelf.hasValue()", "optionalOldSelf": true, "message": "only on update"}]});
+    let created = update(schema.clone(), None, json!({"min": 3}));
+    let messages: Vec<&str> = created
+        .findings
+        .iter()
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        ["Invalid value: \"object\": only on update"],
+        "{created:#?}"
+    );
+    assert!(created.notes.is_empty(), "{created:#?}");
+    let lower = update(schema.clone(), Some(json!({"min": 5})), json!({"min": 3}));
+    let messages: Vec<&str> = lower.findings.iter().map(|f| f.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        ["Invalid value: \"object\": failed rule: !oldSelf.hasValue() || self.min >= oldSelf.value().min"],
+        "{lower:#?}"
+    );
+    assert!(update(schema, Some(json!({"min": 5})), json!({"min": 6}))
+        .findings
+        .is_empty());
+}
+
 #[test]
 fn kubernetes_cel_library_functions_are_evaluated() {
     // Before kube-cel, each was an error: "the rule was not checked".
@@ -516,13 +644,23 @@ fn a_cel_rule_that_does_not_compile_or_errs_is_an_error() {
 fn a_cel_rule_past_the_cost_limit_is_not_run_and_says_why() {
     let names: Vec<String> = (0..2000).map(|i| format!("n{i}")).collect();
     let rules = json!([{"rule": "self.names.all(a, self.names.all(b, a == b || a != b))"}]);
-    one_error(
-        cel(rules, json!({"names": names})),
-        &[
-            "the rule was not evaluated: estimated rule cost exceeds budget by factor of 44.1",
-            "over the per-call limit 1000000",
-        ],
+    // The API server refuses the CRD (its estimate on 2,000 names of 64
+    // characters), and the rule is not run on these 2,000.
+    let errors = errors(
+        json!({"type": "object", "x-kubernetes-validations": rules,
+            "properties": {"names": {"type": "array", "maxItems": 2000,
+                "items": {"type": "string", "maxLength": 64}}}}),
+        json!({"names": names}),
     );
+    assert_eq!(errors.len(), 3, "{errors:#?}");
+    assert!(errors[0].contains("x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 23.6x"), "{}", errors[0]);
+    assert!(errors[1].contains("openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of 2.4x"), "{}", errors[1]);
+    for part in [
+        "the rule was not evaluated: estimated rule cost exceeds budget by factor of 44.1",
+        "over the per-call limit 1000000",
+    ] {
+        assert!(errors[2].contains(part), "{:?} lacks {part:?}", errors[2]);
+    }
     let deep = format!("{}1{}", "(".repeat(40), ")".repeat(40));
     one_error(
         cel(json!([{"rule": deep}]), json!({})),
@@ -545,6 +683,7 @@ fn a_resource_of_an_unserved_version_is_an_error_and_one_without_schema_a_warnin
         .is_empty());
     let strict = Validator {
         error_on_missing_schemas: true,
+        ..Validator::default()
     };
     one_error(strict.validate(&[crd(json!({}))], &[other]), &["Widget/x (example.org/v2, document 1): no CRD or XRD given defines this kind and version"]);
 }
@@ -646,8 +785,8 @@ fn the_longest_operator_chain_allowed_runs_and_a_longer_one_is_refused() {
 fn a_constant_matches_pattern_is_compiled_once_for_every_item() {
     // It was compiled on every call, up to regex's 10 MiB each.
     let pattern = "^([a-z]{1,30}[.]){0,20}[a-z]{1,29}$";
-    let schema = json!({"type": "object", "properties": {"l": {"type": "array",
-        "items": {"type": "string", "x-kubernetes-validations": [
+    let schema = json!({"type": "object", "properties": {"l": {"type": "array", "maxItems": 200,
+        "items": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [
             {"rule": format!("self.matches('{pattern}')")}]}}}});
     assert!(errors(schema, json!({"l": vec!["abc.def"; 200]})).is_empty());
     assert_eq!(super::pattern::compilations(pattern), 1);

@@ -26,7 +26,6 @@ pub(crate) mod calls;
 pub(crate) mod connections;
 pub(crate) mod daemon;
 pub(crate) mod deadline;
-pub(crate) mod function_runner;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod refusals;
@@ -36,5 +35,4 @@ pub(crate) mod status;
 pub(crate) mod wait;
 
 pub(crate) use calls::{Calls, Subject};
-pub(crate) use function_runner::FunctionRunner;
 pub(crate) use status::status_of;

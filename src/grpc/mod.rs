@@ -4,7 +4,9 @@
 //! v1/v1beta1 `FunctionRunnerService` on TCP) and `xfn host` (`src/host/`,
 //! many v1 Functions on one port, routed by SNI). A front end brings its
 //! service and its listener; everything between the socket and the
-//! service, and between the service and the engine, is here.
+//! service is here, and what the call seam's layers (`src/call/`)
+//! stand on between the service and the engine (admission, metrics,
+//! status mapping).
 //!
 //! Why one layer: the three front ends face the same caller (Crossplane,
 //! calling from many reconcilers at once, with deadlines, retrying every

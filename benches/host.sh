@@ -48,6 +48,7 @@
 #   PROFILE=dev benches/host.sh      (debug build)
 # More samples: ROUNDS=10 ROUND_CALLS=200 COLD_CALLS=30 benches/host.sh
 # One function: ONLY=pythonic benches/host.sh
+# Another xfn (a build made before, to compare): XFN_BINARY=path benches/host.sh
 # Some rows: PARTS="warm cold" benches/host.sh (of warm, cold, memory)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
@@ -78,6 +79,7 @@ for line in sys.stdin:
 build_function_server
 renice -n 0 -p $$ >/dev/null
 case "$PROFILE" in dev) XFN=target/debug/xfn ;; *) XFN=target/$PROFILE/xfn ;; esac
+XFN=${XFN_BINARY:-$XFN} # a build made before, to compare (as benches/server.sh)
 cp "$(realpath "$XFN")" "$WORK/xfn"
 cp "$LOAD" "$WORK/host_load"
 chmod 755 "$WORK/xfn" "$WORK/host_load"

@@ -40,6 +40,7 @@ pub use grpc::daemon::{Daemon, DaemonError, DaemonOptions};
 
 mod adaptor;
 mod calendar;
+mod call;
 mod cli;
 mod compose;
 mod duration;

@@ -1,38 +1,42 @@
 //! The adaptor: any container that reads a JSON `RunFunctionRequest` on
 //! stdin and writes a JSON `RunFunctionResponse` on stdout, served as a
-//! modern Crossplane Function (`FunctionRunnerService`, v1 and v1beta1).
+//! modern Crossplane Function (`FunctionRunnerService`, v1 and v1beta1,
+//! served raw: a request's bytes on the wire are what it is given).
+//!
+//! Its call, as [`stack`] stacks it (`crate::call`'s layers):
 //!
 //! ```text
-//! gRPC call ─► request JSON ─► held by the cache layer? ─► grpc::Calls (run slot, deadline, drain)
-//!           ─► FunctionRunner::run(image, request JSON): [CachedRunner ─►] Runner
-//!           ─► RunFunctionResponse from stdout ─► meta.tag
+//! gRPC call ─► Recorded (metrics, log lines) ─► Json (request as JSON; stdout as the response, meta.tag)
+//!           ─► Cached (the response cache, when on) ─► Admitted (grpc::Calls: run slot, drain)
+//!           ─► WithinDeadline (run timeout) ─► Runner (a container per call)
 //! ```
 //!
-//! The response cache is a layer over the runner ([`cache::CachedRunner`]);
-//! a held answer is given before the call waits for a run slot.
-//!
-//! Listening, admission, draining, metrics and status mapping are the
-//! gRPC layer's ([`crate::grpc`]), shared with `xfn start`.
+//! A held answer is given before the call waits for a run slot; a queued
+//! call holds only the JSON its admission counts, never the decoded
+//! request. Listening, draining and status mapping are the gRPC layer's
+//! ([`crate::grpc`]), shared with `xfn start` and `xfn host` (whose
+//! stdin/stdout functions are adaptors).
 //!
 //! The image is imported or pulled once at start; a call only prepares a
 //! rootfs and runs crun.
-pub(crate) mod cache;
+pub(crate) mod json;
 pub(crate) mod service;
 pub(crate) mod transport;
 pub(crate) mod wrap;
 
 use std::sync::Arc;
 
-use prost::Message;
+use bytes::Bytes;
 use tonic::Status;
 
-use crate::chain::Chain;
-use crate::grpc::deadline::effective_timeout;
-use crate::grpc::{status_of, Calls, FunctionRunner, Subject};
-use crate::proto::v1 as pb;
-use crate::proto_json::{request_json_from_wire, response_from_json};
-use crate::runner::RunConfig;
-use cache::CachedRunner;
+use crate::call::admit::Admitted;
+use crate::call::cache::Cached;
+use crate::call::deadline::WithinDeadline;
+use crate::call::record::Recorded;
+use crate::call::{Function, FunctionRunner, Request};
+use crate::grpc::Calls;
+use crate::runner::{RunConfig, Runner};
+use json::Json;
 
 /// Errors of setting the adaptor up.
 #[derive(Debug, thiserror::Error)]
@@ -59,153 +63,66 @@ pub(crate) struct AdaptorOptions {
     pub(crate) response_cache_size: Option<usize>,
 }
 
+/// The adaptor's call, top to bottom: see the module's header (`xfn
+/// host`'s stdin/stdout functions too, without the cache).
+pub(crate) fn stack(
+    runner: Arc<Runner>,
+    calls: &Arc<Calls>,
+    response_cache_size: Option<usize>,
+) -> Box<dyn FunctionRunner> {
+    let admitted = Admitted::new(calls, WithinDeadline(runner));
+    match response_cache_size {
+        Some(capacity) => Box::new(Recorded::new(calls, Json(Cached::new(capacity, admitted)))),
+        None => Box::new(Recorded::new(calls, Json(admitted))),
+    }
+}
+
 /// The adaptor for one image (share it in an `Arc`).
 pub(crate) struct Adaptor {
-    /// The engine, behind the response cache when there is one.
-    runner: Arc<dyn FunctionRunner>,
-    image: String,
-    options: AdaptorOptions,
-    calls: Arc<Calls>,
+    function: Function,
+    stack: Box<dyn FunctionRunner>,
 }
 
 impl std::fmt::Debug for Adaptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Adaptor")
-            .field("image", &self.image)
-            .field("options", &self.options)
+            .field("function", &self.function)
             .finish_non_exhaustive()
     }
 }
 
 impl Adaptor {
     /// An adaptor running `image` (already in the runner's store) per call
-    /// on `runner` (wrapped in the response cache the options ask for),
-    /// its calls going through `calls`.
+    /// on `runner`, its calls going through `calls`.
     pub(crate) fn new(
-        runner: Arc<dyn FunctionRunner>,
+        runner: Arc<Runner>,
         image: String,
         options: AdaptorOptions,
-        calls: Arc<Calls>,
+        calls: &Arc<Calls>,
     ) -> Self {
-        calls
-            .metrics()
-            .set_limits_enforced(runner.limits_enforced());
-        let runner = match options.response_cache_size {
-            Some(capacity) => Arc::new(CachedRunner::new(runner, capacity)),
-            None => runner,
-        };
         Self {
-            runner,
-            image,
-            options,
-            calls,
+            stack: stack(runner, calls, options.response_cache_size),
+            function: Function {
+                name: Some(options.name),
+                image,
+                config: options.run,
+            },
         }
     }
 
-    /// Answers one call due by `deadline`: from the cache, or by running the
-    /// container.
-    pub(crate) async fn run_function(
+    /// Answers one call due by `deadline`: a `RunFunctionRequest` as it
+    /// came on the wire (v1 or v1beta1: the same bytes), answered with a
+    /// `RunFunctionResponse` as it goes on the wire.
+    pub(crate) async fn call(
         &self,
-        request: pb::RunFunctionRequest,
+        request: Bytes,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<pb::RunFunctionResponse, Status> {
-        let wire = bytes::Bytes::from(request.encode_to_vec());
-        drop(request);
-        self.run_encoded(wire, deadline).await
-    }
-
-    /// [`Self::run_function`] of a request as it came on the wire (v1 or
-    /// v1beta1), never decoded into a message tree (`xfn host`).
-    pub(crate) async fn run_encoded(
-        &self,
-        request: bytes::Bytes,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<pb::RunFunctionResponse, Status> {
-        let call = Call::from_wire(&request)?;
-        drop(request);
-        self.calls
-            .answer(
-                Subject::Function(&self.options.name),
-                self.answer(call, deadline),
-            )
-            .await
-    }
-
-    /// The response and its outcome label (`ok` or `cache_hit`).
-    async fn answer(
-        &self,
-        call: Call,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<(pb::RunFunctionResponse, &'static str), Status> {
-        let Call { input, tag } = call;
-        if let Some(output) = self.runner.held(&self.image, &input) {
-            tracing::debug!(function = %self.options.name, "answered from the response cache");
-            return Ok((self.response(&tag, &output)?, "cache_hit"));
-        }
-        let output = self
-            .calls
-            .admit(input.len(), deadline, |caller_left| {
-                let config = RunConfig {
-                    timeout: effective_timeout(self.options.run.timeout, caller_left),
-                    ..self.options.run.clone()
-                };
-                let input = &input;
-                async move {
-                    self.runner
-                        .run(&self.image, input, &config)
-                        .await
-                        .map_err(|err| {
-                            let status = status_of(&err);
-                            Status::new(
-                                status.code(),
-                                format!("function {}: {}", self.options.name, status.message()),
-                            )
-                        })
-                }
-            })
-            .await?;
-        if let Some(usage) = &output.usage {
-            self.calls.metrics().record_usage(usage);
-        }
-        Ok((self.response(&tag, &output)?, "ok"))
-    }
-
-    /// The response a run wrote, its `meta.tag` the request's unless it
-    /// set its own.
-    fn response(
-        &self,
-        tag: &str,
-        output: &crate::runner::RunOutput,
-    ) -> Result<pb::RunFunctionResponse, Status> {
-        let mut response = response_from_json(&output.stdout).map_err(|e| {
-            Status::internal(format!(
-                "function {}: {} (on its stdout); its stderr: {}",
-                self.options.name,
-                Chain(&e),
-                crate::runner::stderr_tail_text(&output.stderr_tail)
-            ))
-        })?;
-        let meta = response.meta.get_or_insert_with(Default::default);
-        if meta.tag.is_empty() {
-            meta.tag = tag.to_string();
-        }
-        Ok(response)
-    }
-}
-
-/// A call as its run takes it: the request as JSON and the tag its
-/// response carries. Made before the call waits for a run slot, so a
-/// queued call holds only what admission counts (the JSON), never the
-/// decoded request: 4 MiB of empty values decode to ~76 MiB of tree.
-struct Call {
-    input: Vec<u8>,
-    tag: String,
-}
-
-impl Call {
-    fn from_wire(wire: &[u8]) -> Result<Self, Status> {
-        let (input, tag) =
-            request_json_from_wire(wire).map_err(|e| Status::internal(Chain(&e).to_string()))?;
-        Ok(Self { input, tag })
+    ) -> Result<Bytes, Status> {
+        let request = Request {
+            input: request,
+            deadline,
+        };
+        let response = self.stack.run_function(&self.function, request).await?;
+        Ok(response.output)
     }
 }

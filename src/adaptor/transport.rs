@@ -9,8 +9,8 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use super::service::{V1Service, V1beta1Service};
 use super::{Adaptor, AdaptorError};
 use crate::grpc::serve::ServiceSet;
-use crate::proto::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
-use crate::proto::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
+use crate::proto::raw::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
+use crate::proto::raw::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
 
 /// Transport security.
 #[derive(Debug, Clone)]

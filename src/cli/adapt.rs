@@ -150,7 +150,7 @@ pub(crate) async fn execute(
     // No cache budget: the adaptor's one image is pinned for its life.
     let daemon = Daemon::new(runner, args.daemon.daemon_options(None, None));
     let adaptor = Arc::new(Adaptor::new(
-        Arc::clone(daemon.runner()) as Arc<dyn crate::grpc::FunctionRunner>,
+        Arc::clone(daemon.runner()),
         image,
         AdaptorOptions {
             name,
@@ -162,7 +162,7 @@ pub(crate) async fn execute(
             },
             response_cache_size: (!args.no_response_cache).then_some(args.response_cache_size),
         },
-        Arc::clone(daemon.calls()),
+        daemon.calls(),
     ));
 
     let listener = std::net::TcpListener::bind(args.address)

@@ -94,8 +94,9 @@ pub(crate) enum AdmissionError {
 }
 
 /// Slots of their own that calls wait for in the one queue (one hosted
-/// function's room on its servers): see the module's header.
-#[derive(Debug)]
+/// function's room on its servers): see the module's header. A clone is
+/// the same lane.
+#[derive(Debug, Clone)]
 pub(crate) struct Lane {
     slots: Arc<Semaphore>,
     size: usize,

@@ -84,6 +84,8 @@ impl Daemon {
             metrics = metrics.with_gate(gate);
         }
         let metrics = Arc::new(metrics);
+        // Read from the engine where it is made: no layer of a call needs it.
+        metrics.set_limits_enforced(runner.limits_unavailable().is_none());
         let calls = Arc::new(Calls::new(options.admission, Arc::clone(&metrics)));
         if let Some(max) = options.cache_max_bytes {
             crate::runner::budget::keep_cache_within(Arc::clone(&runner), max);

@@ -4,7 +4,9 @@
 //! v1/v1beta1 `FunctionRunnerService` on TCP) and `xfn host` (`src/host/`,
 //! many v1 Functions on one port, routed by SNI). A front end brings its
 //! service and its listener; everything between the socket and the
-//! service, and between the service and the engine, is here.
+//! service is here, and what the call seam's layers (`src/call/`)
+//! stand on between the service and the engine (admission, metrics,
+//! status mapping).
 //!
 //! Why one layer: the three front ends face the same caller (Crossplane,
 //! calling from many reconcilers at once, with deadlines, retrying every
@@ -26,7 +28,6 @@ pub(crate) mod calls;
 pub(crate) mod connections;
 pub(crate) mod daemon;
 pub(crate) mod deadline;
-pub(crate) mod function_runner;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod refusals;
@@ -36,5 +37,4 @@ pub(crate) mod status;
 pub(crate) mod wait;
 
 pub(crate) use calls::{Calls, Subject};
-pub(crate) use function_runner::FunctionRunner;
 pub(crate) use status::status_of;

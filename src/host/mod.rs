@@ -7,7 +7,8 @@
 //!           ─► v1 / v1beta1 service (service.rs) ─► the connection's function
 //!           ─► Server kind: one of its gRPC servers (servers.rs: which takes the
 //!              call, idle, stop), each a crate::function_server (start, client)
-//!              StdinStdout kind: one run per call (adaptor::Adaptor, grpc::Calls)
+//!              StdinStdout kind: one run per call (as adaptor::stack runs one)
+//!   each function's call stacked in one place (Host::stack, crate::call)
 //! ```
 //!
 //! # Invariants
@@ -39,15 +40,16 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use prost::Message;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::Status;
 
-use crate::adaptor::{Adaptor, AdaptorOptions};
+use crate::call::admit::{Admitted, Waiting};
+use crate::call::record::Recorded;
+use crate::call::{self, FunctionRunner};
 use crate::function_server::ResponseBudget;
 use crate::grpc::sni::SniConfigs;
-use crate::grpc::{Calls, Subject};
+use crate::grpc::Calls;
 use crate::image::{PullPolicy, RegistryAuth};
 use crate::runner::{Limits, RunConfig, Runner};
 use catalog::{FunctionKind, HostedFunction};
@@ -98,9 +100,12 @@ impl HostOptions {
 }
 
 /// How one function runs, once its package was looked at.
-enum Resolved {
-    Server(Servers),
-    StdinStdout(Adaptor),
+struct Resolved {
+    /// Its servers, when it is of the server kind.
+    servers: Option<Arc<Servers>>,
+    function: call::Function,
+    /// Its call, built by [`Host::stack`].
+    stack: Box<dyn FunctionRunner>,
 }
 
 /// One hosted function.
@@ -194,8 +199,8 @@ impl Host {
 
     /// Answers one call to the function `name` routes to: the request and
     /// the response as their bytes on the wire (v1 and v1beta1 alike).
-    pub(crate) async fn run_function(
-        &self,
+    pub(crate) async fn call(
+        self: &Arc<Self>,
         name: Option<&str>,
         request: Bytes,
         deadline: Option<Instant>,
@@ -224,7 +229,7 @@ impl Host {
     }
 
     async fn answer(
-        &self,
+        self: &Arc<Self>,
         function: &Function,
         request: Bytes,
         deadline: Option<Instant>,
@@ -233,34 +238,20 @@ impl Host {
             .resolved
             .get_or_try_init(|| self.resolve(function))
             .await?;
-        match resolved {
-            // Its run needs the request as JSON: made from the wire bytes
-            // before the call waits, so a queued call holds only the JSON
-            // its admission counts.
-            Resolved::StdinStdout(adaptor) => {
-                let response = adaptor.run_encoded(request, deadline).await?;
-                Ok(Bytes::from(response.encode_to_vec()))
-            }
-            Resolved::Server(servers) => {
-                let config = RunConfig {
-                    pull_policy: self.options.pull_policy,
-                    limits: self.options.limits_of(&function.spec),
-                    ..RunConfig::default()
-                };
-                // Admitted (and ended by the drain) as every call is.
-                let call =
-                    servers.call(&self.calls, &self.runner, self, &config, request, deadline);
-                let call = async { call.await.map(|r| (r, "ok")) };
-                self.calls
-                    .answer(Subject::Function(&function.spec.name), call)
-                    .await
-            }
-        }
+        let request = call::Request {
+            input: request,
+            deadline,
+        };
+        let response = resolved
+            .stack
+            .run_function(&resolved.function, request)
+            .await?;
+        Ok(response.output)
     }
 
     /// Pulls `function`'s package and decides how it runs (see
     /// [`decide_kind`]); its package's state says how that went.
-    async fn resolve(&self, function: &Function) -> Result<Resolved, Status> {
+    async fn resolve(self: &Arc<Self>, function: &Function) -> Result<Resolved, Status> {
         let resolved = self.resolve_spec(&function.spec, &function.stats).await;
         let state = match &resolved {
             Ok((_, state)) => state.clone(),
@@ -286,7 +277,7 @@ impl Host {
     }
 
     async fn resolve_spec(
-        &self,
+        self: &Arc<Self>,
         spec: &HostedFunction,
         stats: &Arc<FunctionStats>,
     ) -> Result<(Resolved, PackageState), Status> {
@@ -312,31 +303,81 @@ impl Host {
             digest: pulled.digest.clone(),
             kind,
         };
-        let resolved = match kind {
-            FunctionKind::Server => Resolved::Server(Servers::new(
-                spec.name.clone(),
-                spec.package.clone(),
-                self.options.servers_of(spec),
-                Arc::clone(stats),
-                &self.responses,
-            )),
-            FunctionKind::StdinStdout => Resolved::StdinStdout(Adaptor::new(
-                Arc::clone(&self.runner) as Arc<dyn crate::grpc::FunctionRunner>,
-                spec.package.clone(),
-                AdaptorOptions {
-                    name: spec.name.clone(),
-                    run: RunConfig {
-                        pull_policy: PullPolicy::IfNotPresent,
-                        timeout: self.options.run_timeout,
-                        limits: self.options.limits_of(spec),
-                        ..RunConfig::default()
-                    },
-                    response_cache_size: None,
-                },
-                Arc::clone(&self.calls),
-            )),
+        let (config, servers) = self.runs_as(spec, kind, stats);
+        let resolved = Resolved {
+            stack: self.stack(servers.as_ref(), stats),
+            servers,
+            function: call::Function {
+                name: Some(spec.name.clone()),
+                image: spec.package.clone(),
+                config,
+            },
         };
         Ok((resolved, state))
+    }
+
+    /// How a function of `kind` runs: its containers' config, and its
+    /// servers when it is of the server kind.
+    fn runs_as(
+        self: &Arc<Self>,
+        spec: &HostedFunction,
+        kind: FunctionKind,
+        stats: &Arc<FunctionStats>,
+    ) -> (RunConfig, Option<Arc<Servers>>) {
+        let limits = self.options.limits_of(spec);
+        match kind {
+            FunctionKind::Server => {
+                let slots: std::sync::Weak<Host> = Arc::downgrade(self);
+                let servers = Servers::new(
+                    spec.name.clone(),
+                    spec.package.clone(),
+                    self.options.servers_of(spec),
+                    Arc::clone(stats),
+                    &self.responses,
+                    Arc::clone(&self.runner),
+                    slots,
+                );
+                let config = RunConfig {
+                    pull_policy: self.options.pull_policy,
+                    limits,
+                    ..RunConfig::default()
+                };
+                (config, Some(Arc::new(servers)))
+            }
+            FunctionKind::StdinStdout => {
+                let config = RunConfig {
+                    pull_policy: PullPolicy::IfNotPresent,
+                    timeout: self.options.run_timeout,
+                    limits,
+                    ..RunConfig::default()
+                };
+                (config, None)
+            }
+        }
+    }
+
+    /// A hosted function's call, top to bottom: recorded (metrics, its
+    /// `function=` log lines), admitted in the daemon's one queue, then
+    /// either on its servers (waiting for room on them: their lane) or,
+    /// a stdin/stdout function, as the adaptor runs one (`adaptor::stack`).
+    fn stack(
+        &self,
+        servers: Option<&Arc<Servers>>,
+        stats: &Arc<FunctionStats>,
+    ) -> Box<dyn FunctionRunner> {
+        let calls = &self.calls;
+        match servers {
+            Some(servers) => Box::new(Recorded::new(
+                calls,
+                Admitted::to_lane(
+                    calls,
+                    servers.lane(),
+                    Arc::clone(stats) as Arc<dyn Waiting>,
+                    Arc::clone(servers),
+                ),
+            )),
+            None => crate::adaptor::stack(Arc::clone(&self.runner), calls, None),
+        }
     }
 
     /// Stops the servers idle past their idle time (and dead ones), and
@@ -353,7 +394,7 @@ impl Host {
                 let Some(host) = host.upgrade() else { return };
                 let all: Vec<Arc<Function>> = read(&host.functions).values().cloned().collect();
                 for function in all {
-                    if let Some(Resolved::Server(servers)) = function.resolved.get() {
+                    if let Some(servers) = servers_of(&function) {
                         servers.stop_idle().await;
                     }
                     host.keep_warm(&function).await;
@@ -375,13 +416,12 @@ impl Host {
     /// Starts `function`'s servers kept warm (its `min_servers`) that are
     /// not running, once its package is ready.
     async fn keep_warm(&self, function: &Function) {
-        if let Some(Resolved::Server(servers)) = function.resolved.get() {
-            let config = RunConfig {
-                pull_policy: self.options.pull_policy,
-                limits: self.options.limits_of(&function.spec),
-                ..RunConfig::default()
-            };
-            servers.keep_warm(&self.runner, self, &config).await;
+        if let Some(resolved) = function.resolved.get() {
+            if let Some(servers) = &resolved.servers {
+                servers
+                    .keep_warm(&self.runner, self, &resolved.function.config)
+                    .await;
+            }
         }
     }
 
@@ -396,8 +436,13 @@ impl Host {
     }
 }
 
+/// A function's servers, once resolved, if it is of the server kind.
+fn servers_of(function: &Function) -> Option<&Arc<Servers>> {
+    function.resolved.get()?.servers.as_ref()
+}
+
 async fn stop(function: &Function) {
-    if let Some(Resolved::Server(servers)) = function.resolved.get() {
+    if let Some(servers) = servers_of(function) {
         servers.stop_all().await;
     }
 }
@@ -416,11 +461,9 @@ impl ServerSlots for Host {
             let mut idle: Vec<(Instant, &Servers)> = all
                 .iter()
                 .filter(|f| f.spec.name != except)
-                .filter_map(|f| match f.resolved.get() {
-                    Some(Resolved::Server(servers)) => {
-                        Some((servers.least_recently_used()?, servers))
-                    }
-                    _ => None,
+                .filter_map(|f| {
+                    let servers = servers_of(f)?;
+                    Some((servers.least_recently_used()?, servers.as_ref()))
                 })
                 .collect();
             idle.sort_by_key(|(used, _)| *used);

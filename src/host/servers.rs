@@ -12,7 +12,7 @@
 //! (its bounds on answers); a server's exit is told by its pidfd. This file
 //! picks, idles and stops; starting and calling are the room's.
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -23,11 +23,12 @@ use super::metrics::FunctionStats;
 use super::runtime_config::ServerSettings;
 use bytes::Bytes;
 
+use crate::call::admit::Waiting;
+use crate::call::{self, FunctionRunner};
 use crate::function_server::{
     self, lost_connection, Client, ResponseBudget, ResponseShare, Server, ServerError,
 };
 use crate::grpc::admission::Lane;
-use crate::grpc::Calls;
 use crate::runner::{NetworkPolicy, RunConfig, RunError, Runner};
 use crate::sandbox::exit_watch::ExitWatch;
 
@@ -156,6 +157,44 @@ pub(crate) struct Servers {
     /// This function's share of the host's response budget, shared by
     /// its servers.
     responses: Arc<ResponseShare>,
+    /// What starts its servers.
+    runner: Arc<Runner>,
+    /// The host's `--max-servers` slots (the host owns its functions).
+    host: Weak<dyn ServerSlots>,
+}
+
+/// The backend of a kept server: a call admitted for room on the
+/// function's servers ([`Servers::lane`]) is answered by one of them,
+/// started when none has room.
+#[async_trait::async_trait]
+impl FunctionRunner for Servers {
+    async fn run_function(
+        &self,
+        function: &call::Function,
+        request: call::Request,
+    ) -> Result<call::Response, Status> {
+        let host = self
+            .host
+            .upgrade()
+            .ok_or_else(|| Status::unavailable("xfn is shutting down"))?;
+        let answer = self
+            .call_admitted(
+                &self.runner,
+                host.as_ref(),
+                &function.config,
+                request.input,
+                request.deadline,
+            )
+            .await?;
+        Ok(call::Response::ran(answer))
+    }
+}
+
+/// A function's calls waiting for room on its servers (`queued`).
+impl Waiting for FunctionStats {
+    fn waiting(&self) -> Box<dyn Send + '_> {
+        Box::new(self.queued.raise())
+    }
 }
 
 impl Servers {
@@ -165,6 +204,8 @@ impl Servers {
         limits: ServerLimits,
         stats: Arc<FunctionStats>,
         responses: &Arc<ResponseBudget>,
+        runner: Arc<Runner>,
+        host: Weak<dyn ServerSlots>,
     ) -> Self {
         let slots = limits.max_servers.max(1) * limits.calls_per_server.max(1);
         Self {
@@ -179,6 +220,8 @@ impl Servers {
             backoff: Mutex::default(),
             stats,
             responses: Arc::new(responses.share()),
+            runner,
+            host,
         }
     }
 
@@ -186,25 +229,9 @@ impl Servers {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Answers `request` on one of the servers, starting one when none has
-    /// room, by `deadline`; waiting for room in `calls`' one queue.
-    pub(crate) async fn call(
-        &self,
-        calls: &Calls,
-        runner: &Runner,
-        host: &dyn ServerSlots,
-        config: &RunConfig,
-        request: Bytes,
-        deadline: Option<Instant>,
-    ) -> Result<Bytes, Status> {
-        let queued = self.stats.queued.raise();
-        calls
-            .admit_to(&self.lane, request.len(), deadline, |_| async move {
-                drop(queued);
-                self.call_admitted(runner, host, config, request, deadline)
-                    .await
-            })
-            .await
+    /// The slots its calls wait for in the daemon's one queue.
+    pub(crate) fn lane(&self) -> Lane {
+        self.lane.clone()
     }
 
     async fn call_admitted(

@@ -76,7 +76,7 @@ impl V1Service {
         let deadline = deadline_of(&request);
         let name = route(&request);
         self.0
-            .run_function(name.as_deref(), request.into_inner(), deadline)
+            .call(name.as_deref(), request.into_inner(), deadline)
             .await
             .map(Response::new)
     }

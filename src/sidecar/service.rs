@@ -1,16 +1,20 @@
 //! The `ContainerizedFunctionRunnerService` implementation: validate, then
-//! hand the call to the gRPC layer (admission, deadline, drain, metrics)
-//! to run the image under.
+//! hand the call to its stack ([`crate::call`]'s layers: metrics,
+//! admission, deadline) over the engine.
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
 use super::validate::{checked, InvalidRequest};
+use crate::call::admit::Admitted;
+use crate::call::deadline::WithinDeadline;
+use crate::call::record::Recorded;
+use crate::call::{self, Function, FunctionRunner};
 use crate::chain::Chain;
-use crate::grpc::deadline::{deadline_of, effective_timeout};
+use crate::grpc::deadline::deadline_of;
 use crate::grpc::serve::ServiceSet;
-use crate::grpc::{status_of, Calls, FunctionRunner, Subject};
+use crate::grpc::{Calls, Subject};
 use crate::proto::v1alpha1 as pb;
 use crate::proto::v1alpha1::containerized_function_runner_service_server::{
     ContainerizedFunctionRunnerService, ContainerizedFunctionRunnerServiceServer,
@@ -45,23 +49,29 @@ pub(super) fn invalid_request_status(err: &InvalidRequest) -> Status {
 /// message-size error.
 const DECODE_SLACK: usize = 1 << 20;
 
+/// The sidecar's call, top to bottom: recorded (metrics, `image=` log
+/// lines), admitted (the daemon's one queue), its run's timeout within the
+/// caller's deadline, on `backend` (the engine: a container per call).
+type Stack<R> = Recorded<Admitted<WithinDeadline<Arc<R>>>>;
+
+fn stack<R>(backend: Arc<R>, calls: &Arc<Calls>) -> Stack<R> {
+    Recorded::new(calls, Admitted::new(calls, WithinDeadline(backend)))
+}
+
 /// The runner service over any [`FunctionRunner`].
 #[derive(Debug)]
 pub(crate) struct SidecarService<R> {
-    runner: Arc<R>,
+    stack: Stack<R>,
     options: ServiceOptions,
     calls: Arc<Calls>,
 }
 
-impl<R: FunctionRunner> SidecarService<R> {
-    /// A service running functions on `runner`, its calls going through
+impl<R: FunctionRunner + 'static> SidecarService<R> {
+    /// A service running functions on `backend`, its calls going through
     /// `calls`.
-    pub(crate) fn new(runner: Arc<R>, options: ServiceOptions, calls: Arc<Calls>) -> Self {
-        calls
-            .metrics()
-            .set_limits_enforced(runner.limits_enforced());
+    pub(crate) fn new(backend: Arc<R>, options: ServiceOptions, calls: Arc<Calls>) -> Self {
         Self {
-            runner,
+            stack: stack(backend, &calls),
             options,
             calls,
         }
@@ -76,48 +86,43 @@ impl<R: FunctionRunner> SidecarService<R> {
                 .max_encoding_message_size(usize::MAX),
         )
     }
-
-    async fn run_checked(
-        &self,
-        request: Request<pb::RunFunctionRequest>,
-    ) -> Result<(Vec<u8>, &'static str), Status> {
-        let deadline = deadline_of(&request);
-        let (request, mut config) = checked(
-            request.into_inner(),
-            self.options.default_timeout,
-            self.options.max_input_bytes,
-        )
-        .await
-        .map_err(|e| invalid_request_status(&e))?;
-        let output = self
-            .calls
-            .admit(request.input.len(), deadline, |caller_left| async move {
-                config.timeout = effective_timeout(config.timeout, caller_left);
-                self.runner
-                    .run(&request.image, &request.input, &config)
-                    .await
-                    .map_err(|err| status_of(&err))
-            })
-            .await?;
-        if let Some(usage) = &output.usage {
-            self.calls.metrics().record_usage(usage);
-        }
-        Ok((output.stdout, "ok"))
-    }
 }
 
 #[tonic::async_trait]
-impl<R: FunctionRunner> ContainerizedFunctionRunnerService for SidecarService<R> {
+impl<R: FunctionRunner + 'static> ContainerizedFunctionRunnerService for SidecarService<R> {
     async fn run_function(
         &self,
         request: Request<pb::RunFunctionRequest>,
     ) -> Result<Response<pb::RunFunctionResponse>, Status> {
+        let deadline = deadline_of(&request);
         let image = request.get_ref().image.clone();
-        let output = self
-            .calls
-            .answer(Subject::Image(&image), self.run_checked(request))
-            .await?;
-        Ok(Response::new(pb::RunFunctionResponse { output }))
+        let checked = checked(
+            request.into_inner(),
+            self.options.default_timeout,
+            self.options.max_input_bytes,
+        )
+        .await;
+        let (request, config) = match checked {
+            Ok(checked) => checked,
+            // Refused before it ran, and recorded as every answer is.
+            Err(e) => {
+                let refused = async { Err(invalid_request_status(&e)) };
+                return self.calls.answer(Subject::Image(&image), refused).await;
+            }
+        };
+        let function = Function {
+            name: None,
+            image: request.image,
+            config,
+        };
+        let request = call::Request {
+            input: request.input.into(),
+            deadline,
+        };
+        let response = self.stack.run_function(&function, request).await?;
+        Ok(Response::new(pb::RunFunctionResponse {
+            output: response.output.into(),
+        }))
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use super::*;
 use crate::grpc::admission::AdmissionLimits;
 use crate::grpc::metrics::Metrics;
-use crate::runner::{RunConfig, RunError, RunOutput};
+use crate::runner::{RunConfig, RunError};
 use tonic::Code;
 
 const IO: &[u8] = b"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\n";
@@ -31,24 +31,21 @@ impl Drop for DropFlag {
 
 #[async_trait::async_trait]
 impl FunctionRunner for FakeRunner {
-    async fn run(
+    async fn run_function(
         &self,
-        image: &str,
-        input: &[u8],
-        config: &RunConfig,
-    ) -> Result<RunOutput, RunError> {
-        self.configs.lock().unwrap().push(config.clone());
+        function: &Function,
+        request: call::Request,
+    ) -> Result<call::Response, Status> {
+        self.configs.lock().unwrap().push(function.config.clone());
         let mut flag = DropFlag(self.dropped.clone(), false);
         tokio::time::sleep(self.delay).await;
         flag.1 = true;
-        if image == "fail" {
-            return Err(RunError::Timeout(Duration::from_secs(1)));
+        if function.image == "fail" {
+            return Err(crate::grpc::status_of(&RunError::Timeout(
+                Duration::from_secs(1),
+            )));
         }
-        Ok(RunOutput {
-            stdout: input.to_vec(),
-            stderr_tail: Vec::new(),
-            usage: None,
-        })
+        Ok(call::Response::ran(request.input))
     }
 }
 

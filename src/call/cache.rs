@@ -8,15 +8,16 @@
 //! Bounded by entry count: when full, expired entries go first, then the one
 //! closest to expiry (it had the least life left to serve).
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::grpc::FunctionRunner;
+use tonic::Status;
+
+use super::{Function, FunctionRunner, Request, Response};
 use crate::proto::v1 as pb;
 use crate::proto_json::response_from_json;
-use crate::runner::{RunConfig, RunError, RunOutput};
 
 /// Identifies identical requests to one image: the request's `meta.tag`
 /// (Crossplane sets it to a hash of the request), or a hash of the request
@@ -72,7 +73,7 @@ impl CacheKey {
 }
 
 struct Entry {
-    output: RunOutput,
+    output: Response,
     expires: Instant,
 }
 
@@ -115,7 +116,7 @@ impl ResponseCache {
     }
 
     /// The cached output for `key`, if one has not expired.
-    fn get(&self, key: &CacheKey, now: Instant) -> Option<RunOutput> {
+    fn get(&self, key: &CacheKey, now: Instant) -> Option<Response> {
         let mut entries = self.lock();
         match entries.get(key) {
             Some(entry) if entry.expires > now => Some(entry.output.clone()),
@@ -128,7 +129,7 @@ impl ResponseCache {
     }
 
     /// Remembers `output` for `ttl` from `now`.
-    fn insert(&self, key: CacheKey, output: RunOutput, ttl: Duration, now: Instant) {
+    fn insert(&self, key: CacheKey, output: Response, ttl: Duration, now: Instant) {
         let Some(expires) = now.checked_add(ttl) else {
             return;
         };
@@ -162,23 +163,24 @@ impl ResponseCache {
 }
 
 /// A [`FunctionRunner`] that answers from memory what the runner beneath
-/// answered with a `meta.ttl` that has not run out.
-pub(crate) struct CachedRunner<R: ?Sized> {
-    inner: Arc<R>,
+/// answered with a `meta.ttl` that has not run out, before the call waits
+/// for a run slot (stacked above admission).
+pub(crate) struct Cached<R> {
+    inner: R,
     cache: ResponseCache,
 }
 
-impl<R: ?Sized> std::fmt::Debug for CachedRunner<R> {
+impl<R> std::fmt::Debug for Cached<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CachedRunner")
+        f.debug_struct("Cached")
             .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
 
-impl<R: FunctionRunner + ?Sized> CachedRunner<R> {
+impl<R> Cached<R> {
     /// `inner`, with at most `capacity` responses kept (at least one).
-    pub(crate) fn new(inner: Arc<R>, capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, inner: R) -> Self {
         Self {
             inner,
             cache: ResponseCache::new(capacity),
@@ -189,63 +191,53 @@ impl<R: FunctionRunner + ?Sized> CachedRunner<R> {
 /// How long `output` may answer for its request: its response's positive
 /// `meta.ttl`, when its stdout is a response the caller will read (a
 /// response without a TTL, the common case, is not decoded here).
-fn keep_for(output: &RunOutput) -> Option<Duration> {
-    let asks = serde_json::from_slice::<TtlOnly>(&output.stdout)
+fn keep_for(output: &[u8]) -> Option<Duration> {
+    let asks = serde_json::from_slice::<TtlOnly>(output)
         .ok()
         .and_then(|r| r.meta?.ttl)
         .is_some();
     if !asks {
         return None;
     }
-    ttl_of(&response_from_json(&output.stdout).ok()?)
+    ttl_of(&response_from_json(output).ok()?)
 }
 
 #[async_trait::async_trait]
-impl<R: FunctionRunner + ?Sized> FunctionRunner for CachedRunner<R> {
-    async fn run(
+impl<R: FunctionRunner> FunctionRunner for Cached<R> {
+    async fn run_function(
         &self,
-        image: &str,
-        input: &[u8],
-        config: &RunConfig,
-    ) -> Result<RunOutput, RunError> {
-        let key = CacheKey::of(image, input);
-        if let Some(output) = self.cache.get(&key, Instant::now()) {
-            return Ok(output);
+        function: &Function,
+        request: Request,
+    ) -> Result<Response, Status> {
+        let key = CacheKey::of(&function.image, &request.input);
+        if let Some(held) = self.cache.get(&key, Instant::now()) {
+            tracing::debug!(function = %function.name.as_deref().unwrap_or(&function.image), "answered from the response cache");
+            return Ok(held);
         }
-        let output = self.inner.run(image, input, config).await?;
-        if let Some(ttl) = keep_for(&output) {
+        let response = self.inner.run_function(function, request).await?;
+        if let Some(ttl) = keep_for(&response.output) {
             // A hit used no CPU or memory: it reports no usage.
-            let kept = RunOutput {
+            let kept = Response {
                 usage: None,
-                ..output.clone()
+                outcome: "cache_hit",
+                ..response.clone()
             };
             self.cache.insert(key, kept, ttl, Instant::now());
         }
-        Ok(output)
-    }
-
-    fn held(&self, image: &str, input: &[u8]) -> Option<RunOutput> {
-        self.cache.get(&CacheKey::of(image, input), Instant::now())
-    }
-
-    fn limits_enforced(&self) -> bool {
-        self.inner.limits_enforced()
+        Ok(response)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     use super::*;
-    use crate::runner::RunUsage;
+    use crate::runner::{RunConfig, RunUsage};
 
-    fn output(stdout: &str) -> RunOutput {
-        RunOutput {
-            stdout: stdout.as_bytes().to_vec(),
-            stderr_tail: Vec::new(),
-            usage: None,
-        }
+    fn output(stdout: &str) -> Response {
+        Response::ran(bytes::Bytes::copy_from_slice(stdout.as_bytes()))
     }
 
     fn key(tag: &str) -> CacheKey {
@@ -261,7 +253,10 @@ mod tests {
         let now = Instant::now();
         cache.insert(key("a"), output("a"), Duration::from_secs(10), now);
         let held = cache.get(&key("a"), now + Duration::from_secs(9));
-        assert_eq!(held.map(|o| o.stdout), Some(b"a".to_vec()));
+        assert_eq!(
+            held.map(|o| o.output),
+            Some(bytes::Bytes::from_static(b"a"))
+        );
         assert!(cache
             .get(&key("a"), now + Duration::from_secs(10))
             .is_none());
@@ -347,17 +342,16 @@ mod tests {
 
     #[async_trait::async_trait]
     impl FunctionRunner for FakeRunner {
-        async fn run(
+        async fn run_function(
             &self,
-            _image: &str,
-            _input: &[u8],
-            _config: &RunConfig,
-        ) -> Result<RunOutput, RunError> {
+            _function: &Function,
+            _request: Request,
+        ) -> Result<Response, Status> {
             self.runs.fetch_add(1, Ordering::SeqCst);
             if self.fail {
-                return Err(RunError::Timeout(Duration::from_secs(1)));
+                return Err(Status::deadline_exceeded("timed out"));
             }
-            Ok(RunOutput {
+            Ok(Response {
                 usage: Some(RunUsage {
                     cpu_usec: 1000,
                     ..RunUsage::default()
@@ -365,45 +359,62 @@ mod tests {
                 ..output(self.stdout)
             })
         }
-
-        fn limits_enforced(&self) -> bool {
-            true
-        }
     }
 
     const TAGGED: &[u8] = br#"{"meta":{"tag":"t"},"input":{"a":1}}"#;
     const KEPT: &str = r#"{"meta":{"tag":"t","ttl":"60s"},"results":[{"message":"m"}]}"#;
 
-    async fn run(layer: &CachedRunner<FakeRunner>, input: &[u8]) -> Result<RunOutput, RunError> {
-        layer.run("image", input, &RunConfig::default()).await
+    fn function(image: &str) -> Function {
+        Function {
+            name: Some("fn".into()),
+            image: image.into(),
+            config: RunConfig::default(),
+        }
+    }
+
+    async fn run_to(
+        layer: &Cached<Arc<FakeRunner>>,
+        image: &str,
+        input: &'static [u8],
+    ) -> Result<Response, Status> {
+        let request = Request {
+            input: bytes::Bytes::from_static(input),
+            deadline: None,
+        };
+        layer.run_function(&function(image), request).await
+    }
+
+    async fn run(
+        layer: &Cached<Arc<FakeRunner>>,
+        input: &'static [u8],
+    ) -> Result<Response, Status> {
+        run_to(layer, "image", input).await
     }
 
     #[tokio::test]
     async fn a_response_with_a_ttl_is_run_once_then_held_without_usage() {
         let inner = FakeRunner::answering(KEPT);
-        let layer = CachedRunner::new(Arc::clone(&inner), 8);
-        assert!(layer.held("image", TAGGED).is_none());
+        let layer = Cached::new(8, Arc::clone(&inner));
         let first = run(&layer, TAGGED).await.unwrap();
         assert!(first.usage.is_some());
-        let held = layer.held("image", TAGGED).expect("held after its run");
-        assert_eq!(held.stdout, KEPT.as_bytes());
+        assert_eq!(first.outcome, "ok");
+        let held = run(&layer, TAGGED).await.unwrap();
+        assert_eq!(held.output, KEPT.as_bytes());
         assert_eq!(held.usage, None);
-        let second = run(&layer, TAGGED).await.unwrap();
-        assert_eq!(second.stdout, KEPT.as_bytes());
+        assert_eq!(held.outcome, "cache_hit");
         assert_eq!(inner.runs(), 1);
-        assert!(layer.limits_enforced());
     }
 
     #[tokio::test]
     async fn another_tag_or_image_is_not_answered_with_a_held_response() {
         let inner = FakeRunner::answering(KEPT);
-        let layer = CachedRunner::new(Arc::clone(&inner), 8);
+        let layer = Cached::new(8, Arc::clone(&inner));
         run(&layer, TAGGED).await.unwrap();
         run(&layer, br#"{"meta":{"tag":"u"},"input":{"a":1}}"#)
             .await
             .unwrap();
-        assert!(layer.held("other-image", TAGGED).is_none());
-        assert_eq!(inner.runs(), 2);
+        run_to(&layer, "other-image", TAGGED).await.unwrap();
+        assert_eq!(inner.runs(), 3);
     }
 
     #[tokio::test]
@@ -414,11 +425,10 @@ mod tests {
             r#"{"meta":{"ttl":null}}"#,
         ] {
             let inner = FakeRunner::answering(stdout);
-            let layer = CachedRunner::new(Arc::clone(&inner), 8);
+            let layer = Cached::new(8, Arc::clone(&inner));
             run(&layer, TAGGED).await.unwrap();
             run(&layer, TAGGED).await.unwrap();
             assert_eq!(inner.runs(), 2, "{stdout}");
-            assert!(layer.held("image", TAGGED).is_none(), "{stdout}");
         }
     }
 
@@ -430,7 +440,7 @@ mod tests {
             r#"{"meta":{"ttl":"60s"}} trailing"#,
         ] {
             let inner = FakeRunner::answering(stdout);
-            let layer = CachedRunner::new(Arc::clone(&inner), 8);
+            let layer = Cached::new(8, Arc::clone(&inner));
             run(&layer, TAGGED).await.unwrap();
             run(&layer, TAGGED).await.unwrap();
             assert_eq!(inner.runs(), 2, "{stdout}");
@@ -444,10 +454,9 @@ mod tests {
             fail: true,
             runs: AtomicUsize::new(0),
         });
-        let layer = CachedRunner::new(Arc::clone(&inner), 8);
+        let layer = Cached::new(8, Arc::clone(&inner));
         assert!(run(&layer, TAGGED).await.is_err());
         assert!(run(&layer, TAGGED).await.is_err());
         assert_eq!(inner.runs(), 2);
-        assert!(layer.held("image", TAGGED).is_none());
     }
 }

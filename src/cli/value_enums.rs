@@ -1,10 +1,12 @@
 //! How the command line spells the library's enums (`--image-pull-policy`,
-//! `--network-policy`, `--rootfs`, `--warm-pool-start`, `--network`): the
-//! library's types carry no CLI derive, so the CLI maps them here, once,
-//! reusing a type's own spelling where it has one (`as_str`).
+//! `--network-policy`, `--rootfs`, `--warm-pool-start`, `--network`,
+//! `--ready-when`): the library's types carry no CLI derive, so the CLI
+//! maps them here, once, reusing a type's own spelling where it has one
+//! (`as_str`).
 use clap::builder::PossibleValue;
 
 use crate::grpc::listen::Network;
+use crate::host::status::ReadyWhen;
 use crate::image::PullPolicy;
 use crate::rootfs::RootfsMode;
 use crate::runner::{NetworkPolicy, WarmStart};
@@ -62,6 +64,11 @@ value_enum!(WarmStart {
          call arrives (for functions that must not start before their input)";
 });
 
+value_enum!(ReadyWhen {
+    ReadyWhen::All => "all", "Once every hosted function's package is ready";
+    ReadyWhen::Any => "any", "Once any is (or none is hosted)";
+});
+
 value_enum!(Network {
     Network::Unix => "unix", "A Unix socket (`@name` for an abstract one)";
     Network::Tcp => "tcp", "TCP: no caller checks; for tests and benchmarks";
@@ -97,6 +104,7 @@ mod tests {
         reads_back::<RootfsMode>();
         reads_back::<WarmStart>();
         reads_back::<Network>();
+        reads_back::<ReadyWhen>();
         assert_eq!(
             NetworkPolicy::Runner
                 .to_possible_value()

@@ -26,7 +26,7 @@ use super::{read, Function, Host};
 use crate::grpc::metrics::FrontEndStatus;
 
 /// When `/readyz` says the host as a whole is ready (`--ready-when`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum ReadyWhen {
     /// Once every hosted function's package is ready.
     #[default]

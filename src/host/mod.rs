@@ -418,9 +418,7 @@ impl Host {
     async fn keep_warm(&self, function: &Function) {
         if let Some(resolved) = function.resolved.get() {
             if let Some(servers) = &resolved.servers {
-                servers
-                    .keep_warm(&self.runner, self, &resolved.function.config)
-                    .await;
+                servers.keep_warm(&resolved.function.config).await;
             }
         }
     }

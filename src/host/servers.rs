@@ -533,23 +533,24 @@ impl Servers {
     /// Starts servers until `min_servers` run (when hosted, and after one
     /// died or was killed), each within the start timeout; one failing is
     /// logged and tried again the next time, after its backoff.
-    pub(crate) async fn keep_warm(
-        &self,
-        runner: &Runner,
-        host: &dyn ServerSlots,
-        config: &RunConfig,
-    ) {
+    pub(crate) async fn keep_warm(&self, config: &RunConfig) {
         // Failing in a row: tried after its backoff, not logged per sweep.
         if self.running().len() >= self.limits.min_servers
             || self.backoff().refuse(&self.function).is_err()
         {
             return;
         }
+        let Some(host) = self.host.upgrade() else {
+            return;
+        };
         // No call picks a server meanwhile: a call's own start counts too.
         let _picking = self.picking.lock().await;
         while self.running().len() < self.limits.min_servers {
             let deadline = Instant::now() + self.limits.start_timeout;
-            if let Err(status) = self.start(runner, host, config, Some(deadline)).await {
+            if let Err(status) = self
+                .start(&self.runner, host.as_ref(), config, Some(deadline))
+                .await
+            {
                 tracing::warn!(function = %self.function, error = status.message(), "cannot start a server kept warm (min-servers); tried again later");
                 return;
             }

@@ -179,7 +179,6 @@ impl FunctionRunner for Servers {
             .ok_or_else(|| Status::unavailable("xfn is shutting down"))?;
         let answer = self
             .call_admitted(
-                &self.runner,
                 host.as_ref(),
                 &function.config,
                 request.input,
@@ -236,14 +235,13 @@ impl Servers {
 
     async fn call_admitted(
         &self,
-        runner: &Runner,
         host: &dyn ServerSlots,
         config: &RunConfig,
         request: Bytes,
         deadline: Option<Instant>,
     ) -> Result<Bytes, Status> {
         // Counted in its `in_flight` already.
-        let server = self.pick(runner, host, config, deadline).await?;
+        let server = self.pick(host, config, deadline).await?;
         let answer = server.client.call(&request, deadline).await;
         *server.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         server.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -272,7 +270,6 @@ impl Servers {
     /// takes it meanwhile).
     async fn pick(
         &self,
-        runner: &Runner,
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
@@ -295,7 +292,7 @@ impl Servers {
                 return Ok(server);
             }
         }
-        let server = self.start(runner, host, config, deadline).await?;
+        let server = self.start(host, config, deadline).await?;
         server.in_flight.fetch_add(1, Ordering::Relaxed);
         Ok(server)
     }
@@ -327,13 +324,12 @@ impl Servers {
     /// not passed.
     async fn start(
         &self,
-        runner: &Runner,
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
     ) -> Result<Arc<HostedServer>, Status> {
         self.backoff().refuse(&self.function)?;
-        let started = self.start_now(runner, host, config, deadline).await;
+        let started = self.start_now(host, config, deadline).await;
         if let Err(status) = &started {
             // Not the caller's deadline: the server's own failure.
             if status.code() != Code::DeadlineExceeded {
@@ -349,7 +345,6 @@ impl Servers {
 
     async fn start_now(
         &self,
-        runner: &Runner,
         host: &dyn ServerSlots,
         config: &RunConfig,
         deadline: Option<Instant>,
@@ -367,7 +362,7 @@ impl Servers {
             ..config.clone()
         };
         let served = function_server::start(
-            runner,
+            &self.runner,
             &self.image,
             &config,
             &[],
@@ -547,10 +542,7 @@ impl Servers {
         let _picking = self.picking.lock().await;
         while self.running().len() < self.limits.min_servers {
             let deadline = Instant::now() + self.limits.start_timeout;
-            if let Err(status) = self
-                .start(&self.runner, host.as_ref(), config, Some(deadline))
-                .await
-            {
+            if let Err(status) = self.start(host.as_ref(), config, Some(deadline)).await {
                 tracing::warn!(function = %self.function, error = status.message(), "cannot start a server kept warm (min-servers); tried again later");
                 return;
             }

@@ -37,14 +37,15 @@ pub(crate) mod print;
 pub(crate) mod read;
 pub(crate) mod run;
 
-pub(crate) use plan::{CallerMap, Needs, RenderPlan};
+pub(crate) use plan::{Needs, RenderPlan};
 pub(crate) use print::output::to_yaml_stream;
 pub(crate) use read::files::{parse_stream, read_objects, read_one};
 pub(crate) use read::model::Function;
 pub(crate) use read::RenderInputs;
-pub(crate) use run::runtimes::kept::KeeperCommand;
-pub(crate) use run::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
-pub(crate) use run::v1::FunctionCaller;
+pub(crate) use run::runtimes::kept::{self, KeeperCommand};
+pub(crate) use run::runtimes::{
+    runtime_for, ContainerDefaults, ContainerSteps, Runtime, RuntimeMap,
+};
 
 /// What to print besides the XR and the composed resources.
 #[derive(Debug, Clone, Copy, Default)]
@@ -304,10 +305,9 @@ pub(crate) enum CallError {
     /// limits).
     #[error(transparent)]
     Run(#[from] crate::runner::RunError),
-    /// Its function server exited.
-    #[error("the function server exited")]
-    Exited(#[source] crate::runner::RunError),
-    /// Its server (or the runner daemon) answered with an error status.
+    /// Its call failed with a status: its server's (or the runner
+    /// daemon's) answer, or what the seam's backend said of its run (a
+    /// container's exit, a function server's death).
     #[error("{:?}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     /// Nothing answers where it should.

@@ -1,29 +1,40 @@
-//! The real executors of pipeline steps:
-//! - v1 Functions: [`Docker`] (the image served as a gRPC server for the
-//!   whole render, rootless, reached inside its own network namespace),
-//!   [`Development`] (a running gRPC server), [`Exec`] (one container run
-//!   per call, protobuf JSON on stdin/stdout).
-//! - alpha steps: [`ContainerSteps`], through the runner daemon at the step's
-//!   `runner.endpoint` when one answers there, else in-process.
+//! How render runs a Function (its `render.crossplane.io/runtime`,
+//! Crossplane's word): each runtime a backend of the one call seam
+//! ([`FunctionRunner`]: the request's bytes in, the answer's bytes out) with
+//! a start before the pipeline's first step and a stop after its last
+//! ([`Runtime`]):
+//! - [`Docker`]: the image served as a function server for the whole render
+//!   (rootless, reached inside its own network namespace); kept
+//!   ([`kept::Kept`]): one left running for the next render, reached
+//!   through its keeper's socket file;
+//! - [`Development`]: a function server already running;
+//! - [`Exec`]: one container run per call (protobuf JSON on stdin and
+//!   stdout), the engine's own backend (`call::container`).
 //!
-//! Files: [`docker`], [`development`], [`exec`], [`grpc`] (a typed call
-//! on the one client of function servers, [`crate::function_server`]),
-//! [`alpha_steps`].
+//! The pipeline's typed messages meet bytes in one place, [`answer`] (each
+//! runtime's [`Wire`]). Alpha steps (FunctionIO, not a request of the seam)
+//! run through [`ContainerSteps`]: the runner daemon at the step's
+//! `runner.endpoint` when one answers there, else in-process.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use prost::Message;
+
+use crate::call::{self, FunctionRunner};
 use crate::compose::read::model::{Function, RuntimeKind};
-use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
+use crate::function_server::Client;
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
+use crate::proto::v1;
+use crate::proto_json::{request_to_json, response_from_json, ProtocolError};
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner};
 
 mod alpha_steps;
 mod development;
 mod docker;
 mod exec;
-mod grpc;
 pub(crate) mod kept;
 
 pub(crate) use alpha_steps::{daemon_answers, ContainerSteps};
@@ -52,26 +63,112 @@ pub(crate) struct ContainerDefaults {
     pub(crate) development_wait: Duration,
 }
 
-/// The callers of a render's Functions, by name. They own the function
-/// servers: [`Callers::around`] starts every one at once (pulls included)
-/// before the pipeline, and stops them after it whatever its outcome;
-/// kept servers (`runtime-docker-cleanup: Orphan`) are reused and left
-/// running.
-pub(crate) struct Callers {
-    map: HashMap<String, Arc<dyn FunctionCaller>>,
+/// A render's runtime of one Function: a backend of the seam, called only
+/// between its [`Runtime::start`] (a server started and listening, a
+/// container made ahead) and its [`Runtime::stop`].
+#[async_trait::async_trait]
+pub(crate) trait Runtime: FunctionRunner {
+    /// The Function as the seam names it (its name, image, run settings).
+    fn function(&self) -> &call::Function;
+
+    /// How its backend reads a request and writes its answer.
+    fn wire(&self) -> Wire {
+        Wire::Protobuf
+    }
+
+    /// Where a call goes, as its errors say: the image, or the address of
+    /// the server.
+    fn target(&self) -> &str {
+        &self.function().image
+    }
+
+    /// Gets ready to be called, so that every Function of a render starts
+    /// at once, before the first step.
+    async fn start(&self) -> Result<(), ComposeError> {
+        Ok(())
+    }
+
+    /// Releases what [`Runtime::start`] acquired (stops a server).
+    async fn stop(&self) {}
 }
 
-impl Callers {
-    /// A caller per Function.
+/// The runtimes of a render's Functions, by name.
+pub(crate) type RuntimeMap = HashMap<String, Arc<dyn Runtime>>;
+
+/// How a runtime's backend reads a `RunFunctionRequest` and writes its
+/// `RunFunctionResponse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    /// Protobuf, as a function server is called.
+    Protobuf,
+    /// Protobuf JSON, on a container's stdin and stdout (Exec).
+    Json,
+}
+
+/// The answer of `runtime` to `request`: the one place a render's typed
+/// messages meet the seam's bytes, written and read back as its [`Wire`]
+/// says.
+pub(crate) async fn answer(
+    runtime: &dyn Runtime,
+    request: &v1::RunFunctionRequest,
+) -> Result<v1::RunFunctionResponse, ComposeError> {
+    let failed = |source: CallError| ComposeError::Call {
+        target: runtime.target().to_string(),
+        source: Box::new(source),
+    };
+    let input = match runtime.wire() {
+        Wire::Protobuf => Bytes::from(request.encode_to_vec()),
+        Wire::Json => Bytes::from(request_to_json(request).map_err(|e| failed(e.into()))?),
+    };
+    let request = call::Request {
+        input,
+        deadline: None,
+    };
+    let output = runtime
+        .run_function(runtime.function(), request)
+        .await
+        .map_err(|status| failed(CallError::Status(status)))?
+        .output;
+    match runtime.wire() {
+        Wire::Protobuf => {
+            v1::RunFunctionResponse::decode(output).map_err(|source| ProtocolError::Decode {
+                what: "v1 RunFunctionResponse",
+                source,
+            })
+        }
+        Wire::Json => response_from_json(&output),
+    }
+    .map_err(|e| failed(e.into()))
+}
+
+/// A call on a function server's `client`: the request sent as it is, the
+/// answer returned as it came.
+async fn served(client: &Client, request: call::Request) -> Result<call::Response, tonic::Status> {
+    client
+        .call(&request.input, request.deadline)
+        .await
+        .map(call::Response::ran)
+}
+
+/// The runtimes of a render's Functions. They own the function servers:
+/// [`Runtimes::around`] starts every one at once (pulls included) before
+/// the pipeline, and stops them after it whatever its outcome; kept
+/// servers (`runtime-docker-cleanup: Orphan`) are reused and left running.
+pub(crate) struct Runtimes {
+    map: RuntimeMap,
+}
+
+impl Runtimes {
+    /// A runtime per Function.
     pub(crate) fn new(
         functions: &[Function],
         runner: Option<&Arc<Runner>>,
         defaults: &ContainerDefaults,
         mut kept: HashMap<String, kept::KeptStart>,
     ) -> Result<Self, ComposeError> {
-        let mut map: HashMap<String, Arc<dyn FunctionCaller>> = HashMap::new();
+        let mut map = RuntimeMap::new();
         for function in functions {
-            let caller: Arc<dyn FunctionCaller> =
+            let runtime: Arc<dyn Runtime> =
                 match (&function.runtime, &function.keep) {
                     (RuntimeKind::Docker, Some(name)) => {
                         let keeper = defaults.keeper.as_ref().ok_or_else(|| {
@@ -80,68 +177,64 @@ impl Callers {
                                 message: "a kept server needs xfn's keeper".into(),
                             }
                         })?;
-                        Arc::new(kept::Kept {
-                            function: function.name.clone(),
-                            image: function.image().to_string(),
-                            dir: kept::KeptDir::new(&keeper.cache_dir, name),
-                            start: std::sync::Mutex::new(kept.remove(&function.name)),
-                            timeout: defaults.timeout,
-                            client: tokio::sync::OnceCell::new(),
-                        })
+                        Arc::new(kept::Kept::new(
+                            function,
+                            kept::KeptDir::new(&keeper.cache_dir, name),
+                            kept.remove(&function.name),
+                            defaults.timeout,
+                        ))
                     }
-                    _ => caller_for(function, runner, defaults)?,
+                    _ => runtime_for(function, runner, defaults)?,
                 };
-            map.insert(function.name.clone(), caller);
+            map.insert(function.name.clone(), runtime);
         }
         Ok(Self { map })
     }
 
-    /// The callers by Function name.
-    pub(crate) fn map(&self) -> &HashMap<String, Arc<dyn FunctionCaller>> {
+    /// The runtimes by Function name.
+    pub(crate) fn map(&self) -> &RuntimeMap {
         &self.map
     }
 
-    /// Starts every server, runs `work`, stops the servers.
+    /// Starts every runtime, runs `work`, stops them.
     pub(crate) async fn around<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, ComposeError>>,
     ) -> Result<T, ComposeError> {
-        let started = futures::future::try_join_all(self.map.values().map(|c| c.start())).await;
+        let started = futures::future::try_join_all(self.map.values().map(|r| r.start())).await;
         let result = match started {
             Ok(_) => work.await,
             Err(err) => Err(err),
         };
-        futures::future::join_all(self.map.values().map(|c| c.stop())).await;
+        futures::future::join_all(self.map.values().map(|r| r.stop())).await;
         result
     }
 }
 
-/// The caller for `function` by its runtime annotation.
-pub(crate) fn caller_for(
+/// The runtime of `function` by its runtime annotation.
+pub(crate) fn runtime_for(
     function: &Function,
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,
-) -> Result<Arc<dyn FunctionCaller>, ComposeError> {
+) -> Result<Arc<dyn Runtime>, ComposeError> {
     match &function.runtime {
         RuntimeKind::Development { target } => Ok(Arc::new(Development::new(
+            function,
             target,
             defaults.development_wait,
         ))),
         RuntimeKind::Exec => {
-            let (runner, image, config) = container_of(function, runner, defaults)?;
+            let (runner, call) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Exec {
                 runner,
-                image,
-                config,
+                function: call,
             }))
         }
         RuntimeKind::Docker => {
-            let (runner, image, config) = container_of(function, runner, defaults)?;
+            let (runner, call) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Docker {
-                function: function.name.clone(),
                 runner,
-                image,
-                config,
+                function: call,
                 env: function.env.clone(),
                 host_network: function.host_network,
                 started: tokio::sync::OnceCell::new(),
@@ -150,12 +243,13 @@ pub(crate) fn caller_for(
     }
 }
 
-/// The runner, image and run settings of a Function that runs a container.
+/// The runner, and the Function as the seam names it (image, run
+/// settings), of a Function that runs a container.
 fn container_of(
     function: &Function,
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,
-) -> Result<(Arc<Runner>, String, RunConfig), ComposeError> {
+) -> Result<(Arc<Runner>, call::Function), ComposeError> {
     let invalid = |message: String| ComposeError::FunctionInvalid {
         function: function.name.clone(),
         message,
@@ -182,7 +276,12 @@ fn container_of(
         network: NetworkPolicy::Isolated,
         limits: Limits::default(),
     };
-    Ok((Arc::clone(runner), image, config))
+    let call = call::Function {
+        name: Some(function.name.clone()),
+        image,
+        config,
+    };
+    Ok((Arc::clone(runner), call))
 }
 
 /// Credentials for `image` from the docker config; anonymous when there are

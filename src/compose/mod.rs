@@ -12,12 +12,12 @@
 //! - [`run`]: `v1` (`mode: Pipeline`) and `alpha` (`spec.functions[]`)
 //!   pipelines, over `runtimes`: the real runner, a running function
 //!   server or the runner daemon.
-//! - [`print`]: `output`, the YAML stream `crossplane render` prints, with
+//! - [`print`](mod@print): `output`, the YAML stream `crossplane render` prints, with
 //!   the metadata `names` gives composed resources, in `yaml11`.
 //!
 //! Imports run one way: plan uses read, run and print; run and print use
 //! read's model; read uses no later stage but print's names and output
-//! options. [`value`] (JSON helpers) sits under all four. No CLI lives
+//! options. [`crate::value`] (JSON helpers) sits under all four. No CLI lives
 //! here, nor any flag syntax: `src/cli/render.rs` (and `cli/map_flag.rs`)
 //! map flags onto [`read::RenderInputs`].
 //!

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::Status;
 
-use super::Runtime;
+use super::runtime::{served, Runtime};
 use crate::call::{self, FunctionRunner};
 use crate::chain::Chain;
 use crate::compose::read::model::Function;
@@ -93,6 +93,6 @@ impl FunctionRunner for Development {
         request: call::Request,
     ) -> Result<call::Response, Status> {
         self.connected().await?;
-        super::served(&self.client, request).await
+        served(&self.client, request).await
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tonic::Status;
 
-use super::Runtime;
+use super::runtime::{served, Runtime};
 use crate::call::{self, FunctionRunner};
 use crate::compose::{ComposeError, StartError};
 use crate::function_server::{self, Client, ResponseBudget, Server};
@@ -137,7 +137,7 @@ impl FunctionRunner for Docker {
             .started
             .get()
             .ok_or_else(|| Status::failed_precondition("the function server is not started"))?;
-        let status = match super::served(&started.client, request).await {
+        let status = match served(&started.client, request).await {
             Ok(response) => return Ok(response),
             Err(status) => status,
         };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tonic::Status;
 
-use super::{Runtime, Wire};
+use super::runtime::{Runtime, Wire};
 use crate::call::{self, FunctionRunner};
 use crate::compose::{CallError, ComposeError};
 use crate::runner::Runner;

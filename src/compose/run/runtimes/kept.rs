@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tonic::Status;
 
 use super::docker::start;
-use super::Runtime;
+use super::runtime::{served, Runtime};
 use crate::call::{self, FunctionRunner};
 use crate::compose::read::model::Function;
 use crate::compose::{ComposeError, StartError};
@@ -372,7 +372,7 @@ impl FunctionRunner for Kept {
             .client
             .get()
             .ok_or_else(|| Status::failed_precondition("the kept server is not ready"))?;
-        super::served(client, request).await
+        served(client, request).await
     }
 }
 

@@ -28,6 +28,8 @@
 # busybox-static, python3 with PyYAML, and glibc's static libraries
 # (libc6-dev) for the static fn_server. Run as root from the repo root:
 #   cargo build --release && XFN=target/release/xfn benches/render.sh
+# Another xfn beside it (a build made before, to compare), its two renders
+# timed in the same pooled passes: XFN_BINARY=path/to/xfn benches/render.sh
 #
 # podman on this host: see PODMAN_RUN in scripts/lib/testbed.sh.
 set -eu
@@ -35,6 +37,7 @@ set -eu
 
 XFN=${XFN:-target/debug/xfn}
 XFN=$(realpath "$XFN")
+BEFORE=${XFN_BINARY:+$(realpath "$XFN_BINARY")}
 RUNS=${RUNS:-60}
 PASSES=${PASSES:-4}
 EXEC_DIR=$(realpath tests/render/exec)
@@ -58,10 +61,14 @@ fail() {
     exit 1
 }
 
-# The static fn_server (scripts/lib/testbed.sh).
-echo "building the static fn_server (release)..." >&2
-build_function_server
-SERVER_BIN=$FUNCTION_SERVER
+# The static fn_server (scripts/lib/testbed.sh), unless FUNCTION_SERVER
+# names one already built (the tests build one in
+# target/debug/fn-server-static/), as benches/test.sh takes it.
+if [ -z "${FUNCTION_SERVER:-}" ]; then
+    echo "building the static fn_server (release)..." >&2
+    build_function_server
+fi
+SERVER_BIN=$(realpath "$FUNCTION_SERVER")
 
 start_registry
 
@@ -240,8 +247,18 @@ printf '%s\t%s\n' \
     "3 xfn runs" "$WORK/xfn-runs" \
     "3 bare crun runs" "$WORK/bare-runs" \
     "3 podman runs" "$PODMAN_RUNS" >"$WORK/commands"
+if [ -n "$BEFORE" ]; then
+    BEFORE_RENDER="$BEFORE render --cache-dir $CACHE $XR $WORK/composition.yaml"
+    for runtime in docker exec; do
+        $BEFORE_RENDER "$WORK/$runtime.yaml" >"$WORK/$runtime-before.yaml" || fail "$BEFORE: the $runtime render failed"
+        check_render "$WORK/$runtime-before.yaml"
+    done
+    printf '%s\t%s\n' \
+        "render (Docker), XFN_BINARY" "$BEFORE_RENDER $WORK/docker.yaml" \
+        "render (Exec), XFN_BINARY" "$BEFORE_RENDER $WORK/exec.yaml" >>"$WORK/commands"
+fi
 
-echo "xfn: $XFN"
+echo "xfn: $XFN${BEFORE:+; XFN_BINARY: $BEFORE}"
 python3 "$(dirname "$0")/lib/pooled.py" "$WORK" "$RUNS" "$PASSES"
 python3 - "$WORK" <<'PY'
 import json, re, sys
@@ -253,6 +270,10 @@ print(f"Docker render / 3 xfn runs : {docker / runs3:8.2f}")
 print(f"Exec render / 3 xfn runs   : {exec_ / runs3:8.2f}")
 print(f"Docker render / 3 bare crun: {docker / bare:8.2f}")
 print(f"3 podman / Docker render   : {podman / docker:8.2f}")
+for runtime, ours in (("Docker", docker), ("Exec", exec_)):
+    before = r.get(f"render ({runtime}), XFN_BINARY")
+    if before:
+        print(f"{runtime} render / XFN_BINARY's: {ours / before:8.2f}")
 
 # Phases of one Docker render (-d), in ms since xfn started, from its log
 # lines as they arrived: the containers' start, each server listening (its

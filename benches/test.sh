@@ -36,6 +36,9 @@
 # /var/cache/xfn-test/peers). Run as root from the repo root:
 #   cargo build && benches/test.sh   (target/release/xfn when built, else
 #                                     target/debug/xfn; XFN= to choose)
+# Another xfn beside it (a build made before, to compare): XFN_BINARY=path
+# times its `xfn test` and its 30 renders in the same runs, the two
+# binaries alternating which goes first.
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -44,6 +47,7 @@ if [ -z "${XFN:-}" ]; then
     [ -x target/release/xfn ] && XFN=target/release/xfn
 fi
 XFN=$(realpath "$XFN")
+BEFORE=${XFN_BINARY:+$(realpath "$XFN_BINARY")}
 RUNS=${RUNS:-3}
 CASES=30
 WORK=$(mktemp -d /tmp/xfn-test-bench-XXXXXX)
@@ -156,42 +160,73 @@ print(passed)
 PY
 }
 
-: >"$WORK/suite.times"
-: >"$WORK/render.times"
-run=1
-while [ "$run" -le "$RUNS" ]; do
+# time_suite XFN NAME: one `xfn test` of the suite by XFN, its wall time
+# added to NAME.times; every case must pass.
+time_suite() {
     start=$(now)
-    "$XFN" test --cache-dir "$CACHE" -v "$SUITE" >"$WORK/suite.out" 2>&1 || { cat "$WORK/suite.out" >&2; fail "xfn test failed"; }
+    "$1" test --cache-dir "$CACHE" -v "$SUITE" >"$WORK/suite.out" 2>&1 || { cat "$WORK/suite.out" >&2; fail "$1 test failed"; }
     end=$(now)
-    echo "$end - $start" | bc >>"$WORK/suite.times"
+    echo "$end - $start" | bc >>"$WORK/$2.times"
+    suite_passed=$(grep -c -- '^--- PASS: case ' "$WORK/suite.out" || true)
+    [ "$suite_passed" = "$CASES" ] || fail "$1 test passed $suite_passed of $CASES"
+}
 
+# time_renders XFN NAME: the 30 renders by XFN and the checks, their wall
+# time added to NAME.times; every check must pass.
+time_renders() {
     start=$(now)
     i=1
     while [ "$i" -le "$CASES" ]; do
-        "$XFN" render --cache-dir "$CACHE" -x "$WORK/xr-$i.yaml" "$WORK/composition.yaml" "$WORK/functions.yaml" \
+        "$1" render --cache-dir "$CACHE" -x "$WORK/xr-$i.yaml" "$WORK/composition.yaml" "$WORK/functions.yaml" \
             >"$WORK/out-$i.yaml" 2>"$WORK/render.err" || { cat "$WORK/render.err" >&2; fail "render of case $i failed"; }
         if [ "$VALIDATE" = 1 ]; then
-            "$XFN" validate "$WORK/xrd.yaml" "$WORK/out-$i.yaml" >"$WORK/validate.out" 2>&1 \
+            "$1" validate "$WORK/xrd.yaml" "$WORK/out-$i.yaml" >"$WORK/validate.out" 2>&1 \
                 || { cat "$WORK/validate.out" >&2; fail "validation of case $i failed"; }
         fi
         i=$(( i + 1 ))
     done
     passed=$(check_renders)
     end=$(now)
-    echo "$end - $start" | bc >>"$WORK/render.times"
+    echo "$end - $start" | bc >>"$WORK/$2.times"
+    [ "$passed" = "$CASES" ] || fail "$1: the renders' checks passed $passed of $CASES"
+}
+
+: >"$WORK/suite.times"
+: >"$WORK/render.times"
+: >"$WORK/suite-before.times"
+: >"$WORK/render-before.times"
+run=1
+while [ "$run" -le "$RUNS" ]; do
+    # With XFN_BINARY, it goes first in odd runs.
+    if [ -n "$BEFORE" ] && [ $(( run % 2 )) = 1 ]; then
+        time_suite "$BEFORE" suite-before
+        time_suite "$XFN" suite
+        time_renders "$BEFORE" render-before
+        time_renders "$XFN" render
+    elif [ -n "$BEFORE" ]; then
+        time_suite "$XFN" suite
+        time_suite "$BEFORE" suite-before
+        time_renders "$XFN" render
+        time_renders "$BEFORE" render-before
+    else
+        time_suite "$XFN" suite
+        time_renders "$XFN" render
+    fi
     run=$(( run + 1 ))
 done
 
-suite_passed=$(grep -c -- '^--- PASS: case ' "$WORK/suite.out" || true)
-[ "$suite_passed" = "$CASES" ] || fail "xfn test passed $suite_passed of $CASES"
-[ "$passed" = "$CASES" ] || fail "the renders' checks passed $passed of $CASES"
 SUITE_S=$(median <"$WORK/suite.times")
 RENDER_S=$(median <"$WORK/render.times")
-printf '%d cases, both sides %d/%d passed (median of %d runs, validation %s)\n' "$CASES" "$CASES" "$CASES" "$RUNS" \
-    "$([ "$VALIDATE" = 1 ] && echo on || echo off)"
+printf '%d cases, both sides %d/%d passed (median of %d runs, validation %s; load %s)\n' "$CASES" "$CASES" "$CASES" "$RUNS" \
+    "$([ "$VALIDATE" = 1 ] && echo on || echo off)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '  xfn test (one process)          %8.3f s\n' "$SUITE_S"
 printf '  %d xfn render + the same checks %8.3f s\n' "$CASES" "$RENDER_S"
 printf '  ratio                           %8.1fx\n' "$(echo "$RENDER_S / $SUITE_S" | bc -l)"
+if [ -n "$BEFORE" ]; then
+    printf '  XFN_BINARY (%s):\n' "$BEFORE"
+    printf '    xfn test (one process)        %8.3f s\n' "$(median <"$WORK/suite-before.times")"
+    printf '    %d xfn render + the checks    %8.3f s\n' "$CASES" "$(median <"$WORK/render-before.times")"
+fi
 
 [ "${XPRIN:-1}" = 0 ] && exit 0
 [ "$VALIDATE" = 1 ] && { echo "xprin: not with VALIDATE=1 (see the header)"; exit 0; }

@@ -1,7 +1,7 @@
-//! The call seam: one request-level [`FunctionRunner`] every front end
-//! calls a function through (`xfn start`, `xfn adapt`, `xfn host`), and
-//! the layers that wrap it, each a file, stacked in one place per front end
-//! (its `stack`), read top to bottom as a call meets them:
+//! The call seam: the one request-level [`FunctionRunner`] of every front
+//! end (`xfn start`, `adapt`, `host`; `render`, `test` by their runtimes),
+//! and its layers, a file each, stacked in one place per front end (its
+//! `stack`), read top to bottom as a call meets them:
 //!
 //! ```text
 //! record::Recorded    outcome, duration and usage in the metrics; the call's log lines
@@ -9,7 +9,7 @@
 //! admit::Admitted     the daemon's one queue (grpc::Calls): a run slot or a lane's
 //! deadline::WithinDeadline   the run's timeout cut to what is left of the caller's deadline
 //! backend             a container per call (container.rs, the engine and its pool),
-//!                     or a function server kept running (host::servers)
+//!                     a function server kept running (host::servers), a render's runtime
 //! ```
 //!
 //! Why one seam: a layer written once holds for every front end (every
@@ -38,8 +38,8 @@ use crate::runner::{RunConfig, RunUsage};
 /// The function a call is for.
 #[derive(Debug, Clone)]
 pub(crate) struct Function {
-    /// Its name (the adaptor's and the host's), or `None` for a function
-    /// named by its image (a sidecar call).
+    /// Its name (the adaptor's, the host's, render's), or `None` for a
+    /// function named by its image (a sidecar call).
     pub(crate) name: Option<String>,
     /// The image it runs.
     pub(crate) image: String,

@@ -1,7 +1,7 @@
 //! `xfn render-servers ls|stop`: the function servers renders keep running
 //! (`render.crossplane.io/runtime-docker-cleanup: Orphan`); `keep` (hidden)
 //! is the keeper process a render starts for each (see
-//! `crate::compose::run::runtimes::kept`).
+//! `crate::compose::kept`).
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
-use crate::compose::run::runtimes::kept::{self, KeptDir, KeptInfo};
+use crate::compose::kept::{self, KeptDir, KeptInfo};
 use crate::image::PullPolicy;
 use crate::runner::{Limits, Namespace, NetworkPolicy, RunConfig, Runner};
 

@@ -382,6 +382,95 @@ fn read_config(config: Option<&Path>) -> Result<Config, SuiteError> {
     })
 }
 
+/// The runner of a run whose tests run containers (`containers`), in
+/// `namespace`.
+fn runner(
+    args: &TestArgs,
+    global: &super::Global,
+    namespace: &Namespace,
+    containers: Needs,
+) -> anyhow::Result<Arc<Runner>> {
+    let store = args.store.open_store(&global.registry)?;
+    // Warm containers only for calls that make one (Exec Functions,
+    // alpha steps), as `xfn render` has them.
+    let per_call = containers.per_call;
+    let options = crate::runner::RunnerOptions {
+        warm_pool: (per_call > 0).then(|| args.warm_pool.options_for_at_least(per_call)),
+        ..args.runner.options()
+    };
+    Ok(Arc::new(Runner::new(namespace, store, options)?))
+}
+
+/// Says which `--show-…` flags show nothing without `-v`.
+fn warn_unshown(args: &TestArgs) {
+    if args.verbose {
+        return;
+    }
+    for (flag, given) in [
+        ("--show-render", args.show_render),
+        ("--show-validate", args.show_validate),
+        ("--show-hooks", args.show_hooks),
+        ("--show-assertions", args.show_assertions),
+    ] {
+        if given {
+            eprintln!("xfn: {flag} requires -v (verbose mode) to display results");
+        }
+    }
+}
+
+/// What every test of the run is run with.
+fn options(
+    args: &TestArgs,
+    repositories: BTreeMap<String, String>,
+    global: &super::Global,
+) -> Options {
+    Options {
+        update: args.update,
+        hook_timeout: args.hook_timeout,
+        render_timeout: args.timeout,
+        repositories,
+        keep: global.debug,
+        run: args.run.clone(),
+        full_xr: args.include_full_xr,
+        show: Show {
+            render: args.show_render,
+            validate: args.show_validate,
+            hooks: args.show_hooks,
+        },
+    }
+}
+
+/// Prints each suite's lines as soon as it and every suite before it
+/// ended (the order given), as `go test` prints a package when it is
+/// done, until all have or a signal stops the run (then returned).
+/// Dropped on return, the runs left kill their hooks' process groups and
+/// remove their temporary directories.
+async fn report_each(
+    runs: impl Iterator<Item = impl std::future::Future<Output = SuiteOutcome>>,
+    signals: &mut Signals,
+    line: &Line,
+    args: &TestArgs,
+    color: bool,
+) -> anyhow::Result<(Vec<SuiteOutcome>, Option<Stop>)> {
+    let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
+    let mut outcomes = Vec::new();
+    loop {
+        let outcome = tokio::select! {
+            outcome = futures::StreamExt::next(&mut runs) => outcome,
+            signal = signals.next() => return Ok((outcomes, Some(signal))),
+        };
+        let Some(outcome) = outcome else {
+            return Ok((outcomes, None));
+        };
+        line.suite_done(|| {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(report::text(&outcome, args.verbose, color).as_bytes())?;
+            stdout.flush()
+        })?;
+        outcomes.push(outcome);
+    }
+}
+
 /// Runs `xfn test`.
 pub(crate) async fn execute(
     args: TestArgs,
@@ -417,33 +506,12 @@ pub(crate) async fn execute(
     };
     // The namespace may be entered for hooks alone (see `prepare`).
     let runner = match namespace.filter(|_| containers.containers) {
-        Some(namespace) => {
-            let store = args.store.open_store(&global.registry)?;
-            // Warm containers only for calls that make one (Exec Functions,
-            // alpha steps), as `xfn render` has them.
-            let per_call = containers.per_call;
-            let options = crate::runner::RunnerOptions {
-                warm_pool: (per_call > 0).then(|| args.warm_pool.options_for_at_least(per_call)),
-                ..args.runner.options()
-            };
-            Some(Arc::new(Runner::new(namespace, store, options)?))
-        }
+        Some(namespace) => Some(runner(&args, global, namespace, containers)?),
         None => None,
     };
     // Listened for from here: SIGINT (Ctrl-C) and SIGTERM stop the run.
     let mut signals = Signals::new()?;
-    if !args.verbose {
-        for (flag, given) in [
-            ("--show-render", args.show_render),
-            ("--show-validate", args.show_validate),
-            ("--show-hooks", args.show_hooks),
-            ("--show-assertions", args.show_assertions),
-        ] {
-            if given {
-                eprintln!("xfn: {flag} requires -v (verbose mode) to display results");
-            }
-        }
-    }
+    warn_unshown(&args);
     let defaults = ContainerDefaults {
         default_registry: global.registry.clone(),
         timeout: args.timeout,
@@ -452,20 +520,7 @@ pub(crate) async fn execute(
         development_wait: args.development_wait,
     };
     let servers = SharedServers::new(runner.clone(), defaults);
-    let options = Options {
-        update: args.update,
-        hook_timeout: args.hook_timeout,
-        render_timeout: args.timeout,
-        repositories: config.repositories,
-        keep: global.debug,
-        run: args.run.clone(),
-        full_xr: args.include_full_xr,
-        show: Show {
-            render: args.show_render,
-            validate: args.show_validate,
-            hooks: args.show_hooks,
-        },
-    };
+    let options = options(&args, config.repositories, global);
     let parallel = args
         .parallel
         .map(usize::from)
@@ -515,30 +570,7 @@ pub(crate) async fn execute(
             }
         }
     });
-    // Each suite's lines as soon as it and every suite before it ended
-    // (the order given), as `go test` prints a package when it is done.
-    let mut runs: futures::stream::FuturesOrdered<_> = runs.collect();
-    let mut outcomes = Vec::new();
-    let mut stopped = None;
-    loop {
-        let outcome = tokio::select! {
-            outcome = futures::StreamExt::next(&mut runs) => outcome,
-            signal = signals.next() => {
-                stopped = Some(signal);
-                break;
-            }
-        };
-        let Some(outcome) = outcome else { break };
-        line.suite_done(|| {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(report::text(&outcome, args.verbose, color).as_bytes())?;
-            stdout.flush()
-        })?;
-        outcomes.push(outcome);
-    }
-    // Dropped, the runs kill their hooks' process groups and remove their
-    // temporary directories; then the servers and containers stop.
-    drop(runs);
+    let (outcomes, stopped) = report_each(runs, &mut signals, &line, &args, color).await?;
     line.finish();
     servers.stop().await;
     if let Some(runner) = runner {

@@ -12,12 +12,12 @@
 //! - [`run`]: `v1` (`mode: Pipeline`) and `alpha` (`spec.functions[]`)
 //!   pipelines, over `runtimes`: the real runner, a running function
 //!   server or the runner daemon.
-//! - [`print`]: `output`, the YAML stream `crossplane render` prints, with
+//! - [`print`](mod@print): `output`, the YAML stream `crossplane render` prints, with
 //!   the metadata `names` gives composed resources, in `yaml11`.
 //!
 //! Imports run one way: plan uses read, run and print; run and print use
 //! read's model; read uses no later stage but print's names and output
-//! options. [`value`] (JSON helpers) sits under all four. No CLI lives
+//! options. [`crate::value`] (JSON helpers) sits under all four. No CLI lives
 //! here, nor any flag syntax: `src/cli/render.rs` (and `cli/map_flag.rs`)
 //! map flags onto [`read::RenderInputs`].
 //!
@@ -37,14 +37,15 @@ pub(crate) mod print;
 pub(crate) mod read;
 pub(crate) mod run;
 
-pub(crate) use plan::{CallerMap, Needs, RenderPlan};
+pub(crate) use plan::{Needs, RenderPlan};
 pub(crate) use print::output::to_yaml_stream;
 pub(crate) use read::files::{parse_stream, read_objects, read_one};
 pub(crate) use read::model::Function;
 pub(crate) use read::RenderInputs;
-pub(crate) use run::runtimes::kept::KeeperCommand;
-pub(crate) use run::runtimes::{caller_for, ContainerDefaults, ContainerSteps};
-pub(crate) use run::v1::FunctionCaller;
+pub(crate) use run::runtimes::kept::{self, KeeperCommand};
+pub(crate) use run::runtimes::{
+    runtime_for, ContainerDefaults, ContainerSteps, Runtime, RuntimeMap,
+};
 
 /// What to print besides the XR and the composed resources.
 #[derive(Debug, Clone, Copy, Default)]
@@ -304,10 +305,9 @@ pub(crate) enum CallError {
     /// limits).
     #[error(transparent)]
     Run(#[from] crate::runner::RunError),
-    /// Its function server exited.
-    #[error("the function server exited")]
-    Exited(#[source] crate::runner::RunError),
-    /// Its server (or the runner daemon) answered with an error status.
+    /// Its call failed with a status: its server's (or the runner
+    /// daemon's) answer, or what the seam's backend said of its run (a
+    /// container's exit, a function server's death).
     #[error("{:?}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     /// Nothing answers where it should.

@@ -24,12 +24,24 @@ use crate::compose::read::{
 };
 use crate::compose::run::alpha::{run_alpha, ContainerConfig};
 use crate::compose::run::runtimes::kept::{self, KeeperCommand, KeptStart};
-use crate::compose::run::runtimes::{daemon_answers, Callers, ContainerDefaults, ContainerSteps};
+use crate::compose::run::runtimes::{
+    daemon_answers, ContainerDefaults, ContainerSteps, RuntimeMap, Runtimes,
+};
 use crate::compose::run::v1::V1Pipeline;
 use crate::compose::{ComposeError, Observed};
 use crate::image::PullPolicy;
 use crate::runner::Runner;
 use crate::value::get_str;
+
+/// A render's future is `Send`, so it may run on any task: every runtime
+/// is a backend of the `Send` call seam (checked when xfn compiles).
+const _: () = {
+    fn send<T: Send>(_: T) {}
+    #[allow(dead_code)]
+    fn render_is_send(plan: RenderPlan, defaults: ContainerDefaults) {
+        send(plan.render(None, defaults));
+    }
+};
 
 /// How deep nested XRs are rendered: a Composition that composes its own
 /// type (directly or through others) stops here with an error.
@@ -224,20 +236,20 @@ impl RenderPlan {
         &self.read.functions
     }
 
-    /// Renders over `callers` someone else started and stops (`xfn test`:
+    /// Renders over `runtimes` someone else started and stops (`xfn test`:
     /// one server per Function for every test that uses it). An alpha
     /// Composition (`spec.functions`) calls no Function servers: its
     /// steps run through `alpha` (the runner, or a daemon at a step's
     /// endpoint), as `xfn render` runs them.
     pub(crate) async fn render_over(
         &self,
-        callers: &CallerMap,
+        runtimes: &RuntimeMap,
         alpha: &ContainerSteps,
     ) -> Result<Rendered, ComposeError> {
         if let Subject::Alpha { .. } = &self.read.subject {
             return self.render_alpha(alpha).await;
         }
-        self.render_all(callers).await
+        self.render_all(runtimes).await
     }
 
     /// Runs an alpha Composition's steps (`spec.functions`) through `steps`.
@@ -284,14 +296,14 @@ impl RenderPlan {
             .lock()
             .map(|mut k| std::mem::take(&mut *k))
             .unwrap_or_default();
-        let callers = Callers::new(&self.read.functions, runner.as_ref(), &defaults, kept)?;
+        let runtimes = Runtimes::new(&self.read.functions, runner.as_ref(), &defaults, kept)?;
         // Every server starts once, before the first XR, and serves them all.
-        callers.around(self.render_all(callers.map())).await
+        runtimes.around(self.render_all(runtimes.map())).await
     }
 
-    /// Renders the Operation, or each XR in turn over `callers`, each
+    /// Renders the Operation, or each XR in turn over `runtimes`, each
     /// followed by the nested XRs it composed (depth first).
-    async fn render_all(&self, callers: &CallerMap) -> Result<Rendered, ComposeError> {
+    async fn render_all(&self, runtimes: &RuntimeMap) -> Result<Rendered, ComposeError> {
         let fatal_message = |outcome: &crate::compose::Outcome| {
             outcome.fatal.as_ref().map(|f| {
                 format!(
@@ -302,7 +314,7 @@ impl RenderPlan {
         };
         let xrs = match &self.read.subject {
             Subject::Operation(operation) => {
-                let outcome = self.pipeline(&operation.steps, callers, None).await?;
+                let outcome = self.pipeline(&operation.steps, runtimes, None).await?;
                 return Ok(Rendered {
                     renders: vec![operation.objects(&outcome, self.read.output)],
                     fatal: fatal_message(&outcome),
@@ -324,7 +336,7 @@ impl RenderPlan {
                 let Pipeline::V1(steps) = &xr.composition.pipeline else {
                     unreachable!("composite renders are of mode Pipeline Compositions")
                 };
-                let (outcome, observed) = self.renders(steps, callers, &xr, observed).await?;
+                let (outcome, observed) = self.renders(steps, runtimes, &xr, observed).await?;
                 if let Some(message) = fatal_message(&outcome) {
                     fatal.push(match (xrs.len(), depth) {
                         (1, 0) => message,
@@ -389,12 +401,12 @@ impl RenderPlan {
     async fn pipeline(
         &self,
         steps: &[PipelineStep],
-        callers: &CallerMap,
+        runtimes: &RuntimeMap,
         observed: Option<&Observed>,
     ) -> Result<crate::compose::Outcome, ComposeError> {
         V1Pipeline {
             steps,
-            callers,
+            runtimes,
             observed,
             required: &self.read.required,
             schemas: &self.read.schemas,
@@ -414,13 +426,13 @@ impl RenderPlan {
     async fn renders(
         &self,
         steps: &[PipelineStep],
-        callers: &CallerMap,
+        runtimes: &RuntimeMap,
         xr: &CompositeXr,
         mut observed: Observed,
     ) -> Result<(crate::compose::Outcome, Observed), ComposeError> {
         let mut previous: Option<Vec<Value>> = None;
         for round in 1..=self.read.iterations {
-            let outcome = self.pipeline(steps, callers, Some(&observed)).await?;
+            let outcome = self.pipeline(steps, runtimes, Some(&observed)).await?;
             if self.read.iterations == 1 {
                 return Ok((outcome, observed));
             }
@@ -516,6 +528,3 @@ fn fed_back(observed: &Observed, objects: &[Value], composed: usize) -> Observed
         resources,
     }
 }
-
-/// The Functions' callers by name.
-pub(crate) type CallerMap = HashMap<String, Arc<dyn crate::compose::run::v1::FunctionCaller>>;

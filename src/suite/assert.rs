@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::beneath::{Beneath, BeneathError};
 use super::spec::{GoldenAssertion, XprinAssertion};
 
-/// How a check ended ([✓], [x], [!] as xprin prints them; [w] xfn's).
+/// How a check ended (`[✓]`, `[x]`, `[!]` as xprin prints them; `[w]` xfn's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     Pass,

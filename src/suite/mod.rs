@@ -11,7 +11,7 @@
 //!   pre-test hooks, patches, render, validation, assertions, post-test
 //!   hooks, artifacts), inputs copied to the test's own temporary
 //!   directory, hooks run in the suite file's;
-//! - [`assert`]: the `xprin`, `diff` and `dyff` checkers;
+//! - [`assert`](mod@assert): the `xprin`, `diff` and `dyff` checkers;
 //! - [`report`]: Go's test output and JUnit; [`progress`]: the line redrawn
 //!   on a terminal meanwhile; [`writes`]: the report and golden files,
 //!   opened before xfn enters its user namespace; [`beneath`]: each of

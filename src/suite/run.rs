@@ -629,14 +629,14 @@ async fn render(setup: &Setup, env: &Env<'_>) -> Result<(Vec<Value>, String), Ph
         ),
         e => render(e),
     })?;
-    let callers = env
+    let runtimes = env
         .servers
-        .callers(plan.functions())
+        .runtimes(plan.functions())
         .await
         .map_err(|e| PhaseError::Render(said(e)))?;
     let alpha = env.servers.alpha_steps();
     let timeout = env.options.render_timeout;
-    let rendered = tokio::time::timeout(timeout, plan.render_over(&callers, &alpha))
+    let rendered = tokio::time::timeout(timeout, plan.render_over(&runtimes, &alpha))
         .await
         .map_err(|_| {
             PhaseError::Render(said(format!(

@@ -1,27 +1,25 @@
-//! Function servers shared by every test of a run: one caller per distinct
+//! Function servers shared by every test of a run: one runtime per distinct
 //! Function (same name, package, runtime and settings), made and started by
 //! the first test that needs it, reused by every later one, stopped once at
 //! the end. A Function whose server does not start fails each test that
 //! uses it, with why.
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
 use crate::compose::{
-    caller_for, CallerMap, ContainerDefaults, ContainerSteps, Function, FunctionCaller,
+    runtime_for, ContainerDefaults, ContainerSteps, Function, Runtime, RuntimeMap,
 };
 use crate::runner::Runner;
 
-type Started = Result<Arc<dyn FunctionCaller>, String>;
+type Started = Result<Arc<dyn Runtime>, String>;
 
 /// The run's function servers.
 pub(crate) struct SharedServers {
     runner: Option<Arc<Runner>>,
     defaults: ContainerDefaults,
-    started: RefCell<HashMap<String, Rc<OnceCell<Started>>>>,
+    started: Mutex<HashMap<String, Arc<OnceCell<Started>>>>,
 }
 
 impl SharedServers {
@@ -29,7 +27,7 @@ impl SharedServers {
         Self {
             runner,
             defaults,
-            started: RefCell::new(HashMap::new()),
+            started: Mutex::default(),
         }
     }
 
@@ -42,32 +40,36 @@ impl SharedServers {
         }
     }
 
-    /// How many distinct Functions were started.
-    pub(crate) fn len(&self) -> usize {
-        self.started.borrow().len()
+    fn started(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceCell<Started>>>> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A started caller for each of `functions`, by name.
-    pub(crate) async fn callers(&self, functions: &[Function]) -> Result<CallerMap, String> {
-        let mut map = CallerMap::new();
+    /// How many distinct Functions were started.
+    pub(crate) fn len(&self) -> usize {
+        self.started().len()
+    }
+
+    /// A started runtime for each of `functions`, by name.
+    pub(crate) async fn runtimes(&self, functions: &[Function]) -> Result<RuntimeMap, String> {
+        let mut map = RuntimeMap::new();
         for function in functions {
             // Function's Debug is every setting that makes its server.
             let key = format!("{function:?}");
-            let cell = Rc::clone(self.started.borrow_mut().entry(key).or_default());
+            let cell = Arc::clone(self.started().entry(key).or_default());
             let started = cell
                 .get_or_init(|| async {
-                    let caller = caller_for(function, self.runner.as_ref(), &self.defaults)
+                    let runtime = runtime_for(function, self.runner.as_ref(), &self.defaults)
                         .map_err(|e| crate::chain::Chain(&e).to_string())?;
-                    caller
+                    runtime
                         .start()
                         .await
                         .map_err(|e| crate::chain::Chain(&e).to_string())?;
-                    Ok(caller)
+                    Ok(runtime)
                 })
                 .await;
             match started {
-                Ok(caller) => {
-                    map.insert(function.name.clone(), Arc::clone(caller));
+                Ok(runtime) => {
+                    map.insert(function.name.clone(), Arc::clone(runtime));
                 }
                 Err(message) => return Err(format!("Function {:?}: {message}", function.name)),
             }
@@ -77,11 +79,11 @@ impl SharedServers {
 
     /// Stops every server started.
     pub(crate) async fn stop(&self) {
-        let cells: Vec<Rc<OnceCell<Started>>> = self.started.borrow().values().cloned().collect();
-        let callers: Vec<Arc<dyn FunctionCaller>> = cells
+        let cells: Vec<Arc<OnceCell<Started>>> = self.started().values().cloned().collect();
+        let runtimes: Vec<Arc<dyn Runtime>> = cells
             .iter()
             .filter_map(|c| c.get().and_then(|s| s.as_ref().ok()).cloned())
             .collect();
-        futures::future::join_all(callers.iter().map(|c| c.stop())).await;
+        futures::future::join_all(runtimes.iter().map(|r| r.stop())).await;
     }
 }

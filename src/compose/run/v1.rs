@@ -2,13 +2,13 @@
 //! the desired state and context flowing from step to step, requirements
 //! answered from the given resources, as Crossplane's function composer does.
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use prost::Message;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::compose::read::model::{PipelineStep, StepCredentials};
+use crate::compose::run::runtimes::{self, Runtime, RuntimeMap};
 use crate::compose::{
     ComposeError, ComposedResource, Observed, Outcome, Readiness, StepResult, XrCondition,
 };
@@ -28,36 +28,12 @@ const CAPABILITIES: [pb::Capability; 5] = [
     pb::Capability::RequiredSchemas,
 ];
 
-/// Calls one Function. Implementations: a running server (Development), one
-/// container run per call (Exec), fakes in tests.
-// `?Send`: the runner's future is not provably `Send` (a higher-ranked
-// lifetime limit of rustc inside the image store); render runs the pipeline
-// on one task, so it need not be.
-#[async_trait::async_trait(?Send)]
-pub(crate) trait FunctionCaller: Send + Sync {
-    /// Gets ready to be called (starts a server, for instance), so that
-    /// callers can prepare every Function at once before the first step.
-    /// Calling without it works too: whatever is needed happens then.
-    async fn start(&self) -> Result<(), ComposeError> {
-        Ok(())
-    }
-
-    /// Runs the function once.
-    async fn run_function(
-        &self,
-        request: pb::RunFunctionRequest,
-    ) -> Result<pb::RunFunctionResponse, ComposeError>;
-
-    /// Releases what [`FunctionCaller::start`] acquired (stops a server).
-    async fn stop(&self) {}
-}
-
 /// Everything a v1 pipeline run needs.
 pub(crate) struct V1Pipeline<'a> {
     /// The Composition's steps.
     pub(crate) steps: &'a [PipelineStep],
-    /// A caller per Function name.
-    pub(crate) callers: &'a HashMap<String, Arc<dyn FunctionCaller>>,
+    /// A started runtime per Function name.
+    pub(crate) runtimes: &'a RuntimeMap,
     /// The XR and observed composed resources; none for an Operation.
     pub(crate) observed: Option<&'a Observed>,
     /// Resources a step may require (`-e`).
@@ -102,8 +78,8 @@ impl V1Pipeline<'_> {
     /// Fails on a step whose `functionRef` names no known Function.
     pub(crate) fn check_function_refs(&self) -> Result<(), ComposeError> {
         for step in self.steps {
-            if !self.callers.contains_key(&step.function_ref.name) {
-                let mut known: Vec<_> = self.callers.keys().cloned().collect();
+            if !self.runtimes.contains_key(&step.function_ref.name) {
+                let mut known: Vec<_> = self.runtimes.keys().cloned().collect();
                 known.sort();
                 return Err(ComposeError::UnknownFunction {
                     step: step.step.clone(),
@@ -132,7 +108,7 @@ impl V1Pipeline<'_> {
         );
         let mut outcome = Outcome::default();
         for step in self.steps {
-            let caller = &self.callers[&step.function_ref.name];
+            let runtime = self.runtimes[&step.function_ref.name].as_ref();
             let (required_resources, required_schemas) = self.bootstrap(step);
             let mut request = pb::RunFunctionRequest {
                 meta: None,
@@ -150,7 +126,7 @@ impl V1Pipeline<'_> {
                 tag: tag(&request),
                 capabilities: CAPABILITIES.iter().map(|c| *c as i32).collect(),
             });
-            let response = self.call_with_requirements(step, caller, request).await?;
+            let response = self.call_with_requirements(step, runtime, request).await?;
             if let Some(requirements) = &response.requirements {
                 record_requirements(&mut outcome, requirements)?;
             }
@@ -226,7 +202,7 @@ impl V1Pipeline<'_> {
     async fn call_with_requirements(
         &self,
         step: &PipelineStep,
-        caller: &Arc<dyn FunctionCaller>,
+        runtime: &dyn Runtime,
         mut request: pb::RunFunctionRequest,
     ) -> Result<pb::RunFunctionResponse, ComposeError> {
         let bootstrap_resources = request.required_resources.clone();
@@ -236,8 +212,7 @@ impl V1Pipeline<'_> {
         let mut requirements: Option<pb::Requirements> = None;
         for iteration in 0..=MAX_REQUIREMENT_ITERATIONS {
             let response =
-                caller
-                    .run_function(request.clone())
+                runtimes::answer(runtime, &request)
                     .await
                     .map_err(|e| ComposeError::Step {
                         step: step.step.clone(),

@@ -22,10 +22,7 @@ pub(crate) use container::ContainerConfig;
 pub(crate) use function_io::*;
 
 /// Runs one alpha step's container: FunctionIO YAML in, FunctionIO YAML out.
-// `?Send`: the runner's future is not provably `Send` (a higher-ranked
-// lifetime limit of rustc inside the image store); render runs the pipeline
-// on one task, so it need not be.
-#[async_trait::async_trait(?Send)]
+#[async_trait::async_trait]
 pub(crate) trait AlphaStep: Send + Sync {
     /// Gets ready to run a step's container (pulls its image, makes its
     /// container ahead), so that every step's is prepared at once before

@@ -22,7 +22,7 @@ impl Script {
     }
 }
 
-#[async_trait::async_trait(?Send)]
+#[async_trait::async_trait]
 impl AlphaStep for Script {
     async fn run(&self, input: &[u8], config: &ContainerConfig) -> Result<Vec<u8>, ComposeError> {
         let io: FunctionIo = yaml_serde::from_slice(input).unwrap();

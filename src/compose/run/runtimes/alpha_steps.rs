@@ -23,7 +23,7 @@ pub(crate) struct ContainerSteps {
     pub(crate) defaults: ContainerDefaults,
 }
 
-#[async_trait::async_trait(?Send)]
+#[async_trait::async_trait]
 impl AlphaStep for ContainerSteps {
     /// In-process, the step's container is made (and started) ahead in the
     /// runner's warm pool; a daemon at the endpoint has its own.

@@ -1,19 +1,26 @@
 //! The `Development` runtime: a function server that is already running,
-//! or still starting: the first connect is retried for up to a short wait
-//! (`--development-wait`), since a function started just before the render
-//! (a script's `python fn.py &`) is often not listening yet; a refusal past
-//! it says how long render waited and what to check.
+//! or still starting: the first call retries its connect for up to a short
+//! wait (`--development-wait`), since a function started just before the
+//! render (a script's `python fn.py &`) is often not listening yet; a
+//! refusal past it says how long render waited and what to check, and the
+//! step that called.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::compose::run::v1::FunctionCaller;
-use crate::compose::{CallError, ComposeError};
+use tonic::Status;
+
+use super::runtime::{served, Runtime};
+use crate::call::{self, FunctionRunner};
+use crate::chain::Chain;
+use crate::compose::read::model::Function;
+use crate::compose::CallError;
 use crate::function_server::{Client, Dial, ResponseBudget};
-use crate::proto::v1;
+use crate::runner::RunConfig;
 
 /// A function server that is already running (`Development` runtime).
 #[derive(Debug)]
 pub(crate) struct Development {
+    function: call::Function,
     target: String,
     wait: Duration,
     client: Client,
@@ -25,11 +32,16 @@ pub(crate) struct Development {
 const RETRY_EVERY: Duration = Duration::from_millis(50);
 
 impl Development {
-    /// A caller of the server at `target` (`host:port`), waiting up to
-    /// `wait` for it to accept a connection.
-    pub(crate) fn new(target: &str, wait: Duration) -> Self {
+    /// The runtime of `function`, served at `target` (`host:port`), waiting
+    /// up to `wait` for it to accept a connection.
+    pub(crate) fn new(function: &Function, target: &str, wait: Duration) -> Self {
         let budget = Arc::new(ResponseBudget::one_answer());
         Self {
+            function: call::Function {
+                name: Some(function.name.clone()),
+                image: function.image().to_string(),
+                config: RunConfig::default(),
+            },
             target: target.to_string(),
             wait,
             client: Client::new(target, Dial::Tcp(target.to_string()), 1, budget),
@@ -38,7 +50,7 @@ impl Development {
     }
 
     /// Connects, trying again for up to the wait.
-    async fn connected(&self) -> Result<(), ComposeError> {
+    async fn connected(&self) -> Result<(), Status> {
         self.connected
             .get_or_try_init(|| async {
                 let started = Instant::now();
@@ -46,13 +58,11 @@ impl Development {
                     match self.client.connect().await {
                         Ok(()) => return Ok(()),
                         Err(source) if started.elapsed() >= self.wait => {
-                            return Err(ComposeError::Call {
-                                target: self.target.clone(),
-                                source: Box::new(CallError::Connect {
-                                    waited: started.elapsed(),
-                                    source,
-                                }),
-                            })
+                            let refused = CallError::Connect {
+                                waited: started.elapsed(),
+                                source,
+                            };
+                            return Err(Status::unavailable(Chain(&refused).to_string()));
                         }
                         Err(_) => tokio::time::sleep(RETRY_EVERY).await,
                     }
@@ -63,13 +73,26 @@ impl Development {
     }
 }
 
-#[async_trait::async_trait(?Send)]
-impl FunctionCaller for Development {
+#[async_trait::async_trait]
+impl Runtime for Development {
+    fn function(&self) -> &call::Function {
+        &self.function
+    }
+
+    fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+/// The backend of a running function server: the request on its client.
+#[async_trait::async_trait]
+impl FunctionRunner for Development {
     async fn run_function(
         &self,
-        request: v1::RunFunctionRequest,
-    ) -> Result<v1::RunFunctionResponse, ComposeError> {
+        _function: &call::Function,
+        request: call::Request,
+    ) -> Result<call::Response, Status> {
         self.connected().await?;
-        super::grpc::call(&self.client, &self.target, request).await
+        served(&self.client, request).await
     }
 }

@@ -13,10 +13,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::compose::run::v1::FunctionCaller;
-use crate::compose::{CallError, ComposeError, StartError};
+use tonic::Status;
+
+use super::runtime::{served, Runtime};
+use crate::call::{self, FunctionRunner};
+use crate::compose::{ComposeError, StartError};
 use crate::function_server::{self, Client, ResponseBudget, Server};
-use crate::proto::v1;
+use crate::grpc::status_of;
 use crate::runner::{RunConfig, Runner};
 
 /// The longest a server may take to listen once its container runs. SDK
@@ -27,14 +30,11 @@ pub(super) const MAX_SERVER_START: Duration = Duration::from_secs(30);
 /// A Function whose image runs as a gRPC server (`Docker` runtime).
 #[derive(Debug)]
 pub(crate) struct Docker {
-    /// The Function's name, for errors.
-    pub(super) function: String,
     /// The in-process runner.
     pub(super) runner: Arc<Runner>,
-    /// The image to serve.
-    pub(super) image: String,
-    /// Pull policy, credentials, and the start timeout.
-    pub(super) config: RunConfig,
+    /// The Function: its name, the image to serve, its pull policy,
+    /// credentials and the render's timeout.
+    pub(super) function: call::Function,
     /// `runtime-docker-env`.
     pub(super) env: Vec<String>,
     /// Egress (any `runtime-docker-network` but `none`).
@@ -47,38 +47,8 @@ pub(crate) struct Docker {
 #[derive(Debug)]
 pub(super) struct StartedServer {
     client: Client,
-    /// Taken by [`FunctionCaller::stop`].
+    /// Taken by [`Runtime::stop`].
     server: Mutex<Option<Server>>,
-}
-
-impl Docker {
-    async fn started(&self) -> Result<&StartedServer, ComposeError> {
-        self.started.get_or_try_init(|| self.start_server()).await
-    }
-
-    async fn start_server(&self) -> Result<StartedServer, ComposeError> {
-        let started = Instant::now();
-        let server = start(
-            &self.function,
-            &self.runner,
-            &self.image,
-            &self.config,
-            &self.env,
-            self.host_network,
-        )
-        .await?;
-        let client = server.client(&self.function, 1, Arc::new(ResponseBudget::one_answer()));
-        tracing::debug!(
-            function = %self.function,
-            image = %self.image,
-            elapsed = ?started.elapsed(),
-            "function server started"
-        );
-        Ok(StartedServer {
-            client,
-            server: Mutex::new(Some(server)),
-        })
-    }
 }
 
 /// Starts `function`'s server as `crossplane render` starts it and waits
@@ -106,30 +76,40 @@ pub(super) async fn start(
         })
 }
 
-#[async_trait::async_trait(?Send)]
-impl FunctionCaller for Docker {
-    async fn start(&self) -> Result<(), ComposeError> {
-        self.started().await.map(|_| ())
+#[async_trait::async_trait]
+impl Runtime for Docker {
+    fn function(&self) -> &call::Function {
+        &self.function
     }
 
-    async fn run_function(
-        &self,
-        request: v1::RunFunctionRequest,
-    ) -> Result<v1::RunFunctionResponse, ComposeError> {
-        let started = self.started().await?;
-        let result = super::grpc::call(&started.client, &self.image, request).await;
-        // A server that died answers "connection refused"; say why it died.
-        let exited = match started.server.lock() {
-            Ok(mut server) if result.is_err() => server.as_mut().and_then(|s| s.exited()),
-            _ => None,
-        };
-        match exited {
-            Some(exit) => Err(ComposeError::Call {
-                target: self.image.clone(),
-                source: Box::new(CallError::Exited(exit)),
-            }),
-            None => result,
-        }
+    async fn start(&self) -> Result<(), ComposeError> {
+        let name = self.function.name.as_deref().unwrap_or_default();
+        self.started
+            .get_or_try_init(|| async {
+                let started = Instant::now();
+                let server = start(
+                    name,
+                    &self.runner,
+                    &self.function.image,
+                    &self.function.config,
+                    &self.env,
+                    self.host_network,
+                )
+                .await?;
+                let client = server.client(name, 1, Arc::new(ResponseBudget::one_answer()));
+                tracing::debug!(
+                    function = %name,
+                    image = %self.function.image,
+                    elapsed = ?started.elapsed(),
+                    "function server started"
+                );
+                Ok(StartedServer {
+                    client,
+                    server: Mutex::new(Some(server)),
+                })
+            })
+            .await
+            .map(drop)
     }
 
     async fn stop(&self) {
@@ -140,5 +120,40 @@ impl FunctionCaller for Docker {
         if let Some(server) = server {
             server.stop().await;
         }
+    }
+}
+
+/// The backend of a render's function server: the request on its client;
+/// a server that died answers "connection refused", so a failed call says
+/// why it died instead, where it did.
+#[async_trait::async_trait]
+impl FunctionRunner for Docker {
+    async fn run_function(
+        &self,
+        _function: &call::Function,
+        request: call::Request,
+    ) -> Result<call::Response, Status> {
+        let started = self
+            .started
+            .get()
+            .ok_or_else(|| Status::failed_precondition("the function server is not started"))?;
+        let status = match served(&started.client, request).await {
+            Ok(response) => return Ok(response),
+            Err(status) => status,
+        };
+        let exited = match started.server.lock() {
+            Ok(mut server) => server.as_mut().and_then(|s| s.exited()),
+            Err(_) => None,
+        };
+        Err(match exited {
+            Some(exit) => {
+                let exit = status_of(&exit);
+                Status::new(
+                    exit.code(),
+                    format!("the function server exited: {}", exit.message()),
+                )
+            }
+            None => status,
+        })
     }
 }

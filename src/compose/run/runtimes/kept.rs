@@ -23,15 +23,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
 use super::docker::start;
+use super::runtime::{served, Runtime};
+use crate::call::{self, FunctionRunner};
 use crate::compose::read::model::Function;
-use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{ComposeError, StartError};
 use crate::function_server::{Client, Dial, ResponseBudget};
 use crate::image::PullPolicy;
-use crate::proto::v1;
 use crate::runner::{RunConfig, Runner};
-use serde::{Deserialize, Serialize};
 
 /// How to start a keeper: xfn's own binary and the flags (cache, registry,
 /// user namespace, runner) it shares with the render.
@@ -262,33 +264,42 @@ fn stop_and_wait(dir: &KeptDir, pid: u32, patience: Duration) -> bool {
 /// A Function served by a kept server, reached through its socket file.
 #[derive(Debug)]
 pub(crate) struct Kept {
-    pub(super) function: String,
-    pub(super) image: String,
-    pub(super) dir: KeptDir,
-    pub(super) start: Mutex<Option<KeptStart>>,
-    pub(super) timeout: Duration,
-    pub(super) client: tokio::sync::OnceCell<Client>,
+    function: call::Function,
+    dir: KeptDir,
+    start: Mutex<Option<KeptStart>>,
+    timeout: Duration,
+    client: tokio::sync::OnceCell<Client>,
 }
 
 impl Kept {
-    /// The client of the server, once its keeper's socket answers.
-    async fn client(&self) -> Result<&Client, ComposeError> {
-        self.client
-            .get_or_try_init(|| async {
-                self.wait_ready().await?;
-                let dial = Dial::Unix(self.dir.socket());
-                let budget = Arc::new(ResponseBudget::one_answer());
-                Ok(Client::new(&self.function, dial, 1, budget))
-            })
-            .await
+    /// The runtime of `function`, kept in `dir`, got ready by `start`
+    /// (none: its server was found running), waiting at most `timeout`
+    /// for its socket to answer.
+    pub(super) fn new(
+        function: &Function,
+        dir: KeptDir,
+        start: Option<KeptStart>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            function: call::Function {
+                name: Some(function.name.clone()),
+                image: function.image().to_string(),
+                config: RunConfig::default(),
+            },
+            dir,
+            start: Mutex::new(start),
+            timeout,
+            client: tokio::sync::OnceCell::new(),
+        }
     }
 
     /// Waits until the keeper's socket answers, or fails when the keeper
     /// exits (or the render's timeout passes) first, with its log's tail.
     async fn wait_ready(&self) -> Result<(), ComposeError> {
         let failed = |message: String| ComposeError::FunctionStart {
-            function: self.function.clone(),
-            image: self.image.clone(),
+            function: self.function.name.clone().unwrap_or_default(),
+            image: self.function.image.clone(),
             source: Box::new(StartError::Failed(message)),
         };
         let started = Instant::now();
@@ -328,21 +339,41 @@ impl Kept {
     }
 }
 
-#[async_trait::async_trait(?Send)]
-impl FunctionCaller for Kept {
-    async fn start(&self) -> Result<(), ComposeError> {
-        self.client().await.map(|_| ())
+/// Ready once its keeper's socket answers; nothing to stop (it is kept).
+#[async_trait::async_trait]
+impl Runtime for Kept {
+    fn function(&self) -> &call::Function {
+        &self.function
     }
 
+    async fn start(&self) -> Result<(), ComposeError> {
+        self.client
+            .get_or_try_init(|| async {
+                self.wait_ready().await?;
+                let dial = Dial::Unix(self.dir.socket());
+                let budget = Arc::new(ResponseBudget::one_answer());
+                let name = self.function.name.as_deref().unwrap_or_default();
+                Ok(Client::new(name, dial, 1, budget))
+            })
+            .await
+            .map(drop)
+    }
+}
+
+/// The backend of a kept server: the request on its socket file.
+#[async_trait::async_trait]
+impl FunctionRunner for Kept {
     async fn run_function(
         &self,
-        request: v1::RunFunctionRequest,
-    ) -> Result<v1::RunFunctionResponse, ComposeError> {
-        let client = self.client().await?;
-        super::grpc::call(client, &self.image, request).await
+        _function: &call::Function,
+        request: call::Request,
+    ) -> Result<call::Response, Status> {
+        let client = self
+            .client
+            .get()
+            .ok_or_else(|| Status::failed_precondition("the kept server is not ready"))?;
+        served(client, request).await
     }
-
-    // Kept: nothing to stop.
 }
 
 /// The keeper: runs the server as the `Docker` runtime would, forwards

@@ -1,20 +1,26 @@
-//! The real executors of pipeline steps:
-//! - v1 Functions: [`Docker`] (the image served as a gRPC server for the
-//!   whole render, rootless, reached inside its own network namespace),
-//!   [`Development`] (a running gRPC server), [`Exec`] (one container run
-//!   per call, protobuf JSON on stdin/stdout).
-//! - alpha steps: [`ContainerSteps`], through the runner daemon at the step's
-//!   `runner.endpoint` when one answers there, else in-process.
+//! How render runs a Function (its `render.crossplane.io/runtime`,
+//! Crossplane's word): each runtime a backend of the one call seam
+//! ([`crate::call::FunctionRunner`]: the request's bytes in, the answer's
+//! bytes out) with a start before the pipeline's first step and a stop
+//! after its last ([`Runtime`], in [`runtime`]):
+//! - [`Docker`]: the image served as a function server for the whole render
+//!   (rootless, reached inside its own network namespace); kept
+//!   ([`kept::Kept`]): one left running for the next render, reached
+//!   through its keeper's socket file;
+//! - [`Development`]: a function server already running;
+//! - [`Exec`]: one container run per call (protobuf JSON on stdin and
+//!   stdout), the engine's own backend (`call::container`).
 //!
-//! Files: [`docker`], [`development`], [`exec`], [`grpc`] (a typed call
-//! on the one client of function servers, [`crate::function_server`]),
-//! [`alpha_steps`].
+//! The pipeline's typed messages meet bytes in one place, [`answer`]. Alpha
+//! steps (FunctionIO, not a request of the seam) run through
+//! [`ContainerSteps`]: the runner daemon at the step's `runner.endpoint`
+//! when one answers there, else in-process.
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::call;
 use crate::compose::read::model::{Function, RuntimeKind};
-use crate::compose::run::v1::FunctionCaller;
 use crate::compose::{CallError, ComposeError};
 use crate::image::{ImageReference, PullPolicy, RegistryAuth, UnknownPullPolicy};
 use crate::runner::{Limits, NetworkPolicy, RunConfig, Runner};
@@ -23,13 +29,14 @@ mod alpha_steps;
 mod development;
 mod docker;
 mod exec;
-mod grpc;
 pub(crate) mod kept;
+mod runtime;
 
 pub(crate) use alpha_steps::{daemon_answers, ContainerSteps};
 pub(crate) use development::Development;
 pub(crate) use docker::Docker;
 pub(crate) use exec::Exec;
+pub(crate) use runtime::{answer, Runtime, RuntimeMap};
 
 /// Largest gRPC message accepted from a function (Crossplane's functions
 /// default to 4 MiB; render is generous).
@@ -52,26 +59,25 @@ pub(crate) struct ContainerDefaults {
     pub(crate) development_wait: Duration,
 }
 
-/// The callers of a render's Functions, by name. They own the function
-/// servers: [`Callers::around`] starts every one at once (pulls included)
-/// before the pipeline, and stops them after it whatever its outcome;
-/// kept servers (`runtime-docker-cleanup: Orphan`) are reused and left
-/// running.
-pub(crate) struct Callers {
-    map: HashMap<String, Arc<dyn FunctionCaller>>,
+/// The runtimes of a render's Functions. They own the function servers:
+/// [`Runtimes::around`] starts every one at once (pulls included) before
+/// the pipeline, and stops them after it whatever its outcome; kept
+/// servers (`runtime-docker-cleanup: Orphan`) are reused and left running.
+pub(crate) struct Runtimes {
+    map: RuntimeMap,
 }
 
-impl Callers {
-    /// A caller per Function.
+impl Runtimes {
+    /// A runtime per Function.
     pub(crate) fn new(
         functions: &[Function],
         runner: Option<&Arc<Runner>>,
         defaults: &ContainerDefaults,
         mut kept: HashMap<String, kept::KeptStart>,
     ) -> Result<Self, ComposeError> {
-        let mut map: HashMap<String, Arc<dyn FunctionCaller>> = HashMap::new();
+        let mut map = RuntimeMap::new();
         for function in functions {
-            let caller: Arc<dyn FunctionCaller> =
+            let runtime: Arc<dyn Runtime> =
                 match (&function.runtime, &function.keep) {
                     (RuntimeKind::Docker, Some(name)) => {
                         let keeper = defaults.keeper.as_ref().ok_or_else(|| {
@@ -80,68 +86,64 @@ impl Callers {
                                 message: "a kept server needs xfn's keeper".into(),
                             }
                         })?;
-                        Arc::new(kept::Kept {
-                            function: function.name.clone(),
-                            image: function.image().to_string(),
-                            dir: kept::KeptDir::new(&keeper.cache_dir, name),
-                            start: std::sync::Mutex::new(kept.remove(&function.name)),
-                            timeout: defaults.timeout,
-                            client: tokio::sync::OnceCell::new(),
-                        })
+                        Arc::new(kept::Kept::new(
+                            function,
+                            kept::KeptDir::new(&keeper.cache_dir, name),
+                            kept.remove(&function.name),
+                            defaults.timeout,
+                        ))
                     }
-                    _ => caller_for(function, runner, defaults)?,
+                    _ => runtime_for(function, runner, defaults)?,
                 };
-            map.insert(function.name.clone(), caller);
+            map.insert(function.name.clone(), runtime);
         }
         Ok(Self { map })
     }
 
-    /// The callers by Function name.
-    pub(crate) fn map(&self) -> &HashMap<String, Arc<dyn FunctionCaller>> {
+    /// The runtimes by Function name.
+    pub(crate) fn map(&self) -> &RuntimeMap {
         &self.map
     }
 
-    /// Starts every server, runs `work`, stops the servers.
+    /// Starts every runtime, runs `work`, stops them.
     pub(crate) async fn around<T>(
         &self,
         work: impl std::future::Future<Output = Result<T, ComposeError>>,
     ) -> Result<T, ComposeError> {
-        let started = futures::future::try_join_all(self.map.values().map(|c| c.start())).await;
+        let started = futures::future::try_join_all(self.map.values().map(|r| r.start())).await;
         let result = match started {
             Ok(_) => work.await,
             Err(err) => Err(err),
         };
-        futures::future::join_all(self.map.values().map(|c| c.stop())).await;
+        futures::future::join_all(self.map.values().map(|r| r.stop())).await;
         result
     }
 }
 
-/// The caller for `function` by its runtime annotation.
-pub(crate) fn caller_for(
+/// The runtime of `function` by its runtime annotation.
+pub(crate) fn runtime_for(
     function: &Function,
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,
-) -> Result<Arc<dyn FunctionCaller>, ComposeError> {
+) -> Result<Arc<dyn Runtime>, ComposeError> {
     match &function.runtime {
         RuntimeKind::Development { target } => Ok(Arc::new(Development::new(
+            function,
             target,
             defaults.development_wait,
         ))),
         RuntimeKind::Exec => {
-            let (runner, image, config) = container_of(function, runner, defaults)?;
+            let (runner, call) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Exec {
                 runner,
-                image,
-                config,
+                function: call,
             }))
         }
         RuntimeKind::Docker => {
-            let (runner, image, config) = container_of(function, runner, defaults)?;
+            let (runner, call) = container_of(function, runner, defaults)?;
             Ok(Arc::new(Docker {
-                function: function.name.clone(),
                 runner,
-                image,
-                config,
+                function: call,
                 env: function.env.clone(),
                 host_network: function.host_network,
                 started: tokio::sync::OnceCell::new(),
@@ -150,12 +152,13 @@ pub(crate) fn caller_for(
     }
 }
 
-/// The runner, image and run settings of a Function that runs a container.
+/// The runner, and the Function as the seam names it (image, run
+/// settings), of a Function that runs a container.
 fn container_of(
     function: &Function,
     runner: Option<&Arc<Runner>>,
     defaults: &ContainerDefaults,
-) -> Result<(Arc<Runner>, String, RunConfig), ComposeError> {
+) -> Result<(Arc<Runner>, call::Function), ComposeError> {
     let invalid = |message: String| ComposeError::FunctionInvalid {
         function: function.name.clone(),
         message,
@@ -182,7 +185,12 @@ fn container_of(
         network: NetworkPolicy::Isolated,
         limits: Limits::default(),
     };
-    Ok((Arc::clone(runner), image, config))
+    let call = call::Function {
+        name: Some(function.name.clone()),
+        image,
+        config,
+    };
+    Ok((Arc::clone(runner), call))
 }
 
 /// Credentials for `image` from the docker config; anonymous when there are

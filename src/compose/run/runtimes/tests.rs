@@ -20,6 +20,28 @@ fn defaults() -> ContainerDefaults {
     }
 }
 
+/// A Function of `runtime` and `package`.
+fn function(runtime: RuntimeKind, package: &str) -> Function {
+    Function {
+        name: "fn-a".into(),
+        package: package.into(),
+        runtime,
+        pull_policy: None,
+        image_override: None,
+        env: Vec::new(),
+        host_network: false,
+        keep: None,
+    }
+}
+
+/// The Development runtime of a Function served at `target`.
+fn development(target: &str, wait: Duration) -> Development {
+    let kind = RuntimeKind::Development {
+        target: target.into(),
+    };
+    Development::new(&function(kind, "fn:v1"), target, wait)
+}
+
 /// Serves only the v1beta1 function service; echoes the request's tag.
 struct BetaOnly;
 
@@ -53,17 +75,15 @@ async fn development_falls_back_to_v1beta1_on_unimplemented() {
             )
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    let caller = Development::new(&address.to_string(), Duration::ZERO);
-    let response = caller
-        .run_function(v1::RunFunctionRequest {
-            meta: Some(v1::RequestMeta {
-                tag: "abc".into(),
-                capabilities: vec![],
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let runtime = development(&address.to_string(), Duration::ZERO);
+    let request = v1::RunFunctionRequest {
+        meta: Some(v1::RequestMeta {
+            tag: "abc".into(),
+            capabilities: vec![],
+        }),
+        ..Default::default()
+    };
+    let response = answer(&runtime, &request).await.unwrap();
     assert_eq!(response.meta.unwrap().tag, "abc");
     assert_eq!(response.results[0].message, "served by v1beta1");
 }
@@ -83,8 +103,8 @@ async fn development_waits_for_a_server_that_starts_listening_after_the_render()
             .serve_with_incoming(TcpListenerStream::new(listener))
             .await
     });
-    let response = Development::new(&address.to_string(), defaults().development_wait)
-        .run_function(v1::RunFunctionRequest::default())
+    let runtime = development(&address.to_string(), defaults().development_wait);
+    let response = answer(&runtime, &v1::RunFunctionRequest::default())
         .await
         .unwrap();
     assert_eq!(response.results[0].message, "served by v1beta1");
@@ -95,8 +115,8 @@ async fn development_names_the_target_it_cannot_reach() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let err = Development::new(&address, Duration::from_millis(200))
-        .run_function(v1::RunFunctionRequest::default())
+    let runtime = development(&address, Duration::from_millis(200));
+    let err = answer(&runtime, &v1::RunFunctionRequest::default())
         .await
         .unwrap_err();
     let text = crate::chain::one_line(&err);
@@ -208,31 +228,24 @@ async fn without_a_daemon_or_a_runner_an_alpha_step_says_so() {
 
 #[test]
 fn container_functions_name_what_is_wrong_with_them() {
-    use crate::compose::read::model::Function;
     let defaults = defaults();
     let function = |runtime: RuntimeKind, package: &str, pull_policy: Option<&str>| Function {
-        name: "fn-a".into(),
-        package: package.into(),
-        runtime,
         pull_policy: pull_policy.map(str::to_string),
-        image_override: None,
-        env: Vec::new(),
-        host_network: false,
-        keep: None,
+        ..function(runtime, package)
     };
     for runtime in [RuntimeKind::Docker, RuntimeKind::Exec] {
-        let no_runner = caller_for(&function(runtime.clone(), "img", None), None, &defaults);
+        let no_runner = runtime_for(&function(runtime.clone(), "img", None), None, &defaults);
         let err = no_runner.err().unwrap().to_string();
         assert!(
             err.starts_with("Function \"fn-a\": ") && err.contains("runner"),
             "{err}"
         );
     }
-    let no_package = caller_for(&function(RuntimeKind::Docker, "", None), None, &defaults);
+    let no_package = runtime_for(&function(RuntimeKind::Docker, "", None), None, &defaults);
     let err = no_package.err().unwrap().to_string();
     assert_eq!(err, "Function \"fn-a\": it has no spec.package");
     let bad_policy = function(RuntimeKind::Exec, "img", Some("Sometimes"));
-    let err = crate::chain::one_line(&caller_for(&bad_policy, None, &defaults).err().unwrap());
+    let err = crate::chain::one_line(&runtime_for(&bad_policy, None, &defaults).err().unwrap());
     assert!(
         err.starts_with("Function \"fn-a\": ") && err.contains("unknown pull policy \"Sometimes\""),
         "{err}"

@@ -1,16 +1,19 @@
-//! Pipeline semantics with fake callers.
+//! Pipeline semantics with fake runtimes.
 use std::sync::Mutex;
 
 use serde_json::json;
 
+use std::sync::Arc;
+
 use super::*;
+use crate::call::{self, FunctionRunner};
 use crate::compose::read::model::{
     FunctionRef, RequiredResourceSelector, SecretRef, StepRequirements,
 };
 
 type Handler = dyn Fn(&pb::RunFunctionRequest) -> pb::RunFunctionResponse + Send + Sync;
 
-/// A caller that answers with `handler` and records every request.
+/// A runtime that answers with `handler` and records every request.
 struct Fake {
     handler: Box<Handler>,
     calls: Mutex<Vec<pb::RunFunctionRequest>>,
@@ -30,14 +33,31 @@ impl Fake {
     }
 }
 
-#[async_trait::async_trait(?Send)]
-impl FunctionCaller for Fake {
+/// What every fake is to the seam.
+static FAKE: std::sync::LazyLock<call::Function> = std::sync::LazyLock::new(|| call::Function {
+    name: Some("fake".into()),
+    image: "fake".into(),
+    config: Default::default(),
+});
+
+#[async_trait::async_trait]
+impl Runtime for Fake {
+    fn function(&self) -> &call::Function {
+        &FAKE
+    }
+}
+
+#[async_trait::async_trait]
+impl FunctionRunner for Fake {
     async fn run_function(
         &self,
-        request: pb::RunFunctionRequest,
-    ) -> Result<pb::RunFunctionResponse, ComposeError> {
+        _function: &call::Function,
+        request: call::Request,
+    ) -> Result<call::Response, tonic::Status> {
+        let request = pb::RunFunctionRequest::decode(request.input).unwrap();
         self.calls.lock().unwrap().push(request.clone());
-        Ok((self.handler)(&request))
+        let response = (self.handler)(&request);
+        Ok(call::Response::ran(response.encode_to_vec().into()))
     }
 }
 
@@ -70,27 +90,22 @@ fn resource(value: Value) -> pb::Resource {
     }
 }
 
-fn callers(list: &[(&str, Arc<Fake>)]) -> HashMap<String, Arc<dyn FunctionCaller>> {
+fn runtimes(list: &[(&str, Arc<Fake>)]) -> RuntimeMap {
     list.iter()
-        .map(|(name, fake)| {
-            (
-                name.to_string(),
-                Arc::clone(fake) as Arc<dyn FunctionCaller>,
-            )
-        })
+        .map(|(name, fake)| (name.to_string(), Arc::clone(fake) as Arc<dyn Runtime>))
         .collect()
 }
 
 async fn run_pipeline(
     steps: &[PipelineStep],
-    callers: &HashMap<String, Arc<dyn FunctionCaller>>,
+    runtimes: &RuntimeMap,
     required: &[Value],
     credentials: &[Value],
     context: Option<Value>,
 ) -> Result<Outcome, ComposeError> {
     V1Pipeline {
         steps,
-        callers,
+        runtimes,
         observed: Some(&observed()),
         required,
         schemas: &[],
@@ -140,10 +155,10 @@ async fn desired_state_and_context_flow_and_a_dropped_resource_is_gone() {
             ..Default::default()
         }
     });
-    let callers = callers(&[("f1", first.clone()), ("f2", second.clone())]);
+    let runtimes = runtimes(&[("f1", first.clone()), ("f2", second.clone())]);
     let outcome = run_pipeline(
         &[step("one", "f1"), step("two", "f2")],
-        &callers,
+        &runtimes,
         &[],
         &[],
         Some(json!({"cli": 1})),
@@ -232,7 +247,7 @@ async fn requirements_equal_to_the_previous_calls_end_the_loop() {
     ];
     let outcome = run_pipeline(
         &[step("s", "f")],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &required,
         &[],
         None,
@@ -266,7 +281,7 @@ async fn requirements_that_never_settle_fail_after_six_calls_worded_as_core_word
     });
     let err = run_pipeline(
         &[step("s", "f")],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[],
         &[],
         None,
@@ -301,7 +316,7 @@ async fn a_fatal_result_stops_the_pipeline_keeping_what_came_before() {
     let after = Fake::new(|_| pb::RunFunctionResponse::default());
     let outcome = run_pipeline(
         &[step("check", "fatal"), step("later", "after")],
-        &callers(&[("fatal", fatal), ("after", after.clone())]),
+        &runtimes(&[("fatal", fatal), ("after", after.clone())]),
         &[],
         &[],
         None,
@@ -325,7 +340,7 @@ async fn an_unknown_function_fails_before_anything_runs() {
     let known = Fake::new(|_| pb::RunFunctionResponse::default());
     let err = run_pipeline(
         &[step("one", "known"), step("two", "missing")],
-        &callers(&[("known", known.clone())]),
+        &runtimes(&[("known", known.clone())]),
         &[],
         &[],
         None,
@@ -355,8 +370,8 @@ async fn credentials_come_from_the_named_secret() {
     let secrets = [json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "db-creds", "namespace": "crossplane-system"},
         "data": {"password": "aHVudGVyMg=="}, "stringData": {"user": "admin"}})];
-    let callers = callers(&[("f", fake.clone())]);
-    run_pipeline(&[with_credentials.clone()], &callers, &[], &secrets, None)
+    let runtimes = runtimes(&[("f", fake.clone())]);
+    run_pipeline(&[with_credentials.clone()], &runtimes, &[], &secrets, None)
         .await
         .unwrap();
     let Some(pb::credentials::Source::CredentialData(data)) =
@@ -367,7 +382,7 @@ async fn credentials_come_from_the_named_secret() {
     assert_eq!(data.data["password"], b"hunter2");
     assert_eq!(data.data["user"], b"admin");
 
-    let err = run_pipeline(&[with_credentials], &callers, &[], &[], None)
+    let err = run_pipeline(&[with_credentials], &runtimes, &[], &[], None)
         .await
         .unwrap_err();
     assert!(
@@ -456,7 +471,7 @@ async fn the_context_a_call_returns_is_what_the_next_iteration_of_the_step_sees(
     });
     let outcome = run_pipeline(
         &[step("s", "f")],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[config_map("cm")],
         &[],
         None,
@@ -493,7 +508,7 @@ async fn a_first_call_given_all_it_asks_for_by_bootstrap_requirements_is_final()
     });
     run_pipeline(
         &[s],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[config_map("cm")],
         &[],
         None,
@@ -525,7 +540,7 @@ async fn bootstrap_resources_stay_on_every_iteration_beside_what_the_function_as
     });
     run_pipeline(
         &[s],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[config_map("cm"), config_map("other")],
         &[],
         None,
@@ -557,7 +572,7 @@ async fn a_fatal_result_ends_the_requirements_loop_at_once() {
     });
     let outcome = run_pipeline(
         &[step("s", "f")],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[config_map("cm")],
         &[],
         None,
@@ -576,7 +591,7 @@ async fn the_function_is_not_told_its_iteration_every_call_carries_the_first_cal
     });
     let _ = run_pipeline(
         &[step("s", "f")],
-        &callers(&[("f", fake.clone())]),
+        &runtimes(&[("f", fake.clone())]),
         &[config_map("cm")],
         &[],
         None,
@@ -597,7 +612,7 @@ async fn the_first_step_gets_an_empty_context_and_the_next_exactly_what_the_prev
     let second = Fake::new(|_| pb::RunFunctionResponse::default());
     run_pipeline(
         &[step("one", "first"), step("two", "second")],
-        &callers(&[("first", first.clone()), ("second", second.clone())]),
+        &runtimes(&[("first", first.clone()), ("second", second.clone())]),
         &[],
         &[],
         None,
@@ -619,10 +634,10 @@ fn a_name_selector_is_a_get_of_that_namespace_and_a_list_spans_every_namespace_s
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}}),
     ];
     let steps = [];
-    let callers = HashMap::new();
+    let runtimes = HashMap::new();
     let pipeline = V1Pipeline {
         steps: &steps,
-        callers: &callers,
+        runtimes: &runtimes,
         observed: None,
         required: &objects,
         schemas: &[],
@@ -684,10 +699,10 @@ async fn observed_resources_carry_the_connection_details_of_the_secret_they_name
     };
     let required = [secret("ns", "c2VjcmV0"), secret("team", "b3RoZXI=")];
     let steps = [step("s", "f")];
-    let callers = callers(&[("f", fake.clone())]);
+    let runtimes = runtimes(&[("f", fake.clone())]);
     V1Pipeline {
         steps: &steps,
-        callers: &callers,
+        runtimes: &runtimes,
         observed: Some(&observed),
         required: &required,
         schemas: &[],

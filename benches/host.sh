@@ -14,7 +14,18 @@
 #                 front of the plaintext server), where installed: haproxy
 #                 (HTTP/2, routed by SNI, as xfn host routes) and socat (a
 #                 byte-level TLS proxy, one process per connection: the
-#                 floor of a TLS-terminating hop).
+#                 floor of a TLS-terminating hop). With XFN_BINARY_BEFORE,
+#                 a second `xfn host` of that build beside them (`before`),
+#                 to compare two builds in the same rounds.
+#   count         what the same warm calls cost each hop, counted rather
+#                 than timed (counts do not move with the machine's load):
+#                 per call, xfn's own processes (not its function server)
+#                 against each peer's: CPU, context switches, wake-ups,
+#                 syscalls by kind, libc allocations (perf stat, perf probe
+#                 on libc's malloc/calloc/realloc), bytes read and written
+#                 (strace), each less the same processes' idle counts over
+#                 as long (benches/host_load.rs `count`), and each
+#                 xfn's ratio to haproxy's. COUNT_CALLS calls (300) per side.
 #   from zero     the first call to a function with no server running
 #                 (`xfn host --server-idle 1s`, each call after the last
 #                 server was stopped, on a TLS connection kept open) against
@@ -42,27 +53,33 @@
 #
 # Needs: crun, docker-registry, umoci, skopeo, busybox-static, openssl,
 # python3 (apt-get packages; scripts/setup.sh); for the peers, haproxy and
-# socat (PEERS="haproxy socat" by default; PEERS= for none). Run as root from the
+# socat (PEERS="haproxy socat" by default; PEERS= for none); for the
+# count part, perf (linux-perf) and strace. Run as root from the
 # repository root:
 #   benches/host.sh                  (release build, niced)
 #   PROFILE=dev benches/host.sh      (debug build)
 # More samples: ROUNDS=10 ROUND_CALLS=200 COLD_CALLS=30 benches/host.sh
 # One function: ONLY=pythonic benches/host.sh
 # Another xfn (a build made before, to compare): XFN_BINARY=path benches/host.sh
-# Some rows: PARTS="warm cold" benches/host.sh (of warm, cold, memory)
+# Two builds side by side (warm and count): XFN_BINARY_BEFORE=path benches/host.sh
+# Some rows: PARTS="warm cold" benches/host.sh (of warm, count, cold, memory)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
 PROFILE=${PROFILE:-release}
 export ROUNDS=${ROUNDS:-5} ROUND_CALLS=${ROUND_CALLS:-100} PACE_MS=${PACE_MS:-20}
 COLD_CALLS=${COLD_CALLS:-10}
+COUNT_CALLS=${COUNT_CALLS:-300}
 FUNCTIONS=${FUNCTIONS:-10}
 PYTHONIC_ROOT=${PYTHONIC_ROOT:-/var/cache/xfn-test/function-pythonic-0.6.3}
 NS=crossplane-system
 bench_work host
 NATIVE_PIDS=
+BEFORE_PID=
+PROBES=
 bench_cleanup_more() {
-    for pid in $NATIVE_PIDS $PEER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    for pid in $NATIVE_PIDS $PEER_PIDS $BEFORE_PID; do kill "$pid" 2>/dev/null || true; done
+    [ -z "$PROBES" ] || perf probe -q -d 'probe_libc:*' 2>/dev/null || true
 }
 
 # Build xfn, the client and the static test server, niced (the machine's
@@ -83,6 +100,12 @@ XFN=${XFN_BINARY:-$XFN} # a build made before, to compare (as benches/server.sh)
 cp "$(realpath "$XFN")" "$WORK/xfn"
 cp "$LOAD" "$WORK/host_load"
 chmod 755 "$WORK/xfn" "$WORK/host_load"
+if [ -n "${XFN_BINARY_BEFORE:-}" ]; then
+    # Named xfn too: host_load tells xfn's own processes by their command.
+    mkdir -p "$WORK/before"
+    cp "$(realpath "$XFN_BINARY_BEFORE")" "$WORK/before/xfn"
+    chmod 755 "$WORK/before" "$WORK/before/xfn"
+fi
 XFN="$WORK/xfn"
 LOAD="$WORK/host_load"
 
@@ -125,7 +148,7 @@ fi
 
 # ONLY=fn_server or ONLY=pythonic runs one of them; PARTS some rows.
 KINDS=${ONLY:-$KINDS}
-PARTS=${PARTS:-warm cold memory}
+PARTS=${PARTS:-warm count cold memory}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # native_command KIND PORT: the server of KIND on 127.0.0.1:PORT, run from
@@ -177,6 +200,9 @@ NPORT=$((PORT + 3))
 # The peers' ports, past the memory rows' native servers.
 APORT=$((PORT + FUNCTIONS + 10))
 SPORT=$((PORT + FUNCTIONS + 11))
+# The before build's ports (XFN_BINARY_BEFORE).
+BPORT=$((PORT + FUNCTIONS + 12))
+BMPORT=$((PORT + FUNCTIONS + 13))
 PEERS=${PEERS-haproxy socat}
 PEER_PIDS=
 
@@ -228,11 +254,13 @@ peers_down() {
 
 # up NAME FUNCTIONS_FILE FLAGS...: `xfn host` as uid 65532 on $HPORT
 # (metrics on $MPORT), its log in $WORK/NAME.log; waits until it listens
-# and every function's package is ready.
+# and every function's package is ready. UP_XFN, UP_PORT, UP_MPORT and
+# UP_CACHE (when set) run another build on other ports instead.
 up() {
     name=$1 file=$2; shift 2
-    $AS_NONROOT env ${XFN_ENV:-} "$XFN" host --functions "$file" --ca "$WORK/certs/ca" --cache-dir "$WORK/cache" \
-        --address "127.0.0.1:$HPORT" --metrics-address "127.0.0.1:$MPORT" "$@" 2>"$WORK/$name.log" &
+    $AS_NONROOT env ${XFN_ENV:-} "${UP_XFN:-$XFN}" host --functions "$file" --ca "$WORK/certs/ca" \
+        --cache-dir "${UP_CACHE:-$WORK/cache}" --address "127.0.0.1:${UP_PORT:-$HPORT}" \
+        --metrics-address "127.0.0.1:${UP_MPORT:-$MPORT}" "$@" 2>"$WORK/$name.log" &
     XFN_PID=$!
     want=$(grep -c '^kind: Function' "$file")
     for _ in $(seq 1200); do
@@ -248,6 +276,36 @@ down() {
     kill -TERM "$XFN_PID"
     wait "$XFN_PID" || true
     XFN_PID=
+}
+# before_up FUNCTIONS_FILE: the XFN_BINARY_BEFORE build's `xfn host` on
+# $BPORT, as a peer named `before` (BEFORE_PID); before_down stops it.
+before_up() {
+    [ -n "${XFN_BINARY_BEFORE:-}" ] || return 0
+    after_pid=$XFN_PID
+    mkdir -p "$WORK/cache-before"
+    chown "$NONROOT:$NONROOT" "$WORK/cache-before"
+    UP_XFN="$WORK/before/xfn" UP_PORT=$BPORT UP_MPORT=$BMPORT UP_CACHE="$WORK/cache-before"
+    up "$kind-before" "$1"
+    unset UP_XFN UP_PORT UP_MPORT UP_CACHE
+    BEFORE_PID=$XFN_PID
+    XFN_PID=$after_pid
+    PEER_ENV="$PEER_ENV BEFORE_PID=$BEFORE_PID"
+    PEER_ARGS="$PEER_ARGS before=tls:127.0.0.1:$BPORT/$prefix.$NS"
+}
+before_down() {
+    [ -n "$BEFORE_PID" ] || return 0
+    kill -TERM "$BEFORE_PID"
+    wait "$BEFORE_PID" || true
+    BEFORE_PID=
+}
+# count_side SIDE TARGET PID: `host_load count` of one side, its lines
+# prefixed `SIDE.` (as root: perf's tracepoints and strace need it). With
+# COUNT_PROFILE=DIR, also where each side's CPU goes (perf report) in
+# DIR/KIND-SIDE.txt.
+count_side() {
+    profile=
+    [ -z "${COUNT_PROFILE:-}" ] || profile="$COUNT_PROFILE/$kind-$1.txt"
+    env CERTS="$CERTS" ${profile:+COUNT_PROFILE="$profile"} "$LOAD" count "$2" "$COUNT_CALLS" "$3" | sed "s/^/$1./" >>"$out"
 }
 
 # native_up KIND PORT: a native server, listening; its pid added to NATIVE_PIDS.
@@ -291,12 +349,30 @@ for kind in $KINDS; do
 
     # Warm: the native server and xfn host's, called in alternating rounds.
     functions_file "$WORK/one.yaml" "$prefix=$image"
-    if part warm; then
+    if part warm || part count; then
         up "$kind-warm" "$WORK/one.yaml"
         native_up "$kind" "$NPORT"
         peers_up "$prefix"
-        # shellcheck disable=SC2086 # one word per peer
-        $AS_NONROOT env CERTS="$CERTS" XFN_PID="$XFN_PID" DIRECT_PID="$NATIVE_PID" $PEER_ENV "$LOAD" warm "tcp:127.0.0.1:$NPORT" "tls:127.0.0.1:$HPORT/$prefix.$NS" $PEER_ARGS >>"$out"
+        before_up "$WORK/one.yaml"
+        if part warm; then
+            # shellcheck disable=SC2086 # one word per peer
+            $AS_NONROOT env CERTS="$CERTS" XFN_PID="$XFN_PID" DIRECT_PID="$NATIVE_PID" $PEER_ENV "$LOAD" warm "tcp:127.0.0.1:$NPORT" "tls:127.0.0.1:$HPORT/$prefix.$NS" $PEER_ARGS >>"$out"
+        fi
+        if part count && ! { command -v perf && command -v strace; } >/dev/null; then
+            echo "NOTE: perf or strace is not installed: the count part is not measured" >&2
+        elif part count; then
+            if [ -z "$PROBES" ] && perf probe -q -x "$(ldconfig -p | awk '/libc.so.6 .*x86-64/ {print $NF; exit}')" \
+                --add malloc --add calloc --add realloc 2>/dev/null; then
+                PROBES=1
+            fi
+            count_side xfn "tls:127.0.0.1:$HPORT/$prefix.$NS" "$XFN_PID"
+            for side in $PEER_ENV; do
+                name=$(echo "${side%%_PID=*}" | tr A-Z a-z)
+                port=$(echo "$PEER_ARGS" | tr ' ' '\n' | sed -n "s|^$name=tls:127.0.0.1:\([0-9]*\)/.*|\1|p")
+                count_side "$name" "tls:127.0.0.1:$port/$prefix.$NS" "${side#*_PID=}"
+            done
+        fi
+        before_down
         peers_down
         natives_down
         down
@@ -365,12 +441,32 @@ for kind in kinds:
         print(f"  the hop alone p50 (ms)    {g('hop_p50_ms'):7.3f}  (gRPC health check through xfn host's TLS and HTTP/2, no function)")
         print(f"  CPU per call (us)         direct server {g('direct_cpu_us_per_call'):7.1f}  xfn host and its server {g('hosted_cpu_us_per_call'):7.1f}"
               f"  (xfn alone {g('xfn_cpu_us_per_call'):.1f}; {g('xfn_idle_cpu_us_per_s'):.1f} us a second idle)")
+        if "before_overhead_p50_ms" in f:
+            print(f"  before (XFN_BINARY_BEFORE) direct {g('direct_p50_ms'):7.3f}  via xfn host {g('before_p50_ms'):7.3f}"
+                  f"  overhead {g('before_overhead_p50_ms'):+.3f} ms; CPU per call, xfn alone {g('before_xfn_cpu_us_per_call'):.1f} us"
+                  f" (and its server {g('before_cpu_us_per_call'):.1f})")
         for peer in ("haproxy", "socat"):
             if f"{peer}_overhead_p50_ms" in f:
                 print(f"  peer {peer:8} p50 (ms)    direct {g('direct_p50_ms'):7.3f}  via {peer:8} {g(peer + '_p50_ms'):7.3f}"
                       f"  overhead {g(peer + '_overhead_p50_ms'):+.3f} ms; xfn host's is {g('overhead_p50_ms') / g(peer + '_overhead_p50_ms'):.2f}x {peer}'s;"
                       f" its CPU per call {g(peer + '_cpu_us_per_call'):.1f} us")
-    if "host_cold_p50_ms" in f:
+    sides = [s for s in ("xfn", "before", "haproxy", "socat") if f"{s}.count_task_clock" in f]
+    if sides:
+        print(f"  per warm call, counted (xfn: its own processes; less idle):")
+        print(f"    {'':28}" + "".join(f"{s:>10}" for s in sides) + ("   xfn/haproxy" if "haproxy" in sides else ""))
+        keys = []
+        for k in f:
+            side, _, key = k.partition(".")
+            if side in sides and key not in keys and not key.endswith("_idle_per_s") and key != "count_pids":
+                keys.append(key)
+        for key in keys:
+            label = key.replace("count_syscalls_sys_enter_", "").replace("count_", "").replace("raw_syscalls_sys_enter", "syscalls")
+            label = label.replace("task_clock", "CPU (ms)").replace("probe_libc_", "")
+            cells = "".join(f"{float(f.get(s + '.' + key, 'nan')):10.2f}" for s in sides)
+            ratio = ""
+            if "haproxy" in sides and float(f.get("haproxy." + key, 0)) > 0.005:
+                ratio = f"   {float(f.get('xfn.' + key, 0)) / float(f['haproxy.' + key]):.2f}x"
+            print(f"    {label:28}{cells}{ratio}")
         cold = g('host_cold_p50_ms') / g('native_cold_p50_ms')
         print(f"  first call from zero p50  native {g('native_cold_p50_ms'):7.1f}  via xfn host {g('host_cold_p50_ms'):7.1f} ms"
               f"  {cold:.2f}x (target <= 1.2x; min {g('native_cold_min_ms'):.1f} / {g('host_cold_min_ms'):.1f})")

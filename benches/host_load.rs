@@ -27,6 +27,13 @@
 //!       CALLS times: wait until `xfn host` (started with a short
 //!       `--server-idle`) stopped FUNCTION's server, then call on the
 //!       connection kept open: a call from zero.
+//!   host_load count TARGET CALLS PID
+//!       What CALLS calls to TARGET (PACE_MS apart) cost the processes of
+//!       PID (xfn's own, not its function servers; or a peer's tree), per
+//!       call: perf's counts (CPU, context switches, wake-ups, syscalls by
+//!       kind, libc allocations where `probe_libc:*` exist) less the same
+//!       processes' idle counts over as long; then strace's calls and
+//!       bytes of each I/O syscall over CALLS more. Run as root.
 //!
 //! A target is `tcp:HOST:PORT` (plaintext) or `tls:HOST:PORT/NAME` (TLS to
 //! HOST:PORT with SNI NAME, the client certificate `client.crt`/`.key` and
@@ -245,6 +252,10 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
     for (side, (name, _, _, _)) in sides.iter().enumerate().skip(2) {
         if pids[side].is_some() {
             println!("{name}_cpu_us_per_call={:.1}", per_call(cpu[side].tree));
+            // Another xfn host (a build to compare): its own apart.
+            if !cpu[side].xfn.is_zero() {
+                println!("{name}_xfn_cpu_us_per_call={:.1}", per_call(cpu[side].xfn));
+            }
         }
     }
     for (name, _, all, overheads) in sides.iter_mut() {
@@ -430,6 +441,246 @@ async fn cold_host(hosted: &str, port: u16, function: &str, calls: u64) -> Resul
     Ok(())
 }
 
+/// What `count` asks perf for, per process: CPU, scheduling, every
+/// syscall, those a hop makes by kind, and allocations (libc's, where
+/// `perf probe` added `probe_libc:*`: benches/host.sh does).
+const COUNTED: &[&str] = &[
+    "task-clock",
+    "context-switches",
+    "cpu-migrations",
+    "sched:sched_wakeup",
+    "raw_syscalls:sys_enter",
+    "syscalls:sys_enter_futex",
+    "syscalls:sys_enter_epoll_wait",
+    "syscalls:sys_enter_epoll_pwait",
+    "syscalls:sys_enter_read",
+    "syscalls:sys_enter_write",
+    "syscalls:sys_enter_readv",
+    "syscalls:sys_enter_writev",
+    "syscalls:sys_enter_recvfrom",
+    "syscalls:sys_enter_sendto",
+    "syscalls:sys_enter_recvmsg",
+    "syscalls:sys_enter_sendmsg",
+    "syscalls:sys_enter_waitid",
+    "syscalls:sys_enter_mmap",
+    "syscalls:sys_enter_munmap",
+    "syscalls:sys_enter_madvise",
+    "syscalls:sys_enter_mprotect",
+    "syscalls:sys_enter_sched_yield",
+    "probe_libc:malloc",
+    "probe_libc:calloc",
+    "probe_libc:realloc",
+];
+
+/// The I/O syscalls whose bytes `count` sums (strace).
+const COPIED: &str = "read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg";
+
+/// The processes a side's counts are of: xfn's own under `pid` (not the
+/// function servers it runs), else `pid` and its descendants (a peer).
+fn counted_pids(pid: &str) -> String {
+    let tree = process_tree(pid);
+    let own: Vec<&str> = tree
+        .iter()
+        .filter(|(_, is_xfn)| *is_xfn)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    match own.is_empty() {
+        true => tree
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        false => own.join(","),
+    }
+}
+
+/// Runs `tool` (perf or strace, attached to processes) while `during`
+/// runs, then interrupts it; the seconds it was attached.
+async fn attached<F: std::future::Future<Output = Result<(), AnyError>>>(
+    tool: &mut Command,
+    during: F,
+) -> Result<f64, AnyError> {
+    let mut child = tool.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?;
+    let started = Instant::now();
+    // Attached to every thread before the first call.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    during.await?;
+    let pid = i32::try_from(child.id())?;
+    // SAFETY: kill(2) on the child spawned above, not yet waited for.
+    if unsafe { libc::kill(pid, libc::SIGINT) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    child.wait()?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// `perf stat -x,`'s counts by event.
+fn perf_counts(path: &std::path::Path) -> Result<Vec<(String, f64)>, AnyError> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            let value = fields.first()?.parse::<f64>().ok()?;
+            Some((fields.get(2)?.to_string(), value))
+        })
+        .collect())
+}
+
+/// Calls and bytes of each I/O syscall in an strace log.
+fn strace_bytes(path: &std::path::Path) -> Result<Vec<(String, u64, u64)>, AnyError> {
+    let mut sums: Vec<(String, u64, u64)> = Vec::new();
+    for line in std::fs::read_to_string(path)?.lines() {
+        if line.ends_with("<unfinished ...>") {
+            continue;
+        }
+        // `PID name(...) = N` or `PID <... name resumed>...) = N`.
+        let rest = line
+            .split_once(' ')
+            .map_or(line, |(_, rest)| rest)
+            .trim_start();
+        let name = match rest.strip_prefix("<... ") {
+            Some(resumed) => resumed.split(' ').next(),
+            None => rest.split('(').next(),
+        };
+        let returned = line
+            .rsplit_once(" = ")
+            .and_then(|(_, r)| r.split(' ').next())
+            .and_then(|r| r.parse::<i64>().ok());
+        let (Some(name), Some(returned)) = (name, returned) else {
+            continue;
+        };
+        let bytes = u64::try_from(returned).unwrap_or(0);
+        match sums.iter_mut().find(|(n, _, _)| n == name) {
+            Some((_, calls, sum)) => {
+                *calls += 1;
+                *sum += bytes;
+            }
+            None => sums.push((name.to_string(), 1, bytes)),
+        }
+    }
+    Ok(sums)
+}
+
+/// `count TARGET CALLS PID`: what CALLS paced calls to TARGET cost the
+/// processes of PID (`counted_pids`), per call: perf's counts over the
+/// calls less what the same processes count idle for as long, then the
+/// calls and bytes of each I/O syscall (strace, a second CALLS calls).
+async fn count(target: &str, calls: u64, pid: &str) -> Result<(), AnyError> {
+    let pace = Duration::from_millis(env_number("PACE_MS", 20)?);
+    let request = request()?;
+    let mut client = Client::new(connect(target).await?);
+    for _ in 0..10 {
+        call(&mut client, &request).await?;
+    }
+    let pids = counted_pids(pid);
+    // A tracepoint or probe this kernel lacks would fail the whole stat.
+    let events: Vec<&str> = COUNTED
+        .iter()
+        .copied()
+        .filter(|e| match e.split_once(':') {
+            Some((group, name)) => {
+                std::path::Path::new(&format!("/sys/kernel/tracing/events/{group}/{name}")).exists()
+            }
+            None => true,
+        })
+        .collect();
+    println!("count_pids={pids}");
+    let dir = tempfile::tempdir()?;
+    let perf = |file: &str| {
+        let mut perf = Command::new("perf");
+        perf.args(["stat", "-x,", "--no-big-num", "-o"])
+            .arg(dir.path().join(file))
+            .args(["-e", &events.join(","), "-p", &pids]);
+        perf
+    };
+    let window = pace * u32::try_from(calls)?;
+    let idle_secs = attached(&mut perf("idle"), async {
+        tokio::time::sleep(window).await;
+        Ok(())
+    })
+    .await?;
+    let busy_secs = attached(
+        &mut perf("calls"),
+        paced(&mut client, &request, calls, pace),
+    )
+    .await?;
+    let idle = perf_counts(&dir.path().join("idle"))?;
+    let calls_f = calls as f64;
+    for (event, busy) in perf_counts(&dir.path().join("calls"))? {
+        let at_rest = idle
+            .iter()
+            .find(|(e, _)| *e == event)
+            .map_or(0.0, |(_, v)| *v);
+        let key = event.replace([':', '-'], "_");
+        let per_call = (busy - at_rest / idle_secs * busy_secs) / calls_f;
+        println!("count_{key}={per_call:.3}");
+        println!("count_{key}_idle_per_s={:.3}", at_rest / idle_secs);
+    }
+    let log = dir.path().join("strace");
+    let mut strace = Command::new("strace");
+    strace
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            &format!("trace={COPIED}"),
+            "-e",
+            "signal=none",
+            "-s",
+            "0",
+            "-o",
+        ])
+        .arg(&log)
+        .args(["-p", &pids]);
+    attached(&mut strace, paced(&mut client, &request, calls, pace)).await?;
+    for (name, n, bytes) in strace_bytes(&log)? {
+        println!("bytes_{name}_calls={:.3}", n as f64 / calls_f);
+        println!("bytes_{name}={:.1}", bytes as f64 / calls_f);
+    }
+    // Where the CPU goes: `perf record -g` over CALLS more, its report
+    // (by library and symbol) written to COUNT_PROFILE (env).
+    if let Ok(report) = std::env::var("COUNT_PROFILE") {
+        let data = dir.path().join("perf.data");
+        let mut record = Command::new("perf");
+        record
+            .args(["record", "-g", "-q", "-o"])
+            .arg(&data)
+            .args(["-p", &pids]);
+        attached(&mut record, paced(&mut client, &request, calls, pace)).await?;
+        let out = Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--sort",
+                "dso,sym",
+                "-g",
+                "none",
+                "-i",
+            ])
+            .arg(&data)
+            .output()?;
+        std::fs::write(report, out.stdout)?;
+    }
+    Ok(())
+}
+
+/// `calls` calls on `client`, each `pace` after the last answer.
+async fn paced(
+    client: &mut Client<Channel>,
+    request: &v1::RunFunctionRequest,
+    calls: u64,
+    pace: Duration,
+) -> Result<(), AnyError> {
+    for _ in 0..calls {
+        tokio::time::sleep(pace).await;
+        call(client, request).await?;
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), AnyError> {
     let args: Vec<String> = std::env::args()
@@ -456,11 +707,12 @@ async fn main() -> Result<(), AnyError> {
         [mode, calls, port, dashes, command @ ..] if mode == "cold-native" && dashes == "--" => {
             cold_native(calls.parse()?, port.parse()?, command).await
         }
+        [mode, target, calls, pid] if mode == "count" => count(target, calls.parse()?, pid).await,
         [mode, hosted, port, function, calls] if mode == "cold-host" => {
             cold_host(hosted, port.parse()?, function, calls.parse()?).await
         }
         _ => Err("usage: host_load once TARGET | warm DIRECT HOSTED [NAME=PEER...] | cold-native CALLS PORT -- COMMAND... \
-                  | cold-host HOSTED METRICS_PORT FUNCTION CALLS \
+                  | cold-host HOSTED METRICS_PORT FUNCTION CALLS | count TARGET CALLS PID \
                   | memory PID Rss|Pss all|own"
             .into()),
     }

@@ -12,11 +12,29 @@ use crate::grpc::admission::Lane;
 use crate::grpc::Calls;
 
 /// A front end's own count of its calls waiting (`xfn host`'s per
-/// function): raised until the guard drops, when the call is admitted or
-/// gives up.
+/// function): raised while a call waits, lowered when it is admitted or
+/// gives up (no guard of its own to allocate per call: [`Waited`]).
 pub(crate) trait Waiting: Send + Sync {
-    /// Raises the count until the guard drops.
-    fn waiting(&self) -> Box<dyn Send + '_>;
+    /// One more call waits.
+    fn raise(&self);
+    /// One call less waits.
+    fn lower(&self);
+}
+
+/// A call counted in a [`Waiting`] until dropped.
+struct Waited<'a>(&'a dyn Waiting);
+
+impl<'a> Waited<'a> {
+    fn new(count: &'a dyn Waiting) -> Self {
+        count.raise();
+        Self(count)
+    }
+}
+
+impl Drop for Waited<'_> {
+    fn drop(&mut self) {
+        self.0.lower();
+    }
 }
 
 /// `inner`, each call admitted by the daemon's [`Calls`].
@@ -72,7 +90,7 @@ impl<R: FunctionRunner> FunctionRunner for Admitted<R> {
         request: Request,
     ) -> Result<Response, Status> {
         let (bytes, deadline) = (request.input.len(), request.deadline);
-        let waiting = self.waiting.as_ref().map(|w| w.waiting());
+        let waiting = self.waiting.as_deref().map(Waited::new);
         let run = |_left| async move {
             drop(waiting);
             self.inner.run_function(function, request).await
@@ -108,18 +126,12 @@ mod tests {
     #[derive(Default)]
     struct Count(AtomicI64);
 
-    struct Lowered<'a>(&'a AtomicI64);
-
-    impl Drop for Lowered<'_> {
-        fn drop(&mut self) {
-            self.0.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
     impl Waiting for Count {
-        fn waiting(&self) -> Box<dyn Send + '_> {
+        fn raise(&self) {
             self.0.fetch_add(1, Ordering::SeqCst);
-            Box::new(Lowered(&self.0))
+        }
+        fn lower(&self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

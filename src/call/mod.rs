@@ -103,13 +103,19 @@ pub(crate) trait FunctionRunner: Send + Sync {
         -> Result<Response, Status>;
 }
 
-#[async_trait::async_trait]
+/// A shared runner is its runner: its call's future is the runner's own,
+/// not one more boxed around it.
 impl<R: FunctionRunner + ?Sized> FunctionRunner for std::sync::Arc<R> {
-    async fn run_function(
-        &self,
-        function: &Function,
+    fn run_function<'a, 'b, 'f>(
+        &'a self,
+        function: &'b Function,
         request: Request,
-    ) -> Result<Response, Status> {
-        (**self).run_function(function, request).await
+    ) -> futures::future::BoxFuture<'f, Result<Response, Status>>
+    where
+        'a: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        (**self).run_function(function, request)
     }
 }

@@ -78,6 +78,10 @@ pub(crate) struct Client {
     /// The `:authority` every call names (what a front, such as `xfn
     /// host` without TLS, routes by).
     authority: String,
+    /// Each method's URI with that authority, made once: a call clones
+    /// it (a count raised), never formats and parses it again.
+    v1: http::Uri,
+    v1beta1: http::Uri,
     sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
 }
 
@@ -91,11 +95,14 @@ impl Client {
         streams: usize,
         budget: Arc<ResponseShare>,
     ) -> Self {
+        let authority = dial.authority();
         Self {
             function: function.to_string(),
             streams,
             budget,
-            authority: dial.authority(),
+            v1: method_uri(&authority, V1_RUN_FUNCTION),
+            v1beta1: method_uri(&authority, V1BETA1_RUN_FUNCTION),
+            authority,
             dial,
             sender: tokio::sync::Mutex::new(None),
         }
@@ -113,12 +120,11 @@ impl Client {
     ) -> Result<Bytes, Status> {
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let answer = async {
-            match self.call_method(V1_RUN_FUNCTION, request, timeout).await {
+            match self.call_method(&self.v1, request, timeout).await {
                 // Built before v1: ask again in v1beta1 (the same bytes: the
                 // two share their wire format).
                 Err(status) if status.code() == Code::Unimplemented => {
-                    self.call_method(V1BETA1_RUN_FUNCTION, request, timeout)
-                        .await
+                    self.call_method(&self.v1beta1, request, timeout).await
                 }
                 answer => answer,
             }
@@ -188,25 +194,17 @@ impl Client {
         made.map_err(|e| lost("the HTTP/2 handshake with it failed", e))
     }
 
-    /// Calls `method` with the encoded `message`, telling the server the
-    /// `timeout` left; the encoded answer, or the server's status.
+    /// Calls the method at `uri` with the encoded `message`, telling the
+    /// server the `timeout` left; the encoded answer, or the server's
+    /// status.
     async fn call_method(
         &self,
-        method: &str,
+        uri: &http::Uri,
         message: &Bytes,
         timeout: Option<Duration>,
     ) -> Result<Bytes, Status> {
         let sender = self.sender().await?;
-        call_on(
-            sender,
-            &self.budget,
-            &self.function,
-            &self.authority,
-            method,
-            message,
-            timeout,
-        )
-        .await
+        call_on(sender, &self.budget, &self.function, uri, message, timeout).await
     }
 }
 
@@ -254,25 +252,48 @@ where
     Ok(sender)
 }
 
-/// One unary call on `sender` (see [`Client::call`]).
+/// The URI of `method` (a path) on the server at `authority`, made once per
+/// client; an authority no URI holds (a `Dial::Tcp` target mistyped) names
+/// `localhost` instead, and its connect fails before any call is sent.
+fn method_uri(authority: &str, method: &'static str) -> http::Uri {
+    http::Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(method)
+        .build()
+        .unwrap_or_else(|_| {
+            http::Uri::builder()
+                .scheme("http")
+                .authority("localhost")
+                .path_and_query(method)
+                .build()
+                .unwrap_or_default()
+        })
+}
+
+/// One unary call on `sender` (see [`Client::call`]) to the method at `uri`.
 async fn call_on(
     mut sender: SendRequest<Bytes>,
     budget: &ResponseShare,
     function: &str,
-    authority: &str,
-    method: &str,
+    uri: &http::Uri,
     message: &Bytes,
     timeout: Option<Duration>,
 ) -> Result<Bytes, Status> {
-    let mut head = http::Request::post(format!("http://{authority}{method}"))
-        .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers");
+    let mut head = http::Request::new(());
+    *head.method_mut() = http::Method::POST;
+    *head.uri_mut() = uri.clone();
+    let headers = head.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     if let Some(timeout) = timeout {
-        head = head.header(GRPC_TIMEOUT_HEADER, format_grpc_timeout(timeout));
+        let value = http::HeaderValue::try_from(format_grpc_timeout(timeout))
+            .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
+        headers.insert(GRPC_TIMEOUT_HEADER, value);
     }
-    let head = head
-        .body(())
-        .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
     // Framed first, so that nothing but h2 stands between the two frames.
     let framed = framed(message);
     let (answer, mut body) = sender
@@ -547,8 +568,7 @@ mod tests {
             sender,
             budget,
             "fn",
-            "fn:9443",
-            V1_RUN_FUNCTION,
+            &method_uri("fn:9443", V1_RUN_FUNCTION),
             &Bytes::new(),
             None,
         )
@@ -598,12 +618,12 @@ mod tests {
         .unwrap();
         let message = Bytes::from_static(b"request");
         let budget = budget();
+        let uri = method_uri("big:9443", V1_RUN_FUNCTION);
         let call = call_on(
             sender,
             &budget,
             "fn",
-            "big:9443",
-            V1_RUN_FUNCTION,
+            &uri,
             &message,
             Some(Duration::from_secs(120)),
         );
@@ -769,8 +789,7 @@ mod tests {
                 sender.clone(),
                 &budget,
                 "fn",
-                "fn:9443",
-                V1_RUN_FUNCTION,
+                &method_uri("fn:9443", V1_RUN_FUNCTION),
                 &Bytes::new(),
                 None,
             )

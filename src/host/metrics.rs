@@ -39,6 +39,10 @@ impl Level {
     pub(crate) fn set(&self, value: i64) {
         self.0.store(value, Ordering::Relaxed);
     }
+    /// Moves it by `by` (a guard's two ends apart: `call::admit::Waiting`).
+    pub(crate) fn add(&self, by: i64) {
+        self.0.fetch_add(by, Ordering::Relaxed);
+    }
     /// Raised until the guard drops.
     pub(crate) fn raise(&self) -> Raised<'_> {
         self.0.fetch_add(1, Ordering::Relaxed);

@@ -95,6 +95,13 @@ struct HostedServer {
 }
 
 impl HostedServer {
+    /// Whether its pidfd told of its exit: readiness the runtime already
+    /// holds, so a live server costs no syscall (no `waitid` per call).
+    fn seen_exited(&self) -> bool {
+        use futures::FutureExt;
+        self.exit_watch.exited().now_or_never().is_some()
+    }
+
     /// Whether it exited, and why.
     async fn exited(&self) -> Option<String> {
         match self.exit().await? {
@@ -191,8 +198,11 @@ impl FunctionRunner for Servers {
 
 /// A function's calls waiting for room on its servers (`queued`).
 impl Waiting for FunctionStats {
-    fn waiting(&self) -> Box<dyn Send + '_> {
-        Box::new(self.queued.raise())
+    fn raise(&self) {
+        self.queued.add(1);
+    }
+    fn lower(&self) {
+        self.queued.add(-1);
     }
 }
 
@@ -282,10 +292,13 @@ impl Servers {
         })?;
         let candidates: Vec<Arc<HostedServer>> = self.running().clone();
         for server in candidates {
-            if let Some(why) = server.exited().await {
-                tracing::warn!(function = %self.function, server = server.id, %why, "function server found dead; removed");
-                self.remove(&server).await;
-                continue;
+            // Told by its pidfd, then why (reaping it).
+            if server.seen_exited() {
+                if let Some(why) = server.exited().await {
+                    tracing::warn!(function = %self.function, server = server.id, %why, "function server found dead; removed");
+                    self.remove(&server).await;
+                    continue;
+                }
             }
             if server.in_flight.load(Ordering::Relaxed) < self.limits.calls_per_server {
                 server.in_flight.fetch_add(1, Ordering::Relaxed);

@@ -71,6 +71,10 @@ bench_work host
 NATIVE_PIDS=
 bench_cleanup_more() {
     for pid in $NATIVE_PIDS $PEER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    # LOGS=DIR keeps xfn's logs (XFN_ENV=RUST_LOG=xfn=trace: each start's
+    # steps, benches/PROFILE.md).
+    [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$WORK"/*.log "$LOGS"/ 2>/dev/null
+    true
 }
 
 # Build xfn, the client and the static test server, niced (the machine's
@@ -96,10 +100,14 @@ LOAD="$WORK/host_load"
 # The variants of xfn from zero and idle: label=binary.
 VARIANTS="after=$XFN"
 if [ -n "${XFN_BEFORE:-}" ]; then
-    cp "$(realpath "$XFN_BEFORE")" "$WORK/xfn-before"
-    chmod 755 "$WORK/xfn-before"
-    VARIANTS="$VARIANTS before=$WORK/xfn-before"
+    # Named xfn too: its own processes are told by their command.
+    mkdir -p "$WORK/before"
+    cp "$(realpath "$XFN_BEFORE")" "$WORK/before/xfn"
+    chmod 755 "$WORK/before" "$WORK/before/xfn"
+    VARIANTS="$VARIANTS before=$WORK/before/xfn"
 fi
+# PREPARE_OFF=1: this build with --prepare-servers=false too (label off).
+[ -n "${PREPARE_OFF:-}" ] && VARIANTS="$VARIANTS off=$XFN"
 
 start_registry
 
@@ -325,7 +333,10 @@ for kind in $KINDS; do
                 sed "s/^/r${round}_/" >>"$out"
             for variant in $VARIANTS; do
                 label=${variant%%=*}
-                UP_XFN=${variant#*=} up "$kind-cold-$label" "$WORK/one.yaml" --server-idle 1s
+                flags=
+                [ "$label" = off ] && flags=--prepare-servers=false
+                # shellcheck disable=SC2086 # none or one flag
+                UP_XFN=${variant#*=} up "$kind-cold-$label" "$WORK/one.yaml" --server-idle 1s $flags
                 # The build before has no containers created ahead to wait for.
                 prepared=0
                 [ "$label" = after ] && prepared=1
@@ -344,7 +355,7 @@ for kind in $KINDS; do
         functions_file "$WORK/many.yaml" $pairs
         for variant in $VARIANTS; do
             label=${variant%%=*}
-            [ "$label" = after ] && continue
+            [ "$label" = before ] || continue
             UP_XFN=${variant#*=} up "$kind-memory-$label" "$WORK/many.yaml"
             sleep 17
             echo "${label}_xfn_idle_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
@@ -418,7 +429,7 @@ for kind in kinds:
     if native is not None:
         print(f"  first call from zero, median round's p50 (min) over {len([k for k in f if k.endswith('native_cold_p50_ms')])} rounds:")
         print(f"    native                  {native:8.1f} ms ({rounds('native', 'min'):.1f})")
-        for label in ("before", "after"):
+        for label in ("before", "off", "after"):
             p50 = rounds(label, "p50")
             if p50 is not None:
                 print(f"    via xfn host ({label:6}) {p50:8.1f} ms ({rounds(label, 'min'):.1f})"

@@ -367,12 +367,12 @@ async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), An
             .stderr(Stdio::null())
             .spawn()?;
         let answered = async {
-            loop {
-                if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .is_ok()
-                {
-                    break;
+            // A gRPC client's connection, as soon as one is taken: grpcio
+            // (the Python SDK's) listens on a probe socket first and closes
+            // it, so a bare connect that succeeds proves nothing yet.
+            let channel = loop {
+                if let Ok(channel) = connect(&format!("tcp:127.0.0.1:{port}")).await {
+                    break channel;
                 }
                 if let Some(status) = child.try_wait()? {
                     return Err(format!("{program} exited: {status}").into());
@@ -381,8 +381,8 @@ async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), An
                     return Err(format!("{program} never listened on {port}").into());
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            let mut client = Client::new(connect(&format!("tcp:127.0.0.1:{port}")).await?);
+            };
+            let mut client = Client::new(channel);
             call(&mut client, &request).await?;
             Ok::<_, AnyError>(started.elapsed())
         }

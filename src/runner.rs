@@ -391,6 +391,13 @@ impl Runner {
         .await
     }
 
+    /// Whether a container made ahead costs only its process and empty
+    /// mounts: with overlays, not copies (a copy of its image, in memory,
+    /// for as long as it waits).
+    pub(crate) fn makes_cheap_containers(&self) -> bool {
+        self.rootfs.mode == ResolvedMode::Overlay
+    }
+
     /// A server's image's digest and recipe, pulled under `config`'s
     /// policy (the pull not bounded by its timeout), where limits may run.
     async fn server_recipe(

@@ -200,6 +200,10 @@ pub(crate) async fn execute(
         args.daemon.daemon_options(Some(args.cache_max_size), None),
     );
     let tls = prepared.ca.is_some();
+    let prepare_servers = args.prepare_servers && daemon.runner().makes_cheap_containers();
+    if args.prepare_servers && !prepare_servers {
+        tracing::info!("no server containers created ahead in copy mode (each would hold a copy of its image in memory)");
+    }
     let host = Host::new(
         Arc::clone(daemon.runner()),
         Arc::clone(daemon.calls()),
@@ -212,7 +216,7 @@ pub(crate) async fn execute(
                 start_timeout: args.server_start_timeout,
                 min_servers: 0,
                 host_network: false,
-                prepare: args.prepare_servers,
+                prepare: prepare_servers,
             },
             max_servers: args.max_servers.max(1),
             response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),

@@ -141,9 +141,11 @@ impl Container<Serving> {
     ) -> Result<(), SandboxError> {
         let started = Instant::now();
         // Servers start in milliseconds (Go, Rust) to a second or two
-        // (Python): poll often at first, then back off gently, so that a
-        // slow start is not overshot by much. An attempt costs a thread and
-        // a refused connect: microseconds.
+        // (Python): poll every millisecond at first (a backoff from the
+        // first poll on overshot a 5 ms start by 3 ms: benches/PROFILE.md),
+        // then back off gently, so that a slow start is not overshot by
+        // much. An attempt costs a thread and a refused connect:
+        // microseconds.
         let mut pause = Duration::from_millis(1);
         loop {
             let last_error = match self.state.network.connect(address).await {
@@ -163,7 +165,9 @@ impl Container<Serving> {
                 .into());
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 3 / 2).min(Duration::from_millis(20));
+            if started.elapsed() >= EVERY_MILLISECOND_FOR {
+                pause = (pause * 3 / 2).min(Duration::from_millis(20));
+            }
         }
     }
 
@@ -184,6 +188,10 @@ impl Container<Serving> {
         (usage, parts.finish())
     }
 }
+
+/// How long a server's listening is looked for every millisecond before
+/// the looks back off: a Go or Rust server listens within it.
+const EVERY_MILLISECOND_FOR: Duration = Duration::from_millis(50);
 
 /// How long an exited container's output readers are waited for: they end
 /// as soon as the pipes close, so this bounds only a descendant that keeps

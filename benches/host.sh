@@ -28,15 +28,21 @@
 #                 xfn's ratio to haproxy's. COUNT_CALLS calls (300) per side.
 #   from zero     the first call to a function with no server running
 #                 (`xfn host --server-idle 1s`, each call after the last
-#                 server was stopped, on a TLS connection kept open) against
-#                 the same server started natively for each call: `unshare`
-#                 into a user namespace, `chroot` into a copy of the image's
-#                 rootfs, exec, connect as soon as it listens (tried every
-#                 millisecond), call; COLD_CALLS each.
+#                 server was stopped and, where xfn does, the next one's
+#                 container created ahead, on a TLS connection kept open)
+#                 against the same server started natively for each call:
+#                 `unshare` into a user namespace, `chroot` into a copy of
+#                 the image's rootfs, exec, connect as soon as it listens
+#                 (tried every millisecond), call; COLD_CALLS each, in
+#                 COLD_ROUNDS rounds alternating native, xfn and (with
+#                 XFN_BINARY_BEFORE) the xfn built before: the median round's p50.
 #   memory        FUNCTIONS functions hosted, all scaled to zero (their
 #                 packages pulled, no server): the RSS of xfn's processes,
 #                 against FUNCTIONS native servers each called once (as
 #                 FUNCTIONS pods would run them: the sum of their RSS); then
+#                 (and, scaled to zero, of xfn's whole tree: the containers
+#                 created ahead with it; with XFN_BINARY_BEFORE, the same of the
+#                 build before); then
 #                 every hosted function called once: the RSS of xfn's whole
 #                 process tree (xfn, its PID namespace's init, every
 #                 container's processes), against the native servers' sum
@@ -61,7 +67,7 @@
 # More samples: ROUNDS=10 ROUND_CALLS=200 COLD_CALLS=30 benches/host.sh
 # One function: ONLY=pythonic benches/host.sh
 # Another xfn (a build made before, to compare): XFN_BINARY=path benches/host.sh
-# Two builds side by side (warm and count): XFN_BINARY_BEFORE=path benches/host.sh
+# Two builds side by side (every part): XFN_BINARY_BEFORE=path benches/host.sh
 # Some rows: PARTS="warm cold" benches/host.sh (of warm, count, cold, memory)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
@@ -70,6 +76,7 @@ PROFILE=${PROFILE:-release}
 export ROUNDS=${ROUNDS:-5} ROUND_CALLS=${ROUND_CALLS:-100} PACE_MS=${PACE_MS:-20}
 COLD_CALLS=${COLD_CALLS:-10}
 COUNT_CALLS=${COUNT_CALLS:-300}
+COLD_ROUNDS=${COLD_ROUNDS:-3}
 FUNCTIONS=${FUNCTIONS:-10}
 PYTHONIC_ROOT=${PYTHONIC_ROOT:-/var/cache/xfn-test/function-pythonic-0.6.3}
 NS=crossplane-system
@@ -80,6 +87,10 @@ PROBES=
 bench_cleanup_more() {
     for pid in $NATIVE_PIDS $PEER_PIDS $BEFORE_PID; do kill "$pid" 2>/dev/null || true; done
     [ -z "$PROBES" ] || perf probe -q -d 'probe_libc:*' 2>/dev/null || true
+    # LOGS=DIR keeps xfn's logs (XFN_ENV=RUST_LOG=xfn=trace: each start's
+    # steps, benches/PROFILE.md).
+    [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$WORK"/*.log "$LOGS"/ 2>/dev/null
+    true
 }
 
 # Build xfn, the client and the static test server, niced (the machine's
@@ -108,6 +119,11 @@ if [ -n "${XFN_BINARY_BEFORE:-}" ]; then
 fi
 XFN="$WORK/xfn"
 LOAD="$WORK/host_load"
+# The variants of xfn from zero and idle: label=binary.
+VARIANTS="after=$XFN"
+[ -n "${XFN_BINARY_BEFORE:-}" ] && VARIANTS="$VARIANTS before=$WORK/before/xfn"
+# PREPARE_OFF=1: this build with --prepare-servers=false too (label off).
+[ -n "${PREPARE_OFF:-}" ] && VARIANTS="$VARIANTS off=$XFN"
 
 start_registry
 
@@ -378,13 +394,26 @@ for kind in $KINDS; do
         down
     fi
 
-    # From zero, both ways.
+    # From zero, natively and through each variant, in alternating rounds.
     if part cold; then
-        up "$kind-cold" "$WORK/one.yaml" --server-idle 1s
-        $AS_NONROOT env CERTS="$CERTS" "$LOAD" cold-host "tls:127.0.0.1:$HPORT/$prefix" "$MPORT" "$prefix" "$COLD_CALLS" >>"$out"
-        down
-        # shellcheck disable=SC2046 # the command's words
-        "$LOAD" cold-native "$COLD_CALLS" "$NPORT" -- $(native_command "$kind" "$NPORT") >>"$out"
+        for round in $(seq "$COLD_ROUNDS"); do
+            # shellcheck disable=SC2046 # the command's words
+            "$LOAD" cold-native "$COLD_CALLS" "$NPORT" -- $(native_command "$kind" "$NPORT") |
+                sed "s/^/r${round}_/" >>"$out"
+            for variant in $VARIANTS; do
+                label=${variant%%=*}
+                flags=
+                [ "$label" = off ] && flags=--prepare-servers=false
+                # shellcheck disable=SC2086 # none or one flag
+                UP_XFN=${variant#*=} up "$kind-cold-$label" "$WORK/one.yaml" --server-idle 1s $flags
+                # The build before has no containers created ahead to wait for.
+                prepared=0
+                [ "$label" = after ] && prepared=1
+                $AS_NONROOT env CERTS="$CERTS" PREPARED=$prepared "$LOAD" cold-host "tls:127.0.0.1:$HPORT/$prefix" "$MPORT" "$prefix" "$COLD_CALLS" |
+                    sed "s/^host_cold/r${round}_${label}_cold/" >>"$out"
+                down
+            done
+        done
     fi
 
     # Memory: FUNCTIONS hosted, idle; FUNCTIONS native servers; all hosted warm.
@@ -393,11 +422,24 @@ for kind in $KINDS; do
         for i in $(seq "$FUNCTIONS"); do pairs="$pairs $prefix-$i=$image"; done
         # shellcheck disable=SC2086 # one word per function
         functions_file "$WORK/many.yaml" $pairs
+        for variant in $VARIANTS; do
+            label=${variant%%=*}
+            [ "$label" = before ] || continue
+            UP_XFN=${variant#*=} up "$kind-memory-$label" "$WORK/many.yaml"
+            sleep 17
+            echo "${label}_xfn_idle_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
+            echo "${label}_idle_tree_rss_kb=$(settled tree_kb "$XFN_PID")" >>"$out"
+            echo "${label}_idle_tree_pss_kb=$(settled tree_kb "$XFN_PID" Pss)" >>"$out"
+            down
+        done
         up "$kind-memory" "$WORK/many.yaml"
         # Past three of xfn::resident's looks (5 s): idle, as between polls.
         sleep 17
         echo "xfn_idle_rss_kb=$(settled own_kb "$XFN_PID")" >>"$out"
         echo "xfn_idle_pss_kb=$(settled own_kb "$XFN_PID" Pss)" >>"$out"
+        # xfn's whole tree scaled to zero: with the containers created ahead.
+        echo "idle_tree_rss_kb=$(settled tree_kb "$XFN_PID")" >>"$out"
+        echo "idle_tree_pss_kb=$(settled tree_kb "$XFN_PID" Pss)" >>"$out"
         for i in $(seq "$FUNCTIONS"); do
             $AS_NONROOT env CERTS="$CERTS" "$LOAD" once "tls:127.0.0.1:$HPORT/$prefix-$i" >/dev/null
         done
@@ -467,10 +509,29 @@ for kind in kinds:
             if "haproxy" in sides and float(f.get("haproxy." + key, 0)) > 0.005:
                 ratio = f"   {float(f.get('xfn.' + key, 0)) / float(f['haproxy.' + key]):.2f}x"
             print(f"    {label:28}{cells}{ratio}")
-        cold = g('host_cold_p50_ms') / g('native_cold_p50_ms')
-        print(f"  first call from zero p50  native {g('native_cold_p50_ms'):7.1f}  via xfn host {g('host_cold_p50_ms'):7.1f} ms"
-              f"  {cold:.2f}x (target <= 1.2x; min {g('native_cold_min_ms'):.1f} / {g('host_cold_min_ms'):.1f})")
+    def rounds(name, stat):
+        import re, statistics
+        values = [float(v) for k, v in f.items() if re.fullmatch(rf"r\d+_{name}_cold_{stat}_ms", k)]
+        if not values:
+            return None
+        return statistics.median(values) if stat == "p50" else min(values)
+    native = rounds("native", "p50")
+    if native is not None:
+        print(f"  first call from zero, median round's p50 (min) over {len([k for k in f if k.endswith('native_cold_p50_ms')])} rounds:")
+        print(f"    native                  {native:8.1f} ms ({rounds('native', 'min'):.1f})")
+        for label in ("before", "off", "after"):
+            p50 = rounds(label, "p50")
+            if p50 is not None:
+                print(f"    via xfn host ({label:6}) {p50:8.1f} ms ({rounds(label, 'min'):.1f})"
+                      f"  {p50 / native:.2f}x native, {p50 - native:+.1f} ms")
     if "native_rss_kb" in f:
+        for label in ("before",):
+            if f"{label}_xfn_idle_rss_kb" in f:
+                print(f"  {n} idle, build {label} (MB)  xfn's own RSS {mb(label + '_xfn_idle_rss_kb'):6.1f}"
+                      f"  its whole tree RSS {mb(label + '_idle_tree_rss_kb'):6.1f} PSS {mb(label + '_idle_tree_pss_kb'):6.1f}")
+        if "idle_tree_rss_kb" in f:
+            print(f"  {n} idle, this build (MB)  xfn's own RSS {mb('xfn_idle_rss_kb'):6.1f}"
+                  f"  its whole tree RSS {mb('idle_tree_rss_kb'):6.1f} PSS {mb('idle_tree_pss_kb'):6.1f} (with the containers created ahead)")
         idle = g('native_rss_kb') / g('xfn_idle_rss_kb')
         print(f"  {n} idle (MB RSS)          {n} native servers {mb('native_rss_kb'):7.1f}  xfn host, scaled to zero {mb('xfn_idle_rss_kb'):6.1f}"
               f"  {idle:.1f}x less (target >= 10x)  [PSS {mb('native_pss_kb'):.1f} vs {mb('xfn_idle_pss_kb'):.1f}]")

@@ -25,8 +25,9 @@
 //!       PID and its descendants (`all`), or over xfn's own among them.
 //!   host_load cold-host HOSTED METRICS_PORT FUNCTION CALLS
 //!       CALLS times: wait until `xfn host` (started with a short
-//!       `--server-idle`) stopped FUNCTION's server, then call on the
-//!       connection kept open: a call from zero.
+//!       `--server-idle`) stopped FUNCTION's server (and, with PREPARED=1
+//!       in the env, created its next one's container ahead), then call on
+//!       the connection kept open: a call from zero.
 //!   host_load count TARGET CALLS PID
 //!       What CALLS calls to TARGET (PACE_MS apart) cost the processes of
 //!       PID (xfn's own, not its function servers; or a peer's tree), per
@@ -377,12 +378,12 @@ async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), An
             .stderr(Stdio::null())
             .spawn()?;
         let answered = async {
-            loop {
-                if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .is_ok()
-                {
-                    break;
+            // A gRPC client's connection, as soon as one is taken: grpcio
+            // (the Python SDK's) listens on a probe socket first and closes
+            // it, so a bare connect that succeeds proves nothing yet.
+            let channel = loop {
+                if let Ok(channel) = connect(&format!("tcp:127.0.0.1:{port}")).await {
+                    break channel;
                 }
                 if let Some(status) = child.try_wait()? {
                     return Err(format!("{program} exited: {status}").into());
@@ -391,8 +392,8 @@ async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), An
                     return Err(format!("{program} never listened on {port}").into());
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            let mut client = Client::new(connect(&format!("tcp:127.0.0.1:{port}")).await?);
+            };
+            let mut client = Client::new(channel);
             call(&mut client, &request).await?;
             Ok::<_, AnyError>(started.elapsed())
         }
@@ -405,15 +406,15 @@ async fn cold_native(calls: u64, port: u16, command: &[String]) -> Result<(), An
     Ok(())
 }
 
-/// `xfn_host_servers_running{function="FUNCTION"}` of the xfn host whose
-/// metrics listen on `port`.
-fn servers_running(port: u16, function: &str) -> Result<u64, AnyError> {
+/// `xfn_host_servers_STATE{function="FUNCTION"}` (`running`, `prepared`)
+/// of the xfn host whose metrics listen on `port` (0 when absent).
+fn servers(port: u16, state: &str, function: &str) -> Result<u64, AnyError> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
     write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
     let mut text = String::new();
     stream.read_to_string(&mut text)?;
-    let series = format!("xfn_host_servers_running{{function=\"{function}\"}} ");
+    let series = format!("xfn_host_servers_{state}{{function=\"{function}\"}} ");
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix(series.as_str()))
@@ -421,16 +422,25 @@ fn servers_running(port: u16, function: &str) -> Result<u64, AnyError> {
 }
 
 async fn cold_host(hosted: &str, port: u16, function: &str, calls: u64) -> Result<(), AnyError> {
+    let prepared = env_number("PREPARED", 0)? == 1;
     let request = request()?;
     let mut client = Client::new(connect(hosted).await?);
     let mut times = Vec::new();
     for _ in 0..calls {
         let waited = Instant::now();
-        while servers_running(port, function)? > 0 {
+        while servers(port, "running", function)? > 0 {
             if waited.elapsed() > Duration::from_secs(120) {
                 return Err(format!("{function}'s server was never stopped").into());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // An xfn that creates the next server's container ahead has made
+        // it (as it has long before a call after minutes idle).
+        while prepared && servers(port, "prepared", function)? == 0 {
+            if waited.elapsed() > Duration::from_secs(120) {
+                return Err(format!("{function}'s next container was never prepared").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Its teardown (off the call path) done, as a server idle for
         // minutes is.

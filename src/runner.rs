@@ -22,7 +22,9 @@ pub use crate::sandbox::{LimitsUnavailable, MemoryLimitExceeded, NotServing};
 // signatures); the `pub(crate)` rest is what xfn's own front ends need of
 // the private `lifecycle`, `rootfs` and `sandbox` modules.
 pub use crate::lifecycle::pool::{PoolOptions, PoolStats, WarmStart};
+pub(crate) use crate::lifecycle::serve::PreparedServer;
 pub use crate::lifecycle::serve::{FunctionServer, FunctionServerOptions};
+pub(crate) use crate::lifecycle::Origin;
 pub use crate::lifecycle::RunError;
 pub use crate::rootfs::RootfsMode;
 pub use crate::sandbox::crun::STDERR_TAIL_BYTES;
@@ -326,22 +328,90 @@ impl Runner {
         options: FunctionServerOptions<'_>,
         config: &RunConfig,
     ) -> Result<FunctionServer, RunError> {
-        self.sandbox.check_limits()?;
-        let pulled = self
-            .store
-            .ensure(image, config.pull_policy, &config.auth)
-            .await?;
-        let recipe = self.recipe(&pulled).await?;
+        let (server, _) = self.serve_prepared(image, options, config, None).await?;
+        Ok(server)
+    }
+
+    /// [`Runner::serve`] from `prepared`, a container created ahead by
+    /// [`Runner::prepare_server`], when it was made for the image's digest
+    /// now and `options` (else it is discarded) and is still there (else
+    /// one is created). Says whether it started the prepared one.
+    pub(crate) async fn serve_prepared(
+        &self,
+        image: &str,
+        options: FunctionServerOptions<'_>,
+        config: &RunConfig,
+        prepared: Option<PreparedServer>,
+    ) -> Result<(FunctionServer, Origin), RunError> {
+        let since = std::time::Instant::now();
+        let (digest, recipe) = match self.server_recipe(image, config).await {
+            Ok(resolved) => resolved,
+            Err(err) => {
+                if let Some(prepared) = prepared {
+                    prepared.discard().await;
+                }
+                return Err(err);
+            }
+        };
+        tracing::debug!(image, resolved_at = ?since.elapsed(), "function server's package resolved");
         FunctionServer::start(
             &self.sandbox,
             &self.rootfs,
             &recipe,
+            &digest,
+            options,
+            config.limits,
+            config.timeout,
+            &self.teardown,
+            prepared,
+        )
+        .await
+    }
+
+    /// Creates the container of a server of `image` served as `options`
+    /// say, ahead of its start by [`Runner::serve_prepared`] (pulled
+    /// under `config`'s policy; `config.timeout` bounds the creation).
+    pub(crate) async fn prepare_server(
+        &self,
+        image: &str,
+        options: FunctionServerOptions<'_>,
+        config: &RunConfig,
+    ) -> Result<PreparedServer, RunError> {
+        let (digest, recipe) = self.server_recipe(image, config).await?;
+        FunctionServer::prepare(
+            &self.sandbox,
+            &self.rootfs,
+            &recipe,
+            &digest,
             options,
             config.limits,
             config.timeout,
             &self.teardown,
         )
         .await
+    }
+
+    /// Whether a container made ahead costs only its process and empty
+    /// mounts: with overlays, not copies (a copy of its image, in memory,
+    /// for as long as it waits).
+    pub(crate) fn makes_cheap_containers(&self) -> bool {
+        self.rootfs.mode == ResolvedMode::Overlay
+    }
+
+    /// A server's image's digest and recipe, pulled under `config`'s
+    /// policy (the pull not bounded by its timeout), where limits may run.
+    async fn server_recipe(
+        &self,
+        image: &str,
+        config: &RunConfig,
+    ) -> Result<(String, Recipe), RunError> {
+        self.sandbox.check_limits()?;
+        let pulled = self
+            .store
+            .ensure(image, config.pull_policy, &config.auth)
+            .await?;
+        let recipe = self.recipe(&pulled).await?;
+        Ok((pulled.digest.clone(), recipe))
     }
 
     /// Prepares a warm container of `image` with `config`'s settings ahead

@@ -1878,3 +1878,191 @@ async fn a_package_missing_from_its_registry_is_listed_failing_and_not_ready_unt
     assert_eq!(state("fn-late", "failing"), 0);
     assert_eq!(now_ready["calls"], 0, "ready with no call");
 }
+
+/// The daemon's pid (in xfn's PID and mount namespaces: its run state is
+/// read through `/proc/PID/root`).
+fn daemon_pid(host: &XfnHost) -> u32 {
+    *host.own_pids().last().unwrap()
+}
+
+/// The processes under this xfn that are neither xfn's own nor function
+/// servers: the inits of containers created ahead, blocked before their
+/// exec.
+fn prepared_pids(host: &XfnHost) -> Vec<u32> {
+    let own = host.own_pids();
+    let servers = host.server_pids();
+    descendants(host.child.id())
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|pid| !own.contains(pid) && !servers.contains(pid))
+        .collect()
+}
+
+/// The run state (bundles, crun's state, rootfs dirs) and the rootfs
+/// mounts in xfn's mount namespace now.
+fn live_state(host: &XfnHost, dir: &Path) -> (Vec<String>, Vec<String>) {
+    let cache = dir.join("cache");
+    let xfn = daemon_pid(host);
+    (
+        support::state::live_run_state(xfn, &cache),
+        support::proc::mounts_under(xfn, &cache.join("run/live/rootfs")),
+    )
+}
+
+/// Waits until `function`'s next server's container is created ahead,
+/// and returns its init's pid, its run state and its rootfs mount.
+fn wait_prepared(host: &XfnHost, dir: &Path, function: &str) -> (u32, Vec<String>, Vec<String>) {
+    host.wait_for("the next server's container is created ahead", || {
+        host.metric("servers_prepared", function) == 1 && prepared_pids(host).len() == 1
+    });
+    let (state, mounts) = live_state(host, dir);
+    let crun: Vec<&String> = state.iter().filter(|e| e.contains("/crun/")).collect();
+    assert_eq!(crun.len(), 1, "one crun container: {state:?}");
+    assert!(!mounts.is_empty(), "its rootfs is mounted");
+    (prepared_pids(host)[0], state, mounts)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_scaled_to_zero_answers_its_first_call_from_a_container_created_ahead_and_gets_another(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-pre", &server)]);
+    let host = XfnHost::start(dir.path(), &file, &["--insecure", "--server-idle", "1s"]);
+
+    // Before any call: no server, but its container, created.
+    let (init, state, _) = wait_prepared(&host, dir.path(), "fn-pre");
+    assert_eq!(host.servers(), 0);
+    assert_eq!(host.metric("calls_total", "fn-pre"), 0);
+    let answer = call_insecure(&host, "fn-pre", grpc_request("1", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"]);
+    // The server is the prepared container's init, exec'd.
+    assert_eq!(host.server_pids(), [init], "{}", host.log_text());
+    assert!(
+        host.log_text().contains("prepared=true"),
+        "{}",
+        host.log_text()
+    );
+    assert_eq!(host.metric("servers_prepared", "fn-pre"), 0);
+
+    // Idled away: another is created ahead, the first one's state gone.
+    host.wait_for("the idle server is stopped", || host.servers() == 0);
+    let (again, state_again, mounts_again) = wait_prepared(&host, dir.path(), "fn-pre");
+    assert_ne!(again, init);
+    assert!(
+        state.iter().all(|e| !state_again.contains(e)),
+        "{state:?} left in {state_again:?}"
+    );
+
+    // Killed out of band: its call still answered, from a fresh container.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(again as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let answer = call_insecure(&host, "fn-pre", grpc_request("2", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"]);
+    assert!(
+        host.log_text()
+            .contains("the container created ahead is gone: creating another"),
+        "{}",
+        host.log_text()
+    );
+    assert_eq!(host.servers(), 1);
+    assert!(!Path::new(&format!("/proc/{again}")).exists());
+    // Of the killed one nothing is left: only the running server's state.
+    let (state_now, mounts_now) = live_state(&host, dir.path());
+    assert!(
+        state_again.iter().all(|e| !state_now.contains(e)),
+        "{state_again:?} left in {state_now:?}"
+    );
+    assert!(
+        mounts_again.iter().all(|m| !mounts_now.contains(m)),
+        "{mounts_again:?} left in {mounts_now:?}"
+    );
+    assert!(!mounts_now.is_empty(), "the running server's rootfs");
+    assert_eq!(host.metric("cold_starts_total", "fn-pre"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_created_ahead_is_replaced_when_its_package_changes_and_sigterm_leaves_nothing_of_it(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-pre", &server)]);
+    let mut host = XfnHost::start(
+        dir.path(),
+        &file,
+        &[
+            "--insecure",
+            "--server-idle",
+            "1s",
+            "--image-pull-policy",
+            "Always",
+        ],
+    );
+    let (init, state, mounts) = wait_prepared(&host, dir.path(), "fn-pre");
+
+    // The tag moves to another image: the container made from the old one
+    // is removed, whole, and the call served from the new one.
+    ImageBuilder::new()
+        .layer(Layer::busybox())
+        .layer(Layer::new().file(
+            "/fn_server",
+            0o755,
+            std::fs::read(function_server_binary()).unwrap(),
+        ))
+        .entrypoint(["/fn_server"])
+        .label("revision", "2")
+        .push(&registry, "host-grpc:v1");
+    let answer = call_insecure(&host, "fn-pre", grpc_request("1", 0.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"]);
+    assert!(
+        host.log_text().contains(
+            "the container created ahead was made for another image or settings: discarded"
+        ),
+        "{}",
+        host.log_text()
+    );
+    assert_ne!(host.server_pids(), [init]);
+    assert!(!Path::new(&format!("/proc/{init}")).exists());
+    let (state_now, mounts_now) = live_state(&host, dir.path());
+    assert!(
+        state.iter().all(|e| !state_now.contains(e)),
+        "{state:?} left in {state_now:?}"
+    );
+    assert!(mounts.iter().all(|m| !mounts_now.contains(m)));
+
+    // Idle again, one is prepared; SIGTERM removes it before xfn exits.
+    host.wait_for("the idle server is stopped", || host.servers() == 0);
+    let (init, _, _) = wait_prepared(&host, dir.path(), "fn-pre");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(host.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = host.child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", host.log_text());
+    assert!(
+        host.log_text()
+            .contains("the container created ahead for its next server removed"),
+        "{}",
+        host.log_text()
+    );
+    assert!(!Path::new(&format!("/proc/{init}")).exists());
+    assert_eq!(
+        support::state::run_state(&dir.path().join("cache")),
+        Vec::<String>::new()
+    );
+}

@@ -70,6 +70,11 @@ pub(crate) struct HostArgs {
     /// A function server with no call this long is stopped.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub(crate) server_idle: Duration,
+    /// Create each function's next server's container ahead of its start
+    /// (rootfs, spec, cgroup, `crun create`; in a free --max-servers slot),
+    /// so that a call finding no server only starts it. See docs/host.md.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) prepare_servers: bool,
     /// The longest a function server may take to start listening.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub(crate) server_start_timeout: Duration,
@@ -195,6 +200,10 @@ pub(crate) async fn execute(
         args.daemon.daemon_options(Some(args.cache_max_size), None),
     );
     let tls = prepared.ca.is_some();
+    let prepare_servers = args.prepare_servers && daemon.runner().makes_cheap_containers();
+    if args.prepare_servers && !prepare_servers {
+        tracing::info!("no server containers created ahead in copy mode (each would hold a copy of its image in memory)");
+    }
     let host = Host::new(
         Arc::clone(daemon.runner()),
         Arc::clone(daemon.calls()),
@@ -207,6 +216,7 @@ pub(crate) async fn execute(
                 start_timeout: args.server_start_timeout,
                 min_servers: 0,
                 host_network: false,
+                prepare: prepare_servers,
             },
             max_servers: args.max_servers.max(1),
             response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),

@@ -3,8 +3,9 @@
 //! through one [`Client`] ([`client`]: the one-write request, v1 then
 //! v1beta1; [`budget`]: what answers may hold), and watched for its exit by
 //! its pidfd ([`Server::exit_watch`]). `xfn host` (which keeps only which
-//! server takes a call, idle and stop) and render's `Docker`, `Development`
-//! and kept servers use it.
+//! server takes a call, idle and stop, and creates each function's next
+//! server's container ahead: [`prepare`], [`start_from`]) and render's
+//! `Docker`, `Development` and kept servers use it.
 //!
 //! # Invariants
 //! - **Started one way**: as `crossplane render` starts one (its entrypoint
@@ -29,7 +30,9 @@ use std::sync::Arc;
 pub(crate) use budget::{ResponseBudget, ResponseShare};
 pub(crate) use client::{lost_connection, Client, Dial};
 
-use crate::runner::{FunctionServer, FunctionServerOptions, RunConfig, RunError, Runner};
+use crate::runner::{
+    FunctionServer, FunctionServerOptions, Origin, PreparedServer, RunConfig, RunError, Runner,
+};
 use crate::sandbox::exit_watch::ExitWatch;
 use crate::sandbox::netns::NetworkNamespace;
 
@@ -69,6 +72,72 @@ pub(crate) struct Server {
     exit: ExitWatch,
 }
 
+/// A function server's container created ahead of its start
+/// ([`prepare`]), and the loopback port it will be told to listen on
+/// when on xfn's network.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    container: PreparedServer,
+    port: Option<u16>,
+}
+
+impl Prepared {
+    /// Tears it down (off the async threads), awaited.
+    pub(crate) async fn discard(self) {
+        self.container.discard().await;
+    }
+}
+
+/// The arguments and port of a server (on xfn's network when
+/// `host_network`: a free loopback port instead of [`FUNCTION_PORT`], or
+/// `port`, the one it was prepared with).
+fn server_args(host_network: bool, port: Option<u16>) -> Result<(Vec<String>, u16), ServerError> {
+    let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
+    // On xfn's network a free loopback port instead (the SDKs take
+    // `--address`), so servers never clash and nothing listens beyond the
+    // loopback interface.
+    if !host_network {
+        return Ok((args, FUNCTION_PORT));
+    }
+    let port = match port {
+        Some(port) => port,
+        None => free_loopback_port().map_err(ServerError::Port)?,
+    };
+    args.push(format!("--address=127.0.0.1:{port}"));
+    Ok((args, port))
+}
+
+/// Creates the container of a server of `image` (as [`start`] would start
+/// it, `config.timeout` bounding the creation) ahead of its start.
+pub(crate) async fn prepare(
+    runner: &Runner,
+    image: &str,
+    config: &RunConfig,
+    env: &[String],
+    host_network: bool,
+) -> Result<Prepared, ServerError> {
+    let (args, port) = server_args(host_network, None)?;
+    let options = FunctionServerOptions {
+        cmd: &args,
+        env,
+        host_network,
+        log_as: None,
+    };
+    let container = runner
+        .prepare_server(image, options, config)
+        .await
+        .map_err(ServerError::Run)?;
+    tracing::debug!(
+        image,
+        container = container.id(),
+        "function server's container created ahead"
+    );
+    Ok(Prepared {
+        container,
+        port: host_network.then_some(port),
+    })
+}
+
 /// Starts `image` as a function server (with `env` added, on xfn's network
 /// when `host_network`; its output logged as `log_as`, the function's name,
 /// when it has one) and waits until it listens. `config.timeout` bounds
@@ -81,18 +150,36 @@ pub(crate) async fn start(
     host_network: bool,
     log_as: Option<&str>,
 ) -> Result<Server, ServerError> {
-    let mut args: Vec<String> = SERVER_ARGS.iter().map(|a| a.to_string()).collect();
-    // On xfn's network a free loopback port instead (the SDKs take
-    // `--address`), so servers never clash and nothing listens beyond the
-    // loopback interface.
-    let port = match host_network {
-        true => {
-            let port = free_loopback_port().map_err(ServerError::Port)?;
-            args.push(format!("--address=127.0.0.1:{port}"));
-            port
+    let (server, _) = start_from(None, runner, image, config, env, host_network, log_as).await?;
+    Ok(server)
+}
+
+/// [`start`] from `prepared`'s container when it fits (the image's digest
+/// now, the same settings) and is still there, else from one created now
+/// (what does not fit or is gone is discarded). Says which.
+pub(crate) async fn start_from(
+    prepared: Option<Prepared>,
+    runner: &Runner,
+    image: &str,
+    config: &RunConfig,
+    env: &[String],
+    host_network: bool,
+    log_as: Option<&str>,
+) -> Result<(Server, Origin), ServerError> {
+    let since = std::time::Instant::now();
+    // A port prepared for is given up if something took it meanwhile.
+    let (prepared, port) = match prepared {
+        Some(Prepared {
+            container,
+            port: Some(port),
+        }) if !port_free(port) => {
+            container.discard().await;
+            (None, None)
         }
-        false => FUNCTION_PORT,
+        Some(prepared) => (Some(prepared.container), prepared.port),
+        None => (None, None),
     };
+    let (args, port) = server_args(host_network, port)?;
     tracing::debug!(image, ?args, "starting the function server");
     let options = FunctionServerOptions {
         cmd: &args,
@@ -100,8 +187,8 @@ pub(crate) async fn start(
         host_network,
         log_as,
     };
-    let mut served = runner
-        .serve(image, options, config)
+    let (mut served, origin) = runner
+        .serve_prepared(image, options, config, prepared)
         .await
         .map_err(ServerError::Run)?;
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -109,6 +196,7 @@ pub(crate) async fn start(
         served.stop().await;
         return Err(ServerError::NotListening(err));
     }
+    tracing::debug!(image, ?origin, listening_at = ?since.elapsed(), "function server listening");
     let exit = match served.exit_watch() {
         Ok(exit) => exit,
         Err(err) => {
@@ -116,11 +204,19 @@ pub(crate) async fn start(
             return Err(ServerError::Watch(err));
         }
     };
-    Ok(Server {
-        served,
-        address,
-        exit,
-    })
+    Ok((
+        Server {
+            served,
+            address,
+            exit,
+        },
+        origin,
+    ))
+}
+
+/// Whether nothing listens on `port` of 127.0.0.1 now.
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 /// A loopback port nothing listens on now (the kernel's pick).

@@ -1,7 +1,7 @@
 //! Per-function metrics of `xfn host`, read at each scrape of the daemon's
 //! `/metrics` (label `function`): calls by outcome, errors, call latency,
-//! cold starts, servers stopped for another's, servers running and
-//! starting, calls queued for a server, and where its package is
+//! cold starts, servers stopped for another's, servers running,
+//! starting and prepared (created ahead), calls queued for a server, and where its package is
 //! ([`PackageState`], also what `/readyz` and `/status` answer from).
 //! Bounded: one entry per function name the catalog ever held, each of
 //! fixed size (a package error is kept cut to [`crate::echo::ECHO_BYTES`]).
@@ -114,6 +114,8 @@ pub(crate) struct FunctionStats {
     pub(crate) evicted: Count,
     pub(crate) running: Level,
     pub(crate) starting: Level,
+    /// Its next server's container, created ahead (0 or 1).
+    pub(crate) prepared: Level,
     pub(crate) queued: Level,
     latency: Latency,
     /// `None` while it is not hosted.
@@ -210,7 +212,7 @@ impl prometheus_client::collector::Collector for HostStats {
                 ConstCounter::new(value(stats)).encode(family.encode_family(&label)?)?;
             }
         }
-        let gauges: [Read<i64>; 3] = [
+        let gauges: [Read<i64>; 4] = [
             (
                 "host_servers_running",
                 "Function servers running, per hosted function",
@@ -220,6 +222,11 @@ impl prometheus_client::collector::Collector for HostStats {
                 "host_servers_starting",
                 "Function servers starting, per hosted function",
                 |s| s.starting.get(),
+            ),
+            (
+                "host_servers_prepared",
+                "Function servers' containers created ahead of their start (0 or 1), per hosted function",
+                |s| s.prepared.get(),
             ),
             (
                 "host_calls_queued",

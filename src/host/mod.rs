@@ -20,8 +20,9 @@
 //!   per function (or its own, `runtime_config::ServerSettings`) and
 //!   `--max-servers` in all; one idle past `--server-idle` (or its own),
 //!   but its warm ones, or dead is stopped (container, mounts, processes), and so is the one
-//!   idle the longest when a new server finds no slot free; unhosting and
-//!   the end of the drain stop them all.
+//!   idle the longest when a new server finds no slot free (after any
+//!   function's container created ahead, which takes a slot too: at most
+//!   one per function); unhosting and the end of the drain stop them all.
 //! - **Every call waits in the daemon's one queue** (`grpc::admission`:
 //!   its caps on calls and bytes), whatever its function's kind.
 //! - **Every log line of a call names its function** (`function` field).
@@ -456,6 +457,17 @@ impl ServerSlots for Host {
     ) -> futures::future::BoxFuture<'a, bool> {
         Box::pin(async move {
             let all: Vec<Arc<Function>> = read(&self.functions).values().cloned().collect();
+            // A container created ahead goes first: losing it costs its
+            // function only the creation it saved.
+            for servers in all
+                .iter()
+                .filter(|f| f.spec.name != except)
+                .filter_map(|f| servers_of(f))
+            {
+                if servers.discard_prepared().await {
+                    return true;
+                }
+            }
             let mut idle: Vec<(Instant, &Servers)> = all
                 .iter()
                 .filter(|f| f.spec.name != except)

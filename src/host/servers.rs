@@ -1,6 +1,8 @@
 //! One function's gRPC servers: started on demand from the package image
 //! through the runner (`Runner::serve`, the lifecycle every kept container
-//! has), reached privately inside their own network namespace (or on
+//! has) — from the container of its next server, created ahead while fewer
+//! than `max_servers` run (at most one, holding a `--max-servers` slot, the
+//! first to go when another function needs one), when it has one — reached privately inside their own network namespace (or on
 //! xfn's, its network policy `Runner`), stopped when idle or dead (or,
 //! when every `--max-servers` slot is taken, the one idle the longest of
 //! any function, for another's) but never below its `min_servers` (kept
@@ -29,7 +31,7 @@ use crate::function_server::{
     self, lost_connection, Client, ResponseBudget, ResponseShare, Server, ServerError,
 };
 use crate::grpc::admission::Lane;
-use crate::runner::{NetworkPolicy, RunConfig, RunError, Runner};
+use crate::runner::{NetworkPolicy, Origin, RunConfig, RunError, Runner};
 use crate::sandbox::exit_watch::ExitWatch;
 
 /// How a function's servers run (the host's flags, or the function's own
@@ -48,6 +50,9 @@ pub(crate) struct ServerLimits {
     pub(crate) min_servers: usize,
     /// Whether its servers share xfn's network instead of their own.
     pub(crate) host_network: bool,
+    /// Whether its next server's container is created ahead of its start
+    /// (`--prepare-servers`).
+    pub(crate) prepare: bool,
 }
 
 impl ServerLimits {
@@ -64,6 +69,7 @@ impl ServerLimits {
             host_network: own
                 .network
                 .map_or(self.host_network, |n| n == NetworkPolicy::Runner),
+            prepare: self.prepare,
         }
     }
 }
@@ -134,6 +140,18 @@ impl HostedServer {
     }
 }
 
+/// The container of a function's next server, created ahead, and the
+/// `--max-servers` slot it holds (the server started from it keeps it).
+#[derive(Debug)]
+struct Prepared {
+    container: function_server::Prepared,
+    slot: OwnedSemaphorePermit,
+}
+
+/// How long a failed creation ahead keeps a function from trying again
+/// (its calls still start servers meanwhile, creating their containers).
+const PREPARE_RETRY: Duration = Duration::from_secs(60);
+
 /// How a server ended.
 #[derive(Debug)]
 enum Exit {
@@ -155,8 +173,13 @@ pub(crate) struct Servers {
     running: Mutex<Vec<Arc<HostedServer>>>,
     /// Set by `stop_all`: a server started after it is stopped at once.
     stopped: std::sync::atomic::AtomicBool,
-    /// Held while a server is picked or started: one start at a time.
+    /// Held while a server is picked, started or prepared: one at a time.
     picking: tokio::sync::Mutex<()>,
+    /// Its next server's container, created ahead (at most one), while
+    /// fewer than `max_servers` run.
+    prepared: Mutex<Option<Prepared>>,
+    /// When creating one ahead last failed.
+    prepare_failed: Mutex<Option<Instant>>,
     next_id: std::sync::atomic::AtomicU64,
     /// Servers that failed to start or died in a call, in a row.
     backoff: Mutex<Backoff>,
@@ -225,6 +248,8 @@ impl Servers {
             running: Mutex::default(),
             stopped: Default::default(),
             picking: tokio::sync::Mutex::new(()),
+            prepared: Mutex::default(),
+            prepare_failed: Mutex::default(),
             next_id: Default::default(),
             backoff: Mutex::default(),
             stats,
@@ -236,6 +261,17 @@ impl Servers {
 
     fn running(&self) -> std::sync::MutexGuard<'_, Vec<Arc<HostedServer>>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Its prepared container, taken out (the gauge follows).
+    fn take_prepared(&self) -> Option<Prepared> {
+        let taken = self
+            .prepared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        self.stats.prepared.set(0);
+        taken
     }
 
     /// The slots its calls wait for in the daemon's one queue.
@@ -310,18 +346,25 @@ impl Servers {
         Ok(server)
     }
 
-    /// A free `--max-servers` slot; when there is none, the server idle
-    /// the longest (of another function) is stopped for one.
+    /// A free `--max-servers` slot; when there is none, another
+    /// function's container created ahead is removed for one, else the
+    /// server idle the longest (of another function) is stopped.
     async fn host_slot(
         &self,
         host: &dyn ServerSlots,
         deadline: Option<Instant>,
     ) -> Result<OwnedSemaphorePermit, Status> {
         let shutting_down = |_| Status::unavailable("xfn is shutting down");
-        if let Ok(slot) = Arc::clone(host.slots()).try_acquire_owned() {
-            return Ok(slot);
+        // A slot freed here may be taken by another function's creation
+        // ahead before this call takes it: then that goes too.
+        loop {
+            if let Ok(slot) = Arc::clone(host.slots()).try_acquire_owned() {
+                return Ok(slot);
+            }
+            if !host.stop_least_recently_used(&self.function).await {
+                break;
+            }
         }
-        host.stop_least_recently_used(&self.function).await;
         until(deadline, Arc::clone(host.slots()).acquire_owned())
             .await
             .ok_or_else(|| {
@@ -363,8 +406,12 @@ impl Servers {
         deadline: Option<Instant>,
     ) -> Result<Arc<HostedServer>, Status> {
         let _starting = self.stats.starting.raise();
-        let host_slot = self.host_slot(host, deadline).await?;
         let started = std::time::Instant::now();
+        // A container created ahead is started with the slot it holds.
+        let (prepared, host_slot) = match self.take_prepared() {
+            Some(Prepared { container, slot }) => (Some(container), slot),
+            None => (None, self.host_slot(host, deadline).await?),
+        };
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let timeout = match left {
             Some(left) => left.min(self.limits.start_timeout),
@@ -374,7 +421,8 @@ impl Servers {
             timeout,
             ..config.clone()
         };
-        let served = function_server::start(
+        let (served, origin) = function_server::start_from(
+            prepared,
             &self.runner,
             &self.image,
             &config,
@@ -411,7 +459,8 @@ impl Servers {
         }
         self.stats.cold_started(started.elapsed());
         self.stats.running.set(self.running().len() as i64);
-        tracing::info!(function = %self.function, server = id, took = ?started.elapsed(), "function server started");
+        let prepared = origin == Origin::Prepared;
+        tracing::info!(function = %self.function, server = id, took = ?started.elapsed(), prepared, "function server started");
         Ok(server)
     }
 
@@ -540,10 +589,11 @@ impl Servers {
 
     /// Starts servers until `min_servers` run (when hosted, and after one
     /// died or was killed), each within the start timeout; one failing is
-    /// logged and tried again the next time, after its backoff.
+    /// logged and tried again the next time, after its backoff. Then
+    /// creates its next server's container ahead ([`Servers::prepare`]).
     pub(crate) async fn keep_warm(&self, config: &RunConfig) {
         // Failing in a row: tried after its backoff, not logged per sweep.
-        if self.running().len() >= self.limits.min_servers
+        if (self.running().len() >= self.limits.min_servers && !self.wants_prepared())
             || self.backoff().refuse(&self.function).is_err()
         {
             return;
@@ -560,6 +610,97 @@ impl Servers {
                 return;
             }
         }
+        self.prepare(host.as_ref(), config).await;
+    }
+
+    /// Whether its next server's container should be created ahead now:
+    /// on (`--prepare-servers`), hosted, none prepared, fewer than
+    /// `max_servers` running, and no creation ahead failed lately.
+    fn wants_prepared(&self) -> bool {
+        self.limits.prepare
+            && !self.stopped.load(Ordering::SeqCst)
+            && self
+                .prepared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
+            && self.running().len() < self.limits.max_servers
+            && self
+                .prepare_failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none_or(|at| at.elapsed() >= PREPARE_RETRY)
+    }
+
+    /// Creates its next server's container ahead (everything up to the
+    /// server's exec: rootfs, spec, cgroup, `crun create`), so that a call
+    /// finding no server only starts it, in a free `--max-servers` slot
+    /// (none free: not now; a call's server needs it more). The caller
+    /// holds `picking`.
+    async fn prepare(&self, host: &dyn ServerSlots, config: &RunConfig) {
+        if !self.wants_prepared() {
+            return;
+        }
+        let Ok(slot) = Arc::clone(host.slots()).try_acquire_owned() else {
+            return;
+        };
+        let config = RunConfig {
+            timeout: self.limits.start_timeout,
+            ..config.clone()
+        };
+        let made = std::time::Instant::now();
+        let container = match function_server::prepare(
+            &self.runner,
+            &self.image,
+            &config,
+            &[],
+            self.limits.host_network,
+        )
+        .await
+        {
+            Ok(container) => container,
+            Err(err) => {
+                *self
+                    .prepare_failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                tracing::warn!(function = %self.function, error = %crate::chain::Chain(&err), retry_in = ?PREPARE_RETRY, "cannot create the next server's container ahead; a call creates its own meanwhile");
+                return;
+            }
+        };
+        *self.prepared.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Prepared { container, slot });
+        self.stats.prepared.set(1);
+        tracing::debug!(function = %self.function, took = ?made.elapsed(), "the next server's container created ahead");
+        // Unhosted (or shut down) meanwhile: it never stays.
+        if self.stopped.load(Ordering::SeqCst) {
+            self.discard_prepared_now().await;
+        }
+    }
+
+    /// Tears down its prepared container, if any; whether there was one.
+    async fn discard_prepared_now(&self) -> bool {
+        match self.take_prepared() {
+            Some(prepared) => {
+                prepared.container.discard().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tears down its prepared container to free its `--max-servers` slot
+    /// for another function's server; whether it had one not being
+    /// started.
+    pub(crate) async fn discard_prepared(&self) -> bool {
+        let Ok(_picking) = self.picking.try_lock() else {
+            return false;
+        };
+        let discarded = self.discard_prepared_now().await;
+        if discarded {
+            tracing::info!(function = %self.function, "no server slot free (--max-servers): the container created ahead for its next server removed to make room");
+        }
+        discarded
     }
 
     /// Stops every server (unhost, shutdown).
@@ -568,6 +709,9 @@ impl Servers {
         self.stopped.store(true, Ordering::SeqCst);
         let all: Vec<Arc<HostedServer>> = std::mem::take(&mut *self.running());
         self.stats.running.set(0);
+        if self.discard_prepared_now().await {
+            tracing::info!(function = %self.function, "the container created ahead for its next server removed");
+        }
         for server in all {
             server.stop().await;
         }
@@ -746,6 +890,7 @@ mod tests {
             start_timeout: Duration::from_secs(30),
             min_servers: 0,
             host_network: false,
+            prepare: true,
         };
         assert_eq!(flags.with(&ServerSettings::default()), flags);
         let own = ServerSettings {
@@ -764,6 +909,7 @@ mod tests {
                 start_timeout: Duration::from_secs(30),
                 min_servers: 3,
                 host_network: true,
+                prepare: true,
             }
         );
         let isolated = ServerSettings {

@@ -164,6 +164,7 @@ fn status_of(function: &Function) -> Value {
         "error": error,
         "serversRunning": stats.running.get(),
         "serversStarting": stats.starting.get(),
+        "serversPrepared": stats.prepared.get(),
         "callsQueued": stats.queued.get(),
         "calls": stats.calls.get(),
         "callErrors": stats.errors.get(),

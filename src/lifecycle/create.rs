@@ -68,13 +68,18 @@ impl<B: Sandboxing> FunctionContainer<Created, B> {
         settings: Settings<'_>,
         teardown: &Teardown,
     ) -> Result<Self, RunError> {
+        let since = std::time::Instant::now();
         let made = B::prepare(rootfs, recipe.layers.clone(), recipe.flattened.clone()).await?;
+        let rootfs_took = since.elapsed();
         match sandbox.create(&made, recipe, settings).await {
-            Ok(container) => Ok(Self {
-                container,
-                rootfs: made,
-                pin: recipe.pin.clone(),
-            }),
+            Ok(container) => {
+                tracing::trace!(container = B::id(&container), rootfs = ?rootfs_took, created = ?since.elapsed(), "container created (cumulative)");
+                Ok(Self {
+                    container,
+                    rootfs: made,
+                    pin: recipe.pin.clone(),
+                })
+            }
             Err(err) => {
                 teardown.drop_later(made).await;
                 Err(err.into())
@@ -91,7 +96,9 @@ impl Container<Created> {
         sandbox: &Sandbox,
         request: &ContainerRequest<'_>,
     ) -> Result<Self, SandboxError> {
+        let since = std::time::Instant::now();
         let (bundle, run_cgroup) = sandbox.prepare(request)?;
+        let spec_took = since.elapsed();
         let io = |e: std::io::Error| SandboxError::Crun(CrunError::Io(e));
         let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
         let pipe = || nix::unistd::pipe2(cloexec).map_err(|e| io(e.into()));
@@ -124,6 +131,7 @@ impl Container<Created> {
                 own_level,
             )
             .await?;
+        tracing::trace!(container = %bundle.id, spec = ?spec_took, crun_create = ?since.elapsed().saturating_sub(spec_took), "bundle, spec and cgroup; crun create");
         let stderr = pipe::Receiver::from_owned_fd(stderr_read).map_err(io)?;
         if !status.success() {
             // crun said why on the stderr it shared with the container.

@@ -182,6 +182,15 @@ pub(super) struct FakeContainer {
     part: Part,
     id: String,
     fake: Arc<Fake>,
+    /// Killed out of band: its start fails.
+    killed: bool,
+}
+
+impl FakeContainer {
+    /// Kills it out of band (as a SIGKILL to its init would).
+    pub(super) fn kill(&mut self) {
+        self.killed = true;
+    }
 }
 
 fn failed() -> SandboxError {
@@ -226,12 +235,13 @@ impl Sandboxing for Arc<Fake> {
             part: self.part("container"),
             id: format!("c{n}"),
             fake: Arc::clone(self),
+            killed: false,
         })
     }
 
     async fn start(container: FakeContainer) -> Result<FakeContainer, (SandboxError, Part)> {
         tokio::task::yield_now().await;
-        if container.fake.fails == Fails::Start {
+        if container.fake.fails == Fails::Start || container.killed {
             return Err((failed(), container.part));
         }
         Ok(container)

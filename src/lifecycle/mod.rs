@@ -10,7 +10,9 @@
 //! the pin that keeps its image's layers from the cache's collector. Each
 //! path composes the same steps: one run (create, start, feed at once), a
 //! warm container of the [`pool`] (create and maybe start ahead, feed on
-//! the call), a function server (create, start, serve until stopped).
+//! the call), a function server (create, start, serve until stopped; or
+//! created ahead as a [`serve::PreparedServer`] and only started, served,
+//! by its first call).
 //!
 //! # Invariants
 //! - **One call per container**: `feed` and `serve` take it by value.
@@ -54,6 +56,7 @@ mod tests;
 
 pub(crate) use create::RootfsMaker;
 pub use error::RunError;
+pub(crate) use start::Origin;
 
 /// What a function's container is made from: its image (config, layers or
 /// flattened copy, pin) and settings.

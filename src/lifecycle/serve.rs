@@ -3,8 +3,11 @@
 //! once. It gets everything a run gets (rootfs, spec, seccomp, own network
 //! namespace, cgroup limits where enforced); only its lifetime differs. It
 //! is reached inside its own network namespace, never through a port on
-//! the host. Whatever happens, nothing outlives it: [`FunctionServer::stop`]
-//! kills it and tears it down, and so does dropping it.
+//! the host. Its container may be created ahead ([`PreparedServer`]: `xfn
+//! host` makes each function's next one so) and only started by its first
+//! call; one made for another image or settings, or gone by then, is
+//! replaced. Whatever happens, nothing outlives it: [`FunctionServer::stop`]
+//! kills it and tears it down, and so does dropping it (or a prepared one).
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +17,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::seam::Remains;
 use super::teardown::{Finished, Teardown};
-use super::{Container, FunctionContainer, Recipe, RootfsMaker, RunError, Settings, Started};
+use super::{
+    Container, Created, FunctionContainer, Origin, Recipe, RootfsMaker, RunError, Settings, Started,
+};
 use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
 use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};
 use crate::sandbox::exit_watch::ExitWatch;
@@ -136,9 +141,11 @@ impl Container<Serving> {
     ) -> Result<(), SandboxError> {
         let started = Instant::now();
         // Servers start in milliseconds (Go, Rust) to a second or two
-        // (Python): poll often at first, then back off gently, so that a
-        // slow start is not overshot by much. An attempt costs a thread and
-        // a refused connect: microseconds.
+        // (Python): poll every millisecond at first (a backoff from the
+        // first poll on overshot a 5 ms start by 3 ms: benches/PROFILE.md),
+        // then back off gently, so that a slow start is not overshot by
+        // much. An attempt costs a thread and a refused connect:
+        // microseconds.
         let mut pause = Duration::from_millis(1);
         loop {
             let last_error = match self.state.network.connect(address).await {
@@ -158,7 +165,9 @@ impl Container<Serving> {
                 .into());
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 3 / 2).min(Duration::from_millis(20));
+            if started.elapsed() >= EVERY_MILLISECOND_FOR {
+                pause = (pause * 3 / 2).min(Duration::from_millis(20));
+            }
         }
     }
 
@@ -179,6 +188,10 @@ impl Container<Serving> {
         (usage, parts.finish())
     }
 }
+
+/// How long a server's listening is looked for every millisecond before
+/// the looks back off: a Go or Rust server listens within it.
+const EVERY_MILLISECOND_FOR: Duration = Duration::from_millis(50);
 
 /// How long an exited container's output readers are waited for: they end
 /// as soon as the pipes close, so this bounds only a descendant that keeps
@@ -364,32 +377,123 @@ pub struct FunctionServerOptions<'a> {
     pub log_as: Option<&'a str>,
 }
 
+/// A function server's container created ahead of its first call
+/// (rootfs, bundle, spec, cgroup, `crun create`): its init waits on
+/// `exec.fifo` before it execs the server, so all a call still pays is the
+/// server's exec and its own start ([`FunctionServer::start`] consumes it).
+/// It costs the init's blocked process, the rootfs's mount and the held
+/// namespaces until then (docs/host.md). Dropped, it is torn down (blocking:
+/// prefer [`PreparedServer::discard`]).
+#[derive(Debug)]
+pub(crate) struct PreparedServer {
+    created: FunctionContainer<Created>,
+    /// The image's manifest digest it was made from: a start for another
+    /// digest discards it.
+    pub(crate) digest: String,
+    /// The settings it was made with, a start with others discards it.
+    host_network: bool,
+    cmd: Vec<String>,
+    env: Vec<String>,
+}
+
+impl PreparedServer {
+    /// Its container's id.
+    pub(crate) fn id(&self) -> &str {
+        self.created.container.id()
+    }
+
+    /// Tears it down off the async threads, awaited.
+    pub(crate) async fn discard(self) {
+        Teardown::inline().drop_later(self).await;
+    }
+
+    /// Whether it was made for `digest` served as `options` say.
+    fn fits(&self, digest: &str, options: &FunctionServerOptions<'_>) -> bool {
+        self.digest == digest
+            && self.host_network == options.host_network
+            && self.cmd == options.cmd
+            && self.env == options.env
+    }
+}
+
 impl FunctionServer {
-    /// Creates and starts a container of `recipe` served as `options`
-    /// say, the whole within `timeout`; on failure nothing is left.
-    pub(crate) async fn start(
-        sandbox: &Sandbox,
-        rootfs: &RootfsMaker,
-        recipe: &Recipe,
-        options: FunctionServerOptions<'_>,
-        limits: Limits,
-        timeout: Duration,
-        teardown: &Teardown,
-    ) -> Result<Self, RunError> {
-        let settings = Settings {
+    /// The settings of a container of a server served as `options` say.
+    fn settings<'a>(options: &FunctionServerOptions<'a>, limits: Limits) -> Settings<'a> {
+        Settings {
             host_network: options.host_network,
             limits,
             cmd: Some(options.cmd),
             env: options.env,
-        };
-        let started = tokio::time::timeout(timeout, async {
-            FunctionContainer::create(sandbox, rootfs, recipe, settings, teardown)
-                .await?
-                .start(teardown)
-                .await
-        })
+        }
+    }
+
+    /// Creates, within `timeout`, the container of a server of `recipe`
+    /// (the image `digest`) served as `options` say, ahead of its start;
+    /// on failure nothing is left.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn prepare(
+        sandbox: &Sandbox,
+        rootfs: &RootfsMaker,
+        recipe: &Recipe,
+        digest: &str,
+        options: FunctionServerOptions<'_>,
+        limits: Limits,
+        timeout: Duration,
+        teardown: &Teardown,
+    ) -> Result<PreparedServer, RunError> {
+        let settings = Self::settings(&options, limits);
+        let created = tokio::time::timeout(
+            timeout,
+            FunctionContainer::create(sandbox, rootfs, recipe, settings, teardown),
+        )
         .await
         .map_err(|_| RunError::Timeout(timeout))??;
+        Ok(PreparedServer {
+            created,
+            digest: digest.to_owned(),
+            host_network: options.host_network,
+            cmd: options.cmd.to_vec(),
+            env: options.env.to_vec(),
+        })
+    }
+
+    /// Starts a server of `recipe` (the image `digest`) served as
+    /// `options` say: `prepared`'s container when it was made for them
+    /// and is still there, else one created now (a `prepared` that does not
+    /// fit is discarded); the whole within `timeout`; on failure nothing is
+    /// left. Says whether it was prepared.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start(
+        sandbox: &Sandbox,
+        rootfs: &RootfsMaker,
+        recipe: &Recipe,
+        digest: &str,
+        options: FunctionServerOptions<'_>,
+        limits: Limits,
+        timeout: Duration,
+        teardown: &Teardown,
+        prepared: Option<PreparedServer>,
+    ) -> Result<(Self, Origin), RunError> {
+        let since = Instant::now();
+        let prepared = match prepared {
+            Some(prepared) if prepared.fits(digest, &options) => Some(prepared.created),
+            Some(stale) => {
+                tracing::info!(container = stale.id(), made_for = %stale.digest, %digest, "the container created ahead was made for another image or settings: discarded");
+                stale.discard().await;
+                None
+            }
+            None => None,
+        };
+        let settings = Self::settings(&options, limits);
+        let (started, origin) = tokio::time::timeout(
+            timeout,
+            FunctionContainer::start_or_create(
+                prepared, sandbox, rootfs, recipe, settings, teardown,
+            ),
+        )
+        .await
+        .map_err(|_| RunError::Timeout(timeout))??;
+        let started_at = since.elapsed();
         let FunctionContainer {
             container,
             rootfs,
@@ -398,12 +502,15 @@ impl FunctionServer {
         let container = container
             .serve(options.host_network, options.log_as)
             .await?;
-        tracing::debug!(container = container.id(), "function serving");
-        Ok(Self(FunctionContainer {
-            container,
-            rootfs,
-            pin,
-        }))
+        tracing::debug!(container = container.id(), ?origin, ?started_at, served_at = ?since.elapsed(), "function serving");
+        Ok((
+            Self(FunctionContainer {
+                container,
+                rootfs,
+                pin,
+            }),
+            origin,
+        ))
     }
 
     /// The container's own network namespace, to connect in.

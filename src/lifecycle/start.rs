@@ -1,6 +1,8 @@
 //! Start: the byte on `exec.fifo` (all that `crun start` does) lets the
 //! init exec the function, which then runs until it reads its stdin. A
-//! start that fails hands what is left to the teardown.
+//! start that fails hands what is left to the teardown; a container
+//! created ahead that is gone by its start is replaced by a fresh one
+//! ([`FunctionContainer::start_or_create`]).
 use std::time::{Duration, Instant};
 
 use super::seam::Remains;
@@ -35,6 +37,32 @@ impl<B: Sandboxing> FunctionContainer<Created, B> {
         }
     }
 
+    /// Starts `prepared`, a container created ahead (its start consumes
+    /// it), or, when there is none or it is gone (killed out of band: its
+    /// start fails, and what is left of it goes through `teardown`),
+    /// creates one from `recipe` and `settings` and starts that. Says
+    /// which: [`Origin`].
+    pub(crate) async fn start_or_create(
+        prepared: Option<Self>,
+        sandbox: &B,
+        rootfs: &B::RootfsMaker,
+        recipe: &super::Recipe<B::Pin>,
+        settings: super::Settings<'_>,
+        teardown: &Teardown,
+    ) -> Result<(FunctionContainer<Started, B>, Origin), RunError> {
+        if let Some(prepared) = prepared {
+            let id = B::id(&prepared.container).to_owned();
+            match prepared.start(teardown).await {
+                Ok(started) => return Ok((started, Origin::Prepared)),
+                Err(err) => {
+                    tracing::info!(container = %id, error = %crate::chain::Chain(&err), "the container created ahead is gone: creating another");
+                }
+            }
+        }
+        let created = Self::create(sandbox, rootfs, recipe, settings, teardown).await?;
+        Ok((created.start(teardown).await?, Origin::Created))
+    }
+
     /// Starts and feeds the container within `timeout` from `since`.
     pub(crate) async fn run(
         self,
@@ -48,6 +76,15 @@ impl<B: Sandboxing> FunctionContainer<Created, B> {
             (finished, self.rootfs, self.pin),
         )
     }
+}
+
+/// Where a started container came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Created ahead, before its call.
+    Prepared,
+    /// Created on its call (none was prepared, or the prepared one was gone).
+    Created,
 }
 
 impl Container<Created> {

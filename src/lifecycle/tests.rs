@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use super::fake::{Fails, Fake};
 use super::pool::{Pool, PoolKey, PoolOptions, WarmStart};
 use super::teardown::Teardown;
-use super::{Created, FunctionContainer, RunError, Settings, Started};
+use super::{Created, FunctionContainer, Origin, RunError, Settings, Started};
 
 async fn create(
     fake: &Arc<Fake>,
@@ -109,6 +109,91 @@ async fn a_container_dropped_unused_goes_container_then_rootfs_then_pin() {
     let started = started(&fake, &teardown).await;
     drop(started);
     assert_eq!(fake.log.parts(), ["container", "rootfs", "pin"]);
+}
+
+/// `prepared` started, or a container created and started in its stead.
+async fn start_or_create(
+    fake: &Arc<Fake>,
+    prepared: Option<FunctionContainer<Created, Arc<Fake>>>,
+    teardown: &Teardown,
+) -> Result<(FunctionContainer<Started, Arc<Fake>>, Origin), RunError> {
+    let recipe = fake.recipe();
+    let started = FunctionContainer::start_or_create(
+        prepared,
+        fake,
+        fake,
+        &recipe,
+        Settings::default(),
+        teardown,
+    )
+    .await;
+    drop(recipe);
+    fake.log.forget("pin");
+    started
+}
+
+#[tokio::test]
+async fn a_container_created_ahead_is_started_by_its_call_and_no_other_is_created() {
+    let fake = Arc::new(Fake::new(Fails::Nothing));
+    let teardown = Teardown::start();
+    let prepared = create(&fake, &teardown).await.expect("created ahead");
+    let (started, origin) = start_or_create(&fake, Some(prepared), &teardown)
+        .await
+        .expect("started");
+    assert_eq!(origin, Origin::Prepared);
+    assert_eq!(fake.log.made("container"), 1, "the start consumed it");
+    assert_eq!(fake.log.made("rootfs"), 1);
+    assert!(fake.log.parts().is_empty(), "nothing went");
+    drop(started);
+    assert_eq!(fake.log.parts(), ["container", "rootfs", "pin"]);
+}
+
+#[tokio::test]
+async fn a_container_created_ahead_and_killed_out_of_band_is_torn_down_and_another_created() {
+    let fake = Arc::new(Fake::new(Fails::Nothing));
+    let teardown = Teardown::start();
+    let mut prepared = create(&fake, &teardown).await.expect("created ahead");
+    prepared.container.kill();
+    // The recipe lives on: every pin that goes is a container's.
+    let recipe = fake.recipe();
+    let (started, origin) = FunctionContainer::start_or_create(
+        Some(prepared),
+        &fake,
+        &fake,
+        &recipe,
+        Settings::default(),
+        &teardown,
+    )
+    .await
+    .expect("started");
+    assert_eq!(origin, Origin::Created);
+    assert_eq!(fake.log.made("container"), 2);
+    // The dead one went whole, through the teardown, before the new one
+    // was handed out; the new one is alive.
+    assert_eq!(fake.log.parts(), ["container", "rootfs", "pin"]);
+    assert_eq!(fake.log.threads(), [TEARDOWN; 3]);
+    assert_eq!(fake.log.live("container"), 1);
+    drop(started);
+    assert_eq!(fake.log.live("container"), 0);
+}
+
+#[tokio::test]
+async fn with_none_created_ahead_one_is_created_and_a_failed_creation_leaves_nothing() {
+    let fake = Arc::new(Fake::new(Fails::Nothing));
+    let teardown = Teardown::start();
+    let (_started, origin) = start_or_create(&fake, None, &teardown)
+        .await
+        .expect("started");
+    assert_eq!(origin, Origin::Created);
+    assert_eq!(fake.log.made("container"), 1);
+
+    let failing = Arc::new(Fake::new(Fails::Create));
+    let err = start_or_create(&failing, None, &teardown)
+        .await
+        .expect_err("the creation fails");
+    assert!(matches!(err, RunError::Timeout(_)), "{err:?}");
+    assert_eq!(failing.log.parts(), ["rootfs"]);
+    assert_eq!(failing.log.live("rootfs"), 0);
 }
 
 /// A pool over the real lifecycle on the fake: `count` containers of as

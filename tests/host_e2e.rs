@@ -674,8 +674,10 @@ async fn a_function_kept_warm_runs_before_any_call_outlives_its_idle_time_and_is
         .filter(|p| !warm.contains(p))
         .collect();
     assert_ne!(network_namespace(cold[0]), xfn, "by default: its own");
-    host.wait_for("fn-cold's idle server is stopped", || {
-        host.metric("servers_running", "fn-cold") == 0
+    // Stopped: the gauge is lowered when the stop begins, and the process
+    // is gone a little later.
+    host.wait_for("fn-cold's idle server is stopped and gone", || {
+        host.metric("servers_running", "fn-cold") == 0 && host.servers() == 1
     });
     // fn-warm's, idle since before fn-cold's call, was not.
     assert_eq!(host.server_pids(), warm);

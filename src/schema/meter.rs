@@ -93,6 +93,8 @@ pub(super) fn context(this: Value) -> Context<'static> {
     context.add_function(STRING, string);
     context.add_function("dyn", dynamic);
     super::timestamps::register(&mut context);
+    super::url::register(&mut context);
+    super::quantity::register(&mut context);
     context.add_function("matches", matches);
     context.add_function("find", find);
     context.add_function("findAll", find_all);

@@ -806,6 +806,89 @@ mod tests {
         );
     }
 
+    /// Kubernetes' own cardinalities: apiextensions-apiserver
+    /// `pkg/apis/apiextensions/validation/validation_test.go` `TestCostInfo`
+    /// (v0.35): how many times a rule on a leaf string can run, given the
+    /// schemas above it — seen as the leaf rule's cost (2: `self` and a
+    /// `startsWith` of one byte) times that number; unbounded, as many as a
+    /// 3 MiB request holds (of the leaf's smallest JSON, `""` and a comma).
+    #[test]
+    fn kubernetes_max_cardinality_table_agrees() {
+        let object = || json!({"type": "object"});
+        let array = |max: Option<u64>| match max {
+            Some(m) => json!({"type": "array", "maxItems": m}),
+            None => json!({"type": "array"}),
+        };
+        let map = |max: Option<u64>| match max {
+            Some(m) => json!({"type": "object", "maxProperties": m}),
+            None => json!({"type": "object"}),
+        };
+        // The chain, outermost first, each the parent of the next.
+        let nest = |chain: Vec<(Value, &str)>| {
+            let mut node = json!({"type": "string",
+                "x-kubernetes-validations": [{"rule": "self.startsWith('a')"}]});
+            for (mut parent, how) in chain.into_iter().rev() {
+                match how {
+                    "items" => parent["items"] = node,
+                    "map" => parent["additionalProperties"] = node,
+                    _ => parent["properties"] = json!({"x": node}),
+                }
+                node = parent;
+            }
+            node
+        };
+        let unbounded = 3 * 1024 * 1024 / 3;
+        /// `(case, the chain of schemas above the leaf, its cardinality)`.
+        type Case = (&'static str, Vec<(Value, &'static str)>, u64);
+        let cases: Vec<Case> = vec![
+            ("object", vec![(object(), "field")], 1),
+            ("array", vec![(array(Some(5)), "items")], 5),
+            ("unbounded array", vec![(array(None), "items")], unbounded),
+            ("map", vec![(map(Some(10)), "map")], 10),
+            ("unbounded map", vec![(map(None), "map")], unbounded),
+            (
+                "array inside map",
+                vec![(map(Some(5)), "map"), (array(Some(5)), "items")],
+                25,
+            ),
+            (
+                "unbounded array inside bounded map",
+                vec![(map(Some(5)), "map"), (array(None), "items")],
+                unbounded,
+            ),
+            (
+                "object inside array",
+                vec![(array(Some(3)), "items"), (object(), "field")],
+                3,
+            ),
+            (
+                "map inside object inside array",
+                vec![
+                    (array(Some(2)), "items"),
+                    (object(), "field"),
+                    (map(Some(4)), "map"),
+                ],
+                8,
+            ),
+            (
+                "integer overflow bounds check",
+                vec![
+                    (array(Some(i64::MAX as u64)), "items"),
+                    (array(Some(100)), "items"),
+                ],
+                u64::MAX,
+            ),
+        ];
+        for (name, chain, expected) in cases {
+            let schema = nest(chain);
+            let found = super::rules(&schema, &|rule, node, root| {
+                super::super::cel::checked(rule, node, root)
+            });
+            assert_eq!(found.len(), 1, "{name}");
+            assert_eq!(found[0].cost, expected.saturating_mul(2), "{name}");
+        }
+    }
+
     /// Kubernetes' own estimates: apiextensions-apiserver
     /// `pkg/apiserver/schema/cel/compilation_test.go` `TestCostEstimation`
     /// (v0.35), each schema as its generator builds it, once without the

@@ -79,9 +79,10 @@ pub(super) struct Run {
 
 /// A context whose `self` is `this` (converted once, for every rule of a
 /// node): the `cel` crate's standard functions, Kubernetes' CEL libraries
-/// (`kube-cel`), what the API server has that they lack (`type()`, type
-/// names, `size()` in code points, set and map lists), and the metering
-/// functions.
+/// (`kube-cel`, its URL and quantity libraries replaced by xfn's,
+/// [`super::url`], [`super::quantity`]), what the API server has that they
+/// lack (`type()`, type names, `size()` in code points, set and map lists),
+/// and the metering functions.
 pub(super) fn context(this: Value) -> Context<'static> {
     use kube_cel::KubeCelExt;
     let mut context = Context::default();

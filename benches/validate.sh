@@ -18,12 +18,17 @@
 # threshold. Exit codes are not compared here (tests/validate_peers.rs does
 # that); every run must end 0 or 1 (a verdict), not in an error.
 #
+# XFN_BASE=PATH (an xfn built from an earlier commit) adds it side by side:
+# each pass of each mode runs XFN_BASE then XFN, alternated, so both meet
+# the same load; it prints both and XFN / XFN_BASE.
+#
 # Needs: the crossplane CLI (scripts/peers.sh; CROSSPLANE overrides it),
 # python3. Run from the repo root:
 #   cargo build && benches/validate.sh     (XFN=target/release/xfn for release)
 set -eu
 
 XFN=$(realpath "${XFN:-target/debug/xfn}")
+XFN_BASE=${XFN_BASE:+$(realpath "$XFN_BASE")}
 CROSSPLANE=${CROSSPLANE:-/var/cache/xfn-test/peers/bin/crossplane}
 RUNS=${RUNS:-3}
 DATA=$(realpath tests/validate)
@@ -70,6 +75,8 @@ run() {
     set +e
     if [ "$1" = xfn ]; then
         "$XFN" validate "$EXTENSIONS" "$2" >/dev/null 2>"$WORK/err"
+    elif [ "$1" = base ]; then
+        "$XFN_BASE" validate "$EXTENSIONS" "$2" >/dev/null 2>"$WORK/err"
     else
         rm -rf "$WORK/cache"
         "$CROSSPLANE" resource validate --crossplane-image= --cache-dir "$WORK/cache" \
@@ -98,6 +105,29 @@ median() {
     while [ "$i" -lt "$RUNS" ]; do time_of "$1" "$2"; i=$((i + 1)); done |
         sort -n | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'
 }
+
+# alternated MODE: "BASE_MEDIAN XFN_MEDIAN" of RUNS passes, base then xfn
+# in each round.
+alternated() {
+    i=0
+    : >"$WORK/rounds"
+    while [ "$i" -lt "$RUNS" ]; do
+        echo "$(time_of base "$1") $(time_of xfn "$1")" >>"$WORK/rounds"
+        i=$((i + 1))
+    done
+    mid=$(((RUNS + 1) / 2))
+    echo "$(cut -d' ' -f1 "$WORK/rounds" | sort -n | sed -n "${mid}p")" \
+        "$(cut -d' ' -f2 "$WORK/rounds" | sort -n | sed -n "${mid}p")"
+}
+
+if [ -n "$XFN_BASE" ]; then
+    echo "xfn base: $XFN_BASE; xfn: $XFN; $CASES resources; median of $RUNS alternated rounds; $(uptime)"
+    printf '%-10s %12s %12s %14s\n' "" "base" "xfn" "xfn / base"
+    for mode in one each; do
+        set -- $(alternated "$mode")
+        printf '%-10s %11.3fs %11.3fs %13.2fx\n' "$mode" "$1" "$2" "$(echo "$2 / $1" | bc -l)"
+    done
+fi
 
 echo "validate corpus: $CASES resources, $(echo "$EXTENSIONS" | tr ',' '\n' | wc -l) extension sets; median of $RUNS"
 echo "xfn: $XFN"

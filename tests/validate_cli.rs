@@ -118,6 +118,56 @@ fn resources_are_read_from_stdin_and_extensions_from_a_comma_separated_list() {
     );
 }
 
+/// As Crossplane's CLI (kong, cmd/crossplane/validate/cmd.go:75–89):
+/// resources are a comma-separated list too, a flag given twice is no
+/// error, and a third argument is.
+#[test]
+fn flags_repeat_and_both_arguments_are_comma_separated_lists_as_the_cli_takes_them() {
+    let valid = data("valid.yaml").display().to_string();
+    let (code, stdout, stderr) = validate(&[
+        "--skip-success-results".as_ref(),
+        "--skip-success-results".as_ref(),
+        "--error-on-missing-schemas".as_ref(),
+        "--error-on-missing-schemas".as_ref(),
+        "-v".as_ref(),
+        "--verbose".as_ref(),
+        "--max-input-bytes=1Ki".as_ref(),
+        "--max-input-bytes=8Mi".as_ref(),
+        format!(
+            "{},{}",
+            data("extensions/crd.yaml").display(),
+            data("extensions/xrd.yaml").display()
+        )
+        .as_ref(),
+        format!("{valid},{valid}").as_ref(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("[✓]"), "{stdout}");
+    assert!(
+        stdout
+            .ends_with("Total 4 resources: 0 missing schemas, 4 success cases, 0 failure cases\n"),
+        "the last --max-input-bytes wins, and both files are read: {stdout}{stderr}"
+    );
+
+    let (code, _, stderr) = validate(&[
+        data("extensions").as_os_str(),
+        valid.as_ref(),
+        valid.as_ref(),
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("unexpected argument"), "{stderr}");
+}
+
+#[test]
+fn stdin_named_twice_is_refused_as_the_cli_refuses_it() {
+    let (code, stdout, stderr) = validate(&["-".as_ref(), "-".as_ref()]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("cannot use stdin for both extensions and resources"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_resource_file_nested_past_the_bound_is_refused_before_parsing() {
     let dir = tempfile::tempdir().unwrap();

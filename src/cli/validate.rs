@@ -1,7 +1,7 @@
 //! `xfn validate EXTENSIONS RESOURCES`: resources (rendered output, or any
 //! Kubernetes objects) against the schemas of CRDs and XRDs, with
 //! `crossplane beta validate`'s arguments and report; exit 1 on any error.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -10,25 +10,28 @@ use clap::Args;
 use crate::schema::read::{read_documents, DEFAULT_MAX_INPUT_BYTES};
 use crate::schema::{label, Validator};
 
-/// `xfn validate`'s flags.
+/// `xfn validate`'s flags. As Crossplane's CLI (kong) takes them: both
+/// arguments are comma-separated lists, and a flag given twice is no error
+/// (the last value wins; `--old-resources` adds up).
 #[derive(Debug, Args)]
 pub(crate) struct ValidateArgs {
-    /// CRDs and XRDs: files or directories (read recursively), comma-separated.
-    #[arg(value_name = "EXTENSIONS", value_delimiter = ',', required = true)]
+    /// CRDs and XRDs: files, directories (read recursively) or `-` for
+    /// stdin, comma-separated.
+    #[arg(value_name = "EXTENSIONS", value_delimiter = ',', action = clap::ArgAction::Set, num_args = 1, required = true)]
     pub(crate) extensions: Vec<PathBuf>,
-    /// The resources to validate: a file, a directory, or `-` for stdin
-    /// (e.g. `xfn render … | xfn validate crds/ -`).
-    #[arg(value_name = "RESOURCES")]
-    pub(crate) resources: PathBuf,
+    /// The resources to validate: files, directories or `-` for stdin,
+    /// comma-separated (e.g. `xfn render … | xfn validate crds/ -`).
+    #[arg(value_name = "RESOURCES", value_delimiter = ',', action = clap::ArgAction::Set, num_args = 1, required = true)]
+    pub(crate) resources: Vec<PathBuf>,
     /// A resource whose kind no CRD or XRD defines is an error, not a warning.
-    #[arg(long)]
+    #[arg(long, overrides_with = "error_on_missing_schemas")]
     pub(crate) error_on_missing_schemas: bool,
     /// Print only errors and warnings, not each valid resource.
-    #[arg(long)]
+    #[arg(long, overrides_with = "skip_success_results")]
     pub(crate) skip_success_results: bool,
     /// Also say which documents among the extensions were skipped (neither
     /// CRDs nor XRDs: a Composition, a Function…).
-    #[arg(short, long)]
+    #[arg(short, long, overrides_with = "verbose")]
     pub(crate) verbose: bool,
     /// The old versions of the resources (files or directories, repeatable):
     /// a resource with one (same apiVersion, kind, namespace and name) is
@@ -38,12 +41,23 @@ pub(crate) struct ValidateArgs {
     pub(crate) old_resources: Vec<PathBuf>,
     /// The largest file (or stdin) read, a quantity (`8Mi`): a larger one is
     /// refused before it is parsed (parsed YAML takes ~40 times its size).
-    #[arg(long, default_value = DEFAULT_MAX_INPUT_BYTES, value_parser = super::parse_nonzero_size)]
+    #[arg(long, default_value = DEFAULT_MAX_INPUT_BYTES, value_parser = super::parse_nonzero_size, overrides_with = "max_input_bytes")]
     pub(crate) max_input_bytes: u64,
 }
 
 /// Runs `xfn validate`.
 pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
+    let stdin = Path::new("-");
+    let stdins = args
+        .extensions
+        .iter()
+        .chain(&args.resources)
+        .filter(|p| p.as_path() == stdin)
+        .count();
+    if stdins > 1 {
+        // Stdin is read once (cmd/crossplane/validate/cmd.go:109–110).
+        anyhow::bail!("cannot use stdin for both extensions and resources");
+    }
     let (mut extensions, mut extension_places) = (Vec::new(), Vec::new());
     for path in &args.extensions {
         let documents = read_documents(path, args.max_input_bytes)
@@ -53,8 +67,13 @@ pub(crate) fn execute(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             extension_places.push(document.place);
         }
     }
-    let documents = read_documents(&args.resources, args.max_input_bytes)
-        .with_context(|| format!("cannot read the resources in {}", args.resources.display()))?;
+    let mut documents = Vec::new();
+    for path in &args.resources {
+        documents.extend(
+            read_documents(path, args.max_input_bytes)
+                .with_context(|| format!("cannot read the resources in {}", path.display()))?,
+        );
+    }
     let labels: Vec<String> = documents
         .iter()
         .map(|d| label(&d.object, &d.place))

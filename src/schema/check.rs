@@ -86,6 +86,10 @@ fn comparable(a: &Ty, b: &Ty) -> bool {
         (Ty::List(x, _), Ty::List(y, _)) => comparable(x, y),
         (Ty::Map(k1, v1), Ty::Map(k2, v2)) => comparable(k1, k2) && comparable(v1, v2),
         (Ty::Object(_), Ty::Object(_)) => true,
+        // cel-go's legacy nullability (checker/types.go `isLegacyNullable`):
+        // an object (a struct), a timestamp or a duration may be null.
+        (Ty::Null, Ty::Object(_) | Ty::Timestamp | Ty::Duration)
+        | (Ty::Object(_) | Ty::Timestamp | Ty::Duration, Ty::Null) => true,
         _ => std::mem::discriminant(a) == std::mem::discriminant(b),
     }
 }

@@ -24,7 +24,7 @@ use regex::Regex;
 pub(super) fn check(format: &str, text: &str) -> Option<bool> {
     Some(match format.replace('-', "").as_str() {
         "bsonobjectid" => text.len() == 24 && text.bytes().all(|b| b.is_ascii_hexdigit()),
-        "uri" => request_uri(text),
+        "uri" => super::url::Url::parse_request_uri(text).is_ok(),
         "email" => email(text),
         "hostname" => hostname(text),
         "ipv4" => ip_sloppy(text).is_some() && text.contains('.'),
@@ -363,120 +363,6 @@ fn phrase(s: &str) -> bool {
         || s.split([' ', '\t'])
             .filter(|w| !w.is_empty())
             .all(|w| quoted_string(w) || w.chars().all(|c| c == '.' || atext(c)))
-}
-
-/// Go's `url.ParseRequestURI`: `*`, an absolute path, or a scheme followed
-/// by an opaque part or an authority (host characters and a numeric port
-/// checked); `%` escapes must be whole; no control characters.
-fn request_uri(text: &str) -> bool {
-    if text.is_empty() || text.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return false;
-    }
-    if text == "*" {
-        return true;
-    }
-    let (scheme, rest) = match scheme(text) {
-        Some(split) => split,
-        None => return false,
-    };
-    let rest = rest.split_once('?').map_or(rest, |(path, _)| path);
-    if !rest.starts_with('/') {
-        return !scheme.is_empty() && escapes_whole(rest);
-    }
-    let path = match rest.strip_prefix("//").filter(|_| !scheme.is_empty()) {
-        Some(after) => {
-            let (authority, path) = after.find('/').map_or((after, ""), |i| after.split_at(i));
-            if !authority_ok(authority) {
-                return false;
-            }
-            path
-        }
-        None => rest,
-    };
-    escapes_whole(path)
-}
-
-/// The scheme and the rest (`""` and all of `text` when it has none), or
-/// `None` for a `:` first.
-fn scheme(text: &str) -> Option<(&str, &str)> {
-    for (i, c) in text.char_indices() {
-        match c {
-            'a'..='z' | 'A'..='Z' => {}
-            '0'..='9' | '+' | '-' | '.' if i > 0 => {}
-            ':' if i == 0 => return None,
-            ':' => return Some((&text[..i], &text[i + 1..])),
-            _ => return Some(("", text)),
-        }
-    }
-    Some(("", text))
-}
-
-fn escapes_whole(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            if !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
-            {
-                return false;
-            }
-            i += 3;
-        } else {
-            i += 1;
-        }
-    }
-    true
-}
-
-fn authority_ok(authority: &str) -> bool {
-    let (userinfo, host) = match authority.rfind('@') {
-        Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-        None => (None, authority),
-    };
-    if let Some(userinfo) = userinfo {
-        let ok = userinfo.chars().all(|c| {
-            c.is_ascii_alphanumeric() || "-._:~!$&'()*+,;=%@".contains(c) || !c.is_ascii()
-        });
-        if !ok || !escapes_whole(userinfo) {
-            return false;
-        }
-    }
-    let (host, port) = if let Some(literal) = host.strip_prefix('[') {
-        let Some(end) = literal.find(']') else {
-            return false;
-        };
-        let address = &literal[..end];
-        let address = address.split_once("%25").map_or(address, |(a, _)| a);
-        if address.parse::<Ipv6Addr>().is_err() {
-            return false;
-        }
-        ("", &literal[end + 1..])
-    } else {
-        match host.rfind(':') {
-            Some(i) => (&host[..i], &host[i..]),
-            None => (host, ""),
-        }
-    };
-    if !port.is_empty()
-        && !port
-            .strip_prefix(':')
-            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return false;
-    }
-    host.chars().all(|c| {
-        c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:[]<>\"%".contains(c) || !c.is_ascii()
-    }) && escapes_whole(host)
-        // Go unescapes a host's `%XY` only for a non-ASCII byte, or `%25`.
-        && host.match_indices('%').all(|(i, _)| {
-            host[i..].starts_with("%25")
-                || host
-                    .as_bytes()
-                    .get(i + 1)
-                    .and_then(|b| char::from(*b).to_digit(16))
-                    .is_some_and(|d| d >= 8)
-        })
 }
 
 /// Go's (pre-1.17, forked by k8s.io/utils) `net.ParseIP`: IPv4 fields may

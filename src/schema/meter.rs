@@ -79,10 +79,23 @@ pub(super) struct Run {
 
 /// A context whose `self` is `this` (converted once, for every rule of a
 /// node): the `cel` crate's standard functions, Kubernetes' CEL libraries
-/// (`kube-cel`), what the API server has that they lack (`type()`, type
-/// names, `size()` in code points, set and map lists), and the metering
-/// functions.
+/// (`kube-cel`, its URL and quantity libraries replaced by xfn's,
+/// [`super::url`], [`super::quantity`]), what the API server has that they
+/// lack (`type()`, type names, `size()` in code points, set and map lists),
+/// and the metering functions. The functions and type names are
+/// registered once per thread (a context of its own, kept for the
+/// thread's life: a few hundred functions, once), `self` in a child scope.
 pub(super) fn context(this: Value) -> Context<'static> {
+    thread_local! {
+        static BASE: &'static Context<'static> = Box::leak(Box::new(base()));
+    }
+    let mut context = BASE.with(|base| *base).new_inner_scope();
+    context.add_variable_from_value("self", this);
+    context
+}
+
+/// Every function and type name of [`context`].
+fn base() -> Context<'static> {
     use kube_cel::KubeCelExt;
     let mut context = Context::default();
     context.register_all();
@@ -93,6 +106,8 @@ pub(super) fn context(this: Value) -> Context<'static> {
     context.add_function(STRING, string);
     context.add_function("dyn", dynamic);
     super::timestamps::register(&mut context);
+    super::url::register(&mut context);
+    super::quantity::register(&mut context);
     context.add_function("matches", matches);
     context.add_function("find", find);
     context.add_function("findAll", find_all);
@@ -116,7 +131,6 @@ pub(super) fn context(this: Value) -> Context<'static> {
         .map(|t| (Key::from(t), type_value(&format!("net.{t}"))))
         .collect();
     context.add_variable_from_value("net", Value::Map(net.into()));
-    context.add_variable_from_value("self", this);
     context
 }
 

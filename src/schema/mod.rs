@@ -30,10 +30,12 @@ mod estimate;
 mod format;
 mod meter;
 mod pattern;
+mod quantity;
 pub(crate) mod read;
 mod structural;
 mod timestamps;
 mod typed;
+mod url;
 mod xrd;
 
 use std::collections::HashMap;

@@ -935,4 +935,17 @@ fn each_former_false_pass_now_fails() {
         field(with_rule(json!({"type": "number"}), "self == 1"), json!(1)),
         &["applied to '(double, int)'"],
     );
+    // kube-cel's quantity: `1000m` an integer, ` 1` a quantity; apimachinery
+    // holds `1000m` at scale -3 (not an int64) and refuses the space.
+    let string = json!({"type": "string"});
+    for (rule, value) in [
+        ("quantity(self).isInteger()", "1000m"),
+        ("quantity(self).asInteger() == 1", "1000m"),
+        ("isQuantity(self)", " 1"),
+        // kube-cel's URL: the path of `https://example.com` was `/`.
+        ("url(self).getEscapedPath() == '/'", "https://example.com"),
+    ] {
+        let errors = field(with_rule(string.clone(), rule), json!(value));
+        assert_eq!(errors.len(), 1, "{rule} on {value:?}: {errors:#?}");
+    }
 }

@@ -15,8 +15,8 @@
 //!
 //! How: the strings to quote (keys and values) are swapped for placeholders
 //! no input can hold (a fixed-width counter after a digest of the whole
-//! document) while serializing through yaml_serde, in the object's own key
-//! order, then each placeholder is replaced by the JSON-escaped string
+//! document) while serializing through yaml_serde, keys in go-yaml v2's
+//! order (digit runs as numbers), then each placeholder is replaced by the JSON-escaped string
 //! (valid YAML double-quoted style). Everything else is yaml_serde's, its
 //! long scalars then folded at go-yaml's width (`fold`).
 use regex::RegexSet;
@@ -103,7 +103,7 @@ impl Serialize for Quoted<'_> {
             }
             Value::Object(map) => {
                 let mut out = serializer.serialize_map(Some(map.len()))?;
-                for (key, value) in map {
+                for (key, value) in in_go_yaml_order(map) {
                     out.serialize_entry(&Key(key, self.1), &Quoted(value, self.1))?;
                 }
                 out.end()
@@ -111,6 +111,81 @@ impl Serialize for Quoted<'_> {
             other => other.serialize(serializer),
         }
     }
+}
+
+/// `map`'s entries in the order go-yaml v2 writes a map's keys
+/// (`keyList.Less`, sorter.go), not byte order: a run of digits compares as
+/// its number (`a9` before `a10`, `572124335820673165` before
+/// `3209049587904145910`), other runes before letters. Sorted by a merge
+/// sort, which never panics, as `sort_by` may on an order that is not total
+/// (go-yaml's is not, with leading zeros).
+fn in_go_yaml_order(map: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Each key's runes once, not at every comparison.
+    let runes: Vec<Vec<char>> = entries.iter().map(|(k, _)| k.chars().collect()).collect();
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    let mut merged = order.clone();
+    let mut width = 1;
+    while width < order.len() {
+        for start in (0..order.len()).step_by(2 * width) {
+            let middle = (start + width).min(order.len());
+            let end = (start + 2 * width).min(order.len());
+            let (mut left, mut right) = (start, middle);
+            for slot in &mut merged[start..end] {
+                let take_right = right < end
+                    && (left == middle || go_yaml_less(&runes[order[right]], &runes[order[left]]));
+                let next = if take_right { &mut right } else { &mut left };
+                *slot = order[*next];
+                *next += 1;
+            }
+        }
+        std::mem::swap(&mut order, &mut merged);
+        width *= 2;
+    }
+    order.into_iter().map(|i| entries[i]).collect()
+}
+
+/// go-yaml v2's `keyList.Less` of two string keys: at the first rune that
+/// differs, two letters compare as runes, a letter goes after anything
+/// else, and otherwise the runs of digits starting there compare as numbers
+/// (wrapping at 64 bits as Go's int64 does; a zero after a non-zero digit
+/// counts), then by length, then as runes; a prefix goes first. Digits are
+/// ASCII here (Go's `unicode.IsDigit` takes every decimal digit).
+fn go_yaml_less(a: &[char], b: &[char]) -> bool {
+    let Some(i) = (0..a.len().min(b.len())).find(|&i| a[i] != b[i]) else {
+        return a.len() < b.len();
+    };
+    let (a_letter, b_letter) = (a[i].is_alphabetic(), b[i].is_alphabetic());
+    if a_letter && b_letter {
+        return a[i] < b[i];
+    }
+    if a_letter || b_letter {
+        return b_letter;
+    }
+    let mut start: i64 = 0;
+    if a[i] == '0' || b[i] == '0' {
+        let before = a[..i].iter().rev().take_while(|c| c.is_ascii_digit());
+        if before.into_iter().any(|&c| c != '0') {
+            start = 1;
+        }
+    }
+    let number = |runes: &[char]| {
+        let digits = runes[i..].iter().take_while(|c| c.is_ascii_digit());
+        digits.fold((start, i), |(n, end), &c| {
+            (
+                n.wrapping_mul(10).wrapping_add(i64::from(c as u8 - b'0')),
+                end + 1,
+            )
+        })
+    };
+    let ((an, a_end), (bn, b_end)) = (number(a), number(b));
+    if an != bn {
+        return an < bn;
+    }
+    if a_end != b_end {
+        return a_end < b_end;
+    }
+    a[i] < b[i]
 }
 
 /// Whether `s` is quoted: go-yaml v2 quotes it, or PyYAML (whose implicit

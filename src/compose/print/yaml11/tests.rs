@@ -135,3 +135,51 @@ fn a_yaml_1_1_reader_reads_every_string_of_the_render_output_back_as_that_string
         crate::compose::print::output::to_yaml_stream(std::slice::from_ref(&object)).unwrap();
     assert_eq!(pyyaml(&stream), json!([object]), "{stream}");
 }
+
+#[test]
+fn map_keys_are_written_in_go_yaml_v2s_order() {
+    // As sigs.k8s.io/yaml v1.4.0's JSONToYAML printed these keys (go
+    // 1.26, its goyaml.v2 sorter), function-pythonic's context hashes among
+    // them.
+    let keys = [
+        "",
+        "-y",
+        "_x",
+        "1",
+        "9",
+        "09",
+        "10",
+        "572124335820673165",
+        "3209049587904145910",
+        "99999999999999999999",
+        "B",
+        "a",
+        "a1b",
+        "a01",
+        "a9",
+        "a09",
+        "a009",
+        "a10",
+        "x-1",
+        "x.1",
+        "x_1",
+        "z",
+        "é",
+    ];
+    let mut object = serde_json::Map::new();
+    for key in keys.iter().rev() {
+        object.insert(key.to_string(), json!(1));
+    }
+    let text = to_string(&Value::Object(object)).unwrap();
+    let printed: Vec<String> = text
+        .lines()
+        .map(|line| {
+            line.rsplit_once(": ")
+                .unwrap()
+                .0
+                .trim_matches('"')
+                .to_string()
+        })
+        .collect();
+    assert_eq!(printed, keys);
+}

@@ -1,18 +1,20 @@
 //! One function's gRPC servers: started on demand from the package image
 //! through the runner (`Runner::serve`, the lifecycle every kept container
-//! has) — from the container of its next server, created ahead while fewer
-//! than `max_servers` run (at most one, holding a `--max-servers` slot, the
-//! first to go when another function needs one), when it has one — reached privately inside their own network namespace (or on
-//! xfn's, its network policy `Runner`), stopped when idle or dead (or,
-//! when every `--max-servers` slot is taken, the one idle the longest of
-//! any function, for another's) but never below its `min_servers` (kept
-//! warm: started when hosted, a dead one replaced), at most `max_servers`
-//! of them, each taking at most `calls_per_server` calls at once; further
-//! calls wait their turn (FIFO) within their deadline, in the daemon's one
-//! queue ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass through as their bytes
-//! ([`crate::proto::raw`]) on each server's [`function_server::Client`]
-//! (its bounds on answers); a server's exit is told by its pidfd. This file
-//! picks, idles and stops; starting and calling are the room's.
+//! has), from the container of its next server when one was created ahead
+//! (at most one, only while fewer than `max_servers` run; it holds a
+//! `--max-servers` slot and is the first to go when another function needs
+//! one). They are reached privately inside their own network namespace
+//! (or on xfn's, its network policy `Runner`), stopped when idle or dead
+//! (or, when every `--max-servers` slot is taken, the one idle the longest
+//! of any function, for another's) but never below its `min_servers`
+//! (kept warm: started when hosted, a dead one replaced), at most
+//! `max_servers` of them, each taking at most `calls_per_server` calls at
+//! once; further calls wait their turn (FIFO) within their deadline, in the
+//! daemon's one queue ([`crate::grpc::admission`]: its caps on calls and
+//! bytes). Calls pass through as their bytes ([`crate::proto::raw`]) on
+//! each server's [`function_server::Client`] (its bounds on answers); a
+//! server's exit is told by its pidfd. This file picks, prepares, idles
+//! and stops; starting and calling are the room's.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

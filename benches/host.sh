@@ -82,6 +82,7 @@ PYTHONIC_ROOT=${PYTHONIC_ROOT:-/var/cache/xfn-test/function-pythonic-0.6.3}
 NS=crossplane-system
 bench_work host
 NATIVE_PIDS=
+PEER_PIDS=
 BEFORE_PID=
 PROBES=
 bench_cleanup_more() {

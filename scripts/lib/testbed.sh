@@ -63,7 +63,7 @@ build_function_server() {
         -C target-feature=+crt-static -C strip=debuginfo
     mkdir -p "$WORK/fn-server-bin"
     FUNCTION_SERVER="$WORK/fn-server-bin/fn_server"
-    cp target/release/examples/fn_server "$FUNCTION_SERVER"
+    cp "${CARGO_TARGET_DIR:-target}/release/examples/fn_server" "$FUNCTION_SERVER"
     if readelf -l "$FUNCTION_SERVER" | grep -q INTERP; then
         echo "target/release/examples/fn_server is not static (another cargo rebuilt it?): run again" >&2
         return 1

@@ -177,7 +177,7 @@ fn decode_auth_field(auth: &str) -> Result<(String, String), AuthError> {
 }
 
 /// Docker config keys are `host[:port]`, sometimes a URL
-/// (`https://index.docker.io/v1/`): compare by host[:port], Hub aliases as one.
+/// (`https://index.docker.io/v1/`): compare by `host[:port]`, Hub aliases as one.
 fn normalise_config_key(key: &str) -> String {
     let key = key
         .strip_prefix("https://")

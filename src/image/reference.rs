@@ -201,7 +201,7 @@ impl fmt::Display for ImageReference {
     }
 }
 
-/// Whether `registry` (host[:port]) is a loopback address.
+/// Whether `registry` (`host[:port]`) is a loopback address.
 pub(crate) fn is_loopback_registry(registry: &str) -> bool {
     let host = host_of(registry);
     if host.eq_ignore_ascii_case("localhost") {

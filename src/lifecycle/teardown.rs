@@ -1,8 +1,9 @@
 //! Teardown: what is left of a container (its held namespaces, crun's
 //! state, cgroup and bundle: [`Finished`]; then its rootfs and its image's
-//! pin: [`Remains`]) is removed in that order, off the async threads, one
-//! way for every path: [`Teardown::drop_later`]. A call awaits its own
-//! teardown on the blocking threads ([`Teardown::inline`]); the pool's run
+//! pin: [`Remains`](super::seam::Remains)) is removed in that order, off
+//! the async threads, one way for every path: [`Teardown::drop_later`].
+//! A call awaits its own teardown on the blocking threads
+//! ([`Teardown::inline`]); the pool's run
 //! on a thread of their own at `SCHED_IDLE`, when a CPU has nothing better
 //! to do, not in the middle of the next call ([`Teardown::start`]).
 //!

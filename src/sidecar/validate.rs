@@ -151,7 +151,8 @@ fn is_blank(input: &[u8]) -> bool {
 /// thread within the parse budget ([`off_thread`]).
 pub(crate) const INLINE_CHECK_BYTES: usize = 8 << 10;
 
-/// [`run_config_of`], and with it the input's check: up to
+/// The request validated and its run configuration (what `run_config_of`
+/// gives tests), and with it the input's check: up to
 /// [`INLINE_CHECK_BYTES`] here, past it on a blocking thread, as the input
 /// is up to `--max-input-bytes` of YAML, and parsing it must hold none of
 /// the async threads every other call needs. Dropping the future (the

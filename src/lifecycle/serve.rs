@@ -389,7 +389,7 @@ pub(crate) struct PreparedServer {
     created: FunctionContainer<Created>,
     /// The image's manifest digest it was made from: a start for another
     /// digest discards it.
-    pub(crate) digest: String,
+    digest: String,
     /// The settings it was made with, a start with others discards it.
     host_network: bool,
     cmd: Vec<String>,

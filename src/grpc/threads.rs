@@ -5,25 +5,22 @@
 //! workers — the connection's task (its TLS, its HTTP/2), the task hyper
 //! spawns per request, the task of the function server's connection
 //! (`function_server::client`) — and each move woke a parked worker: two
-//! `futex` and two context switches per call, 0.09 ms of CPU
-//! (benches/PROFILE.md, "The hand-offs, confirmed by one worker thread").
-//! On a thread of its own a connection's tasks wake only that thread, as
-//! haproxy runs a connection and its backend stream on one.
-//!
-//! Invariants:
+//! `futex` and two context switches per call (benches/PROFILE.md, "Thread
+//! per core for the hop"). On a thread of its own a connection's tasks
+//! wake only that thread, as haproxy runs a connection and its backend on
+//! one. Invariants:
 //! - **A connection is handed over once**, accepted (and counted against
 //!   the connections' cap) on the daemon's runtime, then registered with
 //!   the chosen thread's reactor and served there; its calls, and the tasks
 //!   they spawn, run on that thread (a function server a call starts has
 //!   its connection there too, so later calls through it usually stay).
-//! - **Fewest connections first**: a new connection goes to the thread
-//!   serving the fewest, so N connections land on N threads.
+//! - **Fewest connections first**: N connections land on N threads.
 //! - **The threads outlive every daemon's serving**: what calls spawn
 //!   there (a server's output readers, its exit watch, its connection) is
 //!   still needed by the drain and the servers' stop after serving ends;
 //!   [`stop`] ends them once the daemon is done (`cli::main`).
-//! - Long work stays off them as it stayed off the async threads: crun is
-//!   a process, a rootfs is made on blocking threads.
+//! - Long work stays off them as off any async thread: crun is a process,
+//!   a rootfs is made on blocking threads.
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};

@@ -485,6 +485,86 @@ async fn two_hosted_functions_answer_at_once_each_only_under_its_own_names() {
     assert!(host.http("/healthz").contains("200 OK"));
 }
 
+/// Calls made over one connection in a row, each counted below.
+const CALLS_IN_A_ROW: u64 = 200;
+
+/// The threads of `pid` by how often each was switched in while `calls`
+/// ran, most first (name, thread id, switches).
+async fn threads_woken_by<F: std::future::Future<Output = ()>>(
+    pid: u32,
+    calls: F,
+) -> Vec<(String, u32, u64)> {
+    let before = thread_switches(pid);
+    calls.await;
+    let mut woken: Vec<(String, u32, u64)> = thread_switches(pid)
+        .into_iter()
+        .map(|(tid, name, after)| {
+            let was = before
+                .iter()
+                .find(|(t, _, _)| *t == tid)
+                .map_or(0, |(_, _, n)| *n);
+            (name, tid, after - was)
+        })
+        .collect();
+    woken.sort_by_key(|(_, _, n)| std::cmp::Reverse(*n));
+    woken
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_over_one_connection_wake_only_its_serving_thread_and_two_connections_get_two() {
+    let (dir, _registry, file) = setup(&[("fn-a", true), ("fn-b", true)]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
+    let pid = daemon_pid(&host);
+    // Held open, so the second connection finds the first's thread busy.
+    let mut connections = Vec::new();
+    let mut serving = Vec::new();
+    for name in ["fn-a", "fn-b"] {
+        let channel = dial(&host, dir.path(), &format!("{name}.{NS}"), Some("client"))
+            .await
+            .unwrap();
+        let mut client = V1Client::new(channel);
+        // Its server is started by the first call, from its connection's
+        // thread.
+        client
+            .run_function(grpc_request("first", 0.0))
+            .await
+            .unwrap();
+        let woken = threads_woken_by(pid, async {
+            for i in 0..CALLS_IN_A_ROW {
+                let tag = i.to_string();
+                let answer = client.run_function(grpc_request(&tag, 0.0)).await;
+                assert_eq!(answer.unwrap().into_inner().meta.unwrap().tag, tag);
+            }
+        })
+        .await;
+        // Every call woke one serving thread (its answer came from another
+        // process), and no call woke any other thread: under tokio's
+        // multi-thread runtime a call's tasks moved between its two workers
+        // (main: its two workers woken 749 and 722 times by 200 calls).
+        eprintln!("{name}: threads woken by {CALLS_IN_A_ROW} calls: {woken:?}");
+        let (busiest, tid, switches) = &woken[0];
+        assert!(busiest.starts_with("xfn-serve-"), "{name}: {woken:?}");
+        assert!(*switches >= CALLS_IN_A_ROW, "{name}: {woken:?}");
+        let others: u64 = woken[1..].iter().map(|(_, _, n)| n).sum();
+        assert!(others < CALLS_IN_A_ROW / 4, "{name}: {woken:?}");
+        serving.push(*tid);
+        connections.push(client);
+    }
+    let threads = thread_switches(pid)
+        .into_iter()
+        .filter(|(_, name, _)| name.starts_with("xfn-serve-"))
+        .count();
+    assert_eq!(
+        threads,
+        std::thread::available_parallelism().map_or(1, usize::from)
+    );
+    // The second connection went to the thread serving the fewest.
+    match threads {
+        1 => assert_eq!(serving[0], serving[1]),
+        _ => assert_ne!(serving[0], serving[1]),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn insecure_calls_are_routed_by_the_authority_host() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-stdin", false)]);

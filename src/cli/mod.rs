@@ -692,6 +692,8 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(prepared.execute(&global));
+    // What calls left on the serving threads goes before the runtime.
+    crate::grpc::threads::stop();
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -18,7 +18,6 @@
 //!
 //! More of the why: docs/design.md, "Notes behind the code", `src/grpc/connections.rs`.
 use std::collections::HashMap;
-use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -475,10 +474,11 @@ impl Connections {
         self.open.send_replace(count);
         self.counts.set_open(count);
         Some(Tracked {
-            io: ManuallyDrop::new(io),
+            io: Some(io),
             conn,
             read: 0,
             table: Arc::clone(self),
+            handed_on: false,
         })
     }
 
@@ -591,11 +591,14 @@ impl Connections {
 #[derive(Debug)]
 pub(crate) struct Tracked<IO> {
     /// Closed in `drop` before the connection leaves the table, so the
-    /// table never counts fewer descriptors than are open.
-    io: ManuallyDrop<IO>,
+    /// table never counts fewer descriptors than are open; `None` once
+    /// handed on ([`Tracked::adopt`]).
+    io: Option<IO>,
     conn: Arc<Conn>,
     read: usize,
     table: Arc<Connections>,
+    /// Its socket and its place in the table went to another wrapper.
+    handed_on: bool,
 }
 
 impl<IO> Tracked<IO> {
@@ -603,16 +606,48 @@ impl<IO> Tracked<IO> {
     pub(crate) fn conn(&self) -> &Arc<Conn> {
         &self.conn
     }
+
+    /// The same connection with its socket made another type by `adopt`
+    /// (registered with another runtime's reactor: [`super::threads`]).
+    /// When `adopt` fails (its socket then closed), the connection ends.
+    pub(crate) fn adopt<J>(
+        mut self,
+        adopt: impl FnOnce(IO) -> std::io::Result<J>,
+    ) -> std::io::Result<Tracked<J>> {
+        // No cut reaches the descriptor while it changes hands (a failed
+        // `adopt` closes it).
+        let fd = lock(&self.conn.fd).take();
+        let io = self
+            .io
+            .take()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotConnected))?;
+        let io = adopt(io)?;
+        *lock(&self.conn.fd) = fd;
+        self.handed_on = true;
+        Ok(Tracked {
+            io: Some(io),
+            conn: Arc::clone(&self.conn),
+            read: self.read,
+            table: Arc::clone(&self.table),
+            handed_on: false,
+        })
+    }
+}
+
+/// An error for a read or write of a socket handed on (never polled).
+fn handed_on() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::NotConnected)
 }
 
 impl<IO> Drop for Tracked<IO> {
     fn drop(&mut self) {
+        if self.handed_on {
+            return;
+        }
         // Before `io` closes: no cut may reach the descriptor number once
         // it can be reused.
         lock(&self.conn.fd).take();
-        // SAFETY: `io` is dropped here once, and `self` is never used
-        // again after its own drop.
-        unsafe { ManuallyDrop::drop(&mut self.io) };
+        drop(self.io.take());
         self.conn.state.send_modify(|s| s.ended = true);
         // Only once its descriptor is closed does a connection leave the
         // count `room` waits on.
@@ -627,7 +662,10 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Tracked<IO> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut *self.io).poll_read(cx, buf);
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Err(handed_on()));
+        };
+        let polled = Pin::new(io).poll_read(cx, buf);
         if self.read < HANDSHAKE_BYTES {
             self.read += buf.filled().len() - before;
             if self.read >= HANDSHAKE_BYTES {
@@ -644,15 +682,24 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut *self.io).poll_write(cx, buf)
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_write(cx, buf),
+            None => Poll::Ready(Err(handed_on())),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut *self.io).poll_flush(cx)
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_flush(cx),
+            None => Poll::Ready(Err(handed_on())),
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut *self.io).poll_shutdown(cx)
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_shutdown(cx),
+            None => Poll::Ready(Err(handed_on())),
+        }
     }
 
     fn poll_write_vectored(
@@ -660,11 +707,14 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut *self.io).poll_write_vectored(cx, bufs)
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            None => Poll::Ready(Err(handed_on())),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        self.io.as_ref().is_some_and(AsyncWrite::is_write_vectored)
     }
 }
 

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// Errors of binding the listen address.
 #[derive(Debug, thiserror::Error)]
@@ -135,25 +136,41 @@ pub(crate) fn bind(address: &ListenAddress) -> Result<Listener, ListenError> {
 /// Accept errors like EMFILE are transient: wait a little rather than spin.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The TCP connections (no caller check: TCP carries no credentials).
+/// The TCP connections (no caller check: TCP carries no credentials),
+/// non-blocking and registered with no runtime yet: each is served on the
+/// serving thread it is handed to ([`super::threads`]), whose reactor it
+/// joins.
 pub(crate) fn tcp_incoming(
-    listener: TcpListener,
-) -> impl Stream<Item = std::io::Result<TcpStream>> {
-    futures::stream::unfold(listener, |listener| async move {
+    listener: std::net::TcpListener,
+) -> std::io::Result<impl Stream<Item = std::io::Result<std::net::TcpStream>>> {
+    // SAFETY: a `TcpListener` owns its descriptor for its whole life and
+    // always returns the same one from `as_raw_fd`.
+    let listener = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }
+        .map_err(std::io::Error::from)?;
+    Ok(futures::stream::unfold(listener, |listener| async move {
         loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
+            let accepted = match listener.readable().await {
+                Ok(mut ready) => match ready.try_io(|listener| listener.get_ref().accept()) {
+                    Ok(accepted) => accepted,
+                    Err(_would_block) => continue,
+                },
+                Err(err) => Err(err),
+            };
+            let err = match accepted.and_then(|(stream, _)| {
+                stream.set_nonblocking(true)?;
+                Ok(stream)
+            }) {
+                Ok(stream) => {
                     // gRPC calls are small request/response pairs.
                     let _ = stream.set_nodelay(true);
                     return Some((Ok(stream), listener));
                 }
-                Err(err) => {
-                    tracing::warn!(error = %crate::chain::Chain(&err), "accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                }
-            }
+                Err(err) => err,
+            };
+            tracing::warn!(error = %crate::chain::Chain(&err), "accepting a connection failed");
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
         }
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub(crate) mod refusals;
 pub(crate) mod serve;
 pub(crate) mod sni;
 pub(crate) mod status;
+pub(crate) mod threads;
 pub(crate) mod wait;
 
 pub(crate) use calls::{Calls, Subject};

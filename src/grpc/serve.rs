@@ -8,6 +8,9 @@
 //! deadline stamp relies on, error recovery, TLS) but offers no way to
 //! close one connection gracefully; its shutdown signal does that when the
 //! server holds a single connection. [`super::connections`] decides when.
+//! Connections are accepted (and admitted under the cap) here, and each is
+//! then served on one serving thread ([`super::threads`]): its socket is
+//! registered with that thread's reactor, never with the accepting one's.
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,44 +184,65 @@ pub(crate) async fn serve(
     let stopped = async move {
         let _ = stopped.await;
     };
+    // Accepted here, each connection is served on a serving thread,
+    // registered with that thread's reactor (`super::threads`).
     match incoming {
         Incoming::Unix(incoming) => {
-            use futures::TryStreamExt;
-            let incoming = incoming.map_ok(LenientAuthority::new);
-            let spawn = move |io, connections| {
-                tokio::spawn(serve_one(router.clone(), io, connections));
-            };
+            let incoming = incoming.map(|io| io.and_then(tokio::net::UnixStream::into_std));
+            let spawn = hand_over(
+                |io| tokio::net::UnixStream::from_std(io).map(LenientAuthority::new),
+                move |io, connections| serve_one(router, io, connections),
+            );
             let server = serve_each(incoming, connections, stopped, spawn);
             drain_on(server, stop, drain, stopping).await
         }
         Incoming::Tcp(listener) => {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
-            let incoming = tcp_incoming(listener);
+            let incoming = tcp_incoming(listener)?;
+            let adopt = tokio::net::TcpStream::from_std;
             match sni {
                 Some(sni) => {
                     let timeout = connections.limits().handshake_timeout;
-                    let spawn = move |io, connections| {
-                        let handshake = serve_one_sni(
-                            router.clone(),
-                            io,
-                            connections,
-                            Arc::clone(&sni),
-                            timeout,
-                        );
-                        tokio::spawn(handshake);
-                    };
+                    let spawn = hand_over(adopt, move |io, connections| {
+                        serve_one_sni(router, io, connections, sni, timeout)
+                    });
                     let server = serve_each(incoming, connections, stopped, spawn);
                     drain_on(server, stop, drain, stopping).await
                 }
                 None => {
-                    let spawn = move |io, connections| {
-                        tokio::spawn(serve_one(router.clone(), io, connections));
-                    };
+                    let spawn = hand_over(adopt, move |io, connections| {
+                        serve_one(router, io, connections)
+                    });
                     let server = serve_each(incoming, connections, stopped, spawn);
                     drain_on(server, stop, drain, stopping).await
                 }
             }
         }
+    }
+}
+
+/// What [`serve_each`] does with each admitted connection: hands it to a
+/// serving thread, where `adopt` registers its socket with that thread's
+/// reactor and `serve` serves it.
+fn hand_over<S, J, F, Fut>(
+    adopt: fn(S) -> std::io::Result<J>,
+    serve: F,
+) -> impl Fn(Tracked<S>, Arc<Connections>)
+where
+    S: Send + 'static,
+    J: Send + 'static,
+    F: FnOnce(Tracked<J>, Arc<Connections>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    move |io, connections| {
+        let serve = serve.clone();
+        super::threads::serve_connection(async move {
+            match io.adopt(adopt) {
+                Ok(io) => serve(io, connections).await,
+                Err(err) => {
+                    tracing::debug!(error = %crate::chain::Chain(&err), "cannot serve a connection on its thread");
+                }
+            }
+        });
     }
 }
 

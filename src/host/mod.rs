@@ -194,8 +194,10 @@ impl Host {
     }
 
     fn function_named(&self, name: &str) -> Option<Arc<Function>> {
-        let function = read(&self.names).get(name).cloned()?;
-        read(&self.functions).get(&function).cloned()
+        // In the order `host` writes them; the name is not copied per call.
+        let functions = read(&self.functions);
+        let names = read(&self.names);
+        functions.get(names.get(name)?).cloned()
     }
 
     /// Answers one call to the function `name` routes to: the request and

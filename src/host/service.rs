@@ -44,6 +44,10 @@ where
     }
 
     fn call(&mut self, mut request: tonic::codegen::http::Request<B>) -> Self::Future {
+        // A TLS connection routes by its SNI: nothing to add (or allocate).
+        if request.extensions().get::<SniInfo>().is_some() {
+            return self.0.call(request);
+        }
         if let Some(authority) = request.uri().authority() {
             let host = authority.host().to_ascii_lowercase();
             request.extensions_mut().insert(Authority(host.into()));

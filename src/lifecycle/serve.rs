@@ -48,7 +48,15 @@ impl Container<Started> {
         let stdio = state.stdio;
         drop(stdio.stdin);
         let output = Arc::new(Output::default());
-        for stream in [boxed(stdio.stdout), boxed(stdio.stderr)] {
+        for stream in [stdio.stdout, stdio.stderr] {
+            // Registered again with this task's runtime (a serving thread's
+            // when a call starts the server, `grpc::threads`), not the one
+            // that created the container ahead: its lines wake no other.
+            let stream = stream
+                .into_nonblocking_fd()
+                .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked)
+                .map_err(|e| SandboxError::Crun(crate::sandbox::CrunError::Io(e)))?;
+            let stream = boxed(stream);
             output.open_streams.fetch_add(1, Ordering::SeqCst);
             let log = OutputLog {
                 container: parts.bundle.id.clone(),

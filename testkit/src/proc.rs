@@ -140,6 +140,31 @@ pub fn status_field(pid: u32, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in\n{status}"))
 }
 
+/// Each thread of `pid`: its id, its name (`comm`) and how often it was
+/// switched in so far (voluntary and involuntary context switches, from
+/// `/proc/PID/task/TID/status`): what wakes which thread, counted.
+pub fn thread_switches(pid: u32) -> Vec<(u32, String, u64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(str::trim)
+            };
+            let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
+                .iter()
+                .filter_map(|name| field(name)?.parse::<u64>().ok())
+                .sum();
+            Some((tid, field("Name")?.to_string(), switches))
+        })
+        .collect()
+}
+
 /// The parent (host pid) of `pid`, if it exists.
 pub fn parent_of(pid: u32) -> Option<u32> {
     state_and_parent(pid).map(|(_, parent)| parent)

@@ -23,6 +23,7 @@ pub use crate::sandbox::{LimitsUnavailable, MemoryLimitExceeded, NotServing};
 // the private `lifecycle`, `rootfs` and `sandbox` modules.
 pub use crate::lifecycle::pool::{PoolOptions, PoolStats, WarmStart};
 pub(crate) use crate::lifecycle::serve::PreparedServer;
+use crate::lifecycle::serve::ServerPlan;
 pub use crate::lifecycle::serve::{FunctionServer, FunctionServerOptions};
 pub(crate) use crate::lifecycle::Origin;
 pub use crate::lifecycle::RunError;
@@ -344,8 +345,8 @@ impl Runner {
         prepared: Option<PreparedServer>,
     ) -> Result<(FunctionServer, Origin), RunError> {
         let since = std::time::Instant::now();
-        let (digest, recipe) = match self.server_recipe(image, config).await {
-            Ok(resolved) => resolved,
+        let plan = match self.server_plan(image, options, config).await {
+            Ok(plan) => plan,
             Err(err) => {
                 if let Some(prepared) = prepared {
                     prepared.discard().await;
@@ -354,18 +355,7 @@ impl Runner {
             }
         };
         tracing::debug!(image, resolved_at = ?since.elapsed(), "function server's package resolved");
-        FunctionServer::start(
-            &self.sandbox,
-            &self.rootfs,
-            &recipe,
-            &digest,
-            options,
-            config.limits,
-            config.timeout,
-            &self.teardown,
-            prepared,
-        )
-        .await
+        FunctionServer::start(plan, prepared).await
     }
 
     /// Creates the container of a server of `image` served as `options`
@@ -377,18 +367,7 @@ impl Runner {
         options: FunctionServerOptions<'_>,
         config: &RunConfig,
     ) -> Result<PreparedServer, RunError> {
-        let (digest, recipe) = self.server_recipe(image, config).await?;
-        FunctionServer::prepare(
-            &self.sandbox,
-            &self.rootfs,
-            &recipe,
-            &digest,
-            options,
-            config.limits,
-            config.timeout,
-            &self.teardown,
-        )
-        .await
+        FunctionServer::prepare(self.server_plan(image, options, config).await?).await
     }
 
     /// Whether a container made ahead costs only its process and empty
@@ -398,20 +377,31 @@ impl Runner {
         self.rootfs.mode == ResolvedMode::Overlay
     }
 
-    /// A server's image's digest and recipe, pulled under `config`'s
-    /// policy (the pull not bounded by its timeout), where limits may run.
-    async fn server_recipe(
-        &self,
+    /// What a server of `image` served as `options` say is made from: its
+    /// image pulled under `config`'s policy (the pull not bounded by its
+    /// timeout), where limits may run.
+    async fn server_plan<'a>(
+        &'a self,
         image: &str,
+        options: FunctionServerOptions<'a>,
         config: &RunConfig,
-    ) -> Result<(String, Recipe), RunError> {
+    ) -> Result<ServerPlan<'a>, RunError> {
         self.sandbox.check_limits()?;
         let pulled = self
             .store
             .ensure(image, config.pull_policy, &config.auth)
             .await?;
         let recipe = self.recipe(&pulled).await?;
-        Ok((pulled.digest.clone(), recipe))
+        Ok(ServerPlan {
+            sandbox: &self.sandbox,
+            rootfs: &self.rootfs,
+            teardown: &self.teardown,
+            recipe,
+            digest: pulled.digest.clone(),
+            options,
+            limits: config.limits,
+            timeout: config.timeout,
+        })
     }
 
     /// Prepares a warm container of `image` with `config`'s settings ahead

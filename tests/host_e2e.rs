@@ -2148,3 +2148,73 @@ async fn a_container_created_ahead_is_replaced_when_its_package_changes_and_sigt
         Vec::<String>::new()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_created_ahead_is_removed_whole_after_prepared_idle_and_made_again_after_a_call(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = Registry::start();
+    let server = function_server_image(&registry, "host-grpc:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-pre", &server)]);
+    let host = XfnHost::start(
+        dir.path(),
+        &file,
+        &["--insecure", "--server-idle", "1s", "--prepared-idle", "5s"],
+    );
+    let call = || async {
+        let answer = call_insecure(&host, "fn-pre", grpc_request("1", 0.0))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(messages(&answer), ["from the grpc function"]);
+    };
+    let started = |prepared: bool| {
+        host.log_text()
+            .lines()
+            .filter(|l| l.contains("function server started"))
+            .filter(|l| l.contains(&format!("prepared={prepared}")))
+            .count()
+    };
+
+    // Called, scaled to zero: its next server's container is created
+    // ahead; with no call for --prepared-idle it is removed, whole.
+    call().await;
+    host.wait_for("the idle server is stopped", || host.servers() == 0);
+    let (init, state, mounts) = wait_prepared(&host, dir.path(), "fn-pre");
+    host.wait_for("the container created ahead is removed", || {
+        host.metric("servers_prepared", "fn-pre") == 0 && prepared_pids(&host).is_empty()
+    });
+    assert!(
+        host.log_text().contains("no call for --prepared-idle"),
+        "{}",
+        host.log_text()
+    );
+    assert!(!Path::new(&format!("/proc/{init}")).exists());
+    let (state_now, mounts_now) = live_state(&host, dir.path());
+    assert!(
+        state.iter().all(|e| !state_now.contains(e)),
+        "{state:?} left in {state_now:?}"
+    );
+    assert!(
+        !state_now.iter().any(|e| e.contains("/crun/")),
+        "no crun state: {state_now:?}"
+    );
+    assert!(
+        mounts.iter().all(|m| !mounts_now.contains(m)) && mounts_now.is_empty(),
+        "{mounts:?} left in {mounts_now:?}"
+    );
+    // Nothing of its own is left running: scaled to zero, xfn's tree is
+    // xfn's own.
+    assert_eq!(host.servers(), 0);
+    assert!(prepared_pids(&host).is_empty());
+
+    // The next call creates its own container, and after it one is
+    // created ahead again, which the call after takes.
+    let (cold, ahead) = (started(false), started(true));
+    call().await;
+    assert_eq!(started(false), cold + 1, "{}", host.log_text());
+    host.wait_for("the idle server is stopped", || host.servers() == 0);
+    wait_prepared(&host, dir.path(), "fn-pre");
+    call().await;
+    assert_eq!(started(true), ahead + 1, "{}", host.log_text());
+}

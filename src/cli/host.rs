@@ -75,6 +75,11 @@ pub(crate) struct HostArgs {
     /// so that a call finding no server only starts it. See docs/host.md.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub(crate) prepare_servers: bool,
+    /// A container created ahead is removed once its function has had no
+    /// call this long (scaled to zero, xfn's memory is its own again); it
+    /// is made again after the function's next call. See docs/host.md.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) prepared_idle: Duration,
     /// The longest a function server may take to start listening.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub(crate) server_start_timeout: Duration,
@@ -216,7 +221,7 @@ pub(crate) async fn execute(
                 start_timeout: args.server_start_timeout,
                 min_servers: 0,
                 host_network: false,
-                prepare: prepare_servers,
+                prepared_idle: prepare_servers.then_some(args.prepared_idle),
             },
             max_servers: args.max_servers.max(1),
             response_budget: usize::try_from(args.response_budget).unwrap_or(usize::MAX),

@@ -396,23 +396,29 @@ impl Host {
                 tokio::time::sleep(every).await;
                 let Some(host) = host.upgrade() else { return };
                 let all: Vec<Arc<Function>> = read(&host.functions).values().cloned().collect();
-                for function in all {
-                    if let Some(servers) = servers_of(&function) {
+                // Every stop first: a slot it frees serves any function's
+                // warm server or container created ahead in the same sweep.
+                for function in &all {
+                    if let Some(servers) = servers_of(function) {
                         servers.stop_idle().await;
                     }
-                    host.keep_warm(&function).await;
+                }
+                for function in &all {
+                    host.keep_warm(function).await;
                 }
             }
         });
     }
 
     /// A quarter of the shortest idle time of the host's and its
-    /// functions', within 100 ms … 30 s.
+    /// functions' (and of `--prepared-idle`), within 100 ms … 30 s.
     fn tidy_every(&self) -> Duration {
+        let host = &self.options.servers;
         let shortest = read(&self.functions)
             .values()
             .filter_map(|f| f.spec.servers.idle)
-            .fold(self.options.servers.idle, Duration::min);
+            .chain(host.prepared_idle)
+            .fold(host.idle, Duration::min);
         (shortest / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))
     }
 

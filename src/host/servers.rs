@@ -1,20 +1,22 @@
 //! One function's gRPC servers: started on demand from the package image
 //! through the runner (`Runner::serve`, the lifecycle every kept container
 //! has), from the container of its next server when one was created ahead
-//! (at most one, only while fewer than `max_servers` run; it holds a
-//! `--max-servers` slot and is the first to go when another function needs
-//! one). They are reached privately inside their own network namespace
-//! (or on xfn's, its network policy `Runner`), stopped when idle or dead
-//! (or, when every `--max-servers` slot is taken, the one idle the longest
-//! of any function, for another's) but never below its `min_servers`
-//! (kept warm: started when hosted, a dead one replaced), at most
-//! `max_servers` of them, each taking at most `calls_per_server` calls at
-//! once; further calls wait their turn (FIFO) within their deadline, in the
-//! daemon's one queue ([`crate::grpc::admission`]: its caps on calls and
-//! bytes). Calls pass through as their bytes ([`crate::proto::raw`]) on
-//! each server's [`function_server::Client`] (its bounds on answers); a
-//! server's exit is told by its pidfd. This file picks, prepares, idles
-//! and stops; starting and calling are the room's.
+//! (at most one, only while fewer than `max_servers` run and its last call
+//! is younger than `--prepared-idle`, so that a function scaled to zero for
+//! long costs nothing; it holds a `--max-servers` slot and is the first to
+//! go when another function needs one). They are reached privately inside
+//! their own network namespace (or on xfn's, its network policy `Runner`),
+//! stopped when idle or dead (or, when every `--max-servers` slot is taken,
+//! the one idle the longest of any function, for another's) but never
+//! below its `min_servers` (kept warm: started when hosted, a dead one
+//! replaced), at most `max_servers` of them, each taking at most
+//! `calls_per_server` calls at once; further calls wait their turn (FIFO)
+//! within their deadline, in the daemon's one queue
+//! ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass
+//! through as their bytes ([`crate::proto::raw`]) on each server's
+//! [`function_server::Client`] (its bounds on answers); a server's exit is
+//! told by its pidfd. This file picks, prepares, idles and stops; starting
+//! and calling are the room's.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -53,8 +55,9 @@ pub(crate) struct ServerLimits {
     /// Whether its servers share xfn's network instead of their own.
     pub(crate) host_network: bool,
     /// Whether its next server's container is created ahead of its start
-    /// (`--prepare-servers`).
-    pub(crate) prepare: bool,
+    /// (`--prepare-servers`): for as long as its last call is younger
+    /// than this (`--prepared-idle`), `None` never.
+    pub(crate) prepared_idle: Option<Duration>,
 }
 
 impl ServerLimits {
@@ -71,7 +74,7 @@ impl ServerLimits {
             host_network: own
                 .network
                 .map_or(self.host_network, |n| n == NetworkPolicy::Runner),
-            prepare: self.prepare,
+            prepared_idle: self.prepared_idle,
         }
     }
 }
@@ -182,6 +185,9 @@ pub(crate) struct Servers {
     prepared: Mutex<Option<Prepared>>,
     /// When creating one ahead last failed.
     prepare_failed: Mutex<Option<Instant>>,
+    /// When its last call came (when it was hosted, before any): a
+    /// container is created ahead only within `prepared_idle` of it.
+    last_call: Mutex<Instant>,
     next_id: std::sync::atomic::AtomicU64,
     /// Servers that failed to start or died in a call, in a row.
     backoff: Mutex<Backoff>,
@@ -252,6 +258,7 @@ impl Servers {
             picking: tokio::sync::Mutex::new(()),
             prepared: Mutex::default(),
             prepare_failed: Mutex::default(),
+            last_call: Mutex::new(Instant::now()),
             next_id: Default::default(),
             backoff: Mutex::default(),
             stats,
@@ -288,6 +295,7 @@ impl Servers {
         request: Bytes,
         deadline: Option<Instant>,
     ) -> Result<Bytes, Status> {
+        *self.last_call.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         // Counted in its `in_flight` already.
         let server = self.pick(host, config, deadline).await?;
         let answer = server.client.call(&request, deadline).await;
@@ -587,6 +595,21 @@ impl Servers {
                 self.remove(&server).await;
             }
         }
+        if !self.in_prepare_window() && self.discard_prepared_now().await {
+            tracing::info!(function = %self.function, no_call_for = ?self.limits.prepared_idle, "the container created ahead for its next server removed: no call for --prepared-idle (made again after its next call)");
+        }
+    }
+
+    /// Whether its last call is younger than `--prepared-idle` (a
+    /// container of its next server is then created ahead).
+    fn in_prepare_window(&self) -> bool {
+        self.limits.prepared_idle.is_some_and(|window| {
+            self.last_call
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+                < window
+        })
     }
 
     /// Starts servers until `min_servers` run (when hosted, and after one
@@ -616,10 +639,11 @@ impl Servers {
     }
 
     /// Whether its next server's container should be created ahead now:
-    /// on (`--prepare-servers`), hosted, none prepared, fewer than
-    /// `max_servers` running, and no creation ahead failed lately.
+    /// on (`--prepare-servers`), called within `--prepared-idle`, hosted,
+    /// none prepared, fewer than `max_servers` running, and no creation
+    /// ahead failed lately.
     fn wants_prepared(&self) -> bool {
-        self.limits.prepare
+        self.in_prepare_window()
             && !self.stopped.load(Ordering::SeqCst)
             && self
                 .prepared
@@ -892,7 +916,7 @@ mod tests {
             start_timeout: Duration::from_secs(30),
             min_servers: 0,
             host_network: false,
-            prepare: true,
+            prepared_idle: Some(Duration::from_secs(600)),
         };
         assert_eq!(flags.with(&ServerSettings::default()), flags);
         let own = ServerSettings {
@@ -911,7 +935,7 @@ mod tests {
                 start_timeout: Duration::from_secs(30),
                 min_servers: 3,
                 host_network: true,
-                prepare: true,
+                prepared_idle: Some(Duration::from_secs(600)),
             }
         );
         let isolated = ServerSettings {

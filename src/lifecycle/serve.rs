@@ -424,83 +424,97 @@ impl PreparedServer {
     }
 }
 
-impl FunctionServer {
-    /// The settings of a container of a server served as `options` say.
-    fn settings<'a>(options: &FunctionServerOptions<'a>, limits: Limits) -> Settings<'a> {
+/// What a server's container is made from, ahead or on its start: the
+/// runner's parts, the recipe of the image `digest` and how it is served.
+pub(crate) struct ServerPlan<'a> {
+    /// The runner's sandbox.
+    pub(crate) sandbox: &'a Sandbox,
+    /// The runner's rootfs maker.
+    pub(crate) rootfs: &'a RootfsMaker,
+    /// The runner's teardown.
+    pub(crate) teardown: &'a Teardown,
+    /// The image's recipe.
+    pub(crate) recipe: Recipe,
+    /// The image's manifest digest.
+    pub(crate) digest: String,
+    /// How it is served.
+    pub(crate) options: FunctionServerOptions<'a>,
+    /// Its limits.
+    pub(crate) limits: Limits,
+    /// Bounds the creation (and a start: the whole of it).
+    pub(crate) timeout: Duration,
+}
+
+impl ServerPlan<'_> {
+    /// The settings of its container.
+    fn settings(&self) -> Settings<'_> {
         Settings {
-            host_network: options.host_network,
-            limits,
-            cmd: Some(options.cmd),
-            env: options.env,
+            host_network: self.options.host_network,
+            limits: self.limits,
+            cmd: Some(self.options.cmd),
+            env: self.options.env,
         }
     }
+}
 
-    /// Creates, within `timeout`, the container of a server of `recipe`
-    /// (the image `digest`) served as `options` say, ahead of its start;
-    /// on failure nothing is left.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn prepare(
-        sandbox: &Sandbox,
-        rootfs: &RootfsMaker,
-        recipe: &Recipe,
-        digest: &str,
-        options: FunctionServerOptions<'_>,
-        limits: Limits,
-        timeout: Duration,
-        teardown: &Teardown,
-    ) -> Result<PreparedServer, RunError> {
-        let settings = Self::settings(&options, limits);
+impl FunctionServer {
+    /// Creates, within its timeout, the container of a server as `plan`
+    /// says, ahead of its start; on failure nothing is left.
+    pub(crate) async fn prepare(plan: ServerPlan<'_>) -> Result<PreparedServer, RunError> {
         let created = tokio::time::timeout(
-            timeout,
-            FunctionContainer::create(sandbox, rootfs, recipe, settings, teardown),
+            plan.timeout,
+            FunctionContainer::create(
+                plan.sandbox,
+                plan.rootfs,
+                &plan.recipe,
+                plan.settings(),
+                plan.teardown,
+            ),
         )
         .await
-        .map_err(|_| RunError::Timeout(timeout))??;
+        .map_err(|_| RunError::Timeout(plan.timeout))??;
         Ok(PreparedServer {
             created,
-            digest: digest.to_owned(),
-            host_network: options.host_network,
-            cmd: options.cmd.to_vec(),
-            env: options.env.to_vec(),
+            host_network: plan.options.host_network,
+            cmd: plan.options.cmd.to_vec(),
+            env: plan.options.env.to_vec(),
+            digest: plan.digest,
         })
     }
 
-    /// Starts a server of `recipe` (the image `digest`) served as
-    /// `options` say: `prepared`'s container when it was made for them
-    /// and is still there, else one created now (a `prepared` that does not
-    /// fit is discarded); the whole within `timeout`; on failure nothing is
-    /// left. Says whether it was prepared.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts a server as `plan` says: `prepared`'s container when it was
+    /// made for the same digest and options and is still there, else one
+    /// created now (a `prepared` that does not fit is discarded); the whole
+    /// within the plan's timeout; on failure nothing is left. Says whether
+    /// it was prepared.
     pub(crate) async fn start(
-        sandbox: &Sandbox,
-        rootfs: &RootfsMaker,
-        recipe: &Recipe,
-        digest: &str,
-        options: FunctionServerOptions<'_>,
-        limits: Limits,
-        timeout: Duration,
-        teardown: &Teardown,
+        plan: ServerPlan<'_>,
         prepared: Option<PreparedServer>,
     ) -> Result<(Self, Origin), RunError> {
         let since = Instant::now();
         let prepared = match prepared {
-            Some(prepared) if prepared.fits(digest, &options) => Some(prepared.created),
+            Some(prepared) if prepared.fits(&plan.digest, &plan.options) => Some(prepared.created),
             Some(stale) => {
-                tracing::info!(container = stale.id(), made_for = %stale.digest, %digest, "the container created ahead was made for another image or settings: discarded");
+                tracing::info!(container = stale.id(), made_for = %stale.digest, digest = %plan.digest, "the container created ahead was made for another image or settings: discarded");
                 stale.discard().await;
                 None
             }
             None => None,
         };
-        let settings = Self::settings(&options, limits);
         let (started, origin) = tokio::time::timeout(
-            timeout,
+            plan.timeout,
             FunctionContainer::start_or_create(
-                prepared, sandbox, rootfs, recipe, settings, teardown,
+                prepared,
+                plan.sandbox,
+                plan.rootfs,
+                &plan.recipe,
+                plan.settings(),
+                plan.teardown,
             ),
         )
         .await
-        .map_err(|_| RunError::Timeout(timeout))??;
+        .map_err(|_| RunError::Timeout(plan.timeout))??;
+        let options = plan.options;
         let started_at = since.elapsed();
         let FunctionContainer {
             container,

@@ -31,6 +31,7 @@ pub(crate) mod deadline;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod refusals;
+pub(crate) mod route;
 pub(crate) mod serve;
 pub(crate) mod sni;
 pub(crate) mod status;

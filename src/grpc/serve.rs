@@ -3,7 +3,8 @@
 //! connections it accepts, with a graceful drain on shutdown.
 //!
 //! Each connection is served by a tonic server of its own (a clone of one
-//! router, over a stream that yields that one connection): tonic's server
+//! server and its [`Services`], over a stream that yields that one
+//! connection): tonic's server
 //! keeps everything it does per call (the `grpc-timeout` timer the
 //! deadline stamp relies on, error recovery, TLS) but offers no way to
 //! close one connection gracefully; its shutdown signal does that when the
@@ -18,8 +19,6 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tonic::service::{Routes, RoutesBuilder};
-use tonic::transport::server::Router;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
@@ -27,6 +26,7 @@ use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{Connections, CountCallsLayer, Tracked};
 use super::deadline::StampArrivalLayer;
 use super::listen::tcp_incoming;
+use super::route::{Answer, Services, ServicesBuilder};
 use super::sni::{SniConfigs, SniStream};
 
 /// Errors of serving.
@@ -64,7 +64,7 @@ impl std::fmt::Debug for Incoming {
 /// optionally, TLS.
 #[derive(Default)]
 pub struct ServiceSet {
-    routes: RoutesBuilder,
+    routes: ServicesBuilder,
     names: Vec<&'static str>,
     tls: Option<ServerTlsConfig>,
     sni: Option<Arc<dyn SniConfigs>>,
@@ -91,17 +91,17 @@ impl ServiceSet {
     where
         S: tower::Service<
                 tonic::codegen::http::Request<tonic::body::Body>,
+                Response = tonic::codegen::http::Response<tonic::body::Body>,
                 Error = std::convert::Infallible,
+                Future = Answer,
             > + tonic::server::NamedService
             + Clone
             + Send
             + Sync
             + 'static,
-        S::Response: axum::response::IntoResponse,
-        S::Future: Send + 'static,
     {
         self.names.push(S::NAME);
-        self.routes.add_service(service);
+        self.routes.add(service);
         self
     }
 
@@ -155,11 +155,11 @@ pub(crate) async fn serve(
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
-    let routes: Routes = routes
-        .routes()
-        .add_service(health_service)
-        .add_service(reflection_v1()?)
-        .add_service(reflection_v1alpha()?);
+    let mut routes = routes;
+    routes.add(health_service);
+    routes.add(reflection_v1()?);
+    routes.add(reflection_v1alpha()?);
+    let services = routes.build();
     // h2's default already, said here so the `:authority` fix-up decodes
     // under the same bound h2 announces and refuses past.
     let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
@@ -167,10 +167,10 @@ pub(crate) async fn serve(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
-    let router = builder
-        .layer(CountCallsLayer)
-        .layer(StampArrivalLayer)
-        .add_routes(routes);
+    let router = Serving {
+        server: builder.layer(CountCallsLayer).layer(StampArrivalLayer),
+        services,
+    };
 
     let stopping = async {
         shutdown.await;
@@ -289,8 +289,15 @@ where
     Ok(())
 }
 
+/// A tonic server (its layers, TLS, h2 settings) and what it serves.
+#[derive(Clone)]
+struct Serving<L> {
+    server: Server<L>,
+    services: Services,
+}
+
 /// What [`serve_each`] needs of a router: to serve one connection until a
-/// signal (`Router::serve_with_incoming_shutdown`, with its bounds spelled
+/// signal (`Server::serve_with_incoming_shutdown`, with its bounds spelled
 /// once here).
 pub(crate) trait ConnectionRouter<IO>: Clone + Send + 'static {
     /// Serves `io` until `stop`, then closes it gracefully.
@@ -301,9 +308,9 @@ pub(crate) trait ConnectionRouter<IO>: Clone + Send + 'static {
     ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send;
 }
 
-impl<L, IO, ResBody> ConnectionRouter<IO> for Router<L>
+impl<L, IO, ResBody> ConnectionRouter<IO> for Serving<L>
 where
-    L: tower::Layer<Routes> + Clone + Send + Sync + 'static,
+    L: tower::Layer<Services> + Clone + Send + Sync + 'static,
     L::Service: tower::Service<
             tonic::codegen::http::Request<tonic::body::Body>,
             Response = tonic::codegen::http::Response<ResBody>,
@@ -331,7 +338,8 @@ where
         // the end of its incoming stream as the signal to shut down.
         let one = futures::stream::once(async move { Ok::<_, std::io::Error>(io) })
             .chain(futures::stream::pending());
-        self.serve_with_incoming_shutdown(one, stop)
+        self.server
+            .serve_with_incoming_shutdown(self.services, one, stop)
     }
 }
 

@@ -70,6 +70,9 @@
 # Another xfn (a build made before, to compare): XFN_BINARY=path benches/host.sh
 # Two builds side by side (every part): XFN_BINARY_BEFORE=path benches/host.sh
 # Some rows: PARTS="warm cold" benches/host.sh (of warm, count, cold, memory)
+# The hop alone: QUIET_SERVER=1 benches/host.sh (the Rust server logs no
+#   line per call, natively or hosted: xfn then reads no output per call,
+#   which a Kubernetes node's container runtime, not haproxy, would read)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -133,6 +136,10 @@ start_registry
 new_busybox_image sh
 cp "$FUNCTION_SERVER" "$WORK/unpacked/rootfs/fn_server"
 push_image /fn_server fn-server:v1
+if [ -n "${QUIET_SERVER:-}" ]; then
+    umoci config --image "$WORK/oci:fn" --config.env FN_SERVER_QUIET=1 >/dev/null
+    skopeo copy --quiet --dest-tls-verify=false "oci:$WORK/oci:fn" "docker://$IMAGE"
+fi
 FN_IMAGE=$IMAGE
 mv "$WORK/unpacked/rootfs" "$WORK/root-fn"
 rm -rf "$WORK/oci" "$WORK/unpacked"
@@ -173,7 +180,7 @@ part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 # its image's rootfs with no container.
 native_command() {
     case $1 in
-        fn_server) echo "unshare --user --map-root-user chroot $WORK/root-fn /fn_server --insecure --address 127.0.0.1:$2" ;;
+        fn_server) echo "env ${QUIET_SERVER:+FN_SERVER_QUIET=1} unshare --user --map-root-user chroot $WORK/root-fn /fn_server --insecure --address 127.0.0.1:$2" ;;
         pythonic) echo "unshare --user --map-root-user chroot $WORK/root-py /usr/bin/env PYTHONPATH=/opt/function-pythonic HOME=/tmp /usr/bin/python3 -m crossplane.pythonic grpc --insecure --address 127.0.0.1:$2" ;;
     esac
 }

@@ -25,22 +25,38 @@ use tonic::codegen::BoxFuture;
 /// A call's answer, as tonic's generated servers make it.
 pub(crate) type Answer = BoxFuture<Response<Body>, Infallible>;
 
-/// A service as the router holds it: called on a clone of itself.
-trait Named: Send + Sync {
-    fn answer(&self, request: Request<Body>) -> Answer;
+/// A service the router serves: one of tonic's generated servers (or a
+/// wrapper passing their future through), by its name.
+pub(crate) trait Served:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = Answer>
+    + tonic::server::NamedService
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
 }
 
-impl<S> Named for S
-where
+impl<S> Served for S where
     S: tower::Service<
             Request<Body>,
             Response = Response<Body>,
             Error = Infallible,
             Future = Answer,
-        > + Clone
+        > + tonic::server::NamedService
+        + Clone
         + Send
-        + Sync,
+        + Sync
+        + 'static
 {
+}
+
+/// A service as the router holds it: called on a clone of itself.
+trait Named: Send + Sync {
+    fn answer(&self, request: Request<Body>) -> Answer;
+}
+
+impl<S: Served> Named for S {
     fn answer(&self, request: Request<Body>) -> Answer {
         self.clone().call(request)
     }
@@ -64,19 +80,7 @@ pub(crate) struct ServicesBuilder(Vec<(&'static str, Box<dyn Named>)>);
 
 impl ServicesBuilder {
     /// Adds `service`, called for the paths under its name.
-    pub(crate) fn add<S>(&mut self, service: S)
-    where
-        S: tower::Service<
-                Request<Body>,
-                Response = Response<Body>,
-                Error = Infallible,
-                Future = Answer,
-            > + tonic::server::NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-    {
+    pub(crate) fn add<S: Served>(&mut self, service: S) {
         self.0.push((S::NAME, Box::new(service)));
     }
 

@@ -26,7 +26,7 @@ use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{Connections, CountCallsLayer, Tracked};
 use super::deadline::StampArrivalLayer;
 use super::listen::tcp_incoming;
-use super::route::{Answer, Services, ServicesBuilder};
+use super::route::{Served, Services, ServicesBuilder};
 use super::sni::{SniConfigs, SniStream};
 
 /// Errors of serving.
@@ -87,19 +87,7 @@ impl ServiceSet {
     }
 
     /// Adds a gRPC service; health reports it by name.
-    pub fn with_service<S>(mut self, service: S) -> Self
-    where
-        S: tower::Service<
-                tonic::codegen::http::Request<tonic::body::Body>,
-                Response = tonic::codegen::http::Response<tonic::body::Body>,
-                Error = std::convert::Infallible,
-                Future = Answer,
-            > + tonic::server::NamedService
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-    {
+    pub(crate) fn with_service<S: Served>(mut self, service: S) -> Self {
         self.names.push(S::NAME);
         self.routes.add(service);
         self

@@ -132,7 +132,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let ServiceSet {
-        routes,
+        mut routes,
         names,
         tls,
         sni,
@@ -143,7 +143,6 @@ pub(crate) async fn serve(
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
-    let mut routes = routes;
     routes.add(health_service);
     routes.add(reflection_v1()?);
     routes.add(reflection_v1alpha()?);

@@ -22,9 +22,10 @@
 #                 per call, xfn's own processes (not its function server)
 #                 against each peer's: CPU, context switches, wake-ups,
 #                 syscalls by kind, libc allocations (perf stat, perf probe
-#                 on libc's malloc/calloc/realloc), bytes read and written
-#                 (strace), each less the same processes' idle counts over
-#                 as long (benches/host_load.rs `count`), and each
+#                 on libc's malloc/calloc/realloc; CPU and switches in a
+#                 pass of their own, as a probe's trap costs CPU), bytes
+#                 read and written (strace), each less the same processes'
+#                 idle counts over as long (benches/host_load.rs `count`), and each
 #                 xfn's ratio to haproxy's. COUNT_CALLS calls (300) per side.
 #   from zero     the first call to a function with no server running
 #                 (`xfn host --server-idle 1s`, each call after the last

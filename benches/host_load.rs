@@ -451,9 +451,14 @@ async fn cold_host(hosted: &str, port: u16, function: &str, calls: u64) -> Resul
     Ok(())
 }
 
-/// What `count` asks perf for, per process: CPU, scheduling, every
+/// What `count` asks perf for, per process, in two passes over as many
+/// calls: first CPU and scheduling alone ([`UNTRACED`]), then every
 /// syscall, those a hop makes by kind, and allocations (libc's, where
-/// `perf probe` added `probe_libc:*`: benches/host.sh does).
+/// `perf probe` added `probe_libc:*`: benches/host.sh does). Each
+/// tracepoint and probe hit costs the traced process CPU of its own (a
+/// uprobe traps: ~1-3 µs a `malloc`), so CPU counted beside them was
+/// charged per allocation and syscall: 1.52× haproxy's where a profile of
+/// the same calls said 1.07× (benches/PROFILE.md).
 const COUNTED: &[&str] = &[
     "task-clock",
     "context-switches",
@@ -481,6 +486,10 @@ const COUNTED: &[&str] = &[
     "probe_libc:calloc",
     "probe_libc:realloc",
 ];
+
+/// The events of [`COUNTED`] counted in a pass of their own, with no
+/// tracepoint or probe beside them.
+const UNTRACED: &[&str] = &["task-clock", "context-switches", "cpu-migrations"];
 
 /// The I/O syscalls whose bytes `count` sums (strace).
 const COPIED: &str = "read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg";
@@ -575,8 +584,9 @@ fn strace_bytes(path: &std::path::Path) -> Result<Vec<(String, u64, u64)>, AnyEr
 
 /// `count TARGET CALLS PID`: what CALLS paced calls to TARGET cost the
 /// processes of PID (`counted_pids`), per call: perf's counts over the
-/// calls less what the same processes count idle for as long, then the
-/// calls and bytes of each I/O syscall (strace, a second CALLS calls).
+/// calls less what the same processes count idle for as long (CPU and
+/// scheduling, then the traced events: two passes of CALLS calls), then
+/// the calls and bytes of each I/O syscall (strace, CALLS calls more).
 async fn count(target: &str, calls: u64, pid: &str) -> Result<(), AnyError> {
     let pace = Duration::from_millis(env_number("PACE_MS", 20)?);
     let request = request()?;
@@ -598,7 +608,9 @@ async fn count(target: &str, calls: u64, pid: &str) -> Result<(), AnyError> {
         .collect();
     println!("count_pids={pids}");
     let dir = tempfile::tempdir()?;
-    let perf = |file: &str| {
+    let (untraced, traced): (Vec<&str>, Vec<&str>) =
+        events.iter().partition(|e| UNTRACED.contains(e));
+    let perf = |file: &str, events: &[&str]| {
         let mut perf = Command::new("perf");
         perf.args(["stat", "-x,", "--no-big-num", "-o"])
             .arg(dir.path().join(file))
@@ -606,27 +618,29 @@ async fn count(target: &str, calls: u64, pid: &str) -> Result<(), AnyError> {
         perf
     };
     let window = pace * u32::try_from(calls)?;
-    let idle_secs = attached(&mut perf("idle"), async {
-        tokio::time::sleep(window).await;
-        Ok(())
-    })
-    .await?;
-    let busy_secs = attached(
-        &mut perf("calls"),
-        paced(&mut client, &request, calls, pace),
-    )
-    .await?;
-    let idle = perf_counts(&dir.path().join("idle"))?;
     let calls_f = calls as f64;
-    for (event, busy) in perf_counts(&dir.path().join("calls"))? {
-        let at_rest = idle
-            .iter()
-            .find(|(e, _)| *e == event)
-            .map_or(0.0, |(_, v)| *v);
-        let key = event.replace([':', '-'], "_");
-        let per_call = (busy - at_rest / idle_secs * busy_secs) / calls_f;
-        println!("count_{key}={per_call:.3}");
-        println!("count_{key}_idle_per_s={:.3}", at_rest / idle_secs);
+    for (pass, events) in [("untraced", &untraced), ("traced", &traced)] {
+        let idle_secs = attached(&mut perf(&format!("{pass}.idle"), events), async {
+            tokio::time::sleep(window).await;
+            Ok(())
+        })
+        .await?;
+        let busy_secs = attached(
+            &mut perf(&format!("{pass}.calls"), events),
+            paced(&mut client, &request, calls, pace),
+        )
+        .await?;
+        let idle = perf_counts(&dir.path().join(format!("{pass}.idle")))?;
+        for (event, busy) in perf_counts(&dir.path().join(format!("{pass}.calls")))? {
+            let at_rest = idle
+                .iter()
+                .find(|(e, _)| *e == event)
+                .map_or(0.0, |(_, v)| *v);
+            let key = event.replace([':', '-'], "_");
+            let per_call = (busy - at_rest / idle_secs * busy_secs) / calls_f;
+            println!("count_{key}={per_call:.3}");
+            println!("count_{key}_idle_per_s={:.3}", at_rest / idle_secs);
+        }
     }
     let log = dir.path().join("strace");
     let mut strace = Command::new("strace");

@@ -24,33 +24,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tonic_prost_build::configure().compile_fds(descriptors)?;
 
-    // The function service once more, its messages left as their bytes
-    // (`crate::proto::raw`): `xfn host` serves calls and passes their
-    // answers back without decoding them. Server side only: xfn calls a
-    // function server over h2 itself (`host::upstream`).
-    let raw_dir = out_dir.join("raw");
-    std::fs::create_dir_all(&raw_dir)?;
-    for package in [
-        "apiextensions.fn.proto.v1",
-        "apiextensions.fn.proto.v1beta1",
-    ] {
-        let method = tonic_build::manual::Method::builder()
-            .name("run_function")
-            .route_name("RunFunction")
-            .input_type("bytes::Bytes")
-            .output_type("bytes::Bytes")
-            .codec_path("crate::proto::raw::RawCodec")
-            .build();
-        let service = tonic_build::manual::Service::builder()
-            .name("FunctionRunnerService")
-            .package(package)
-            .method(method)
-            .build();
-        tonic_build::manual::Builder::new()
-            .build_transport(false)
-            .build_client(false)
-            .out_dir(&raw_dir)
-            .compile(&[service]);
-    }
     Ok(())
 }

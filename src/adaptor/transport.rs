@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use super::service::{V1Service, V1beta1Service};
+use super::service::AdaptorService;
 use super::{Adaptor, AdaptorError};
+use crate::grpc::raw;
 use crate::grpc::serve::ServiceSet;
-use crate::proto::raw::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
-use crate::proto::raw::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
 
 /// Transport security.
 #[derive(Debug, Clone)]
@@ -45,13 +44,16 @@ pub(crate) fn services(
     max_recv_message_size: usize,
     security: Security,
 ) -> ServiceSet {
-    let v1 = V1Server::new(V1Service(adaptor.clone()))
-        .max_decoding_message_size(max_recv_message_size)
-        .max_encoding_message_size(usize::MAX);
-    let v1beta1 = V1beta1Server::new(V1beta1Service(adaptor))
-        .max_decoding_message_size(max_recv_message_size)
-        .max_encoding_message_size(usize::MAX);
-    let services = ServiceSet::new().with_service(v1).with_service(v1beta1);
+    let service = Arc::new(AdaptorService(adaptor));
+    let services = ServiceSet::new()
+        .with_service(raw::Server::<raw::V1, _>::new(
+            Arc::clone(&service),
+            max_recv_message_size,
+        ))
+        .with_service(raw::Server::<raw::V1beta1, _>::new(
+            service,
+            max_recv_message_size,
+        ));
     match security {
         Security::MutualTls(tls) => services.with_tls(tls),
         Security::Insecure => services,

@@ -11,16 +11,15 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::grpc::daemon::Daemon;
+use crate::grpc::raw;
 use crate::grpc::serve::{Incoming, ServiceSet};
 use crate::host::controller::Hosting;
 use crate::host::servers::ServerLimits;
-use crate::host::service::{V1Service, V1beta1Service, WithAuthority};
+use crate::host::service::{HostService, WithAuthority};
 use crate::host::status::ReadyWhen;
 use crate::host::tls::Ca;
 use crate::host::{Host, HostOptions};
 use crate::image::PullPolicy;
-use crate::proto::raw::v1::function_runner_service_server::FunctionRunnerServiceServer as V1Server;
-use crate::proto::raw::v1beta1::function_runner_service_server::FunctionRunnerServiceServer as V1beta1Server;
 use crate::runner::{Namespace, Runner};
 
 use super::run::parse_duration;
@@ -254,15 +253,15 @@ pub(crate) async fn execute(
         "serving the function API (v1, v1beta1) for every hosted function"
     );
     let size = args.max_recv_message_size;
-    let v1 = V1Server::new(V1Service(Arc::clone(&host)))
-        .max_decoding_message_size(size)
-        .max_encoding_message_size(usize::MAX);
-    let v1beta1 = V1beta1Server::new(V1beta1Service(Arc::clone(&host)))
-        .max_decoding_message_size(size)
-        .max_encoding_message_size(usize::MAX);
+    let service = Arc::new(HostService(Arc::clone(&host)));
     let mut services = ServiceSet::new()
-        .with_service(WithAuthority(v1))
-        .with_service(WithAuthority(v1beta1));
+        .with_service(WithAuthority(raw::Server::<raw::V1, _>::new(
+            Arc::clone(&service),
+            size,
+        )))
+        .with_service(WithAuthority(raw::Server::<raw::V1beta1, _>::new(
+            service, size,
+        )));
     if tls {
         services =
             services.with_sni_tls(Arc::clone(&host) as Arc<dyn crate::grpc::sni::SniConfigs>);

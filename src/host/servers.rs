@@ -13,7 +13,7 @@
 //! `calls_per_server` calls at once; further calls wait their turn (FIFO)
 //! within their deadline, in the daemon's one queue
 //! ([`crate::grpc::admission`]: its caps on calls and bytes). Calls pass
-//! through as their bytes ([`crate::proto::raw`]) on each server's
+//! through as their bytes ([`crate::grpc::raw`]) on each server's
 //! [`function_server::Client`] (its bounds on answers); a server's exit is
 //! told by its pidfd. This file picks, prepares, idles and stops; starting
 //! and calling are the room's.

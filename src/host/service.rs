@@ -4,7 +4,7 @@
 //! listener, the host of the request's `:authority` ([`Authority`], put
 //! there by [`WithAuthority`]). Nothing in the request body routes.
 //!
-//! Both are served raw ([`crate::proto::raw`]): a request is handed on as
+//! Both are served raw ([`crate::grpc::raw`]): a request is handed on as
 //! its bytes and a function server's answer returned as its bytes, so a
 //! call costs xfn its size on the wire, whatever the messages hold; v1 and
 //! v1beta1 share that wire format, so neither is converted.
@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Status};
 
 use super::Host;
 use crate::grpc::connections::SniInfo;
 use crate::grpc::deadline::deadline_of;
-use crate::proto::raw::{v1, v1beta1};
+use crate::grpc::raw::RunFunction;
 
 /// The host part of a plaintext request's `:authority`, lower case.
 #[derive(Debug, Clone)]
@@ -67,35 +67,17 @@ fn route<T>(request: &Request<T>) -> Option<Arc<str>> {
         .map(|authority| Arc::clone(&authority.0))
 }
 
-/// The v1 service over a [`Host`].
-#[derive(Debug, Clone)]
-pub(crate) struct V1Service(pub(crate) Arc<Host>);
+/// The function service (v1 and v1beta1 alike, [`crate::grpc::raw`]) over
+/// a [`Host`].
+#[derive(Debug)]
+pub(crate) struct HostService(pub(crate) Arc<Host>);
 
-/// The v1beta1 service over a [`Host`].
-#[derive(Debug, Clone)]
-pub(crate) struct V1beta1Service(pub(crate) Arc<Host>);
-
-impl V1Service {
-    async fn run(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
+impl RunFunction for HostService {
+    async fn run_function(&self, request: Request<Bytes>) -> Result<Bytes, Status> {
         let deadline = deadline_of(&request);
         let name = route(&request);
         self.0
             .call(name.as_deref(), request.into_inner(), deadline)
             .await
-            .map(Response::new)
-    }
-}
-
-#[async_trait::async_trait]
-impl v1::function_runner_service_server::FunctionRunnerService for V1Service {
-    async fn run_function(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
-        self.run(request).await
-    }
-}
-
-#[async_trait::async_trait]
-impl v1beta1::function_runner_service_server::FunctionRunnerService for V1beta1Service {
-    async fn run_function(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Status> {
-        V1Service(std::sync::Arc::clone(&self.0)).run(request).await
     }
 }

@@ -314,7 +314,7 @@ async fn call_on(
     );
     headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     if let Some(timeout) = timeout {
-        let value = http::HeaderValue::try_from(format_grpc_timeout(timeout))
+        let value = http::HeaderValue::from_bytes(format_grpc_timeout(timeout).as_bytes())
             .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
         headers.insert(GRPC_TIMEOUT_HEADER, value);
     }

@@ -565,6 +565,79 @@ async fn calls_over_one_connection_wake_only_its_serving_thread_and_two_connecti
     }
 }
 
+/// The switches of thread `tid` in `woken` (0 when it was not woken).
+fn switches_of(woken: &[(String, u32, u64)], tid: u32) -> u64 {
+    woken
+        .iter()
+        .find(|(_, t, _)| *t == tid)
+        .map_or(0, |(_, _, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_over_a_connection_on_another_thread_than_its_servers_wake_only_that_thread() {
+    let serving_threads = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        serving_threads >= 2,
+        "cannot run: needs two serving threads (two CPUs), this machine has {serving_threads}"
+    );
+    let (dir, registry) = tls_dir();
+    // Its server writes no line per call: reading one would wake the
+    // thread that started it whatever carried the call.
+    let image =
+        support::function_server::quiet_function_server_image(&registry, "host-quiet:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-quiet", &image)]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
+    let pid = daemon_pid(&host);
+    let name = format!("fn-quiet.{NS}");
+    let calls = |mut client: V1Client<Channel>, count: u64| async move {
+        for i in 0..count {
+            let tag = i.to_string();
+            let answer = client.run_function(grpc_request(&tag, 0.0)).await;
+            assert_eq!(answer.unwrap().into_inner().meta.unwrap().tag, tag);
+        }
+    };
+    // The first connection's first call starts the server, from that
+    // connection's thread (A), found as the one its calls wake.
+    let first = V1Client::new(
+        dial(&host, dir.path(), &name, Some("client"))
+            .await
+            .unwrap(),
+    );
+    calls(first.clone(), 1).await;
+    let woken = threads_woken_by(pid, calls(first.clone(), 20)).await;
+    let (thread_a, a) = (&woken[0].0, woken[0].1);
+    assert!(thread_a.starts_with("xfn-serve-"), "{woken:?}");
+    // The second, the first held open, lands on another thread (B).
+    let second = V1Client::new(
+        dial(&host, dir.path(), &name, Some("client"))
+            .await
+            .unwrap(),
+    );
+    calls(second.clone(), 1).await;
+    let woken = threads_woken_by(pid, calls(second, CALLS_IN_A_ROW)).await;
+    eprintln!("threads woken by {CALLS_IN_A_ROW} calls over a connection off its server's thread {thread_a}: {woken:?}");
+    // B: the serving thread other than A that its calls woke the most.
+    let (_, b, switches) = woken
+        .iter()
+        .find(|(name, tid, _)| name.starts_with("xfn-serve-") && *tid != a)
+        .unwrap_or_else(|| panic!("no serving thread but {thread_a}: {woken:?}"));
+    assert!(*switches >= CALLS_IN_A_ROW, "{woken:?}");
+    // Its calls never crossed to the server's thread and back: with one
+    // upstream connection per server, A was woken about as often as B
+    // (main 924533e: A 734, B 684 by 200 calls; now A 0, B 636).
+    assert!(
+        switches_of(&woken, a) < CALLS_IN_A_ROW / 4,
+        "{thread_a}, the server's thread (or the second connection's too), was woken: {woken:?}"
+    );
+    let others: u64 = woken
+        .iter()
+        .filter(|(_, tid, _)| tid != b)
+        .map(|(_, _, n)| n)
+        .sum();
+    assert!(others < CALLS_IN_A_ROW / 4, "{woken:?}");
+    drop(first);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn insecure_calls_are_routed_by_the_authority_host() {
     let (dir, _registry, file) = setup(&[("fn-grpc", true), ("fn-stdin", false)]);

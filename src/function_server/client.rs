@@ -1,21 +1,26 @@
 //! The one client of function servers: a unary gRPC call whose request
-//! and answer stay bytes, over one HTTP/2 connection per server (made
-//! inside the server's own network namespace, or to a TCP address or a
-//! socket file: [`Dial`]), v1 first and v1beta1 when the server answers
-//! Unimplemented (Functions built before v1), as Crossplane does.
-//!
-//! Invariant: **a request leaves xfn in one write**. A function server
-//! woken by the HEADERS frame alone only waits again for the DATA; on a
-//! machine where a wake-up costs a tenth of a millisecond that is paid on
-//! every call (benches/PROFILE.md, "xfn host's hop"). hyper's client (and
-//! so tonic's `Channel`) sends the body only once the stream has send
-//! capacity, after the HEADERS went out: two writes, and a request-queue
-//! task between caller and connection. Here the HEADERS and the one DATA
-//! frame are queued together on h2 itself. The answer is read within the
-//! bounds of [`super::budget`] (its declared length, at most
-//! [`MAX_RESPONSE`]; its function's share of the budget; a minimum pace).
-//! A connection found broken while its server lives is made again on the
-//! next call; a call dropped is reset on the wire.
+//! and answer stay bytes, over HTTP/2 (made inside the server's own network
+//! namespace, or to a TCP address or a socket file: [`Dial`]), v1 first and
+//! v1beta1 when the server answers Unimplemented (Functions built before
+//! v1), as Crossplane does. Invariants:
+//! - **A request leaves xfn in one write**. A server woken by the HEADERS
+//!   frame alone only waits again for the DATA, a wake-up paid on every
+//!   call (benches/PROFILE.md, "xfn host's hop"); hyper's client (so tonic's
+//!   `Channel`) writes the body apart, once the stream has send capacity.
+//!   Here the HEADERS and the one DATA frame are queued together on h2.
+//! - **A call wakes only its caller's thread**: a connection per serving
+//!   thread (`grpc::threads::index`) and one for calls from any other, each
+//!   made by the first call on its thread (again once found broken) and
+//!   its task spawned there. With one connection a call that came in on
+//!   another serving thread than its maker's woke that thread and back.
+//! - **`streams` bounds the calls at once over all of them**: the caller
+//!   admits them (the host: at most `calls_per_server` per server, counted
+//!   whatever the thread, `host::servers`); the server's own
+//!   `max_concurrent_streams` is per connection. Each connection is sized
+//!   for all of them (its window, its reset streams).
+//! - The answer is read within [`super::budget`] (its declared length, at
+//!   most [`MAX_RESPONSE`]; the function's one share of the budget, over
+//!   every connection; a minimum pace). A call dropped is reset on the wire.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -67,7 +72,7 @@ impl Dial {
     }
 }
 
-/// One function's server, its calls and the connection there once made.
+/// One function's server, its calls and the connections there once made.
 #[derive(Debug)]
 pub(crate) struct Client {
     function: String,
@@ -82,8 +87,15 @@ pub(crate) struct Client {
     /// it (a count raised), never formats and parses it again.
     v1: http::Uri,
     v1beta1: http::Uri,
-    sender: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
+    /// The connection of calls made on each serving thread, by its index.
+    serving: Box<[Connection]>,
+    /// The connection of calls made on any other thread.
+    other: Connection,
 }
+
+/// A connection to the server, once made (by a call on the thread it
+/// serves).
+type Connection = tokio::sync::Mutex<Option<SendRequest<Bytes>>>;
 
 impl Client {
     /// A client of `function`'s server at `dial`, taking at most `streams`
@@ -104,7 +116,10 @@ impl Client {
             v1beta1: method_uri(&authority, V1BETA1_RUN_FUNCTION),
             authority,
             dial,
-            sender: tokio::sync::Mutex::new(None),
+            serving: (0..crate::grpc::threads::count())
+                .map(|_| Connection::default())
+                .collect(),
+            other: Connection::default(),
         }
     }
 
@@ -142,20 +157,29 @@ impl Client {
             })
     }
 
-    /// Makes the connection unless one is live.
+    /// Makes the connection of calls on this thread unless it is live.
     pub(crate) async fn connect(&self) -> Result<(), Status> {
         self.sender().await.map(drop)
     }
 
-    /// A sender on the live connection, made (again) when there is none.
+    /// The connection of calls on this thread.
+    fn connection(&self) -> &Connection {
+        crate::grpc::threads::index()
+            .and_then(|index| self.serving.get(index))
+            .unwrap_or(&self.other)
+    }
+
+    /// A sender on this thread's live connection, made (again) when there
+    /// is none.
     async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
-        let live = self.sender.lock().await.clone();
+        let connection = self.connection();
+        let live = connection.lock().await.clone();
         if let Some(live) = live {
             if let Ok(ready) = live.ready().await {
                 return Ok(ready);
             }
         }
-        let mut sender = self.sender.lock().await;
+        let mut sender = connection.lock().await;
         // Another call may have made it again meanwhile.
         if let Some(live) = sender.clone() {
             if let Ok(ready) = live.ready().await {
@@ -222,8 +246,8 @@ pub(crate) fn lost_connection(status: &Status) -> bool {
 const STREAM_WINDOW: u32 = 65_535;
 
 /// An HTTP/2 connection over `io` for at most `streams` calls at once,
-/// its task spawned: it ends when the server goes or the last sender is
-/// dropped.
+/// its task spawned on this thread: it ends when the server goes or the
+/// last sender is dropped.
 ///
 /// The connection's window holds every stream's window and one more: a
 /// response waiting for room in the budget stops being read, and its
@@ -290,7 +314,7 @@ async fn call_on(
     );
     headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     if let Some(timeout) = timeout {
-        let value = http::HeaderValue::try_from(format_grpc_timeout(timeout))
+        let value = http::HeaderValue::from_bytes(format_grpc_timeout(timeout).as_bytes())
             .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
         headers.insert(GRPC_TIMEOUT_HEADER, value);
     }
@@ -519,7 +543,7 @@ mod tests {
     /// with `answer(request head, request message)`: (headers, message,
     /// trailers).
     fn serve(
-        io: DuplexStream,
+        io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
         answer: impl Fn(
                 &http::request::Parts,
                 Bytes,
@@ -703,6 +727,59 @@ mod tests {
         let status = call_over(client, &budget()).await.unwrap_err();
         assert!(std::error::Error::source(&status).is_some(), "{status:?}");
         assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    }
+
+    #[tokio::test]
+    async fn calls_on_each_serving_thread_and_off_them_go_over_a_connection_made_by_each() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                serve(stream, |_, _| {
+                    let answer = Some(Bytes::from_static(b"answer"));
+                    (http::HeaderMap::new(), answer, Some(grpc_status("0")))
+                });
+            }
+        });
+        let client = Arc::new(Client::new(
+            "fn",
+            Dial::Tcp(address.to_string()),
+            4,
+            Arc::new(budget()),
+        ));
+        // Two calls on each serving thread (held open together, so they
+        // spread over the threads) and two on this one.
+        let (indexes, mut told) = tokio::sync::mpsc::unbounded_channel();
+        let mut holds = Vec::new();
+        for _ in 0..crate::grpc::threads::count() {
+            let (hold, held) = tokio::sync::oneshot::channel::<()>();
+            holds.push(hold);
+            let (client, indexes) = (Arc::clone(&client), indexes.clone());
+            crate::grpc::threads::serve_connection(async move {
+                for _ in 0..2 {
+                    client.call(&Bytes::new(), None).await.unwrap();
+                }
+                let _ = indexes.send(crate::grpc::threads::index());
+                let _ = held.await;
+            });
+        }
+        for _ in 0..2 {
+            client.call(&Bytes::new(), None).await.unwrap();
+        }
+        let mut threads = std::collections::BTreeSet::new();
+        for _ in 0..holds.len() {
+            let index = told.recv().await.unwrap();
+            threads.insert(index.expect("a call on a serving thread has its index"));
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            threads.len() + 1,
+            "one connection per thread that called, serving threads {threads:?}"
+        );
+        drop(holds);
     }
 
     #[test]

@@ -19,14 +19,45 @@ use tonic::codegen::http;
 /// The metadata key gRPC clients put their deadline in.
 pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
 
-/// A `grpc-timeout` value for `timeout`: milliseconds, rounded up, or
-/// whole seconds past what 8 digits of milliseconds hold.
-pub(crate) fn format_grpc_timeout(timeout: Duration) -> String {
-    let millis = timeout.as_nanos().div_ceil(1_000_000);
-    match millis {
-        0..=99_999_999 => format!("{millis}m"),
-        _ => format!("{}S", timeout.as_secs().min(99_999_999)),
+/// The most digits a `grpc-timeout` value has.
+const GRPC_TIMEOUT_DIGITS: usize = 8;
+
+/// A `grpc-timeout` value, written on the stack (a call's header takes
+/// its one copy): its digits and unit end `value`, from `start`.
+pub(crate) struct GrpcTimeout {
+    value: [u8; GRPC_TIMEOUT_DIGITS + 1],
+    start: usize,
+}
+
+impl GrpcTimeout {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.value[self.start..]
     }
+}
+
+/// A `grpc-timeout` value for `timeout`: milliseconds, rounded up, or
+/// whole seconds past what 8 digits of milliseconds hold (at most
+/// `99999999S`, three years).
+pub(crate) fn format_grpc_timeout(timeout: Duration) -> GrpcTimeout {
+    const MOST: u64 = 99_999_999;
+    let millis = timeout.as_nanos().div_ceil(1_000_000);
+    let (mut amount, unit) = match u64::try_from(millis) {
+        Ok(millis) if millis <= MOST => (millis, b'm'),
+        _ => (timeout.as_secs().min(MOST), b'S'),
+    };
+    let mut value = [0; GRPC_TIMEOUT_DIGITS + 1];
+    let mut start = GRPC_TIMEOUT_DIGITS;
+    value[start] = unit;
+    // At most 8 digits (`MOST`): `start` stops at 0 or later.
+    loop {
+        start -= 1;
+        value[start] = b'0' + (amount % 10) as u8;
+        amount /= 10;
+        if amount == 0 {
+            break;
+        }
+    }
+    GrpcTimeout { value, start }
 }
 
 /// Parses a `grpc-timeout` value: at most 8 ASCII digits and a unit
@@ -130,7 +161,7 @@ mod tests {
             Duration::from_secs(120),
             Duration::from_secs(7 * 86400),
         ] {
-            let parsed = parse_grpc_timeout(&format_grpc_timeout(timeout)).unwrap();
+            let parsed = parse_grpc_timeout(&formatted(timeout)).unwrap();
             assert!(
                 parsed >= timeout && parsed - timeout < Duration::from_millis(1),
                 "{timeout:?}"
@@ -141,6 +172,31 @@ mod tests {
         assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
         assert_eq!(parse_grpc_timeout("7u"), Some(Duration::from_micros(7)));
         assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
+    }
+
+    fn formatted(timeout: Duration) -> String {
+        String::from_utf8(format_grpc_timeout(timeout).as_bytes().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_timeout_is_told_in_at_most_eight_digits_milliseconds_rounded_up_then_seconds() {
+        let ms = Duration::from_millis;
+        for (timeout, told) in [
+            (Duration::ZERO, "0m"),
+            (Duration::from_nanos(1), "1m"),
+            (ms(1), "1m"),
+            (ms(1) + Duration::from_nanos(1), "2m"),
+            (ms(99_999_999), "99999999m"),
+            // Past 8 digits of milliseconds: whole seconds, rounded down.
+            (ms(99_999_999) + Duration::from_nanos(1), "99999S"),
+            (ms(100_000_000), "100000S"),
+            (Duration::from_secs(99_999_999), "99999999S"),
+            (Duration::from_secs(100_000_000), "99999999S"),
+            (Duration::MAX, "99999999S"),
+        ] {
+            assert_eq!(formatted(timeout), told, "{timeout:?}");
+            assert!(parse_grpc_timeout(told).is_some(), "{told}");
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //! - **A connection is handed over once**, accepted (and counted against
 //!   the connections' cap) on the daemon's runtime, then registered with
 //!   the chosen thread's reactor and served there; its calls, and the tasks
-//!   they spawn, run on that thread (a function server a call starts has
-//!   its connection there too, so later calls through it usually stay).
+//!   they spawn, run on that thread. Each thread knows its [`index`], by
+//!   which a function server's client keeps one upstream connection per
+//!   thread (`function_server::client`): a call never crosses to another.
 //! - **Fewest connections first**: N connections land on N threads.
 //! - **The threads outlive every daemon's serving**: what calls spawn
 //!   there (a server's output readers, its exit watch, its connection) is
@@ -21,6 +22,7 @@
 //!   [`stop`] ends them once the daemon is done (`cli::main`).
 //! - Long work stays off them as off any async thread: crun is a process,
 //!   a rootfs is made on blocking threads.
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -53,9 +55,31 @@ struct Thread {
 /// The serving threads, made on the first connection.
 static THREADS: OnceLock<Vec<Thread>> = OnceLock::new();
 
+thread_local! {
+    /// This thread's index among the serving threads; `None` on any other.
+    static INDEX: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The index of the serving thread this runs on, `None` off them (the
+/// daemon's runtime, a blocking task, `xfn run`'s or render's runtime).
+pub(crate) fn index() -> Option<usize> {
+    INDEX.with(Cell::get)
+}
+
+/// How many serving threads there are, or will be once the first
+/// connection starts them: every [`index`] is below it. Starts none.
+pub(crate) fn count() -> usize {
+    THREADS.get().map_or_else(wanted, Vec::len)
+}
+
+/// One serving thread per CPU.
+fn wanted() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 fn threads() -> &'static [Thread] {
     THREADS.get_or_init(|| {
-        let wanted = std::thread::available_parallelism().map_or(1, usize::from);
+        let wanted = wanted();
         let threads: Vec<Thread> = (0..wanted).map_while(start).collect();
         if threads.len() < wanted {
             tracing::warn!(
@@ -79,6 +103,7 @@ fn start(index: usize) -> Option<Thread> {
             let thread = std::thread::Builder::new()
                 .name(format!("{THREAD_NAME}{index}"))
                 .spawn(move || {
+                    INDEX.with(|i| i.set(Some(index)));
                     runtime.block_on(async {
                         let _ = stopped.await;
                     });
@@ -158,12 +183,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn connections_go_to_the_serving_thread_with_the_fewest() {
+    async fn connections_go_to_the_serving_thread_with_the_fewest_which_knows_its_index() {
         let count = threads().len();
         assert_eq!(
             count,
             std::thread::available_parallelism().map_or(1, usize::from)
         );
+        assert_eq!(super::count(), count);
+        assert_eq!(index(), None, "the test's own thread is no serving thread");
         // Each held open until told: N at once land on N threads.
         let (names, mut named) = tokio::sync::mpsc::unbounded_channel();
         let mut holds = Vec::new();
@@ -172,16 +199,19 @@ mod tests {
             holds.push(hold);
             let names = names.clone();
             serve_connection(async move {
-                let _ = names.send(thread_name());
+                let _ = names.send((thread_name(), index()));
                 let _ = held.await;
             });
         }
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..count {
-            seen.insert(named.recv().await.unwrap());
+            let (name, index) = named.recv().await.unwrap();
+            // Its index is the one in its name.
+            let index = index.map(|i| format!("{THREAD_NAME}{i}"));
+            assert_eq!(index.as_ref(), Some(&name));
+            seen.insert(name);
         }
         assert_eq!(seen.len(), count, "{seen:?}");
-        assert!(seen.iter().all(|n| n.starts_with(THREAD_NAME)), "{seen:?}");
         // What a connection's task spawns runs on its thread too.
         let (spawned, on) = tokio::sync::oneshot::channel();
         serve_connection(async move {

@@ -177,6 +177,27 @@ pub fn check_static(path: &Path) -> Result<(), String> {
 /// appends its own flags (`--insecure`, as `crossplane render`'s Docker
 /// runtime does). Returns the pushed reference.
 pub fn function_server_image(registry: &Registry, name: &str, entrypoint_args: &[&str]) -> String {
+    function_server_builder(entrypoint_args)
+        .push(registry, name)
+        .reference
+}
+
+/// As [`function_server_image`], its server writing no line per call
+/// (`FN_SERVER_QUIET=1` in its config's `Env`): then a call wakes nothing in
+/// xfn that reads the server's output, only what carries the call.
+pub fn quiet_function_server_image(
+    registry: &Registry,
+    name: &str,
+    entrypoint_args: &[&str],
+) -> String {
+    function_server_builder(entrypoint_args)
+        .env(["PATH=/usr/local/bin:/usr/bin:/bin", "FN_SERVER_QUIET=1"])
+        .push(registry, name)
+        .reference
+}
+
+/// busybox + `/fn_server`, its entrypoint `["/fn_server", entrypoint_args...]`.
+fn function_server_builder(entrypoint_args: &[&str]) -> ImageBuilder {
     let binary = std::fs::read(function_server_binary()).expect("read the static fn_server");
     let entrypoint = std::iter::once("/fn_server").chain(entrypoint_args.iter().copied());
     ImageBuilder::new()
@@ -189,8 +210,6 @@ pub fn function_server_image(registry: &Registry, name: &str, entrypoint_args: &
                 .file("/fn_server", 0o755, binary),
         )
         .entrypoint(entrypoint)
-        .push(registry, name)
-        .reference
 }
 
 /// A function server on 127.0.0.1 (stderr kept for [`FunctionServer::log`]),

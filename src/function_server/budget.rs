@@ -124,8 +124,7 @@ impl AsRef<[u8]> for HeldAnswer {
     }
 }
 
-/// The gRPC message prefix: a compression flag and a 4-byte length.
-pub(super) const PREFIX: usize = 5;
+pub(super) use crate::grpc::raw::PREFIX;
 
 /// How fast an answer holding room arrives: each [`STALL_WINDOW`] must
 /// bring [`MIN_PER_WINDOW`] bytes, or all that was left of it.

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use tokio::time::Instant;
 use tonic::codegen::http;
@@ -35,6 +35,7 @@ use tonic::{Code, Status};
 use super::budget::{Pace, ResponseShare, Room, MAX_RESPONSE, PREFIX, STALL_WINDOW};
 use crate::grpc::authority::MAX_HEADER_LIST;
 use crate::grpc::deadline::{format_grpc_timeout, GRPC_TIMEOUT_HEADER};
+use crate::grpc::raw::framed;
 use crate::sandbox::netns::NetworkNamespace;
 
 /// The method a function serves, in the version asked.
@@ -319,7 +320,7 @@ async fn call_on(
         headers.insert(GRPC_TIMEOUT_HEADER, value);
     }
     // Framed first, so that nothing but h2 stands between the two frames.
-    let framed = framed(message);
+    let framed = framed(message)?;
     let (answer, mut body) = sender
         .send_request(head, false)
         .map_err(|e| lost("the call could not be sent", e))?;
@@ -404,16 +405,27 @@ async fn call_on(
         None => body.trailers().await,
     }
     .map_err(|e| lost("the answer broke off", e))?;
-    match trailers.as_ref().and_then(Status::from_header_map) {
-        Some(status) if status.code() != Code::Ok => Err(status),
-        Some(_) => unframed(match held {
-            Some((_, room)) => room.held_by(read.freeze()),
-            None => read.freeze(),
-        }),
-        None => Err(Status::internal(
-            "the function server's answer ended without a grpc-status",
-        )),
+    // `grpc-status: 0` is read as it is; only another is made a `Status`
+    // (which copies the trailers).
+    let trailers = trailers.as_ref();
+    let ok = trailers
+        .and_then(|t| t.get("grpc-status"))
+        .is_some_and(|status| status == "0");
+    if !ok {
+        match trailers.and_then(Status::from_header_map) {
+            Some(status) if status.code() != Code::Ok => return Err(status),
+            Some(_) => {}
+            None => {
+                return Err(Status::internal(
+                    "the function server's answer ended without a grpc-status",
+                ))
+            }
+        }
     }
+    unframed(match held {
+        Some((_, room)) => room.held_by(read.freeze()),
+        None => read.freeze(),
+    })
 }
 
 /// An answer that goes on past the length its prefix declares: a protocol
@@ -422,14 +434,6 @@ fn longer(function: &str, length: usize) -> Status {
     Status::internal(format!(
         "function {function}: its server's answer is longer than the {length} bytes it declares"
     ))
-}
-
-fn framed(message: &Bytes) -> Bytes {
-    let mut framed = BytesMut::with_capacity(PREFIX + message.len());
-    framed.put_u8(0);
-    framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
-    framed.extend_from_slice(message);
-    framed.freeze()
 }
 
 /// The one uncompressed message of a unary answer.
@@ -572,7 +576,7 @@ mod tests {
                     let end = message.is_none() && trailers.is_none();
                     let mut stream = respond.send_response(response, end).unwrap();
                     if let Some(message) = message {
-                        stream.send_data(framed(&message), false).unwrap();
+                        stream.send_data(framed(&message).unwrap(), false).unwrap();
                     }
                     if let Some(trailers) = trailers {
                         stream.send_trailers(trailers).unwrap();
@@ -785,14 +789,14 @@ mod tests {
     #[test]
     fn a_message_framed_is_unframed_to_itself() {
         let message = Bytes::from_static(b"\x0a\x03abc");
-        assert_eq!(unframed(framed(&message)).unwrap(), message);
+        assert_eq!(unframed(framed(&message).unwrap()).unwrap(), message);
     }
 
     #[test]
     fn an_answer_not_one_uncompressed_message_is_refused() {
-        let mut compressed = framed(&Bytes::from_static(b"abc")).to_vec();
+        let mut compressed = framed(b"abc").unwrap().to_vec();
         compressed[0] = 1;
-        let mut short = framed(&Bytes::from_static(b"abc")).to_vec();
+        let mut short = framed(b"abc").unwrap().to_vec();
         short.pop();
         for (answer, says) in [
             (Bytes::from(compressed), "compressed"),
@@ -912,10 +916,8 @@ mod tests {
     }
 
     fn prefix(length: u32) -> Bytes {
-        let mut prefix = BytesMut::new();
-        prefix.put_u8(0);
-        prefix.put_u32(length);
-        prefix.freeze()
+        let [a, b, c, d] = length.to_be_bytes();
+        Bytes::copy_from_slice(&[0, a, b, c, d])
     }
 
     #[tokio::test]

@@ -38,19 +38,6 @@ use crate::grpc::Calls;
 use crate::runner::{RunConfig, Runner};
 use json::Json;
 
-/// Errors of setting the adaptor up.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum AdaptorError {
-    /// The TLS files could not be read.
-    #[error("cannot read {path}")]
-    TlsFile {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-}
-
 /// How the adaptor runs calls.
 #[derive(Debug, Clone)]
 pub(crate) struct AdaptorOptions {

@@ -587,7 +587,7 @@ impl Connections {
 
 /// A connection's socket, tracked: counts the first bytes read (the
 /// handshake), takes it out of the table when hyper drops it, and carries
-/// its [`Conn`] to the call counter as tonic's connect info.
+/// its [`Conn`] to the call counter.
 #[derive(Debug)]
 pub(crate) struct Tracked<IO> {
     /// Closed in `drop` before the connection leaves the table, so the
@@ -718,23 +718,15 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Tracked<IO> {
     }
 }
 
-/// What tonic puts in each request's extensions for a [`Tracked`]
-/// connection: the call counter finds the connection there.
+/// What the metrics endpoint (axum) puts in each request's extensions for
+/// a [`Tracked`] connection: the call counter finds the connection there.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnInfo(pub Arc<Conn>);
 
-impl<IO> tonic::transport::server::Connected for Tracked<IO> {
-    type ConnectInfo = ConnInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        ConnInfo(Arc::clone(&self.conn))
-    }
-}
-
 /// A tower layer that counts each call of a [`Tracked`] connection from
 /// its arrival until its response body is done (a streaming call counts
-/// for as long as it streams): what "idle" means. Give it to
-/// `tonic::transport::Server::layer`.
+/// for as long as it streams): what "idle" means. The metrics endpoint's;
+/// the gRPC server counts its calls itself (`super::serve`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CountCallsLayer;
 
@@ -768,28 +760,14 @@ where
     }
 
     fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
-        let extensions = request.extensions();
-        let conn = extensions.get::<ConnInfo>().cloned().or_else(|| {
-            extensions
-                .get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
-                .map(|tls| tls.get_ref().clone())
-        });
-        let conn = conn
-            .or_else(|| extensions.get::<SniInfo>().map(|sni| sni.conn.clone()))
-            .or_else(|| {
-                // The metrics endpoint's (axum's connect info).
-                extensions
-                    .get::<axum::extract::ConnectInfo<ConnInfo>>()
-                    .map(|info| info.0.clone())
-            });
-        let guard = conn.map(|ConnInfo(conn)| conn.begin_call());
+        let guard = request
+            .extensions()
+            .get::<axum::extract::ConnectInfo<ConnInfo>>()
+            .map(|info| info.0 .0.begin_call());
         let response = self.0.call(request);
         Box::pin(async move {
             let response = response.await?;
-            Ok(response.map(|body| Counted {
-                body,
-                _guard: guard,
-            }))
+            Ok(response.map(|body| Counted::new(body, guard)))
         })
     }
 }
@@ -799,6 +777,16 @@ where
 pub(crate) struct Counted<B> {
     body: B,
     _guard: Option<CallGuard>,
+}
+
+impl<B> Counted<B> {
+    /// `body`, holding `guard` until it is done.
+    pub(crate) fn new(body: B, guard: Option<CallGuard>) -> Self {
+        Self {
+            body,
+            _guard: guard,
+        }
+    }
 }
 
 impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
@@ -819,16 +807,6 @@ impl<B: http_body::Body + Unpin> http_body::Body for Counted<B> {
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
     }
-}
-
-/// What tonic puts in each request of a `grpc::sni::SniStream`: the connection (for
-/// the call counter) and the name the client dialled.
-#[derive(Debug, Clone)]
-pub(crate) struct SniInfo {
-    /// The tracked connection.
-    pub(crate) conn: ConnInfo,
-    /// The SNI the handshake was made for (lower case).
-    pub(crate) server_name: Arc<str>,
 }
 
 #[cfg(test)]

@@ -2,19 +2,21 @@
 //! (<https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md>),
 //! counted from the moment the request arrived.
 //!
-//! Why the arrival is stamped: tonic's transport starts its own timer from
-//! that header when the request arrives and, when it fires, answers
-//! `CANCELLED` in place of whatever the service was doing. The service must
-//! reach the deadline first to say what happened (`DEADLINE_EXCEEDED`, the
-//! function never ran). [`StampArrival`] sits right inside tonic's timer
-//! and records the instant before that timer is even created, so a deadline
-//! counted from it never falls after tonic's; when both are due in the same
-//! wake-up, tonic polls the service first.
-use std::task::{Context, Poll};
+//! Why the arrival is stamped: the deadline runs from when the caller sent
+//! the call; counted from when a service first looks at the request (its
+//! body read, the call admitted) it would fall late by however long those
+//! took. The gRPC layer stamps [`Arrived`] as a request's headers are
+//! handed to it (`super::serve`), before anything else is done for it.
+//!
+//! Nothing in the layer fires on `grpc-timeout` by itself (tonic's
+//! transport did, answering `CANCELLED` in place of whatever the service
+//! was doing): each front end enforces the deadline where the call waits
+//! or runs (admission, the call seam's `call::deadline`), so it says what
+//! happened (`DEADLINE_EXCEEDED`, the function never ran).
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::codegen::http;
 
 /// The metadata key gRPC clients put their deadline in.
 pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
@@ -91,43 +93,23 @@ pub(crate) fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option
         .and_then(parse_grpc_timeout)
 }
 
-/// When a request arrived, as [`StampArrival`] recorded it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrived(pub Instant);
-
-/// A tower layer that stamps each request with its [`Arrived`] instant; give
-/// it to `tonic::transport::Server::layer`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct StampArrivalLayer;
-
-impl<S> tower::Layer<S> for StampArrivalLayer {
-    type Service = StampArrival<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        StampArrival(inner)
-    }
+/// What the gRPC layer puts in each request's extensions, once, as its
+/// headers arrive: when, and the name its client dialled when the
+/// connection's TLS was routed by it (SNI, `super::sni`).
+#[derive(Debug, Clone)]
+pub(crate) struct Arrived {
+    /// When the request's headers were handed to the gRPC layer.
+    pub(crate) at: Instant,
+    /// The SNI the connection's handshake was made for (lower case).
+    pub(crate) server_name: Option<Arc<str>>,
 }
 
-/// The service [`StampArrivalLayer`] makes.
-#[derive(Debug, Clone)]
-pub(crate) struct StampArrival<S>(S);
-
-impl<S, B> tower::Service<http::Request<B>> for StampArrival<S>
-where
-    S: tower::Service<http::Request<B>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        request.extensions_mut().insert(Arrived(Instant::now()));
-        self.0.call(request)
-    }
+/// The name a request's client dialled, when its connection's TLS was
+/// routed by it (see [`Arrived`]).
+pub(crate) fn server_name_of(extensions: &tonic::Extensions) -> Option<&Arc<str>> {
+    extensions
+        .get::<Arrived>()
+        .and_then(|arrived| arrived.server_name.as_ref())
 }
 
 /// The instant the caller's deadline passes, if it sent one: counted from
@@ -136,7 +118,7 @@ pub(crate) fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
     let arrived = request
         .extensions()
         .get::<Arrived>()
-        .map_or_else(Instant::now, |arrived| arrived.0);
+        .map_or_else(Instant::now, |arrived| arrived.at);
     caller_deadline(request.metadata()).map(|timeout| arrived + timeout)
 }
 

@@ -1,33 +1,45 @@
-//! Assembling and running the gRPC server for either front end: its
-//! services plus health and reflection, with the deadline stamp, on the
-//! connections it accepts, with a graceful drain on shutdown.
+//! Assembling and running the gRPC server for every front end: its
+//! services plus health and reflection, on the connections it accepts,
+//! with a graceful drain on shutdown.
 //!
-//! Each connection is served by a tonic server of its own (a clone of one
-//! server and its [`Services`], over a stream that yields that one
-//! connection): tonic's server
-//! keeps everything it does per call (the `grpc-timeout` timer the
-//! deadline stamp relies on, error recovery, TLS) but offers no way to
-//! close one connection gracefully; its shutdown signal does that when the
-//! server holds a single connection. [`super::connections`] decides when.
-//! Connections are accepted (and admitted under the cap) here, and each is
-//! then served on one serving thread ([`super::threads`]): its socket is
-//! registered with that thread's reactor, never with the accepting one's.
+//! Each admitted connection is served by hyper's HTTP/2 server directly,
+//! on one serving thread ([`super::threads`]; accepted, and admitted under
+//! the cap, here): its socket is registered with that thread's reactor,
+//! TLS done on it first when the front end serves TLS ([`super::sni`]).
+//! [`super::connections`] decides when a connection is to close; hyper's
+//! graceful shutdown (GOAWAY, calls in flight finish) closes it.
+//!
+//! Why not tonic's transport server: per call it inserted its connect info
+//! into the request's extensions, cloned a boxed service, boxed the body,
+//! wrapped the future twice and started a timer on `grpc-timeout` (whose
+//! answer, `CANCELLED`, the services had to beat: `super::deadline`); about
+//! 7 of the hop's 46 allocations a call (issue 46). Here one small service
+//! ([`Glue`]) does per call only what the services need: the body boxed as
+//! tonic's, one extension ([`Arrived`]: when, and the SNI), the call
+//! counted until its response body is done, and the service its path names.
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Server, ServerTlsConfig};
+use tonic::body::Body;
+use tonic::codegen::http::{Request, Response};
 use tonic_health::ServingStatus;
 
 use super::authority::{LenientAuthority, MAX_HEADER_LIST};
-use super::connections::{Connections, CountCallsLayer, Tracked};
-use super::deadline::StampArrivalLayer;
+use super::connections::{CallGuard, Conn, Connections, Counted, Tracked};
+use super::deadline::Arrived;
 use super::listen::tcp_incoming;
-use super::route::{Served, Services, ServicesBuilder};
-use super::sni::{SniConfigs, SniStream};
+use super::route::{Answer, Served, Services, ServicesBuilder};
+use super::sni::SniConfigs;
 
 /// Errors of serving.
 #[derive(Debug, thiserror::Error)]
@@ -35,9 +47,6 @@ pub enum ServeError {
     /// The reflection service could not load the descriptors.
     #[error("cannot build the reflection service")]
     Reflection(#[from] tonic_reflection::server::Error),
-    /// The transport failed.
-    #[error("the gRPC server failed")]
-    Transport(#[from] tonic::transport::Error),
     /// The TCP listener could not be registered.
     #[error("cannot listen")]
     Io(#[from] std::io::Error),
@@ -66,16 +75,26 @@ impl std::fmt::Debug for Incoming {
 pub struct ServiceSet {
     routes: ServicesBuilder,
     names: Vec<&'static str>,
-    tls: Option<ServerTlsConfig>,
-    sni: Option<Arc<dyn SniConfigs>>,
+    tls: Tls,
+}
+
+/// The TLS a front end serves over TCP.
+#[derive(Clone, Default)]
+enum Tls {
+    /// Plaintext.
+    #[default]
+    None,
+    /// One configuration (`xfn adapt`'s mTLS).
+    One(Arc<rustls::ServerConfig>),
+    /// The configuration for the name each client dialled (`xfn host`).
+    Sni(Arc<dyn SniConfigs>),
 }
 
 impl std::fmt::Debug for ServiceSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServiceSet")
             .field("names", &self.names)
-            .field("tls", &self.tls.is_some())
-            .field("sni", &self.sni.is_some())
+            .field("tls", &!matches!(self.tls, Tls::None))
             .finish_non_exhaustive()
     }
 }
@@ -94,16 +113,15 @@ impl ServiceSet {
     }
 
     /// Serves over TLS.
-    pub fn with_tls(mut self, tls: ServerTlsConfig) -> Self {
-        self.tls = Some(tls);
+    pub(crate) fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> Self {
+        self.tls = Tls::One(tls);
         self
     }
 
     /// Serves TCP over TLS with the configuration `sni` gives the name each
     /// client dialled (see [`super::sni`]); replaces [`Self::with_tls`].
     pub(crate) fn with_sni_tls(mut self, sni: Arc<dyn SniConfigs>) -> Self {
-        self.tls = None;
-        self.sni = Some(sni);
+        self.tls = Tls::Sni(sni);
         self
     }
 }
@@ -135,7 +153,6 @@ pub(crate) async fn serve(
         mut routes,
         names,
         tls,
-        sni,
     } = services;
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in &names {
@@ -146,18 +163,12 @@ pub(crate) async fn serve(
     routes.add(health_service);
     routes.add(reflection_v1()?);
     routes.add(reflection_v1alpha()?);
-    let services = routes.build();
-    // h2's default already, said here so the `:authority` fix-up decodes
-    // under the same bound h2 announces and refuses past.
-    let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
-    let mut builder = Server::builder().http2_max_header_list_size(max_header_list);
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
-    let router = Serving {
-        server: builder.layer(CountCallsLayer).layer(StampArrivalLayer),
-        services,
-    };
+    let serving = Arc::new(Serving {
+        http2: http2_builder(),
+        services: routes.build(),
+        tls,
+        handshake_timeout: connections.limits().handshake_timeout,
+    });
 
     let stopping = async {
         shutdown.await;
@@ -178,56 +189,179 @@ pub(crate) async fn serve(
             let incoming = incoming.map(|io| io.and_then(tokio::net::UnixStream::into_std));
             let spawn = hand_over(
                 |io| tokio::net::UnixStream::from_std(io).map(LenientAuthority::new),
-                move |io, connections| serve_one(router, io, connections),
+                serving,
             );
             let server = serve_each(incoming, connections, stopped, spawn);
             drain_on(server, stop, drain, stopping).await
         }
         Incoming::Tcp(listener) => {
             let incoming = tcp_incoming(listener)?;
-            let adopt = tokio::net::TcpStream::from_std;
-            match sni {
-                Some(sni) => {
-                    let timeout = connections.limits().handshake_timeout;
-                    let spawn = hand_over(adopt, move |io, connections| {
-                        serve_one_sni(router, io, connections, sni, timeout)
-                    });
-                    let server = serve_each(incoming, connections, stopped, spawn);
-                    drain_on(server, stop, drain, stopping).await
-                }
-                None => {
-                    let spawn = hand_over(adopt, move |io, connections| {
-                        serve_one(router, io, connections)
-                    });
-                    let server = serve_each(incoming, connections, stopped, spawn);
-                    drain_on(server, stop, drain, stopping).await
-                }
+            let spawn = hand_over(tokio::net::TcpStream::from_std, serving);
+            let server = serve_each(incoming, connections, stopped, spawn);
+            drain_on(server, stop, drain, stopping).await
+        }
+    }
+}
+
+/// Each connection's HTTP/2 settings: those tonic's server (0.14.9) set,
+/// so a client sees the same server. Flow control windows 1 MiB for the
+/// connection and for each stream, not adaptive; frames of at most 16 KiB;
+/// no keep-alive pings (tonic's 20 s ack timeout unused without them);
+/// hyper's date header; [`MAX_HEADER_LIST`] (h2's 16 KiB, said here so the
+/// `:authority` fix-up decodes under the bound h2 announces and refuses
+/// past): hyper's defaults. Set as tonic set them, over hyper's defaults:
+/// no cap on concurrent streams (hyper's 200), none on the streams reset
+/// for a client's protocol errors (hyper's 1024), h2's 20 pending-accept
+/// resets. HTTP/2 only, as tonic without `accept_http1`.
+fn http2_builder() -> http2::Builder<TokioExecutor> {
+    let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(None)
+        .max_local_error_reset_streams(None)
+        .max_pending_accept_reset_streams(None)
+        .max_header_list_size(max_header_list);
+    builder
+}
+
+/// What serves every connection of one server: its HTTP/2 settings, its
+/// services, its TLS.
+struct Serving {
+    http2: http2::Builder<TokioExecutor>,
+    services: Services,
+    tls: Tls,
+    handshake_timeout: Duration,
+}
+
+impl Serving {
+    /// Serves `io` (TLS done first, when served) until it ends, or until
+    /// its connection is asked to close: then closes it gracefully.
+    async fn serve<IO>(&self, io: Tracked<IO>) -> Result<(), hyper::Error>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let conn = Arc::clone(io.conn());
+        let stop = Arc::clone(&conn).close_requested();
+        let timeout = self.handshake_timeout;
+        match &self.tls {
+            Tls::None => self.http2(io, self.glue(conn, None), stop).await,
+            Tls::One(config) => {
+                let Some(io) = super::sni::accept_one(io, Arc::clone(config), timeout).await else {
+                    return Ok(());
+                };
+                self.http2(io, self.glue(conn, None), stop).await
+            }
+            Tls::Sni(configs) => {
+                let Some((io, name)) = super::sni::accept(io, &**configs, timeout).await else {
+                    return Ok(());
+                };
+                self.http2(io, self.glue(conn, Some(name)), stop).await
             }
         }
+    }
+
+    fn glue(&self, conn: Arc<Conn>, server_name: Option<Arc<str>>) -> Glue {
+        Glue {
+            services: self.services.clone(),
+            conn,
+            server_name,
+        }
+    }
+
+    /// Serves HTTP/2 on `io` until it ends, or gracefully closes it once
+    /// `stop` resolves (GOAWAY; the calls in flight finish).
+    async fn http2<IO>(
+        &self,
+        io: IO,
+        glue: Glue,
+        stop: impl Future<Output = ()>,
+    ) -> Result<(), hyper::Error>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let connection = self.http2.serve_connection(TokioIo::new(io), glue);
+        tokio::pin!(connection, stop);
+        tokio::select! {
+            served = &mut connection => return served,
+            () = &mut stop => {}
+        }
+        connection.as_mut().graceful_shutdown();
+        connection.await
+    }
+}
+
+/// What one connection's calls go through, between hyper and the
+/// services: it stamps each request once ([`Arrived`]), counts the call
+/// until its response body is done, and calls the service its path names.
+struct Glue {
+    services: Services,
+    conn: Arc<Conn>,
+    server_name: Option<Arc<str>>,
+}
+
+impl hyper::service::Service<Request<hyper::body::Incoming>> for Glue {
+    type Response = Response<Counted<Body>>;
+    type Error = Infallible;
+    type Future = Glued;
+
+    fn call(&self, request: Request<hyper::body::Incoming>) -> Glued {
+        let arrived = Arrived {
+            at: tokio::time::Instant::now(),
+            server_name: self.server_name.clone(),
+        };
+        let guard = self.conn.begin_call();
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(arrived);
+        let answer = tower::Service::call(&mut self.services.clone(), request);
+        Glued {
+            answer,
+            guard: Some(guard),
+        }
+    }
+}
+
+/// A call's answer, its response body to hold the call's guard.
+struct Glued {
+    answer: Answer,
+    guard: Option<CallGuard>,
+}
+
+impl Future for Glued {
+    type Output = Result<Response<Counted<Body>>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = std::task::ready!(self.answer.as_mut().poll(cx))?;
+        let guard = self.guard.take();
+        Poll::Ready(Ok(response.map(|body| Counted::new(body, guard))))
     }
 }
 
 /// What [`serve_each`] does with each admitted connection: hands it to a
 /// serving thread, where `adopt` registers its socket with that thread's
-/// reactor and `serve` serves it.
-fn hand_over<S, J, F, Fut>(
+/// reactor and `serving` serves it.
+fn hand_over<S, J>(
     adopt: fn(S) -> std::io::Result<J>,
-    serve: F,
+    serving: Arc<Serving>,
 ) -> impl Fn(Tracked<S>, Arc<Connections>)
 where
     S: Send + 'static,
-    J: Send + 'static,
-    F: FnOnce(Tracked<J>, Arc<Connections>) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = ()> + Send,
+    J: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     move |io, connections| {
-        let serve = serve.clone();
+        let serving = Arc::clone(&serving);
         super::threads::serve_connection(async move {
-            match io.adopt(adopt) {
-                Ok(io) => serve(io, connections).await,
+            let io = match io.adopt(adopt) {
+                Ok(io) => io,
                 Err(err) => {
                     tracing::debug!(error = %crate::chain::Chain(&err), "cannot serve a connection on its thread");
+                    return;
                 }
+            };
+            let conn = Arc::clone(io.conn());
+            let (served, ()) = tokio::join!(serving.serve(io), connections.watch(&conn));
+            if let Err(err) = served {
+                tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
             }
         });
     }
@@ -241,8 +375,7 @@ async fn serve_each<IO>(
     connections: Arc<Connections>,
     stop: impl Future<Output = ()>,
     spawn: impl Fn(Tracked<IO>, Arc<Connections>),
-) -> Result<(), tonic::transport::Error>
-where
+) where
     IO: std::os::fd::AsRawFd + Send + 'static,
 {
     let mut incoming = Box::pin(incoming);
@@ -273,100 +406,6 @@ where
     // are refused rather than left waiting through the drain.
     drop(incoming);
     connections.drain().await;
-    Ok(())
-}
-
-/// A tonic server (its layers, TLS, h2 settings) and what it serves.
-#[derive(Clone)]
-struct Serving<L> {
-    server: Server<L>,
-    services: Services,
-}
-
-/// What [`serve_each`] needs of a router: to serve one connection until a
-/// signal (`Server::serve_with_incoming_shutdown`, with its bounds spelled
-/// once here).
-pub(crate) trait ConnectionRouter<IO>: Clone + Send + 'static {
-    /// Serves `io` until `stop`, then closes it gracefully.
-    fn serve_one(
-        self,
-        io: IO,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send;
-}
-
-impl<L, IO, ResBody> ConnectionRouter<IO> for Serving<L>
-where
-    L: tower::Layer<Services> + Clone + Send + Sync + 'static,
-    L::Service: tower::Service<
-            tonic::codegen::http::Request<tonic::body::Body>,
-            Response = tonic::codegen::http::Response<ResBody>,
-        > + Clone
-        + Send
-        + 'static,
-    <L::Service as tower::Service<tonic::codegen::http::Request<tonic::body::Body>>>::Future: Send,
-    <L::Service as tower::Service<tonic::codegen::http::Request<tonic::body::Body>>>::Error:
-        Into<Box<dyn std::error::Error + Send + Sync>> + Send,
-    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
-    ResBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    IO: tokio::io::AsyncRead
-        + tokio::io::AsyncWrite
-        + tonic::transport::server::Connected
-        + Unpin
-        + Send
-        + 'static,
-{
-    fn serve_one(
-        self,
-        io: IO,
-        stop: impl Future<Output = ()> + Send + 'static,
-    ) -> impl Future<Output = Result<(), tonic::transport::Error>> + Send {
-        // The stream must not end after its one connection: tonic takes
-        // the end of its incoming stream as the signal to shut down.
-        let one = futures::stream::once(async move { Ok::<_, std::io::Error>(io) })
-            .chain(futures::stream::pending());
-        self.server
-            .serve_with_incoming_shutdown(self.services, one, stop)
-    }
-}
-
-/// Serves one admitted connection until it ends, under its bounds.
-async fn serve_one<R, IO>(router: R, io: Tracked<IO>, connections: Arc<Connections>)
-where
-    R: ConnectionRouter<Tracked<IO>>,
-{
-    let conn = Arc::clone(io.conn());
-    let stop = Arc::clone(&conn).close_requested();
-    let (served, ()) = tokio::join!(router.serve_one(io, stop), connections.watch(&conn));
-    if let Err(err) = served {
-        tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
-    }
-}
-
-/// Serves one admitted TCP connection after its SNI-routed TLS handshake
-/// (refused or failed: closed), until it ends, under its bounds.
-async fn serve_one_sni<R, IO>(
-    router: R,
-    io: Tracked<IO>,
-    connections: Arc<Connections>,
-    sni: Arc<dyn SniConfigs>,
-    handshake_timeout: Duration,
-) where
-    R: ConnectionRouter<SniStream<Tracked<IO>>>,
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let conn = Arc::clone(io.conn());
-    let stop = Arc::clone(&conn).close_requested();
-    let served = async move {
-        let Some(stream) = super::sni::accept(io, &*sni, handshake_timeout).await else {
-            return Ok(());
-        };
-        router.serve_one(stream, stop).await
-    };
-    let (served, ()) = tokio::join!(served, connections.watch(&conn));
-    if let Err(err) = served {
-        tracing::debug!(error = %crate::chain::Chain(&err), "serving a connection failed");
-    }
 }
 
 fn reflection_v1() -> Result<
@@ -396,29 +435,29 @@ fn reflection_v1alpha() -> Result<
 /// Runs `server` until `shutdown`, then tells it to stop accepting (`stop`)
 /// and drains it: calls in flight get the grace period, then are cancelled.
 async fn drain_on(
-    server: impl Future<Output = Result<(), tonic::transport::Error>>,
+    server: impl Future<Output = ()>,
     stop: tokio::sync::oneshot::Sender<()>,
     drain: Drain,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     tokio::pin!(server);
     tokio::select! {
-        result = &mut server => return Ok(result?),
+        () = &mut server => return Ok(()),
         () = shutdown => {}
     }
     tracing::info!(grace_period = ?drain.grace_period, "shutting down: no new calls; waiting for runs in flight");
     let _ = stop.send(());
     tokio::select! {
-        result = &mut server => {
+        () = &mut server => {
             tracing::info!("every run finished; stopped");
-            return Ok(result?);
+            return Ok(());
         }
         () = tokio::time::sleep(drain.grace_period) => {}
     }
     tracing::warn!("grace period over: cancelling the runs still in flight");
     drain.abort.cancel();
     tokio::select! {
-        result = &mut server => Ok(result?),
+        () = &mut server => Ok(()),
         () = tokio::time::sleep(AFTER_CANCEL) => {
             tracing::warn!("connections still open after cancelling every run; exiting anyway");
             Ok(())

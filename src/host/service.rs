@@ -1,6 +1,6 @@
 //! The gRPC services `xfn host` serves on its one port, v1 and v1beta1, each
 //! call routed to the function its connection names: the SNI of a TLS
-//! connection ([`crate::grpc::connections::SniInfo`]), or, on the plaintext
+//! connection ([`crate::grpc::deadline::Arrived`]), or, on the plaintext
 //! listener, the host of the request's `:authority` ([`Authority`], put
 //! there by [`WithAuthority`]). Nothing in the request body routes.
 //!
@@ -15,8 +15,7 @@ use bytes::Bytes;
 use tonic::{Request, Status};
 
 use super::Host;
-use crate::grpc::connections::SniInfo;
-use crate::grpc::deadline::deadline_of;
+use crate::grpc::deadline::{deadline_of, server_name_of};
 use crate::grpc::raw::RunFunction;
 
 /// The host part of a plaintext request's `:authority`, lower case.
@@ -45,7 +44,7 @@ where
 
     fn call(&mut self, mut request: tonic::codegen::http::Request<B>) -> Self::Future {
         // A TLS connection routes by its SNI: nothing to add (or allocate).
-        if request.extensions().get::<SniInfo>().is_some() {
+        if server_name_of(request.extensions()).is_some() {
             return self.0.call(request);
         }
         if let Some(authority) = request.uri().authority() {
@@ -59,8 +58,8 @@ where
 /// The name a request's connection dialled: its SNI, else its authority.
 fn route<T>(request: &Request<T>) -> Option<Arc<str>> {
     let extensions = request.extensions();
-    if let Some(sni) = extensions.get::<SniInfo>() {
-        return Some(Arc::clone(&sni.server_name));
+    if let Some(name) = server_name_of(extensions) {
+        return Some(Arc::clone(name));
     }
     extensions
         .get::<Authority>()

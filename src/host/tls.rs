@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -145,19 +144,10 @@ impl Ca {
         }
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &self.issuer)?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(
-            Arc::clone(&self.roots),
-            Arc::clone(&self.provider),
-        )
-        .build()?;
         let key = PrivateKeyDer::try_from(key.serialize_der())
             .map_err(|_| TlsError::Issue(rcgen::Error::CouldNotParseKeyPair))?;
-        let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
-            .with_safe_default_protocol_versions()?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![cert.der().clone()], key)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Arc::new(config))
+        let chain = vec![cert.der().clone()];
+        crate::grpc::sni::mutual_tls(Arc::clone(&self.roots), &self.provider, chain, key)
     }
 }
 

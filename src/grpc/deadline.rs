@@ -8,15 +8,22 @@
 //! took. The gRPC layer stamps [`Arrived`] as a request's headers are
 //! handed to it (`super::serve`), before anything else is done for it.
 //!
-//! Nothing in the layer fires on `grpc-timeout` by itself (tonic's
+//! Nothing in the layer ends a call on `grpc-timeout` by itself (tonic's
 //! transport did, answering `CANCELLED` in place of whatever the service
 //! was doing): each front end enforces the deadline where the call waits
 //! or runs (admission, the call seam's `call::deadline`), so it says what
-//! happened (`DEADLINE_EXCEEDED`, the function never ran).
+//! happened (`DEADLINE_EXCEEDED`, the function never ran). The layer
+//! bounds only what comes before those: a request body still arriving at
+//! its deadline ends there ([`Deadlined`]), so a caller trickling its body
+//! holds a call no longer than it asked to wait.
+use std::future::Future as _;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::codegen::http;
 
 /// The metadata key gRPC clients put their deadline in.
 pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
@@ -102,6 +109,67 @@ pub(crate) struct Arrived {
     pub(crate) at: Instant,
     /// The SNI the connection's handshake was made for (lower case).
     pub(crate) server_name: Option<Arc<str>>,
+}
+
+/// A request body that ends in `DEADLINE_EXCEEDED` if it is still
+/// arriving at `deadline`. No timer is made unless a frame is waited for
+/// (a gRPC client sends a small request whole, with its headers).
+pub(crate) struct Deadlined<B> {
+    body: B,
+    deadline: Option<Instant>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> Deadlined<B> {
+    /// `body` of a request with `headers`, which arrived at `arrived`.
+    pub(crate) fn new(body: B, headers: &http::HeaderMap, arrived: Instant) -> Self {
+        let timeout = headers
+            .get(GRPC_TIMEOUT_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        Self {
+            body,
+            deadline: timeout.and_then(|timeout| arrived.checked_add(timeout)),
+            timer: None,
+        }
+    }
+}
+
+impl<B> http_body::Body for Deadlined<B>
+where
+    B: http_body::Body + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = B::Data;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        let Some(deadline) = self.deadline else {
+            return Poll::Pending;
+        };
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        std::task::ready!(timer.as_mut().poll(cx));
+        self.deadline = None;
+        Poll::Ready(Some(Err(Box::new(tonic::Status::deadline_exceeded(
+            "the request's body was still arriving at its deadline",
+        )))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// The name a request's client dialled, when its connection's TLS was
@@ -205,5 +273,77 @@ mod tests {
         assert_eq!(caller_deadline(&md), None);
         md.insert(GRPC_TIMEOUT_HEADER, "1500m".parse().unwrap());
         assert_eq!(caller_deadline(&md), Some(Duration::from_millis(1500)));
+    }
+
+    /// A body of one frame, then (`ends`) its end, or none ever.
+    struct OneThen {
+        frame: Option<bytes::Bytes>,
+        ends: bool,
+    }
+
+    impl http_body::Body for OneThen {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+            match self.frame.take() {
+                Some(data) => Poll::Ready(Some(Ok(http_body::Frame::data(data)))),
+                None if self.ends => Poll::Ready(None),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    fn deadlined(ends: bool, timeout: Option<&'static str>) -> Deadlined<OneThen> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(timeout) = timeout {
+            headers.insert(GRPC_TIMEOUT_HEADER, http::HeaderValue::from_static(timeout));
+        }
+        let body = OneThen {
+            frame: Some(bytes::Bytes::from_static(b"hi")),
+            ends,
+        };
+        Deadlined::new(body, &headers, Instant::now())
+    }
+
+    async fn next(body: &mut Deadlined<OneThen>) -> Option<Result<bool, tonic::Code>> {
+        use http_body::Body as _;
+        std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx))
+            .await
+            .map(|frame| match frame {
+                Ok(frame) => Ok(frame.is_data()),
+                Err(err) => Err(tonic::Status::from_error(err).code()),
+            })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_still_arriving_at_its_deadline_ends_deadline_exceeded_then() {
+        let mut body = deadlined(false, Some("2S"));
+        let started = Instant::now();
+        assert_eq!(next(&mut body).await, Some(Ok(true)));
+        assert_eq!(
+            next(&mut body).await,
+            Some(Err(tonic::Code::DeadlineExceeded))
+        );
+        // Paused time: it ended when the deadline came, not before.
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_whole_before_its_deadline_or_without_one_is_passed_on_as_it_came() {
+        let mut body = deadlined(true, Some("2S"));
+        assert_eq!(next(&mut body).await, Some(Ok(true)));
+        assert_eq!(next(&mut body).await, None);
+        assert!(
+            body.timer.is_none(),
+            "no timer made for a body that never waited"
+        );
+        let mut body = deadlined(false, None);
+        assert_eq!(next(&mut body).await, Some(Ok(true)));
+        let waited = tokio::time::timeout(Duration::from_secs(3600), next(&mut body)).await;
+        assert!(waited.is_err(), "without a deadline the body is waited for");
     }
 }

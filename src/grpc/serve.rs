@@ -36,7 +36,7 @@ use tonic_health::ServingStatus;
 
 use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{CallGuard, Conn, Connections, Counted, Tracked};
-use super::deadline::Arrived;
+use super::deadline::{Arrived, Deadlined};
 use super::listen::tcp_incoming;
 use super::route::{Answer, Served, Services, ServicesBuilder};
 use super::sni::SniConfigs;
@@ -210,16 +210,16 @@ pub(crate) async fn serve(
 /// hyper's date header; [`MAX_HEADER_LIST`] (h2's 16 KiB, said here so the
 /// `:authority` fix-up decodes under the bound h2 announces and refuses
 /// past): hyper's defaults. Set as tonic set them, over hyper's defaults:
-/// no cap on concurrent streams (hyper's 200), none on the streams reset
-/// for a client's protocol errors (hyper's 1024), h2's 20 pending-accept
-/// resets. HTTP/2 only, as tonic without `accept_http1`.
+/// no cap on concurrent streams (hyper's 200; admission bounds the calls),
+/// h2's 20 pending-accept resets. Not as tonic: hyper's cap of 1024 streams
+/// reset for a client's protocol errors is kept (tonic had none; a flood of
+/// them is RUSTSEC-2024-0003's). HTTP/2 only, as tonic without `accept_http1`.
 fn http2_builder() -> http2::Builder<TokioExecutor> {
     let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(None)
-        .max_local_error_reset_streams(None)
         .max_pending_accept_reset_streams(None)
         .max_header_list_size(max_header_list);
     builder
@@ -311,7 +311,9 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Glue {
             server_name: self.server_name.clone(),
         };
         let guard = self.conn.begin_call();
-        let mut request = request.map(Body::new);
+        let (parts, body) = request.into_parts();
+        let body = Body::new(Deadlined::new(body, &parts.headers, arrived.at));
+        let mut request = Request::from_parts(parts, body);
         request.extensions_mut().insert(arrived);
         let answer = tower::Service::call(&mut self.services.clone(), request);
         Glued {

@@ -202,6 +202,7 @@ pub(crate) fn effective_timeout(requested: Duration, caller: Option<Duration>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::raw::tests::Frames;
 
     #[test]
     fn parses_every_unit() {
@@ -275,41 +276,19 @@ mod tests {
         assert_eq!(caller_deadline(&md), Some(Duration::from_millis(1500)));
     }
 
-    /// A body of one frame, then (`ends`) its end, or none ever.
-    struct OneThen {
-        frame: Option<bytes::Bytes>,
-        ends: bool,
-    }
-
-    impl http_body::Body for OneThen {
-        type Data = bytes::Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-            match self.frame.take() {
-                Some(data) => Poll::Ready(Some(Ok(http_body::Frame::data(data)))),
-                None if self.ends => Poll::Ready(None),
-                None => Poll::Pending,
-            }
-        }
-    }
-
-    fn deadlined(ends: bool, timeout: Option<&'static str>) -> Deadlined<OneThen> {
+    fn deadlined(ends: bool, timeout: Option<&'static str>) -> Deadlined<Frames> {
         let mut headers = http::HeaderMap::new();
         if let Some(timeout) = timeout {
             headers.insert(GRPC_TIMEOUT_HEADER, http::HeaderValue::from_static(timeout));
         }
-        let body = OneThen {
-            frame: Some(bytes::Bytes::from_static(b"hi")),
-            ends,
+        let body = Frames {
+            frames: [bytes::Bytes::from_static(b"hi")].into(),
+            then_waits: !ends,
         };
         Deadlined::new(body, &headers, Instant::now())
     }
 
-    async fn next(body: &mut Deadlined<OneThen>) -> Option<Result<bool, tonic::Code>> {
+    async fn next(body: &mut Deadlined<Frames>) -> Option<Result<bool, tonic::Code>> {
         use http_body::Body as _;
         std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx))
             .await

@@ -289,7 +289,7 @@ impl http_body::Body for Answered {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::VecDeque;
 
     use tonic::Code;
@@ -297,9 +297,9 @@ mod tests {
     use super::*;
 
     /// A request body of `frames`, then its end, or (`then_waits`) no end.
-    struct Frames {
-        frames: VecDeque<Bytes>,
-        then_waits: bool,
+    pub(in crate::grpc) struct Frames {
+        pub(in crate::grpc) frames: VecDeque<Bytes>,
+        pub(in crate::grpc) then_waits: bool,
     }
 
     impl http_body::Body for Frames {

@@ -94,21 +94,39 @@ pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 
 /// The caller's deadline from request metadata, if it sent one.
 pub(crate) fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
-    metadata
+    caller_timeout(metadata.as_ref())
+}
+
+/// The caller's timeout from a request's headers, if it sent one.
+fn caller_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    headers
         .get(GRPC_TIMEOUT_HEADER)
         .and_then(|value| value.to_str().ok())
         .and_then(parse_grpc_timeout)
 }
 
 /// What the gRPC layer puts in each request's extensions, once, as its
-/// headers arrive: when, and the name its client dialled when the
+/// headers arrive: its deadline, and the name its client dialled when the
 /// connection's TLS was routed by it (SNI, `super::sni`).
 #[derive(Debug, Clone)]
 pub(crate) struct Arrived {
-    /// When the request's headers were handed to the gRPC layer.
-    pub(crate) at: Instant,
+    /// The instant the caller's deadline passes, counted from when the
+    /// request's headers were handed to the gRPC layer; `None` without one.
+    pub(crate) deadline: Option<Instant>,
     /// The SNI the connection's handshake was made for (lower case).
     pub(crate) server_name: Option<Arc<str>>,
+}
+
+impl Arrived {
+    /// A request with `headers`, arrived now over a connection routed by
+    /// `server_name`.
+    pub(crate) fn now(headers: &http::HeaderMap, server_name: Option<Arc<str>>) -> Self {
+        let at = Instant::now();
+        Self {
+            deadline: caller_timeout(headers).and_then(|timeout| at.checked_add(timeout)),
+            server_name,
+        }
+    }
 }
 
 /// A request body that ends in `DEADLINE_EXCEEDED` if it is still
@@ -121,15 +139,11 @@ pub(crate) struct Deadlined<B> {
 }
 
 impl<B> Deadlined<B> {
-    /// `body` of a request with `headers`, which arrived at `arrived`.
-    pub(crate) fn new(body: B, headers: &http::HeaderMap, arrived: Instant) -> Self {
-        let timeout = headers
-            .get(GRPC_TIMEOUT_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .and_then(parse_grpc_timeout);
+    /// `body` of a request whose deadline is `deadline` ([`Arrived`]).
+    pub(crate) fn new(body: B, deadline: Option<Instant>) -> Self {
         Self {
             body,
-            deadline: timeout.and_then(|timeout| arrived.checked_add(timeout)),
+            deadline,
             timer: None,
         }
     }
@@ -181,13 +195,12 @@ pub(crate) fn server_name_of(extensions: &tonic::Extensions) -> Option<&Arc<str>
 }
 
 /// The instant the caller's deadline passes, if it sent one: counted from
-/// the request's arrival (now, when it was not stamped).
+/// the request's arrival ([`Arrived`]; from now, when it was not stamped).
 pub(crate) fn deadline_of<T>(request: &tonic::Request<T>) -> Option<Instant> {
-    let arrived = request
-        .extensions()
-        .get::<Arrived>()
-        .map_or_else(Instant::now, |arrived| arrived.at);
-    caller_deadline(request.metadata()).map(|timeout| arrived + timeout)
+    match request.extensions().get::<Arrived>() {
+        Some(arrived) => arrived.deadline,
+        None => caller_deadline(request.metadata()).map(|timeout| Instant::now() + timeout),
+    }
 }
 
 /// The time a run gets: the request's own timeout capped by the caller's
@@ -285,7 +298,7 @@ mod tests {
             frames: [bytes::Bytes::from_static(b"hi")].into(),
             then_waits: !ends,
         };
-        Deadlined::new(body, &headers, Instant::now())
+        Deadlined::new(body, Arrived::now(&headers, None).deadline)
     }
 
     async fn next(body: &mut Deadlined<Frames>) -> Option<Result<bool, tonic::Code>> {

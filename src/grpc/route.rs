@@ -9,14 +9,13 @@
 //! (benches/PROFILE.md, "Thread per core for the hop", "Second pass").
 //! Here a call compares the service name against each (a few, so a scan)
 //! and calls a clone of the one named: the only box is the future tonic's
-//! generated server makes anyway.
+//! generated server makes anyway (or ours, `super::raw`).
 //!
 //! Invariant: every service here is one of tonic's generated servers (or a
-//! wrapper passing their future through), which are always ready, so
+//! wrapper passing their future through, or `super::raw`'s), always ready, so
 //! `poll_ready` is not asked of them per call.
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
@@ -102,18 +101,10 @@ impl Services {
             .find(|(served, _)| *served == name)
             .map(|(_, service)| &**service)
     }
-}
 
-impl tower::Service<Request<Body>> for Services {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Answer;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Answer {
+    /// The answer of the service `request`'s path names; `UNIMPLEMENTED`
+    /// when none is.
+    pub(crate) fn answer(&self, request: Request<Body>) -> Answer {
         match self.named(request.uri().path()) {
             Some(service) => service.answer(request),
             None => Box::pin(std::future::ready(Ok(
@@ -125,6 +116,8 @@ impl tower::Service<Request<Body>> for Services {
 
 #[cfg(test)]
 mod tests {
+    use std::task::{Context, Poll};
+
     use super::*;
 
     #[derive(Clone)]
@@ -158,14 +151,12 @@ mod tests {
     async fn answer_to(path: &str) -> Response<Body> {
         let mut services = ServicesBuilder::default();
         services.add(Echo);
-        let mut services = services.build();
+        let services = services.build();
         let request = Request::builder()
             .uri(path)
             .body(Body::empty())
             .expect("a request");
-        tower::Service::call(&mut services, request)
-            .await
-            .expect("infallible")
+        services.answer(request).await.expect("infallible")
     }
 
     #[tokio::test]

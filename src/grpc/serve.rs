@@ -306,16 +306,13 @@ impl hyper::service::Service<Request<hyper::body::Incoming>> for Glue {
     type Future = Glued;
 
     fn call(&self, request: Request<hyper::body::Incoming>) -> Glued {
-        let arrived = Arrived {
-            at: tokio::time::Instant::now(),
-            server_name: self.server_name.clone(),
-        };
+        let arrived = Arrived::now(request.headers(), self.server_name.clone());
         let guard = self.conn.begin_call();
         let (parts, body) = request.into_parts();
-        let body = Body::new(Deadlined::new(body, &parts.headers, arrived.at));
+        let body = Body::new(Deadlined::new(body, arrived.deadline));
         let mut request = Request::from_parts(parts, body);
         request.extensions_mut().insert(arrived);
-        let answer = tower::Service::call(&mut self.services.clone(), request);
+        let answer = self.services.answer(request);
         Glued {
             answer,
             guard: Some(guard),

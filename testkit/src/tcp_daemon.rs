@@ -30,8 +30,9 @@ impl TcpDaemon {
     /// Spawns `command` (`xfn SUBCOMMAND` and its own flags) with
     /// `dir/cache` as cache, `--address` and `--metrics-address` on free
     /// loopback ports, and its stderr in `dir/NAME-PORT.log`; returns once
-    /// it accepts connections, failing the test if it exits first or does
-    /// not listen within `patience`.
+    /// it accepts connections on both ports (the metrics endpoint binds
+    /// after the gRPC listener), failing the test if it exits first or
+    /// does not listen within `patience`.
     pub fn start(mut command: Command, name: &str, dir: &Path, patience: Duration) -> TcpDaemon {
         let (port, metrics_port) = (free_port(), free_port());
         let log = dir.join(format!("{name}-{port}.log"));
@@ -51,7 +52,8 @@ impl TcpDaemon {
             log,
         };
         let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let listening = |port| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        while !(listening(port) && listening(metrics_port)) {
             if let Some(status) = daemon.child.try_wait().unwrap() {
                 panic!("xfn {name} exited: {status}\n{}", daemon.log_text());
             }
@@ -73,7 +75,8 @@ impl TcpDaemon {
     /// The whole HTTP/1.0 answer to `GET path` on the metrics port.
     pub fn http(&self, path: &str) -> String {
         use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).unwrap();
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .unwrap_or_else(|e| panic!("GET {path} on the metrics port: {e}\n{}", self.log_text()));
         write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
         let mut text = String::new();
         stream.read_to_string(&mut text).unwrap();

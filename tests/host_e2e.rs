@@ -751,7 +751,10 @@ async fn a_server_starts_from_zero_stops_when_idle_and_one_killed_mid_call_is_re
         let mut client = client.clone();
         async move { client.run_function(grpc_request("slow", 30.0)).await }
     });
-    std::thread::sleep(Duration::from_millis(500));
+    host.wait_for("the slow call is at the server", || {
+        host.log_text()
+            .contains("fn_server: the call tagged slow sleeps 30 s")
+    });
     let pids = host.server_pids();
     assert_eq!(pids.len(), 1);
     nix::sys::signal::kill(

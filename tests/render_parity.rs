@@ -369,6 +369,7 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
                 unprivileged(uid, Path::new(env!("CARGO_BIN_EXE_xfn")))
             }
         };
+        let log_path = fx.path(&format!("render-{code}-{}.log", user.is_some()));
         let mut child = command
             .args(["render", "--timeout", "2m", "--cache-dir"])
             .arg(&cache)
@@ -377,27 +378,21 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
             .env("RUST_LOG", "xfn::compose=debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
             .expect("spawn xfn");
         let pid = child.id();
-        // Both containers run (two bundles) and one server listens.
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        // Both containers run (two bundles) and the serving one listens
+        // (xfn logs "function server started" once it listens), the
+        // silent one never.
         let started = Instant::now();
-        let mut log = String::new();
-        let stderr = child.stderr.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut { stderr }, &mut text).ok();
-            text
-        });
         loop {
             let bundles = std::fs::read_dir(cache.join("run/bundles"))
                 .map(|d| d.count())
                 .unwrap_or(0);
             let servers = descendants(pid);
-            if bundles >= 2 && servers.len() >= 2 {
-                // Let the serving one listen.
-                std::thread::sleep(Duration::from_secs(2));
+            if bundles >= 2 && servers.len() >= 2 && log().contains("function server started") {
                 break;
             }
             assert!(
@@ -405,7 +400,7 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
                 "the servers never started"
             );
             if let Some(status) = child.try_wait().unwrap() {
-                panic!("xfn exited early: {status}: {}", reader.join().unwrap());
+                panic!("xfn exited early: {status}: {}", log());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -414,7 +409,7 @@ fn a_signal_during_a_render_leaves_no_function_server_and_no_bundle() {
         // SAFETY: kill(2) of the child this test spawned.
         assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
         let status = child.wait().unwrap();
-        log.push_str(&reader.join().unwrap());
+        let log = log();
         assert_eq!(status.code(), Some(code), "{log}");
         assert!(log.contains("the render was stopped by"), "{log}");
         let left: Vec<_> = before.iter().filter(|(p, s)| alive(*p, *s)).collect();

@@ -447,12 +447,28 @@ async fn a_fork_bomb_leaves_its_neighbours_forking(daemon: Daemon, uids: &str, m
         assert!(!bombing.is_finished(), "{}", daemon.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // The run holds its limit, all its uids together: the sleepers, less
-    // its own few tasks (its shell, crun's setting it up) counted while it
-    // forked.
+    // The run holds its limit, all its uids together. The kernel counts a
+    // task from its fork, so a child still between its fork and its exec
+    // of `sleep` is counted though its command line is its shell's yet:
+    // under load, 623 of 1,020 children had exec'd when the holder
+    // started. The count: the run's tasks (its PID namespace), refused a
+    // fork at the limit; then each loop's shell ended, one task for each
+    // of `uids`, whose place another loop may have taken before it ended.
     let limit = xfn::runner::DEFAULT_PIDS_LIMIT as usize;
-    let sleepers = processes_where(|cmdline| cmdline == sleeper).len();
-    let bounded = sleepers < limit && sleepers >= limit - 16;
+    let loops = uids.split_whitespace().count();
+    let tasks = tasks_in_pid_namespace_of(held);
+    let bounded = tasks < limit && tasks >= limit - loops;
+    // Every one of them but the holder is a sleeper, once each has exec'd
+    // (bounded against a child that never does, not a time check).
+    let execd = processes_where(|cmdline| cmdline == sleeper).len();
+    let mut sleepers = execd;
+    for _ in 0..1200 {
+        if sleepers + 1 >= tasks {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sleepers = processes_where(|cmdline| cmdline == sleeper).len();
+    }
     // Other callers, each on a new connection, and a neighbour that forks.
     let mut failed = Vec::new();
     for _ in 0..10 {
@@ -477,14 +493,16 @@ async fn a_fork_bomb_leaves_its_neighbours_forking(daemon: Daemon, uids: &str, m
     );
     let bombed = bombing.await.unwrap();
     println!(
-        "{uids}: the bomb held {sleepers} (limit {limit}); {} of 10 other calls failed; \
-         the neighbour: {forked:?}",
+        "{uids}: the bomb's run held {tasks} tasks, {sleepers} sleepers ({execd} had exec'd \
+         as the holder started; limit {limit}); {} of 10 other calls failed; the neighbour: \
+         {forked:?}",
         failed.len()
     );
     assert!(
         bounded,
-        "the bomb holds {sleepers} processes, the limit is {limit}"
+        "the bomb's run holds {tasks} tasks, the limit is {limit} and it had {loops} loops"
     );
+    assert_eq!(sleepers + 1, tasks, "the sleepers and the holder");
     assert_eq!(failed, Vec::<String>::new(), "{}", daemon.log());
     assert_eq!(forked.as_deref().ok(), Some("forked 200\n"), "{forked:?}");
     let status = bombed.expect_err("the bomb's holder was killed");

@@ -264,21 +264,21 @@ fn sigint_and_sigterm_stop_hooks_servers_and_containers_and_remove_the_run_s_dir
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = ChildGuard::spawn(&mut command);
+        // The hook's shell names its group once `echo` has written the
+        // whole line: the file exists (created by the redirection) before.
         // Generous: the hook starts within seconds even on a loaded machine.
         let started = Instant::now();
-        while !group_file.exists() {
+        let group: u32 = loop {
+            let line = std::fs::read_to_string(&group_file).unwrap_or_default();
+            if let Some(group) = line.strip_suffix('\n').and_then(|g| g.parse().ok()) {
+                break group;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(120),
-                "the hook never started"
+                "the hook never started: {line:?}"
             );
             std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-        let group: u32 = std::fs::read_to_string(&group_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        };
         // Before: the hook, the container and the run's directory are there.
         assert!(
             !processes_in_group(group).is_empty(),

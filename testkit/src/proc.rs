@@ -87,21 +87,43 @@ pub fn mounts_under(pid: u32, dir: &Path) -> Vec<String> {
 /// (a zombie has no command line, so [`processes_with`] does not see it,
 /// and no namespaces of its own any more; its parent, alive, has).
 pub fn zombies_in_pid_namespace_of(pid: u32) -> Vec<u32> {
+    in_pid_namespace_of(pid, |p| match state_and_parent(p) {
+        Some(('Z', parent)) => Some(parent),
+        _ => None,
+    })
+}
+
+/// Host pids of the live processes in the PID namespace of `pid`, `pid`
+/// among them.
+pub fn processes_in_pid_namespace_of(pid: u32) -> Vec<u32> {
+    in_pid_namespace_of(pid, |p| (!is_zombie(p)).then_some(p))
+}
+
+/// How many tasks the PID namespace of `pid` holds, as the kernel counts
+/// them against `RLIMIT_NPROC`: each thread of its live processes, and
+/// each zombie not yet reaped ([`zombies_in_pid_namespace_of`]); a task
+/// between its fork and its exec too, whatever its command line says yet.
+pub fn tasks_in_pid_namespace_of(pid: u32) -> usize {
+    let threads =
+        |p: u32| std::fs::read_dir(format!("/proc/{p}/task")).map_or(0, |tasks| tasks.count());
+    processes_in_pid_namespace_of(pid)
+        .into_iter()
+        .map(threads)
+        .sum::<usize>()
+        + zombies_in_pid_namespace_of(pid).len()
+}
+
+/// Host pids `p` for which `member(p)` names a process in the PID
+/// namespace of `pid` (`p` itself, or its parent for a zombie).
+fn in_pid_namespace_of(pid: u32, member: impl Fn(u32) -> Option<u32>) -> Vec<u32> {
     let namespace = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
     let target = namespace(pid).expect("the PID namespace");
-    let mut zombies = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Some((state, parent)) = state_and_parent(p) else {
-            continue;
-        };
-        if state == 'Z' && namespace(parent).as_ref() == Some(&target) {
-            zombies.push(p);
-        }
-    }
-    zombies
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&p| member(p).and_then(namespace).as_ref() == Some(&target))
+        .collect()
 }
 
 /// Host pids of the children of `pid` (of all its threads; zombies too).

@@ -327,7 +327,7 @@ before_down() {
 # count_side SIDE TARGET PID: `host_load count` of one side, its lines
 # prefixed `SIDE.` (as root: perf's tracepoints and strace need it). With
 # COUNT_PROFILE=DIR, also where each side's CPU goes (perf report) in
-# DIR/KIND-SIDE.txt.
+# DIR/KIND-SIDE.txt, its perf data beside it (.txt.data).
 count_side() {
     profile=
     [ -z "${COUNT_PROFILE:-}" ] || profile="$COUNT_PROFILE/$kind-$1.txt"

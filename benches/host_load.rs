@@ -663,13 +663,14 @@ async fn count(target: &str, calls: u64, pid: &str) -> Result<(), AnyError> {
         println!("bytes_{name}_calls={:.3}", n as f64 / calls_f);
         println!("bytes_{name}={:.1}", bytes as f64 / calls_f);
     }
-    // Where the CPU goes: `perf record -g` over CALLS more, its report
-    // (by library and symbol) written to COUNT_PROFILE (env).
+    // Where the CPU goes: `perf record` with DWARF call stacks over CALLS
+    // more, its report (by library and symbol) written to COUNT_PROFILE
+    // (env) and its data beside it (`.data`), for `perf report --children`.
     if let Ok(report) = std::env::var("COUNT_PROFILE") {
-        let data = dir.path().join("perf.data");
+        let data = PathBuf::from(format!("{report}.data"));
         let mut record = Command::new("perf");
         record
-            .args(["record", "-g", "-q", "-o"])
+            .args(["record", "--call-graph", "dwarf,16384", "-q", "-o"])
             .arg(&data)
             .args(["-p", &pids]);
         attached(&mut record, paced(&mut client, &request, calls, pace)).await?;

@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::image::{ImageStore, PulledImage};
 use crate::lifecycle::pool::{self, PoolKey};
@@ -164,7 +163,10 @@ impl Runner {
         // The sandbox made this process a child subreaper: whatever is
         // orphaned to it must be reaped, pool or not.
         if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::spawn(sweep_orphans(Arc::downgrade(&sandbox)));
+            let sandbox = Arc::downgrade(&sandbox);
+            tokio::spawn(crate::sandbox::reaper::sweep(move || {
+                sandbox.strong_count() > 0
+            }));
         }
         let rootfs = Arc::new(RootfsMaker {
             mode: rootfs_mode,
@@ -474,32 +476,6 @@ fn pool_key(digest: &str, config: &RunConfig) -> PoolKey {
         digest: digest.to_string(),
         host_network: *network == NetworkPolicy::Runner,
         limits: *limits,
-    }
-}
-
-/// How long a zombie container init must have been seen before the orphan
-/// sweep reaps it (see `sandbox::reaper::reap_orphans`).
-const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
-
-/// Reaps container inits orphaned to this process (a child subreaper)
-/// every second, while the sandbox lives.
-///
-/// Not on SIGCHLD too: a daemon under load gets several per call (crun's
-/// processes, each container's init), and each sweep reads every thread's
-/// children and every child's `stat`: that was 16 % of a loaded daemon's own
-/// CPU (benches/PROFILE.md). It bought no promptness: a zombie is reaped
-/// only once seen `ORPHAN_SETTLE` apart, so either way an orphan is reaped
-/// within two ticks of its exit.
-async fn sweep_orphans(sandbox: std::sync::Weak<Sandbox>) {
-    let mut sweep = tokio::time::interval(ORPHAN_SETTLE);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen = std::collections::HashMap::new();
-    loop {
-        sweep.tick().await;
-        if sandbox.strong_count() == 0 {
-            return;
-        }
-        crate::sandbox::reaper::reap_orphans(&mut seen, ORPHAN_SETTLE);
     }
 }
 

@@ -16,6 +16,45 @@ pub(crate) fn become_subreaper() -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::Crun(CrunError::Io(e.into())))
 }
 
+/// How long a zombie container init must have been seen before
+/// [`reap_orphans`] reaps it.
+const ORPHAN_SETTLE: Duration = Duration::from_secs(1);
+
+/// Reaps container inits orphaned to this process (a child subreaper)
+/// while `alive` says so: a sweep a second while children exit, none
+/// while none does.
+///
+/// A sweep follows a SIGCHLD by `ORPHAN_SETTLE`, and the next follows it
+/// while a zombie it saw waits to settle; otherwise the sweep waits for the
+/// next SIGCHLD. Signals coalesce while it sleeps: a daemon under load gets
+/// several per call (crun's processes, each container's init), and each
+/// sweep reads every thread's children and every child's `stat` (16 % of
+/// a loaded daemon's own CPU when it swept on each, benches/PROFILE.md),
+/// so under load it still sweeps once a second, and an orphan is reaped
+/// within two sweeps of its exit. Idle, it sweeps never: a sweep every
+/// second was most of an idle daemon's CPU (benches/PROFILE.md).
+pub(crate) async fn sweep(alive: impl Fn() -> bool) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut exited = match signal(SignalKind::child()) {
+        Ok(exited) => Some(exited),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot wait for SIGCHLD: sweeping for orphans every second");
+            None
+        }
+    };
+    let mut seen = std::collections::HashMap::new();
+    loop {
+        if let (true, Some(exited)) = (seen.is_empty(), exited.as_mut()) {
+            exited.recv().await;
+        }
+        tokio::time::sleep(ORPHAN_SETTLE).await;
+        if !alive() {
+            return;
+        }
+        reap_orphans(&mut seen, ORPHAN_SETTLE);
+    }
+}
+
 /// Pids of containers' inits that their [`crate::lifecycle::Container`]
 /// reaps itself (it needs their exit code): [`reap_orphans`] leaves them.
 static CLAIMED: std::sync::Mutex<Option<std::collections::HashSet<i32>>> =
@@ -39,7 +78,7 @@ fn claimed() -> std::sync::MutexGuard<'static, Option<std::collections::HashSet<
 /// is reaped only once it was seen a second time, `settle` after the
 /// first, so that an init whose creation has not yet claimed it is not
 /// reaped under it.
-pub(crate) fn reap_orphans(
+fn reap_orphans(
     seen: &mut std::collections::HashMap<i32, std::time::Instant>,
     settle: Duration,
 ) -> usize {
@@ -132,7 +171,78 @@ pub(crate) fn unclaim(pid: i32) {
 
 #[cfg(test)]
 mod tests {
-    use super::is_zombie_stat;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::{is_zombie_stat, sweep};
+    use crate::support::reexec;
+
+    /// A child of this process in a PID namespace below it, exited at once:
+    /// a zombie nobody claims, as an orphaned container init is.
+    fn an_exited_child_below() -> i32 {
+        use nix::sched::{clone, CloneFlags};
+        let mut stack = vec![0u8; 64 << 10];
+        // SAFETY: without CLONE_VM the child has a copy of this process's
+        // memory, and its callback only returns (no lock, no allocation),
+        // after which it exits; SIGCHLD makes it an ordinary child.
+        let pid = unsafe {
+            clone(
+                Box::new(|| 0),
+                &mut stack,
+                CloneFlags::CLONE_NEWPID,
+                Some(libc::SIGCHLD),
+            )
+        }
+        .expect("clone into a new PID namespace (as root)");
+        pid.as_raw()
+    }
+
+    /// Alone in a process of its own (no other test's children), as root
+    /// (a PID namespace): idle, the sweep never runs; a child below exits,
+    /// and the sweep reaps it.
+    #[test]
+    fn an_idle_sweep_never_runs_and_an_orphan_below_is_reaped_after_it_exits() {
+        if !reexec::in_mount_namespace_child() {
+            assert!(
+                rustix::process::geteuid().is_root(),
+                "this test makes a PID namespace: run the tests as root"
+            );
+            let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+            return reexec::run_in_mount_namespace(&format!(
+                "{module}::an_idle_sweep_never_runs_and_an_orphan_below_is_reaped_after_it_exits"
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let sweeps = Arc::new(AtomicUsize::new(0));
+            let counted = Arc::clone(&sweeps);
+            tokio::spawn(sweep(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                true
+            }));
+            // Once a second, before: three sweeps.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            assert_eq!(sweeps.load(Ordering::SeqCst), 0, "an idle sweep ran");
+
+            let orphan = an_exited_child_below();
+            let proc = std::path::PathBuf::from(format!("/proc/{orphan}"));
+            // A bound against never, not a timing check: it is reaped
+            // within two sweeps.
+            let started = Instant::now();
+            while proc.exists() {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the orphan {orphan} was never reaped"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(sweeps.load(Ordering::SeqCst) >= 2, "seen, then reaped");
+        });
+    }
 
     #[test]
     fn a_zombie_is_told_by_the_state_after_the_last_parenthesis() {

@@ -168,8 +168,12 @@ async fn answers_that_stall_hold_no_more_than_their_share_and_are_given_up() {
     host.wait_for("the eight answers have begun", || {
         host.log_text().matches("one a second").count() >= 8
     });
-    // Their prefixes are read at once; give them a moment to be.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Their prefixes read, two of them hold the function's whole share (a
+    // quarter of the default --response-budget, 512 MiB), the other six
+    // wait for room.
+    host.wait_for("two stalled answers hold the function's share", || {
+        host.metric("response_bytes_held", "fn-stall") == 128 * MIB
+    });
     let fine = (0..5).map(|i| {
         let request = small_request(&format!("fine-{i}"));
         let host = &host;
@@ -189,6 +193,9 @@ async fn answers_that_stall_hold_no_more_than_their_share_and_are_given_up() {
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         assert!(status.message().contains("stalled"), "{status:?}");
     }
+    host.wait_for("the given-up answers' room is given back", || {
+        host.metric("response_bytes_held", "fn-stall") == 0
+    });
     let grown = host.own_peak().saturating_sub(base);
     eprintln!(
         "measured: xfn's VmHWM +{} MiB across eight stalled 64 MiB answers",

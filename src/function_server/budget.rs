@@ -6,6 +6,7 @@
 //! [`MIN_PER_WINDOW`] bytes per [`STALL_WINDOW`]) or it is given up. Room
 //! is held from an answer's declared length on until its bytes are dropped
 //! ([`Room::held_by`]), never for more than that length.
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +63,7 @@ impl ResponseBudget {
             budget: Arc::clone(self),
             room: Arc::new(Semaphore::new(kib)),
             kib,
+            held: Arc::default(),
         }
     }
 }
@@ -74,9 +76,17 @@ pub(crate) struct ResponseShare {
     /// One permit per KiB.
     pub(super) room: Arc<Semaphore>,
     pub(super) kib: usize,
+    /// KiB its answers hold now ([`Room`]s given and not dropped).
+    held: Arc<AtomicUsize>,
 }
 
 impl ResponseShare {
+    /// The bytes its answers hold now (each its declared length, rounded
+    /// up to KiB), not counting room an answer still waits for.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed).saturating_mul(1024)
+    }
+
     /// Room for `bytes` in the share and then in the budget (always in
     /// that order, so no two answers wait on each other), waited for in
     /// arrival order; `None` when it can never fit.
@@ -91,17 +101,27 @@ impl ResponseShare {
             .acquire_many_owned(kib)
             .await
             .ok()?;
+        self.held.fetch_add(share.num_permits(), Ordering::Relaxed);
         Some(Room {
-            _share: share,
+            share,
             _budget: budget,
+            held: Arc::clone(&self.held),
         })
     }
 }
 
 /// Room an answer holds in its function's share and in the budget.
 pub(super) struct Room {
-    _share: OwnedSemaphorePermit,
+    share: OwnedSemaphorePermit,
     _budget: OwnedSemaphorePermit,
+    held: Arc<AtomicUsize>,
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.share.num_permits(), Ordering::Relaxed);
+    }
 }
 
 impl Room {
@@ -224,5 +244,22 @@ mod tests {
         assert_eq!(budget.room.available_permits(), (1 << 20) - (100 << 10));
         drop(room);
         assert_eq!(budget.room.available_permits(), 1 << 20);
+    }
+
+    #[tokio::test]
+    async fn what_a_share_holds_counts_rooms_given_not_room_waited_for() {
+        let share = Arc::new(ResponseBudget::new(4 << 20)).share();
+        let first = share.hold(3 << 20).await.unwrap();
+        assert_eq!(share.held(), 3 << 20);
+        // A second answer waits, holding a part of what it waits for in
+        // the semaphore: not counted.
+        let mut second = Box::pin(share.hold(2 << 20));
+        assert!(futures::poll!(second.as_mut()).is_pending());
+        assert_eq!(share.held(), 3 << 20);
+        drop(first);
+        let second = second.await.unwrap();
+        assert_eq!(share.held(), 2 << 20);
+        drop(second);
+        assert_eq!(share.held(), 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Per-function metrics of `xfn host`, read at each scrape of the daemon's
 //! `/metrics` (label `function`): calls by outcome, errors, call latency,
 //! cold starts, servers stopped for another's, servers running,
-//! starting and prepared (created ahead), calls queued for a server, and where its package is
+//! starting and prepared (created ahead), calls queued for a server, the
+//! bytes its answers hold of the response budget, and where its package is
 //! ([`PackageState`], also what `/readyz` and `/status` answer from).
 //! Bounded: one entry per function name the catalog ever held, each of
 //! fixed size (a package error is kept cut to [`crate::echo::ECHO_BYTES`]).
@@ -17,6 +18,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 
 use super::catalog::FunctionKind;
+use crate::function_server::ResponseShare;
 
 /// A counter read at scrape time.
 #[derive(Debug, Default)]
@@ -117,6 +119,8 @@ pub(crate) struct FunctionStats {
     /// Its next server's container, created ahead (0 or 1).
     pub(crate) prepared: Level,
     pub(crate) queued: Level,
+    /// Its servers' share of the response budget, while hosted.
+    responses: Mutex<std::sync::Weak<ResponseShare>>,
     latency: Latency,
     /// `None` while it is not hosted.
     package: Mutex<Option<PackageState>>,
@@ -139,6 +143,19 @@ impl FunctionStats {
     /// The last server start: how long it took, and when.
     pub(crate) fn last_cold_start(&self) -> Option<(Duration, SystemTime)> {
         *lock(&self.last_cold_start)
+    }
+
+    /// Its answers' share of the response budget is `share` (re-hosted:
+    /// its new servers').
+    pub(crate) fn set_responses(&self, share: &Arc<ResponseShare>) {
+        *lock(&self.responses) = Arc::downgrade(share);
+    }
+
+    /// The bytes its servers' answers hold in the response budget now.
+    pub(crate) fn response_bytes_held(&self) -> usize {
+        lock(&self.responses)
+            .upgrade()
+            .map_or(0, |share| share.held())
     }
 
     /// Its package's state now (`None`: not hosted).
@@ -212,7 +229,7 @@ impl prometheus_client::collector::Collector for HostStats {
                 ConstCounter::new(value(stats)).encode(family.encode_family(&label)?)?;
             }
         }
-        let gauges: [Read<i64>; 4] = [
+        let gauges: [Read<i64>; 5] = [
             (
                 "host_servers_running",
                 "Function servers running, per hosted function",
@@ -232,6 +249,11 @@ impl prometheus_client::collector::Collector for HostStats {
                 "host_calls_queued",
                 "Calls waiting for a function server with room, per hosted function",
                 |s| s.queued.get(),
+            ),
+            (
+                "host_response_bytes_held",
+                "Bytes of function servers' answers xfn holds now in --response-budget (their declared length, from when they are read until they are passed on), per hosted function",
+                |s| i64::try_from(s.response_bytes_held()).unwrap_or(i64::MAX),
             ),
         ];
         for (name, help, value) in gauges {

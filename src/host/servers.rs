@@ -248,6 +248,8 @@ impl Servers {
         host: Weak<dyn ServerSlots>,
     ) -> Self {
         let slots = limits.max_servers.max(1) * limits.calls_per_server.max(1);
+        let responses = Arc::new(responses.share());
+        stats.set_responses(&responses);
         Self {
             function,
             image,
@@ -262,7 +264,7 @@ impl Servers {
             next_id: Default::default(),
             backoff: Mutex::default(),
             stats,
-            responses: Arc::new(responses.share()),
+            responses,
             runner,
             host,
         }

@@ -1067,13 +1067,10 @@ fn python_packages(registry: &Registry, root: &Path) -> (String, String) {
         .layer(code)
         .layer(package_layer("function-sdk-test"))
         .entrypoint(["/opt/fn/bin/function"])
-        .env([
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            "PYTHONPATH=/opt/function-sdk:/opt/fn",
-            // The IPv6 wildcard, dual-stack, as Go's SDK (`:9443`) binds:
-            // xfn reaches it on 127.0.0.1 all the same.
-            "ADDRESS=[::]:9443",
-        ])
+        .with_env("PYTHONPATH=/opt/function-sdk:/opt/fn")
+        // The IPv6 wildcard, dual-stack, as Go's SDK (`:9443`) binds: xfn
+        // reaches it on 127.0.0.1 all the same.
+        .with_env("ADDRESS=[::]:9443")
         .user("nonroot:nonroot")
         .push(registry, "host-python:sdk")
         .reference;
@@ -1082,10 +1079,7 @@ fn python_packages(registry: &Registry, root: &Path) -> (String, String) {
         .layer(Layer::new().owner(2000, 2000).dir("/opt/pythonic", 0o755))
         .layer(package_layer("function-pythonic"))
         .entrypoint(["/usr/bin/python3", "-m", "crossplane.pythonic", "grpc"])
-        .env([
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            "PYTHONPATH=/opt/function-pythonic",
-        ])
+        .with_env("PYTHONPATH=/opt/function-pythonic")
         .user("2000:2000")
         .working_dir("/opt/pythonic")
         .push(registry, "host-python:pythonic")

@@ -246,6 +246,36 @@ async fn adapt_refuses_to_start_without_tls_or_insecure() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--tls-certs-dir"), "{stderr}");
     assert!(stderr.contains("--insecure"), "{stderr}");
+
+    // A TLS directory it cannot use is refused, naming the file and why.
+    let tls = dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    let refused = || {
+        let out = xfn_command()
+            .args(["adapt", "--image", "127.0.0.1:1/nothing:v1", "--cache-dir"])
+            .arg(dir.path().join("cache"))
+            .arg("--tls-certs-dir")
+            .arg(&tls)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = refused();
+    let crt = tls.join("tls.crt");
+    assert!(
+        stderr.contains(&format!(
+            "cannot load the TLS certificates: cannot read the PEM certificate in {}: No such file",
+            crt.display()
+        )),
+        "{stderr}"
+    );
+    std::fs::write(&crt, "not a certificate\n").unwrap();
+    let stderr = refused();
+    assert!(
+        stderr.contains(&format!("{} holds no PEM certificate", crt.display())),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1067,13 +1067,10 @@ fn python_packages(registry: &Registry, root: &Path) -> (String, String) {
         .layer(code)
         .layer(package_layer("function-sdk-test"))
         .entrypoint(["/opt/fn/bin/function"])
-        .env([
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            "PYTHONPATH=/opt/function-sdk:/opt/fn",
-            // The IPv6 wildcard, dual-stack, as Go's SDK (`:9443`) binds:
-            // xfn reaches it on 127.0.0.1 all the same.
-            "ADDRESS=[::]:9443",
-        ])
+        .with_env("PYTHONPATH=/opt/function-sdk:/opt/fn")
+        // The IPv6 wildcard, dual-stack, as Go's SDK (`:9443`) binds: xfn
+        // reaches it on 127.0.0.1 all the same.
+        .with_env("ADDRESS=[::]:9443")
         .user("nonroot:nonroot")
         .push(registry, "host-python:sdk")
         .reference;
@@ -1082,10 +1079,7 @@ fn python_packages(registry: &Registry, root: &Path) -> (String, String) {
         .layer(Layer::new().owner(2000, 2000).dir("/opt/pythonic", 0o755))
         .layer(package_layer("function-pythonic"))
         .entrypoint(["/usr/bin/python3", "-m", "crossplane.pythonic", "grpc"])
-        .env([
-            "PATH=/usr/local/bin:/usr/bin:/bin",
-            "PYTHONPATH=/opt/function-pythonic",
-        ])
+        .with_env("PYTHONPATH=/opt/function-pythonic")
         .user("2000:2000")
         .working_dir("/opt/pythonic")
         .push(registry, "host-python:pythonic")
@@ -1747,8 +1741,9 @@ async fn concurrent_floods_are_read_within_the_response_budget_and_all_answered(
 /// What cannot work is refused at start, saying what to fix, rather than
 /// blamed on every client later: neither `--ca` nor `--insecure` (the
 /// message names both), a functions file with no Function in it, a CA key
-/// that is not its certificate's. A CA key other users can read is served
-/// but warned about; one only its owner reads is not.
+/// that is not its certificate's or no key at all, a CA certificate that
+/// cannot be read (each naming the file). A CA key other users can read is
+/// served but warned about; one only its owner reads is not.
 #[test]
 fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();
@@ -1774,6 +1769,14 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let functions_arg = functions.as_os_str();
+    let with_ca = |ca: &Path| {
+        refused(&[
+            "--functions".as_ref(),
+            functions_arg,
+            "--ca".as_ref(),
+            ca.as_os_str(),
+        ])
+    };
 
     let stderr = refused(&["--functions".as_ref(), functions_arg]);
     assert!(
@@ -1809,16 +1812,28 @@ fn what_cannot_work_is_refused_at_start_saying_what_to_fix() {
     std::fs::create_dir(&wrong).unwrap();
     std::fs::copy(dir.path().join("ca/tls.crt"), wrong.join("tls.crt")).unwrap();
     std::fs::copy(dir.path().join("client.key"), wrong.join("tls.key")).unwrap();
-    let stderr = refused(&[
-        "--functions".as_ref(),
-        functions_arg,
-        "--ca".as_ref(),
-        wrong.as_os_str(),
-    ]);
+    let stderr = with_ca(&wrong);
     assert!(
         stderr.contains("is not the private key of"),
         "a key of another pair must be refused, naming both files: {stderr}"
     );
+    // Each refusal names the file and what is wrong with it.
+    let says = |expected: String| {
+        let stderr = with_ca(&wrong);
+        assert!(stderr.contains(&expected), "{stderr}");
+    };
+    let wrong_key = wrong.join("tls.key");
+    std::fs::write(&wrong_key, "not a key\n").unwrap();
+    says(format!(
+        "cannot load the CA: {} holds no PEM private key",
+        wrong_key.display()
+    ));
+    let wrong_crt = wrong.join("tls.crt");
+    std::fs::remove_file(&wrong_crt).unwrap();
+    says(format!(
+        "cannot load the CA: cannot read the PEM certificate in {}: No such file",
+        wrong_crt.display()
+    ));
 
     let shared_warning = "readable by other users";
     let key = dir.path().join("ca/tls.key");

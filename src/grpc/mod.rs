@@ -30,6 +30,7 @@ pub(crate) mod daemon;
 pub(crate) mod deadline;
 pub(crate) mod listen;
 pub(crate) mod metrics;
+pub(crate) mod pem;
 pub(crate) mod raw;
 pub(crate) mod refusals;
 pub(crate) mod route;

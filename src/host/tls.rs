@@ -8,28 +8,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::{RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::PrivateKeyDer;
+
+use crate::grpc::pem::{self, PemError};
 
 /// Errors of the host's TLS.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsError {
-    /// A CA file could not be read.
-    #[error("cannot read {path}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The CA certificate or key does not parse.
-    #[error("{path} is no PEM {what}")]
-    Pem {
-        /// The file.
-        path: PathBuf,
-        /// What it should hold.
-        what: &'static str,
-    },
+    /// A CA file could not be read, or holds no PEM of what it should.
+    #[error(transparent)]
+    Pem(#[from] PemError),
     /// Issuing a certificate failed.
     #[error("cannot issue a server certificate")]
     Issue(#[from] rcgen::Error),
@@ -63,14 +51,6 @@ impl std::fmt::Debug for Ca {
     }
 }
 
-fn read(dir: &Path, name: &str) -> Result<(PathBuf, String), TlsError> {
-    let path = dir.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok((path, text)),
-        Err(source) => Err(TlsError::Read { path, source }),
-    }
-}
-
 /// Warns when the CA key can be read by users other than its owner: with
 /// it anyone on the node can mint a certificate every Function trusts.
 /// Kubernetes mounts a Secret 0644 unless `defaultMode` says otherwise
@@ -94,23 +74,23 @@ impl Ca {
     /// Loads `dir/tls.crt` and `dir/tls.key` (RSA or ECDSA, PKCS#1, SEC1
     /// or PKCS#8 PEM).
     pub(crate) fn load(dir: &Path) -> Result<Self, TlsError> {
-        let (cert_path, cert_pem) = read(dir, "tls.crt")?;
-        let (key_path, key_pem) = read(dir, "tls.key")?;
-        let key = rcgen::KeyPair::from_pem(&key_pem).map_err(|_| TlsError::Pem {
-            path: key_path.clone(),
-            what: "private key",
-        })?;
-        let ca_der =
-            CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|_| TlsError::Pem {
-                path: cert_path.clone(),
-                what: "certificate",
-            })?;
+        let cert_path = dir.join("tls.crt");
+        let key_path = dir.join("tls.key");
+        let no_pem = |path: &Path, what| {
+            TlsError::Pem(PemError::NoPem {
+                path: path.to_path_buf(),
+                what,
+            })
+        };
+        // The first certificate is the CA's (a chain may follow it).
+        let Some(ca_der) = pem::certificates(dir, "tls.crt")?.into_iter().next() else {
+            return Err(no_pem(&cert_path, "certificate"));
+        };
+        let key = rcgen::KeyPair::try_from(&pem::private_key(dir, "tls.key")?)
+            .map_err(|_| no_pem(&key_path, "RSA or ECDSA private key"))?;
         let public_key = x509_parser::parse_x509_certificate(&ca_der)
             .map(|(_, cert)| cert.public_key().subject_public_key.data.to_vec())
-            .map_err(|_| TlsError::Pem {
-                path: cert_path.clone(),
-                what: "CA certificate",
-            })?;
+            .map_err(|_| no_pem(&cert_path, "CA certificate"))?;
         if public_key != rcgen::PublicKeyData::der_bytes(&key) {
             return Err(TlsError::KeyMismatch {
                 key: key_path,
@@ -118,10 +98,8 @@ impl Ca {
             });
         }
         warn_if_shared(&key_path);
-        let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, key).map_err(|_| TlsError::Pem {
-            path: cert_path.clone(),
-            what: "CA certificate",
-        })?;
+        let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, key)
+            .map_err(|_| no_pem(&cert_path, "CA certificate"))?;
         let mut roots = RootCertStore::empty();
         roots.add(ca_der).map_err(TlsError::Config)?;
         Ok(Self {

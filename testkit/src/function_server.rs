@@ -191,7 +191,7 @@ pub fn quiet_function_server_image(
     entrypoint_args: &[&str],
 ) -> String {
     function_server_builder(entrypoint_args)
-        .env(["PATH=/usr/local/bin:/usr/bin:/bin", "FN_SERVER_QUIET=1"])
+        .with_env("FN_SERVER_QUIET=1")
         .push(registry, name)
         .reference
 }

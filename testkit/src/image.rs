@@ -106,9 +106,17 @@ impl ImageBuilder {
         self
     }
 
-    /// Replaces the config's `Env` (default: just a `PATH`).
+    /// Replaces the config's `Env` (default: just a `PATH`): for an image
+    /// whose `PATH` is its own, or that has none.
     pub fn env<S: Into<String>>(mut self, vars: impl IntoIterator<Item = S>) -> Self {
         self.env = vars.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds `var` (`NAME=value`) to the config's `Env`, after the ones
+    /// before (the default `PATH` kept).
+    pub fn with_env(mut self, var: impl Into<String>) -> Self {
+        self.env.push(var.into());
         self
     }
 

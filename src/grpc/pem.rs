@@ -1,0 +1,129 @@
+//! The PEM files a TLS front end is given in a directory (`xfn adapt
+//! --tls-dir`: `tls.crt`, `tls.key`, `ca.crt`; `xfn host --ca`: `tls.crt`,
+//! `tls.key`), read and parsed in one place, so both say the same about
+//! the same bad file; [`super::sni::mutual_tls`] builds the configuration
+//! from what this returns.
+//!
+//! # Invariants
+//! - **An error names the file and what it should hold**: one that cannot
+//!   be read keeps its `io::Error` as the source; one that can but holds
+//!   nothing of the kind (or a malformed PEM section) says so.
+//! - **A certificate file holds at least one certificate**: an empty list
+//!   is an error here, never an empty chain or root store later.
+use std::path::{Path, PathBuf};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Errors of reading a PEM file.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PemError {
+    /// The file could not be read.
+    #[error("cannot read the PEM {what} in {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold.
+        what: &'static str,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// The file holds no PEM `what` (none, or a malformed one).
+    #[error("{path} holds no PEM {what}")]
+    NoPem {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold.
+        what: &'static str,
+    },
+}
+
+/// The file `name` in `dir`, which should hold a `what`: its path and bytes.
+fn read(dir: &Path, name: &str, what: &'static str) -> Result<(PathBuf, Vec<u8>), PemError> {
+    let path = dir.join(name);
+    match std::fs::read(&path) {
+        Ok(pem) => Ok((path, pem)),
+        Err(source) => Err(PemError::Read { path, what, source }),
+    }
+}
+
+/// Every certificate of the PEM file `name` in `dir`, in order; none is an
+/// error.
+pub(crate) fn certificates(
+    dir: &Path,
+    name: &str,
+) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let what = "certificate";
+    let (path, pem) = read(dir, name, what)?;
+    match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
+        Ok(certs) if !certs.is_empty() => Ok(certs),
+        _ => Err(PemError::NoPem { path, what }),
+    }
+}
+
+/// The first private key of the PEM file `name` in `dir` (PKCS#1, SEC1 or
+/// PKCS#8).
+pub(crate) fn private_key(dir: &Path, name: &str) -> Result<PrivateKeyDer<'static>, PemError> {
+    let what = "private key";
+    let (path, pem) = read(dir, name, what)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| PemError::NoPem { path, what })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_file_keeps_its_cause_and_an_empty_one_says_what_it_lacks() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        match certificates(dir.path(), "tls.crt") {
+            Err(err @ PemError::Read { .. }) => {
+                let text = crate::chain::Chain(&err).to_string();
+                assert!(
+                    text.starts_with("cannot read the PEM certificate in "),
+                    "{text}"
+                );
+                assert!(text.ends_with("tls.crt: No such file or directory (os error 2)"));
+            }
+            other => panic!("a missing file must be a read error: {other:?}"),
+        }
+        std::fs::write(dir.path().join("tls.key"), "no key here\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        match private_key(dir.path(), "tls.key") {
+            Err(err @ PemError::NoPem { .. }) => {
+                let text = err.to_string();
+                assert!(text.ends_with("tls.key holds no PEM private key"), "{text}");
+            }
+            other => panic!("a file with no key must say so: {other:?}"),
+        }
+        std::fs::write(dir.path().join("ca.crt"), "").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            certificates(dir.path(), "ca.crt"),
+            Err(PemError::NoPem {
+                what: "certificate",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn every_certificate_of_a_file_and_its_key_are_read() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut pem = String::new();
+        let mut key = None;
+        for _ in 0..2 {
+            let pair = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+            let params = rcgen::CertificateParams::new(vec!["fn.example".to_string()])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let cert = params.self_signed(&pair).unwrap_or_else(|e| panic!("{e}"));
+            pem.push_str(&cert.pem());
+            key = Some(pair.serialize_pem());
+        }
+        std::fs::write(dir.path().join("tls.crt"), pem).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("tls.key"), key.unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let certs = certificates(dir.path(), "tls.crt").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(certs.len(), 2);
+        assert!(private_key(dir.path(), "tls.key").is_ok());
+    }
+}

@@ -28,6 +28,16 @@ pub(crate) enum PemError {
         /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is longer than any PEM file of certificates or a key.
+    #[error("{path} is no PEM {what}: it is longer than {max} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// What it should hold.
+        what: &'static str,
+        /// [`MAX_PEM_BYTES`].
+        max: u64,
+    },
     /// The file holds no PEM `what` (none, or a malformed one).
     #[error("{path} holds no PEM {what}")]
     NoPem {
@@ -38,11 +48,26 @@ pub(crate) enum PemError {
     },
 }
 
-/// The file `name` in `dir`, which should hold a `what`: its path and bytes.
+/// The most bytes of a PEM file read: a CA bundle of every public root
+/// is ~200 KiB; a path to a device or a runaway file (`--ca /dev/zero`)
+/// costs xfn no more than this.
+const MAX_PEM_BYTES: u64 = 4 << 20;
+
+/// The file `name` in `dir`, which should hold a `what`: its path and bytes
+/// (at most [`MAX_PEM_BYTES`]).
 fn read(dir: &Path, name: &str, what: &'static str) -> Result<(PathBuf, Vec<u8>), PemError> {
+    use std::io::Read;
     let path = dir.join(name);
-    match std::fs::read(&path) {
-        Ok(pem) => Ok((path, pem)),
+    let mut pem = Vec::new();
+    let read = std::fs::File::open(&path)
+        .and_then(|file| file.take(MAX_PEM_BYTES + 1).read_to_end(&mut pem));
+    match read {
+        Ok(n) if n as u64 > MAX_PEM_BYTES => Err(PemError::TooLarge {
+            path,
+            what,
+            max: MAX_PEM_BYTES,
+        }),
+        Ok(_) => Ok((path, pem)),
         Err(source) => Err(PemError::Read { path, what, source }),
     }
 }
@@ -104,6 +129,25 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_file_that_never_ends_is_refused_after_the_largest_pem_file() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("tls.crt"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match certificates(dir.path(), "tls.crt") {
+            Err(err @ PemError::TooLarge { .. }) => {
+                let text = err.to_string();
+                assert!(
+                    text.ends_with(
+                        "tls.crt is no PEM certificate: it is longer than 4194304 bytes"
+                    ),
+                    "{text}"
+                );
+            }
+            other => panic!("/dev/zero must be refused as too large: {other:?}"),
+        }
     }
 
     #[test]

@@ -52,6 +52,7 @@ mod host;
 mod instance;
 mod lifecycle;
 mod nesting;
+mod pem;
 mod pid1;
 mod proto_json;
 mod resident;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use super::service::AdaptorService;
 use super::Adaptor;
-use crate::grpc::pem::{self, PemError};
 use crate::grpc::raw;
 use crate::grpc::serve::ServiceSet;
+use crate::pem::{self, PemError};
 
 /// Errors of loading the adaptor's TLS.
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +38,10 @@ pub(crate) enum Security {
 /// mounts): clients must present a certificate the CA signed. rustls speaks
 /// TLS 1.2 and 1.3 only.
 pub(crate) fn mutual_tls(dir: &Path) -> Result<Security, TlsError> {
-    let chain = pem::certificates(dir, "tls.crt")?;
-    let key = pem::private_key(dir, "tls.key")?;
+    let chain = pem::certificates(&dir.join("tls.crt"))?;
+    let key = pem::private_key(&dir.join("tls.key"))?;
     let mut roots = rustls::RootCertStore::empty();
-    for ca in pem::certificates(dir, "ca.crt")? {
+    for ca in pem::certificates(&dir.join("ca.crt"))? {
         roots.add(ca)?;
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());

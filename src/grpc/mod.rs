@@ -30,7 +30,6 @@ pub(crate) mod daemon;
 pub(crate) mod deadline;
 pub(crate) mod listen;
 pub(crate) mod metrics;
-pub(crate) mod pem;
 pub(crate) mod raw;
 pub(crate) mod refusals;
 pub(crate) mod route;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::PrivateKeyDer;
 
-use crate::grpc::pem::{self, PemError};
+use crate::pem::{self, PemError};
 
 /// Errors of the host's TLS.
 #[derive(Debug, thiserror::Error)]
@@ -83,10 +83,10 @@ impl Ca {
             })
         };
         // The first certificate is the CA's (a chain may follow it).
-        let Some(ca_der) = pem::certificates(dir, "tls.crt")?.into_iter().next() else {
+        let Some(ca_der) = pem::certificates(&dir.join("tls.crt"))?.into_iter().next() else {
             return Err(no_pem(&cert_path, "certificate"));
         };
-        let key = rcgen::KeyPair::try_from(&pem::private_key(dir, "tls.key")?)
+        let key = rcgen::KeyPair::try_from(&pem::private_key(&dir.join("tls.key"))?)
             .map_err(|_| no_pem(&key_path, "RSA or ECDSA private key"))?;
         let public_key = x509_parser::parse_x509_certificate(&ca_der)
             .map(|(_, cert)| cert.public_key().subject_public_key.data.to_vec())

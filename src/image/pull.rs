@@ -124,14 +124,9 @@ pub enum PullError {
         /// The error.
         source: std::io::Error,
     },
-    /// A CA bundle cannot be read.
-    #[error("cannot read CA bundle {path}")]
-    CaBundle {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
+    /// A CA bundle cannot be read, or holds no certificate.
+    #[error("cannot load the registry CA bundle")]
+    CaBundle(#[source] crate::pem::PemError),
 }
 
 impl PullError {
@@ -180,37 +175,16 @@ pub(crate) struct Puller {
 pub(crate) struct ConnectOptions {
     /// Registries reached over plain HTTP besides loopback ones.
     pub insecure_registries: Vec<String>,
-    /// Extra trusted CAs (PEM blocks).
+    /// Extra trusted CAs (DER).
     pub extra_roots: Vec<Vec<u8>>,
 }
 
 impl ConnectOptions {
-    /// Reads the PEM CA bundle at `path` (each certificate separately:
-    /// reqwest's PEM parser takes one certificate at a time).
+    /// Trusts every certificate of the PEM CA bundle at `path` too.
     pub(crate) fn load_ca_bundle(&mut self, path: &Path) -> Result<(), PullError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PullError::CaBundle {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        const END: &str = "-----END CERTIFICATE-----";
-        let mut rest = text.as_str();
-        while let Some(start) = rest.find("-----BEGIN CERTIFICATE-----") {
-            let Some(end) = rest[start..].find(END) else {
-                break;
-            };
-            let block = &rest[start..start + end + END.len()];
-            self.extra_roots.push(format!("{block}\n").into_bytes());
-            rest = &rest[start + end + END.len()..];
-        }
-        if self.extra_roots.is_empty() {
-            return Err(PullError::CaBundle {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "no PEM certificate in it",
-                ),
-            });
-        }
+        let certificates = crate::pem::certificates(path).map_err(PullError::CaBundle)?;
+        self.extra_roots
+            .extend(certificates.into_iter().map(|der| der.to_vec()));
         Ok(())
     }
 
@@ -227,9 +201,9 @@ impl ConnectOptions {
             extra_root_certificates: self
                 .extra_roots
                 .iter()
-                .map(|pem| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.clone(),
+                .map(|der| Certificate {
+                    encoding: CertificateEncoding::Der,
+                    data: der.clone(),
                 })
                 .collect(),
             platform_resolver: None,
@@ -243,8 +217,8 @@ impl ConnectOptions {
     /// A plain HTTP client with the same trust and timeouts.
     fn http_client(&self, registry: &str) -> Result<reqwest::Client, PullError> {
         let mut roots = Vec::new();
-        for pem in &self.extra_roots {
-            let cert = reqwest::Certificate::from_pem(pem)
+        for der in &self.extra_roots {
+            let cert = reqwest::Certificate::from_der(der)
                 .map_err(|e| classify(registry, OciDistributionError::RequestError(e)))?;
             roots.push(cert);
         }
@@ -645,21 +619,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ca_bundle_splits_certificates() {
+    fn every_certificate_of_a_ca_bundle_is_trusted_and_one_with_none_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
-        std::fs::write(
-            &path,
-            "x\n-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n\
-             -----BEGIN CERTIFICATE-----\nBBB\n-----END CERTIFICATE-----\n",
-        )
-        .unwrap();
+        let certs: Vec<rcgen::Certificate> = (0..2)
+            .map(|_| {
+                let key = rcgen::KeyPair::generate().unwrap();
+                let params =
+                    rcgen::CertificateParams::new(vec!["registry.example".into()]).unwrap();
+                params.self_signed(&key).unwrap()
+            })
+            .collect();
+        let bundle: Vec<String> = certs.iter().map(rcgen::Certificate::pem).collect();
+        std::fs::write(&path, bundle.join("a comment between\n")).unwrap();
         let mut options = ConnectOptions::default();
         options.load_ca_bundle(&path).unwrap();
-        assert_eq!(options.extra_roots.len(), 2);
+        let ders: Vec<Vec<u8>> = certs.iter().map(|c| c.der().to_vec()).collect();
+        assert_eq!(options.extra_roots, ders);
         std::fs::write(&path, "nothing").unwrap();
         let mut options = ConnectOptions::default();
-        assert!(options.load_ca_bundle(&path).is_err());
+        let err = options.load_ca_bundle(&path).unwrap_err();
+        let text = crate::chain::Chain(&err).to_string();
+        assert!(text.ends_with("ca.pem holds no PEM certificate"), "{text}");
     }
 
     #[test]

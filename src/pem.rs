@@ -1,8 +1,8 @@
-//! The PEM files a TLS front end is given in a directory (`xfn adapt
-//! --tls-dir`: `tls.crt`, `tls.key`, `ca.crt`; `xfn host --ca`: `tls.crt`,
-//! `tls.key`), read and parsed in one place, so both say the same about
-//! the same bad file; [`super::sni::mutual_tls`] builds the configuration
-//! from what this returns.
+//! PEM files xfn is given: `xfn adapt --tls-dir` (`tls.crt`, `tls.key`,
+//! `ca.crt`), `xfn host --ca` (`tls.crt`, `tls.key`), a registry CA bundle
+//! (`--ca-bundle-path`). Read and parsed in one place, so every command
+//! says the same about the same bad file; `grpc::sni::mutual_tls` builds
+//! the servers' configuration from what this returns.
 //!
 //! # Invariants
 //! - **An error names the file and what it should hold**: one that cannot
@@ -10,6 +10,8 @@
 //!   nothing of the kind (or a malformed PEM section) says so.
 //! - **A certificate file holds at least one certificate**: an empty list
 //!   is an error here, never an empty chain or root store later.
+//! - **At most [`MAX_PEM_BYTES`] are read**: a path to a device or a
+//!   runaway file costs xfn no more.
 use std::path::{Path, PathBuf};
 
 use rustls_pki_types::pem::PemObject;
@@ -17,7 +19,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Errors of reading a PEM file.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PemError {
+pub enum PemError {
     /// The file could not be read.
     #[error("cannot read the PEM {what} in {path}")]
     Read {
@@ -53,45 +55,45 @@ pub(crate) enum PemError {
 /// costs xfn no more than this.
 const MAX_PEM_BYTES: u64 = 4 << 20;
 
-/// The file `name` in `dir`, which should hold a `what`: its path and bytes
-/// (at most [`MAX_PEM_BYTES`]).
-fn read(dir: &Path, name: &str, what: &'static str) -> Result<(PathBuf, Vec<u8>), PemError> {
+/// The file `path`, which should hold a `what` (at most [`MAX_PEM_BYTES`]).
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, PemError> {
     use std::io::Read;
-    let path = dir.join(name);
     let mut pem = Vec::new();
-    let read = std::fs::File::open(&path)
+    let read = std::fs::File::open(path)
         .and_then(|file| file.take(MAX_PEM_BYTES + 1).read_to_end(&mut pem));
+    let path = path.to_path_buf();
     match read {
         Ok(n) if n as u64 > MAX_PEM_BYTES => Err(PemError::TooLarge {
             path,
             what,
             max: MAX_PEM_BYTES,
         }),
-        Ok(_) => Ok((path, pem)),
+        Ok(_) => Ok(pem),
         Err(source) => Err(PemError::Read { path, what, source }),
     }
 }
 
-/// Every certificate of the PEM file `name` in `dir`, in order; none is an
-/// error.
-pub(crate) fn certificates(
-    dir: &Path,
-    name: &str,
-) -> Result<Vec<CertificateDer<'static>>, PemError> {
+/// Every certificate of the PEM file `path`, in order; none is an error.
+pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
     let what = "certificate";
-    let (path, pem) = read(dir, name, what)?;
+    let pem = read(path, what)?;
     match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
         Ok(certs) if !certs.is_empty() => Ok(certs),
-        _ => Err(PemError::NoPem { path, what }),
+        _ => Err(PemError::NoPem {
+            path: path.to_path_buf(),
+            what,
+        }),
     }
 }
 
-/// The first private key of the PEM file `name` in `dir` (PKCS#1, SEC1 or
-/// PKCS#8).
-pub(crate) fn private_key(dir: &Path, name: &str) -> Result<PrivateKeyDer<'static>, PemError> {
+/// The first private key of the PEM file `path` (PKCS#1, SEC1 or PKCS#8).
+pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
     let what = "private key";
-    let (path, pem) = read(dir, name, what)?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| PemError::NoPem { path, what })
+    let pem = read(path, what)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| PemError::NoPem {
+        path: path.to_path_buf(),
+        what,
+    })
 }
 
 #[cfg(test)]
@@ -101,7 +103,7 @@ mod tests {
     #[test]
     fn a_missing_file_keeps_its_cause_and_an_empty_one_says_what_it_lacks() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        match certificates(dir.path(), "tls.crt") {
+        match certificates(&dir.path().join("tls.crt")) {
             Err(err @ PemError::Read { .. }) => {
                 let text = crate::chain::Chain(&err).to_string();
                 assert!(
@@ -114,7 +116,7 @@ mod tests {
         }
         std::fs::write(dir.path().join("tls.key"), "no key here\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        match private_key(dir.path(), "tls.key") {
+        match private_key(&dir.path().join("tls.key")) {
             Err(err @ PemError::NoPem { .. }) => {
                 let text = err.to_string();
                 assert!(text.ends_with("tls.key holds no PEM private key"), "{text}");
@@ -123,7 +125,7 @@ mod tests {
         }
         std::fs::write(dir.path().join("ca.crt"), "").unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(
-            certificates(dir.path(), "ca.crt"),
+            certificates(&dir.path().join("ca.crt")),
             Err(PemError::NoPem {
                 what: "certificate",
                 ..
@@ -136,7 +138,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("/dev/zero", dir.path().join("tls.crt"))
             .unwrap_or_else(|e| panic!("{e}"));
-        match certificates(dir.path(), "tls.crt") {
+        match certificates(&dir.path().join("tls.crt")) {
             Err(err @ PemError::TooLarge { .. }) => {
                 let text = err.to_string();
                 assert!(
@@ -166,8 +168,8 @@ mod tests {
         std::fs::write(dir.path().join("tls.crt"), pem).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(dir.path().join("tls.key"), key.unwrap_or_default())
             .unwrap_or_else(|e| panic!("{e}"));
-        let certs = certificates(dir.path(), "tls.crt").unwrap_or_else(|e| panic!("{e}"));
+        let certs = certificates(&dir.path().join("tls.crt")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(certs.len(), 2);
-        assert!(private_key(dir.path(), "tls.key").is_ok());
+        assert!(private_key(&dir.path().join("tls.key")).is_ok());
     }
 }

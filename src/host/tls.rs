@@ -83,10 +83,10 @@ impl Ca {
             })
         };
         // The first certificate is the CA's (a chain may follow it).
-        let Some(ca_der) = pem::certificates(&dir.join("tls.crt"))?.into_iter().next() else {
+        let Some(ca_der) = pem::certificates(&cert_path)?.into_iter().next() else {
             return Err(no_pem(&cert_path, "certificate"));
         };
-        let key = rcgen::KeyPair::try_from(&pem::private_key(&dir.join("tls.key"))?)
+        let key = rcgen::KeyPair::try_from(&pem::private_key(&key_path)?)
             .map_err(|_| no_pem(&key_path, "RSA or ECDSA private key"))?;
         let public_key = x509_parser::parse_x509_certificate(&ca_der)
             .map(|(_, cert)| cert.public_key().subject_public_key.data.to_vec())

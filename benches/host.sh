@@ -505,11 +505,29 @@ for kind in kinds:
             print(f"  before (XFN_BINARY_BEFORE) direct {g('direct_p50_ms'):7.3f}  via xfn host {g('before_p50_ms'):7.3f}"
                   f"  overhead {g('before_overhead_p50_ms'):+.3f} ms; CPU per call, xfn alone {g('before_xfn_cpu_us_per_call'):.1f} us"
                   f" (and its server {g('before_cpu_us_per_call'):.1f})")
+            if "before_cpu_ratio_median" in f:
+                print(f"  xfn's hop CPU / before's, round by round: median {g('before_cpu_ratio_median'):.2f}x"
+                      f" (rounds {g('before_cpu_ratio_min'):.2f}x to {g('before_cpu_ratio_max'):.2f}x)")
         for peer in ("haproxy", "socat"):
             if f"{peer}_overhead_p50_ms" in f:
                 print(f"  peer {peer:8} p50 (ms)    direct {g('direct_p50_ms'):7.3f}  via {peer:8} {g(peer + '_p50_ms'):7.3f}"
                       f"  overhead {g(peer + '_overhead_p50_ms'):+.3f} ms; xfn host's is {g('overhead_p50_ms') / g(peer + '_overhead_p50_ms'):.2f}x {peer}'s;"
                       f" its CPU per call {g(peer + '_cpu_us_per_call'):.1f} us")
+                if f"{peer}_cpu_ratio_median" in f:
+                    print(f"  xfn's hop CPU / {peer}'s, round by round: median {g(peer + '_cpu_ratio_median'):.2f}x"
+                          f" (rounds {g(peer + '_cpu_ratio_min'):.2f}x to {g(peer + '_cpu_ratio_max'):.2f}x; target <= 1.00x)")
+    import re
+    hop = {}
+    for k, v in f.items():
+        m = re.fullmatch(r"round(\d+)_(\w+?)_hop_cpu_us", k)
+        if m:
+            hop.setdefault(m.group(2), []).append((int(m.group(1)), float(v)))
+    if hop:
+        print("  the hop's CPU per call in each round (us; xfn's own processes, a peer's):")
+        for side in ("hosted", "before", "haproxy", "socat"):
+            if side in hop:
+                name = "xfn" if side == "hosted" else side
+                print(f"    {name:10}" + " ".join(f"{v:6.1f}" for _, v in sorted(hop[side])))
     sides = [s for s in ("xfn", "before", "haproxy", "socat") if f"{s}.count_task_clock" in f]
     if sides:
         print(f"  per warm call, counted (xfn: its own processes; less idle):")

@@ -14,7 +14,9 @@
 //!       a round trip through xfn host with no function behind it. With
 //!       DIRECT_PID and XFN_PID (env), also the CPU time per call of the
 //!       direct server's processes and of xfn's (with its function
-//!       server's, and alone); with NAME_PID (NAME upper case), a peer's.
+//!       server's, and alone); with NAME_PID (NAME upper case), a peer's,
+//!       and each round's CPU of xfn's own processes over the peer's: the
+//!       median round's ratio, the lowest and the highest.
 //!   host_load cold-native CALLS PORT -- COMMAND...
 //!       CALLS times: spawn COMMAND (a server that listens on
 //!       127.0.0.1:PORT), connect as soon as it listens (trying every
@@ -197,6 +199,10 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
         pids.push(std::env::var(format!("{}_PID", name.to_uppercase())).ok());
     }
     let mut cpu = vec![CpuTime::default(); sides.len()];
+    // Each round's CPU per call of each side's hop (xfn's own, a peer's
+    // tree), for the ratio of xfn's to each peer's round by round: the
+    // machine's drift between rounds falls on both sides of a ratio alike.
+    let mut hop_cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     if let Some(pid) = &pids[1] {
         // What xfn spends with a server running and no call: the part of
         // the per-call CPU that is not the calls'.
@@ -217,8 +223,15 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
             }
             if let (Some(before), Some(pid)) = (before, pid) {
                 let after = cpu_time(pid)?;
-                cpu[side].tree += after.tree.saturating_sub(before.tree);
-                cpu[side].xfn += after.xfn.saturating_sub(before.xfn);
+                let tree = after.tree.saturating_sub(before.tree);
+                let xfn = after.xfn.saturating_sub(before.xfn);
+                cpu[side].tree += tree;
+                cpu[side].xfn += xfn;
+                // A side's hop: xfn's own processes where it has any.
+                let hop = if xfn.is_zero() { tree } else { xfn };
+                let us = hop.as_secs_f64() * 1e6 / per_round as f64;
+                println!("round{round}_{name}_hop_cpu_us={us:.1}");
+                hop_cpu[side].push(us);
             }
             times.sort();
             let p50 = percentile(&times, 0.5);
@@ -258,6 +271,23 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
                 println!("{name}_xfn_cpu_us_per_call={:.1}", per_call(cpu[side].xfn));
             }
         }
+    }
+    // xfn's hop CPU over each peer's, round by round: the median round's,
+    // and the lowest and highest.
+    for (side, (name, _, _, _)) in sides.iter().enumerate().skip(2) {
+        let mut ratios: Vec<f64> = hop_cpu[1]
+            .iter()
+            .zip(&hop_cpu[side])
+            .filter(|(_, peer)| **peer > 0.0)
+            .map(|(xfn, peer)| xfn / peer)
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!("{name}_cpu_ratio_median={:.3}", ratios[ratios.len() / 2]);
+        println!("{name}_cpu_ratio_min={:.3}", ratios[0]);
+        println!("{name}_cpu_ratio_max={:.3}", ratios[ratios.len() - 1]);
     }
     for (name, _, all, overheads) in sides.iter_mut() {
         report(name, all);

@@ -465,10 +465,10 @@ impl Connection {
         timeout: Option<&[u8]>,
         message: &Bytes,
     ) -> Result<Stream, Http2Error> {
+        // Told of a stream freed only when none is free: most calls never
+        // wait, and never touch the waiters' list.
+        let mut waiting = None;
         loop {
-            let notified = self.freed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             {
                 let mut state = self.lock();
                 if let Some(err) = &state.failed {
@@ -485,7 +485,16 @@ impl Connection {
                     });
                 }
             }
-            notified.await;
+            match waiting.take() {
+                // Listening before the next look, so no stream freed after
+                // it goes unseen.
+                None => {
+                    let mut notified = Box::pin(self.freed.notified());
+                    notified.as_mut().enable();
+                    waiting = Some(notified);
+                }
+                Some(notified) => notified.await,
+            }
         }
     }
 

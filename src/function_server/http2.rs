@@ -1,9 +1,7 @@
 //! xfn's own HTTP/2 client connection to a function server: unary gRPC
-//! calls only, and only what they need (RFC 9113). It replaced the h2
-//! crate's client, whose shared machinery (its streams' lock, its frame
-//! queues, its connection task's polling) cost about as much CPU per call
-//! as haproxy's whole hop (benches/PROFILE.md, "xfn's own HTTP/2 client").
-//! Invariants:
+//! calls only, and only what they need (RFC 9113), in place of the h2
+//! crate's client and its shared machinery (its streams' lock, frame
+//! queues, connection task: benches/PROFILE.md, "xfn's own HTTP/2 client").
 //! - **A caller writes its own request**: HEADERS and DATA are framed into
 //!   the output under the connection's lock (so stream ids go out in
 //!   order) and written there, one `write`; what the socket does not take

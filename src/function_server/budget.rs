@@ -181,14 +181,15 @@ impl<'a> Pace<'a> {
         self.brought = 0;
     }
 
-    /// The next chunk of `body`, or the answer given up as stalled.
-    pub(super) async fn next(
+    /// What `next` reads of the body next, or the answer given up as
+    /// stalled.
+    pub(super) async fn next<T, F: std::future::Future<Output = T>>(
         &mut self,
-        body: &mut h2::RecvStream,
-    ) -> Result<Option<Result<Bytes, h2::Error>>, Status> {
+        mut next: impl FnMut() -> F,
+    ) -> Result<T, Status> {
         loop {
             // Cancel-safe: a chunk not yet taken stays in the stream.
-            match tokio::time::timeout_at(self.window_end, body.data()).await {
+            match tokio::time::timeout_at(self.window_end, next()).await {
                 Ok(next) => return Ok(next),
                 Err(_) => self.roll()?,
             }

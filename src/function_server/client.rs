@@ -1,41 +1,40 @@
 //! The one client of function servers: a unary gRPC call whose request
-//! and answer stay bytes, over HTTP/2 (made inside the server's own network
-//! namespace, or to a TCP address or a socket file: [`Dial`]), v1 first and
-//! v1beta1 when the server answers Unimplemented (Functions built before
-//! v1), as Crossplane does. Invariants:
+//! and answer stay bytes, over HTTP/2 (xfn's own client, [`super::http2`];
+//! made inside the server's own network namespace, or to a TCP address or
+//! a socket file: [`Dial`]), v1 first and v1beta1 when the server answers
+//! Unimplemented (Functions built before v1), as Crossplane does.
+//! Invariants:
 //! - **A request leaves xfn in one write**. A server woken by the HEADERS
 //!   frame alone only waits again for the DATA, a wake-up paid on every
-//!   call (benches/PROFILE.md, "xfn host's hop"); hyper's client (so tonic's
-//!   `Channel`) writes the body apart, once the stream has send capacity.
-//!   Here the HEADERS and the one DATA frame are queued together on h2.
+//!   call (benches/PROFILE.md, "xfn host's hop"); the caller frames both
+//!   and writes them itself (hyper's client, so tonic's `Channel`, writes
+//!   the body apart).
 //! - **A call wakes only its caller's thread**: a connection per serving
 //!   thread (`grpc::threads::index`) and one for calls from any other, each
-//!   made by the first call on its thread (again once found broken) and
-//!   its task spawned there. With one connection a call that came in on
-//!   another serving thread than its maker's woke that thread and back.
+//!   made by the first call on its thread (again once found broken or gone
+//!   away) and its reader spawned there. With one connection a call that
+//!   came in on another serving thread than its maker's woke that thread.
 //! - **`streams` bounds the calls at once over all of them**: the caller
 //!   admits them (the host: at most `calls_per_server` per server, counted
 //!   whatever the thread, `host::servers`); the server's own
-//!   `max_concurrent_streams` is per connection. Each connection is sized
-//!   for all of them (its window, its reset streams).
+//!   `max_concurrent_streams` is per connection (a call waits for it).
+//!   Each connection is sized for all of them (its window).
 //! - The answer is read within [`super::budget`] (its declared length, at
 //!   most [`MAX_RESPONSE`]; the function's one share of the budget, over
 //!   every connection; a minimum pace). A call dropped is reset on the wire.
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use h2::client::SendRequest;
 use tokio::time::Instant;
 use tonic::codegen::http;
 use tonic::{Code, Status};
 
-use super::budget::{Pace, ResponseShare, Room, MAX_RESPONSE, PREFIX, STALL_WINDOW};
-use crate::grpc::authority::MAX_HEADER_LIST;
-use crate::grpc::deadline::{format_grpc_timeout, GRPC_TIMEOUT_HEADER};
-use crate::grpc::raw::framed;
+use super::budget::{Pace, ResponseShare, MAX_RESPONSE, PREFIX};
+use super::http2::{handshake, Block, Connection, Http2Error, RequestHead};
+use crate::grpc::deadline::format_grpc_timeout;
 use crate::sandbox::netns::NetworkNamespace;
 
 /// The method a function serves, in the version asked.
@@ -77,26 +76,38 @@ impl Dial {
 #[derive(Debug)]
 pub(crate) struct Client {
     function: String,
-    /// Most calls on it at once (h2's reset streams are bounded by it).
+    /// Most calls on it at once (each connection's window holds them).
     streams: usize,
     budget: Arc<ResponseShare>,
     dial: Dial,
     /// The `:authority` every call names (what a front, such as `xfn
     /// host` without TLS, routes by).
     authority: String,
-    /// Each method's URI with that authority, made once: a call clones
-    /// it (a count raised), never formats and parses it again.
-    v1: http::Uri,
-    v1beta1: http::Uri,
+    /// Each method's request header block with that authority, encoded
+    /// once.
+    v1: RequestHead,
+    v1beta1: RequestHead,
     /// The connection of calls made on each serving thread, by its index.
-    serving: Box<[Connection]>,
+    serving: Box<[Slot]>,
     /// The connection of calls made on any other thread.
-    other: Connection,
+    other: Slot,
 }
 
 /// A connection to the server, once made (by a call on the thread it
-/// serves).
-type Connection = tokio::sync::Mutex<Option<SendRequest<Bytes>>>;
+/// serves), and the lock of whoever makes it again.
+#[derive(Debug, Default)]
+struct Slot {
+    live: Mutex<Option<Arc<Connection>>>,
+    making: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    /// The connection, when it takes new calls.
+    fn open(&self) -> Option<Arc<Connection>> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.as_ref().filter(|c| c.is_open()).cloned()
+    }
+}
 
 impl Client {
     /// A client of `function`'s server at `dial`, taking at most `streams`
@@ -113,14 +124,14 @@ impl Client {
             function: function.to_string(),
             streams,
             budget,
-            v1: method_uri(&authority, V1_RUN_FUNCTION),
-            v1beta1: method_uri(&authority, V1BETA1_RUN_FUNCTION),
+            v1: method_head(&authority, V1_RUN_FUNCTION),
+            v1beta1: method_head(&authority, V1BETA1_RUN_FUNCTION),
             authority,
             dial,
             serving: (0..crate::grpc::threads::count())
-                .map(|_| Connection::default())
+                .map(|_| Slot::default())
                 .collect(),
-            other: Connection::default(),
+            other: Slot::default(),
         }
     }
 
@@ -160,192 +171,151 @@ impl Client {
 
     /// Makes the connection of calls on this thread unless it is live.
     pub(crate) async fn connect(&self) -> Result<(), Status> {
-        self.sender().await.map(drop)
+        self.connection().await.map(drop)
     }
 
-    /// The connection of calls on this thread.
-    fn connection(&self) -> &Connection {
+    /// The connection slot of calls on this thread.
+    fn slot(&self) -> &Slot {
         crate::grpc::threads::index()
             .and_then(|index| self.serving.get(index))
             .unwrap_or(&self.other)
     }
 
-    /// A sender on this thread's live connection, made (again) when there
-    /// is none.
-    async fn sender(&self) -> Result<SendRequest<Bytes>, Status> {
-        let connection = self.connection();
-        let live = connection.lock().await.clone();
-        if let Some(live) = live {
-            if let Ok(ready) = live.ready().await {
-                return Ok(ready);
-            }
+    /// This thread's open connection, made (again) when there is none.
+    async fn connection(&self) -> Result<Arc<Connection>, Status> {
+        let slot = self.slot();
+        if let Some(open) = slot.open() {
+            return Ok(open);
         }
-        let mut sender = connection.lock().await;
+        let _making = slot.making.lock().await;
         // Another call may have made it again meanwhile.
-        if let Some(live) = sender.clone() {
-            if let Ok(ready) = live.ready().await {
-                return Ok(ready);
-            }
+        if let Some(open) = slot.open() {
+            return Ok(open);
         }
         let made = self.dial().await?;
-        *sender = Some(made.clone());
-        made.ready()
-            .await
-            .map_err(|e| lost("its new connection failed", e))
+        *slot.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&made));
+        Ok(made)
     }
 
     /// A new connection where [`Dial`] says.
-    async fn dial(&self) -> Result<SendRequest<Bytes>, Status> {
-        let refused = |e| lost("cannot connect to it", e);
-        let made = match &self.dial {
+    async fn dial(&self) -> Result<Arc<Connection>, Status> {
+        let refused = |e: std::io::Error| lost("cannot connect to it", Http2Error::Io(Arc::new(e)));
+        Ok(match &self.dial {
             Dial::Namespace(network, address) => {
                 let stream = network.connect(*address).await.map_err(refused)?;
-                handshake(stream, self.streams).await
+                handshake(stream, self.streams)
             }
             Dial::Tcp(_) => {
                 let stream = tokio::net::TcpStream::connect(self.authority.as_str())
                     .await
                     .map_err(refused)?;
                 stream.set_nodelay(true).map_err(refused)?;
-                handshake(stream, self.streams).await
+                handshake(stream, self.streams)
             }
             Dial::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(refused)?;
-                handshake(stream, self.streams).await
+                handshake(stream, self.streams)
             }
-        };
-        made.map_err(|e| lost("the HTTP/2 handshake with it failed", e))
+        })
     }
 
-    /// Calls the method at `uri` with the encoded `message`, telling the
+    /// Calls the method of `head` with the encoded `message`, telling the
     /// server the `timeout` left; the encoded answer, or the server's
-    /// status.
+    /// status. A call the server took on no connection (it went away
+    /// first) is made once more, on a new one.
     async fn call_method(
         &self,
-        uri: &http::Uri,
+        head: &RequestHead,
         message: &Bytes,
         timeout: Option<Duration>,
     ) -> Result<Bytes, Status> {
-        let sender = self.sender().await?;
-        call_on(sender, &self.budget, &self.function, uri, message, timeout).await
+        let mut again = true;
+        loop {
+            let connection = self.connection().await?;
+            match call_on(
+                &connection,
+                &self.budget,
+                &self.function,
+                head,
+                message,
+                timeout,
+            )
+            .await
+            {
+                Err(status) if again && unprocessed(&status) => again = false,
+                answer => return answer,
+            }
+        }
     }
 }
 
 /// Whether `status` came from the connection breaking rather than from the
-/// function (the client keeps the h2 or I/O error as its source), or is an
-/// `UNAVAILABLE` with nothing of the server's beside it.
+/// function (the client keeps the HTTP/2 or I/O error as its source), or is
+/// an `UNAVAILABLE` with nothing of the server's beside it.
 pub(crate) fn lost_connection(status: &Status) -> bool {
     use std::error::Error;
     status.source().is_some()
         || (status.code() == Code::Unavailable && status.metadata().is_empty())
 }
 
-/// What each stream may have received and not yet been read (h2's
-/// default window).
-const STREAM_WINDOW: u32 = 65_535;
-
-/// An HTTP/2 connection over `io` for at most `streams` calls at once,
-/// its task spawned on this thread: it ends when the server goes or the
-/// last sender is dropped.
-///
-/// The connection's window holds every stream's window and one more: a
-/// response waiting for room in the budget stops being read, and its
-/// unread bytes must never use up the window the response being read
-/// (the one that will give the room back) needs. With h2's default
-/// connection window (one stream's) they did, and four 60 MiB responses
-/// under a 65 MiB budget stalled for good.
-async fn handshake<T>(io: T, streams: usize) -> Result<SendRequest<Bytes>, h2::Error>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let streams = u32::try_from(streams.max(1)).unwrap_or(u32::MAX);
-    let connection_window = STREAM_WINDOW.saturating_mul(streams.saturating_add(1));
-    let (sender, connection) = h2::client::Builder::new()
-        .max_header_list_size(u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX))
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(connection_window)
-        .max_concurrent_reset_streams(usize::try_from(streams).unwrap_or(usize::MAX))
-        .handshake(io)
-        .await?;
-    tokio::spawn(async move {
-        if let Err(err) = connection.await {
-            tracing::debug!(error = %crate::chain::Chain(&err), "connection to a function server ended");
-        }
-    });
-    Ok(sender)
+/// Whether `status` is a call the server never took (it went away first).
+fn unprocessed(status: &Status) -> bool {
+    use std::error::Error;
+    status
+        .source()
+        .and_then(|source| source.downcast_ref::<Http2Error>())
+        .is_some_and(|err| matches!(err, Http2Error::Unprocessed(_)))
 }
 
-/// The URI of `method` (a path) on the server at `authority`, made once per
-/// client; an authority no URI holds (a `Dial::Tcp` target mistyped) names
-/// `localhost` instead, and its connect fails before any call is sent.
-fn method_uri(authority: &str, method: &'static str) -> http::Uri {
-    http::Uri::builder()
-        .scheme("http")
-        .authority(authority)
-        .path_and_query(method)
-        .build()
-        .unwrap_or_else(|_| {
-            http::Uri::builder()
-                .scheme("http")
-                .authority("localhost")
-                .path_and_query(method)
-                .build()
-                .unwrap_or_default()
-        })
+/// The request head of `method` (a path) on the server at `authority`,
+/// made once per client; an authority no URI holds (a `Dial::Tcp` target
+/// mistyped) names `localhost` instead, and its connect fails before any
+/// call is sent.
+fn method_head(authority: &str, method: &'static str) -> RequestHead {
+    let authority = match http::uri::Authority::try_from(authority) {
+        Ok(_) => authority,
+        Err(_) => "localhost",
+    };
+    RequestHead::new(authority, method)
 }
 
-/// One unary call on `sender` (see [`Client::call`]) to the method at `uri`.
+/// One unary call on `connection` (see [`Client::call`]) to the method of
+/// `head`.
 async fn call_on(
-    mut sender: SendRequest<Bytes>,
+    connection: &Arc<Connection>,
     budget: &ResponseShare,
     function: &str,
-    uri: &http::Uri,
+    head: &RequestHead,
     message: &Bytes,
     timeout: Option<Duration>,
 ) -> Result<Bytes, Status> {
-    let mut head = http::Request::new(());
-    *head.method_mut() = http::Method::POST;
-    *head.uri_mut() = uri.clone();
-    let headers = head.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-    if let Some(timeout) = timeout {
-        let value = http::HeaderValue::from_bytes(format_grpc_timeout(timeout).as_bytes())
-            .map_err(|e| Status::internal(format!("cannot make the request: {e}")))?;
-        headers.insert(GRPC_TIMEOUT_HEADER, value);
-    }
-    // Framed first, so that nothing but h2 stands between the two frames.
-    let framed = framed(message)?;
-    let (answer, mut body) = sender
-        .send_request(head, false)
-        .map_err(|e| lost("the call could not be sent", e))?;
-    if let Err(err) = body.send_data(framed, true) {
-        // The connection's task sent the HEADERS alone, and the server
-        // answered and closed the stream before the body came (it does for
-        // a method it does not serve: Unimplemented): that answer, in hand
-        // already, is the call's.
-        use futures::FutureExt;
-        let early = answer
-            .now_or_never()
-            .and_then(Result::ok)
-            .and_then(|answer| Status::from_header_map(answer.headers()));
-        return Err(early.unwrap_or_else(|| lost("the call could not be sent", err)));
-    }
-    let answer = answer.await.map_err(|e| lost("no answer", e))?;
-    // A status in the headers is a trailers-only answer: no message.
-    if let Some(status) = Status::from_header_map(answer.headers()) {
-        return Err(status);
-    }
-    if answer.status() != http::StatusCode::OK {
-        return Err(Status::unknown(format!(
-            "the function server answered HTTP {}",
-            answer.status()
+    if u32::try_from(message.len()).is_err() {
+        return Err(Status::resource_exhausted(format!(
+            "a message of {} bytes is longer than gRPC frames",
+            message.len()
         )));
+    }
+    let timeout = timeout.map(format_grpc_timeout);
+    let stream = connection
+        .open(head, timeout.as_ref().map(|t| t.as_bytes()), message)
+        .await
+        .map_err(|e| lost("the call could not be sent", e))?;
+    match stream.head().await.map_err(|e| lost("no answer", e))? {
+        Block::Head(200) => {}
+        Block::Head(status) => {
+            return Err(Status::unknown(format!(
+                "the function server answered HTTP {status}"
+            )))
+        }
+        // A status in the headers is a trailers-only answer: no message.
+        Block::Ok => return Err(Status::ok("")),
+        Block::Fields(fields) => {
+            return Err(Status::from_header_map(&fields).unwrap_or_else(|| {
+                Status::internal("the function server's answer headers are malformed")
+            }))
+        }
     }
     let too_large = || {
         Status::resource_exhausted(format!(
@@ -353,19 +323,18 @@ async fn call_on(
             MAX_RESPONSE >> 20
         ))
     };
-    let mut body = answer.into_body();
     let mut read = BytesMut::new();
     // The declared length and the room held for it, once the prefix is in.
-    let mut held: Option<(usize, Room)> = None;
+    let mut held = None;
     let mut pace = Pace::new(function);
     loop {
         let next = match &held {
-            None => body.data().await,
-            Some(_) => pace.next(&mut body).await?,
+            None => stream.data().await,
+            Some(_) => pace.next(|| stream.data()).await?,
         };
-        let Some(chunk) = next else { break };
-        let chunk = chunk.map_err(|e| lost("the answer broke off", e))?;
-        let _ = body.flow_control().release_capacity(chunk.len());
+        let Some(chunk) = next.map_err(|e| lost("the answer broke off", e))? else {
+            break;
+        };
         let end = read.len() + chunk.len();
         match &held {
             // Never read past the length it declared.
@@ -376,7 +345,11 @@ async fn call_on(
             None if end > MAX_RESPONSE + PREFIX => return Err(too_large()),
             None => {}
         }
-        read.extend_from_slice(&chunk);
+        if read.is_empty() {
+            read = chunk;
+        } else {
+            read.extend_from_slice(&chunk);
+        }
         // Refused by its length before its body is read; else read once
         // the budget has room for it, its buffer taken once.
         if held.is_none() && read.len() >= PREFIX {
@@ -397,35 +370,25 @@ async fn call_on(
             held = Some((length, room));
         }
     }
-    let trailers = match held {
-        // Room is held: the trailers come within one window too.
-        Some(_) => tokio::time::timeout(STALL_WINDOW, body.trailers())
-            .await
-            .map_err(|_| pace.stalled())?,
-        None => body.trailers().await,
-    }
-    .map_err(|e| lost("the answer broke off", e))?;
-    // `grpc-status: 0` is read as it is; only another is made a `Status`
-    // (which copies the trailers).
-    let trailers = trailers.as_ref();
-    let ok = trailers
-        .and_then(|t| t.get("grpc-status"))
-        .is_some_and(|status| status == "0");
-    if !ok {
-        match trailers.and_then(Status::from_header_map) {
+    // The trailers came with the end of the stream. `grpc-status: 0` is
+    // read as it is; only another is made a `Status` (which copies them).
+    match stream.trailers() {
+        Some(Block::Ok) => {}
+        Some(Block::Fields(trailers)) => match Status::from_header_map(&trailers) {
             Some(status) if status.code() != Code::Ok => return Err(status),
             Some(_) => {}
-            None => {
-                return Err(Status::internal(
-                    "the function server's answer ended without a grpc-status",
-                ))
-            }
-        }
+            None => return Err(no_status()),
+        },
+        Some(Block::Head(_)) | None => return Err(no_status()),
     }
     unframed(match held {
         Some((_, room)) => room.held_by(read.freeze()),
         None => read.freeze(),
     })
+}
+
+fn no_status() -> Status {
+    Status::internal("the function server's answer ended without a grpc-status")
 }
 
 /// An answer that goes on past the length its prefix declares: a protocol
@@ -453,18 +416,11 @@ fn unframed(mut read: Bytes) -> Result<Bytes, Status> {
     Ok(read)
 }
 
-/// A call lost to the connection (tonic's mapping of the h2 error, its
-/// source kept: [`lost_connection`] tells these from a function's).
-fn lost(what: &str, err: impl std::error::Error + Send + Sync + 'static) -> Status {
-    let status = Status::from_error(Box::new(err));
-    let mut lost = Status::new(
-        match status.code() {
-            Code::Unknown => Code::Unavailable,
-            code => code,
-        },
-        format!("{what}: {}", status.message()),
-    );
-    lost.set_source(std::sync::Arc::new(status));
+/// A call lost to the connection, its cause kept as the status's source
+/// ([`lost_connection`] tells these from a function's).
+fn lost(what: &str, err: Http2Error) -> Status {
+    let mut lost = Status::new(err.code(), format!("{what}: {err}"));
+    lost.set_source(Arc::new(err));
     lost
 }
 
@@ -472,61 +428,46 @@ fn lost(what: &str, err: impl std::error::Error + Send + Sync + 'static) -> Stat
 mod tests {
     use super::super::budget::ResponseBudget;
     use super::*;
-    use std::pin::Pin;
     use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll};
-    use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+    use tokio::io::{AsyncRead, AsyncWrite};
+    use tokio::net::UnixStream;
+
+    use super::super::http2::{Socket, Writer};
+    use crate::grpc::raw::framed;
 
     /// The client's end of a connection, keeping every write it makes.
     struct Recorded {
-        io: DuplexStream,
+        io: UnixStream,
         writes: Arc<Mutex<Vec<Vec<u8>>>>,
     }
 
-    impl AsyncRead for Recorded {
-        fn poll_read(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &mut ReadBuf<'_>,
-        ) -> Poll<std::io::Result<()>> {
-            Pin::new(&mut self.io).poll_read(cx, buf)
+    struct RecordedWriter {
+        io: Box<dyn Writer>,
+        writes: Arc<Mutex<Vec<Vec<u8>>>>,
+    }
+
+    impl Socket for Recorded {
+        fn split(self) -> (Box<dyn AsyncRead + Send + Unpin>, Box<dyn Writer>) {
+            let (read, io) = Socket::split(self.io);
+            let writes = self.writes;
+            (read, Box::new(RecordedWriter { io, writes }))
         }
     }
 
-    impl AsyncWrite for Recorded {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<std::io::Result<usize>> {
-            self.poll_write_vectored(cx, &[std::io::IoSlice::new(buf)])
+    impl Writer for RecordedWriter {
+        fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+            let written = self.io.try_write(bytes)?;
+            self.writes.lock().unwrap().push(bytes[..written].to_vec());
+            Ok(written)
         }
 
-        fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[std::io::IoSlice<'_>],
-        ) -> Poll<std::io::Result<usize>> {
-            // All or nothing, so that one call is one write on the wire.
-            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-            let written = std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &all))?;
-            self.writes.lock().unwrap().push(all[..written].to_vec());
-            Poll::Ready(Ok(written))
+        fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            self.io.poll_write_ready(cx)
         }
 
-        fn is_write_vectored(&self) -> bool {
-            true
-        }
-
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-            Pin::new(&mut self.io).poll_flush(cx)
-        }
-
-        fn poll_shutdown(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-        ) -> Poll<std::io::Result<()>> {
-            Pin::new(&mut self.io).poll_shutdown(cx)
+        fn shutdown(&self) {
+            self.io.shutdown()
         }
     }
 
@@ -543,21 +484,28 @@ mod tests {
         frames
     }
 
+    /// What a test server answers a call with: (headers, message,
+    /// trailers).
+    type Answered = (http::HeaderMap, Option<Bytes>, Option<http::HeaderMap>);
+
     /// A function server on the other end of `io` answering each call
     /// with `answer(request head, request message)`: (headers, message,
     /// trailers).
     fn serve(
         io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        answer: impl Fn(
-                &http::request::Parts,
-                Bytes,
-            ) -> (http::HeaderMap, Option<Bytes>, Option<http::HeaderMap>)
-            + Send
-            + Sync
-            + 'static,
+        answer: impl Fn(&http::request::Parts, Bytes) -> Answered + Send + Sync + 'static,
+    ) {
+        serve_with(h2::server::Builder::new(), io, answer)
+    }
+
+    /// [`serve`] with h2's server made by `builder`.
+    fn serve_with(
+        builder: h2::server::Builder,
+        io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        answer: impl Fn(&http::request::Parts, Bytes) -> Answered + Send + Sync + 'static,
     ) {
         tokio::spawn(async move {
-            let mut connection = h2::server::handshake(io).await.unwrap();
+            let mut connection = builder.handshake(io).await.unwrap();
             let answer = Arc::new(answer);
             // The accept loop drives the connection: each call is answered
             // in a task of its own.
@@ -567,7 +515,9 @@ mod tests {
                     let (head, mut body) = request.into_parts();
                     let mut read = BytesMut::new();
                     while let Some(chunk) = body.data().await {
-                        read.extend_from_slice(&chunk.unwrap());
+                        let chunk = chunk.unwrap();
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                        read.extend_from_slice(&chunk);
                     }
                     let (headers, message, trailers) =
                         answer(&head, unframed(read.freeze()).unwrap());
@@ -589,14 +539,14 @@ mod tests {
     /// An empty call over `io` to whatever serves its other end.
     async fn call_over<T>(io: T, budget: &ResponseShare) -> Result<Bytes, Status>
     where
-        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        T: Socket,
     {
-        let sender = handshake(io, 1).await.unwrap();
+        let connection = handshake(io, 1);
         call_on(
-            sender,
+            &connection,
             budget,
             "fn",
-            &method_uri("fn:9443", V1_RUN_FUNCTION),
+            &method_head("fn:9443", V1_RUN_FUNCTION),
             &Bytes::new(),
             None,
         )
@@ -621,7 +571,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_leaves_in_one_write_with_its_deadline_and_its_answer_comes_back_as_bytes() {
-        let (client, server) = tokio::io::duplex(1 << 16);
+        let (client, server) = UnixStream::pair().unwrap();
         let seen = Arc::new(Mutex::new(None));
         let seen_by_server = Arc::clone(&seen);
         serve(server, move |head, message| {
@@ -635,23 +585,21 @@ mod tests {
             )
         });
         let writes = Arc::new(Mutex::new(Vec::new()));
-        let sender = handshake(
+        let connection = handshake(
             Recorded {
                 io: client,
                 writes: Arc::clone(&writes),
             },
             1,
-        )
-        .await
-        .unwrap();
+        );
         let message = Bytes::from_static(b"request");
         let budget = budget();
-        let uri = method_uri("big:9443", V1_RUN_FUNCTION);
+        let head = method_head("big:9443", V1_RUN_FUNCTION);
         let call = call_on(
-            sender,
+            &connection,
             &budget,
             "fn",
-            &uri,
+            &head,
             &message,
             Some(Duration::from_secs(120)),
         );
@@ -704,7 +652,7 @@ mod tests {
     #[tokio::test]
     async fn a_function_status_comes_back_as_it_is_trailers_only_or_after_headers() {
         for trailers_only in [true, false] {
-            let (client, server) = tokio::io::duplex(1 << 16);
+            let (client, server) = UnixStream::pair().unwrap();
             serve(server, move |_, _| {
                 let mut status = grpc_status("12");
                 status.insert("grpc-message", "no such method".parse().unwrap());
@@ -721,7 +669,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_gone_is_a_lost_call_with_its_cause_kept() {
-        let (client, server) = tokio::io::duplex(1 << 16);
+        let (client, server) = UnixStream::pair().unwrap();
         tokio::spawn(async move {
             let mut connection = h2::server::handshake(server).await.unwrap();
             // Takes the call, then the server dies with it.
@@ -810,8 +758,8 @@ mod tests {
     }
 
     /// A server answering every call with `size` bytes.
-    fn answering(size: usize) -> DuplexStream {
-        let (client, server) = tokio::io::duplex(1 << 16);
+    fn answering(size: usize) -> UnixStream {
+        let (client, server) = UnixStream::pair().unwrap();
         serve(server, move |_, _| {
             let message = Bytes::from(vec![7u8; size]);
             (
@@ -864,13 +812,13 @@ mod tests {
         // on one connection: each waiting one stops being read with up
         // to a stream window of it received.
         let budget = budget_of(200 << 10);
-        let sender = handshake(answering(150 << 10), 4).await.unwrap();
+        let connection = handshake(answering(150 << 10), 4);
         let call = || async {
             call_on(
-                sender.clone(),
+                &connection,
                 &budget,
                 "fn",
-                &method_uri("fn:9443", V1_RUN_FUNCTION),
+                &method_head("fn:9443", V1_RUN_FUNCTION),
                 &Bytes::new(),
                 None,
             )
@@ -889,8 +837,8 @@ mod tests {
     /// A server answering every call with `chunks` as its DATA frames
     /// (the first one sent at once, each later one `every` after the last)
     /// and then `grpc-status: 0`.
-    fn answering_raw(chunks: Vec<Bytes>, every: Duration) -> DuplexStream {
-        let (client, server) = tokio::io::duplex(1 << 16);
+    fn answering_raw(chunks: Vec<Bytes>, every: Duration) -> UnixStream {
+        let (client, server) = UnixStream::pair().unwrap();
         tokio::spawn(async move {
             let mut connection = h2::server::handshake(server).await.unwrap();
             while let Some(Ok((_, mut respond))) = connection.accept().await {
@@ -977,5 +925,72 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.len(), 3 << 20);
+    }
+
+    #[tokio::test]
+    async fn a_request_larger_than_the_servers_windows_is_sent_as_they_open() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let mut small = h2::server::Builder::new();
+        small.initial_window_size(1000);
+        serve_with(small, server, |_, message| {
+            (
+                http::HeaderMap::new(),
+                Some(message),
+                Some(grpc_status("0")),
+            )
+        });
+        let message = Bytes::from((0..200 << 10).map(|i| i as u8).collect::<Vec<u8>>());
+        let connection = handshake(client, 1);
+        let head = method_head("fn:9443", V1_RUN_FUNCTION);
+        let budget = budget();
+        let call = call_on(&connection, &budget, "fn", &head, &message, None);
+        let answer = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the request never went whole")
+            .unwrap();
+        assert_eq!(answer, message);
+    }
+
+    #[tokio::test]
+    async fn a_call_the_server_went_away_before_is_made_again_on_a_new_connection() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fn.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            // The first connection: the server reads up to the call's
+            // HEADERS, then goes away having taken no stream.
+            let (mut first, _) = listener.accept().await.unwrap();
+            let mut read = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !frames(read.get(24..).unwrap_or_default())
+                .iter()
+                .any(|&(kind, _, _)| kind == 1)
+            {
+                let n = first.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the client closed before its call");
+                read.extend_from_slice(&buf[..n]);
+            }
+            let settings = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+            let goaway = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            first
+                .write_all(&[&settings[..], &goaway[..]].concat())
+                .await
+                .unwrap();
+            // The second answers.
+            let (second, _) = listener.accept().await.unwrap();
+            serve(second, |_, _| {
+                let answer = Some(Bytes::from_static(b"answer"));
+                (http::HeaderMap::new(), answer, Some(grpc_status("0")))
+            });
+            let _ = first.read(&mut buf).await;
+        });
+        let client = Client::new("fn", Dial::Unix(path), 1, Arc::new(budget()));
+        let answer =
+            tokio::time::timeout(Duration::from_secs(20), client.call(&Bytes::new(), None))
+                .await
+                .expect("the call was never answered")
+                .unwrap();
+        assert_eq!(answer, Bytes::from_static(b"answer"));
     }
 }

@@ -23,6 +23,7 @@
 //!   (`host/`, `compose/`): a front end's change never reaches it.
 pub(crate) mod budget;
 pub(crate) mod client;
+mod http2;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -230,6 +230,9 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
                 // A side's hop: xfn's own processes where it has any.
                 let hop = if xfn.is_zero() { tree } else { xfn };
                 let us = hop.as_secs_f64() * 1e6 / per_round as f64;
+                // A round in which a thread ended is left out (NaN).
+                let whole = before.threads.is_subset(&after.threads);
+                let us = if whole { us } else { f64::NAN };
                 println!("round{round}_{name}_hop_cpu_us={us:.1}");
                 hop_cpu[side].push(us);
             }
@@ -278,7 +281,7 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
         let mut ratios: Vec<f64> = hop_cpu[1]
             .iter()
             .zip(&hop_cpu[side])
-            .filter(|(_, peer)| **peer > 0.0)
+            .filter(|(xfn, peer)| **peer > 0.0 && xfn.is_finite() && peer.is_finite())
             .map(|(xfn, peer)| xfn / peer)
             .collect();
         if ratios.is_empty() {
@@ -306,13 +309,17 @@ async fn warm(direct: &str, hosted: &str, peers: &[String]) -> Result<(), AnyErr
 }
 
 /// CPU time of a process tree.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct CpuTime {
     /// All of its processes'.
     tree: Duration,
     /// Those whose command is `xfn host` (the supervisor, its PID
     /// namespace's init and xfn itself, not the containers).
     xfn: Duration,
+    /// The threads counted: one gone between two readings took its CPU
+    /// time with it (a blocking thread that made a container ahead, idle
+    /// for 10 s), so their difference is not what the calls between cost.
+    threads: std::collections::BTreeSet<String>,
 }
 
 /// Process `pid` and its descendants, each with whether it is one of xfn's
@@ -346,6 +353,7 @@ fn process_tree(pid: &str) -> Vec<(String, bool)> {
 /// each thread's `/proc/PID/task/TID/schedstat` (nanoseconds on a CPU).
 fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
     let (mut tree, mut xfn) = (0u64, 0u64);
+    let mut threads = std::collections::BTreeSet::new();
     for (pid, is_xfn) in process_tree(pid) {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
@@ -361,12 +369,14 @@ fn cpu_time(pid: &str) -> Result<CpuTime, AnyError> {
                 if is_xfn {
                     xfn += ns;
                 }
+                threads.insert(task.file_name().to_string_lossy().into_owned());
             }
         }
     }
     Ok(CpuTime {
         tree: Duration::from_nanos(tree),
         xfn: Duration::from_nanos(xfn),
+        threads,
     })
 }
 

@@ -59,8 +59,9 @@ const TABLE_SIZE: usize = 4096;
 /// The highest stream id a client may open.
 const LAST_ID: u32 = (1 << 31) - 1;
 
+// Frame types and flags (RFC 9113, 6); the rest as the `:authority`
+// fix-up of xfn's server names them.
 const DATA: u8 = 0;
-const HEADERS: u8 = 1;
 const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
@@ -68,13 +69,10 @@ const PUSH_PROMISE: u8 = 5;
 const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const WINDOW_UPDATE: u8 = 8;
-const CONTINUATION: u8 = 9;
-
-const END_STREAM: u8 = 0x1;
 const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY_FLAG: u8 = 0x20;
+use crate::grpc::authority::{
+    CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PADDED, PRIORITY as PRIORITY_FLAG,
+};
 
 /// An HTTP/2 error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

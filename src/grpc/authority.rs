@@ -53,12 +53,15 @@ const OVERSIZE_NAME: &[u8] = b"x-xfn-header-list-over-bound";
 /// What a bad authority becomes.
 const REPLACEMENT: &[u8] = b"localhost";
 
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
+// HTTP/2 frame types and flags (RFC 9113, 6), also read by xfn's client
+// of function servers (`function_server::http2`).
+pub(crate) const HEADERS: u8 = 0x1;
+pub(crate) const CONTINUATION: u8 = 0x9;
+pub(crate) const END_STREAM: u8 = 0x1;
+pub(crate) const END_HEADERS: u8 = 0x4;
+pub(crate) const PADDED: u8 = 0x8;
+/// The HEADERS flag (not the frame type).
+pub(crate) const PRIORITY: u8 = 0x20;
 
 /// Where the reader is in the client's byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

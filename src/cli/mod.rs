@@ -441,9 +441,9 @@ pub(crate) struct Global {
 }
 
 /// Sets up tracing to stderr: `info` (and why h2 reset a stream) by
-/// default, `debug` with `-d` (xfn's own; HTTP/2 frames and connection
-/// pools only at `RUST_LOG=…,h2=debug`: they drowned a call's ~10 lines in
-/// ~90), or whatever `RUST_LOG` says. Text lines
+/// default, `debug` with `-d` (xfn's own; HTTP/2 frames, HPACK tables and
+/// connection pools only at `RUST_LOG=…,h2=debug,loona_hpack=debug`: they
+/// drowned a call's ~10 lines in ~90), or whatever `RUST_LOG` says. Text lines
 /// escape what their fields carry (see [`logging`]); JSON escapes by itself.
 pub(crate) fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
@@ -451,7 +451,7 @@ pub(crate) fn init_logging(global: &Global) {
     // connection (a malformed header, a bad preface): the caller sees
     // INTERNAL or a reset and nothing else, so its reasons always show.
     let default = if global.debug {
-        "debug,h2=info,h2::server=debug,hyper=info,hyper_util=info,tower=info"
+        "debug,h2=info,h2::server=debug,hyper=info,hyper_util=info,tower=info,loona_hpack=info"
     } else {
         "info,h2::server=debug"
     };

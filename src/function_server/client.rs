@@ -35,6 +35,7 @@ use tonic::{Code, Status};
 use super::budget::{Pace, ResponseShare, MAX_RESPONSE, PREFIX};
 use super::http2::{handshake, Block, Connection, Http2Error, RequestHead};
 use crate::grpc::deadline::format_grpc_timeout;
+use crate::grpc::raw::prefix;
 use crate::sandbox::netns::NetworkNamespace;
 
 /// The method a function serves, in the version asked.
@@ -291,15 +292,15 @@ async fn call_on(
     message: &Bytes,
     timeout: Option<Duration>,
 ) -> Result<Bytes, Status> {
-    if u32::try_from(message.len()).is_err() {
-        return Err(Status::resource_exhausted(format!(
-            "a message of {} bytes is longer than gRPC frames",
-            message.len()
-        )));
-    }
+    let prefix = prefix(message.len())?;
     let timeout = timeout.map(format_grpc_timeout);
     let stream = connection
-        .open(head, timeout.as_ref().map(|t| t.as_bytes()), message)
+        .open(
+            head,
+            timeout.as_ref().map(|t| t.as_bytes()),
+            prefix,
+            message,
+        )
         .await
         .map_err(|e| lost("the call could not be sent", e))?;
     match stream.head().await.map_err(|e| lost("no answer", e))? {

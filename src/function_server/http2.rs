@@ -36,7 +36,7 @@ use tonic::codegen::http;
 use tonic::Code;
 
 use crate::grpc::authority::MAX_HEADER_LIST;
-use crate::grpc::raw::{framed, PREFIX};
+use crate::grpc::raw::PREFIX;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const FRAME_HEADER: usize = 9;
@@ -453,12 +453,14 @@ impl Connection {
         state.failed.is_none() && !state.going_away && state.next_id <= LAST_ID
     }
 
-    /// Sends a call of `message` with `head` (and `timeout`, as
-    /// `grpc-timeout`), once the server's MAX_CONCURRENT_STREAMS lets it.
+    /// Sends a call of `message` (after its gRPC `prefix`) with `head`
+    /// (and `timeout`, as `grpc-timeout`), once the server's
+    /// MAX_CONCURRENT_STREAMS lets it.
     pub(super) async fn open(
         self: &Arc<Self>,
         head: &RequestHead,
         timeout: Option<&[u8]>,
+        prefix: [u8; PREFIX],
         message: &Bytes,
     ) -> Result<Stream, Http2Error> {
         // Told of a stream freed only when none is free: most calls never
@@ -474,7 +476,7 @@ impl Connection {
                     return Err(Http2Error::Unprocessed(Reason::NO_ERROR));
                 }
                 if state.streams.len() < state.max_streams {
-                    let id = self.start(&mut state, head, timeout, message);
+                    let id = self.start(&mut state, head, timeout, prefix, message);
                     return Ok(Stream {
                         connection: Arc::clone(self),
                         id,
@@ -501,6 +503,7 @@ impl Connection {
         state: &mut State,
         head: &RequestHead,
         timeout: Option<&[u8]>,
+        prefix: [u8; PREFIX],
         message: &Bytes,
     ) -> u32 {
         let id = state.next_id;
@@ -554,15 +557,17 @@ impl Connection {
         let framed_len = PREFIX + message.len();
         let room = slot.send_window.min(state.send_window).max(0) as usize;
         if framed_len <= room {
-            let [a, b, c, d] = (message.len() as u32).to_be_bytes();
-            put_data(out, id, &[&[0, a, b, c, d], message], max_frame, true);
+            put_data(out, id, &[&prefix, message], max_frame, true);
             slot.local_ended = true;
             state.send_window -= framed_len as i64;
             slot.send_window -= framed_len as i64;
         } else {
             // Copied once, in this rare case only: sent as the server's
-            // windows grow. (The caller checked its length.)
-            let mut rest = framed(message).unwrap_or_default();
+            // windows grow.
+            let mut rest = BytesMut::with_capacity(framed_len);
+            rest.extend_from_slice(&prefix);
+            rest.extend_from_slice(message);
+            let mut rest = rest.freeze();
             let now = rest.split_to(room);
             put_data(out, id, &[&now], max_frame, false);
             state.send_window -= room as i64;
@@ -1384,7 +1389,10 @@ mod tests {
 
     async fn call(connection: &Arc<Connection>) -> Stream {
         let head = RequestHead::new("fn:9443", "/fn/Run");
-        connection.open(&head, None, &Bytes::new()).await.unwrap()
+        connection
+            .open(&head, None, [0; PREFIX], &Bytes::new())
+            .await
+            .unwrap()
     }
 
     /// A header block of `:status 200`.

@@ -24,7 +24,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http_body::{Body as _, Frame};
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -225,17 +225,23 @@ fn prefixed_length(held: &[u8], max_message: usize) -> Result<usize, Status> {
     }
 }
 
+/// The prefix gRPC sends before an uncompressed message of `length` bytes.
+pub(crate) fn prefix(length: usize) -> Result<[u8; PREFIX], Status> {
+    let [a, b, c, d] = u32::try_from(length)
+        .map_err(|_| {
+            Status::resource_exhausted(format!(
+                "a message of {length} bytes is longer than gRPC frames"
+            ))
+        })?
+        .to_be_bytes();
+    Ok([0, a, b, c, d])
+}
+
 /// `message` with its prefix, as gRPC sends one uncompressed.
 pub(crate) fn framed(message: &[u8]) -> Result<Bytes, Status> {
-    let length = u32::try_from(message.len()).map_err(|_| {
-        Status::resource_exhausted(format!(
-            "a message of {} bytes is longer than gRPC frames",
-            message.len()
-        ))
-    })?;
+    let prefix = prefix(message.len())?;
     let mut framed = BytesMut::with_capacity(PREFIX + message.len());
-    framed.put_u8(0);
-    framed.put_u32(length);
+    framed.extend_from_slice(&prefix);
     framed.extend_from_slice(message);
     Ok(framed.freeze())
 }

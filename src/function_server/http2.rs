@@ -420,16 +420,26 @@ fn window_update(out: &mut BytesMut, stream: u32, increment: u32) {
     }
 }
 
-/// DATA frames of `stream` carrying `parts` one after the other, each at
-/// most `max_frame`, the last one ending the stream when `end`.
-fn put_data(out: &mut BytesMut, stream: u32, parts: &[&[u8]], max_frame: usize, end: bool) {
+/// Frames of `stream` carrying `parts` one after the other, each at most
+/// `max_frame`: the first of kind `kinds.0`, the rest of `kinds.1` (a
+/// header block's CONTINUATIONs), the last one flagged `last` (END_HEADERS,
+/// or END_STREAM when the request ends).
+fn put_frames(
+    out: &mut BytesMut,
+    stream: u32,
+    kinds: (u8, u8),
+    parts: &[&[u8]],
+    max_frame: usize,
+    last: u8,
+) {
     let total: usize = parts.iter().map(|p| p.len()).sum();
-    let (mut part, mut offset, mut left) = (0, 0, total);
+    let (mut part, mut offset, mut left, mut kind) = (0, 0, total, kinds.0);
     while left > 0 {
         let length = left.min(max_frame);
         left -= length;
-        let flags = if end && left == 0 { END_STREAM } else { 0 };
-        frame_header(out, length, DATA, flags, stream);
+        let flags = if left == 0 { last } else { 0 };
+        frame_header(out, length, kind, flags, stream);
+        kind = kinds.1;
         let mut need = length;
         while need > 0 {
             let take = (parts[part].len() - offset).min(need);
@@ -527,37 +537,28 @@ impl Connection {
             _ => &extra[..0],
         };
         let max_frame = state.max_send_frame;
-        let block = [&head.block[..], extra];
-        let total = block[0].len() + block[1].len();
-        let first = total.min(max_frame);
-        let flags = if first == total { END_HEADERS } else { 0 };
         let out = &mut state.out;
-        frame_header(out, first, HEADERS, flags, id);
-        // The block's bytes in frames: HEADERS, then CONTINUATIONs.
-        let mut written = 0;
-        let mut frame_left = first;
-        for part in block {
-            let mut part = part;
-            while !part.is_empty() {
-                if frame_left == 0 {
-                    let length = (total - written).min(max_frame);
-                    let flags = if written + length == total {
-                        END_HEADERS
-                    } else {
-                        0
-                    };
-                    frame_header(out, length, CONTINUATION, flags, id);
-                    frame_left = length;
-                }
-                let take = part.len().min(frame_left);
-                out.extend_from_slice(&part[..take]);
-                (part, frame_left, written) = (&part[take..], frame_left - take, written + take);
-            }
-        }
+        // The block in frames: HEADERS, then CONTINUATIONs.
+        let block = [&head.block[..], extra];
+        put_frames(
+            out,
+            id,
+            (HEADERS, CONTINUATION),
+            &block,
+            max_frame,
+            END_HEADERS,
+        );
         let framed_len = PREFIX + message.len();
         let room = slot.send_window.min(state.send_window).max(0) as usize;
         if framed_len <= room {
-            put_data(out, id, &[&prefix, message], max_frame, true);
+            put_frames(
+                out,
+                id,
+                (DATA, DATA),
+                &[&prefix, message],
+                max_frame,
+                END_STREAM,
+            );
             slot.local_ended = true;
             state.send_window -= framed_len as i64;
             slot.send_window -= framed_len as i64;
@@ -569,7 +570,7 @@ impl Connection {
             rest.extend_from_slice(message);
             let mut rest = rest.freeze();
             let now = rest.split_to(room);
-            put_data(out, id, &[&now], max_frame, false);
+            put_frames(out, id, (DATA, DATA), &[&now], max_frame, 0);
             state.send_window -= room as i64;
             slot.send_window -= room as i64;
             slot.unsent = rest;
@@ -682,7 +683,8 @@ impl Connection {
             let now = slot.unsent.split_to(room.min(slot.unsent.len()));
             let end = slot.unsent.is_empty();
             if !now.is_empty() {
-                put_data(out, *id, &[&now], *max_send_frame, end);
+                let last = if end { END_STREAM } else { 0 };
+                put_frames(out, *id, (DATA, DATA), &[&now], *max_send_frame, last);
                 *send_window -= now.len() as i64;
                 slot.send_window -= now.len() as i64;
             }

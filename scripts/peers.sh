@@ -131,6 +131,18 @@ while read -r name module version main; do
     echo "peers: built $name in $((SECONDS - start)) s" >&2
 done <<<"$PEERS"
 
+# h2spec, the HTTP/2 conformance suite xfn's own HTTP/2 server
+# (src/grpc/http2.rs) is held to (tests/server_http2.rs). Its module has no
+# go.mod (`+incompatible`), so it is built by `go install` from the proxy.
+h2spec_version=v2.2.1+incompatible
+if ! [ -x "$cache/bin/h2spec" ] || [ "$(cat "$cache/bin/h2spec.version" 2>/dev/null)" != "$h2spec_version" ]; then
+    echo "peers: building h2spec (github.com/summerwind/h2spec@$h2spec_version)" >&2
+    mkdir -p "$cache/bin"
+    GOBIN="$cache/bin" GOFLAGS=-trimpath timeout 900 go install "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version"
+    echo "$h2spec_version" >"$cache/bin/h2spec.version"
+    built=1
+fi
+
 # The client shaped as Crossplane core dials a Function (tests/peers/dial:
 # xfn's own test code, not a peer's), built beside the peers from the same
 # module cache; stamped with its sources' hash.

@@ -1,9 +1,9 @@
 //! What a caller speaking hostile HTTP/2 cannot do to the real `xfn start`:
 //! a header block that HPACK expands (every field a one-byte reference to
 //! a 4 KiB dynamic-table entry) is refused with a stream or connection
-//! error within a bounded peak memory, on both paths of the daemon's
-//! `:authority` fix-up (`src/grpc/authority.rs`), and other calls are
-//! served meanwhile and after.
+//! error within a bounded peak memory, whether its `:authority` parses or
+//! is gRPC C-core's percent-encoded one (read as `localhost` by
+//! `src/grpc/http2.rs`), and other calls are served meanwhile and after.
 
 use std::time::Duration;
 
@@ -22,10 +22,9 @@ const CONTINUATION: u8 = 0x9;
 const END_HEADERS: u8 = 0x4;
 /// The frame size every HTTP/2 peer accepts.
 const MAX_FRAME: usize = 16_384;
-/// The most header-block bytes `xfn start` gathers before passing a block
-/// on or failing the connection; a block of that size is the largest whose
-/// HPACK xfn decodes itself.
-const WRAPPER_BLOCK: usize = 64 << 10;
+/// The most header-block bytes `xfn start` gathers before failing the
+/// connection (`MAX_BLOCK`, src/grpc/frame.rs).
+const MAX_BLOCK: usize = 64 << 10;
 /// What the daemon's peak resident memory may grow by under every attack
 /// of a test at once (each decoded whole would cost at least 256 MiB).
 const BUDGET: u64 = 96 << 20;
@@ -220,7 +219,7 @@ async fn refused_within_budget(daemon: &Daemon, attacks: Vec<(&str, Vec<u8>, u32
     );
     for (name, answer) in &answers {
         eprintln!("{name}: {answer:?}");
-        // Refused: 431 (h2's answer to a header list over its bound), a
+        // Refused: 431 (the answer to a header list over its bound), a
         // stream reset or the connection's end; never a call.
         match answer {
             Answer::Headers(status, None) => assert_eq!(status, "431", "{name}"),
@@ -242,23 +241,23 @@ async fn a_header_block_that_hpack_expands_is_refused_within_the_memory_budget()
     let daemon = Daemon::start(&[]).await;
     let mut attacks = Vec::new();
     for (authority, path) in [
-        (b"localhost".as_slice(), "passed to h2 as it came"),
-        (b"crossplane%2Ffn%2Fdefault.sock".as_slice(), "re-encoded"),
+        (b"localhost".as_slice(), "an authority that parses"),
+        (
+            b"crossplane%2Ffn%2Fdefault.sock".as_slice(),
+            "a percent-encoded authority",
+        ),
     ] {
-        // Just over the list bound (five 4 KiB fields: h2 refuses the
-        // stream alone), the largest block xfn decodes, and one far larger
+        // Just over the list bound (five 4 KiB fields: the stream alone is
+        // refused), the largest block xfn decodes, and one far larger
         // than any it takes.
-        for refs in [5, WRAPPER_BLOCK - 4300, 1 << 20] {
+        for refs in [5, MAX_BLOCK - 4300, 1 << 20] {
             let block = header_block(authority, refs);
             let name = format!("{}-byte first block, {path}", block.len());
             attacks.push((name, header_frames(1, &block), 1));
         }
         // The bomb in the second block, after a plain first request.
         let mut frames = header_frames(1, &header_block(authority, 0));
-        frames.extend(header_frames(
-            3,
-            &header_block(authority, WRAPPER_BLOCK - 4300),
-        ));
+        frames.extend(header_frames(3, &header_block(authority, MAX_BLOCK - 4300)));
         attacks.push((format!("second block, {path}"), frames, 3));
     }
     let attacks = attacks

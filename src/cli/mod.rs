@@ -440,20 +440,21 @@ pub(crate) struct Global {
     pub(crate) log_format: LogFormat,
 }
 
-/// Sets up tracing to stderr: `info` (and why h2 reset a stream) by
-/// default, `debug` with `-d` (xfn's own; HTTP/2 frames, HPACK tables and
-/// connection pools only at `RUST_LOG=…,h2=debug,loona_hpack=debug`: they
-/// drowned a call's ~10 lines in ~90), or whatever `RUST_LOG` says. Text lines
-/// escape what their fields carry (see [`logging`]); JSON escapes by itself.
+/// Sets up tracing to stderr: `info` (and why xfn's HTTP/2 server reset a
+/// caller's stream or connection) by default, `debug` with `-d` (xfn's own;
+/// HTTP/2 and connection pools of the crates it uses only at
+/// `RUST_LOG=…,h2=debug`: they drowned a call's ~10 lines in ~90), or
+/// whatever `RUST_LOG` says. Text lines escape what their fields carry (see
+/// [`logging`]); JSON escapes by itself.
 pub(crate) fn init_logging(global: &Global) {
     use tracing_subscriber::EnvFilter;
-    // h2 says at debug level only why it reset a caller's stream or
+    // The server says at debug level only why it reset a caller's stream or
     // connection (a malformed header, a bad preface): the caller sees
     // INTERNAL or a reset and nothing else, so its reasons always show.
     let default = if global.debug {
-        "debug,h2=info,h2::server=debug,hyper=info,hyper_util=info,tower=info,loona_hpack=info"
+        "debug,h2=info,hyper=info,hyper_util=info,tower=info"
     } else {
-        "info,h2::server=debug"
+        "info,xfn::grpc::http2=debug"
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // Colours only for a person at a terminal: escapes in a CI log or a

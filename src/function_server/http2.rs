@@ -13,7 +13,7 @@
 //! - **Everything the server sends is bounded**: frames by the 16 KiB
 //!   announced (larger: FRAME_SIZE_ERROR), a header block by [`MAX_BLOCK`]
 //!   and its decoded list by [`MAX_HEADER_LIST`] (HPACK with the server's
-//!   dynamic table, `loona-hpack`), a stream's unread bytes by its window
+//!   dynamic table, `grpc::hpack`), a stream's unread bytes by its window
 //!   (more: the stream is reset), streams by the caller (push refused),
 //!   and the replies it provokes (SETTINGS and PING acknowledgements) by
 //!   [`MAX_CONTROL_PENDING`] queued unwritten: past it, the connection is
@@ -22,7 +22,6 @@
 //!   window is given back as data arrives, each stream's as its caller
 //!   reads (a response waiting for room in the budget only fills its own).
 //! - **A call dropped is reset on the wire** (RST_STREAM CANCEL).
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -35,85 +34,22 @@ use tokio::io::AsyncRead;
 use tonic::codegen::http;
 use tonic::Code;
 
-use crate::grpc::authority::MAX_HEADER_LIST;
+use crate::grpc::frame::{
+    frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
+    END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_BLOCK, MAX_FRAME, MAX_HEADER_LIST,
+    MAX_WINDOW, PADDED, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
+    TABLE_SIZE, WINDOW_UPDATE,
+};
+use crate::grpc::hpack::{literal, Decoder};
 use crate::grpc::raw::PREFIX;
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const FRAME_HEADER: usize = 9;
-/// The largest frame xfn takes (`SETTINGS_MAX_FRAME_SIZE`'s default, never
-/// raised) and the largest it sends before the server says more.
-const MAX_FRAME: usize = 16_384;
-/// Most header-block bytes (HEADERS and its CONTINUATIONs) gathered: h2's
-/// own limit, 4 times the list (a table reference decodes to more).
-pub(super) const MAX_BLOCK: usize = 4 * MAX_HEADER_LIST;
 /// What each stream may have received and not yet been read (h2's default
 /// window, `SETTINGS_INITIAL_WINDOW_SIZE` announced).
 pub(super) const STREAM_WINDOW: u32 = 65_535;
-const MAX_WINDOW: i64 = (1 << 31) - 1;
 /// Bytes of frames xfn queues unwritten while the server does not read
 /// (its acknowledgements, window updates, resets): a server flooding
 /// PINGs or SETTINGS it never reads the answers to is cut off here.
 pub(super) const MAX_CONTROL_PENDING: usize = 64 << 10;
-/// The dynamic table the server's encoder may use (the default).
-const TABLE_SIZE: usize = 4096;
-/// The highest stream id a client may open.
-const LAST_ID: u32 = (1 << 31) - 1;
-
-// Frame types and flags (RFC 9113, 6); the rest as the `:authority`
-// fix-up of xfn's server names them.
-const DATA: u8 = 0;
-const PRIORITY: u8 = 2;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const PUSH_PROMISE: u8 = 5;
-const PING: u8 = 6;
-const GOAWAY: u8 = 7;
-const WINDOW_UPDATE: u8 = 8;
-const ACK: u8 = 0x1;
-use crate::grpc::authority::{
-    CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PADDED, PRIORITY as PRIORITY_FLAG,
-};
-
-/// An HTTP/2 error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reason(pub(crate) u32);
-
-impl Reason {
-    pub(crate) const NO_ERROR: Reason = Reason(0);
-    pub(crate) const PROTOCOL_ERROR: Reason = Reason(1);
-    pub(crate) const FLOW_CONTROL_ERROR: Reason = Reason(3);
-    pub(crate) const STREAM_CLOSED: Reason = Reason(5);
-    pub(crate) const FRAME_SIZE_ERROR: Reason = Reason(6);
-    pub(crate) const REFUSED_STREAM: Reason = Reason(7);
-    pub(crate) const CANCEL: Reason = Reason(8);
-    pub(crate) const COMPRESSION_ERROR: Reason = Reason(9);
-    pub(crate) const ENHANCE_YOUR_CALM: Reason = Reason(11);
-}
-
-impl std::fmt::Display for Reason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const NAMES: [&str; 14] = [
-            "NO_ERROR",
-            "PROTOCOL_ERROR",
-            "INTERNAL_ERROR",
-            "FLOW_CONTROL_ERROR",
-            "SETTINGS_TIMEOUT",
-            "STREAM_CLOSED",
-            "FRAME_SIZE_ERROR",
-            "REFUSED_STREAM",
-            "CANCEL",
-            "COMPRESSION_ERROR",
-            "CONNECT_ERROR",
-            "ENHANCE_YOUR_CALM",
-            "INADEQUATE_SECURITY",
-            "HTTP_1_1_REQUIRED",
-        ];
-        match NAMES.get(self.0 as usize) {
-            Some(name) => f.write_str(name),
-            None => write!(f, "error code {:#x}", self.0),
-        }
-    }
-}
 
 /// Why a call on a connection failed (a lost call's status keeps it as its
 /// source).
@@ -223,20 +159,6 @@ impl RequestHead {
             block: Bytes::from(block),
         }
     }
-}
-
-/// A field as a literal without indexing, its name the static table's
-/// `index` or (0) `name`.
-fn literal(block: &mut Vec<u8>, index: usize, name: &[u8], value: &[u8]) {
-    use loona_hpack::encoder::encode_integer_into;
-    // Writes to a `Vec` never fail.
-    let _ = encode_integer_into(index, 4, 0x00, block);
-    if index == 0 {
-        let _ = encode_integer_into(name.len(), 7, 0x00, block);
-        block.extend_from_slice(name);
-    }
-    let _ = encode_integer_into(value.len(), 7, 0x00, block);
-    block.extend_from_slice(value);
 }
 
 /// A header block of the answer, as the call reads it.
@@ -396,60 +318,11 @@ pub(super) fn handshake(socket: impl Socket, streams: usize) -> Arc<Connection> 
         connection: Arc::downgrade(&connection),
         io: read,
         buf: BytesMut::with_capacity(2 * (FRAME_HEADER + MAX_FRAME)),
-        decoder: {
-            let mut decoder = loona_hpack::Decoder::new();
-            decoder.set_max_allowed_table_size(TABLE_SIZE);
-            decoder
-        },
+        decoder: Decoder::new(TABLE_SIZE),
         block: None,
         fields: Fields::default(),
     });
     connection
-}
-
-fn frame_header(out: &mut BytesMut, length: usize, kind: u8, flags: u8, stream: u32) {
-    let [_, a, b, c] = (length as u32).to_be_bytes();
-    out.extend_from_slice(&[a, b, c, kind, flags]);
-    out.put_u32(stream);
-}
-
-fn window_update(out: &mut BytesMut, stream: u32, increment: u32) {
-    if increment > 0 {
-        frame_header(out, 4, WINDOW_UPDATE, 0, stream);
-        out.put_u32(increment);
-    }
-}
-
-/// Frames of `stream` carrying `parts` one after the other, each at most
-/// `max_frame`: the first of kind `kinds.0`, the rest of `kinds.1` (a
-/// header block's CONTINUATIONs), the last one flagged `last` (END_HEADERS,
-/// or END_STREAM when the request ends).
-fn put_frames(
-    out: &mut BytesMut,
-    stream: u32,
-    kinds: (u8, u8),
-    parts: &[&[u8]],
-    max_frame: usize,
-    last: u8,
-) {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let (mut part, mut offset, mut left, mut kind) = (0, 0, total, kinds.0);
-    while left > 0 {
-        let length = left.min(max_frame);
-        left -= length;
-        let flags = if left == 0 { last } else { 0 };
-        frame_header(out, length, kind, flags, stream);
-        kind = kinds.1;
-        let mut need = length;
-        while need > 0 {
-            let take = (parts[part].len() - offset).min(need);
-            out.extend_from_slice(&parts[part][offset..offset + take]);
-            (offset, need) = (offset + take, need - take);
-            if offset == parts[part].len() {
-                (part, offset) = (part + 1, 0);
-            }
-        }
-    }
 }
 
 impl Connection {
@@ -813,7 +686,7 @@ struct Reader {
     connection: Weak<Connection>,
     io: Box<dyn AsyncRead + Send + Unpin>,
     buf: BytesMut,
-    decoder: loona_hpack::Decoder<'static>,
+    decoder: Decoder,
     block: Option<Partial>,
     fields: Fields,
 }
@@ -1189,31 +1062,29 @@ impl Reader {
         let mut size = 0usize;
         let mut status = None;
         let mut grpc_status = None;
-        let decoded = self
-            .decoder
-            .decode_with_cb(block, |name: Cow<[u8]>, value: Cow<[u8]>| {
-                size = size.saturating_add(name.len() + value.len() + 32);
-                if size > MAX_HEADER_LIST {
-                    return;
+        let decoded = self.decoder.decode(block, |name: &[u8], value: &[u8]| {
+            size = size.saturating_add(name.len() + value.len() + 32);
+            if size > MAX_HEADER_LIST {
+                return;
+            }
+            match name {
+                b":status" => {
+                    status = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|s| s.parse::<u16>().ok())
                 }
-                match &*name {
-                    b":status" => {
-                        status = std::str::from_utf8(&value)
-                            .ok()
-                            .and_then(|s| s.parse::<u16>().ok())
+                name if name.starts_with(b":") => {}
+                name => {
+                    if name == b"grpc-status" {
+                        grpc_status = Some(value == b"0");
                     }
-                    name if name.starts_with(b":") => {}
-                    name => {
-                        if name == b"grpc-status" {
-                            grpc_status = Some(&*value == b"0");
-                        }
-                        bytes.extend_from_slice(name);
-                        let name_end = bytes.len();
-                        bytes.extend_from_slice(&value);
-                        ends.push((name_end, bytes.len()));
-                    }
+                    bytes.extend_from_slice(name);
+                    let name_end = bytes.len();
+                    bytes.extend_from_slice(value);
+                    ends.push((name_end, bytes.len()));
                 }
-            });
+            }
+        });
         if decoded.is_err() {
             return Err(Http2Error::protocol(
                 Reason::COMPRESSION_ERROR,

@@ -10,8 +10,8 @@
 //!
 //! A connection asked to close gracefully gets [`CLOSE_GRACE`] after its
 //! last call ends to finish the GOAWAY exchange; a client that does not
-//! (it never reads) is cut then: its socket is shut down under hyper, which
-//! ends the connection.
+//! (it never reads) is cut then: its socket is shut down under its HTTP/2
+//! server, which ends the connection.
 //!
 //! Every close the daemon decides is counted by reason in
 //! `xfn_connections_closed_total`; `xfn_connections_open` is the gauge.
@@ -176,7 +176,7 @@ struct Lifecycle {
     closing_since: Instant,
     /// Its socket was shut down.
     cut: bool,
-    /// hyper dropped it.
+    /// Its HTTP/2 server dropped it.
     ended: bool,
 }
 
@@ -381,7 +381,7 @@ impl Connections {
 
     /// Waits until a new connection may be taken with at most one over
     /// the cap held open. A connection cut still holds its descriptor
-    /// until hyper drops it, which its task does only when it next runs:
+    /// until its server drops it, which its task does only when it next runs:
     /// counting it, and waiting here for it to go, bounds the descriptors
     /// by the table rather than by how far the tasks run behind a flood.
     /// Quiet connections already asked to close are cut meanwhile (they
@@ -586,7 +586,7 @@ impl Connections {
 }
 
 /// A connection's socket, tracked: counts the first bytes read (the
-/// handshake), takes it out of the table when hyper drops it, and carries
+/// handshake), takes it out of the table when its server drops it, and carries
 /// its [`Conn`] to the call counter.
 #[derive(Debug)]
 pub(crate) struct Tracked<IO> {
@@ -856,7 +856,7 @@ mod tests {
         let table = table(2);
         let first = table.admit(socket()).unwrap();
         let _second = table.admit(socket()).unwrap();
-        // Cut (say, at its handshake timeout) and not yet dropped by hyper:
+        // Cut (say, at its handshake timeout) and not yet dropped by its server:
         // its descriptor is still open.
         first.conn().cut();
         table.room().await;

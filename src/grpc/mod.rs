@@ -23,11 +23,13 @@
 //!
 //! More of the why: docs/design.md, "Notes behind the code", `src/grpc/mod.rs`.
 pub(crate) mod admission;
-pub(crate) mod authority;
 pub(crate) mod calls;
 pub(crate) mod connections;
 pub(crate) mod daemon;
 pub(crate) mod deadline;
+pub(crate) mod frame;
+pub(crate) mod hpack;
+pub(crate) mod http2;
 pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod raw;

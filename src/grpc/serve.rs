@@ -2,12 +2,13 @@
 //! services plus health and reflection, on the connections it accepts,
 //! with a graceful drain on shutdown.
 //!
-//! Each admitted connection is served by hyper's HTTP/2 server directly,
-//! on one serving thread ([`super::threads`]; accepted, and admitted under
-//! the cap, here): its socket is registered with that thread's reactor,
-//! TLS done on it first when the front end serves TLS ([`super::sni`]).
-//! [`super::connections`] decides when a connection is to close; hyper's
-//! graceful shutdown (GOAWAY, calls in flight finish) closes it.
+//! Each admitted connection is served by xfn's own HTTP/2 server
+//! ([`super::http2`]), on one serving thread ([`super::threads`]; accepted,
+//! and admitted under the cap, here): its socket is registered with that
+//! thread's reactor, TLS done on it first when the front end serves TLS
+//! ([`super::sni`]). [`super::connections`] decides when a connection is to
+//! close; the server's graceful close (GOAWAY, calls taken finish) closes
+//! it.
 //!
 //! Why not tonic's transport server: per call it inserted its connect info
 //! into the request's extensions, cloned a boxed service, boxed the body,
@@ -17,7 +18,6 @@
 //! ([`Glue`]) does per call only what the services need: the body boxed as
 //! tonic's, one extension ([`Arrived`]: when, and the SNI), the call
 //! counted until its response body is done, and the service its path names.
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,17 +26,15 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic_health::ServingStatus;
 
-use super::authority::{LenientAuthority, MAX_HEADER_LIST};
 use super::connections::{CallGuard, Conn, Connections, Counted, Tracked};
 use super::deadline::{Arrived, Deadlined};
+use super::http2::{Answering, Http2Error, RequestBody};
 use super::listen::tcp_incoming;
 use super::route::{Answer, Served, Services, ServicesBuilder};
 use super::sni::SniConfigs;
@@ -164,7 +162,6 @@ pub(crate) async fn serve(
     routes.add(reflection_v1()?);
     routes.add(reflection_v1alpha()?);
     let serving = Arc::new(Serving {
-        http2: http2_builder(),
         services: routes.build(),
         tls,
         handshake_timeout: connections.limits().handshake_timeout,
@@ -187,10 +184,7 @@ pub(crate) async fn serve(
     match incoming {
         Incoming::Unix(incoming) => {
             let incoming = incoming.map(|io| io.and_then(tokio::net::UnixStream::into_std));
-            let spawn = hand_over(
-                |io| tokio::net::UnixStream::from_std(io).map(LenientAuthority::new),
-                serving,
-            );
+            let spawn = hand_over(tokio::net::UnixStream::from_std, serving);
             let server = serve_each(incoming, connections, stopped, spawn);
             drain_on(server, stop, drain, stopping).await
         }
@@ -203,32 +197,9 @@ pub(crate) async fn serve(
     }
 }
 
-/// Each connection's HTTP/2 settings: those tonic's server (0.14.9) set,
-/// so a client sees the same server. Flow control windows 1 MiB for the
-/// connection and for each stream, not adaptive; frames of at most 16 KiB;
-/// no keep-alive pings (tonic's 20 s ack timeout unused without them);
-/// hyper's date header; [`MAX_HEADER_LIST`] (h2's 16 KiB, said here so the
-/// `:authority` fix-up decodes under the bound h2 announces and refuses
-/// past): hyper's defaults. Set as tonic set them, over hyper's defaults:
-/// no cap on concurrent streams (hyper's 200; admission bounds the calls),
-/// h2's 20 pending-accept resets. Not as tonic: hyper's cap of 1024 streams
-/// reset for a client's protocol errors is kept (tonic had none; a flood of
-/// them is RUSTSEC-2024-0003's). HTTP/2 only, as tonic without `accept_http1`.
-fn http2_builder() -> http2::Builder<TokioExecutor> {
-    let max_header_list = u32::try_from(MAX_HEADER_LIST).unwrap_or(u32::MAX);
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(None)
-        .max_pending_accept_reset_streams(None)
-        .max_header_list_size(max_header_list);
-    builder
-}
-
 /// What serves every connection of one server: its HTTP/2 settings, its
 /// services, its TLS.
 struct Serving {
-    http2: http2::Builder<TokioExecutor>,
     services: Services,
     tls: Tls,
     handshake_timeout: Duration,
@@ -237,7 +208,7 @@ struct Serving {
 impl Serving {
     /// Serves `io` (TLS done first, when served) until it ends, or until
     /// its connection is asked to close: then closes it gracefully.
-    async fn serve<IO>(&self, io: Tracked<IO>) -> Result<(), hyper::Error>
+    async fn serve<IO>(&self, io: Tracked<IO>) -> Result<(), Http2Error>
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -245,18 +216,18 @@ impl Serving {
         let stop = Arc::clone(&conn).close_requested();
         let timeout = self.handshake_timeout;
         match &self.tls {
-            Tls::None => self.http2(io, self.glue(conn, None), stop).await,
+            Tls::None => super::http2::serve(io, self.glue(conn, None), stop).await,
             Tls::One(config) => {
                 let Some(io) = super::sni::accept_one(io, Arc::clone(config), timeout).await else {
                     return Ok(());
                 };
-                self.http2(io, self.glue(conn, None), stop).await
+                super::http2::serve(io, self.glue(conn, None), stop).await
             }
             Tls::Sni(configs) => {
                 let Some((io, name)) = super::sni::accept(io, &**configs, timeout).await else {
                     return Ok(());
                 };
-                self.http2(io, self.glue(conn, Some(name)), stop).await
+                super::http2::serve(io, self.glue(conn, Some(name)), stop).await
             }
         }
     }
@@ -268,31 +239,10 @@ impl Serving {
             server_name,
         }
     }
-
-    /// Serves HTTP/2 on `io` until it ends, or gracefully closes it once
-    /// `stop` resolves (GOAWAY; the calls in flight finish).
-    async fn http2<IO>(
-        &self,
-        io: IO,
-        glue: Glue,
-        stop: impl Future<Output = ()>,
-    ) -> Result<(), hyper::Error>
-    where
-        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let connection = self.http2.serve_connection(TokioIo::new(io), glue);
-        tokio::pin!(connection, stop);
-        tokio::select! {
-            served = &mut connection => return served,
-            () = &mut stop => {}
-        }
-        connection.as_mut().graceful_shutdown();
-        connection.await
-    }
 }
 
-/// What one connection's calls go through, between hyper and the
-/// services: it stamps each request once ([`Arrived`]), counts the call
+/// What one connection's calls go through, between its HTTP/2 server and
+/// the services: it stamps each request once ([`Arrived`]), counts the call
 /// until its response body is done, and calls the service its path names.
 struct Glue {
     services: Services,
@@ -300,12 +250,11 @@ struct Glue {
     server_name: Option<Arc<str>>,
 }
 
-impl hyper::service::Service<Request<hyper::body::Incoming>> for Glue {
-    type Response = Response<Counted<Body>>;
-    type Error = Infallible;
-    type Future = Glued;
+impl Answering for Glue {
+    type Answer = Glued;
+    type Body = Counted<Body>;
 
-    fn call(&self, request: Request<hyper::body::Incoming>) -> Glued {
+    fn answer(&self, request: Request<RequestBody>) -> Glued {
         let arrived = Arrived::now(request.headers(), self.server_name.clone());
         let guard = self.conn.begin_call();
         let (parts, body) = request.into_parts();
@@ -327,12 +276,15 @@ struct Glued {
 }
 
 impl Future for Glued {
-    type Output = Result<Response<Counted<Body>>, Infallible>;
+    type Output = Response<Counted<Body>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let response = std::task::ready!(self.answer.as_mut().poll(cx))?;
+        let response = match std::task::ready!(self.answer.as_mut().poll(cx)) {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
         let guard = self.guard.take();
-        Poll::Ready(Ok(response.map(|body| Counted::new(body, guard))))
+        Poll::Ready(response.map(|body| Counted::new(body, guard)))
     }
 }
 

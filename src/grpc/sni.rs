@@ -1,5 +1,5 @@
-//! TLS done by the gRPC layer on the tracked connection, before hyper
-//! serves it: `xfn adapt`'s one identity ([`accept_one`]) and `xfn host`'s
+//! TLS done by the gRPC layer on the tracked connection, before its HTTP/2
+//! server ([`super::http2`]) serves it: `xfn adapt`'s one identity ([`accept_one`]) and `xfn host`'s
 //! certificate chosen by the name the client dialled (SNI, [`accept`]), for
 //! a front end that serves many names on one port. Both configurations are
 //! made by [`mutual_tls`]: client certificates required against the CA,

@@ -3,7 +3,7 @@
 //!
 //! Why: under tokio's multi-thread scheduler a call's work moved between
 //! workers — the connection's task (its TLS, its HTTP/2), the task hyper
-//! spawns per request, the task of the function server's connection
+//! spawned per request (xfn's own server, `super::http2`, spawns none), the task of the function server's connection
 //! (`function_server::client`) — and each move woke a parked worker: two
 //! `futex` and two context switches per call (benches/PROFILE.md, "Thread
 //! per core for the hop"). On a thread of its own a connection's tasks

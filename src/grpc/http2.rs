@@ -286,6 +286,20 @@ struct Stream<F, B> {
     received: u64,
 }
 
+impl<F, B> Stream<F, B> {
+    /// The stream is gone (its call dropped with it): a request still
+    /// arriving ends in `reason`.
+    fn end(self, reason: Reason) {
+        let mut inbound = lock(&self.shared.inbound);
+        if !self.remote_ended {
+            inbound.reset = Some(reason);
+        }
+        if let Some(waker) = inbound.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
 /// A header block being gathered (HEADERS, then its CONTINUATIONs).
 struct Partial {
     stream: u32,
@@ -538,13 +552,7 @@ where
     /// Every stream's request ends in `reason`, its call dropped.
     fn end_all(&mut self, reason: Reason) {
         for (_, stream) in self.streams.drain() {
-            let mut inbound = lock(&stream.shared.inbound);
-            if !stream.remote_ended {
-                inbound.reset = Some(reason);
-            }
-            if let Some(waker) = inbound.waker.take() {
-                waker.wake();
-            }
+            stream.end(reason);
         }
     }
 
@@ -685,13 +693,7 @@ where
                     payload[0], payload[1], payload[2], payload[3],
                 ]));
                 if let Some(stream) = self.streams.remove(&id) {
-                    let mut inbound = lock(&stream.shared.inbound);
-                    if !stream.remote_ended {
-                        inbound.reset = Some(reason);
-                    }
-                    if let Some(waker) = inbound.waker.take() {
-                        waker.wake();
-                    }
+                    stream.end(reason);
                 }
                 Ok(())
             }
@@ -904,13 +906,7 @@ where
         frame_header(&mut self.out, 4, RST_STREAM, 0, id);
         self.out.put_u32(reason.0);
         if let Some(stream) = self.streams.remove(&id) {
-            let mut inbound = lock(&stream.shared.inbound);
-            if !stream.remote_ended {
-                inbound.reset = Some(reason);
-            }
-            if let Some(waker) = inbound.waker.take() {
-                waker.wake();
-            }
+            stream.end(reason);
         }
         self.remember_reset(id);
     }

@@ -197,8 +197,8 @@ pub(crate) async fn serve(
     }
 }
 
-/// What serves every connection of one server: its HTTP/2 settings, its
-/// services, its TLS.
+/// What serves every connection of one server: its services, its TLS
+/// (the HTTP/2 settings are the server's, `super::http2`).
 struct Serving {
     services: Services,
     tls: Tls,

@@ -527,7 +527,8 @@ async fn a_python_grpcio_client_calls_run_function_on_the_default_socket() {
     assert!(pulled.status.success(), "{pulled:?}");
     let daemon = Daemon::start_on_the_default_socket(&cache, &[]).await;
     // grpcio's own :authority for this target is
-    // "crossplane%2Ffn%2Fdefault.sock", which h2 alone refuses.
+    // "crossplane%2Ffn%2Fdefault.sock", which the http crate refuses
+    // (xfn's server reads it as localhost, and logs it once).
     let target = format!("unix-abstract:{DEFAULT_SOCKET}");
     for _ in 0..2 {
         let response = grpcio_run_function(&daemon, &target, &request(&image, FUNCTION_IO))
@@ -542,7 +543,7 @@ async fn a_python_grpcio_client_calls_run_function_on_the_default_socket() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn why_h2_resets_a_malformed_request_is_logged_at_the_default_level() {
+async fn why_a_malformed_request_is_reset_is_logged_at_the_default_level() {
     use tokio::io::AsyncWriteExt;
     // No --debug: what a sidecar logs.
     let daemon = Daemon::start_without_debug_log(&[]).await;
@@ -561,9 +562,7 @@ async fn why_h2_resets_a_malformed_request_is_logged_at_the_default_level() {
     bytes.extend(block);
     let mut conn = daemon.connect_raw(Some(NONROOT)).await.expect("connect");
     conn.write_all(&bytes).await.expect("write");
-    daemon
-        .wait_for_log("malformed headers: missing method", 1)
-        .await;
+    daemon.wait_for_log("missing :method", 1).await;
     // The daemon goes on serving.
     call_as(&daemon, Some(NONROOT)).await.unwrap();
 }

@@ -361,6 +361,8 @@ struct Connection<IO, A: Answering> {
     announced: u32,
     error_resets: usize,
     recent_resets: VecDeque<u32>,
+    /// A bad `:authority` was logged (once a connection).
+    lenient_logged: bool,
     /// A header block being encoded (reused).
     scratch: Vec<u8>,
 }
@@ -420,6 +422,7 @@ where
             announced: 0,
             error_resets: 0,
             recent_resets: VecDeque::new(),
+            lenient_logged: false,
         }
     }
 
@@ -636,7 +639,11 @@ where
                 let skip = if flags & PRIORITY_FLAG != 0 { 5 } else { 0 };
                 let (start, end) = unpadded(flags, &payload, skip)?;
                 if skip == 5 && depends_on(&payload[start - 5..start]) == id {
-                    return self.stream_error(id, R::PROTOCOL_ERROR);
+                    return self.stream_error(
+                        id,
+                        R::PROTOCOL_ERROR,
+                        "a stream that depends on itself",
+                    );
                 }
                 let end_stream = flags & END_STREAM != 0;
                 let mut block = payload;
@@ -675,10 +682,18 @@ where
             }
             PRIORITY => {
                 if payload.len() != 5 {
-                    return self.stream_error(id, R::FRAME_SIZE_ERROR);
+                    return self.stream_error(
+                        id,
+                        R::FRAME_SIZE_ERROR,
+                        "a PRIORITY frame not of 5 bytes",
+                    );
                 }
                 if depends_on(&payload) == id {
-                    return self.stream_error(id, R::PROTOCOL_ERROR);
+                    return self.stream_error(
+                        id,
+                        R::PROTOCOL_ERROR,
+                        "a stream that depends on itself",
+                    );
                 }
                 Ok(())
             }
@@ -740,14 +755,14 @@ where
                     return protocol(R::PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream");
                 }
                 if increment == 0 {
-                    return self.stream_error(id, R::PROTOCOL_ERROR);
+                    return self.stream_error(id, R::PROTOCOL_ERROR, "a WINDOW_UPDATE of 0");
                 }
                 let Some(stream) = self.streams.get_mut(&id) else {
                     return Ok(());
                 };
                 stream.send_window += increment;
                 if stream.send_window > MAX_WINDOW {
-                    return self.stream_error(id, R::FLOW_CONTROL_ERROR);
+                    return self.stream_error(id, R::FLOW_CONTROL_ERROR, "a window over 2^31-1");
                 }
                 if let Some(at) = self.window_blocked.iter().position(|&b| b == id) {
                     self.turn.push(self.window_blocked.swap_remove(at));
@@ -836,16 +851,16 @@ where
             if self.recent_resets.contains(&id) {
                 return Ok(());
             }
-            return self.stream_error(id, R::STREAM_CLOSED);
+            return self.stream_error(id, R::STREAM_CLOSED, "DATA on a closed stream");
         };
         if stream.remote_ended {
             self.give_back(length);
-            return self.stream_error(id, R::STREAM_CLOSED);
+            return self.stream_error(id, R::STREAM_CLOSED, "DATA after its request ended");
         }
         stream.recv_window -= i64::from(length);
         if stream.recv_window < 0 {
             self.give_back(length);
-            return self.stream_error(id, R::FLOW_CONTROL_ERROR);
+            return self.stream_error(id, R::FLOW_CONTROL_ERROR, "DATA past the stream's window");
         }
         let data = payload.freeze().slice(start..end);
         stream.received += data.len() as u64;
@@ -854,7 +869,7 @@ where
         });
         if over {
             self.give_back(length);
-            return self.stream_error(id, R::PROTOCOL_ERROR);
+            return self.stream_error(id, R::PROTOCOL_ERROR, "DATA other than its content-length");
         }
         stream.remote_ended = end_stream;
         let padding = length - data.len() as u32;
@@ -888,8 +903,8 @@ where
 
     /// Resets `id` for the client's error; past [`MAX_ERROR_RESETS`] the
     /// connection ends instead.
-    fn stream_error(&mut self, id: u32, reason: Reason) -> Result<(), Http2Error> {
-        tracing::debug!(stream = id, %reason, "a client's stream broke HTTP/2; it is reset");
+    fn stream_error(&mut self, id: u32, reason: Reason, what: &str) -> Result<(), Http2Error> {
+        tracing::debug!(stream = id, %reason, what, "a client's stream broke HTTP/2; it is reset");
         self.error_resets += 1;
         if self.error_resets > MAX_ERROR_RESETS {
             return protocol(
@@ -942,10 +957,10 @@ where
         if let Some(stream) = self.streams.get_mut(&id) {
             // Trailers: they end the request.
             if stream.remote_ended {
-                return self.stream_error(id, R::STREAM_CLOSED);
+                return self.stream_error(id, R::STREAM_CLOSED, "HEADERS after its request ended");
             }
             if !end_stream {
-                return self.stream_error(id, R::PROTOCOL_ERROR);
+                return self.stream_error(id, R::PROTOCOL_ERROR, "trailers that do not end it");
             }
             stream.remote_ended = true;
             let mut inbound = lock(&stream.shared.inbound);
@@ -985,11 +1000,22 @@ where
             }
             return Ok(());
         }
-        let Ok((parts, content_length)) = request_parts(&self.fields) else {
-            return self.stream_error(id, R::PROTOCOL_ERROR);
+        let Head {
+            parts,
+            content_length,
+            lenient,
+        } = match request_parts(&self.fields) {
+            Ok(head) => head,
+            Err(Malformed(what)) => return self.stream_error(id, R::PROTOCOL_ERROR, what),
         };
+        if let Some(authority) = lenient.filter(|_| !self.lenient_logged) {
+            // Once a connection: gRPC C-core names a Unix socket so.
+            self.lenient_logged = true;
+            let authority = String::from_utf8_lossy(&authority);
+            tracing::debug!(%authority, "a client's :authority does not parse; read as localhost");
+        }
         if end_stream && content_length.is_some_and(|n| n != 0) {
-            return self.stream_error(id, R::PROTOCOL_ERROR);
+            return self.stream_error(id, R::PROTOCOL_ERROR, "a content-length but no body");
         }
         let shared = Arc::new(Shared {
             id,
@@ -1258,11 +1284,20 @@ fn unpadded(flags: u8, payload: &[u8], skip: usize) -> Result<(usize, usize), Ht
     Ok((start, payload.len() - pad))
 }
 
-/// A request header list HTTP/2 calls malformed (RFC 9113, 8.1.1).
-struct Malformed;
+/// A request header list HTTP/2 calls malformed (RFC 9113, 8.1.1), and
+/// how.
+struct Malformed(&'static str);
 
-/// A request's head from its decoded fields, and its `content-length`.
-fn request_parts(fields: &Fields) -> Result<(http::request::Parts, Option<u64>), Malformed> {
+/// A request's head, from its decoded fields.
+struct Head {
+    parts: http::request::Parts,
+    content_length: Option<u64>,
+    /// An `:authority` that does not parse, read as `localhost`.
+    lenient: Option<Bytes>,
+}
+
+/// A request's head from its decoded fields.
+fn request_parts(fields: &Fields) -> Result<Head, Malformed> {
     let bytes = Bytes::copy_from_slice(&fields.bytes);
     let (mut method, mut scheme, mut authority, mut path) = (None, None, None, None);
     let mut headers = HeaderMap::with_capacity(fields.ends.len());
@@ -1275,69 +1310,85 @@ fn request_parts(fields: &Fields) -> Result<(http::request::Parts, Option<u64>),
         start = value_end;
         if let Some(pseudo) = name.strip_prefix(b":") {
             if regular {
-                return Err(Malformed);
+                return Err(Malformed("a pseudo-header after a regular field"));
             }
             let slot = match pseudo {
                 b"method" => &mut method,
                 b"scheme" => &mut scheme,
                 b"authority" => &mut authority,
                 b"path" => &mut path,
-                _ => return Err(Malformed),
+                _ => return Err(Malformed("an unknown pseudo-header")),
             };
             if slot.replace(value).is_some() {
-                return Err(Malformed);
+                return Err(Malformed("a pseudo-header repeated"));
             }
             continue;
         }
         regular = true;
         if name.iter().any(u8::is_ascii_uppercase) {
-            return Err(Malformed);
+            return Err(Malformed("an uppercase field name"));
         }
-        let name = HeaderName::from_bytes(name).map_err(|_| Malformed)?;
+        let name = HeaderName::from_bytes(name).map_err(|_| Malformed("a field name not valid"))?;
         match name.as_str() {
             "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
-                return Err(Malformed)
+                return Err(Malformed("a connection-specific field"))
             }
-            "te" if value != "trailers" => return Err(Malformed),
+            "te" if value != "trailers" => return Err(Malformed("a te other than trailers")),
             "content-length" => {
                 let parsed = std::str::from_utf8(&value)
                     .ok()
                     .and_then(|v| v.parse::<u64>().ok())
-                    .ok_or(Malformed)?;
+                    .ok_or(Malformed("a content-length not a number"))?;
                 if content_length
                     .replace(parsed)
                     .is_some_and(|was| was != parsed)
                 {
-                    return Err(Malformed);
+                    return Err(Malformed("content-lengths that differ"));
                 }
             }
             _ => {}
         }
-        let value = HeaderValue::from_maybe_shared(value).map_err(|_| Malformed)?;
+        let value = HeaderValue::from_maybe_shared(value)
+            .map_err(|_| Malformed("a field value not valid"))?;
         headers.append(name, value);
     }
-    let (Some(method), Some(scheme), Some(path)) = (method, scheme, path) else {
-        return Err(Malformed);
-    };
+    let method = method.ok_or(Malformed("missing :method"))?;
+    let scheme = scheme.ok_or(Malformed("missing :scheme"))?;
+    let path = path.ok_or(Malformed("missing :path"))?;
     if path.is_empty() {
-        return Err(Malformed);
+        return Err(Malformed("an empty :path"));
     }
     let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(http::uri::Scheme::try_from(&scheme[..]).map_err(|_| Malformed)?);
+    uri.scheme = Some(
+        http::uri::Scheme::try_from(&scheme[..]).map_err(|_| Malformed("a :scheme not valid"))?,
+    );
+    let mut lenient = None;
     uri.authority = Some(match authority {
-        Some(authority) => http::uri::Authority::from_maybe_shared(authority)
-            .unwrap_or_else(|_| http::uri::Authority::from_static("localhost")),
+        Some(authority) => match http::uri::Authority::from_maybe_shared(authority.clone()) {
+            Ok(parsed) => parsed,
+            Err(_) => {
+                lenient = Some(authority);
+                http::uri::Authority::from_static("localhost")
+            }
+        },
         None => http::uri::Authority::from_static("localhost"),
     });
-    uri.path_and_query =
-        Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(|_| Malformed)?);
-    let uri = http::Uri::from_parts(uri).map_err(|_| Malformed)?;
+    uri.path_and_query = Some(
+        http::uri::PathAndQuery::from_maybe_shared(path)
+            .map_err(|_| Malformed("a :path not valid"))?,
+    );
+    let uri = http::Uri::from_parts(uri).map_err(|_| Malformed("a URI not valid"))?;
     let (mut parts, ()) = Request::new(()).into_parts();
-    parts.method = http::Method::from_bytes(&method).map_err(|_| Malformed)?;
+    parts.method =
+        http::Method::from_bytes(&method).map_err(|_| Malformed("a :method not valid"))?;
     parts.uri = uri;
     parts.version = http::Version::HTTP_2;
     parts.headers = headers;
-    Ok((parts, content_length))
+    Ok(Head {
+        parts,
+        content_length,
+        lenient,
+    })
 }
 
 #[cfg(test)]

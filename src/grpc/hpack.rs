@@ -145,7 +145,7 @@ impl Decoder {
         while let Some(&first) = block.first() {
             if first & 0x80 != 0 {
                 let index = integer(&mut block, 7)?;
-                let (name, value) = self.field(index)?;
+                let (name, value) = indexed(&self.table, index)?;
                 field(name, value);
             } else if first & 0xe0 == 0x20 {
                 if fields > 0 {
@@ -165,9 +165,8 @@ impl Decoder {
                 if index == 0 {
                     string(&mut block, &mut self.name)?;
                 } else {
-                    let (name, _) = self.field(index)?;
-                    let name = name.to_vec();
-                    self.name = name;
+                    let (name, _) = indexed(&self.table, index)?;
+                    self.name.extend_from_slice(name);
                 }
                 self.value.clear();
                 string(&mut block, &mut self.value)?;
@@ -179,21 +178,6 @@ impl Decoder {
             fields += 1;
         }
         Ok(())
-    }
-
-    fn field(&self, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
-        match index {
-            0 => Err(HpackError::Index(0)),
-            1..=61 => {
-                let (name, value) = STATIC[index - 1];
-                Ok((name.as_bytes(), value.as_bytes()))
-            }
-            _ => self
-                .table
-                .get(index - 62)
-                .map(|e| e.field.split_at(e.name))
-                .ok_or(HpackError::Index(index)),
-        }
     }
 
     /// Makes room for `size` more bytes: oldest entries go first.
@@ -225,6 +209,21 @@ impl Decoder {
     }
 }
 
+/// The field `index` names: the static table's, then `table`'s.
+fn indexed(table: &VecDeque<Entry>, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
+    match index {
+        0 => Err(HpackError::Index(0)),
+        1..=61 => {
+            let (name, value) = STATIC[index - 1];
+            Ok((name.as_bytes(), value.as_bytes()))
+        }
+        _ => table
+            .get(index - 62)
+            .map(|e| e.field.split_at(e.name))
+            .ok_or(HpackError::Index(index)),
+    }
+}
+
 /// An integer with an `n`-bit prefix (RFC 7541, 5.1), taken off `block`.
 fn integer(block: &mut &[u8], n: u32) -> Result<usize, HpackError> {
     let (&first, mut rest) = block.split_first().ok_or(HpackError::Truncated)?;
@@ -235,6 +234,10 @@ fn integer(block: &mut &[u8], n: u32) -> Result<usize, HpackError> {
         loop {
             let (&byte, after) = rest.split_first().ok_or(HpackError::Truncated)?;
             rest = after;
+            if shift > 28 {
+                // Zero bytes that go on: still too long.
+                return Err(HpackError::Integer);
+            }
             value += usize::from(byte & 0x7f) << shift;
             shift += 7;
             if value > 1 << 28 {
@@ -445,6 +448,10 @@ mod tests {
             (hex("0f"), HpackError::Truncated),
             (hex("00 85 ff"), HpackError::Truncated),
             (hex("ff ff ff ff ff 7f"), HpackError::Integer),
+            (
+                hex("ff 80 80 80 80 80 80 80 80 80 80 80 00"),
+                HpackError::Integer,
+            ),
             // A name of one byte, Huffman: 8 ones is padding too long;
             // 30 ones is EOS.
             (hex("00 81 ff 00"), HpackError::Huffman),

@@ -37,7 +37,7 @@ use tonic::Code;
 use crate::grpc::frame::{
     frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
     END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_BLOCK, MAX_FRAME, MAX_HEADER_LIST,
-    MAX_WINDOW, PADDED, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
+    MAX_WINDOW, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
     TABLE_SIZE, WINDOW_UPDATE,
 };
 use crate::grpc::hpack::{literal, Decoder};
@@ -1155,18 +1155,13 @@ impl Fields {
 /// A DATA or HEADERS payload without its padding (and `skip` bytes of
 /// priority after the pad length).
 fn unpadded(flags: u8, payload: &[u8], skip: usize) -> Result<&[u8], Http2Error> {
-    let bad = || Http2Error::protocol(Reason::PROTOCOL_ERROR, "padding longer than its frame");
-    let (pad, rest) = match flags & PADDED != 0 {
-        true => {
-            let (&pad, rest) = payload.split_first().ok_or_else(bad)?;
-            (pad as usize, rest)
-        }
-        false => (0, payload),
-    };
-    if rest.len() < skip + pad {
-        return Err(bad());
+    match crate::grpc::frame::content(flags, payload, skip) {
+        Some((start, end)) => Ok(&payload[start..end]),
+        None => Err(Http2Error::protocol(
+            Reason::PROTOCOL_ERROR,
+            "padding longer than its frame",
+        )),
     }
-    Ok(&rest[skip..rest.len() - pad])
 }
 
 #[cfg(test)]

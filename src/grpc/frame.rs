@@ -138,6 +138,18 @@ pub(crate) fn put_frames(
     }
 }
 
+/// Where a frame's content is in `payload` (`start..end`), past its
+/// padding (PADDED) and `skip` bytes of priority; `None` when the padding
+/// does not fit the frame. Both endpoints read DATA and HEADERS by it.
+pub(crate) fn content(flags: u8, payload: &[u8], skip: usize) -> Option<(usize, usize)> {
+    let (start, pad) = match flags & PADDED != 0 {
+        true => (1, usize::from(*payload.first()?)),
+        false => (0, 0),
+    };
+    let start = start + skip;
+    (start + pad <= payload.len()).then_some((start, payload.len() - pad))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Request, Response};
 
 use super::frame::{
-    frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
+    content, frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
     END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_BLOCK, MAX_FRAME, MAX_HEADER_LIST,
     MAX_WINDOW, PADDED, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
     TABLE_SIZE, WINDOW_UPDATE,
@@ -1262,26 +1262,19 @@ fn depends_on(priority: &[u8]) -> u32 {
     u32::from_be_bytes([priority[0], priority[1], priority[2], priority[3]]) & LAST_ID
 }
 
-/// Where a frame's content is in `payload`, past its padding (PADDED) and
-/// `skip` bytes of priority.
+/// Where a frame's content is in `payload` ([`content`]); a padded frame
+/// too short for its pad length is a FRAME_SIZE_ERROR.
 fn unpadded(flags: u8, payload: &[u8], skip: usize) -> Result<(usize, usize), Http2Error> {
-    let (start, pad) = match flags & PADDED != 0 {
-        true => match payload.first() {
-            Some(&pad) => (1, usize::from(pad)),
-            None => {
-                return protocol(
-                    Reason::FRAME_SIZE_ERROR,
-                    "a padded frame without its length",
-                )
-            }
-        },
-        false => (0, 0),
-    };
-    let start = start + skip;
-    if start + pad > payload.len() {
-        return protocol(Reason::PROTOCOL_ERROR, "padding longer than its frame");
+    if flags & PADDED != 0 && payload.is_empty() {
+        return protocol(
+            Reason::FRAME_SIZE_ERROR,
+            "a padded frame without its length",
+        );
     }
-    Ok((start, payload.len() - pad))
+    match content(flags, payload, skip) {
+        Some(range) => Ok(range),
+        None => protocol(Reason::PROTOCOL_ERROR, "padding longer than its frame"),
+    }
 }
 
 /// A request header list HTTP/2 calls malformed (RFC 9113, 8.1.1), and

@@ -11,7 +11,7 @@
 //!   wakes its caller: no task, channel or allocation per call beyond the
 //!   answer's buffer.
 //! - **Everything the server sends is bounded**: frames by the 16 KiB
-//!   announced (larger: FRAME_SIZE_ERROR), a header block by [`MAX_BLOCK`]
+//!   announced (larger: FRAME_SIZE_ERROR), a header block by `MAX_BLOCK`
 //!   and its decoded list by [`MAX_HEADER_LIST`] (HPACK with the server's
 //!   dynamic table, `grpc::hpack`), a stream's unread bytes by its window
 //!   (more: the stream is reset), streams by the caller (push refused),
@@ -35,10 +35,10 @@ use tonic::codegen::http;
 use tonic::Code;
 
 use crate::grpc::frame::{
-    frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
-    END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_BLOCK, MAX_FRAME, MAX_HEADER_LIST,
-    MAX_WINDOW, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
-    TABLE_SIZE, WINDOW_UPDATE,
+    frame_header, put_frames, window_update, Partial, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
+    END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_FRAME, MAX_HEADER_LIST, MAX_WINDOW,
+    PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS, TABLE_SIZE,
+    WINDOW_UPDATE,
 };
 use crate::grpc::hpack::{literal, Decoder};
 use crate::grpc::raw::PREFIX;
@@ -665,13 +665,6 @@ impl Drop for Stream {
     }
 }
 
-/// A header block being gathered (HEADERS, then its CONTINUATIONs).
-struct Partial {
-    stream: u32,
-    end_stream: bool,
-    block: BytesMut,
-}
-
 /// The fields of a decoded block, kept in one buffer reused for every
 /// block.
 #[derive(Default)]
@@ -878,30 +871,13 @@ impl Reader {
                 });
                 Ok(())
             }
-            CONTINUATION => {
-                let Some(mut partial) = self.block.take() else {
-                    return protocol("CONTINUATION outside a header block");
-                };
-                if partial.stream != id {
-                    return protocol("CONTINUATION of another stream");
+            CONTINUATION => match Partial::gather(&mut self.block, id, flags, payload) {
+                Ok(Some(whole)) => {
+                    self.block_done(connection, state, id, whole.end_stream, &whole.block)
                 }
-                if partial.block.len() + payload.len() > MAX_BLOCK {
-                    return Err(Http2Error::protocol(
-                        Reason::ENHANCE_YOUR_CALM,
-                        "a header block larger than xfn gathers",
-                    ));
-                }
-                partial.block.extend_from_slice(payload);
-                if flags & END_HEADERS != 0 {
-                    let Partial {
-                        end_stream, block, ..
-                    } = partial;
-                    self.block_done(connection, state, id, end_stream, &block)
-                } else {
-                    self.block = Some(partial);
-                    Ok(())
-                }
-            }
+                Ok(None) => Ok(()),
+                Err((reason, what)) => Err(Http2Error::protocol(reason, what)),
+            },
             PRIORITY if payload.len() != 5 => frame_size("a PRIORITY frame not of 5 bytes"),
             RST_STREAM => {
                 if id == 0 {
@@ -1168,6 +1144,7 @@ fn unpadded(flags: u8, payload: &[u8], skip: usize) -> Result<&[u8], Http2Error>
 mod tests {
     //! Each bound, attacked by a server written frame by frame.
     use super::*;
+    use crate::grpc::frame::MAX_BLOCK;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream as RawStream;
     use std::time::Duration;

@@ -48,6 +48,47 @@ pub(crate) const PADDED: u8 = 0x8;
 /// The HEADERS flag (not the frame type).
 pub(crate) const PRIORITY_FLAG: u8 = 0x20;
 
+/// A header block being gathered: a HEADERS frame without END_HEADERS,
+/// then its CONTINUATIONs, never past [`MAX_BLOCK`] bytes.
+pub(crate) struct Partial {
+    pub(crate) stream: u32,
+    pub(crate) end_stream: bool,
+    pub(crate) block: BytesMut,
+}
+
+impl Partial {
+    /// Adds a CONTINUATION of `stream` to the block `gathering`: the block
+    /// once whole (END_HEADERS in `flags`), or the connection's error
+    /// (each endpoint makes it its own).
+    pub(crate) fn gather(
+        gathering: &mut Option<Partial>,
+        stream: u32,
+        flags: u8,
+        payload: &[u8],
+    ) -> Result<Option<Partial>, (Reason, &'static str)> {
+        let Some(partial) = gathering.as_mut() else {
+            return Err((
+                Reason::PROTOCOL_ERROR,
+                "CONTINUATION outside a header block",
+            ));
+        };
+        if partial.stream != stream {
+            return Err((Reason::PROTOCOL_ERROR, "CONTINUATION of another stream"));
+        }
+        if partial.block.len() + payload.len() > MAX_BLOCK {
+            return Err((
+                Reason::ENHANCE_YOUR_CALM,
+                "a header block larger than xfn gathers",
+            ));
+        }
+        partial.block.extend_from_slice(payload);
+        Ok(match flags & END_HEADERS != 0 {
+            true => gathering.take(),
+            false => None,
+        })
+    }
+}
+
 /// An HTTP/2 error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reason(pub(crate) u32);
@@ -187,5 +228,53 @@ mod tests {
         let mut out = BytesMut::new();
         put_frames(&mut out, 1, (DATA, DATA), &[], MAX_FRAME, END_STREAM);
         assert_eq!(&out[..], &[0, 0, 0, DATA, END_STREAM, 0, 0, 0, 1]);
+    }
+
+    fn gathering(stream: u32, block: &[u8]) -> Option<Partial> {
+        Some(Partial {
+            stream,
+            end_stream: true,
+            block: BytesMut::from(block),
+        })
+    }
+
+    #[test]
+    fn a_header_block_is_whole_at_the_continuation_that_ends_it() {
+        let mut block = gathering(3, b"ab");
+        assert!(matches!(Partial::gather(&mut block, 3, 0, b"cd"), Ok(None)));
+        let whole = Partial::gather(&mut block, 3, END_HEADERS, b"e").unwrap();
+        let whole = whole.expect("END_HEADERS did not end the block");
+        assert_eq!((whole.stream, whole.end_stream), (3, true));
+        assert_eq!(&whole.block[..], b"abcde");
+        assert!(block.is_none(), "a whole block is still being gathered");
+    }
+
+    #[test]
+    fn a_continuation_out_of_place_or_past_the_bound_ends_the_connection() {
+        let reason = |gathering: &mut Option<Partial>, stream, payload: &[u8]| match Partial::gather(
+            gathering,
+            stream,
+            END_HEADERS,
+            payload,
+        ) {
+            Err((reason, _)) => reason,
+            Ok(_) => panic!("gathered"),
+        };
+        assert_eq!(reason(&mut None, 1, b"a"), Reason::PROTOCOL_ERROR);
+        assert_eq!(
+            reason(&mut gathering(1, b""), 3, b"a"),
+            Reason::PROTOCOL_ERROR
+        );
+        let full = vec![0u8; MAX_BLOCK];
+        assert_eq!(
+            reason(&mut gathering(1, &full), 1, b"a"),
+            Reason::ENHANCE_YOUR_CALM
+        );
+        // Up to the bound is gathered.
+        let mut block = gathering(1, &full[1..]);
+        assert!(matches!(
+            Partial::gather(&mut block, 1, END_HEADERS, b"a"),
+            Ok(Some(_))
+        ));
     }
 }

@@ -5,7 +5,7 @@
 //! channel or frame queue per call (benches/PROFILE.md, "xfn's own HTTP/2
 //! server"). Each stream's waker queues only that stream ([`Shared`]).
 //! - **Everything a client sends is bounded**: frames by the 16 KiB
-//!   announced (larger: FRAME_SIZE_ERROR), a header block by [`MAX_BLOCK`]
+//!   announced (larger: FRAME_SIZE_ERROR), a header block by `MAX_BLOCK`
 //!   and its decoded list by [`MAX_HEADER_LIST`] (431 past it), streams by
 //!   [`MAX_STREAMS`] (refused past it), request bodies not yet read by the
 //!   connection's window (given back only as calls read), what xfn writes
@@ -35,8 +35,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::codegen::http::{self, HeaderMap, HeaderName, HeaderValue, Request, Response};
 
 use super::frame::{
-    content, frame_header, put_frames, window_update, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
-    END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_BLOCK, MAX_FRAME, MAX_HEADER_LIST,
+    content, frame_header, put_frames, window_update, Partial, Reason, ACK, CONTINUATION, DATA,
+    END_HEADERS, END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_FRAME, MAX_HEADER_LIST,
     MAX_WINDOW, PADDED, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
     TABLE_SIZE, WINDOW_UPDATE,
 };
@@ -298,13 +298,6 @@ impl<F, B> Stream<F, B> {
             waker.wake();
         }
     }
-}
-
-/// A header block being gathered (HEADERS, then its CONTINUATIONs).
-struct Partial {
-    stream: u32,
-    end_stream: bool,
-    block: BytesMut,
 }
 
 /// Serves HTTP/2 on `io`, every call answered by `answering`, until the
@@ -659,27 +652,11 @@ where
                 });
                 Ok(())
             }
-            CONTINUATION => {
-                let Some(mut partial) = self.block.take() else {
-                    return protocol(R::PROTOCOL_ERROR, "CONTINUATION outside a header block");
-                };
-                if partial.stream != id {
-                    return protocol(R::PROTOCOL_ERROR, "CONTINUATION of another stream");
-                }
-                if partial.block.len() + payload.len() > MAX_BLOCK {
-                    return protocol(
-                        R::ENHANCE_YOUR_CALM,
-                        "a header block larger than xfn gathers",
-                    );
-                }
-                partial.block.extend_from_slice(&payload);
-                if flags & END_HEADERS != 0 {
-                    self.block_done(id, partial.end_stream, &partial.block)
-                } else {
-                    self.block = Some(partial);
-                    Ok(())
-                }
-            }
+            CONTINUATION => match Partial::gather(&mut self.block, id, flags, &payload) {
+                Ok(Some(whole)) => self.block_done(id, whole.end_stream, &whole.block),
+                Ok(None) => Ok(()),
+                Err((reason, what)) => protocol(reason, what),
+            },
             PRIORITY => {
                 if payload.len() != 5 {
                     return self.stream_error(
@@ -1391,6 +1368,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     use super::*;
+    use crate::grpc::frame::MAX_BLOCK;
 
     /// An answer's body: one message, then `grpc-status: 0`.
     struct Answered {

@@ -71,9 +71,11 @@
 # Another xfn (a build made before, to compare): XFN_BINARY=path benches/host.sh
 # Two builds side by side (every part): XFN_BINARY_BEFORE=path benches/host.sh
 # Some rows: PARTS="warm cold" benches/host.sh (of warm, count, cold, memory)
-# The hop alone: QUIET_SERVER=1 benches/host.sh (the Rust server logs no
-#   line per call, natively or hosted: xfn then reads no output per call,
-#   which a Kubernetes node's container runtime, not haproxy, would read)
+# The hop alone: QUIET_SERVER=1 benches/host.sh (neither server logs a
+#   line per call, natively or hosted: the Rust server by FN_SERVER_QUIET,
+#   function-pythonic by `--logger-level =WARNING`; xfn then reads no
+#   output per call, which a Kubernetes node's container runtime, not
+#   haproxy, would read)
 set -eu
 . "$(dirname "$0")/../scripts/lib/testbed.sh"
 
@@ -159,6 +161,7 @@ if [ -d "$PYTHONIC_ROOT/opt/function-pythonic/crossplane_function_pythonic-0.6.3
     umoci repack --image "$WORK/oci:fn" "$WORK/unpacked" >/dev/null
     umoci config --image "$WORK/oci:fn" --config.entrypoint /usr/bin/python3 \
         --config.entrypoint -m --config.entrypoint crossplane.pythonic --config.entrypoint grpc \
+        ${QUIET_SERVER:+--config.entrypoint --logger-level --config.entrypoint =WARNING} \
         --config.env PATH=/usr/local/bin:/usr/bin:/bin --config.env PYTHONPATH=/opt/function-pythonic \
         --config.workingdir /tmp >/dev/null
     PY_IMAGE="127.0.0.1:$PORT/function-pythonic:v0.6.3"
@@ -182,7 +185,7 @@ part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 native_command() {
     case $1 in
         fn_server) echo "env ${QUIET_SERVER:+FN_SERVER_QUIET=1} unshare --user --map-root-user chroot $WORK/root-fn /fn_server --insecure --address 127.0.0.1:$2" ;;
-        pythonic) echo "unshare --user --map-root-user chroot $WORK/root-py /usr/bin/env PYTHONPATH=/opt/function-pythonic HOME=/tmp /usr/bin/python3 -m crossplane.pythonic grpc --insecure --address 127.0.0.1:$2" ;;
+        pythonic) echo "unshare --user --map-root-user chroot $WORK/root-py /usr/bin/env PYTHONPATH=/opt/function-pythonic HOME=/tmp /usr/bin/python3 -m crossplane.pythonic grpc ${QUIET_SERVER:+--logger-level =WARNING} --insecure --address 127.0.0.1:$2" ;;
     esac
 }
 image_of() { case $1 in fn_server) echo "$FN_IMAGE" ;; pythonic) echo "$PY_IMAGE" ;; esac; }

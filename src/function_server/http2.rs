@@ -35,10 +35,10 @@ use tonic::codegen::http;
 use tonic::Code;
 
 use crate::grpc::frame::{
-    frame_header, put_frames, window_update, Partial, Reason, ACK, CONTINUATION, DATA, END_HEADERS,
-    END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_FRAME, MAX_HEADER_LIST, MAX_WINDOW,
-    PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS, TABLE_SIZE,
-    WINDOW_UPDATE,
+    content, frame_header, put_frames, window_update, Partial, Reason, ACK, CONTINUATION, DATA,
+    END_HEADERS, END_STREAM, FRAME_HEADER, GOAWAY, HEADERS, LAST_ID, MAX_FRAME, MAX_HEADER_LIST,
+    MAX_WINDOW, PING, PREFACE, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM, SETTINGS,
+    TABLE_SIZE, WINDOW_UPDATE,
 };
 use crate::grpc::hpack::{literal, Decoder};
 use crate::grpc::raw::PREFIX;
@@ -1131,7 +1131,7 @@ impl Fields {
 /// A DATA or HEADERS payload without its padding (and `skip` bytes of
 /// priority after the pad length).
 fn unpadded(flags: u8, payload: &[u8], skip: usize) -> Result<&[u8], Http2Error> {
-    match crate::grpc::frame::content(flags, payload, skip) {
+    match content(flags, payload, skip) {
         Some((start, end)) => Ok(&payload[start..end]),
         None => Err(Http2Error::protocol(
             Reason::PROTOCOL_ERROR,

@@ -46,6 +46,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod feed;
+mod output;
 pub(crate) mod pool;
 mod seam;
 pub(crate) mod serve;

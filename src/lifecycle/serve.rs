@@ -9,19 +9,17 @@
 //! replaced. Whatever happens, nothing outlives it: [`FunctionServer::stop`]
 //! kills it and tears it down, and so does dropping it (or a prepared one).
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-
+use super::output::{Output, OutputLog};
 use super::seam::Remains;
 use super::teardown::{Finished, Teardown};
 use super::{
     Container, Created, FunctionContainer, Origin, Recipe, RootfsMaker, RunError, Settings, Started,
 };
 use crate::sandbox::cgroup::run::{RunCgroup, RunUsage};
-use crate::sandbox::crun::{try_reap, wait_exit, STDERR_TAIL_BYTES};
+use crate::sandbox::crun::{try_reap, wait_exit};
 use crate::sandbox::exit_watch::ExitWatch;
 use crate::sandbox::netns::NetworkNamespace;
 use crate::sandbox::{Limits, Sandbox, SandboxError};
@@ -48,22 +46,16 @@ impl Container<Started> {
         let stdio = state.stdio;
         drop(stdio.stdin);
         let output = Arc::new(Output::default());
+        let function: Option<Arc<str>> = log_as.map(Arc::from);
         for stream in [stdio.stdout, stdio.stderr] {
-            // Registered again with this task's runtime (a serving thread's
-            // when a call starts the server, `grpc::threads`), not the one
-            // that created the container ahead: its lines wake no other.
+            // Read on this task's runtime (a serving thread's when a call
+            // starts the server, `grpc::threads`), not the one that created
+            // the container ahead: its lines wake no other.
             let stream = stream
                 .into_nonblocking_fd()
-                .and_then(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked)
                 .map_err(|e| SandboxError::Crun(crate::sandbox::CrunError::Io(e)))?;
-            let stream = boxed(stream);
-            output.open_streams.fetch_add(1, Ordering::SeqCst);
-            let log = OutputLog {
-                container: parts.bundle.id.clone(),
-                function: log_as.map(Arc::from),
-                budget: LineBudget::default(),
-            };
-            tokio::spawn(forward_output(stream, log, Arc::clone(&output)));
+            let log = OutputLog::new(parts.bundle.id.clone(), function.clone());
+            output.forward(stream, log);
         }
         let network = if host_network {
             Ok(NetworkNamespace::own())
@@ -200,168 +192,6 @@ impl Container<Serving> {
 /// How long a server's listening is looked for every millisecond before
 /// the looks back off: a Go or Rust server listens within it.
 const EVERY_MILLISECOND_FOR: Duration = Duration::from_millis(50);
-
-/// How long an exited container's output readers are waited for: they end
-/// as soon as the pipes close, so this bounds only a descendant that keeps
-/// them open after the init is gone.
-const DRAIN_WAIT: Duration = Duration::from_millis(500);
-
-/// What the container wrote: the last [`STDERR_TAIL_BYTES`] of it, and how
-/// many of its streams are still open.
-#[derive(Debug, Default)]
-struct Output {
-    tail: Mutex<Tail>,
-    open_streams: AtomicUsize,
-}
-
-impl Output {
-    /// Waits (up to [`DRAIN_WAIT`]) until both streams were read to their
-    /// end: a container that exited may have written its last words after
-    /// its readers last ran.
-    async fn drained(&self) {
-        let started = Instant::now();
-        while self.open_streams.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN_WAIT {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    fn tail(&self) -> Vec<u8> {
-        self.tail
-            .lock()
-            .map(|t| t.bytes.clone())
-            .unwrap_or_default()
-    }
-}
-
-/// The last [`STDERR_TAIL_BYTES`] of a container's output.
-#[derive(Debug, Default)]
-struct Tail {
-    bytes: Vec<u8>,
-}
-
-impl Tail {
-    fn push(&mut self, bytes: &[u8]) {
-        self.bytes.extend_from_slice(bytes);
-        if self.bytes.len() > STDERR_TAIL_BYTES {
-            self.bytes.drain(..self.bytes.len() - STDERR_TAIL_BYTES);
-        }
-    }
-}
-
-fn boxed(stream: impl AsyncRead + Send + Unpin + 'static) -> Box<dyn AsyncRead + Send + Unpin> {
-    Box::new(stream)
-}
-
-/// Logs what the container writes, line by line (see [`OutputLog`]), and
-/// keeps the tail for errors. A line without end is logged in pieces of
-/// [`MAX_LOG_LINE`] rather than held without bound.
-async fn forward_output(
-    mut stream: Box<dyn AsyncRead + Send + Unpin>,
-    mut log: OutputLog,
-    output: Arc<Output>,
-) {
-    let mut buf = vec![0u8; 8 * 1024];
-    let mut line = Vec::new();
-    loop {
-        let n = match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if let Ok(mut tail) = output.tail.lock() {
-            tail.push(&buf[..n]);
-        }
-        for piece in buf[..n].split_inclusive(|b| *b == b'\n') {
-            line.extend_from_slice(piece);
-            if line.ends_with(b"\n") || line.len() >= MAX_LOG_LINE {
-                log.line(&line);
-                line.clear();
-            }
-        }
-    }
-    if !line.is_empty() {
-        log.line(&line);
-    }
-    log.flush();
-    output.open_streams.fetch_sub(1, Ordering::SeqCst);
-}
-
-/// The longest piece of a container's output logged as one line.
-const MAX_LOG_LINE: usize = 8 * 1024;
-
-/// Most lines of one output stream of a named function's server logged per
-/// second; the rest are counted and the count logged. A server that logs
-/// in a loop must not make xfn's log (and a node's log pipeline) pay for
-/// it: 20 lines a second is far above a function's own start and error
-/// lines, and bounds a flood at about 160 KiB/s of log per stream.
-const LOG_LINES_PER_SECOND: u32 = 20;
-
-/// Where a served container's output goes: a named function's (a hosted
-/// Function's: an operator's only window on it, as `kubectl logs` would
-/// be) at INFO as `function=NAME`, rate-limited; an unnamed one's (a
-/// render's servers) at DEBUG under its container id, as noise unless
-/// something goes wrong.
-struct OutputLog {
-    container: String,
-    function: Option<Arc<str>>,
-    budget: LineBudget,
-}
-
-/// A fixed one-second window of [`LOG_LINES_PER_SECOND`] lines.
-#[derive(Default)]
-struct LineBudget {
-    window: Option<Instant>,
-    used: u32,
-    dropped: u64,
-}
-
-impl LineBudget {
-    /// Whether a line at `now` may be logged; when a new window opens, the
-    /// lines dropped in the last one are returned to be said.
-    fn admit(&mut self, now: Instant) -> (bool, u64) {
-        let mut dropped = 0;
-        if self
-            .window
-            .is_none_or(|start| now.duration_since(start) >= Duration::from_secs(1))
-        {
-            self.window = Some(now);
-            self.used = 0;
-            dropped = std::mem::take(&mut self.dropped);
-        }
-        if self.used < LOG_LINES_PER_SECOND {
-            self.used += 1;
-            (true, dropped)
-        } else {
-            self.dropped += 1;
-            (false, dropped)
-        }
-    }
-}
-
-impl OutputLog {
-    /// Logs one line; its text is made only where it is logged (not for a
-    /// render's server with debug off, nor for a line over the budget).
-    fn line(&mut self, line: &[u8]) {
-        let text = || String::from_utf8_lossy(line);
-        let Some(function) = &self.function else {
-            tracing::debug!(container = %self.container, "function: {}", text().trim_end());
-            return;
-        };
-        let (admitted, dropped) = self.budget.admit(Instant::now());
-        if dropped > 0 {
-            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
-        }
-        if admitted {
-            tracing::info!(function = %function, container = %self.container, "server: {}", text().trim_end());
-        }
-    }
-
-    /// Says what the last window dropped, at the stream's end.
-    fn flush(&mut self) {
-        if let (Some(function), dropped @ 1..) = (&self.function, self.budget.dropped) {
-            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
-        }
-    }
-}
 
 /// A function image running as a server in its own network namespace.
 /// Killed, and its rootfs removed, by [`FunctionServer::stop`] or on drop.
@@ -580,38 +410,5 @@ impl FunctionServer {
         let remains: Remains = (finished, rootfs, pin);
         Teardown::inline().drop_later(remains).await;
         usage
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tail_keeps_the_last_bytes_of_the_last_lines() {
-        let mut tail = Tail::default();
-        for i in 0..10_000 {
-            tail.push(format!("line {i}\n").as_bytes());
-        }
-        assert_eq!(tail.bytes.len(), STDERR_TAIL_BYTES);
-        assert!(tail.bytes.ends_with(b"line 9999\n"));
-    }
-}
-
-#[cfg(test)]
-mod budget_tests {
-    use super::*;
-
-    #[test]
-    fn a_flood_of_lines_is_cut_to_the_budget_per_second_and_the_rest_counted() {
-        let mut budget = LineBudget::default();
-        let start = Instant::now();
-        let admitted = (0..100).filter(|_| budget.admit(start).0).count();
-        assert_eq!(admitted, LOG_LINES_PER_SECOND as usize);
-        // The next window admits again and says what the last one dropped.
-        let (admitted, dropped) = budget.admit(start + Duration::from_secs(1));
-        assert!(admitted);
-        assert_eq!(dropped, 100 - u64::from(LOG_LINES_PER_SECOND));
-        assert_eq!(budget.admit(start + Duration::from_secs(1)).1, 0);
     }
 }

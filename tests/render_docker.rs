@@ -39,7 +39,7 @@ fn render_logged(fx: &Fixture, args: &[&str]) -> std::process::Output {
         .current_dir(fx.dir.path())
         .env(
             "RUST_LOG",
-            "xfn::compose=debug,xfn::function_server=debug,xfn::lifecycle::serve=debug",
+            "xfn::compose=debug,xfn::function_server=debug,xfn::lifecycle::serve=debug,xfn::lifecycle::output=debug",
         )
         .stdin(Stdio::null())
         .output()

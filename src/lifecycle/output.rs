@@ -17,8 +17,9 @@
 //! - **A writer does not wait long on a full pipe**: [`LOUD`] bytes found
 //!   at once keep (or put) its stream on epoll for [`LOUD_FOR`], so a
 //!   flood is read as it comes; a writer waits at most one tick for it.
-//! - **An exit's last words make its error**: [`Output::drained`] has the
-//!   streams read at once, not at their next tick.
+//! - **An exit's last words make its error and the log**:
+//!   [`Output::drained`] (on an exit and on a stop) has the streams read
+//!   at once, not at their next tick.
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::os::fd::OwnedFd;
@@ -45,6 +46,8 @@ pub(super) struct Output {
     open_streams: AtomicUsize,
     /// Has a stream read on the clock read now.
     look: Notify,
+    /// Told when a stream was read to its end.
+    ended: Notify,
 }
 
 impl Output {
@@ -56,13 +59,23 @@ impl Output {
     }
 
     /// Waits (up to [`DRAIN_WAIT`]) until every stream was read to its end:
-    /// a container that exited may have written its last words after its
-    /// readers last ran.
+    /// a container that exited (or was killed) may have written its last
+    /// words after its readers last ran, or since their last tick.
     pub(super) async fn drained(&self) {
-        let started = Instant::now();
-        while self.open_streams.load(Ordering::SeqCst) > 0 && started.elapsed() < DRAIN_WAIT {
+        let deadline = tokio::time::Instant::now() + DRAIN_WAIT;
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Waiting before the count is read: an end between the two is
+            // not missed.
+            ended.as_mut().enable();
+            if self.open_streams.load(Ordering::SeqCst) == 0 {
+                return;
+            }
             self.look.notify_waiters();
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -228,6 +241,7 @@ async fn forward(file: File, log: OutputLog, output: Arc<Output>) {
     }
     lines.end();
     output.open_streams.fetch_sub(1, Ordering::SeqCst);
+    output.ended.notify_waiters();
 }
 
 /// What one [`drain`] read.

@@ -175,7 +175,7 @@ impl Container<Serving> {
     /// measured, where it had one, and what is left to remove (its state,
     /// cgroup and bundle: blocking, so off the async threads).
     pub(crate) async fn stop(self) -> (Option<RunUsage>, Finished) {
-        let Self { mut parts, .. } = self;
+        let Self { mut parts, state } = self;
         // SIGKILL to the init ends its pid namespace, and with it every
         // process of the container.
         if !parts.init.reaped && parts.init.kill() {
@@ -184,6 +184,8 @@ impl Container<Serving> {
                     .await
                     .is_ok_and(|code| code.is_ok());
         }
+        // Its last lines logged before a caller (a render, a drain) exits.
+        state.output.drained().await;
         let usage = parts.run_cgroup.as_ref().map(RunCgroup::usage);
         (usage, parts.finish())
     }

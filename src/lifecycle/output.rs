@@ -38,6 +38,9 @@ use crate::sandbox::crun::STDERR_TAIL_BYTES;
 /// them open after the init is gone.
 const DRAIN_WAIT: Duration = Duration::from_millis(500);
 
+/// How often [`Output::drained`] tells the readers on the clock to read.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
 /// What the container wrote: the last [`STDERR_TAIL_BYTES`] of it, and how
 /// many of its streams are still open.
 #[derive(Debug, Default)]
@@ -72,8 +75,12 @@ impl Output {
             if self.open_streams.load(Ordering::SeqCst) == 0 {
                 return;
             }
+            // Told again and again: a reader between two ticks is not
+            // waiting to be told.
             self.look.notify_waiters();
-            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+            let again = (tokio::time::Instant::now() + LOOK_AGAIN).min(deadline);
+            let _ = tokio::time::timeout_at(again, ended).await;
+            if tokio::time::Instant::now() >= deadline {
                 return;
             }
         }

@@ -1557,6 +1557,95 @@ async fn a_function_built_before_v1_is_asked_again_in_v1beta1_with_the_same_byte
     });
 }
 
+/// The CPU time (user and system, clock ticks) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat[stat.rfind(')')? + 2..].to_string();
+            let fields: Vec<&str> = rest.split(' ').collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+/// Of xfn's log: the server's chatter lines logged, and the lines (any)
+/// it said it left out, for `function`.
+fn chatter_accounted(log: &str, function: &str) -> (u64, u64) {
+    let tag = format!("function={function}");
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("server: fn_server: chatter ") && l.contains(&tag))
+        .count() as u64;
+    let dropped = log
+        .lines()
+        .filter(|l| l.contains("lines of the server's output not logged") && l.contains(&tag))
+        .filter_map(|l| {
+            l.split("dropped=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    (logged, dropped)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_logging_in_a_loop_is_logged_at_the_budget_every_line_counted_and_still_answers() {
+    const LINES: u64 = 200_000;
+    let (dir, registry) = tls_dir();
+    let image = function_server_image(&registry, "host-chatter:v1", &[]);
+    let file = functions_file(dir.path(), &[("fn-chatter", &image)]);
+    let host = XfnHost::start_tls(dir.path(), &file, &[]);
+    let channel = dial(&host, dir.path(), "fn-chatter", Some("client"))
+        .await
+        .unwrap();
+    let mut client = V1Client::new(channel);
+    client
+        .run_function(grpc_request("warm", 0.0))
+        .await
+        .unwrap();
+    let cpu_before: u64 = host.own_pids().into_iter().map(cpu_ticks).sum();
+    // ~12 MB of output at once, a write a line, during one call.
+    let mut flood = grpc_request("flood", 0.0);
+    flood.input = Some(input(&[
+        ("action", s("results")),
+        ("warning", s("from the grpc function")),
+        (
+            "chatter",
+            prost_types::value::Kind::NumberValue(LINES as f64),
+        ),
+    ]));
+    let answer = client.run_function(flood).await.unwrap().into_inner();
+    assert_eq!(messages(&answer), ["from the grpc function"], "{answer:?}");
+    // A call in the next second's window has the last one's count said.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    client
+        .run_function(grpc_request("after", 0.0))
+        .await
+        .unwrap();
+    host.wait_for("every chatter line logged or counted", || {
+        let (logged, dropped) = chatter_accounted(&host.log_text(), "fn-chatter");
+        logged + dropped >= LINES
+    });
+    let cpu: u64 = host.own_pids().into_iter().map(cpu_ticks).sum::<u64>() - cpu_before;
+    let (logged, dropped) = chatter_accounted(&host.log_text(), "fn-chatter");
+    // The count also holds the calls' own lines left out in that second.
+    assert!(
+        logged + dropped <= LINES + 2,
+        "{logged} logged, {dropped} counted"
+    );
+    // 20 a second: the flood lasts a few seconds at most, never 50.
+    assert!(logged <= 20 * 50, "{logged} logged, {dropped} counted");
+    // What xfn spent on it (printed, never asserted on).
+    eprintln!(
+        "measured: {LINES} lines (~12 MB) of a server's output at once cost xfn's own processes \
+         {cpu} clock ticks of CPU (100 a second); {logged} logged, {dropped} counted"
+    );
+}
+
 /// A plaintext call to the function `name` hosts, routed by the
 /// `:authority` host.
 async fn call_insecure(

@@ -366,9 +366,7 @@ impl OutputLog {
             return;
         };
         let (admitted, dropped) = self.budget.admit(Instant::now());
-        if dropped > 0 {
-            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
-        }
+        say_dropped(function, dropped);
         if admitted {
             tracing::info!(function = %function, container = %self.container, "server: {}", text().trim_end());
         }
@@ -376,9 +374,16 @@ impl OutputLog {
 
     /// Says what the last window dropped, at the stream's end.
     fn flush(&mut self) {
-        if let (Some(function), dropped @ 1..) = (&self.function, self.budget.dropped) {
-            tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
+        if let Some(function) = &self.function {
+            say_dropped(function, self.budget.dropped);
         }
+    }
+}
+
+/// Logs how many lines of `function`'s server a window left out, if any.
+fn say_dropped(function: &str, dropped: u64) {
+    if dropped > 0 {
+        tracing::info!(function = %function, dropped, "lines of the server's output not logged (over {LOG_LINES_PER_SECOND} a second)");
     }
 }
 

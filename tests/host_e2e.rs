@@ -1562,9 +1562,11 @@ fn cpu_ticks(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
-            let rest = stat[stat.rfind(')')? + 2..].to_string();
-            let fields: Vec<&str> = rest.split(' ').collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+            // Fields after the command (which may hold spaces) in parentheses.
+            let mut fields = stat[stat.rfind(')')? + 2..].split(' ').skip(11);
+            let utime = fields.next()?.parse::<u64>().ok()?;
+            let stime = fields.next()?.parse::<u64>().ok()?;
+            Some(utime + stime)
         })
         .unwrap_or(0)
 }

@@ -1125,7 +1125,12 @@ where
             return false;
         }
         if !stream.pending.is_empty() {
-            let room = stream.send_window.min(self.send_window).max(0) as usize;
+            let window = stream.send_window.min(self.send_window).max(0) as usize;
+            // No more than `out` has room for, whatever window the client
+            // gives: what is copied to `out` no longer holds the answer's
+            // room in the response budget, and a client that reads slowly
+            // would hold it there.
+            let room = window.min(OUT_HIGH - self.out.len());
             let now = stream.pending.split_to(room.min(stream.pending.len()));
             let last = stream.body_done && stream.pending.is_empty() && stream.trailers.is_none();
             if !now.is_empty() {
@@ -1146,7 +1151,11 @@ where
                 }
             }
             if !stream.pending.is_empty() {
-                self.window_blocked.push(id);
+                if room < window {
+                    self.out_blocked.push(id);
+                } else {
+                    self.window_blocked.push(id);
+                }
                 return false;
             }
         }
